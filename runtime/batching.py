@@ -1,0 +1,94 @@
+"""Batches by token count (§5.1: "sentence pairs were batched together by approximate sequence length.
+Each training batch contained ... approximately 25000 source tokens and 25000 target tokens").
+
+Two levels:
+- a *micro-batch* is one forward pass: sentences of similar length, at most `max_batch_tokens`
+  tokens once padded (what fits in memory);
+- an *update* is one optimizer step: micro-batches (in shuffled order) whose target tokens add up to
+  at least `batch_tokens`; their gradients are accumulated.
+
+The plan of an epoch depends only on (data, seed, epoch), never on the number of processes: with
+several ranks, each takes every world_size-th micro-batch of an update. So an update is the same
+sentences whether it runs on one process or eight, and a run resumes at (epoch, update index).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from xspec.runtime.vocab import BOS, EOS, PAD
+
+
+def micro_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int) -> list[list[int]]:
+    """Sentence indices grouped by similar length; padded size (sentences x longest side) <= max_tokens."""
+    order = sorted(range(len(src_lens)), key=lambda i: (tgt_lens[i], src_lens[i]))
+    batches, current, longest = [], [], 0
+    for i in order:
+        length = max(src_lens[i], tgt_lens[i] + 1)         # the target gets BOS (input) / EOS (labels)
+        if current and (len(current) + 1) * max(longest, length) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def plan_epoch(batches: list[list[int]], tgt_lens: list[int], batch_tokens: int,
+               seed: int, epoch: int) -> list[list[list[int]]]:
+    """Updates of one epoch: micro-batches shuffled (by batch, not by sentence), then grouped until
+    their target tokens (with EOS) reach `batch_tokens`."""
+    order = list(range(len(batches)))
+    random.Random(seed * 100_003 + epoch).shuffle(order)
+    updates, current, tokens = [], [], 0
+    for b in order:
+        current.append(batches[b])
+        tokens += sum(tgt_lens[i] + 1 for i in batches[b])
+        if tokens >= batch_tokens:
+            updates.append(current)
+            current, tokens = [], 0
+    if current:
+        updates.append(current)
+    return updates
+
+
+def shard(update: list[list[int]], rank: int, world_size: int) -> list[tuple[list[int], bool]]:
+    """This rank's micro-batches of an update, as (indices, counts). Every rank makes the same number
+    of passes (DDP synchronises on the last one); a rank short of micro-batches repeats one with
+    `counts=False`, i.e. with zero weight in the loss."""
+    mine = update[rank::world_size]
+    passes = -(-len(update) // world_size)
+    filler = [(update[0], False)] * (passes - len(mine))
+    return [(b, True) for b in mine] + filler
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor           # [B, S] source ids ending with EOS, PAD after
+    src_padding: torch.Tensor   # [B, S] True at padding
+    tgt_in: torch.Tensor        # [B, T] BOS + target (decoder input)
+    labels: torch.Tensor        # [B, T] target + EOS, PAD where there is no token (ignored by the loss)
+    target_tokens: int
+
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(self.src.to(device, non_blocking=True), self.src_padding.to(device, non_blocking=True),
+                     self.tgt_in.to(device, non_blocking=True), self.labels.to(device, non_blocking=True),
+                     self.target_tokens)
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def collate(indices: list[int], sources: list[list[int]], targets: list[list[int]]) -> Batch:
+    src = _pad([sources[i] for i in indices])
+    tgt_in = _pad([[BOS] + targets[i] for i in indices])
+    labels = _pad([targets[i] + [EOS] for i in indices])
+    return Batch(src, src == PAD, tgt_in, labels, int((labels != PAD).sum()))

@@ -1,0 +1,96 @@
+"""Reading and checking text files: one sentence per line, source line i aligned with target line i.
+
+Every problem is a one-line `UserError` naming the file (and line), raised before training starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from xspec.errors import UserError
+from xspec.runtime.vocab import EOS, Vocab
+
+
+def read_lines(path: Path) -> list[str]:
+    """The file's lines, without line endings; invalid UTF-8 is reported with its line number."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a text file") from None
+    except OSError as error:
+        raise UserError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise UserError(f"{path}:{line}: invalid UTF-8 (byte 0x{data[error.start]:02x} at column {column})") from None
+    return text.removesuffix("\n").split("\n") if text else []
+
+
+@dataclass
+class ParallelText:
+    """Aligned sentence pairs, with what was dropped on the way (reported to the user)."""
+
+    source: list[str]
+    target: list[str]
+    line_numbers: list[int]            # 1-based line of each kept pair in the original files
+    empty_skipped: int = 0
+
+
+def read_parallel(src_path: Path, tgt_path: Path) -> ParallelText:
+    source, target = read_lines(src_path), read_lines(tgt_path)
+    if len(source) != len(target):
+        raise UserError(f"{src_path} has {len(source)} lines but {tgt_path} has {len(target)}: "
+                        "source and target files must be aligned line by line")
+    kept = [i for i, (s, t) in enumerate(zip(source, target)) if s.strip() and t.strip()]
+    if not kept:
+        raise UserError(f"{src_path}: no sentence pairs (every line is empty on one side or the other)")
+    return ParallelText([source[i].strip() for i in kept], [target[i].strip() for i in kept],
+                        [i + 1 for i in kept], empty_skipped=len(source) - len(kept))
+
+
+@dataclass
+class EncodedPairs:
+    """Token ids ready for batching: the source ends with EOS; the target without BOS/EOS."""
+
+    source: list[list[int]]
+    target: list[list[int]]
+    empty_skipped: int = 0
+    too_long: int = 0                  # skipped, or truncated when `truncate`
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def summary(self, name: str) -> str:
+        parts = [f"{name}: {len(self)} sentence pairs"]
+        if self.empty_skipped:
+            parts.append(f"{self.empty_skipped} with an empty side skipped")
+        if self.too_long:
+            parts.append(f"{self.too_long} too long {'truncated' if self.truncated else 'skipped'}")
+        return ", ".join(parts)
+
+
+def encode_pairs(text: ParallelText, vocab: Vocab, max_tokens: int, truncate: bool) -> EncodedPairs:
+    """`max_tokens` bounds the model's sequences: source + EOS, and BOS + target (or target + EOS)."""
+    sources, targets = vocab.encode(text.source), vocab.encode(text.target)
+    out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate)
+    limit = max_tokens - 1     # room for EOS / BOS
+    for src, tgt in zip(sources, targets):
+        if len(src) > limit or len(tgt) > limit:
+            out.too_long += 1
+            if not truncate:
+                continue
+            src, tgt = src[:limit], tgt[:limit]
+        out.source.append(src + [EOS])
+        out.target.append(tgt)
+    return out
+
+
+def encode_source(lines: list[str], vocab: Vocab, max_tokens: int) -> list[list[int]]:
+    """Sentences to translate; longer ones are truncated (a translation per input line is promised)."""
+    return [ids[: max_tokens - 1] + [EOS] for ids in vocab.encode(lines)]

@@ -1,0 +1,30 @@
+"""The learning-rate schedule (§5.3, eq. 3) as a `torch.optim.lr_scheduler.LambdaLR`."""
+
+from __future__ import annotations
+
+import torch
+
+from xspec.compiler.sections import TrainSection
+
+
+def inverse_sqrt(step: int, d_model: int, warmup: int) -> float:
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1."""
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSection, d_model: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The optimizer's base lr must be 1.0 (inverse_sqrt) or `train.lr` (constant): LambdaLR multiplies it.
+
+    LambdaLR counts from 0 before the first update; the paper's step_num counts from 1.
+    """
+    if train.lr_schedule == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    scale, warmup = train.lr_scale, train.warmup_steps
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: scale * inverse_sqrt(step + 1, d_model, warmup))
+
+
+def make_optimizer(parameters, train: TrainSection) -> torch.optim.Adam:
+    """§5.3: Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (the spec's `train` section)."""
+    base_lr = train.lr if train.lr_schedule == "constant" else 1.0
+    return torch.optim.Adam(parameters, lr=base_lr, betas=tuple(train.adam_betas), eps=train.adam_eps,
+                            weight_decay=train.weight_decay)

@@ -1,0 +1,415 @@
+"""Training any compiled spec with the paper's recipe (§5), then scoring the test split (§6.1).
+
+The flow of `train()`: prepare the run directory and data -> shared vocabulary -> token-count
+batches -> model, Adam and the eq. 3 schedule (or the last checkpoint's state) -> updates with
+gradient accumulation, periodic validation and checkpoints -> beam search on the test split -> BLEU.
+Nothing here depends on the architecture: the model is whatever `spec.build()` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import sys
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from xspec.errors import UserError
+from xspec.runtime import checkpoint as ckpt
+from xspec.runtime import distributed
+from xspec.runtime.batching import collate, micro_batches, plan_epoch, shard
+from xspec.runtime.corpus import EncodedPairs, encode_pairs, read_parallel
+from xspec.runtime.demo_data import write_demo_data
+from xspec.runtime.evaluate import Scores, score
+from xspec.runtime.run_dir import (METRICS_FILE, DataFiles, Split, append_metrics, read_metrics_log,
+                                   write_run_files)
+from xspec.runtime.schedule import make_optimizer, make_scheduler
+from xspec.runtime.translation import Translator
+from xspec.runtime.vocab import PAD, Vocab, load_or_train_vocab
+
+
+class Interrupted(UserError):
+    """Ctrl-C (or SIGTERM): a checkpoint was written, the run can be resumed."""
+
+    exit_code = 130
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out_dir: Path
+    data: DataFiles
+    device: str | None = None
+    compile: str = "auto"               # auto | on | off
+    resume: bool = False
+    truncate: bool = False              # truncate over-long training sentences instead of skipping them
+    progress: bool = True
+    evaluate: bool = True               # decode the test split at the end
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint for exact resumption."""
+
+    step: int = 0
+    epoch: int = 0
+    update: int = 0                     # next update of the epoch's plan
+    train_tokens: int = 0
+    train_seconds: float = 0.0
+    last_checkpoint: Path | None = None
+
+    def state(self) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "update": self.update,
+                "train_tokens": self.train_tokens, "train_seconds": self.train_seconds}
+
+
+@dataclass
+class Corpus:
+    train: EncodedPairs
+    valid: EncodedPairs | None
+    test_src: list[str] = field(default_factory=list)
+    test_ref: list[str] = field(default_factory=list)
+
+
+def train(spec, options: RunOptions) -> dict:
+    """Trains `spec` (a compiled spec: `xspec.compile(...)`) into `options.out_dir`; returns the final figures."""
+    if not spec.has_encoder:
+        raise UserError(f"{spec.name}: xspec train translates, and this spec has no encoder "
+                        "(a decoder-only model); use an encoder-decoder spec")
+    context = distributed.setup(options.device)
+    try:
+        return _train(spec, options, context)
+    finally:
+        distributed.teardown(context)
+
+
+def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
+    started = time.time()
+    run_dir, cfg = options.out_dir, spec.train
+    say = print if context.is_main else (lambda *a, **k: None)
+    existing = ckpt.list_checkpoints(run_dir)
+    if existing and not options.resume:
+        raise UserError(f"{run_dir} already holds checkpoints: continue it with --resume {run_dir}, "
+                        "or choose another --out")
+    if options.resume and not existing:
+        raise UserError(f"--resume {run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
+
+    data = options.data
+    if data.train is None:
+        data = _demo_files(run_dir, context)
+    if context.is_main:
+        write_run_files(run_dir, spec.resolved_source, data)
+    vocab = _vocab(spec, data, run_dir, context)
+    corpus = _read_corpus(spec, data, vocab, options.truncate)
+    say(corpus.train.summary(f"train ({data.train.src.name}, {data.train.tgt.name})"))
+    if corpus.valid is not None:
+        say(corpus.valid.summary("valid"))
+
+    torch.manual_seed(cfg.seed)
+    model = spec.build(device=context.device, compile=_use_compile(options.compile, context.device))
+    optimizer = make_optimizer(model.parameters(), cfg)
+    scheduler = make_scheduler(optimizer, cfg, spec.model_dim)
+    progress = Progress()
+    if options.resume:
+        progress = _resume(run_dir, spec, model, optimizer, scheduler)
+        say(f"resuming {run_dir} at step {progress.step}")
+    say(f"{spec.name}: {spec.parameters:,} parameters, vocabulary {len(vocab)}, device {context.device}"
+        + (f", {context.world_size} processes" if context.distributed else ""))
+    if context.distributed:
+        model_ddp = DistributedDataParallel(model, device_ids=[context.device] if context.device.type == "cuda" else None)
+    else:
+        model_ddp = model
+
+    with _stop_on_signals() as stop_requested:
+        _loop(spec, model, model_ddp, optimizer, scheduler, corpus, vocab, progress, run_dir, context,
+              options, stop_requested)
+
+    valid_loss = _validate(model, corpus.valid, spec, context) if corpus.valid is not None else None
+    if progress.last_checkpoint is None or _checkpoint_step(progress.last_checkpoint) != progress.step:
+        _save_checkpoint(spec, model, optimizer, scheduler, vocab, progress, run_dir, context)
+    if not context.is_main:
+        return {}
+    metrics = {"steps": progress.step, "valid_loss": valid_loss,
+               "train_tokens_per_s": round(progress.train_tokens / max(progress.train_seconds, 1e-9), 1),
+               "train_seconds": round(progress.train_seconds, 1)}
+    if options.evaluate and corpus.test_src:
+        scores = _test(model, vocab, spec, corpus, context, run_dir, options.progress)
+        metrics.update(bleu=round(scores.bleu, 2), chrf=round(scores.chrf, 2), bleu_signature=scores.bleu_line,
+                       chrf_signature=scores.chrf_line)
+    metrics["wall_s"] = round(time.time() - started, 1)
+    (run_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    say(f"run directory: {run_dir}  (steps {progress.step}, valid loss {valid_loss}, "
+        f"{metrics['train_tokens_per_s']} target tokens/s, {metrics['wall_s']} s)")
+    if "bleu" in metrics:
+        say(metrics["chrf_signature"])
+        say(metrics["bleu_signature"])
+    return metrics
+
+
+# --- data --------------------------------------------------------------------------------------
+
+def _demo_files(run_dir: Path, context: distributed.Context) -> DataFiles:
+    """The built-in task, generated into the run directory (deterministic, so every rank agrees)."""
+    if context.is_main:
+        write_demo_data(run_dir / "data")
+    distributed.barrier(context)
+    d = run_dir / "data"
+    return DataFiles(*(Split(d / f"{s}.src", d / f"{s}.tgt") for s in ("train", "valid", "test")))
+
+
+def _vocab(spec, data: DataFiles, run_dir: Path, context: distributed.Context) -> Vocab:
+    if context.is_main:
+        vocab = load_or_train_vocab(run_dir, [data.train.src, data.train.tgt], spec.data.vocab_size,
+                                    spec.data.vocab_model)
+    distributed.barrier(context)
+    if not context.is_main:
+        vocab = Vocab.load(run_dir / "sentencepiece.model")
+    if len(vocab) > spec.vocab_size:
+        raise UserError(f"{run_dir / 'sentencepiece.model'}: {len(vocab)} pieces, but the model's embedding "
+                        f"has {spec.vocab_size} rows; set data.vocab_size <= {spec.vocab_size}")
+    return vocab
+
+
+def max_sequence_tokens(spec) -> int:
+    """The longest sequence the run feeds the model: the data section's limit, within the positions."""
+    return min(spec.data.max_tokens, spec.max_positions or spec.data.max_tokens)
+
+
+def _read_corpus(spec, data: DataFiles, vocab: Vocab, truncate: bool) -> Corpus:
+    limit = max_sequence_tokens(spec)
+    train = encode_pairs(read_parallel(data.train.src, data.train.tgt), vocab, limit, truncate)
+    if not len(train):
+        raise UserError(f"{data.train.src}: every sentence is longer than {limit} tokens; "
+                        "raise data.max_tokens or pass --truncate")
+    valid = encode_pairs(read_parallel(data.valid.src, data.valid.tgt), vocab, limit, truncate=True) \
+        if data.valid else None
+    test = data.test or data.valid
+    corpus = Corpus(train, valid)
+    if test:
+        text = read_parallel(test.src, test.tgt)
+        corpus.test_src, corpus.test_ref = text.source, text.target
+    return corpus
+
+
+# --- training ----------------------------------------------------------------------------------
+
+def _use_compile(choice: str, device: torch.device) -> bool:
+    """auto: on for CUDA; off on CPU, where a compiled step measured slower than eager (docs/runtime.md)."""
+    return choice == "on" or (choice == "auto" and device.type == "cuda")
+
+
+def _autocast(device: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
+def _loop(spec, model, model_ddp, optimizer, scheduler, corpus: Corpus, vocab: Vocab, progress: Progress,
+          run_dir: Path, context: distributed.Context, options: RunOptions, stop_requested) -> None:
+    cfg = spec.train
+    src_lens = [len(s) for s in corpus.train.source]
+    tgt_lens = [len(t) for t in corpus.train.target]
+    batches = micro_batches(src_lens, tgt_lens, cfg.max_batch_tokens or cfg.batch_tokens)
+    bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (context.is_main and options.progress),
+               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+    last_checkpoint_time = time.time()
+    while progress.step < cfg.max_steps:
+        plan = plan_epoch(batches, tgt_lens, cfg.batch_tokens, cfg.seed, progress.epoch)
+        while progress.update < len(plan) and progress.step < cfg.max_steps:
+            update = plan[progress.update]
+            step_started = time.time()
+            tokens = sum(tgt_lens[i] + 1 for b in update for i in b)
+            torch.manual_seed((cfg.seed * 1_000_003 + progress.step) * 1_009 + context.rank)   # dropout
+            loss_sum = _accumulate(model_ddp, update, corpus.train, tokens, spec, context)
+            over_time = cfg.max_minutes is not None and \
+                progress.train_seconds + time.time() - step_started >= cfg.max_minutes * 60
+            loss_sum, interrupted, over_time = distributed.all_sum(
+                context, [loss_sum, float(stop_requested()), float(over_time)])
+            stop = interrupted or over_time
+            loss = loss_sum / tokens
+            if not math.isfinite(loss):
+                bar.close()
+                _diverged(progress, loss, run_dir)
+            if cfg.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+            lr = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            scheduler.step()
+            progress.step += 1
+            progress.update += 1
+            progress.train_tokens += tokens
+            elapsed = time.time() - step_started
+            progress.train_seconds += elapsed
+            if context.is_main:
+                append_metrics(run_dir, {"step": progress.step, "loss": round(loss, 5), "lr": lr,
+                                         "target_tokens": tokens, "tokens_per_s": round(tokens / elapsed, 1)})
+                bar.set_postfix_str(f"loss={loss:.3f} lr={lr:.2e} tok/s={tokens / elapsed:,.0f} "
+                                    f"eta={_eta(progress, cfg)}", refresh=False)
+                bar.update(1)
+            if progress.step % cfg.validate_every_steps == 0 and corpus.valid is not None:
+                valid_loss = _validate(model, corpus.valid, spec, context)
+                if context.is_main:
+                    append_metrics(run_dir, {"step": progress.step, "valid_loss": valid_loss})
+                    bar.write(f"step {progress.step}: valid loss {valid_loss:.4f} (ppl {math.exp(valid_loss):.2f})")
+            due_steps = cfg.checkpoint_every_steps and progress.step % cfg.checkpoint_every_steps == 0
+            due_minutes = cfg.checkpoint_every_minutes and \
+                time.time() - last_checkpoint_time >= cfg.checkpoint_every_minutes * 60
+            if stop or due_steps or due_minutes:
+                _save_checkpoint(spec, model, optimizer, scheduler, vocab, progress, run_dir, context)
+                last_checkpoint_time = time.time()
+            if stop:
+                bar.close()
+                if interrupted:
+                    raise Interrupted(f"interrupted at step {progress.step}; checkpoint {progress.last_checkpoint} "
+                                      f"written; continue with: xspec train --resume {run_dir}")
+                return
+        progress.epoch += 1
+        progress.update = 0
+    bar.close()
+
+
+def _accumulate(model, update: list[list[int]], data: EncodedPairs, tokens: int, spec,
+                context: distributed.Context) -> float:
+    """Forward/backward over this rank's micro-batches of one update; returns its summed token loss.
+
+    The loss is normalised by the update's target tokens over all ranks (§5.1 counts tokens per
+    batch); DDP averages gradients over ranks, so each rank scales by world_size to get the sum back.
+    """
+    passes = shard(update, context.rank, context.world_size)
+    total = torch.zeros((), device=context.device)
+    for i, (indices, counts) in enumerate(passes):
+        batch = collate(indices, data.source, data.target).to(context.device)
+        last = i == len(passes) - 1
+        with (nullcontext() if last or not context.distributed else model.no_sync()):
+            with _autocast(context.device):
+                logits = model(batch.src, batch.tgt_in, batch.src_padding)          # [B, T, V]
+            # §5.4: label smoothing eps_ls; padding positions are ignored.
+            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.labels.flatten(), ignore_index=PAD,
+                                   label_smoothing=spec.train.label_smoothing, reduction="sum")
+            weight = context.world_size / tokens if counts else 0.0
+            (loss * weight).backward()
+        if counts:
+            total += loss.detach()
+    return float(total)
+
+
+def _eta(progress: Progress, cfg) -> str:
+    per_step = progress.train_seconds / max(progress.step, 1)
+    left = (cfg.max_steps - progress.step) * per_step
+    if cfg.max_minutes is not None:
+        left = min(left, cfg.max_minutes * 60 - progress.train_seconds)
+    left = max(int(left), 0)
+    return f"{left // 60:d}:{left % 60:02d}"
+
+
+def _diverged(progress: Progress, loss: float, run_dir: Path) -> None:
+    kept = f"the last good checkpoint is {progress.last_checkpoint}" if progress.last_checkpoint \
+        else f"no checkpoint was written yet in {run_dir}"
+    raise UserError(f"the training loss became {loss} at step {progress.step + 1}; stopped without updating "
+                    f"the model ({kept}); try a lower learning rate or train.clip_norm")
+
+
+@torch.no_grad()
+def _validate(model, valid: EncodedPairs, spec, context: distributed.Context) -> float | None:
+    """Cross entropy per target token (nats, no label smoothing) on the validation split; rank 0 only."""
+    result = None
+    if context.is_main:
+        model.eval()
+        lens = [len(t) for t in valid.target]
+        total, tokens = 0.0, 0
+        for indices in micro_batches([len(s) for s in valid.source], lens, spec.train.max_batch_tokens or 4000):
+            batch = collate(indices, valid.source, valid.target).to(context.device)
+            with _autocast(context.device):
+                logits = model(batch.src, batch.tgt_in, batch.src_padding)
+            total += float(F.cross_entropy(logits.float().flatten(0, 1), batch.labels.flatten(),
+                                           ignore_index=PAD, reduction="sum"))
+            tokens += batch.target_tokens
+        model.train()
+        result = round(total / tokens, 5)
+    distributed.barrier(context)
+    return result
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+def _checkpoint_step(path: Path) -> int:
+    return int(path.name.split("-")[1].split(".")[0])
+
+
+def _save_checkpoint(spec, model, optimizer, scheduler, vocab: Vocab, progress: Progress, run_dir: Path,
+                     context: distributed.Context) -> None:
+    """§6.1: checkpoints at intervals; the last K kept. Rank 0 writes; the weights are the same everywhere."""
+    path = run_dir / ckpt.CHECKPOINT_DIR / f"step-{progress.step:08d}.safetensors"
+    if context.is_main:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ckpt.save_state(ckpt.state_path(path), {"optimizer": optimizer.state_dict(),
+                                                "scheduler": scheduler.state_dict(), "progress": progress.state()})
+        ckpt.save_weights(path, model.state_dict(), spec.resolved_source, spec.params, vocab.model_proto,
+                          progress.step)
+        ckpt.prune(run_dir, spec.train.keep_checkpoints)
+    progress.last_checkpoint = path
+
+
+def model_params(params: dict) -> dict:
+    """The parameters that shape the model (section settings such as train.max_steps may change on resume)."""
+    return {k: v for k, v in params.items() if not k.startswith(("train.", "data.", "decode."))}
+
+
+def _resume(run_dir: Path, spec, model, optimizer, scheduler) -> Progress:
+    path = ckpt.list_checkpoints(run_dir)[-1]
+    saved = ckpt.load_weights(path)
+    difference = ckpt.params_difference(model_params(saved.params), model_params(spec.params))
+    if difference:
+        raise UserError(f"{path}: a checkpoint from a different spec ({difference})")
+    ckpt.load_into(model, saved)
+    state = ckpt.load_state(ckpt.state_path(path))
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        progress = Progress(**state["progress"], last_checkpoint=path)
+    except (KeyError, TypeError, ValueError) as error:
+        raise UserError(f"{ckpt.state_path(path)}: unusable training state ({error})") from None
+    # Steps logged after this checkpoint were lost with the interruption; they will be redone.
+    records = [r for r in read_metrics_log(run_dir) if r.get("step", 0) <= progress.step]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return progress
+
+
+# --- the test split ----------------------------------------------------------------------------
+
+def _test(model, vocab: Vocab, spec, corpus: Corpus, context: distributed.Context, run_dir: Path,
+          show_progress: bool) -> Scores:
+    """§6.1: beam search on the held-out split, scored with sacrebleu."""
+    translator = Translator(model, vocab, spec.decode, context.device, max_sequence_tokens(spec))
+    hypotheses = translator.translate(corpus.test_src, progress=show_progress)
+    (run_dir / "test.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    return score(hypotheses, corpus.test_ref)
+
+
+@contextmanager
+def _stop_on_signals():
+    """Ctrl-C / SIGTERM end training at the next update boundary, after a checkpoint; a second Ctrl-C
+    interrupts at once."""
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+        print(f"\nxspec: stopping after this update (signal {signum}); Ctrl-C again to quit at once",
+              file=sys.stderr)
+
+    try:
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:        # not the main thread: leave signals alone
+        previous = {}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
