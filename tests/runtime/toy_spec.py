@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -78,6 +79,8 @@ class ToySpec:
     name: str = "toy"
     max_positions: int = 128
     has_encoder: bool = True
+    # called as hook(module, inputs, output) after every forward pass; may return a replacement output
+    forward_hook: Optional[Callable] = None
 
     @property
     def model_dim(self) -> int:
@@ -97,4 +100,6 @@ class ToySpec:
 
     def build(self, device=None, compile: bool = False) -> ToyTransformer:
         model = ToyTransformer(self.vocab_size, self.d_model, dropout=self.dropout, max_positions=self.max_positions)
-        return model.to(device) if device is not None else model
+        if self.forward_hook is not None:
+            model.register_forward_hook(self.forward_hook)
+        return model.to(torch.device(device)) if device is not None else model

@@ -1,0 +1,38 @@
+"""The xspec compiler: parse -> resolve -> graph -> validate -> lower, one module per stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from .diagnostics import Diagnostics
+from .graph import build_graph
+from .lower import lower
+from .resolve import ResolvedModel, resolve
+from .validate import ValidatedModel, validate
+
+
+@dataclass
+class Compilation:
+    model: ResolvedModel
+    validated: ValidatedModel
+    python_source: str
+    diagnostics: Diagnostics  # warnings (a compilation with errors raises instead)
+
+
+class CompileFailed(Exception):
+    def __init__(self, diagnostics: Diagnostics) -> None:
+        super().__init__(diagnostics.render())
+        self.diagnostics = diagnostics
+
+
+def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
+                 source: Optional[str] = None) -> Compilation:
+    """Run every stage; raise CompileFailed with all the diagnostics the stages could find."""
+    diagnostics = Diagnostics()
+    model = resolve(path, overrides or {}, diagnostics, source)
+    built = build_graph(model, diagnostics) if model is not None else None
+    validated = validate(model, built, diagnostics) if built is not None and model is not None else None
+    if validated is None or model is None:
+        raise CompileFailed(diagnostics)
+    return Compilation(model, validated, lower(model, validated), diagnostics)

@@ -1,0 +1,737 @@
+"""Stage 3, graph: expand the entry blocks into an op-level networkx.DiGraph.
+
+The builder interprets block bodies: each op call becomes a node (attributes checked by the op's
+pydantic schema), each block call and `repeat` becomes a child in a tree of `Instance`s (the
+module hierarchy that lowering turns into classes), and every layer of a stack is expanded so
+that each gets its own weights. Node ids are the module paths the PyTorch model will have:
+`encoder.layers.3.self_attn`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import keyword
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import networkx as nx
+import pydantic
+
+from . import ast
+from .diagnostics import Diagnostics, Span, did_you_mean
+from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
+from .ops import CALLABLE_OPS, OPS, IOAttrs, OpDef
+from .resolve import ResolvedModel
+from .shapes import BATCH, SRC_LEN, TGT_LEN, TensorType
+
+ENTRY_SIGNATURES = {"encoder": (2,), "decoder": (1, 3)}
+
+# --- values the interpreter passes around --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tensor:
+    node: str
+
+
+@dataclass(frozen=True)
+class Closure:
+    fn: ast.Lambda
+    env: dict
+    owner: "Instance"
+    decoding: bool
+
+
+class Poison:
+    """The value of an expression that had an error; uses of it report nothing more."""
+
+
+POISON = Poison()
+Value = Union[Tensor, Closure, Poison, Constant]
+
+
+@dataclass
+class Recorded:
+    """A statement as executed in one instance, with the variables it saw (for lowering)."""
+
+    stmt: ast.Stmt
+    env: dict
+
+
+@dataclass
+class Instance:
+    """A module of the model: an entry block, a block call, a repeated stack, or an op with weights."""
+
+    path: str
+    kind: str  # "block", "stack" or "op"
+    block: Optional[ast.Block] = None
+    params: tuple[str, ...] = ()  # forward() arguments
+    outputs: tuple[str, ...] = ()  # for repeat bodies: the loop-carried variables
+    children: dict[str, "Instance"] = field(default_factory=dict)
+    statements: list[Recorded] = field(default_factory=list)
+    call_nodes: dict[int, str] = field(default_factory=dict)  # id(call expr) -> node id
+    claims: dict[str, int] = field(default_factory=dict)  # child name -> id(call that created it)
+    node: Optional[str] = None  # for ops: the graph node
+    has_cache: bool = False  # forward() takes the decoder cache
+    result: Optional[Value] = None
+    span: Optional[Span] = None
+    repeat_single_call: bool = False  # stack items are the block called by the repeat body
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
+
+
+@dataclass
+class BuiltGraph:
+    graph: nx.DiGraph
+    root: Instance  # children: "encoder" and/or "decoder"
+    names: dict[int, str]  # id(call or repeat) -> attribute name in its block
+
+
+class _Frame:
+    def __init__(self, instance: Instance, env: dict, names: dict[int, str], decoding: bool) -> None:
+        # `decoding`: inside the decoder, where attention and positions continue from the cache.
+        self.instance, self.env, self.names, self.decoding = instance, env, names, decoding
+
+
+class _Return(Exception):
+    def __init__(self, value: Value) -> None:
+        self.value = value
+
+
+def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[BuiltGraph]:
+    builder = _Builder(model, diagnostics)
+    root = builder.run()
+    if diagnostics.errors:
+        return None
+    return BuiltGraph(builder.graph, root, builder.names)
+
+
+class _Builder:
+    def __init__(self, model: ResolvedModel, diagnostics: Diagnostics) -> None:
+        self.model, self.diagnostics = model, diagnostics
+        self.graph = nx.DiGraph()
+        self.names: dict[int, str] = {}
+        self.call_stack: list[str] = []
+        self.counters: dict[tuple[str, str], itertools.count] = {}
+        self.stack_frames: list[tuple[str, int, int]] = []  # (stack path, index, count)
+        for block in model.blocks.values():
+            self.names.update(_call_site_names(block.body, diagnostics))
+            _warn_unused(block, diagnostics)
+        # Blocks the decoder uses; those with cache-aware ops take the cache in forward().
+        self.decoder_blocks = _reachable("decoder", model.blocks)
+        self.cache_blocks = {b for b in self.decoder_blocks if _uses_cache(model.blocks[b], model.blocks)}
+        self._check_names()
+
+    # --- entries ----------------------------------------------------------------------------
+    def run(self) -> Instance:
+        root = Instance(path="", kind="block")
+        encoder, decoder = self.model.blocks.get("encoder"), self.model.blocks.get("decoder")
+        if encoder is None and decoder is None:
+            self.diagnostics.error("missing", self.model.span, f"model '{self.model.name}' has no "
+                                   "'encoder' or 'decoder' block", "define block decoder(tokens) for a language model")
+            return root
+        memory: Value = POISON
+        src_mask: Value = POISON
+        if encoder is not None and self._check_entry(encoder):
+            src = self._input("src", "tokens", encoder.params[0].span)
+            src_mask = self._input("src_mask", "mask", encoder.params[1].span)
+            memory = self._entry(root, encoder, [src, src_mask])
+            self._output("memory", memory, encoder.span)
+        if decoder is not None and self._check_entry(decoder):
+            tgt = self._input("tgt", "tokens", decoder.params[0].span)
+            if len(decoder.params) == 3 and encoder is None:
+                self.diagnostics.error("signature", decoder.name.span, "decoder(tokens, memory, memory_mask) "
+                                       "needs an encoder block", "a language model's decoder takes only its tokens")
+                return root
+            if len(decoder.params) == 1 and encoder is not None:
+                self.diagnostics.error("signature", decoder.name.span, "the decoder must take "
+                                       "(tokens, memory, memory_mask) to use the encoder")
+                return root
+            args = [tgt, memory, src_mask] if encoder is not None else [tgt]
+            logits = self._entry(root, decoder, args)
+            self._output("logits", logits, decoder.span)
+        return root
+
+    def _check_entry(self, block: ast.Block) -> bool:
+        arities = ENTRY_SIGNATURES[block.name.id]
+        if len(block.params) not in arities:
+            expected = "(tokens, padding_mask)" if block.name.id == "encoder" else (
+                "(tokens) or (tokens, memory, memory_mask)")
+            self.diagnostics.error("signature", block.name.span,
+                                   f"block '{block.name.id}' must take {expected}")
+            return False
+        return True
+
+    def _entry(self, root: Instance, block: ast.Block, args: list[Value]) -> Value:
+        instance = Instance(path=block.name.id, kind="block", block=block, params=tuple(p.id for p in block.params),
+                            has_cache=block.name.id == "decoder", span=block.span)
+        root.children[block.name.id] = instance
+        return self._run_block(instance, block, args)
+
+    def _input(self, name: str, kind: str, span: Span) -> Tensor:
+        length = SRC_LEN if name.startswith("src") else TGT_LEN
+        dtype = "long" if kind == "tokens" else "bool"
+        node = f"input.{name}"
+        self.graph.add_node(node, op="input", attrs=IOAttrs(name=name, kind=kind), span=span, module=None,
+                            scope="", repeat=(), shape=TensorType((BATCH, length), dtype), inferred={})
+        return Tensor(node)
+
+    def _output(self, name: str, value: Value, span: Span) -> None:
+        if isinstance(value, Tensor):
+            node = f"output.{name}"
+            self.graph.add_node(node, op="output", attrs=IOAttrs(name=name, kind="output"), span=span,
+                                module=None, scope="", repeat=(), shape=None, inferred={})
+            self.graph.add_edge(value.node, node, ports=("x",))
+        elif not isinstance(value, Poison):
+            self.diagnostics.error("type", span, f"the {name} must be a tensor, got {describe(value)}")
+
+    # --- blocks -----------------------------------------------------------------------------
+    def _run_block(self, instance: Instance, block: ast.Block, args: list[Value]) -> Value:
+        if block.name.id in self.call_stack:
+            cycle = " -> ".join((*self.call_stack[self.call_stack.index(block.name.id):], block.name.id))
+            self.diagnostics.error("cycle", block.name.span, f"blocks call each other in a cycle: {cycle}")
+            return POISON
+        self.call_stack.append(block.name.id)
+        env = dict(zip((p.id for p in block.params), args))
+        frame = _Frame(instance, env, self.names, decoding=block.name.id in self.decoder_blocks)
+        try:
+            self._exec(block.body, frame)
+            self.diagnostics.error("missing", block.name.span, f"block '{block.name.id}' does not return a value")
+            result: Value = POISON
+        except _Return as ret:
+            result = ret.value
+        finally:
+            self.call_stack.pop()
+        instance.result = result
+        return result
+
+    def _exec(self, body: tuple[ast.Stmt, ...], frame: _Frame) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                condition = self._constant(stmt.condition, frame, "an if condition")
+                if isinstance(condition, bool):
+                    self._exec(stmt.then if condition else stmt.orelse, frame)
+                elif not isinstance(condition, Poison):
+                    self._error("type", stmt.condition.span, f"an if condition must be true or false, got "
+                                f"{describe(condition)}")
+                continue
+            frame.instance.statements.append(Recorded(stmt, dict(frame.env)))
+            if isinstance(stmt, ast.Assign):
+                frame.env[stmt.target.id] = self._eval(stmt.value, frame)
+            elif isinstance(stmt, ast.Return):
+                raise _Return(self._eval(stmt.value, frame))
+            else:
+                self._repeat(stmt, frame)
+
+    def _repeat(self, stmt: ast.Repeat, frame: _Frame) -> None:
+        count = self._constant(stmt.count, frame, "a repeat count")
+        if isinstance(count, Poison):
+            return
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            self._error("repeat-count", stmt.count.span,
+                        f"a repeat count must be a whole number of at least 1, got {count!r}")
+            return
+        name = frame.names[id(stmt)]
+        stack = Instance(path=_join(frame.instance.path, name), kind="stack", span=stmt.span)
+        frame.instance.children[name] = stack
+        single = _single_block_call(stmt, self.model.blocks)
+        stack.repeat_single_call = single is not None
+        carried = tuple(v for v in _assigned(stmt.body) if v in frame.env)
+        inputs = tuple(v for v in _free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
+        for index in range(count):
+            self.stack_frames.append((stack.path, index, count))
+            try:
+                if single is not None:
+                    call, target = single
+                    value = self._call_block(call, frame, instance_name=f"{name}.{index}", parent=stack)
+                    frame.env[target] = value
+                else:
+                    self._repeat_body(stmt, frame, stack, index, inputs, carried)
+            finally:
+                self.stack_frames.pop()
+
+    def _repeat_body(self, stmt: ast.Repeat, frame: _Frame, stack: Instance, index: int,
+                     inputs: tuple[str, ...], carried: tuple[str, ...]) -> None:
+        body = Instance(path=f"{stack.path}.{index}", kind="block", params=inputs, outputs=carried,
+                        has_cache=frame.instance.has_cache, span=stmt.span)
+        stack.children[str(index)] = body
+        inner = _Frame(body, dict(frame.env), frame.names, frame.decoding)
+        try:
+            self._exec(stmt.body, inner)
+        except _Return:
+            self._error("syntax", stmt.span, "'return' cannot appear inside 'repeat'")
+        for name in carried:
+            frame.env[name] = inner.env[name]
+
+    def _call_block(self, call: ast.Call, frame: _Frame, instance_name: Optional[str] = None,
+                    parent: Optional[Instance] = None) -> Value:
+        block = self.model.blocks[call.callee.id]
+        args = self._bind_block_args(block, call, frame)
+        if args is None:
+            return POISON
+        name = instance_name or frame.names[id(call)]
+        owner = parent or frame.instance
+        path = _join(frame.instance.path, name)
+        child = Instance(path=path, kind="block", block=block, params=tuple(p.id for p in block.params),
+                         has_cache=block.name.id in self.cache_blocks, span=call.span)
+        key = name.rsplit(".", 1)[-1]
+        if not self._claim(owner, key, call):
+            return POISON
+        owner.children[key] = child
+        return self._run_block(child, block, args)
+
+    def _bind_block_args(self, block: ast.Block, call: ast.Call, frame: _Frame) -> Optional[list[Value]]:
+        names = [p.id for p in block.params]
+        values: dict[str, Value] = {}
+        if len(call.args) > len(names):
+            self._error("arguments", call.span, f"block '{block.name.id}' takes {len(names)} arguments "
+                        f"({', '.join(names)}), got {len(call.args)}")
+            return None
+        for name, arg in zip(names, call.args):
+            values[name] = self._eval(arg, frame)
+        for kw in call.kwargs:
+            if kw.name not in names:
+                self._error("arguments", kw.span, f"block '{block.name.id}' has no argument '{kw.name}'",
+                            did_you_mean(kw.name, names))
+                return None
+            if kw.name in values:
+                self._error("arguments", kw.span, f"argument '{kw.name}' is given twice")
+                return None
+            values[kw.name] = self._eval(kw.value, frame)
+        missing = [n for n in names if n not in values]
+        if missing:
+            self._error("arguments", call.span, f"block '{block.name.id}' is missing argument "
+                        f"{', '.join(repr(m) for m in missing)}")
+            return None
+        return [values[n] for n in names]
+
+    # --- expressions ------------------------------------------------------------------------
+    def _eval(self, expr: ast.Expr, frame: _Frame) -> Value:
+        if isinstance(expr, ast.Literal):
+            return expr.value
+        if isinstance(expr, ast.Name):
+            return self._lookup(expr, frame)
+        if isinstance(expr, ast.Lambda):
+            return Closure(expr, dict(frame.env), frame.instance, frame.decoding)
+        if isinstance(expr, ast.Call):
+            return self._call(expr, frame)
+        if isinstance(expr, ast.BinOp):
+            return self._binop(expr, frame)
+        if isinstance(expr, ast.UnaryOp):
+            operand = self._eval(expr.operand, frame)
+            if isinstance(operand, (Tensor, Closure)):
+                self._error("type", expr.span, f"'{expr.op}' is not defined for {describe_value(operand)}")
+                return POISON
+            return self._constant(expr, frame, "this expression")
+        return self._constant(expr, frame, "this expression")
+
+    def _lookup(self, name: ast.Name, frame: _Frame) -> Value:
+        if name.id in frame.env:
+            return frame.env[name.id]
+        if name.id in self.model.params:
+            return self.model.params[name.id]
+        known = [*frame.env, *self.model.params]
+        self._error("unknown-name", name.span, f"unknown value '{name.id}'", did_you_mean(name.id, known))
+        return POISON
+
+    def _constant(self, expr: ast.Expr, frame: _Frame, what: str) -> Value:
+        def lookup(name: ast.Name) -> Constant:
+            value = self._lookup(name, frame)
+            if isinstance(value, Poison):
+                raise _Poisoned()
+            if isinstance(value, (Tensor, Closure)):
+                raise ConstantError("type", name.span, f"{what} must be a constant, but '{name.id}' is "
+                                    f"{describe_value(value)}")
+            return value
+
+        try:
+            return evaluate(expr, lookup)
+        except ConstantError as error:
+            self._error(error.code, error.span, error.message, error.hint)
+        except _Poisoned:
+            pass
+        return POISON
+
+    def _binop(self, expr: ast.BinOp, frame: _Frame) -> Value:
+        left, right = self._eval(expr.left, frame), self._eval(expr.right, frame)
+        if isinstance(left, Poison) or isinstance(right, Poison):
+            return POISON
+        if not isinstance(left, (Tensor, Closure)) and not isinstance(right, (Tensor, Closure)):
+            return self._constant(expr, frame, "this expression")
+        if expr.op == "+" and isinstance(left, Tensor) and isinstance(right, Tensor):
+            return self._node("add", {}, {"a": left, "b": right}, expr, frame, span=expr.op_span)
+        if expr.op == "*" and isinstance(left, Tensor) != isinstance(right, Tensor):
+            tensor, factor = (left, right) if isinstance(left, Tensor) else (right, left)
+            if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+                return self._node("scale", {"factor": float(factor)}, {"x": tensor}, expr, frame)
+        self._error("type", expr.op_span, f"'{expr.op}' is not defined for {describe_value(left)} and "
+                    f"{describe_value(right)}", "tensors support a + b and x * number")
+        return POISON
+
+    def _call(self, call: ast.Call, frame: _Frame) -> Value:
+        name = call.callee.id
+        local = frame.env.get(name)
+        if isinstance(local, Closure):
+            return self._call_closure(local, call, frame)
+        if local is not None and not isinstance(local, Poison):
+            self._error("type", call.callee.span, f"'{name}' is {describe_value(local)}, not a function")
+            return POISON
+        if name in self.model.blocks:
+            return self._call_block(call, frame)
+        if name in CALLABLE_OPS:
+            return self._call_op(OPS[name], call, frame)
+        if name in MATH_FUNCTIONS:
+            return self._constant(call, frame, "this expression")
+        candidates = [*CALLABLE_OPS, *self.model.blocks, *(k for k, v in frame.env.items() if isinstance(v, Closure))]
+        self._error("unknown-name", call.callee.span, f"unknown op or block '{name}'", did_you_mean(name, candidates))
+        return POISON
+
+    def _call_closure(self, closure: Closure, call: ast.Call, frame: _Frame) -> Value:
+        if len(call.args) != 1 or call.kwargs or call.label:
+            self._error("arguments", call.span, f"'{call.callee.id}' takes exactly one argument")
+            return POISON
+        arg = self._eval(call.args[0], frame)
+        env = {**closure.env, closure.fn.param.id: arg}
+        inner = _Frame(closure.owner, env, self.names, closure.decoding)
+        return self._eval(closure.fn.body, inner)
+
+    def _call_op(self, op: OpDef, call: ast.Call, frame: _Frame) -> Value:
+        bound = _bind_op_args(op, call, self.diagnostics)
+        if bound is None:
+            return POISON
+        inputs: dict[str, Tensor] = {}
+        attrs: dict[str, Value] = {}
+        ok = True
+        for name, expr in bound.items():
+            value = self._eval(expr, frame)
+            if isinstance(value, Poison):
+                ok = False
+            elif any(i.name == name for i in op.inputs):
+                if not isinstance(value, Tensor):
+                    self._error("type", expr.span, f"argument '{name}' of {op.name} must be a tensor, got "
+                                f"{describe_value(value)}")
+                    ok = False
+                else:
+                    inputs[name] = value
+            elif isinstance(value, (Tensor, Closure)):
+                self._error("type", expr.span, f"argument '{name}' of {op.name} must be a constant, got "
+                            f"{describe_value(value)}")
+                ok = False
+            else:
+                attrs[name] = value
+        if not ok:
+            return POISON
+        return self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()})
+
+    def _node(self, op_name: str, attrs: dict, inputs: dict[str, Tensor], expr: ast.Expr, frame: _Frame,
+              span: Optional[Span] = None, arg_spans: Optional[dict[str, Span]] = None) -> Value:
+        op = OPS[op_name]
+        validated = self._validate_attrs(op, attrs, expr.span, arg_spans or {})
+        if validated is None:
+            return POISON
+        scope = frame.instance.path
+        if op.module is not None:
+            name = frame.names[id(expr)]
+            node = module = _join(scope, name)
+            if not self._claim(frame.instance, name, expr):
+                return POISON
+            frame.instance.children[name] = Instance(path=node, kind="op", node=node, span=expr.span)
+        else:
+            counter = self.counters.setdefault((scope, op_name), itertools.count(1))
+            node, module = _join(scope, f"{op_name}_{next(counter)}"), None
+        frame.instance.call_nodes[id(expr)] = node
+        self.graph.add_node(node, op=op_name, attrs=validated, span=span or expr.span, module=module,
+                            scope=scope, repeat=tuple(self.stack_frames), shape=None, inferred={},
+                            cached=frame.decoding)
+        for port, tensor in inputs.items():
+            if self.graph.has_edge(tensor.node, node):  # attention(h, h, h): one edge, three ports
+                self.graph.edges[tensor.node, node]["ports"] += (port,)
+            else:
+                self.graph.add_edge(tensor.node, node, ports=(port,))
+        return Tensor(node)
+
+    def _validate_attrs(self, op: OpDef, attrs: dict, span: Span, arg_spans: dict[str, Span]):
+        for name, value in attrs.items():
+            field = op.attrs.model_fields.get(name)
+            if isinstance(value, InexactQuotient) and field is not None and field.annotation is int:
+                self._error("not-divisible", arg_spans.get(name, span),
+                            f"{name} = {value.text} = {value.numerator} / {value.denominator} is not a whole "
+                            f"number", f"{value.numerator} must be divisible by {value.denominator}")
+                return None
+        try:
+            return op.attrs(**attrs)
+        except pydantic.ValidationError as error:
+            for problem in error.errors():
+                name = str(problem["loc"][0]) if problem["loc"] else ""
+                given = f", got {describe(attrs[name])}" if name in attrs else ""
+                self._error("type", arg_spans.get(name, span), f"argument '{name}' of {op.name}: "
+                            f"{problem['msg'].lower()}{given}")
+            return None
+
+    def _claim(self, owner: Instance, name: str, call: ast.Expr) -> bool:
+        """Each module name is taken by one call site, which runs once: it is one set of weights."""
+        existing = owner.children.get(name)
+        if existing is None:
+            owner.claims[name] = id(call)
+            return True
+        if owner.claims.get(name) == id(call):
+            self._error("shared-call", call.span, "this call runs twice (through a function called twice); "
+                        "each call site is one set of weights", "write a separate call for each use")
+        else:
+            self._error("duplicate", call.span, f"the name '{name}' is used by two calls in this block",
+                        f"label one of them differently: ... as {name}_2")
+        return False
+
+    # --- checks -----------------------------------------------------------------------------
+    def _check_names(self) -> None:
+        """Spec names become Python identifiers in the generated module: refuse the ones that cannot."""
+        for block in self.model.blocks.values():
+            for name in (block.name, *block.params, *_bound_names(block.body)):
+                if keyword.iskeyword(name.id) or name.id in RESERVED_NAMES:
+                    self._error("reserved-name", name.span, f"'{name.id}' is reserved in generated code")
+
+    def _error(self, code: str, span: Span, message: str, hint: Optional[str] = None) -> None:
+        self.diagnostics.error(code, span, message, hint)
+
+
+class _Poisoned(Exception):
+    pass
+
+
+# Names the generated code itself uses in every forward().
+RESERVED_NAMES = {"self", "cache", "torch", "nn", "F", "math", "layer", "super"}
+
+
+def input_sources(graph: nx.DiGraph, node: str) -> dict[str, str]:
+    """An op node's inputs: port name -> the node that produces it."""
+    return {port: src for src, _, ports in graph.in_edges(node, data="ports") for port in ports}
+
+
+def describe_value(value: Value) -> str:
+    if isinstance(value, Tensor):
+        return "a tensor"
+    if isinstance(value, Closure):
+        return "a function"
+    return describe(value)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _bind_op_args(op: OpDef, call: ast.Call, diagnostics: Diagnostics) -> Optional[dict[str, ast.Expr]]:
+    """Match a call's arguments to the op's inputs, then its attributes, in declaration order."""
+    names = [i.name for i in op.inputs] + list(op.attrs.model_fields)
+    bound: dict[str, ast.Expr] = {}
+    if len(call.args) > len(names):
+        diagnostics.error("arguments", call.args[len(names)].span,
+                          f"{op.name} takes at most {len(names)} arguments ({', '.join(names)})")
+        return None
+    bound.update(zip(names, call.args))
+    for kw in call.kwargs:
+        if kw.name not in names:
+            diagnostics.error("arguments", kw.span, f"{op.name} has no argument '{kw.name}'",
+                              did_you_mean(kw.name, names) or f"{op.name} takes {', '.join(names)}")
+            return None
+        if kw.name in bound:
+            diagnostics.error("arguments", kw.span, f"argument '{kw.name}' of {op.name} is given twice")
+            return None
+        bound[kw.name] = kw.value
+    required = [i.name for i in op.inputs if not i.optional] + [
+        n for n, f in op.attrs.model_fields.items() if f.is_required()]
+    missing = [n for n in required if n not in bound]
+    if missing:
+        diagnostics.error("arguments", call.span, f"{op.name} is missing argument "
+                          f"{', '.join(repr(m) for m in missing)}")
+        return None
+    return bound
+
+
+# --- static facts about block bodies ----------------------------------------------------------
+
+
+def _call_site_names(body: tuple[ast.Stmt, ...], diagnostics: Diagnostics) -> dict[int, str]:
+    """Attribute names for the modules a body creates: the `as` label, else the callee's name,
+    numbered when it is called more than once (`sublayer_1`, `sublayer_2`)."""
+    sites: list[tuple[object, str, Optional[ast.Name]]] = []
+    nested: list[tuple[ast.Stmt, ...]] = []
+
+    def visit_expr(expr: ast.Expr) -> None:
+        if isinstance(expr, ast.Call):
+            op = OPS.get(expr.callee.id)
+            if op is None or op.module is not None:
+                sites.append((expr, expr.callee.id, expr.label))
+            for arg in (*expr.args, *(k.value for k in expr.kwargs)):
+                visit_expr(arg)
+        elif isinstance(expr, ast.BinOp):
+            visit_expr(expr.left), visit_expr(expr.right)
+        elif isinstance(expr, ast.UnaryOp):
+            visit_expr(expr.operand)
+        elif isinstance(expr, ast.Lambda):
+            visit_expr(expr.body)
+
+    def visit(stmts: tuple[ast.Stmt, ...]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.Assign, ast.Return)):
+                visit_expr(stmt.value)
+            elif isinstance(stmt, ast.If):
+                visit(stmt.then), visit(stmt.orelse)
+            elif isinstance(stmt, ast.Repeat):
+                sites.append((stmt, "layers", stmt.label))
+                nested.append(stmt.body)
+
+    visit(body)
+    names: dict[int, str] = {}
+    labels = {label.id for _, _, label in sites if label}
+    counts: dict[str, int] = {}
+    for _, base, label in sites:
+        if label is None:
+            counts[base] = counts.get(base, 0) + 1
+    numbered: dict[str, itertools.count] = {}
+    for node, base, label in sites:
+        if label is not None:  # used twice is an error only if both calls run (see _claim)
+            names[id(node)] = label.id
+            continue
+        if counts[base] == 1 and base not in labels:
+            names[id(node)] = base
+            continue
+        counter = numbered.setdefault(base, itertools.count(1))
+        candidate = f"{base}_{next(counter)}"
+        while candidate in labels:
+            candidate = f"{base}_{next(counter)}"
+        names[id(node)] = candidate
+    for inner in nested:
+        names.update(_call_site_names(inner, diagnostics))
+    return names
+
+
+def _single_block_call(stmt: ast.Repeat, blocks: dict[str, ast.Block]) -> Optional[tuple[ast.Call, str]]:
+    """`repeat N { x = layer(x, ...) }`: the stack holds the called block itself."""
+    if len(stmt.body) == 1 and isinstance(stmt.body[0], ast.Assign):
+        value = stmt.body[0].value
+        if isinstance(value, ast.Call) and value.callee.id in blocks and value.label is None:
+            return value, stmt.body[0].target.id
+    return None
+
+
+def _assigned(body: tuple[ast.Stmt, ...]) -> list[str]:
+    names: list[str] = []
+    for stmt in body:
+        if isinstance(stmt, ast.Assign) and stmt.target.id not in names:
+            names.append(stmt.target.id)
+        elif isinstance(stmt, ast.If):
+            names += [n for n in _assigned(stmt.then) + _assigned(stmt.orelse) if n not in names]
+        elif isinstance(stmt, ast.Repeat):
+            names += [n for n in _assigned(stmt.body) if n not in names]
+    return names
+
+
+def _reads(expr: ast.Expr) -> list[str]:
+    if isinstance(expr, ast.Name):
+        return [expr.id]
+    if isinstance(expr, ast.Call):
+        return [expr.callee.id] + [n for a in (*expr.args, *(k.value for k in expr.kwargs)) for n in _reads(a)]
+    if isinstance(expr, ast.BinOp):
+        return _reads(expr.left) + _reads(expr.right)
+    if isinstance(expr, ast.UnaryOp):
+        return _reads(expr.operand)
+    if isinstance(expr, ast.Lambda):
+        return [n for n in _reads(expr.body) if n != expr.param.id]
+    if isinstance(expr, ast.ListExpr):
+        return [n for item in expr.items for n in _reads(item)]
+    return []
+
+
+def _stmt_reads(stmt: ast.Stmt) -> list[str]:
+    if isinstance(stmt, (ast.Assign, ast.Return)):
+        return _reads(stmt.value)
+    if isinstance(stmt, ast.If):
+        return _reads(stmt.condition) + [n for s in (*stmt.then, *stmt.orelse) for n in _stmt_reads(s)]
+    return _reads(stmt.count) + [n for s in stmt.body for n in _stmt_reads(s)]
+
+
+def _free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
+    """Names a body reads before assigning them: the inputs of a repeated body."""
+    free: list[str] = []
+    assigned: set[str] = set()
+    for stmt in body:
+        free += [n for n in _stmt_reads(stmt) if n not in assigned and n not in free]
+        assigned.update(_assigned((stmt,)))
+    return free
+
+
+def _bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
+    names: list[ast.Name] = []
+
+    def lambdas(expr: ast.Expr) -> None:
+        if isinstance(expr, ast.Lambda):
+            names.append(expr.param)
+            lambdas(expr.body)
+        elif isinstance(expr, ast.Call):
+            for a in (*expr.args, *(k.value for k in expr.kwargs)):
+                lambdas(a)
+        elif isinstance(expr, ast.BinOp):
+            lambdas(expr.left), lambdas(expr.right)
+
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            names.append(stmt.target)
+            lambdas(stmt.value)
+        elif isinstance(stmt, ast.Return):
+            lambdas(stmt.value)
+        elif isinstance(stmt, ast.If):
+            names += _bound_names(stmt.then) + _bound_names(stmt.orelse)
+        elif isinstance(stmt, ast.Repeat):
+            if stmt.label:
+                names.append(stmt.label)
+            names += _bound_names(stmt.body)
+    return names
+
+
+def _reachable(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
+    found: set[str] = set()
+    pending = [entry] if entry in blocks else []
+    while pending:
+        name = pending.pop()
+        if name not in found:
+            found.add(name)
+            pending += [n for s in blocks[name].body for n in _stmt_reads(s) if n in blocks]
+    return found
+
+
+def _uses_cache(block: ast.Block, blocks: dict[str, ast.Block], seen: Optional[set[str]] = None) -> bool:
+    """Whether a block (or a block it calls) contains an op that continues from the decoder cache."""
+    seen = seen if seen is not None else set()
+    if block.name.id in seen:
+        return False
+    seen.add(block.name.id)
+    for stmt in block.body:
+        for name in _stmt_reads(stmt):
+            op = OPS.get(name)
+            if op is not None and op.uses_cache:
+                return True
+            if name in blocks and _uses_cache(blocks[name], blocks, seen):
+                return True
+    return False
+
+
+def _warn_unused(block: ast.Block, diagnostics: Diagnostics) -> None:
+    """A value assigned in a block and never read afterwards is dead wiring: usually a typo."""
+
+    def scan(body: tuple[ast.Stmt, ...], later_reads: set[str]) -> None:
+        for i, stmt in enumerate(body):
+            after = set(later_reads)
+            for rest in body[i + 1:]:
+                after.update(_stmt_reads(rest))
+            if isinstance(stmt, ast.Assign) and stmt.target.id not in after:
+                diagnostics.warning("unused", stmt.target.span,
+                                    f"'{stmt.target.id}' is computed but never used")
+            elif isinstance(stmt, ast.If):
+                scan(stmt.then, after), scan(stmt.orelse, after)
+            elif isinstance(stmt, ast.Repeat):
+                # Loop-carried values are read by the next iteration.
+                scan(stmt.body, after | set(_free_names(stmt.body)))
+
+    scan(block.body, set())

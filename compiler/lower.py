@@ -1,0 +1,263 @@
+"""Stage 5, lower: emit a readable PyTorch module from the validated model.
+
+One class per distinct block (identical instances share a class), straight-line `forward`s with
+one line per spec statement and a comment naming that line, repeated stacks as `nn.ModuleList`s
+iterated in a loop. Names in the output are checked to be plain identifiers and every constant is
+emitted with `repr`, so the generated text is safe to execute.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+from pathlib import Path as FilePath
+from typing import Optional
+
+from . import ast, prelude
+from .diagnostics import Diagnostics
+from .evaluate import MATH_FUNCTIONS, evaluate
+from .graph import Closure, Instance, Recorded, Tensor, _bind_op_args
+from .ops import OPS, CALLABLE_OPS
+from .resolve import ResolvedModel
+from .validate import ValidatedModel
+
+INDENT = "    "
+PRELUDE_CLASSES = (prelude.DecoderCache, prelude.Embedding, prelude.SinusoidalPositions,
+                   prelude.LearnedPositions, prelude.MultiHeadAttention)
+
+
+def lower(model: ResolvedModel, validated: ValidatedModel) -> str:
+    return _Lowering(model, validated).module_source()
+
+
+def class_name(name: str) -> str:
+    """`encoder_layer` -> `EncoderLayer`."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part) or "Block"
+
+
+def _identifier(name: str) -> str:
+    assert name.isidentifier() and not keyword.iskeyword(name), f"not a plain identifier: {name!r}"
+    return name
+
+
+class _Lowering:
+    def __init__(self, model: ResolvedModel, validated: ValidatedModel) -> None:
+        self.model, self.validated = model, validated
+        self.graph = validated.graph.graph
+        self.names = validated.graph.names
+        self.classes: dict[str, str] = {}  # class body (named "{NAME}") -> class name
+        self.class_of: dict[str, str] = {}  # instance path -> class name
+        self.order: list[str] = []  # class sources in definition order
+
+    def module_source(self) -> str:
+        root = self.validated.graph.root
+        for child in root.children.values():
+            self._define(child, class_name(child.name))
+        used = "".join(self.order)
+        preludes = [c for c in PRELUDE_CLASSES
+                    if f"{c.__name__}(" in used or (c is prelude.DecoderCache and "decoder" in root.children)]
+        parts = [self._header(), *(inspect.getsource(c) for c in preludes), *self.order, self._model_class()]
+        return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
+
+    # --- classes ------------------------------------------------------------------------------
+    def _define(self, instance: Instance, preferred: str) -> str:
+        """Emit the class of a block instance (children first) and return its name."""
+        for child in instance.children.values():
+            if child.kind == "block":
+                self._define(child, class_name(child.block.name.id) if child.block else preferred + "Layer")
+            elif child.kind == "stack":
+                item_names = {self._define(item, class_name(item.block.name.id) if item.block
+                                           else preferred + "Layer") for item in child.children.values()}
+                assert len(item_names) == 1, f"{child.path}: layers of one stack differ"
+                self.class_of[child.path] = item_names.pop()
+        body = self._class_body(instance)
+        name = self.classes.get(body)
+        if name is None:
+            taken = set(self.classes.values())
+            name, n = preferred, 2
+            while name in taken:
+                name, n = f"{preferred}{n}", n + 1
+            self.classes[body] = name
+            self.order.append(body.replace("{NAME}", name, 1))
+        self.class_of[instance.path] = name
+        return name
+
+    def _class_body(self, instance: Instance) -> str:
+        doc = (f"Block '{instance.block.name.id}' ({self._where(instance.block.span)})." if instance.block
+               else f"One layer of the repeat at {self._where(instance.span)}.")
+        lines = ["class {NAME}(nn.Module):", f'{INDENT}"""{doc}"""', "", f"{INDENT}def __init__(self):",
+                 f"{INDENT * 2}super().__init__()"]
+        for name, child in instance.children.items():
+            lines.append(f"{INDENT * 2}self.{_identifier(name)} = {self._constructor(child)}"
+                         f"  # {self._where(child.span)}")
+        args = ", ".join(["self", *(_identifier(p) for p in instance.params)] +
+                         (["cache=None"] if instance.has_cache else []))
+        lines += ["", f"{INDENT}def forward({args}):"]
+        for recorded in instance.statements:
+            lines += [INDENT * 2 + line for line in self._statement(instance, recorded)]
+        if instance.outputs:
+            lines.append(f"{INDENT * 2}return {', '.join(_identifier(o) for o in instance.outputs)}")
+        return "\n".join(lines) + "\n"
+
+    def _constructor(self, child: Instance) -> str:
+        if child.kind == "op":
+            data = self.graph.nodes[child.node]
+            return OPS[data["op"]].module(data["attrs"], data["inferred"])
+        if child.kind == "stack":
+            return f"nn.ModuleList([{self.class_of[child.path]}() for _ in range({len(child.children)!r})])"
+        return f"{self.class_of[child.path]}()"
+
+    # --- statements and expressions -----------------------------------------------------------
+    def _statement(self, instance: Instance, recorded: Recorded) -> list[str]:
+        stmt, env = recorded.stmt, recorded.env
+        comment = f"  # {self._where(stmt.span)}"
+        if isinstance(stmt, ast.Assign):
+            return [f"{_identifier(stmt.target.id)} = {self._expr(instance, env, stmt.value)[0]}{comment}"]
+        if isinstance(stmt, ast.Return):
+            return [f"return {self._expr(instance, env, stmt.value)[0]}{comment}"]
+        assert isinstance(stmt, ast.Repeat)
+        stack = instance.children[self.names[id(stmt)]]
+        first = stack.children["0"]
+        cache = ", cache=cache" if first.has_cache and instance.has_cache else ""
+        if stack.repeat_single_call:
+            assign = stmt.body[0]
+            assert isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call)
+            args = self._call_args(instance, env, assign.value)
+            call_line = f"{_identifier(assign.target.id)} = layer({args}{cache})"
+        else:
+            outputs = ", ".join(_identifier(o) for o in first.outputs) or "_"
+            call_line = f"{outputs} = layer({', '.join(_identifier(p) for p in first.params)}{cache})"
+        return [f"for layer in self.{_identifier(stack.name)}:{comment}", INDENT + call_line]
+
+    def _expr(self, instance: Instance, env: dict, expr: ast.Expr) -> tuple[str, int]:
+        """Python code for `expr`, and its precedence (100: atomic, lower: needs parentheses)."""
+        if not _reads_runtime_value(expr, env, self.model.blocks):
+            return repr(self._constant(env, expr)), 100
+        if isinstance(expr, ast.Name):
+            return _identifier(expr.id), 100
+        if isinstance(expr, ast.Lambda):
+            inner = {**env, expr.param.id: Tensor("")}
+            body = self._expr(instance, inner, expr.body)[0]
+            return f"lambda {_identifier(expr.param.id)}: {body}", 0
+        if isinstance(expr, ast.BinOp):
+            return self._infix(instance, env, expr)
+        assert isinstance(expr, ast.Call), f"unexpected runtime expression {expr}"
+        return self._call(instance, env, expr), 100
+
+    def _infix(self, instance: Instance, env: dict, expr: ast.BinOp) -> tuple[str, int]:
+        node = self.graph.nodes[instance.call_nodes[id(expr)]]
+        op = OPS[node["op"]]
+        if op.name == "scale":
+            tensor_side = expr.left if _reads_runtime_value(expr.left, env, self.model.blocks) else expr.right
+            text, prec = self._expr(instance, env, tensor_side)
+            inputs = {"x": f"({text})" if prec < op.precedence else text}
+        else:
+            (left, lp), (right, rp) = self._expr(instance, env, expr.left), self._expr(instance, env, expr.right)
+            inputs = {"a": f"({left})" if lp < op.precedence else left,
+                      "b": f"({right})" if rp <= op.precedence else right}
+        return op.call("", inputs, node["attrs"], None), op.precedence
+
+    def _call(self, instance: Instance, env: dict, call: ast.Call) -> str:
+        name = call.callee.id
+        if isinstance(env.get(name), Closure) or isinstance(env.get(name), Tensor):
+            return f"{_identifier(name)}({self._expr(instance, env, call.args[0])[0]})"
+        if name in self.model.blocks:
+            child = instance.children[self.names[id(call)]]
+            cache = ", cache=cache" if child.has_cache and instance.has_cache else ""
+            return f"self.{_identifier(child.name)}({self._call_args(instance, env, call)}{cache})"
+        assert name in CALLABLE_OPS, f"unexpected call {name}"
+        node_id = instance.call_nodes.get(id(call))
+        if node_id is None:
+            return "None"  # inside a function that is never called
+        node = self.graph.nodes[node_id]
+        op = OPS[node["op"]]
+        bound = _bind_op_args(op, call, Diagnostics())
+        assert bound is not None
+        inputs = {i.name: self._expr(instance, env, bound[i.name])[0] for i in op.inputs if i.name in bound}
+        target = self.names[id(call)] if op.module is not None else ""
+        cache = "cache" if op.uses_cache and instance.has_cache else None
+        return op.call(_identifier(target) if target else "", inputs, node["attrs"], cache)
+
+    def _call_args(self, instance: Instance, env: dict, call: ast.Call) -> str:
+        args = [self._expr(instance, env, a)[0] for a in call.args]
+        args += [f"{_identifier(k.name)}={self._expr(instance, env, k.value)[0]}" for k in call.kwargs]
+        return ", ".join(args)
+
+    def _constant(self, env: dict, expr: ast.Expr):
+        return evaluate(expr, lambda n: env[n.id] if n.id in env else self.model.params[n.id])
+
+    # --- the file around the classes ----------------------------------------------------------
+    def _where(self, span) -> str:
+        return f"{FilePath(span.file).name}:{span.line}"
+
+    def _header(self) -> str:
+        params = "\n".join(f"    {name} = {value!r}" for name, value in self.model.params.items())
+        return (
+            f'"""Model \'{self.model.name}\', generated by xspec from {FilePath(self.model.span.file).name}.\n\n'
+            f"Edit the spec, not this file. Trainable parameters: {self.validated.parameter_count:,}.\n"
+            f"Resolved parameters:\n{params}\n"
+            '"""\n\n'
+            "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+        )
+
+    def _model_class(self) -> str:
+        root = self.validated.graph.root
+        name = class_name(self.model.name)
+        has_encoder, has_decoder = "encoder" in root.children, "decoder" in root.children
+        lines = [f"class {name}(nn.Module):", f'{INDENT}"""The whole model: encode, decode, forward."""', "",
+                 f"{INDENT}def __init__(self):", f"{INDENT * 2}super().__init__()"]
+        for child in root.children.values():
+            lines.append(f"{INDENT * 2}self.{child.name} = {self.class_of[child.path]}()")
+        for tied, owner in self.validated.ties.items():
+            lines.append(f"{INDENT * 2}{_attribute(tied)} = {_attribute(owner)}  # tie, "
+                         f"{FilePath(self.model.span.file).name}:{self.validated.tie_lines[tied]}")
+        if has_encoder:
+            lines += ["", f"{INDENT}def encode(self, src_tokens, src_padding_mask=None):",
+                      f'{INDENT * 2}"""[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."""',
+                      f"{INDENT * 2}return self.encoder(src_tokens, src_padding_mask)"]
+        if has_decoder:
+            memory_args = ", memory, memory_padding_mask=None" if has_encoder else ""
+            decoder_args = ", memory, memory_padding_mask" if has_encoder else ""
+            lines += ["", f"{INDENT}def decode(self, tgt_tokens{memory_args}, cache=None):",
+                      f'{INDENT * 2}"""[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."""',
+                      f"{INDENT * 2}logits = self.decoder(tgt_tokens{decoder_args}, cache=cache)",
+                      f"{INDENT * 2}if cache is not None:",
+                      f"{INDENT * 3}cache.length += tgt_tokens.size(1)",
+                      f"{INDENT * 2}return logits",
+                      "", f"{INDENT}@staticmethod", f"{INDENT}def new_cache():", f"{INDENT * 2}return DecoderCache()"]
+        if has_encoder and has_decoder:
+            forward = ["def forward(self, src_tokens, tgt_tokens, src_padding_mask=None):",
+                       f"{INDENT}memory = self.encode(src_tokens, src_padding_mask)",
+                       f"{INDENT}return self.decode(tgt_tokens, memory, src_padding_mask)"]
+        elif has_decoder:
+            forward = ["def forward(self, tgt_tokens):", f"{INDENT}return self.decode(tgt_tokens)"]
+        else:
+            forward = ["def forward(self, src_tokens, src_padding_mask=None):",
+                       f"{INDENT}return self.encode(src_tokens, src_padding_mask)"]
+        lines += ["", *(INDENT + line for line in forward), "", "", f"Model = {name}"]
+        return "\n".join(lines)
+
+
+def _attribute(path: str) -> str:
+    """`decoder.layers.0.embed.weight` -> `self.decoder.layers[0].embed.weight`."""
+    code = "self"
+    for part in path.split("."):
+        code += f"[{int(part)}]" if part.isdigit() else f".{_identifier(part)}"
+    return code
+
+
+def _reads_runtime_value(expr: ast.Expr, env: dict, blocks: dict) -> bool:
+    """Whether `expr` involves a tensor or a function (else it is a constant, emitted as a literal)."""
+    if isinstance(expr, ast.Name):
+        return isinstance(env.get(expr.id), (Tensor, Closure))
+    if isinstance(expr, ast.Lambda):
+        return True
+    if isinstance(expr, ast.Call):
+        name = expr.callee.id
+        is_math = name in MATH_FUNCTIONS and name not in env and name not in blocks
+        return not is_math or any(_reads_runtime_value(a, env, blocks) for a in expr.args)
+    if isinstance(expr, ast.BinOp):
+        return _reads_runtime_value(expr.left, env, blocks) or _reads_runtime_value(expr.right, env, blocks)
+    if isinstance(expr, ast.UnaryOp):
+        return _reads_runtime_value(expr.operand, env, blocks)
+    return False

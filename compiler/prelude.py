@@ -1,0 +1,120 @@
+"""Modules that generated models use. Their source is copied into every generated file, so a
+compiled model depends on torch alone; they are also imported from here by the tests."""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class DecoderCache:
+    """Keys and values of the decoder steps taken so far, for one-step-at-a-time decoding.
+
+    Every tensor is batch-first, so `reorder` can follow beam search's choice of rows.
+    """
+
+    def __init__(self):
+        self.length = 0  # target positions already decoded
+        self.tensors = {}  # attention module -> (keys, values), each [B, heads, T, d]
+
+    def reorder(self, index):
+        self.tensors = {m: (k.index_select(0, index), v.index_select(0, index))
+                        for m, (k, v) in self.tensors.items()}
+
+
+class Embedding(nn.Module):
+    """Token embedding multiplied by `scale` (§3.4: sqrt(d_model))."""
+
+    def __init__(self, vocab, dim, scale=1.0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab, dim))
+        self.scale = scale
+        nn.init.normal_(self.weight, std=dim ** -0.5)  # unit-variance rows once scaled
+
+    def forward(self, tokens):
+        return F.embedding(tokens, self.weight) * self.scale
+
+
+class SinusoidalPositions(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (§3.5)."""
+
+    def __init__(self, dim, max_len):
+        super().__init__()
+        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
+        inverse_frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+        table = torch.zeros(max_len, dim)
+        table[:, 0::2] = torch.sin(position * inverse_frequency)
+        table[:, 1::2] = torch.cos(position * inverse_frequency[: dim // 2])
+        self.register_buffer("table", table, persistent=False)  # derived, so not in checkpoints
+
+    def forward(self, x, cache=None):
+        start = cache.length if cache is not None else 0
+        return self.table[start:start + x.size(-2)].to(x.dtype)  # [T, d]
+
+
+class LearnedPositions(nn.Module):
+    """One learned vector per position (Table 3, row E)."""
+
+    def __init__(self, dim, max_len):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_len, dim))
+        nn.init.normal_(self.weight, std=dim ** -0.5)
+
+    def forward(self, x, cache=None):
+        start = cache.length if cache is not None else 0
+        return self.weight[start:start + x.size(-2)]  # [T, d]
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+    (§3.2.2), with Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2.1).
+
+    kv_cache says what a DecoderCache keeps: "append" (self-attention: keys and values grow one
+    step at a time) or "static" (attention over the encoder output: computed once).
+    """
+
+    def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
+                 bias=True, kv_cache="none"):
+        super().__init__()
+        self.heads, self.d_k, self.d_v = heads, d_k, d_v
+        self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
+        self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
+        self.k_proj = nn.Linear(kdim or d_model, heads * d_k, bias=bias)
+        self.v_proj = nn.Linear(vdim or d_model, heads * d_v, bias=bias)
+        self.out_proj = nn.Linear(heads * d_v, d_model, bias=bias)
+        for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(projection.weight)
+            if bias:
+                nn.init.zeros_(projection.bias)
+
+    def _split(self, x, d):
+        return x.unflatten(-1, (self.heads, d)).transpose(1, 2)  # [B, T, h*d] -> [B, h, T, d]
+
+    def _keys_values(self, key, value, cache):
+        if cache is not None and self.kv_cache == "static" and self in cache.tensors:
+            return cache.tensors[self]
+        k = self._split(self.k_proj(key), self.d_k)
+        v = self._split(self.v_proj(value), self.d_v)
+        if cache is not None and self.kv_cache == "append" and self in cache.tensors:
+            past_k, past_v = cache.tensors[self]
+            k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        if cache is not None and self.kv_cache != "none":
+            cache.tensors[self] = (k, v)
+        return k, v
+
+    def forward(self, query, key, value, padding_mask=None, cache=None):
+        q = self._split(self.q_proj(query), self.d_k)  # [B, h, Tq, d_k]
+        k, v = self._keys_values(key, value, cache)  # [B, h, Tk, d_k], [B, h, Tk, d_v]
+        mask = None
+        if padding_mask is not None:
+            mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where attending is allowed
+        is_causal = self.causal and mask is None and q.size(2) == k.size(2)
+        if self.causal and not is_causal:
+            # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
+            past = k.size(2) - q.size(2)
+            allowed = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril(past)
+            mask = allowed if mask is None else mask & allowed
+        dropout = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]

@@ -1,0 +1,164 @@
+"""Stage 4, validate: symbolic shape inference and the checks that need shapes.
+
+Shapes flow from the inputs ([batch, src_len] tokens, ...) through the op table's shape rules;
+a mismatch is reported at the op that sees it. Then: how each decoder attention uses the cache,
+the learned tensors of every module (for parameter counts), weight tying, and whether the model
+fits in memory at all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import networkx as nx
+
+from .diagnostics import Diagnostics, did_you_mean
+from .evaluate import ConstantError, evaluate
+from .graph import BuiltGraph, input_sources
+from .ops import OPS
+from .resolve import ResolvedModel
+from .shapes import ShapeError
+
+BYTES_PER_PARAMETER = 4  # float32 weights
+
+
+@dataclass
+class ValidatedModel:
+    graph: BuiltGraph
+    params: dict[str, tuple[int, ...]]  # "encoder.layers.0.self_attn.q_proj.weight" -> shape
+    ties: dict[str, str]  # tied parameter -> the parameter it becomes
+    tie_lines: dict[str, int]  # tied parameter -> spec line, for comments in generated code
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(_numel(s) for name, s in self.params.items() if name not in self.ties)
+
+    def count_under(self, path: str) -> int:
+        prefix = path + "."
+        return sum(_numel(s) for name, s in self.params.items()
+                   if name.startswith(prefix) and name not in self.ties)
+
+
+def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) -> Optional[ValidatedModel]:
+    lint(built.graph)
+    _infer_shapes(built.graph, diagnostics)
+    if diagnostics.errors:
+        return None
+    _choose_kv_cache(built.graph, diagnostics)
+    params = _learned_tensors(built.graph)
+    ties, tie_lines = _check_ties(model, params, diagnostics)
+    validated = ValidatedModel(built, params, ties, tie_lines)
+    _check_fits_in_memory(model, validated, diagnostics)
+    lint(built.graph)
+    return None if diagnostics.errors else validated
+
+
+def lint(graph: nx.DiGraph) -> None:
+    """Invariants of the graph that the builder and every pass must keep (bugs, not user errors)."""
+    assert nx.is_directed_acyclic_graph(graph), "the op graph has a cycle"
+    for node, data in graph.nodes(data=True):
+        op = OPS[data["op"]]
+        ports = set(input_sources(graph, node))
+        expected = {i.name for i in op.inputs}
+        required = {i.name for i in op.inputs if not i.optional}
+        assert required <= ports <= expected, f"{node}: inputs {ports}, op {op.name} takes {expected}"
+        assert isinstance(data["attrs"], op.attrs), f"{node}: attributes are not {op.attrs.__name__}"
+
+
+def _infer_shapes(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
+    for node in nx.topological_sort(graph):
+        data = graph.nodes[node]
+        if data["op"] == "input":
+            continue
+        shapes = {port: graph.nodes[src]["shape"] for port, src in input_sources(graph, node).items()}
+        if any(s is None for s in shapes.values()):
+            continue  # an input already failed; its error is reported
+        try:
+            data["shape"], data["inferred"] = OPS[data["op"]].infer(shapes, data["attrs"])
+        except ShapeError as error:
+            diagnostics.error("shape", data["span"], str(error))
+
+
+def _choose_kv_cache(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
+    """In the decoder, self-attention appends to the cache each step; attention whose keys and
+    values do not depend on the target (the encoder output) computes them once."""
+    target = "input.tgt"
+    if target not in graph:
+        return
+    depends_on_target = nx.descendants(graph, target) | {target}
+    for node, data in graph.nodes(data=True):
+        if data["op"] != "attention" or not data.get("cached"):
+            continue
+        sources = input_sources(graph, node)
+        if sources["key"] == sources["query"] == sources["value"]:
+            if not data["attrs"].causal:
+                diagnostics.error("decoder-attention", data["span"], "decoder self-attention must be causal",
+                                  "pass causal = true: a position may not attend to later ones (§3.2.3)")
+            data["inferred"]["kv_cache"] = "append"
+        elif sources["key"] in depends_on_target or sources["value"] in depends_on_target:
+            diagnostics.error("decoder-attention", data["span"], "keys and values that depend on the target "
+                              "must be the queries themselves (self-attention) to decode step by step")
+        else:
+            data["inferred"]["kv_cache"] = "static"
+
+
+def _learned_tensors(graph: nx.DiGraph) -> dict[str, tuple[int, ...]]:
+    params: dict[str, tuple[int, ...]] = {}
+    for _, data in graph.nodes(data=True):
+        if data["module"] is None:
+            continue
+        for name, shape in OPS[data["op"]].params(data["attrs"], data["inferred"]).items():
+            params[f"{data['module']}.{name}"] = shape
+    return params
+
+
+def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
+                diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, int]]:
+    ties: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    constants = model.params
+    for tie in model.ties:
+        if tie.condition is not None:
+            try:
+                enabled = evaluate(tie.condition, lambda n: constants[n.id])
+            except (ConstantError, KeyError):
+                diagnostics.error("type", tie.condition.span, "the condition of a tie must be a parameter")
+                continue
+            if not enabled:
+                continue
+        owner = str(tie.paths[0])
+        for path in tie.paths:
+            if str(path) not in params:
+                diagnostics.error("unknown-name", path.span, f"no learned tensor '{path}' to tie",
+                                  did_you_mean(str(path), params))
+        if any(str(p) not in params for p in tie.paths):
+            continue
+        for path in tie.paths[1:]:
+            if params[str(path)] != params[owner]:
+                diagnostics.error("tie-shape", path.span, f"cannot tie '{path}' of shape {list(params[str(path)])} "
+                                  f"to '{owner}' of shape {list(params[owner])}")
+                continue
+            ties[str(path)] = ties.get(owner, owner)
+            lines[str(path)] = path.span.line
+    return ties, lines
+
+
+def _check_fits_in_memory(model: ResolvedModel, validated: ValidatedModel, diagnostics: Diagnostics) -> None:
+    """Refuse, with the count, a model whose weights alone exceed this machine's memory."""
+    count = validated.parameter_count
+    needed = count * BYTES_PER_PARAMETER
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        diagnostics.error("too-large", model.span, f"model '{model.name}' has {count:,} parameters "
+                          f"({needed / 2**30:,.1f} GiB as float32), more than this machine's "
+                          f"{available / 2**30:,.1f} GiB of memory")
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+

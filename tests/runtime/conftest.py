@@ -1,0 +1,42 @@
+"""Shared fixtures: a small corpus from the demo generator, and the toy spec of toy_spec.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from toy_spec import ToySpec  # noqa: E402
+from xspec.compiler.sections import DataSection, DecodeSection, TrainSection  # noqa: E402
+from xspec.runtime.demo_data import generate_split  # noqa: E402
+from xspec.runtime.run_dir import DataFiles, Split  # noqa: E402
+
+
+def write_pairs(directory: Path, name: str, pairs: list[tuple[str, str]]) -> Split:
+    directory.mkdir(parents=True, exist_ok=True)
+    src, tgt = directory / f"{name}.src", directory / f"{name}.tgt"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    tgt.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    return Split(src, tgt)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> DataFiles:
+    directory = tmp_path_factory.mktemp("corpus")
+    return DataFiles(write_pairs(directory, "train", generate_split("train", 400)),
+                     write_pairs(directory, "valid", generate_split("valid", 20)),
+                     write_pairs(directory, "test", generate_split("test", 8)))
+
+
+def toy_spec(**train) -> ToySpec:
+    """A 1+1-layer toy with dropout (exact resume must reproduce it) and a short schedule."""
+    settings = dict(batch_tokens=600, max_batch_tokens=300, warmup_steps=20, max_steps=8,
+                    checkpoint_every_minutes=None, checkpoint_every_steps=4, keep_checkpoints=5,
+                    average_last=2, validate_every_steps=4, lr_scale=0.5)
+    settings.update(train)
+    return ToySpec(vocab_size=160, d_model=32, dropout=0.1, train=TrainSection(**settings),
+                   data=DataSection(vocab_size=160, max_tokens=100),
+                   decode=DecodeSection(beam=2, max_len_b=10))

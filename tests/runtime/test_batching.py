@@ -1,0 +1,65 @@
+"""Batches by token count (§5.1): length grouping, token budgets, shuffling by batch, sharding."""
+
+import random
+
+from xspec.runtime.batching import collate, micro_batches, plan_epoch, shard
+from xspec.runtime.vocab import BOS, EOS, PAD
+
+
+def _lengths(n: int = 500, seed: int = 0) -> tuple[list[int], list[int]]:
+    rng = random.Random(seed)
+    src = [rng.randint(3, 60) for _ in range(n)]
+    return src, [max(1, s + rng.randint(-5, 5)) for s in src]
+
+
+def test_micro_batches_respect_the_padded_token_cap_and_cover_every_sentence():
+    src, tgt = _lengths()
+    batches = micro_batches(src, tgt, max_tokens=400)
+    assert sorted(i for b in batches for i in b) == list(range(len(src)))
+    for b in batches:
+        padded = len(b) * max(max(src[i], tgt[i] + 1) for i in b)
+        assert padded <= 400 or len(b) == 1
+
+
+def test_micro_batches_group_similar_lengths():
+    src, tgt = _lengths()
+    batches = micro_batches(src, tgt, max_tokens=400)
+    spread = [max(tgt[i] for i in b) - min(tgt[i] for i in b) for b in batches]
+    assert sum(spread) / len(spread) <= 2      # random batches would spread over ~50
+
+
+def test_updates_reach_the_target_token_budget():
+    src, tgt = _lengths()
+    batches = micro_batches(src, tgt, max_tokens=400)
+    plan = plan_epoch(batches, tgt, batch_tokens=2000, seed=1, epoch=0)
+    totals = [sum(tgt[i] + 1 for b in update for i in b) for update in plan]
+    assert all(t >= 2000 for t in totals[:-1])
+    # each update stops as soon as the budget is reached: minus its last micro-batch, it is short
+    assert all(t - sum(tgt[i] + 1 for i in update[-1]) < 2000 for t, update in zip(totals, plan))
+    assert sorted(i for update in plan for b in update for i in b) == list(range(len(src)))
+
+
+def test_epochs_shuffle_by_batch_deterministically():
+    src, tgt = _lengths()
+    batches = micro_batches(src, tgt, max_tokens=400)
+    a = plan_epoch(batches, tgt, 2000, seed=1, epoch=0)
+    assert a == plan_epoch(batches, tgt, 2000, seed=1, epoch=0)
+    assert a != plan_epoch(batches, tgt, 2000, seed=1, epoch=1)
+    assert {tuple(b) for u in a for b in u} == {tuple(b) for b in batches}   # batches kept whole
+
+
+def test_shards_split_an_update_and_pad_with_zero_weight_passes():
+    update = [[0, 1], [2], [3, 4], [5], [6]]
+    r0, r1 = shard(update, 0, 2), shard(update, 1, 2)
+    assert r0 == [([0, 1], True), ([3, 4], True), ([6], True)]
+    assert r1 == [([2], True), ([5], True), ([0, 1], False)]
+    assert shard(update, 0, 1) == [(b, True) for b in update]
+
+
+def test_collate_shifts_the_target_and_masks_padding():
+    batch = collate([0, 1], [[5, 6, EOS], [7, EOS]], [[8, 9], [10]])
+    assert batch.src.tolist() == [[5, 6, EOS], [7, EOS, PAD]]
+    assert batch.src_padding.tolist() == [[False, False, False], [False, False, True]]
+    assert batch.tgt_in.tolist() == [[BOS, 8, 9], [BOS, 10, PAD]]
+    assert batch.labels.tolist() == [[8, 9, EOS], [10, EOS, PAD]]
+    assert batch.target_tokens == 5

@@ -1,0 +1,42 @@
+"""xspec: declarative Transformer specs compiled to PyTorch.
+
+    spec = xspec.compile("specs/base.xspec", overrides={"heads": 16})
+    spec.parameters, spec.graph, spec.python_source, spec.train, spec.data, spec.decode
+    model = spec.build()  # torch.nn.Module with encode / decode(cache) / forward
+
+See docs/model-interface.md for the model's interface.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from xspec.errors import SpecError, UserError
+from xspec.spec import CompiledSpec
+
+__all__ = ["compile", "compile_source", "CompiledSpec", "SpecError", "UserError"]
+
+
+def compile(path: str, overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
+    """Parse, resolve, build the graph, validate and lower the spec at `path`.
+
+    `overrides` sets parameters (`{"heads": 16}`) or section keys (`{"train.warmup_steps": 400}`);
+    string values are parsed as spec expressions. Raises SpecError with every diagnostic found.
+    """
+    return _compile(path, overrides, None)
+
+
+def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
+    """Like `compile`, for spec text held in memory (imports resolve relative to `name`)."""
+    return _compile(name, overrides, text)
+
+
+def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional[str]) -> CompiledSpec:
+    from xspec.compiler import CompileFailed, compile_spec
+
+    try:
+        return CompiledSpec(compile_spec(path, overrides, source))
+    except CompileFailed as failure:
+        raise SpecError(failure.diagnostics.render(), failure.diagnostics.records) from None
+    except FileNotFoundError as error:
+        raise UserError(str(error)) from None

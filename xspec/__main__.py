@@ -1,0 +1,5 @@
+import sys
+
+from xspec.cli import main
+
+sys.exit(main())

@@ -1,0 +1,55 @@
+"""`xspec` command line: a thin layer over the public API. Each subcommand lives in xspec/commands/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from types import ModuleType
+
+from xspec.commands import compile as compile_command
+from xspec.errors import SpecError, UserError
+
+# Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
+COMMANDS: tuple[ModuleType, ...] = (compile_command,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xspec",
+        description="Compile declarative Transformer specs (.xspec) to PyTorch, then train, "
+        "decode and evaluate them.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show a Python traceback on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        sub = subparsers.add_parser(
+            command.NAME,
+            help=command.HELP,
+            description=command.DESCRIPTION,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                         help="show a Python traceback on errors")
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UserError as error:
+        if args.debug:
+            traceback.print_exc()
+        message = str(error) if isinstance(error, SpecError) else f"xspec: error: {error}"
+        print(message, file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("xspec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""`CompiledSpec`: what `xspec.compile` returns, and how it becomes a PyTorch model."""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Optional
+
+import networkx as nx
+
+from xspec.compiler import Compilation
+from xspec.compiler.sections import DataSection, DecodeSection, TrainSection
+from xspec.compiler.validate import BYTES_PER_PARAMETER
+from xspec.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+
+class CompiledSpec:
+    """A validated spec: its graph, parameter count, generated source, and runtime sections."""
+
+    def __init__(self, compilation: Compilation) -> None:
+        self._compilation = compilation
+        model, validated = compilation.model, compilation.validated
+        self.name: str = model.name
+        self.path: str = model.span.file
+        self.params: dict[str, Any] = dict(model.params)
+        self.graph: nx.DiGraph = validated.graph.graph
+        self.parameters: int = validated.parameter_count
+        self.python_source: str = compilation.python_source
+        self.train: TrainSection = model.sections["train"]  # type: ignore[assignment]
+        self.data: DataSection = model.sections["data"]  # type: ignore[assignment]
+        self.decode: DecodeSection = model.sections["decode"]  # type: ignore[assignment]
+        self.warnings: str = compilation.diagnostics.render()
+
+    # --- facts the runtime needs, read off the graph -----------------------------------------
+    @property
+    def has_encoder(self) -> bool:
+        return "input.src" in self.graph
+
+    @cached_property
+    def vocab_size(self) -> int:
+        sizes = {d["attrs"].vocab for _, d in self.graph.nodes(data=True) if d["op"] == "embedding"}
+        logits = self.graph.nodes["output.logits"]["shape"].last if "output.logits" in self.graph else None
+        return max(sizes | ({logits} if isinstance(logits, int) else set()))
+
+    @cached_property
+    def max_positions(self) -> Optional[int]:
+        lengths = [d["attrs"].max_len for _, d in self.graph.nodes(data=True) if d["op"].endswith("_positions")]
+        return min(lengths) if lengths else None
+
+    @cached_property
+    def model_dim(self) -> int:
+        """The width of the decoder's output before the vocabulary projection (d_model)."""
+        if "output.logits" not in self.graph:
+            return int(self.graph.nodes["output.memory"]["shape"].last)
+        (projection,) = self.graph.predecessors("output.logits")
+        return int(self.graph.nodes[projection]["inferred"].get("in_features", self.graph.nodes[projection]["shape"].last))
+
+    @property
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every learned tensor by its state_dict name (tied copies included)."""
+        return dict(self._compilation.validated.params)
+
+    @property
+    def ties(self) -> dict[str, str]:
+        return dict(self._compilation.validated.ties)
+
+    @property
+    def instances(self):
+        """The module tree (root instance) that the generated classes follow."""
+        return self._compilation.validated.graph.root
+
+    def count_under(self, path: str) -> int:
+        return self._compilation.validated.count_under(path)
+
+    # --- building ----------------------------------------------------------------------------
+    def build(self, device: Optional[str] = None, compile: bool = False) -> "torch.nn.Module":
+        """Instantiate the generated model (parameters initialised) on `device` (default: CUDA if
+        available, else CPU); `compile=True` wraps it in torch.compile."""
+        import torch
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self._check_allocatable(device)
+        model_class = self.model_class()
+        with torch.device(device):
+            model = model_class()
+        return torch.compile(model) if compile else model
+
+    def model_class(self) -> type:
+        """The generated nn.Module class, executed from `python_source`."""
+        filename = f"<xspec:{self.name}>"
+        # The source is ours: names are checked identifiers and constants are repr()s (see lower.py).
+        linecache.cache[filename] = (len(self.python_source), None, self.python_source.splitlines(True), filename)
+        namespace: dict[str, Any] = {"__name__": f"xspec_generated_{self.name}"}
+        exec(compile(self.python_source, filename, "exec"), namespace)
+        return namespace["Model"]
+
+    def _check_allocatable(self, device: str) -> None:
+        import torch
+
+        needed = self.parameters * BYTES_PER_PARAMETER
+        if device.startswith("cuda"):
+            available = torch.cuda.mem_get_info(torch.device(device))[0]
+        else:
+            available = _available_host_memory()
+        if needed > available:
+            raise UserError(f"{self.path}: model '{self.name}' has {self.parameters:,} parameters "
+                            f"({needed / 2**30:,.1f} GiB as float32); only {available / 2**30:,.1f} GiB "
+                            f"is free on {device}")
+
+    # --- reports -----------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        from xspec.summary import summarize
+
+        return summarize(self)
+
+    def graph_json(self) -> str:
+        nodes = []
+        for node, data in self.graph.nodes(data=True):
+            nodes.append({
+                "id": node, "op": data["op"], "attrs": data["attrs"].model_dump(),
+                "shape": str(data["shape"]) if data["shape"] is not None else None,
+                "module": data["module"], "span": f"{data['span'].file}:{data['span'].line}:{data['span'].col}",
+                "repeat": [list(r) for r in data["repeat"]],
+            })
+        edges = [{"from": a, "to": b, "ports": list(p)} for a, b, p in self.graph.edges(data="ports")]
+        return json.dumps({"name": self.name, "nodes": nodes, "edges": edges, "ties": self.ties}, indent=1)
+
+    @cached_property
+    def resolved_source(self) -> str:
+        from xspec.compiler.flatten import flatten
+
+        return flatten(self._compilation.model)
+
+
+def _available_host_memory() -> int:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
