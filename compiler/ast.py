@@ -131,6 +131,14 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Remove:
+    """`remove encoder`: a derived model drops blocks of its base (e.g. a language model)."""
+
+    names: tuple[Name, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
 class Entry:
     key: Name
     value: Expr
@@ -174,6 +182,7 @@ class Model:
     base: Optional[Name]
     params: tuple[Param, ...]
     blocks: tuple[Block, ...]
+    removed: tuple[Remove, ...]
     sections: tuple[Section, ...]
     ties: tuple[Tie, ...]
     span: Span

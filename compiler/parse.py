@@ -95,13 +95,13 @@ class _ToAst(Transformer):
         return ast.Import(_unquote(path), _span(self.file, meta))
 
     def model_decl(self, meta, name, base, *members):
-        kinds = {ast.Param: [], ast.Block: [], ast.Section: [], ast.Tie: []}
+        kinds: dict[type, list] = {ast.Param: [], ast.Block: [], ast.Remove: [], ast.Section: [], ast.Tie: []}
         for member in members:
             for tie in member if isinstance(member, list) else [member]:
                 kinds[type(tie)].append(tie)
         return ast.Model(
             name=self._name(name), base=self._name(base) if base else None,
-            params=tuple(kinds[ast.Param]), blocks=tuple(kinds[ast.Block]),
+            params=tuple(kinds[ast.Param]), blocks=tuple(kinds[ast.Block]), removed=tuple(kinds[ast.Remove]),
             sections=tuple(kinds[ast.Section]), ties=tuple(kinds[ast.Tie]),
             span=_span(self.file, meta),
         )
@@ -116,6 +116,9 @@ class _ToAst(Transformer):
         *params, body = rest
         names = tuple(self._name(p) for p in params if p is not None)
         return ast.Block(self._name(name), names, body, _span(self.file, meta))
+
+    def remove_decl(self, meta, *names):
+        return ast.Remove(tuple(self._name(n) for n in names), _span(self.file, meta))
 
     def section(self, meta, name, *entries):
         return ast.Section(self._name(name), tuple(entries), _span(self.file, meta))

@@ -151,6 +151,11 @@ def _merge(chain: list[ast.Model], diagnostics: Diagnostics) -> _Merged:
                 diagnostics.error("duplicate", block.name.span, f"block '{block.name.id}' is defined twice")
             blocks_here.add(block.name.id)
             merged.blocks[block.name.id] = block  # a derived model's block replaces its base's
+        for removal in model.removed:
+            for name in removal.names:
+                if merged.blocks.pop(name.id, None) is None:
+                    diagnostics.error("unknown-name", name.span, f"cannot remove '{name.id}': no such block",
+                                      did_you_mean(name.id, merged.blocks))
         for section in model.sections:
             if section.name.id not in SECTIONS:
                 diagnostics.error("unknown-name", section.name.span, f"unknown section '{section.name.id}'",
