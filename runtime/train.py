@@ -113,7 +113,7 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
         say(corpus.valid.summary("valid"))
 
     torch.manual_seed(cfg.seed)
-    model = spec.build(device=context.device, compile=_use_compile(options.compile, context.device))
+    model = spec.build(device=str(context.device))
     optimizer = make_optimizer(model.parameters(), cfg)
     scheduler = make_scheduler(optimizer, cfg, spec.model_dim)
     progress = Progress()
@@ -122,13 +122,16 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
         say(f"resuming {run_dir} at step {progress.step}")
     say(f"{spec.name}: {spec.parameters:,} parameters, vocabulary {len(vocab)}, device {context.device}"
         + (f", {context.world_size} processes" if context.distributed else ""))
+    # `model` stays the plain module (checkpoints, validation, decoding); updates run through the
+    # DDP wrapper and/or torch.compile, which share its parameters.
+    step_model = model
     if context.distributed:
-        model_ddp = DistributedDataParallel(model, device_ids=[context.device] if context.device.type == "cuda" else None)
-    else:
-        model_ddp = model
+        step_model = DistributedDataParallel(model, device_ids=[context.device] if context.device.type == "cuda" else None)
+    if _use_compile(options.compile, context.device):
+        step_model = torch.compile(step_model)
 
     with _stop_on_signals() as stop_requested:
-        _loop(spec, model, model_ddp, optimizer, scheduler, corpus, vocab, progress, run_dir, context,
+        _loop(spec, model, step_model, optimizer, scheduler, corpus, vocab, progress, run_dir, context,
               options, stop_requested)
 
     valid_loss = _validate(model, corpus.valid, spec, context) if corpus.valid is not None else None
@@ -209,7 +212,7 @@ def _autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
 
-def _loop(spec, model, model_ddp, optimizer, scheduler, corpus: Corpus, vocab: Vocab, progress: Progress,
+def _loop(spec, model, step_model, optimizer, scheduler, corpus: Corpus, vocab: Vocab, progress: Progress,
           run_dir: Path, context: distributed.Context, options: RunOptions, stop_requested) -> None:
     cfg = spec.train
     src_lens = [len(s) for s in corpus.train.source]
@@ -225,7 +228,8 @@ def _loop(spec, model, model_ddp, optimizer, scheduler, corpus: Corpus, vocab: V
             step_started = time.time()
             tokens = sum(tgt_lens[i] + 1 for b in update for i in b)
             torch.manual_seed((cfg.seed * 1_000_003 + progress.step) * 1_009 + context.rank)   # dropout
-            loss_sum = _accumulate(model_ddp, update, corpus.train, tokens, spec, context)
+            optimizer.zero_grad(set_to_none=True)
+            loss_sum = _accumulate(step_model, update, corpus.train, tokens, spec, context)
             over_time = cfg.max_minutes is not None and \
                 progress.train_seconds + time.time() - step_started >= cfg.max_minutes * 60
             loss_sum, interrupted, over_time = distributed.all_sum(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm import tqdm
@@ -22,6 +22,9 @@ class Translator:
     device: torch.device
     max_tokens: int                 # the model's longest sequence (its positions), source and output
     batch_tokens: int = 4000        # source tokens per beam-search batch (times the beam in memory)
+
+    def with_batch_tokens(self, batch_tokens: int) -> "Translator":
+        return replace(self, batch_tokens=batch_tokens)
 
     @torch.no_grad()
     def nbest(self, lines: list[str], progress: bool = False) -> list[list[Hypothesis]]:
