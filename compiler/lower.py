@@ -8,12 +8,12 @@ emitted with `repr`, so the generated text is safe to execute.
 
 from __future__ import annotations
 
-import inspect
+import ast as pyast
+import functools
 import keyword
 from pathlib import Path as FilePath
-from typing import Optional
 
-from . import ast, prelude
+from . import ast
 from .diagnostics import Diagnostics
 from .evaluate import MATH_FUNCTIONS, evaluate
 from .graph import Closure, Instance, Recorded, Tensor, _bind_op_args
@@ -22,8 +22,15 @@ from .resolve import ResolvedModel
 from .validate import ValidatedModel
 
 INDENT = "    "
-PRELUDE_CLASSES = (prelude.DecoderCache, prelude.Embedding, prelude.SinusoidalPositions,
-                   prelude.LearnedPositions, prelude.MultiHeadAttention)
+PRELUDE = FilePath(__file__).with_name("prelude.py")
+
+
+@functools.cache
+def _prelude_classes() -> dict[str, str]:
+    """Class name -> source, read from prelude.py as text (compiling a spec does not import torch)."""
+    text = PRELUDE.read_text()
+    return {node.name: pyast.get_source_segment(text, node) or ""
+            for node in pyast.parse(text).body if isinstance(node, pyast.ClassDef)}
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> str:
@@ -54,9 +61,9 @@ class _Lowering:
         for child in root.children.values():
             self._define(child, class_name(child.name))
         used = "".join(self.order)
-        preludes = [c for c in PRELUDE_CLASSES
-                    if f"{c.__name__}(" in used or (c is prelude.DecoderCache and "decoder" in root.children)]
-        parts = [self._header(), *(inspect.getsource(c) for c in preludes), *self.order, self._model_class()]
+        preludes = [source for name, source in _prelude_classes().items()
+                    if f"{name}(" in used or (name == "DecoderCache" and "decoder" in root.children)]
+        parts = [self._header(), *preludes, *self.order, self._model_class()]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
     # --- classes ------------------------------------------------------------------------------

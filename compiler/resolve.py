@@ -27,7 +27,7 @@ class ResolvedModel:
     param_spans: dict[str, Span]
     blocks: dict[str, ast.Block]
     sections: dict[str, pydantic.BaseModel]
-    ties: list[ast.Tie]
+    ties: list[ast.Tie]  # those whose condition holds
     files: dict[str, str] = field(default_factory=dict)  # path -> source, every file involved
 
 
@@ -49,12 +49,13 @@ def resolve(
     _apply_overrides(merged, overrides, diagnostics)
     params = _evaluate_params(merged, diagnostics)
     sections = _evaluate_sections(merged, params, diagnostics)
+    ties = _active_ties(merged.ties, params, diagnostics)
     if diagnostics.errors:
         return None
     return ResolvedModel(
         name=entry.model.name.id, span=entry.model.name.span, params=params,
         param_spans={n: p.span for n, p in merged.params.items()},
-        blocks=merged.blocks, sections=sections, ties=merged.ties,
+        blocks=merged.blocks, sections=sections, ties=ties,
         files={f.path: f.source for f in loader.files.values()},
     )
 
@@ -265,6 +266,31 @@ def _evaluate_params(merged: _Merged, diagnostics: Diagnostics) -> dict[str, Con
         except _AlreadyReported:
             failed.add(name)
     return values
+
+
+def _active_ties(ties: list[ast.Tie], params: dict[str, Constant], diagnostics: Diagnostics) -> list[ast.Tie]:
+    """The ties whose `if` condition holds (conditions are constants, like every choice in a spec)."""
+    active = []
+    for tie in ties:
+        if tie.condition is None:
+            active.append(tie)
+            continue
+        try:
+            enabled = evaluate(tie.condition, lambda n: params[n.id] if n.id in params else _unknown(n, params))
+        except ConstantError as error:
+            diagnostics.error(error.code, error.span, error.message, error.hint)
+            continue
+        except _AlreadyReported:
+            continue
+        if not isinstance(enabled, bool):
+            diagnostics.error("type", tie.condition.span, "an if condition must be true or false")
+        elif enabled:
+            active.append(tie)
+    return active
+
+
+def _unknown(name: ast.Name, params: dict[str, Constant]) -> Constant:
+    raise ConstantError("unknown-name", name.span, f"unknown parameter '{name.id}'", did_you_mean(name.id, params))
 
 
 class _AlreadyReported(Exception):

@@ -15,7 +15,6 @@ from typing import Optional
 import networkx as nx
 
 from .diagnostics import Diagnostics, did_you_mean
-from .evaluate import ConstantError, evaluate
 from .graph import BuiltGraph, input_sources
 from .ops import OPS
 from .resolve import ResolvedModel
@@ -118,16 +117,7 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
                 diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, int]]:
     ties: dict[str, str] = {}
     lines: dict[str, int] = {}
-    constants = model.params
     for tie in model.ties:
-        if tie.condition is not None:
-            try:
-                enabled = evaluate(tie.condition, lambda n: constants[n.id])
-            except (ConstantError, KeyError):
-                diagnostics.error("type", tie.condition.span, "the condition of a tie must be a parameter")
-                continue
-            if not enabled:
-                continue
         owner = str(tie.paths[0])
         for path in tie.paths:
             if str(path) not in params:

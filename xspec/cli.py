@@ -7,11 +7,13 @@ import sys
 import traceback
 from types import ModuleType
 
+from xspec.commands import average, train, translate
 from xspec.commands import compile as compile_command
+from xspec.commands import eval as eval_command
 from xspec.errors import SpecError, UserError
 
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
-COMMANDS: tuple[ModuleType, ...] = (compile_command,)
+COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, eval_command, average)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         message = str(error) if isinstance(error, SpecError) else f"xspec: error: {error}"
         print(message, file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:  # e.g. `xspec compile ... --json | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("xspec: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,50 @@
+"""One self-contained spec text for a resolved model: imports inlined, parameters as literals.
+
+A run directory keeps this text, so a checkpoint can be rebuilt without the files it came from.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from .diagnostics import Span
+from .resolve import ResolvedModel
+from .sections import SECTIONS
+
+
+def flatten(model: ResolvedModel) -> str:
+    lines = [f"# Resolved from {model.span.file} by xspec: parameters are final values.",
+             f"model {model.name} {{"]
+    lines += [f"  param {name} = {literal(value)}" for name, value in model.params.items()]
+    for block in model.blocks.values():
+        lines += ["", "  " + _source(model, block.span)]
+    if model.ties:
+        lines.append("")
+    lines += ["  tie " + ", ".join(str(p) for p in tie.paths) for tie in model.ties]
+    for name in SECTIONS:
+        lines += ["", f"  {name} {{", *_section_entries(model.sections[name]), "  }"]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def literal(value: object) -> str:
+    """Spec syntax for a constant."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    return repr(float(value)) if isinstance(value, float) else repr(value)
+
+
+def _section_entries(section: BaseModel) -> list[str]:
+    return [f"    {key} = {literal(value)}" for key, value in section.model_dump().items() if value is not None]
+
+
+def _source(model: ResolvedModel, span: Span) -> str:
+    """The text a span covers, in the file it came from."""
+    lines = model.files[span.file].splitlines()[span.line - 1: span.end_line]
+    lines[-1] = lines[-1][: span.end_col - 1]
+    lines[0] = lines[0][span.col - 1:]
+    return "\n".join(lines)

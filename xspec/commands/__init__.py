@@ -1,0 +1,1 @@
+"""One module per `xspec` subcommand: NAME, HELP, DESCRIPTION, add_arguments(parser), run(args)."""
