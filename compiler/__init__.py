@@ -32,6 +32,7 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
     diagnostics = Diagnostics()
     model = resolve(path, overrides or {}, diagnostics, source)
     built = build_graph(model, diagnostics) if model is not None else None
+    # Shapes are only inferred over a graph without errors (a partial one would mislead).
     validated = validate(model, built, diagnostics) if built is not None and model is not None else None
     if validated is None or model is None:
         raise CompileFailed(diagnostics)

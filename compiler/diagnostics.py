@@ -52,10 +52,15 @@ class Diagnostics:
         self.sources: dict[str, str] = {}
 
     def error(self, code: str, span: Span, message: str, hint: Optional[str] = None) -> None:
-        self.records.append(Diagnostic(code, "error", span, message, hint))
+        self._add(Diagnostic(code, "error", span, message, hint))
 
     def warning(self, code: str, span: Span, message: str, hint: Optional[str] = None) -> None:
-        self.records.append(Diagnostic(code, "warning", span, message, hint))
+        self._add(Diagnostic(code, "warning", span, message, hint))
+
+    def _add(self, diagnostic: Diagnostic) -> None:
+        # A mistake inside a repeated layer is met once per layer; say it once.
+        if diagnostic not in self.records:
+            self.records.append(diagnostic)
 
     @property
     def errors(self) -> list[Diagnostic]:

@@ -27,12 +27,18 @@ class InexactQuotient(float):
 
     numerator: int
     denominator: int
-    text: str
+    expr: ast.BinOp  # where the division is written
 
-    def __new__(cls, numerator: int, denominator: int, text: str) -> "InexactQuotient":
+    def __new__(cls, numerator: int, denominator: int, expr: ast.BinOp) -> "InexactQuotient":
         value = super().__new__(cls, numerator / denominator)
-        value.numerator, value.denominator, value.text = numerator, denominator, text
+        value.numerator, value.denominator, value.expr = numerator, denominator, expr
         return value
+
+    def explain(self) -> tuple[str, str]:
+        """A message and a hint for using this value where a whole number is needed."""
+        left, right = _operand_text(self.expr.left), _operand_text(self.expr.right)
+        return (f"{left} / {right} = {self.numerator} / {self.denominator} is not a whole number",
+                f"{left} ({self.numerator}) must be divisible by {right} ({self.denominator})")
 
 
 MATH_FUNCTIONS: dict[str, Callable[..., Constant]] = {
@@ -100,7 +106,7 @@ def _binop(expr: ast.BinOp, lookup: Lookup) -> Constant:
         if isinstance(left, int) and isinstance(right, int):
             if left % right == 0:
                 return left // right
-            return InexactQuotient(left, right, _source_text(expr))
+            return InexactQuotient(left, right, expr)
         return left / right
     try:
         return _ARITHMETIC[expr.op](left, right)
@@ -152,7 +158,5 @@ def describe(value: object) -> str:
     return "a function"
 
 
-def _source_text(expr: ast.BinOp) -> str:
-    def text(e: ast.Expr) -> str:
-        return e.id if isinstance(e, ast.Name) else repr(e.value) if isinstance(e, ast.Literal) else "(...)"
-    return f"{text(expr.left)} / {text(expr.right)}"
+def _operand_text(e: ast.Expr) -> str:
+    return e.id if isinstance(e, ast.Name) else repr(e.value) if isinstance(e, ast.Literal) else "(...)"

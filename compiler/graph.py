@@ -286,7 +286,7 @@ class _Builder:
         names = [p.id for p in block.params]
         values: dict[str, Value] = {}
         if len(call.args) > len(names):
-            self._error("arguments", call.span, f"block '{block.name.id}' takes {len(names)} arguments "
+            self._error("arguments", call.span, f"block '{block.name.id}' takes {_count(len(names), 'argument')} "
                         f"({', '.join(names)}), got {len(call.args)}")
             return None
         for name, arg in zip(names, call.args):
@@ -332,6 +332,8 @@ class _Builder:
             return frame.env[name.id]
         if name.id in self.model.params:
             return self.model.params[name.id]
+        if name.id in self.model.failed_params:
+            return POISON  # its own error is already reported
         known = [*frame.env, *self.model.params]
         self._error("unknown-name", name.span, f"unknown value '{name.id}'", did_you_mean(name.id, known))
         return POISON
@@ -456,9 +458,9 @@ class _Builder:
         for name, value in attrs.items():
             field = op.attrs.model_fields.get(name)
             if isinstance(value, InexactQuotient) and field is not None and field.annotation is int:
-                self._error("not-divisible", arg_spans.get(name, span),
-                            f"{name} = {value.text} = {value.numerator} / {value.denominator} is not a whole "
-                            f"number", f"{value.numerator} must be divisible by {value.denominator}")
+                message, hint = value.explain()
+                self._error("not-divisible", value.expr.span, f"{message}, but {op.name} needs a whole {name}",
+                            hint)
                 return None
         try:
             return op.attrs(**attrs)
@@ -517,6 +519,10 @@ def describe_value(value: Value) -> str:
     return describe(value)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
@@ -527,7 +533,7 @@ def _bind_op_args(op: OpDef, call: ast.Call, diagnostics: Diagnostics) -> Option
     bound: dict[str, ast.Expr] = {}
     if len(call.args) > len(names):
         diagnostics.error("arguments", call.args[len(names)].span,
-                          f"{op.name} takes at most {len(names)} arguments ({', '.join(names)})")
+                          f"{op.name} takes at most {_count(len(names), 'argument')} ({', '.join(names)})")
         return None
     bound.update(zip(names, call.args))
     for kw in call.kwargs:

@@ -6,6 +6,7 @@ derived model's block replaces its base's), and the train/data/decode sections v
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any, Mapping, Optional
@@ -29,6 +30,7 @@ class ResolvedModel:
     sections: dict[str, pydantic.BaseModel]
     ties: list[ast.Tie]  # those whose condition holds
     files: dict[str, str] = field(default_factory=dict)  # path -> source, every file involved
+    failed_params: set[str] = field(default_factory=set)  # parameters whose errors are reported
 
 
 def resolve(
@@ -50,13 +52,13 @@ def resolve(
     params = _evaluate_params(merged, diagnostics)
     sections = _evaluate_sections(merged, params, diagnostics)
     ties = _active_ties(merged.ties, params, diagnostics)
-    if diagnostics.errors:
-        return None
+    # Later stages still run after errors here, to report theirs too; they poison failed parameters.
     return ResolvedModel(
         name=entry.model.name.id, span=entry.model.name.span, params=params,
         param_spans={n: p.span for n, p in merged.params.items()},
         blocks=merged.blocks, sections=sections, ties=ties,
         files={f.path: f.source for f in loader.files.values()},
+        failed_params=set(merged.params) - set(params),
     )
 
 
@@ -85,14 +87,15 @@ class _Loader:
                     error.strerror or str(error))
                 if import_span is None:
                     raise FileNotFoundError(f"{path}: {reason}") from None
-                self.diagnostics.error("missing-import", import_span, f"cannot import '{path}': {reason}")
+                written = os.path.relpath(path, FilePath(import_span.file).parent)
+                self.diagnostics.error("missing-import", import_span, f"cannot import \"{written}\": {reason}")
                 return None
         spec = parse_text(source, path, self.diagnostics)
         if spec is None:
             return None
         self.files[key] = spec
         for imp in spec.imports:
-            target = str(FilePath(path).parent / imp.path)
+            target = os.path.normpath(FilePath(path).parent / imp.path)
             self.load(target, None, imp.span, (*stack, key))
         previous = self.models.get(spec.model.name.id)
         if previous is not None and previous is not spec.model:

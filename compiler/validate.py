@@ -9,6 +9,7 @@ fits in memory at all.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional
 
@@ -77,7 +78,17 @@ def _infer_shapes(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
         try:
             data["shape"], data["inferred"] = OPS[data["op"]].infer(shapes, data["attrs"])
         except ShapeError as error:
-            diagnostics.error("shape", data["span"], str(error))
+            origins = [f"{port} is {_origin(graph, src)}" for port, src in input_sources(graph, node).items()]
+            diagnostics.error("shape", data["span"], str(error), "; ".join(origins))
+
+
+def _origin(graph: nx.DiGraph, node: str) -> str:
+    """Where a value is made, for messages: 'w_2 (linear) at ffn.xspec:5:12'."""
+    data = graph.nodes[node]
+    if data["op"] == "input":
+        return f"the input '{data['attrs'].name}'"
+    span = data["span"]
+    return f"{node.rsplit('.', 1)[-1]} ({data['op']}) at {Path(span.file).name}:{span.line}:{span.col}"
 
 
 def _choose_kv_cache(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
