@@ -1,0 +1,141 @@
+"""The public API and `xspec compile`: counts, generated code, overrides, variants."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import xspec
+
+
+def paper_parameter_count(vocab, d_model, d_ff, heads, d_k, d_v, layers):
+    """Counted from the paper's formulas (§3.2.2, §3.3, §3.4), independently of the compiler."""
+    weights = 2 * d_model * heads * d_k + d_model * heads * d_v + heads * d_v * d_model  # W^Q, W^K; W^V; W^O
+    biases = 2 * heads * d_k + heads * d_v + d_model
+    attention = weights + biases
+    ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
+    norm = 2 * d_model
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    return vocab * d_model + layers * (encoder_layer + decoder_layer)  # one tied embedding matrix
+
+
+def test_base_parameter_count_matches_the_paper_formulas():
+    spec = xspec.compile("specs/base.xspec")
+    assert spec.parameters == paper_parameter_count(37000, 512, 2048, 8, 64, 64, 6) == 63_082_496
+
+
+def test_big_parameter_count_matches_the_paper_formulas():
+    spec = xspec.compile("specs/big.xspec")
+    assert spec.params["dropout"] == 0.3
+    assert spec.parameters == paper_parameter_count(37000, 1024, 4096, 16, 64, 64, 6)
+
+
+def test_built_model_has_as_many_parameters_as_reported():
+    spec = xspec.compile("specs/tiny.xspec")
+    model = spec.build(device="cpu")
+    assert sum(p.numel() for p in model.parameters()) == spec.parameters
+    state = model.state_dict()
+    assert {k: tuple(v.shape) for k, v in state.items()} == spec.param_shapes
+    assert "encoder.layers.1.self_attn.q_proj.weight" in state
+    assert model.decoder.generator.weight is model.encoder.embedding.embed.weight
+
+
+def test_overrides_propagate_to_derived_parameters():
+    spec = xspec.compile("specs/base.xspec", overrides={"heads": 16, "train.warmup_steps": 8000})
+    assert (spec.params["heads"], spec.params["d_k"], spec.params["d_v"]) == (16, 32, 32)
+    assert spec.train.warmup_steps == 8000
+    attention = spec.graph.nodes["encoder.layers.0.self_attn"]["attrs"]
+    assert (attention.heads, attention.d_k) == (16, 32)
+
+
+def test_sections_are_read_from_the_spec():
+    spec = xspec.compile("specs/base.xspec")
+    assert spec.train.label_smoothing == 0.1
+    assert spec.train.adam_betas == (0.9, 0.98) and spec.train.adam_eps == 1e-9
+    assert spec.data.vocab_size == spec.vocab_size == 37000
+    assert (spec.decode.beam, spec.decode.length_penalty, spec.decode.max_len_b) == (4, 0.6, 50)
+
+
+@pytest.mark.parametrize("change, check", [
+    ('set positions = "learned"', lambda s: "encoder.embedding.positions.weight" in s.param_shapes),
+    ("set heads = 16", lambda s: s.graph.nodes["decoder.layers.5.cross_attn"]["attrs"].heads == 16),
+    ("set norm_first = true", lambda s: "encoder.norm" in s.graph),
+    ("set tie_embeddings = false", lambda s: not s.ties),
+])
+def test_one_line_variant_of_base_compiles(tmp_path: Path, change, check):
+    base = Path("specs/base.xspec").resolve()
+    variant = tmp_path / "variant.xspec"
+    variant.write_text(f'import "{os.path.relpath(base, tmp_path)}"\n'
+                       f"model variant extends transformer_base {{ {change} }}\n")
+    spec = xspec.compile(str(variant), overrides={"vocab": 1000})
+    assert check(spec)
+
+
+def test_generated_module_runs_on_its_own(tmp_path: Path):
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "xspec", "compile", "specs/tiny.xspec", "-o", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "total" in result.stdout and "1,053,696" in result.stdout
+    source = (out / "model.py").read_text()
+    assert "import xspec" not in source and "from xspec" not in source
+    script = ("import torch, model\n"
+              "m = model.Model().eval()\n"
+              "src = torch.randint(0, 1000, (2, 7)); tgt = torch.randint(0, 1000, (2, 5))\n"
+              "print(tuple(m(src, tgt).shape))\n")
+    run = subprocess.run([sys.executable, "-c", script], cwd=out, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "(2, 5, 1000)"
+    graph = json.loads((out / "graph.json").read_text())
+    assert {"input.src", "output.logits", "encoder.layers.0.self_attn"} <= {n["id"] for n in graph["nodes"]}
+
+
+def test_generated_code_is_one_class_per_block_with_loops():
+    source = xspec.compile("specs/base.xspec").python_source
+    for name in ("class Sublayer(", "class FeedForward(", "class EncoderLayer(", "class DecoderLayer(",
+                 "class Embed(", "class Encoder(", "class Decoder(", "class TransformerBase("):
+        assert source.count(name) == 1, name
+    assert "nn.ModuleList([EncoderLayer() for _ in range(6)])" in source
+    assert "for layer in self.layers:" in source
+    assert "F.scaled_dot_product_attention" in source
+    assert "x = self.sublayer_1(x, lambda h: self.self_attn(h, h, h, padding_mask=mask))  # base.xspec:" in source
+
+
+def test_json_summary_for_scripts(tmp_path: Path):
+    result = subprocess.run([sys.executable, "-m", "xspec", "compile", "specs/base.xspec", "--set", "heads=16",
+                             "--json", "-o", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["name"] == "transformer_base"
+    assert summary["parameters"] == 63_082_496  # heads change the split, not the count
+    assert summary["blocks"]["encoder.layers"] == 6 * 3_152_384
+    assert summary["outputs"] == {"memory": "[batch, src_len, 512]", "logits": "[batch, tgt_len, 37000]"}
+
+
+def test_resolved_source_compiles_to_the_same_model():
+    spec = xspec.compile("specs/tiny.xspec", overrides={"heads": 8})
+    again = xspec.compile_source(spec.resolved_source, name="run/spec.xspec")
+    assert again.params == spec.params and again.param_shapes == spec.param_shapes
+    assert again.train == spec.train and again.decode == spec.decode
+
+
+def test_model_too_large_to_allocate_is_refused(monkeypatch):
+    spec = xspec.compile("specs/tiny.xspec")
+    monkeypatch.setattr("xspec.spec._available_host_memory", lambda: 1024)
+    with pytest.raises(xspec.UserError, match=r"has 1,053,696 parameters .* only 0.0 GiB is free on cpu"):
+        spec.build(device="cpu")
+
+
+def test_torch_compile_gives_the_eager_logits():
+    torch.manual_seed(0)
+    spec = xspec.compile("specs/tiny.xspec", overrides={"layers": 1})
+    model = spec.build(device="cpu").eval()
+    compiled = torch.compile(model)
+    src, tgt = torch.randint(0, 1000, (2, 6)), torch.randint(0, 1000, (2, 4))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
