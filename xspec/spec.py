@@ -58,7 +58,8 @@ class CompiledSpec:
         if "output.logits" not in self.graph:
             return int(self.graph.nodes["output.memory"]["shape"].last)
         (projection,) = self.graph.predecessors("output.logits")
-        return int(self.graph.nodes[projection]["inferred"].get("in_features", self.graph.nodes[projection]["shape"].last))
+        data = self.graph.nodes[projection]
+        return int(data["inferred"].get("in_features", data["shape"].last))
 
     @property
     def param_shapes(self) -> dict[str, tuple[int, ...]]:

@@ -1,0 +1,195 @@
+"""Static facts about block bodies: the names of the modules they create, the values they read and
+assign, and what the decoder's cache reaches. The graph builder and the lowering both use them."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from . import ast
+from .diagnostics import Diagnostics
+from .ops import OPS
+
+def call_site_names(body: tuple[ast.Stmt, ...], diagnostics: Diagnostics) -> dict[int, str]:
+    """Attribute names for the modules a body creates: the `as` label, else the callee's name,
+    numbered when it is called more than once (`sublayer_1`, `sublayer_2`)."""
+    sites: list[tuple[object, str, Optional[ast.Name]]] = []
+    nested: list[tuple[ast.Stmt, ...]] = []
+
+    def visit_expr(expr: ast.Expr) -> None:
+        if isinstance(expr, ast.Call):
+            op = OPS.get(expr.callee.id)
+            if op is None or op.module is not None:
+                sites.append((expr, expr.callee.id, expr.label))
+            for arg in (*expr.args, *(k.value for k in expr.kwargs)):
+                visit_expr(arg)
+        elif isinstance(expr, ast.BinOp):
+            visit_expr(expr.left), visit_expr(expr.right)
+        elif isinstance(expr, ast.UnaryOp):
+            visit_expr(expr.operand)
+        elif isinstance(expr, ast.Lambda):
+            visit_expr(expr.body)
+
+    def visit(stmts: tuple[ast.Stmt, ...]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.Assign, ast.Return)):
+                visit_expr(stmt.value)
+            elif isinstance(stmt, ast.If):
+                visit(stmt.then), visit(stmt.orelse)
+            elif isinstance(stmt, ast.Repeat):
+                sites.append((stmt, "layers", stmt.label))
+                nested.append(stmt.body)
+
+    visit(body)
+    names: dict[int, str] = {}
+    labels = {label.id for _, _, label in sites if label}
+    counts: dict[str, int] = {}
+    for _, base, label in sites:
+        if label is None:
+            counts[base] = counts.get(base, 0) + 1
+    numbered: dict[str, itertools.count] = {}
+    for node, base, label in sites:
+        if label is not None:  # used twice is an error only if both calls run (see _claim)
+            names[id(node)] = label.id
+            continue
+        if counts[base] == 1 and base not in labels:
+            names[id(node)] = base
+            continue
+        counter = numbered.setdefault(base, itertools.count(1))
+        candidate = f"{base}_{next(counter)}"
+        while candidate in labels:
+            candidate = f"{base}_{next(counter)}"
+        names[id(node)] = candidate
+    for inner in nested:
+        names.update(call_site_names(inner, diagnostics))
+    return names
+
+
+def single_block_call(stmt: ast.Repeat, blocks: dict[str, ast.Block]) -> Optional[tuple[ast.Call, str]]:
+    """`repeat N { x = layer(x, ...) }`: the stack holds the called block itself."""
+    if len(stmt.body) == 1 and isinstance(stmt.body[0], ast.Assign):
+        value = stmt.body[0].value
+        if isinstance(value, ast.Call) and value.callee.id in blocks and value.label is None:
+            return value, stmt.body[0].target.id
+    return None
+
+
+def assigned(body: tuple[ast.Stmt, ...]) -> list[str]:
+    names: list[str] = []
+    for stmt in body:
+        if isinstance(stmt, ast.Assign) and stmt.target.id not in names:
+            names.append(stmt.target.id)
+        elif isinstance(stmt, ast.If):
+            names += [n for n in assigned(stmt.then) + assigned(stmt.orelse) if n not in names]
+        elif isinstance(stmt, ast.Repeat):
+            names += [n for n in assigned(stmt.body) if n not in names]
+    return names
+
+
+def reads(expr: ast.Expr) -> list[str]:
+    if isinstance(expr, ast.Name):
+        return [expr.id]
+    if isinstance(expr, ast.Call):
+        return [expr.callee.id] + [n for a in (*expr.args, *(k.value for k in expr.kwargs)) for n in reads(a)]
+    if isinstance(expr, ast.BinOp):
+        return reads(expr.left) + reads(expr.right)
+    if isinstance(expr, ast.UnaryOp):
+        return reads(expr.operand)
+    if isinstance(expr, ast.Lambda):
+        return [n for n in reads(expr.body) if n != expr.param.id]
+    if isinstance(expr, ast.ListExpr):
+        return [n for item in expr.items for n in reads(item)]
+    return []
+
+
+def _stmtreads(stmt: ast.Stmt) -> list[str]:
+    if isinstance(stmt, (ast.Assign, ast.Return)):
+        return reads(stmt.value)
+    if isinstance(stmt, ast.If):
+        return reads(stmt.condition) + [n for s in (*stmt.then, *stmt.orelse) for n in _stmtreads(s)]
+    return reads(stmt.count) + [n for s in stmt.body for n in _stmtreads(s)]
+
+
+def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
+    """Names a body reads before assigning them: the inputs of a repeated body."""
+    free: list[str] = []
+    assigned: set[str] = set()
+    for stmt in body:
+        free += [n for n in _stmtreads(stmt) if n not in assigned and n not in free]
+        assigned.update(assigned((stmt,)))
+    return free
+
+
+def bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
+    names: list[ast.Name] = []
+
+    def lambdas(expr: ast.Expr) -> None:
+        if isinstance(expr, ast.Lambda):
+            names.append(expr.param)
+            lambdas(expr.body)
+        elif isinstance(expr, ast.Call):
+            for a in (*expr.args, *(k.value for k in expr.kwargs)):
+                lambdas(a)
+        elif isinstance(expr, ast.BinOp):
+            lambdas(expr.left), lambdas(expr.right)
+
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            names.append(stmt.target)
+            lambdas(stmt.value)
+        elif isinstance(stmt, ast.Return):
+            lambdas(stmt.value)
+        elif isinstance(stmt, ast.If):
+            names += bound_names(stmt.then) + bound_names(stmt.orelse)
+        elif isinstance(stmt, ast.Repeat):
+            if stmt.label:
+                names.append(stmt.label)
+            names += bound_names(stmt.body)
+    return names
+
+
+def reachable(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
+    found: set[str] = set()
+    pending = [entry] if entry in blocks else []
+    while pending:
+        name = pending.pop()
+        if name not in found:
+            found.add(name)
+            pending += [n for s in blocks[name].body for n in _stmtreads(s) if n in blocks]
+    return found
+
+
+def uses_cache(block: ast.Block, blocks: dict[str, ast.Block], seen: Optional[set[str]] = None) -> bool:
+    """Whether a block (or a block it calls) contains an op that continues from the decoder cache."""
+    seen = seen if seen is not None else set()
+    if block.name.id in seen:
+        return False
+    seen.add(block.name.id)
+    for stmt in block.body:
+        for name in _stmtreads(stmt):
+            op = OPS.get(name)
+            if op is not None and op.uses_cache:
+                return True
+            if name in blocks and uses_cache(blocks[name], blocks, seen):
+                return True
+    return False
+
+
+def warn_unused(block: ast.Block, diagnostics: Diagnostics) -> None:
+    """A value assigned in a block and never read afterwards is dead wiring: usually a typo."""
+
+    def scan(body: tuple[ast.Stmt, ...], later_reads: set[str]) -> None:
+        for i, stmt in enumerate(body):
+            after = set(later_reads)
+            for rest in body[i + 1:]:
+                after.update(_stmtreads(rest))
+            if isinstance(stmt, ast.Assign) and stmt.target.id not in after:
+                diagnostics.warning("unused", stmt.target.span,
+                                    f"'{stmt.target.id}' is computed but never used")
+            elif isinstance(stmt, ast.If):
+                scan(stmt.then, after), scan(stmt.orelse, after)
+            elif isinstance(stmt, ast.Repeat):
+                # Loop-carried values are read by the next iteration.
+                scan(stmt.body, after | set(free_names(stmt.body)))
+
+    scan(block.body, set())
