@@ -5,7 +5,7 @@ Two levels:
 - a *micro-batch* is one forward pass: sentences of similar length, at most `max_batch_tokens`
   tokens once padded (what fits in memory);
 - an *update* is one optimizer step: micro-batches (in shuffled order) whose target tokens add up to
-  at least `batch_tokens`; their gradients are accumulated.
+  about `batch_tokens`; their gradients are accumulated.
 
 The plan of an epoch depends only on (data, seed, epoch), never on the number of processes: with
 several ranks, each takes every world_size-th micro-batch of an update. So an update is the same
@@ -40,17 +40,18 @@ def micro_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int) -> 
 
 def plan_epoch(batches: list[list[int]], tgt_lens: list[int], batch_tokens: int,
                seed: int, epoch: int) -> list[list[list[int]]]:
-    """Updates of one epoch: micro-batches shuffled (by batch, not by sentence), then grouped until
-    their target tokens (with EOS) reach `batch_tokens`."""
+    """Updates of one epoch: micro-batches shuffled (by batch, not by sentence), then grouped so that
+    each update's target tokens (with EOS) come as close to `batch_tokens` as whole micro-batches allow."""
     order = list(range(len(batches)))
     random.Random(seed * 100_003 + epoch).shuffle(order)
     updates, current, tokens = [], [], 0
     for b in order:
-        current.append(batches[b])
-        tokens += sum(tgt_lens[i] + 1 for i in batches[b])
-        if tokens >= batch_tokens:
-            updates.append(current)
+        size = sum(tgt_lens[i] + 1 for i in batches[b])
+        if current and abs(tokens + size - batch_tokens) >= abs(tokens - batch_tokens):
+            updates.append(current)             # adding this micro-batch would overshoot more than stopping
             current, tokens = [], 0
+        current.append(batches[b])
+        tokens += size
     if current:
         updates.append(current)
     return updates

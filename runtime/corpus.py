@@ -38,6 +38,7 @@ class ParallelText:
     source: list[str]
     target: list[str]
     line_numbers: list[int]            # 1-based line of each kept pair in the original files
+    source_path: Path
     empty_skipped: int = 0
 
 
@@ -50,7 +51,7 @@ def read_parallel(src_path: Path, tgt_path: Path) -> ParallelText:
     if not kept:
         raise UserError(f"{src_path}: no sentence pairs (every line is empty on one side or the other)")
     return ParallelText([source[i].strip() for i in kept], [target[i].strip() for i in kept],
-                        [i + 1 for i in kept], empty_skipped=len(source) - len(kept))
+                        [i + 1 for i in kept], Path(src_path), empty_skipped=len(source) - len(kept))
 
 
 @dataclass

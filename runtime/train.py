@@ -8,6 +8,7 @@ Nothing here depends on the architecture: the model is whatever `spec.build()` r
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import signal
@@ -26,7 +27,7 @@ from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed
 from xspec.runtime.batching import collate, micro_batches, plan_epoch, shard
-from xspec.runtime.corpus import EncodedPairs, encode_pairs, read_parallel
+from xspec.runtime.corpus import EncodedPairs, ParallelText, encode_pairs, read_parallel
 from xspec.runtime.demo_data import write_demo_data
 from xspec.runtime.evaluate import Scores, score
 from xspec.runtime.run_dir import (METRICS_FILE, DataFiles, Split, append_metrics, read_metrics_log,
@@ -106,8 +107,9 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
         data = _demo_files(run_dir, context)
     if context.is_main:
         write_run_files(run_dir, spec.resolved_source, data)
-    vocab = _vocab(spec, data, run_dir, context)
-    corpus = _read_corpus(spec, data, vocab, options.truncate)
+    texts = _read_texts(data)              # every file checked before any work is done
+    vocab = _vocab(spec, texts["train"], run_dir, context)
+    corpus = _encode_corpus(spec, texts, vocab, options.truncate)
     say(corpus.train.summary(f"train ({data.train.src.name}, {data.train.tgt.name})"))
     if corpus.valid is not None:
         say(corpus.valid.summary("valid"))
@@ -167,9 +169,10 @@ def _demo_files(run_dir: Path, context: distributed.Context) -> DataFiles:
     return DataFiles(*(Split(d / f"{s}.src", d / f"{s}.tgt") for s in ("train", "valid", "test")))
 
 
-def _vocab(spec, data: DataFiles, run_dir: Path, context: distributed.Context) -> Vocab:
+def _vocab(spec, train: ParallelText, run_dir: Path, context: distributed.Context) -> Vocab:
+    """§5.1: one vocabulary for source and target, trained on the training data by rank 0."""
     if context.is_main:
-        vocab = load_or_train_vocab(run_dir, [data.train.src, data.train.tgt], spec.data.vocab_size,
+        vocab = load_or_train_vocab(run_dir, itertools.chain(train.source, train.target), spec.data.vocab_size,
                                     spec.data.vocab_model)
     distributed.barrier(context)
     if not context.is_main:
@@ -185,19 +188,27 @@ def max_sequence_tokens(spec) -> int:
     return min(spec.data.max_tokens, spec.max_positions or spec.data.max_tokens)
 
 
-def _read_corpus(spec, data: DataFiles, vocab: Vocab, truncate: bool) -> Corpus:
+def _read_texts(data: DataFiles) -> dict[str, ParallelText]:
+    texts = {"train": read_parallel(data.train.src, data.train.tgt)}
+    for name, split in (("valid", data.valid), ("test", data.test)):
+        if split is not None:
+            texts[name] = read_parallel(split.src, split.tgt)
+    return texts
+
+
+def _encode_corpus(spec, texts: dict[str, ParallelText], vocab: Vocab, truncate: bool) -> Corpus:
     limit = max_sequence_tokens(spec)
-    train = encode_pairs(read_parallel(data.train.src, data.train.tgt), vocab, limit, truncate)
+    train = encode_pairs(texts["train"], vocab, limit, truncate)
     if not len(train):
-        raise UserError(f"{data.train.src}: every sentence is longer than {limit} tokens; "
+        raise UserError(f"{texts['train'].source_path}: every sentence is longer than {limit} tokens; "
                         "raise data.max_tokens or pass --truncate")
-    valid = encode_pairs(read_parallel(data.valid.src, data.valid.tgt), vocab, limit, truncate=True) \
-        if data.valid else None
-    test = data.test or data.valid
+    # Validation loss covers every sentence (truncated if need be); BLEU uses the test split, or the
+    # validation split when there is no test split.
+    valid = encode_pairs(texts["valid"], vocab, limit, truncate=True) if "valid" in texts else None
     corpus = Corpus(train, valid)
-    if test:
-        text = read_parallel(test.src, test.tgt)
-        corpus.test_src, corpus.test_ref = text.source, text.target
+    test = texts.get("test", texts.get("valid"))
+    if test is not None:
+        corpus.test_src, corpus.test_ref = test.source, test.target
     return corpus
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
@@ -38,7 +39,7 @@ class Vocab:
             raise UserError(f"{path}: not a sentencepiece model ({error})") from None
 
 
-def train_vocab(files: list[Path], size: int, model_type: str, out_dir: Path) -> Vocab:
+def train_vocab(sentences: Iterable[str], size: int, model_type: str, out_dir: Path) -> Vocab:
     """Trains on the training corpus (both sides) and writes `out_dir/sentencepiece.model`.
 
     `hard_vocab_limit=False`: a corpus too small for `size` pieces (the demo task with the paper's
@@ -46,7 +47,7 @@ def train_vocab(files: list[Path], size: int, model_type: str, out_dir: Path) ->
     """
     prefix = out_dir / MODEL_FILE.removesuffix(".model")
     spm.SentencePieceTrainer.train(
-        input=[str(f) for f in files], model_prefix=str(prefix), vocab_size=size, model_type=model_type,
+        sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=size, model_type=model_type,
         pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, hard_vocab_limit=False,
         character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
         num_threads=2, minloglevel=2,
@@ -54,7 +55,7 @@ def train_vocab(files: list[Path], size: int, model_type: str, out_dir: Path) ->
     return Vocab.load(out_dir / MODEL_FILE)
 
 
-def load_or_train_vocab(run_dir: Path, files: list[Path], size: int, model_type: str) -> Vocab:
+def load_or_train_vocab(run_dir: Path, sentences: Iterable[str], size: int, model_type: str) -> Vocab:
     """Reuses the run directory's vocabulary when there is one (resume, or a re-run into the same --out)."""
     cached = run_dir / MODEL_FILE
-    return Vocab.load(cached) if cached.exists() else train_vocab(files, size, model_type, run_dir)
+    return Vocab.load(cached) if cached.exists() else train_vocab(sentences, size, model_type, run_dir)

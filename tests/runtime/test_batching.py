@@ -32,10 +32,12 @@ def test_updates_reach_the_target_token_budget():
     src, tgt = _lengths()
     batches = micro_batches(src, tgt, max_tokens=400)
     plan = plan_epoch(batches, tgt, batch_tokens=2000, seed=1, epoch=0)
-    totals = [sum(tgt[i] + 1 for b in update for i in b) for update in plan]
-    assert all(t >= 2000 for t in totals[:-1])
-    # each update stops as soon as the budget is reached: minus its last micro-batch, it is short
-    assert all(t - sum(tgt[i] + 1 for i in update[-1]) < 2000 for t, update in zip(totals, plan))
+    sizes = [[sum(tgt[i] + 1 for i in b) for b in update] for update in plan]
+    totals = [sum(s) for s in sizes]
+    assert all(abs(t - 2000) <= 400 for t in totals[:-1])         # micro-batches hold <= 400 tokens
+    assert 1900 < sum(totals) / len(totals) < 2100 or len(plan) < 3
+    # no update could have come closer to the budget by dropping its last micro-batch
+    assert all(abs(t - 2000) < abs(t - s[-1] - 2000) for t, s in zip(totals, sizes) if len(s) > 1)
     assert sorted(i for update in plan for b in update for i in b) == list(range(len(src)))
 
 

@@ -70,9 +70,7 @@ def test_all_empty_is_an_error(tmp_path):
 def vocab(tmp_path_factory):
     directory = tmp_path_factory.mktemp("vocab")
     pairs = generate_split("train", 300)
-    corpus = directory / "corpus.txt"
-    corpus.write_text("".join(s + "\n" + t + "\n" for s, t in pairs), encoding="utf-8")
-    return train_vocab([corpus], 200, "bpe", directory)
+    return train_vocab([s for pair in pairs for s in pair], 200, "bpe", directory)
 
 
 def test_long_sentences_are_skipped_or_truncated(tmp_path, vocab):

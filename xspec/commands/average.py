@@ -22,7 +22,7 @@ example:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN", help="a run directory")
+    parser.add_argument("run_dir", metavar="RUN", help="a run directory")
     parser.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints (default 5)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the averaged checkpoint")
 
@@ -30,6 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.last < 1:
         raise UserError("--last must be at least 1")
-    chosen = average_run(Path(args.run), args.last, Path(args.output))
+    chosen = average_run(Path(args.run_dir), args.last, Path(args.output))
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} ... {chosen[-1].name}) into {args.output}")
     return 0

@@ -26,7 +26,7 @@ examples:
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
+    parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
     parser.add_argument("--beam", type=int, help="beam size (1: greedy)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha, lp(Y) = ((5 + |Y|) / 6)^alpha")
     parser.add_argument("--max-len-b", type=int, help="output length limit: input length + this")
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nbest is not None and args.nbest < 1:
         raise UserError("--nbest must be at least 1")
     lines = read_lines(Path(args.input)) if args.input else _read_stdin()
-    translator = load_translator(Path(args.run), pick_device(args.device), decode_overrides(args, args.nbest))
+    translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args, args.nbest))
     translator = translator.with_batch_tokens(args.batch_tokens)
     if args.nbest:
         results = translator.nbest(lines)

@@ -1,0 +1,165 @@
+"""The commands end to end on specs/tiny.xspec, shrunk by --set so each run takes seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xspec.cli import main
+from xspec.runtime import checkpoint as ckpt
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "specs" / "tiny.xspec")
+SHRINK = ["--set", "d_model=32", "--set", "d_ff=64", "--set", "heads=2", "--set", "layers=1",
+          "--set", "vocab=200", "--set", "max_len=128", "--set", "train.batch_tokens=600",
+          "--set", "train.warmup_steps=20", "--set", "train.validate_every_steps=4",
+          "--set", "train.checkpoint_every_steps=4", "--set", "decode.max_len_b=10"]
+
+
+def _data_args(corpus) -> list[str]:
+    return ["--train-src", str(corpus.train.src), "--train-tgt", str(corpus.train.tgt),
+            "--valid-src", str(corpus.valid.src), "--valid-tgt", str(corpus.valid.tgt),
+            "--test-src", str(corpus.test.src), "--test-tgt", str(corpus.test.tgt)]
+
+
+def _xspec(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def trained_run(small_corpus, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("cli") / "run"
+    code = main(["train", TINY, *SHRINK, "--set", "train.max_steps=12", *_data_args(small_corpus),
+                 "--out", str(run), "--no-progress", "--device", "cpu"])
+    assert code == 0
+    return run
+
+
+def test_train_prints_bleu_last_and_writes_the_run(trained_run):
+    metrics = json.loads((trained_run / "metrics.json").read_text())
+    assert metrics["steps"] == 12
+    for key in ("bleu", "chrf", "valid_loss", "train_tokens_per_s", "wall_s"):
+        assert isinstance(metrics[key], float)
+    assert metrics["bleu_signature"].startswith("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert "transformer_tiny" in (trained_run / "spec.xspec").read_text()
+    assert len(ckpt.list_checkpoints(trained_run)) == 3
+
+
+def test_train_last_line_is_the_bleu_signature(small_corpus, tmp_path, capsys):
+    code, out, _ = _xspec(capsys, "train", TINY, *SHRINK, "--set", "train.max_steps=2", *_data_args(small_corpus),
+                          "--out", str(tmp_path / "r"), "--no-progress")
+    assert code == 0
+    assert out.strip().splitlines()[-1].startswith("BLEU|nrefs:1|")
+
+
+def test_translate_stdin_file_beam_one_and_nbest(trained_run, small_corpus, tmp_path, capsys, monkeypatch):
+    import io
+    import sys
+
+    source = small_corpus.test.src.read_text().splitlines()[:3]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(("\n".join(source) + "\n").encode())))
+    code, out, _ = _xspec(capsys, "translate", str(trained_run))
+    assert code == 0 and len(out.splitlines()) == 3
+    code, greedy, _ = _xspec(capsys, "translate", str(trained_run), "--input", str(small_corpus.test.src),
+                             "--beam", "1")
+    assert code == 0 and len(greedy.splitlines()) == 8
+    code, nbest, _ = _xspec(capsys, "translate", str(ckpt.resolve(trained_run)), "--input",
+                            str(small_corpus.test.src), "--nbest", "2", "--beam", "4", "--alpha", "0.6")
+    rows = [line.split(" ||| ") for line in nbest.splitlines()]
+    assert code == 0 and len(rows) == 16
+    assert [int(r[0]) for r in rows] == [i for i in range(8) for _ in range(2)]
+    assert all(float(rows[2 * i][2]) >= float(rows[2 * i + 1][2]) for i in range(8))
+
+
+def test_eval_prints_chrf_and_bleu_signatures(trained_run, small_corpus, capsys):
+    code, out, _ = _xspec(capsys, "eval", str(trained_run), "--src", str(small_corpus.test.src),
+                          "--ref", str(small_corpus.test.tgt))
+    lines = out.strip().splitlines()
+    assert code == 0 and lines[-2].startswith("chrF2|") and lines[-1].startswith("BLEU|nrefs:1|")
+
+
+def test_average_then_eval(trained_run, small_corpus, tmp_path, capsys):
+    code, out, _ = _xspec(capsys, "average", str(trained_run), "--last", "2", "-o", str(tmp_path / "avg.pt"))
+    assert code == 0 and "averaged 2 checkpoints" in out
+    code, out, _ = _xspec(capsys, "eval", str(tmp_path / "avg.pt"), "--src", str(small_corpus.test.src),
+                          "--ref", str(small_corpus.test.tgt))
+    assert code == 0 and out.strip().splitlines()[-1].startswith("BLEU|")
+
+
+def test_resume_continues_from_the_last_checkpoint(small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    common = [*SHRINK, "--no-progress", "--no-test"]
+    assert _xspec(capsys, "train", TINY, *common, "--set", "train.max_steps=4", *_data_args(small_corpus),
+                  "--out", str(run))[0] == 0
+    code, out, _ = _xspec(capsys, "train", "--resume", str(run), "--set", "train.max_steps=8", "--no-progress",
+                          "--no-test")
+    assert code == 0 and "resuming" in out and "at step 4" in out
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 8
+
+
+# --- bad input: one line on stderr, naming the file (and line), a non-zero exit -------------------
+
+def _error(capsys, *argv: str) -> str:
+    code, _, err = _xspec(capsys, *argv)
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("xspec: error: "), err
+    return lines[0]
+
+
+def test_missing_training_file(capsys, tmp_path):
+    line = _error(capsys, "train", TINY, "--train-src", str(tmp_path / "nope.en"), "--train-tgt",
+                  str(tmp_path / "nope.de"), "--out", str(tmp_path / "r"))
+    assert "nope.en: no such file" in line
+
+
+def test_mismatched_line_counts(capsys, tmp_path):
+    (tmp_path / "a.en").write_text("one\ntwo\n")
+    (tmp_path / "a.de").write_text("eins\n")
+    line = _error(capsys, "train", TINY, "--train-src", str(tmp_path / "a.en"), "--train-tgt",
+                  str(tmp_path / "a.de"), "--out", str(tmp_path / "r"))
+    assert "a.en has 2 lines but" in line and "a.de has 1" in line
+
+
+def test_invalid_utf8(capsys, tmp_path):
+    (tmp_path / "a.en").write_text("one\ntwo\n")
+    (tmp_path / "a.de").write_bytes(b"eins\nzw\xc3\n")
+    line = _error(capsys, "train", TINY, "--train-src", str(tmp_path / "a.en"), "--train-tgt",
+                  str(tmp_path / "a.de"), "--out", str(tmp_path / "r"))
+    assert "a.de:2: invalid UTF-8" in line
+
+
+def test_only_one_side_given(capsys, tmp_path):
+    line = _error(capsys, "train", TINY, "--train-src", "x.en", "--out", str(tmp_path / "r"))
+    assert "--train-src and --train-tgt go together" in line
+
+
+def test_resume_with_a_different_spec(trained_run, small_corpus, capsys, tmp_path):
+    import shutil
+    run = tmp_path / "copy"
+    shutil.copytree(trained_run, run)
+    line = _error(capsys, "train", TINY, *SHRINK, "--set", "d_model=48", "--resume", str(run), "--no-progress")
+    assert "a checkpoint from a different spec (d_model: checkpoint 32, spec 48)" in line
+
+
+def test_truncated_checkpoint(trained_run, capsys, tmp_path):
+    data = ckpt.resolve(trained_run).read_bytes()
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(data[: len(data) // 3])
+    line = _error(capsys, "translate", str(broken), "--input", str(broken))
+    assert "broken.safetensors: corrupt or truncated checkpoint" in line
+
+
+def test_translate_without_a_run(capsys, tmp_path):
+    line = _error(capsys, "translate", str(tmp_path / "nowhere"))
+    assert "no such run directory or checkpoint" in line
+
+
+def test_nbest_larger_than_beam(trained_run, small_corpus, capsys):
+    line = _error(capsys, "translate", str(trained_run), "--input", str(small_corpus.test.src),
+                  "--nbest", "5", "--beam", "2")
+    assert "nbest (5) cannot exceed beam (2)" in line
