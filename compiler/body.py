@@ -102,21 +102,21 @@ def reads(expr: ast.Expr) -> list[str]:
     return []
 
 
-def _stmtreads(stmt: ast.Stmt) -> list[str]:
+def stmt_reads(stmt: ast.Stmt) -> list[str]:
     if isinstance(stmt, (ast.Assign, ast.Return)):
         return reads(stmt.value)
     if isinstance(stmt, ast.If):
-        return reads(stmt.condition) + [n for s in (*stmt.then, *stmt.orelse) for n in _stmtreads(s)]
-    return reads(stmt.count) + [n for s in stmt.body for n in _stmtreads(s)]
+        return reads(stmt.condition) + [n for s in (*stmt.then, *stmt.orelse) for n in stmt_reads(s)]
+    return reads(stmt.count) + [n for s in stmt.body for n in stmt_reads(s)]
 
 
 def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
     """Names a body reads before assigning them: the inputs of a repeated body."""
     free: list[str] = []
-    assigned: set[str] = set()
+    written: set[str] = set()
     for stmt in body:
-        free += [n for n in _stmtreads(stmt) if n not in assigned and n not in free]
-        assigned.update(assigned((stmt,)))
+        free += [n for n in stmt_reads(stmt) if n not in written and n not in free]
+        written.update(assigned((stmt,)))
     return free
 
 
@@ -155,7 +155,7 @@ def reachable(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
         name = pending.pop()
         if name not in found:
             found.add(name)
-            pending += [n for s in blocks[name].body for n in _stmtreads(s) if n in blocks]
+            pending += [n for s in blocks[name].body for n in stmt_reads(s) if n in blocks]
     return found
 
 
@@ -166,7 +166,7 @@ def uses_cache(block: ast.Block, blocks: dict[str, ast.Block], seen: Optional[se
         return False
     seen.add(block.name.id)
     for stmt in block.body:
-        for name in _stmtreads(stmt):
+        for name in stmt_reads(stmt):
             op = OPS.get(name)
             if op is not None and op.uses_cache:
                 return True
@@ -182,7 +182,7 @@ def warn_unused(block: ast.Block, diagnostics: Diagnostics) -> None:
         for i, stmt in enumerate(body):
             after = set(later_reads)
             for rest in body[i + 1:]:
-                after.update(_stmtreads(rest))
+                after.update(stmt_reads(rest))
             if isinstance(stmt, ast.Assign) and stmt.target.id not in after:
                 diagnostics.warning("unused", stmt.target.span,
                                     f"'{stmt.target.id}' is computed but never used")
