@@ -9,7 +9,7 @@ from .diagnostics import Diagnostics
 from .graph import build_graph
 from .lower import lower
 from .resolve import ResolvedModel, resolve
-from .validate import ValidatedModel, validate
+from .validate import ValidatedModel, lint, validate
 
 
 @dataclass
@@ -32,6 +32,8 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
     diagnostics = Diagnostics()
     model = resolve(path, overrides or {}, diagnostics, source)
     built = build_graph(model, diagnostics) if model is not None else None
+    if built is not None:
+        lint(built.graph)
     # Shapes are only inferred over a graph without errors (a partial one would mislead).
     validated = validate(model, built, diagnostics) if built is not None and model is not None else None
     if validated is None or model is None:

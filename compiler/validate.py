@@ -42,7 +42,6 @@ class ValidatedModel:
 
 
 def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) -> Optional[ValidatedModel]:
-    lint(built.graph)
     _infer_shapes(built.graph, diagnostics)
     if diagnostics.errors:
         return None

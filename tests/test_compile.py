@@ -139,3 +139,15 @@ def test_torch_compile_gives_the_eager_logits():
     src, tgt = torch.randint(0, 1000, (2, 6)), torch.randint(0, 1000, (2, 4))
     with torch.no_grad():
         torch.testing.assert_close(compiled(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+
+
+def test_encoder_only_model_from_the_same_blocks():
+    text = ('import "base.xspec"\n'
+            "model encoder_only extends transformer_base {\n"
+            "  set vocab = 100\n  set tie_embeddings = false\n  remove decoder\n}\n")
+    spec = xspec.compile_source(text, name="specs/encoder_only.xspec")
+    assert spec.has_encoder and "output.logits" not in spec.graph
+    model = spec.build(device="cpu").eval()
+    assert not hasattr(model, "decode")
+    tokens = torch.randint(0, 100, (2, 5))
+    assert model(tokens).shape == (2, 5, 512)
