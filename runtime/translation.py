@@ -29,7 +29,8 @@ class Translator:
     @torch.no_grad()
     def nbest(self, lines: list[str], progress: bool = False) -> list[list[Hypothesis]]:
         sources = encode_source(lines, self.vocab, self.max_tokens)
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        # Empty lines translate to empty lines (and cost nothing).
+        order = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(sources[i]))
         results: list[list[Hypothesis]] = [[] for _ in sources]
         bar = tqdm(total=len(sources), desc="decoding", unit="sent", disable=not progress, leave=False)
         self.model.eval()
