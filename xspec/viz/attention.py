@@ -1,0 +1,212 @@
+"""Attention maps of a trained model for one sentence (the paper's Figures 3-5), as heatmaps.
+
+The weights are recomputed from each attention module's own inputs, captured with forward hooks:
+softmax(Q Kᵀ / sqrt(d_k)) with the module's padding and causal masks (§3.2.1), per head (§3.2.2).
+Neither the compiler nor the generated code changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from xspec.errors import UserError
+
+if TYPE_CHECKING:
+    from xspec.runtime.vocab import Vocab
+    from xspec.spec import CompiledSpec
+
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One attention op of the model: where it is and what it attends over."""
+
+    module: str  # module path, e.g. decoder.layers.3.cross_attn
+    kind: str  # "encoder self-attention", "decoder self-attention", "encoder-decoder attention"
+    layer: int  # 1-based position in its stack (the paper: "layer 5 of 6")
+    layers: int
+
+
+@dataclass
+class AttentionMap:
+    site: AttentionSite
+    weights: torch.Tensor  # [heads, queries, keys]
+    queries: list[str]
+    keys: list[str]
+
+
+def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
+    """Every attention op, read off the graph (all layers), in the order the model runs them."""
+    from xspec.compiler.graph import input_sources
+
+    sites = []
+    for node, data in spec.graph.nodes(data=True):
+        if data["op"] != "attention":
+            continue
+        sources = input_sources(spec.graph, node)
+        entry = data["scope"].split(".")[0]
+        kind = f"{entry} self-attention" if sources["query"] == sources["key"] else "encoder-decoder attention"
+        frames = data["repeat"]
+        layer, layers = (frames[0][1] + 1, frames[0][2]) if frames else (1, 1)
+        sites.append(AttentionSite(node, kind, layer, layers))
+    return sites
+
+
+def select(sites: list[AttentionSite], layer: Optional[int]) -> list[AttentionSite]:
+    if layer is None:
+        return sites
+    deepest = max(s.layers for s in sites)
+    if not 1 <= layer <= deepest:
+        raise UserError(f"--layer {layer}: the model's stacks have layers 1 to {deepest}")
+    return [s for s in sites if s.layer == layer]
+
+
+def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionSite],
+            src: Optional[torch.Tensor], tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Runs the model once (teacher-forced on `tgt_in`) and returns each site's weights
+    [heads, queries, keys] for the single sentence in the batch."""
+    from xspec.runtime.vocab import PAD
+
+    captured: dict[str, torch.Tensor] = {}
+    handles = []
+    for site in sites:
+        module = model.get_submodule(site.module)
+        handles.append(module.register_forward_hook(_recorder(site.module, captured), with_kwargs=True))
+    try:
+        model.eval()
+        with torch.no_grad():
+            if spec.has_encoder:
+                model(src, tgt_in, src == PAD)
+            else:
+                model(tgt_in)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
+def _recorder(name: str, captured: dict[str, torch.Tensor]):
+    def hook(module, args, kwargs, output):
+        query, key = args[0], args[1]
+        captured[name] = attention_weights(module, query, key, kwargs.get("padding_mask"))[0]
+    return hook
+
+
+def attention_weights(module, query: torch.Tensor, key: torch.Tensor,
+                      padding_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """softmax(Q Kᵀ / sqrt(d_k)) per head (§3.2.1), masked as the module masks: [B, h, Tq, Tk]."""
+    q = module.q_proj(query).unflatten(-1, (module.heads, module.d_k)).transpose(1, 2)
+    k = module.k_proj(key).unflatten(-1, (module.heads, module.d_k)).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(module.d_k)
+    if padding_mask is not None:  # True at padding (the runtime's convention)
+        scores = scores.masked_fill(padding_mask[:, None, None, :], float("-inf"))
+    if module.causal:  # §3.2.3: position i attends to positions up to i
+        future = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: "Vocab", sentence: str,
+                 target: Optional[str], layer: Optional[int], head: Optional[int]) -> list[AttentionMap]:
+    """Encodes `sentence`, decodes it greedily unless `target` is given, and returns the maps."""
+    from xspec.runtime.vocab import BOS, EOS
+
+    sites = select(attention_sites(spec), layer)
+    heads = min(model.get_submodule(s.module).heads for s in sites)
+    if head is not None and not 1 <= head <= heads:
+        raise UserError(f"--head {head}: the model's attention has heads 1 to {heads}")
+    pieces = lambda ids: [vocab.sp.id_to_piece(i) for i in ids]  # noqa: E731
+    if spec.has_encoder:
+        src_ids = vocab.encode([sentence])[0][: (spec.max_positions or 10**9) - 1] + [EOS]
+        out_ids = vocab.encode([target])[0] if target is not None else _greedy(model, spec, src_ids)
+        src = torch.tensor([src_ids])
+    else:  # a language model reads the sentence itself
+        src_ids, out_ids, src = [], vocab.encode([sentence])[0], None
+    tgt_ids = [BOS] + out_ids[: (spec.max_positions or 10**9) - 1]
+    device = next(model.parameters()).device
+    weights = capture(model, spec, sites, src.to(device) if src is not None else None,
+                      torch.tensor([tgt_ids], device=device))
+    maps = []
+    for site in sites:
+        w = weights[site.module].float().cpu()
+        if head is not None:
+            w = w[head - 1:head]
+        queries = pieces(src_ids) if site.kind == "encoder self-attention" else pieces(tgt_ids)
+        keys = pieces(src_ids) if site.kind != "decoder self-attention" and spec.has_encoder else pieces(tgt_ids)
+        maps.append(AttentionMap(site, w, queries, keys))
+    return maps
+
+
+def _greedy(model, spec: "CompiledSpec", src_ids: list[int]) -> list[int]:
+    from xspec.runtime.beam_search import beam_search
+    from xspec.runtime.vocab import PAD
+
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids], device=device)
+    with torch.no_grad():
+        hyps = beam_search(model.eval(), src, src == PAD, beam=1, alpha=spec.decode.length_penalty,
+                           max_len_a=spec.decode.max_len_a, max_len_b=spec.decode.max_len_b,
+                           max_positions=spec.max_positions)
+    return hyps[0][0].tokens if hyps[0] else []
+
+
+def check_plot_format(path: Path) -> None:
+    if path.suffix.lower().lstrip(".") not in PLOT_FORMATS:
+        raise UserError(f"{path}: attention maps are written as {', '.join('.' + f for f in PLOT_FORMATS)}")
+
+
+def plot(maps: list[AttentionMap], path: Path, head: Optional[int], title: str) -> Path:
+    """A grid of heatmaps: one row per (attention, layer), one column per head; tokens on the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    check_plot_format(path)
+    columns = max(m.weights.size(0) for m in maps)
+    cell = 0.22  # inches per token: room for a small label
+    width = max(len(m.keys) for m in maps) * cell + 1.4
+    height = max(len(m.queries) for m in maps) * cell + 1.4
+    figure, axes = plt.subplots(len(maps), columns, figsize=(columns * width, len(maps) * height),
+                                squeeze=False, constrained_layout=True)
+    image = None
+    for row, amap in enumerate(maps):
+        for col in range(columns):
+            ax = axes[row][col]
+            if col >= amap.weights.size(0):
+                ax.axis("off")
+                continue
+            image = ax.imshow(amap.weights[col].numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+            head_number = head if head is not None else col + 1
+            ax.set_title(f"{amap.site.kind}\nlayer {amap.site.layer} of {amap.site.layers}, head {head_number}",
+                         fontsize=8)
+            ax.set_xticks(range(len(amap.keys)), amap.keys, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(amap.queries)), amap.queries, fontsize=7)
+            ax.set_xlabel("keys", fontsize=7)
+            ax.set_ylabel("queries", fontsize=7)
+    if image is not None:
+        figure.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    figure.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def load_trained(run_or_checkpoint: Path, device: str = "cpu"):
+    """(spec, model, vocabulary) of a run's latest checkpoint, or of a checkpoint file."""
+    from xspec.runtime import checkpoint as ckpt
+    from xspec.runtime.inference import compile_checkpoint_spec
+    from xspec.runtime.vocab import Vocab
+
+    checkpoint = ckpt.load_weights(ckpt.resolve(run_or_checkpoint))
+    spec = compile_checkpoint_spec(checkpoint)
+    model = spec.build(device=device)
+    ckpt.load_into(model, checkpoint)
+    return spec, model.eval(), Vocab(checkpoint.vocab_proto), checkpoint.step

@@ -1,0 +1,115 @@
+"""What a variant changed, compared op by op with another spec (`xspec viz A --diff B`).
+
+Ops are matched by node id (their module path or scope path), which a variant that `extends` a
+model keeps. For each op of A: "added" when B lacks it; "changed" when its op kind, attributes,
+shape or inputs differ. Ops of B that A lacks are "removed". A stack whose layer count differs
+is marked on its "N×" frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+import networkx as nx
+
+from xspec.compiler.graph import input_sources
+
+from .labels import format_shape, op_label
+from .view import View, canonical_graph, stack_counts
+
+if TYPE_CHECKING:
+    from xspec.spec import CompiledSpec
+
+    from .view import Unit
+
+
+@dataclass
+class Status:
+    kind: str  # "changed" or "added"
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Ghost:
+    """A box for an op of the other spec that this one lacks."""
+
+    id: str
+    title: str
+    lines: list[str]
+    neighbours: list[str]  # units of this view next to where it was
+
+
+class Diff:
+    def __init__(self, spec: "CompiledSpec", other: "CompiledSpec") -> None:
+        self.other = other
+        self.mine, self.theirs = canonical_graph(spec.graph), canonical_graph(other.graph)
+        self.ops: dict[str, Status] = {}
+        for node in self.mine:
+            status = compare_op(self.mine, self.theirs, node)
+            if status is not None:
+                self.ops[node] = status
+        self.missing = [n for n in self.theirs if n not in self.mine]
+        self.counts, self.other_counts = stack_counts(self.mine), stack_counts(self.theirs)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.ops and not self.missing and self.counts == self.other_counts
+
+    def unit_status(self, view: View, unit: "Unit") -> Optional[Status]:
+        found = [self.ops[n] for n in unit.ops + unit.folded if n in self.ops]
+        if not found:
+            return None
+        kind = "added" if all(s.kind == "added" for s in found) else "changed"
+        lines = list(dict.fromkeys(line for s in found for line in s.lines))
+        return Status(kind, lines[:4] + ([f"(and {len(lines) - 4} more)"] if len(lines) > 4 else []))
+
+    def frame_change(self, stack: str) -> Optional[str]:
+        mine, theirs = self.counts.get(stack), self.other_counts.get(stack)
+        if theirs is None or mine == theirs:
+            return None
+        return f"layers: {theirs} → {mine}"
+
+    def removed_units(self, view: View) -> list[Ghost]:
+        ghosts = []
+        for node in self.missing:
+            label = op_label(self.theirs, node)
+            neighbours = [view.unit_of[n] for n in nx.all_neighbors(self.theirs, node) if n in view.unit_of]
+            ghosts.append(Ghost(f"removed:{node}", label.title, [node], list(dict.fromkeys(neighbours))))
+        return ghosts
+
+
+def compare_op(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> Optional[Status]:
+    if node not in theirs:
+        return Status("added", ["added"])
+    a, b = mine.nodes[node], theirs.nodes[node]
+    lines = []
+    if a["op"] != b["op"]:
+        lines.append(f"{b['op']} → {a['op']}")
+    else:
+        before, after = b["attrs"].model_dump(), a["attrs"].model_dump()
+        lines += [f"{k}: {_value(before.get(k))} → {_value(after.get(k))}"
+                  for k in after if before.get(k) != after.get(k)]
+    if str(a["shape"]) != str(b["shape"]):
+        lines.append(f"shape: {format_shape(b['shape'])} → {format_shape(a['shape'])}")
+    lines += _rewired(mine, theirs, node)
+    return Status("changed", lines) if lines else None
+
+
+def _rewired(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> list[str]:
+    """Inputs that now come from another op (e.g. a norm moved before the sublayer), one line per
+    change: "input query, key, value: add_1 → norm"."""
+    now, before = input_sources(mine, node), input_sources(theirs, node)
+    changes: dict[tuple[str, str], list[str]] = {}
+    for port, src in now.items():
+        if before.get(port) != src:
+            changes.setdefault((_short(before.get(port)), _short(src)), []).append(port)
+    return [f"input {', '.join(ports)}: {old} → {new}" for (old, new), ports in changes.items()]
+
+
+def _short(node: Optional[str]) -> str:
+    return "(none)" if node is None else ".".join(node.split(".")[-2:])
+
+
+def _value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

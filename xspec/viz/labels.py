@@ -1,0 +1,191 @@
+"""What each box says: the op kind, its key attributes, its output shape, its parameter count.
+
+Titles follow the paper's Figure 1 ("Multi-Head Attention", "Add & Norm", "Feed Forward", ...);
+the words come from the ops and their attributes, not from block names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import networkx as nx
+
+from xspec.compiler.graph import input_sources
+from xspec.compiler.ops import OPS
+
+from .view import Unit, View, build_view
+
+TITLES = {
+    "attention": "Multi-Head Attention",
+    "linear": "Linear",
+    "layer_norm": "Layer Norm",
+    "embedding": "Embedding",
+    "sinusoidal_positions": "Positional Encoding",
+    "learned_positions": "Positional Embedding",
+    "dropout": "Dropout",
+    "relu": "ReLU",
+    "gelu": "GELU",
+    "add": "Add",
+    "scale": "Scale",
+}
+
+
+@dataclass
+class Label:
+    title: str
+    details: list[str] = field(default_factory=list)  # key attributes, one short line each
+    shape: Optional[str] = None  # output shape with symbolic dims: "batch × src_len × 512"
+    params: Optional[str] = None
+    notes: list[str] = field(default_factory=list)  # folded ops, tied weights
+    family: str = "io"  # picks the colour
+
+
+def unit_label(view: View, unit: Unit) -> Label:
+    graph, last = view.graph, unit.ops[-1]
+    if view.depth == "1" and unit.instance:
+        label = _collapsed_label(view, unit)
+    elif unit.kind == "block":
+        label = _block_label(view, unit)
+    elif unit.kind == "add_norm":
+        label = Label("Add & Norm", family="norm")  # §3.1: LayerNorm(x + Sublayer(x))
+    else:
+        label = op_label(graph, unit.ops[0])
+    label.shape = format_shape(graph.nodes[last]["shape"])
+    label.params = _params(view, unit)
+    label.notes += [_folded_note(graph, node) for node in unit.folded]
+    label.notes += tie_notes(view, unit)
+    return label
+
+
+def op_label(graph: nx.DiGraph, node: str) -> Label:
+    data = graph.nodes[node]
+    op, attrs = data["op"], data["attrs"]
+    family = OPS[op].family
+    if op == "attention":
+        return _attention_label(graph, node)
+    if op == "input":
+        return Label(f"{attrs.name}", [attrs.kind], family=family)
+    if op == "output":
+        if node == "output.logits":  # §3.4: the decoder output goes through a softmax
+            return Label("Softmax", ["output probabilities (in the loss and search)"], family="activation")
+        return Label(attrs.name, ["model output"], family=family)
+    title, details = TITLES.get(op, op), []
+    if op == "embedding":
+        details = [f"{attrs.vocab} × {attrs.dim}", f"scaled by {_scale_text(attrs.scale)}"]
+    elif op.endswith("_positions"):
+        kind = "sinusoidal" if op == "sinusoidal_positions" else "learned"
+        details = [f"{kind}, max_len {attrs.max_len}"]
+    elif op == "linear":
+        details = [f"{data['inferred']['in_features']} → {attrs.out}" + ("" if attrs.bias else ", no bias")]
+    elif op == "dropout":
+        details = [f"p = {attrs.p:g}"]
+    elif op == "scale":
+        details = [f"× {attrs.factor:.4g}"]
+    return Label(title, details, family=family)
+
+
+def _attention_label(graph: nx.DiGraph, node: str) -> Label:
+    attrs, sources = graph.nodes[node]["attrs"], input_sources(graph, node)
+    title = "Masked Multi-Head Attention" if attrs.causal else TITLES["attention"]  # §3.2.3
+    kind = "self-attention" if sources["query"] == sources["key"] == sources["value"] else "encoder-decoder attention"
+    details = [f"h = {attrs.heads}, d_k = {attrs.d_k}, d_v = {attrs.d_v}", kind]
+    if "mask" in sources:
+        details[-1] += ", padding mask"
+    if attrs.dropout:
+        details.append(f"attention dropout {attrs.dropout:g}")
+    return Label(title, details, family="attention")
+
+
+def _block_label(view: View, unit: Unit) -> Label:
+    """A block of linear layers and activations: the position-wise feed-forward network (§3.3)."""
+    nodes = [view.graph.nodes[n] for n in unit.ops]
+    linears = [d for d in nodes if d["op"] == "linear"]
+    widths = ", ".join(str(d["attrs"].out) for d in linears[:-1])
+    activations = ", ".join(TITLES.get(d["op"], d["op"]) for d in nodes if OPS[d["op"]].family == "activation")
+    details = [f"d_ff = {widths}" if widths else f"{len(linears)} linear"]
+    if activations:
+        details[0] += f", {activations}"
+    return Label("Feed Forward", details, family="feed_forward")
+
+
+def _collapsed_label(view: View, unit: Unit) -> Label:
+    """A block or a whole repeated stack at depth 1, named by the depth-2 boxes it holds, in order."""
+    inner = build_view(view.spec, "2")
+    boxes = [u for uid, u in inner.units.items() if _inside(inner, uid, unit.instance)]
+    titles = [unit_label_title(inner, u) for u in boxes]
+    family = next((unit_label(inner, u).family for u in boxes if u.kind in ("op", "block")), "io")
+    if unit.kind == "stack":
+        name = unit.instance.rsplit(".", 1)[-1]
+        lines = [" → ".join(titles[i:i + 2]) for i in range(0, len(titles), 2)]
+        return Label(f"{view.frames_count(unit.instance)}× {name}", lines, family=family)
+    named = [t for t in titles if t not in (TITLES["add"], "Add & Norm")]
+    return Label(" + ".join(dict.fromkeys(named)) or unit.instance, family=family)
+
+
+def _inside(view: View, uid: str, path: str) -> bool:
+    """Whether a box of `view` lies in the module `path` (a frame, or a block collapsed at depth 2)."""
+    unit = view.units[uid]
+    where = unit.instance or view.graph.nodes[unit.ops[0]]["scope"]
+    return where == path or where.startswith(path + ".")
+
+
+def unit_label_title(view: View, unit: Unit) -> str:
+    if unit.kind == "add_norm":
+        return "Add & Norm"
+    if unit.kind == "block":
+        return "Feed Forward"
+    return op_label(view.graph, unit.ops[0]).title
+
+
+def _params(view: View, unit: Unit) -> Optional[str]:
+    if unit.instance:
+        total = view.spec.count_under(unit.instance)
+        if unit.kind == "stack":
+            each = view.spec.count_under(f"{unit.instance}.0")
+            return f"{view.frames_count(unit.instance)} × {format_count(each)} = {format_count(total)} params"
+        return f"{format_count(total)} params" if total else None
+    modules = [view.graph.nodes[n]["module"] for n in unit.ops if view.graph.nodes[n]["module"]]
+    total = sum(view.spec.count_under(m) for m in modules)
+    return f"{format_count(total)} params" if total else None
+
+
+def tie_notes(view: View, unit: Unit) -> list[str]:
+    """§3.4: a weight shared with another module (counted once, at its owner)."""
+    notes = []
+    modules = {view.graph.nodes[n]["module"] for n in unit.ops} - {None}
+    for copy, owner in view.spec.ties.items():
+        copy_module, owner_module = copy.rsplit(".", 1)[0], owner.rsplit(".", 1)[0]
+        if copy_module in modules:
+            notes.append(f"tied: {copy.rsplit('.', 1)[1]} shared with {owner_module}")
+        elif owner_module in modules and not any(n.startswith("tied: weight shared by") for n in notes):
+            sharers = sum(1 for o in view.spec.ties.values() if o == owner)
+            notes.append(f"tied: weight shared by {sharers + 1} modules")
+    return notes
+
+
+def _folded_note(graph: nx.DiGraph, node: str) -> str:
+    data = graph.nodes[node]
+    if data["op"] == "dropout":
+        return f"dropout {data['attrs'].p:g} on output"  # §5.4: residual dropout
+    return TITLES.get(data["op"], data["op"])
+
+
+def format_shape(shape) -> Optional[str]:
+    return " × ".join(str(d) for d in shape.dims) if shape is not None else None
+
+
+def format_count(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.2f}M".replace(".00M", "M")
+    if n >= 10_000:
+        return f"{n / 1000:.1f}k".replace(".0k", "k")
+    return f"{n:,}"
+
+
+def _scale_text(scale: float) -> str:
+    squared = round(scale * scale)
+    if squared > 1 and math.isclose(scale * scale, squared, rel_tol=1e-9):
+        return f"√{squared}"  # §3.4: embeddings are multiplied by sqrt(d_model)
+    return f"{scale:.4g}"

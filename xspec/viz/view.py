@@ -1,0 +1,345 @@
+"""What an architecture diagram shows, read off the compiled graph: boxes, arrows and frames.
+
+Everything here is derived from the graph's structure (ops, scopes, `repeat` frames, ports and op
+families), never from block names, so a spec that names its blocks differently draws the same way.
+
+Levels of detail (`--depth`):
+  "1"    blocks: each child of an entry block (embeddings, a repeated stack, the output projection)
+         is one box;
+  "2"    sublayers, the level of the paper's Figure 1: attention, feed-forward, "Add & Norm",
+         embeddings, positional encodings, output projection;
+  "full" every op; architecture.py also opens each attention op into the paper's Figure 2.
+
+A repeated stack is drawn once, as its first layer, in a frame labelled "N×" (Figure 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+import networkx as nx
+
+from xspec.compiler.graph import input_sources
+from xspec.compiler.ops import OPS
+
+if TYPE_CHECKING:
+    from xspec.compiler.graph import Instance
+    from xspec.spec import CompiledSpec
+
+DEPTHS = ("1", "2", "full")
+
+# Ops that a residual connection skips around: a skip around only a positional encoding (the
+# embeddings' "e + positions(e)") is not a residual connection.
+_SUBLAYER_FAMILIES = frozenset({"attention", "feed_forward", "norm", "activation"})
+# A block made only of these is a position-wise feed-forward network, drawn as one box at depth 2.
+_DENSE_FAMILIES = frozenset({"feed_forward", "activation", "regularization", "elementwise"})
+
+
+@dataclass
+class Unit:
+    """One box of the diagram: a single op, "Add & Norm", or a collapsed block or stack."""
+
+    id: str
+    kind: str  # "op", "add_norm", "block" or "stack"
+    ops: list[str]  # the graph nodes it stands for, in graph order
+    instance: Optional[str] = None  # the collapsed block or stack (kinds "block", "stack")
+    folded: list[str] = field(default_factory=list)  # ops drawn as a note (dropout), not a box
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str
+    dst: str
+    ports: tuple[str, ...]
+    role: str  # "data", "residual", "cross_attention", "length", "mask"
+
+
+@dataclass
+class Frame:
+    """A drawn frame: an entry block, a repeated stack (with its count), or a block at depth full."""
+
+    path: str
+    kind: str  # "entry", "stack" or "block"
+    parent: Optional[str]
+    count: Optional[int] = None  # layers in a stack
+
+
+@dataclass
+class View:
+    spec: "CompiledSpec"
+    depth: str
+    graph: nx.DiGraph  # the first layer of every stack, as `canonical_graph` builds it
+    units: dict[str, Unit]
+    unit_of: dict[str, str]  # graph node -> unit id
+    edges: list[Edge]
+    frames: dict[str, Frame]
+    frame_of: dict[str, Optional[str]]  # unit id -> innermost frame path (None: top level)
+    instances: dict[str, "Instance"]
+    hidden: set[str]  # units left out of the drawing (mask inputs, intermediate outputs)
+    counts: dict[str, int]  # stack path -> number of layers
+
+    def frames_count(self, stack: str) -> int:
+        return self.counts[stack]
+
+    def drawn_edges(self) -> list[Edge]:
+        return [e for e in self.edges if e.src not in self.hidden and e.dst not in self.hidden]
+
+
+def build_view(spec: "CompiledSpec", depth: str) -> View:
+    if depth not in DEPTHS:
+        raise ValueError(f"depth must be one of {DEPTHS}, got {depth!r}")
+    graph = canonical_graph(spec.graph)
+    instances = _instances_by_path(spec.instances)
+    unit_of, units = _assign_units(graph, instances, depth)
+    frames = _frames(graph, instances, depth, units)
+    frame_of = {uid: _innermost_frame(_location(unit, graph), frames) for uid, unit in units.items()}
+    edges = _unit_edges(graph, unit_of, units)
+    hidden = set() if depth == "full" else {uid for uid in units if _is_hidden_io(graph, uid)}
+    return View(spec, depth, graph, units, unit_of, edges, frames, frame_of, instances, hidden, stack_counts(graph))
+
+
+def _is_hidden_io(graph: nx.DiGraph, node: str) -> bool:
+    """Figure 1 draws neither the padding masks (attention boxes say they use one) nor an output
+    that other ops also read (the encoder output, drawn as the arrow into cross-attention)."""
+    data = graph.nodes[node] if node in graph else None
+    if data is None or data["op"] not in ("input", "output"):
+        return False
+    if data["op"] == "input":
+        return data["attrs"].kind == "mask"
+    (producer,) = graph.predecessors(node)
+    return graph.out_degree(producer) > 1
+
+
+# --- the first layer of each stack ---------------------------------------------------------
+
+
+def canonical_graph(graph: nx.DiGraph) -> nx.DiGraph:
+    """The graph with each repeated stack cut down to its first layer.
+
+    Nodes of later layers map onto the same node in layer 0; edges that carry a value from one
+    layer to the next are dropped (the "N×" frame stands for them). The stack's output, read by
+    later ops (the encoder output feeding every decoder layer), then comes from layer 0's node.
+    """
+    kept = nx.DiGraph()
+    for node, data in graph.nodes(data=True):
+        if all(index == 0 for _, index, _ in data["repeat"]):
+            kept.add_node(node, **data)
+    for src, dst, ports in graph.edges(data="ports"):
+        if _crosses_iterations(graph.nodes[src]["repeat"], graph.nodes[dst]["repeat"]):
+            continue
+        a, b = canonical_node(src, graph.nodes[src]["repeat"]), canonical_node(dst, graph.nodes[dst]["repeat"])
+        if a in kept and b in kept:
+            previous = kept.edges[a, b]["ports"] if kept.has_edge(a, b) else ()
+            kept.add_edge(a, b, ports=previous + tuple(p for p in ports if p not in previous))
+    return kept
+
+
+def canonical_node(node: str, frames: tuple) -> str:
+    """`encoder.layers.3.ffn.w_1` -> `encoder.layers.0.ffn.w_1`, for every enclosing `repeat`."""
+    renamed: list[tuple[str, str]] = []
+    for stack, index, _ in frames:  # outermost first; inner stack paths contain the outer index
+        for old, new in renamed:
+            stack = stack.replace(old, new, 1)
+        old, new = f"{stack}.{index}.", f"{stack}.0."
+        node = node.replace(old, new, 1) if node.startswith(old) else node
+        renamed.append((old, new))
+    return node
+
+
+def _crosses_iterations(src_frames: tuple, dst_frames: tuple) -> bool:
+    """True for an edge from one iteration of a `repeat` to another (layer i -> layer i + 1)."""
+    src_index = {stack: index for stack, index, _ in src_frames}
+    return any(stack in src_index and src_index[stack] != index for stack, index, _ in dst_frames)
+
+
+def stack_counts(graph: nx.DiGraph) -> dict[str, int]:
+    """Each stack's path (in layer 0 terms) and its number of layers, from the `repeat` frames."""
+    counts: dict[str, int] = {}
+    for node, data in graph.nodes(data=True):
+        frames = data["repeat"]
+        for depth, (stack, _, count) in enumerate(frames):
+            counts[canonical_node(stack + ".", frames[:depth]).removesuffix(".")] = count
+    return counts
+
+
+# --- boxes ------------------------------------------------------------------------------------
+
+
+def _instances_by_path(root: "Instance") -> dict[str, "Instance"]:
+    found: dict[str, "Instance"] = {}
+    pending = list(root.children.values())
+    while pending:
+        instance = pending.pop()
+        found[instance.path] = instance
+        pending.extend(instance.children.values())
+    return found
+
+
+def _assign_units(graph: nx.DiGraph, instances: dict, depth: str) -> tuple[dict[str, str], dict[str, Unit]]:
+    unit_of: dict[str, str] = {}
+    units: dict[str, Unit] = {}
+    dense = _dense_blocks(graph, instances) if depth == "2" else set()
+    for node in nx.topological_sort(graph):
+        uid, kind, instance, folded = _unit_for(graph, node, depth, unit_of, instances, dense)
+        unit = units.setdefault(uid, Unit(uid, kind, [], instance))
+        unit.kind = kind if kind == "add_norm" else unit.kind
+        (unit.folded if folded else unit.ops).append(node)
+        unit_of[node] = uid
+    return unit_of, units
+
+
+def _unit_for(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], instances: dict,
+              dense: set[str]) -> tuple[str, str, Optional[str], bool]:
+    """(unit id, unit kind, collapsed instance, drawn as a note) for one node; producers come first."""
+    data = graph.nodes[node]
+    if data["op"] in ("input", "output") or depth == "full":
+        return node, "op", None, False
+    if depth == "1":
+        block = _entry_child(data["scope"], instances)
+        if block is None:
+            return node, "op", None, False
+        return block, instances[block].kind, block, False
+    # depth 2: the paper's Figure 1
+    if data["scope"] in dense:
+        return data["scope"], "block", data["scope"], False
+    producer = _single_producer(graph, node)
+    if data["op"] == "dropout" and producer is not None and graph.nodes[producer]["op"] != "input":
+        uid = unit_of[producer]  # §5.4: dropout on a sublayer's (or the embedding sum's) output
+        return uid, "op", None, True
+    if data["op"] == "layer_norm" and producer is not None and _is_post_norm(graph, producer, node):
+        return unit_of[producer], "add_norm", None, False  # §3.1: LayerNorm(x + Sublayer(x))
+    return node, "op", None, False
+
+
+def _entry_child(scope: str, instances: dict) -> Optional[str]:
+    """At depth 1, the child of an entry block that holds an op (None: the op sits in the entry)."""
+    parts = scope.split(".")
+    if len(parts) < 2:
+        return None
+    path = ".".join(parts[:2])
+    return path if path in instances else None
+
+
+def _dense_blocks(graph: nx.DiGraph, instances: dict) -> set[str]:
+    """Blocks made only of linear layers and activations (§3.3's FFN), without sub-blocks."""
+    ops_in: dict[str, list[str]] = {}
+    for node, data in graph.nodes(data=True):
+        ops_in.setdefault(data["scope"], []).append(data["op"])
+    dense = set()
+    for path, ops in ops_in.items():
+        instance = instances.get(path)
+        if instance is None or instance.kind != "block" or any(c.kind != "op" for c in instance.children.values()):
+            continue
+        families = {OPS[op].family for op in ops}
+        if families <= _DENSE_FAMILIES and sum(OPS[op].family != "regularization" for op in ops) >= 2:
+            dense.add(path)
+    return dense
+
+
+def _single_producer(graph: nx.DiGraph, node: str) -> Optional[str]:
+    producers = list(graph.predecessors(node))
+    return producers[0] if len(producers) == 1 else None
+
+
+def _is_post_norm(graph: nx.DiGraph, add: str, norm: str) -> bool:
+    """An add whose only reader is this norm, in the same block: one "Add & Norm" box."""
+    return (graph.nodes[add]["op"] == "add" and list(graph.successors(add)) == [norm]
+            and graph.nodes[add]["scope"] == graph.nodes[norm]["scope"])
+
+
+# --- arrows -----------------------------------------------------------------------------------
+
+
+def residual_sources(graph: nx.DiGraph, add: str) -> set[str]:
+    """The operand(s) of an add that skip around a sublayer (§3.1's residual connection): the
+    operand from which the other one is computed, through attention, feed-forward or a norm."""
+    sources = input_sources(graph, add)
+    if set(sources) != {"a", "b"}:
+        return set()
+    found = set()
+    for skip, other in ((sources["a"], sources["b"]), (sources["b"], sources["a"])):
+        if skip == other or not nx.has_path(graph, skip, other):
+            continue
+        between = (nx.descendants(graph, skip) & nx.ancestors(graph, other)) | {other}
+        if any(OPS[graph.nodes[n]["op"]].family in _SUBLAYER_FAMILIES for n in between):
+            found.add(skip)
+    return found
+
+
+def edge_role(graph: nx.DiGraph, src: str, dst: str) -> str:
+    data, ports = graph.nodes[dst], graph.edges[src, dst]["ports"]
+    if graph.nodes[src]["op"] == "input" and graph.nodes[src]["attrs"].kind == "mask":
+        return "mask"
+    if data["op"] == "add" and src in residual_sources(graph, dst):
+        return "residual"
+    if data["op"] == "attention" and "query" not in ports and input_sources(graph, dst).get("query") != src:
+        return "cross_attention"  # §3.2.3: keys and values from the encoder output
+    if OPS[data["op"]].family == "position":
+        return "length"  # a positional encoding reads only the length of its input
+    return "data"
+
+
+def _unit_edges(graph: nx.DiGraph, unit_of: dict[str, str], units: dict[str, Unit]) -> list[Edge]:
+    merged: dict[tuple[str, str, str], tuple[str, ...]] = {}
+    for src, dst, ports in graph.edges(data="ports"):
+        a, b = unit_of[src], unit_of[dst]
+        if a == b:
+            continue
+        key = (a, b, edge_role(graph, src, dst))
+        merged[key] = merged.get(key, ()) + tuple(p for p in ports if p not in merged.get(key, ()))
+    # A residual edge into a box that the same source also feeds directly (depth 1, where a whole
+    # layer is one box) adds nothing.
+    return [Edge(a, b, ports, role) for (a, b, role), ports in merged.items()
+            if not (role == "residual" and (a, b, "data") in merged)]
+
+
+# --- frames -----------------------------------------------------------------------------------
+
+
+def _frames(graph: nx.DiGraph, instances: dict, depth: str, units: dict[str, Unit]) -> dict[str, Frame]:
+    collapsed = {u.instance for u in units.values() if u.instance}
+    counts = stack_counts(graph)
+    frames: dict[str, Frame] = {}
+    for path in sorted(instances, key=lambda p: p.count(".")):
+        instance, parent = instances[path], _parent_frame(path, frames)
+        if instance.kind == "op" or path in collapsed or any(path.startswith(c + ".") for c in collapsed):
+            continue
+        if "." not in path:
+            frames[path] = Frame(path, "entry", None)
+        elif not _has_layer0_ops(graph, path):
+            continue  # a later layer of a stack: drawn as layer 0
+        elif instance.kind == "stack" and depth != "1":
+            frames[path] = Frame(path, "stack", parent, counts.get(path, len(instance.children)))
+        elif depth == "full" and instance.kind == "block" and not _is_stack_item(path, instances):
+            frames[path] = Frame(path, "block", parent)
+    return frames
+
+
+def _parent_frame(path: str, frames: dict[str, Frame]) -> Optional[str]:
+    return _innermost_frame(path.rsplit(".", 1)[0] if "." in path else "", frames)
+
+
+def _innermost_frame(location: str, frames: dict[str, Frame]) -> Optional[str]:
+    parts = location.split(".") if location else []
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in frames:
+            return candidate
+    return None
+
+
+def _is_stack_item(path: str, instances: dict) -> bool:
+    parent = path.rsplit(".", 1)[0]
+    return parent in instances and instances[parent].kind == "stack"
+
+
+def _has_layer0_ops(graph: nx.DiGraph, path: str) -> bool:
+    return any(d["scope"] == path or d["scope"].startswith(path + ".") for _, d in graph.nodes(data=True))
+
+
+def _location(unit: Unit, graph: nx.DiGraph) -> str:
+    """Where a unit sits in the module tree: its op's block, or the parent of a collapsed block."""
+    if unit.instance:
+        return unit.instance.rsplit(".", 1)[0] if "." in unit.instance else ""
+    return graph.nodes[unit.ops[0]]["scope"]
