@@ -121,9 +121,8 @@ class _Builder:
         for block in model.blocks.values():
             self.names.update(call_site_names(block.body, diagnostics))
             warn_unused(block, diagnostics)
-        # Blocks the decoder uses; those with cache-aware ops take the cache in forward().
-        self.decoder_blocks = reachable("decoder", model.blocks)
-        self.cache_blocks = {b for b in self.decoder_blocks if uses_cache(model.blocks[b], model.blocks)}
+        # Blocks the decoder uses that hold cache-aware ops take the cache in forward().
+        self.cache_blocks = {b for b in reachable("decoder", model.blocks) if uses_cache(model.blocks[b], model.blocks)}
         self._check_names()
 
     # --- entries ----------------------------------------------------------------------------
@@ -170,7 +169,7 @@ class _Builder:
         instance = Instance(path=block.name.id, kind="block", block=block, params=tuple(p.id for p in block.params),
                             has_cache=block.name.id == "decoder", span=block.span)
         root.children[block.name.id] = instance
-        return self._run_block(instance, block, args)
+        return self._run_block(instance, block, args, decoding=block.name.id == "decoder")
 
     def _input(self, name: str, kind: str, span: Span) -> Tensor:
         length = SRC_LEN if name.startswith("src") else TGT_LEN
@@ -190,14 +189,14 @@ class _Builder:
             self.diagnostics.error("type", span, f"the {name} must be a tensor, got {describe(value)}")
 
     # --- blocks -----------------------------------------------------------------------------
-    def _run_block(self, instance: Instance, block: ast.Block, args: list[Value]) -> Value:
+    def _run_block(self, instance: Instance, block: ast.Block, args: list[Value], decoding: bool) -> Value:
         if block.name.id in self.call_stack:
             cycle = " -> ".join((*self.call_stack[self.call_stack.index(block.name.id):], block.name.id))
             self.diagnostics.error("cycle", block.name.span, f"blocks call each other in a cycle: {cycle}")
             return POISON
         self.call_stack.append(block.name.id)
         env = dict(zip((p.id for p in block.params), args))
-        frame = _Frame(instance, env, self.names, decoding=block.name.id in self.decoder_blocks)
+        frame = _Frame(instance, env, self.names, decoding)
         try:
             self._exec(block.body, frame)
             self.diagnostics.error("missing", block.name.span, f"block '{block.name.id}' does not return a value")
@@ -282,7 +281,7 @@ class _Builder:
         if not self._claim(owner, key, call):
             return POISON
         owner.children[key] = child
-        return self._run_block(child, block, args)
+        return self._run_block(child, block, args, frame.decoding)
 
     def _bind_block_args(self, block: ast.Block, call: ast.Call, frame: _Frame) -> Optional[list[Value]]:
         names = [p.id for p in block.params]
