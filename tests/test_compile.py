@@ -151,3 +151,31 @@ def test_encoder_only_model_from_the_same_blocks():
     assert not hasattr(model, "decode")
     tokens = torch.randint(0, 100, (2, 5))
     assert model(tokens).shape == (2, 5, 512)
+
+
+def test_inline_repeat_body_is_the_same_model_as_a_layer_block():
+    """`repeat N { two statements }` makes a layer class of its own, with the same parameter names."""
+    text = ('import "base.xspec"\n'
+            "model inline extends transformer_base {\n"
+            "  block encoder(src, src_mask) {\n"
+            "    x = embed(src) as embedding\n"
+            "    repeat layers {\n"
+            "      x = sublayer(x, h => attention(h, h, h, src_mask, heads, d_k, d_v) as self_attn)\n"
+            "      x = sublayer(x, h => feed_forward(h) as ffn)\n"
+            "    }\n"
+            "    return x\n"
+            "  }\n"
+            "}\n")
+    overrides = {"vocab": 100, "layers": 2}
+    inline = xspec.compile_source(text, name="specs/inline.xspec", overrides=overrides)
+    base = xspec.compile("specs/base.xspec", overrides=overrides)
+    assert "class EncoderLayer(" in inline.python_source
+    assert "for layer in self.layers:" in inline.python_source
+    assert inline.param_shapes == base.param_shapes
+    torch.manual_seed(0)
+    reference = base.build(device="cpu").eval()
+    model = inline.build(device="cpu").eval()
+    model.load_state_dict(reference.state_dict())
+    src, tgt = torch.randint(0, 100, (2, 6)), torch.randint(0, 100, (2, 4))
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, tgt), reference(src, tgt))
