@@ -182,7 +182,7 @@ def plot(maps: list[AttentionMap], path: Path, head: Optional[int], title: str) 
             if col >= amap.weights.size(0):
                 ax.axis("off")
                 continue
-            image = ax.imshow(amap.weights[col].numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+            image = ax.imshow(amap.weights[col].numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal")
             head_number = head if head is not None else col + 1
             ax.set_title(f"{amap.site.kind}\nlayer {amap.site.layer} of {amap.site.layers}, head {head_number}",
                          fontsize=8)
