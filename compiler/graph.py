@@ -89,6 +89,7 @@ class BuiltGraph:
     graph: nx.DiGraph
     root: Instance  # children: "encoder" and/or "decoder"
     names: dict[int, str]  # id(call or repeat) -> attribute name in its block
+    uncalled: set[int]  # id(lambda) of functions never called: they lower to None
 
 
 class _Frame:
@@ -107,7 +108,7 @@ def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[Buil
     root = builder.run()
     if diagnostics.errors:
         return None
-    return BuiltGraph(builder.graph, root, builder.names)
+    return BuiltGraph(builder.graph, root, builder.names, set(builder.uncalled))
 
 
 class _Builder:
@@ -118,6 +119,7 @@ class _Builder:
         self.call_stack: list[str] = []
         self.counters: dict[tuple[str, str], itertools.count] = {}
         self.stack_frames: list[tuple[str, int, int]] = []  # (stack path, index, count)
+        self.uncalled: dict[int, ast.Lambda] = {}  # functions passed on but never called
         for block in model.blocks.values():
             self.names.update(call_site_names(block.body, diagnostics))
             warn_unused(block, diagnostics)
@@ -153,6 +155,9 @@ class _Builder:
             args = [tgt, memory, src_mask] if encoder is not None else [tgt]
             logits = self._entry(root, decoder, args)
             self._output("logits", logits, decoder.span)
+        for fn in self.uncalled.values():
+            self.diagnostics.warning("unused", fn.span, "this function is never called, so its ops are not "
+                                     "part of the model")
         return root
 
     def _check_entry(self, block: ast.Block) -> bool:
@@ -315,6 +320,7 @@ class _Builder:
         if isinstance(expr, ast.Name):
             return self._lookup(expr, frame)
         if isinstance(expr, ast.Lambda):
+            self.uncalled.setdefault(id(expr), expr)
             return Closure(expr, dict(frame.env), frame.instance, frame.decoding)
         if isinstance(expr, ast.Call):
             return self._call(expr, frame)
@@ -396,6 +402,7 @@ class _Builder:
             self._error("arguments", call.span, f"'{call.callee.id}' takes exactly one argument")
             return POISON
         arg = self._eval(call.args[0], frame)
+        self.uncalled.pop(id(closure.fn), None)
         env = {**closure.env, closure.fn.param.id: arg}
         inner = _Frame(closure.owner, env, self.names, closure.decoding)
         return self._eval(closure.fn.body, inner)

@@ -143,6 +143,8 @@ class _Lowering:
         if isinstance(expr, ast.Name):
             return _identifier(expr.id), 100
         if isinstance(expr, ast.Lambda):
+            if id(expr) in self.validated.graph.uncalled:
+                return "None", 100
             inner = {**env, expr.param.id: Tensor("")}
             body = self._expr(instance, inner, expr.body)[0]
             return f"lambda {_identifier(expr.param.id)}: {body}", 0
@@ -166,16 +168,14 @@ class _Lowering:
 
     def _call(self, instance: Instance, env: dict, call: ast.Call) -> str:
         name = call.callee.id
-        if isinstance(env.get(name), Closure) or isinstance(env.get(name), Tensor):
+        if isinstance(env.get(name), Closure):
             return f"{_identifier(name)}({self._expr(instance, env, call.args[0])[0]})"
         if name in self.model.blocks:
             child = instance.children[self.names[id(call)]]
             cache = ", cache=cache" if child.has_cache and instance.has_cache else ""
             return f"self.{_identifier(child.name)}({self._call_args(instance, env, call)}{cache})"
         assert name in CALLABLE_OPS, f"unexpected call {name}"
-        node_id = instance.call_nodes.get(id(call))
-        if node_id is None:
-            return "None"  # inside a function that is never called
+        node_id = instance.call_nodes[id(call)]
         node = self.graph.nodes[node_id]
         op = OPS[node["op"]]
         bound = _bind_op_args(op, call, Diagnostics())
