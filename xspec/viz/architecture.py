@@ -179,8 +179,9 @@ class _Drawer:
             if a is None or b is None or a == b or (a, b) in drawn:
                 continue
             drawn.add((a, b))
-            self.dot.edge(a, b, style="dashed", color=TIE_COLOR, fontcolor=TIE_COLOR, dir="none",
-                          constraint="false", label="shared weights", **{"class": "tie"})
+            # No edge label: dot may set it on a frame's border; the boxes' "tied:" notes say it.
+            self.dot.edge(a, b, style="dashed", color=TIE_COLOR, dir="none", constraint="false",
+                          **{"class": "tie"})
 
     def _unit_of_module(self, module: str) -> Optional[str]:
         original = self.view.spec.graph
@@ -254,13 +255,13 @@ def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, l
     with graph.subgraph(name=f"cluster_{node}") as mha:
         header = Label(label.title, label.details, label.shape, label.params, label.notes, label.family)
         mha.attr(label=_html(header), style="rounded,filled", fillcolor=colors["fillcolor"], color=colors["color"],
-                 labeljust="c", labelloc="t", **{"class": "attention", "id": f"frame:{node}"})
+                 labeljust="c", labelloc="b", **{"class": "attention", "id": f"frame:{node}"})  # top, in BT
         for part, width, source_dim in (("q", a.d_k, inferred["d_model"]), ("k", a.d_k, inferred["kdim"]),
                                         ("v", a.d_v, inferred["vdim"])):
             mha.node(n(part), _table([f"<B>Linear {part.upper()}</B>",
                                       f'<FONT POINT-SIZE="9">{source_dim} → {a.heads}·{width}</FONT>']), **inner)
         with mha.subgraph(name=f"cluster_{node}/sdpa") as sdpa:
-            sdpa.attr(label=f"Scaled Dot-Product Attention  (×{a.heads} heads)", fontsize="10",
+            sdpa.attr(label=f"Scaled Dot-Product Attention  (×{a.heads} heads)", fontsize="10", labelloc="b",
                       style="rounded,filled", fillcolor="white", color="#BBBBBB")
             sdpa.node(n("scores"), "MatMul  Q·Kᵀ", **inner)
             sdpa.node(n("scale"), f"Scale  1/√{a.d_k}", **inner)
