@@ -1,0 +1,80 @@
+"""The hyperparameters Table 3 varies, read off a compiled spec's graph (not its parameter names).
+
+Reading the graph means a spec that names its parameters differently, or hard-codes a width inside a
+block, still reports what its model really is. Every value is the set of values the graph holds: one
+value for the paper's uniform models, several when, e.g., encoder and decoder differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from xspec.spec import CompiledSpec
+
+Value = Union[int, float, str, tuple]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Table 3's columns (plus the vocabulary, which §5.1 fixes per language pair)."""
+
+    layers: Value          # N: layers per stack
+    d_model: Value
+    d_ff: Value
+    heads: Value           # h
+    d_k: Value
+    d_v: Value
+    dropout: Value         # P_drop: residual and embedding dropout (§5.4)
+    label_smoothing: float  # eps_ls (§5.4): a training setting, from the spec's train section
+    positions: Value       # "sinusoidal" (§3.5) or "learned" (row E)
+    vocab: Value
+
+    def as_dict(self) -> dict[str, Value]:
+        return asdict(self)
+
+
+# Column headers in the paper's notation, in Table 3's order.
+PAPER_NAMES = {
+    "layers": "N", "d_model": "d_model", "d_ff": "d_ff", "heads": "h", "d_k": "d_k", "d_v": "d_v",
+    "dropout": "P_drop", "label_smoothing": "eps_ls", "positions": "positions", "vocab": "vocab",
+}
+
+
+def architecture(spec: "CompiledSpec") -> Architecture:
+    graph = spec.graph
+    nodes = [data for _, data in graph.nodes(data=True)]
+
+    def values(op_names: tuple[str, ...], read) -> Value:
+        return _collapse(read(d) for d in nodes if d["op"] in op_names)
+
+    stacks = {stack: count for d in nodes for stack, _, count in d["repeat"]}
+    return Architecture(
+        layers=_collapse(stacks.values()) if stacks else 1,
+        d_model=values(("embedding",), lambda d: d["attrs"].dim),
+        d_ff=_collapse(_ffn_widths(graph)),
+        heads=values(("attention",), lambda d: d["attrs"].heads),
+        d_k=values(("attention",), lambda d: d["attrs"].d_k),
+        d_v=values(("attention",), lambda d: d["attrs"].d_v),
+        dropout=values(("dropout",), lambda d: d["attrs"].p),
+        label_smoothing=spec.train.label_smoothing,
+        positions=values(("sinusoidal_positions", "learned_positions"), lambda d: d["op"].removesuffix("_positions")),
+        vocab=values(("embedding",), lambda d: d["attrs"].vocab),
+    )
+
+
+def _ffn_widths(graph) -> list[int]:
+    """§3.3: the inner width of a feed-forward network is the output of the linear that feeds its activation."""
+    widths = []
+    for node, data in graph.nodes(data=True):
+        if data["op"] == "linear" and any(graph.nodes[s]["op"] in ("relu", "gelu") for s in graph.successors(node)):
+            widths.append(data["attrs"].out)
+    return widths
+
+
+def _collapse(items) -> Value:
+    distinct = sorted(set(items), key=str)
+    if not distinct:
+        return "-"
+    return distinct[0] if len(distinct) == 1 else tuple(distinct)
