@@ -11,7 +11,6 @@ from xspec.commands import average, train, translate, viz
 from xspec.commands import compile as compile_command
 from xspec.commands import eval as eval_command
 from xspec.commands import sweep
-from xspec.commands import sweep
 from xspec.errors import SpecError, UserError
 
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
