@@ -10,11 +10,12 @@ from types import ModuleType
 from xspec.commands import average, train, translate, viz
 from xspec.commands import compile as compile_command
 from xspec.commands import eval as eval_command
+from xspec.commands import stats as stats_command
 from xspec.commands import sweep
 from xspec.errors import SpecError, UserError
 
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
-COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, eval_command, average, viz, sweep)
+COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, eval_command, average, viz, stats_command, sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:

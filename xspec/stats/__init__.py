@@ -1,2 +1,76 @@
 """Statistics of a compiled spec, read off its graph: the Table 3 hyperparameters, parameter counts,
-FLOPs, memory, and the paper's Table 1 view (`xspec stats`; docs/stats.md)."""
+forward FLOPs, training memory, and the paper's Table 1 view (`xspec stats`; docs/stats.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from xspec.stats.architecture import Architecture, architecture
+from xspec.stats.complexity import Table1Row, table1
+from xspec.stats.cost import Flops, Memory, flops, memory
+
+if TYPE_CHECKING:
+    from xspec.spec import CompiledSpec
+
+
+@dataclass(frozen=True)
+class BlockCount:
+    path: str
+    label: str
+    kind: str
+    depth: int
+    parameters: int
+    tied: bool                          # every tensor here is shared with another block's
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    name: str
+    file: str
+    architecture: Architecture
+    parameters: int
+    blocks: list[BlockCount]
+    flops: Flops
+    memory: Memory
+    table1: list[Table1Row]
+    d: int                              # the width Table 1 is evaluated at (d_model)
+
+    def to_json(self) -> dict[str, Any]:
+        memory = {**asdict(self.memory), "total": self.memory.total}
+        return {
+            "name": self.name, "file": self.file, "architecture": self.architecture.as_dict(),
+            "parameters": {"total": self.parameters,
+                           "blocks": {b.path: b.parameters for b in self.blocks},
+                           "tied": [b.path for b in self.blocks if b.tied]},
+            "flops": {"convention": "2 per multiply-add; matrix products only; src_len = tgt_len = length",
+                      "length": self.flops.length, "forward_per_sequence_pair": self.flops.total,
+                      "forward_per_token": self.flops.per_token, "per_token_by_category": self.flops.by_category,
+                      "per_token_by_stack": self.flops.by_stack},
+            "memory_bytes": memory,
+            "table1": {"n": self.flops.length, "d": self.d,
+                       "rows": [{**asdict(r), "formula": list(r.formula)} for r in self.table1]},
+        }
+
+
+def default_length(spec: "CompiledSpec") -> int:
+    """The longest sequence the spec trains on: data.max_tokens, within the positional encodings."""
+    return min(spec.data.max_tokens, spec.max_positions or spec.data.max_tokens)
+
+
+def default_batch(spec: "CompiledSpec", length: int) -> int:
+    """Sentences in one forward pass of `length` tokens: the train section's tokens per pass (§5.1)."""
+    return max(1, (spec.train.max_batch_tokens or spec.train.batch_tokens) // length)
+
+
+def compute(spec: "CompiledSpec", length: Optional[int] = None, batch: Optional[int] = None,
+            kernel: int = 3, neighbourhood: int = 16) -> SpecStats:
+    from xspec.summary import summarize
+
+    n = length or default_length(spec)
+    b = batch or default_batch(spec, n)
+    blocks = [BlockCount(r["path"], r["label"], r["kind"], r["depth"], r["parameters"], r["tied"])
+              for r in summarize(spec)["rows"]]
+    return SpecStats(name=spec.name, file=spec.path, architecture=architecture(spec), parameters=spec.parameters,
+                     blocks=blocks, flops=flops(spec, n), memory=memory(spec, b, n),
+                     table1=table1(spec, n, spec.model_dim, kernel, neighbourhood), d=spec.model_dim)

@@ -1,0 +1,59 @@
+"""`xspec stats SPEC`: parameters, FLOPs, memory and the paper's Table 1 view of a spec."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import xspec
+from xspec.commands.compile import add_set_argument, parse_overrides
+from xspec.errors import UserError
+from xspec.stats import compute
+from xspec.stats.render import render
+
+NAME = "stats"
+HELP = "parameters per block, forward FLOPs per token, training memory, and Table 1 at the spec's n and d"
+DESCRIPTION = """\
+Reads the compiled graph of SPEC and reports:
+  - the Table 3 hyperparameters (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positions);
+  - parameters, in total and per block (tied weights counted once);
+  - forward FLOPs per token at sequence length n (2 per multiply-add, matrix products only);
+  - float32 training memory at a batch of B sentences of n tokens: weights, gradients,
+    Adam's two moments, and an estimate of the activations kept for the backward pass;
+  - Table 1 of the paper (complexity per layer, sequential operations, maximum path length) for
+    the spec's attention layers, with recurrent, convolutional (kernel k) and restricted
+    self-attention (neighbourhood r) rows from the paper's formulas for comparison.
+
+n defaults to the longest sequence the spec trains on (data.max_tokens, within the positional
+encodings); B to the train section's tokens per forward pass divided by n. docs/stats.md has the
+conventions.
+
+examples:
+  xspec stats specs/base.xspec
+  xspec stats specs/table3/C_dmodel1024.xspec --length 25 --batch 64
+  xspec stats specs/big.xspec --json
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="the .xspec file")
+    add_set_argument(parser)
+    parser.add_argument("-n", "--length", type=int, metavar="N", help="sequence length n (source and target)")
+    parser.add_argument("-b", "--batch", type=int, metavar="B", help="sentences per batch, for activation memory")
+    parser.add_argument("-k", "--kernel", type=int, default=3, metavar="K",
+                        help="convolution kernel width for Table 1's comparison row (default: 3)")
+    parser.add_argument("-r", "--neighbourhood", type=int, default=16, metavar="R",
+                        help="neighbourhood size for Table 1's restricted self-attention row (default: 16)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    for flag, value, least in (("--length", args.length, 1), ("--batch", args.batch, 1),
+                               ("--kernel", args.kernel, 2), ("--neighbourhood", args.neighbourhood, 1)):
+        if value is not None and value < least:
+            raise UserError(f"{flag} {value}: must be at least {least}")
+    spec = xspec.compile(args.spec, overrides=parse_overrides(args.set))
+    stats = compute(spec, length=args.length, batch=args.batch, kernel=args.kernel,
+                    neighbourhood=args.neighbourhood)
+    print(json.dumps(stats.to_json(), indent=2) if args.json else render(stats))
+    return 0

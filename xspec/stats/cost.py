@@ -1,0 +1,151 @@
+"""Forward FLOPs and training memory, counted from the graph's ops and shapes.
+
+Conventions (docs/stats.md):
+- A FLOP is one multiply or one add; a multiply-add counts 2. Only matrix products are counted
+  (linear layers, the attention projections, QK^T, AV): they are nearly all of the work. Softmax,
+  layer normalization, biases, residual additions, dropout and embedding lookups are not counted.
+- Attention computes the full n_q x n_k score matrix, also where a causal mask discards half of it
+  (that is what the implementation runs), and the decoder's cross-attention projects keys and values
+  of the n_k encoder positions.
+- Sequences are evaluated at one length n for every symbolic length (src_len = tgt_len = n), so
+  "per token" means per target token with its matching source token (the paper's training pair).
+- Memory: float32 weights, gradients and Adam's two moments (§5.3); activations are what autograd
+  keeps for the backward pass, estimated as every op's output plus each attention's Q, K, V,
+  softmax probabilities and per-head context. An estimate, not a measurement.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xspec.compiler.graph import input_sources
+from xspec.compiler.shapes import BATCH, TensorType
+
+if TYPE_CHECKING:
+    from xspec.spec import CompiledSpec
+
+BYTES_FLOAT32 = 4
+ADAM_MOMENTS = 2            # §5.3: Adam keeps a first and a second moment per parameter
+
+# FLOP categories, in the order of the paper's description of a layer.
+CATEGORIES = ("attention_qkv", "attention_scores", "attention_values", "attention_out", "feed_forward",
+              "generator")
+
+
+@dataclass(frozen=True)
+class Flops:
+    length: int
+    total: int                          # one sequence pair (n source and n target tokens), forward
+    by_category: dict[str, int]         # per token
+    by_stack: dict[str, int]            # per token of that stack's own sequence (encoder, decoder)
+
+    @property
+    def per_token(self) -> float:
+        return self.total / self.length
+
+
+@dataclass(frozen=True)
+class Memory:
+    batch: int
+    length: int
+    weights: int                        # bytes
+    gradients: int
+    adam: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.adam + self.activations
+
+
+def _size(shape: TensorType, batch: int, length: int) -> int:
+    """Elements of `shape` with the batch dimension = `batch` and every sequence length = `length`."""
+    count = 1
+    for dim in shape.dims:
+        count *= dim if isinstance(dim, int) else batch if dim == BATCH else length
+    return count
+
+
+def _positions(shape: TensorType, length: int) -> int:
+    """Sequence positions in one example: `length` per symbolic length dimension (src_len, tgt_len)."""
+    count = 1
+    for dim in shape.dims:
+        if isinstance(dim, str) and dim != BATCH:
+            count *= length
+    return count
+
+
+def _attention_flops(graph, node: str, length: int) -> dict[str, int]:
+    """§3.2.2: project Q, K, V per head, softmax(QK^T / sqrt(d_k)) V, concatenate, project with W^O."""
+    data = graph.nodes[node]
+    a, inferred = data["attrs"], data["inferred"]
+    sources = input_sources(graph, node)
+    n_q = _positions(data["shape"], length)
+    n_k = _positions(graph.nodes[sources["key"]]["shape"], length)
+    return {
+        "attention_qkv": 2 * (n_q * inferred["d_model"] * a.heads * a.d_k
+                              + n_k * inferred["kdim"] * a.heads * a.d_k
+                              + n_k * inferred["vdim"] * a.heads * a.d_v),
+        "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
+        "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
+        "attention_out": 2 * n_q * a.heads * a.d_v * inferred["d_model"],
+    }
+
+
+def _is_generator(graph, node: str) -> bool:
+    """§3.4: the pre-softmax projection is the linear that produces the model's logits."""
+    return any(graph.nodes[s]["op"] == "output" for s in graph.successors(node))
+
+
+def node_flops(graph, node: str, length: int) -> dict[str, int]:
+    data = graph.nodes[node]
+    if data["op"] == "attention":
+        return _attention_flops(graph, node, length)
+    if data["op"] == "linear":
+        macs = _positions(data["shape"], length) * data["inferred"]["in_features"] * data["attrs"].out
+        return {"generator" if _is_generator(graph, node) else "feed_forward": 2 * macs}
+    return {}
+
+
+def stack_of(data: dict) -> str:
+    """The top-level block an op belongs to (encoder, decoder)."""
+    return (data["module"] or data["scope"] or "model").split(".")[0]
+
+
+def flops(spec: "CompiledSpec", length: int) -> Flops:
+    by_category: dict[str, int] = defaultdict(int)
+    by_stack: dict[str, int] = defaultdict(int)
+    for node, data in spec.graph.nodes(data=True):
+        for category, count in node_flops(spec.graph, node, length).items():
+            by_category[category] += count
+            by_stack[stack_of(data)] += count
+    total = sum(by_category.values())
+    return Flops(length=length, total=total,
+                 by_category={c: by_category[c] // length for c in CATEGORIES if by_category[c]},
+                 by_stack={s: count // length for s, count in by_stack.items()})
+
+
+def activation_elements(spec: "CompiledSpec", batch: int, length: int) -> int:
+    """Float values autograd keeps for the backward pass (see the module docstring)."""
+    graph = spec.graph
+    total = 0
+    for node, data in graph.nodes(data=True):
+        if data["op"] in ("input", "output") or data["shape"].dtype != "float":
+            continue
+        total += _size(data["shape"], batch, length)
+        if data["op"] == "attention":
+            a = data["attrs"]
+            n_q = _positions(data["shape"], length)
+            n_k = _positions(graph.nodes[input_sources(graph, node)["key"]]["shape"], length)
+            q, k, v = n_q * a.heads * a.d_k, n_k * a.heads * a.d_k, n_k * a.heads * a.d_v
+            probabilities, context = a.heads * n_q * n_k, n_q * a.heads * a.d_v
+            total += batch * (q + k + v + probabilities + context)
+    return total
+
+
+def memory(spec: "CompiledSpec", batch: int, length: int) -> Memory:
+    weights = spec.parameters * BYTES_FLOAT32
+    return Memory(batch=batch, length=length, weights=weights, gradients=weights, adam=ADAM_MOMENTS * weights,
+                  activations=activation_elements(spec, batch, length) * BYTES_FLOAT32)
