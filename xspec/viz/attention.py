@@ -14,10 +14,15 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from xspec.compiler.graph import input_sources
 from xspec.errors import UserError
+from xspec.runtime import checkpoint as ckpt
+from xspec.runtime.beam_search import beam_search
+from xspec.runtime.inference import compile_checkpoint_spec
+from xspec.runtime.train import max_sequence_tokens
+from xspec.runtime.vocab import BOS, EOS, PAD, Vocab
 
 if TYPE_CHECKING:
-    from xspec.runtime.vocab import Vocab
     from xspec.spec import CompiledSpec
 
 PLOT_FORMATS = ("png", "svg", "pdf")
@@ -43,8 +48,6 @@ class AttentionMap:
 
 def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
     """Every attention op, read off the graph (all layers), in the order the model runs them."""
-    from xspec.compiler.graph import input_sources
-
     sites = []
     for node, data in spec.graph.nodes(data=True):
         if data["op"] != "attention":
@@ -71,8 +74,6 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
             src: Optional[torch.Tensor], tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
     """Runs the model once (teacher-forced on `tgt_in`) and returns each site's weights
     [heads, queries, keys] for the single sentence in the batch."""
-    from xspec.runtime.vocab import PAD
-
     captured: dict[str, torch.Tensor] = {}
     handles = []
     for site in sites:
@@ -112,47 +113,52 @@ def attention_weights(module, query: torch.Tensor, key: torch.Tensor,
     return scores.softmax(dim=-1)
 
 
-def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: "Vocab", sentence: str,
+def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sentence: str,
                  target: Optional[str], layer: Optional[int], head: Optional[int]) -> list[AttentionMap]:
-    """Encodes `sentence`, decodes it greedily unless `target` is given, and returns the maps."""
-    from xspec.runtime.vocab import BOS, EOS
-
+    """Encodes `sentence`, decodes it greedily unless `target` is given, and returns the maps of
+    the chosen layer and head (None: all)."""
     sites = select(attention_sites(spec), layer)
     heads = min(model.get_submodule(s.module).heads for s in sites)
     if head is not None and not 1 <= head <= heads:
         raise UserError(f"--head {head}: the model's attention has heads 1 to {heads}")
-    pieces = lambda ids: [vocab.sp.id_to_piece(i) for i in ids]  # noqa: E731
-    if spec.has_encoder:
-        src_ids = vocab.encode([sentence])[0][: (spec.max_positions or 10**9) - 1] + [EOS]
-        out_ids = vocab.encode([target])[0] if target is not None else _greedy(model, spec, src_ids)
-        src = torch.tensor([src_ids])
-    else:  # a language model reads the sentence itself
-        src_ids, out_ids, src = [], vocab.encode([sentence])[0], None
-    tgt_ids = [BOS] + out_ids[: (spec.max_positions or 10**9) - 1]
+    src_ids, tgt_ids = _token_ids(spec, model, vocab, sentence, target)
     device = next(model.parameters()).device
-    weights = capture(model, spec, sites, src.to(device) if src is not None else None,
-                      torch.tensor([tgt_ids], device=device))
+    src = torch.tensor([src_ids], device=device) if src_ids else None
+    weights = capture(model, spec, sites, src, torch.tensor([tgt_ids], device=device))
+    source, output = _pieces(vocab, src_ids), _pieces(vocab, tgt_ids)
     maps = []
     for site in sites:
         w = weights[site.module].float().cpu()
-        if head is not None:
-            w = w[head - 1:head]
-        queries = pieces(src_ids) if site.kind == "encoder self-attention" else pieces(tgt_ids)
-        keys = pieces(src_ids) if site.kind != "decoder self-attention" and spec.has_encoder else pieces(tgt_ids)
+        w = w[head - 1:head] if head is not None else w
+        queries = source if site.kind == "encoder self-attention" else output
+        keys = source if site.kind == "encoder-decoder attention" or site.kind == "encoder self-attention" else output
         maps.append(AttentionMap(site, w, queries, keys))
     return maps
 
 
-def _greedy(model, spec: "CompiledSpec", src_ids: list[int]) -> list[int]:
-    from xspec.runtime.beam_search import beam_search
-    from xspec.runtime.vocab import PAD
+def _token_ids(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sentence: str,
+               target: Optional[str]) -> tuple[list[int], list[int]]:
+    """(source ids, decoder input ids) as training builds them: source pieces + EOS, BOS + target.
+    A decoder-only model has no source and reads the sentence itself."""
+    limit = max_sequence_tokens(spec) - 1  # room for EOS / BOS
+    if not spec.has_encoder:
+        return [], [BOS] + vocab.encode([sentence])[0][:limit]
+    src_ids = vocab.encode([sentence])[0][:limit] + [EOS]
+    out_ids = vocab.encode([target])[0] if target is not None else _greedy(model, spec, src_ids)
+    return src_ids, [BOS] + out_ids[:limit]
 
+
+def _pieces(vocab: Vocab, ids: list[int]) -> list[str]:
+    return [vocab.sp.id_to_piece(i) for i in ids]
+
+
+def _greedy(model, spec: "CompiledSpec", src_ids: list[int]) -> list[int]:
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)
     with torch.no_grad():
         hyps = beam_search(model.eval(), src, src == PAD, beam=1, alpha=spec.decode.length_penalty,
                            max_len_a=spec.decode.max_len_a, max_len_b=spec.decode.max_len_b,
-                           max_positions=spec.max_positions)
+                           max_positions=max_sequence_tokens(spec))
     return hyps[0][0].tokens if hyps[0] else []
 
 
@@ -201,10 +207,6 @@ def plot(maps: list[AttentionMap], path: Path, head: Optional[int], title: str) 
 
 def load_trained(run_or_checkpoint: Path, device: str = "cpu"):
     """(spec, model, vocabulary) of a run's latest checkpoint, or of a checkpoint file."""
-    from xspec.runtime import checkpoint as ckpt
-    from xspec.runtime.inference import compile_checkpoint_spec
-    from xspec.runtime.vocab import Vocab
-
     checkpoint = ckpt.load_weights(ckpt.resolve(run_or_checkpoint))
     spec = compile_checkpoint_spec(checkpoint)
     model = spec.build(device=device)

@@ -7,6 +7,7 @@ the words come from the ops and their attributes, not from block names.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -73,7 +74,9 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
         return Label(attrs.name, ["model output"], family=family)
     title, details = TITLES.get(op, op), []
     if op == "embedding":
-        details = [f"{attrs.vocab} × {attrs.dim}", f"scaled by {_scale_text(attrs.scale)}"]
+        details = [f"{attrs.vocab} × {attrs.dim}"]
+        if attrs.scale != 1:
+            details.append(f"scaled by {_scale_text(attrs.scale)}")
     elif op.endswith("_positions"):
         kind = "sinusoidal" if op == "sinusoidal_positions" else "learned"
         details = [f"{kind}, max_len {attrs.max_len}"]
@@ -110,18 +113,34 @@ def _block_label(view: View, unit: Unit) -> Label:
     return Label("Feed Forward", details, family="feed_forward")
 
 
+# The colour of a collapsed block: its most characteristic op family.
+_FAMILY_PRIORITY = ("attention", "feed_forward", "embedding", "position", "norm", "activation")
+_SUBLAYER_ENDS = ("Add & Norm", "Add")
+
+
 def _collapsed_label(view: View, unit: Unit) -> Label:
     """A block or a whole repeated stack at depth 1, named by the depth-2 boxes it holds, in order."""
     inner = build_view(view.spec, "2")
     boxes = [u for uid, u in inner.units.items() if _inside(inner, uid, unit.instance)]
     titles = [unit_label_title(inner, u) for u in boxes]
-    family = next((unit_label(inner, u).family for u in boxes if u.kind in ("op", "block")), "io")
+    families = {unit_label(inner, u).family for u in boxes}
+    family = next((f for f in _FAMILY_PRIORITY if f in families), "io")
     if unit.kind == "stack":
         name = unit.instance.rsplit(".", 1)[-1]
-        lines = [" → ".join(titles[i:i + 2]) for i in range(0, len(titles), 2)]
-        return Label(f"{view.frames_count(unit.instance)}× {name}", lines, family=family)
-    named = [t for t in titles if t not in (TITLES["add"], "Add & Norm")]
+        return Label(f"{view.frames_count(unit.instance)}× {name}", _sublayer_lines(titles), family=family)
+    named = [t for t in titles if t not in _SUBLAYER_ENDS]
     return Label(" + ".join(dict.fromkeys(named)) or unit.instance, family=family)
+
+
+def _sublayer_lines(titles: list[str]) -> list[str]:
+    """One line per sublayer: a line ends at each residual add ("... → Add & Norm")."""
+    lines, current = [], []
+    for title in titles:
+        current.append(title)
+        if title in _SUBLAYER_ENDS:
+            lines.append(" → ".join(current))
+            current = []
+    return lines + ([" → ".join(current)] if current else [])
 
 
 def _inside(view: View, uid: str, path: str) -> bool:
@@ -152,16 +171,13 @@ def _params(view: View, unit: Unit) -> Optional[str]:
 
 
 def tie_notes(view: View, unit: Unit) -> list[str]:
-    """§3.4: a weight shared with another module (counted once, at its owner)."""
-    notes = []
+    """§3.4: weights shared between modules (counted once, at their owner)."""
     modules = {view.graph.nodes[n]["module"] for n in unit.ops} - {None}
-    for copy, owner in view.spec.ties.items():
-        copy_module, owner_module = copy.rsplit(".", 1)[0], owner.rsplit(".", 1)[0]
-        if copy_module in modules:
-            notes.append(f"tied: {copy.rsplit('.', 1)[1]} shared with {owner_module}")
-        elif owner_module in modules and not any(n.startswith("tied: weight shared by") for n in notes):
-            sharers = sum(1 for o in view.spec.ties.values() if o == owner)
-            notes.append(f"tied: weight shared by {sharers + 1} modules")
+    module_of = lambda name: name.rsplit(".", 1)[0]  # noqa: E731  "decoder.generator.weight"
+    notes = [f"tied: {copy.rsplit('.', 1)[1]} shared with {module_of(owner)}"
+             for copy, owner in view.spec.ties.items() if module_of(copy) in modules]
+    copies = Counter(owner for owner in view.spec.ties.values() if module_of(owner) in modules)
+    notes += [f"tied: {owner.rsplit('.', 1)[1]} shared by {count + 1} modules" for owner, count in copies.items()]
     return notes
 
 

@@ -35,6 +35,8 @@ def write_diagram(dot: graphviz.Digraph, path: Path) -> Path:
         raise UserError(INSTALL_HINT)
     try:
         data = dot.pipe(format=fmt)
+    except graphviz.ExecutableNotFound:
+        raise UserError(INSTALL_HINT) from None
     except (graphviz.CalledProcessError, subprocess.CalledProcessError) as error:
         detail = error.stderr.decode(errors="replace").strip().splitlines() if error.stderr else []
         raise UserError(f"{path}: graphviz failed ({detail[-1] if detail else error})") from None
