@@ -9,6 +9,7 @@ each have their own edge style.
 from __future__ import annotations
 
 from html import escape
+from itertools import pairwise
 from typing import TYPE_CHECKING, Optional
 
 import graphviz
@@ -139,7 +140,7 @@ class _Drawer:
         label = unit_label(self.view, unit)
         status = self.diff.unit_status(self.view, unit) if self.diff else None
         if unit.id in self.expanded:
-            _draw_attention_internals(graph, self.view, unit, label, self._colors(label, status))
+            _draw_attention_internals(graph, self.view, unit, _html(label, status), self._colors(label, status))
             return
         attrs = self._colors(label, status)
         attrs["class"] = f"{unit.kind} {label.family}"
@@ -242,41 +243,44 @@ def _fade(color: str) -> str:
 _INTERNAL_INPUT = {"query": "q", "key": "k", "value": "v", "mask": "mask"}
 
 
-def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, label: Label,
+def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, header: str,
                               colors: dict[str, str]) -> None:
     """§3.2.2 / Figure 2: h parallel projections of Q, K, V; scaled dot-product attention (§3.2.1:
     MatMul, Scale, Mask (opt.), SoftMax, MatMul); Concat; the output projection W^O."""
     node = unit.ops[0]
     data = view.graph.nodes[node]
     a, inferred = data["attrs"], data["inferred"]
-    has_mask = a.causal or any("mask" in e.ports for e in view.edges if e.dst == unit.id)
-    n = lambda part: f"{node}/{part}"  # noqa: E731
+    padded = any("mask" in e.ports for e in view.edges if e.dst == unit.id)
+    masks = (["causal"] if a.causal else []) + (["padding"] if padded else [])
+
+    def n(part: str) -> str:
+        return f"{node}/{part}"
+
+    def box(title: str, detail: str) -> str:
+        return _table([f"<B>{title}</B>", f'<FONT POINT-SIZE="9">{detail}</FONT>'])
+
     inner = {"fillcolor": "white", "color": colors["color"]}
     with graph.subgraph(name=f"cluster_{node}") as mha:
-        header = Label(label.title, label.details, label.shape, label.params, label.notes, label.family)
-        mha.attr(label=_html(header), style="rounded,filled", fillcolor=colors["fillcolor"], color=colors["color"],
-                 labeljust="c", labelloc="b", **{"class": "attention", "id": f"frame:{node}"})  # top, in BT
+        # labelloc "b" is the top with rankdir=BT: away from the three inputs entering below.
+        mha.attr(label=header, style="rounded,filled", fillcolor=colors["fillcolor"], color=colors["color"],
+                 labeljust="c", labelloc="b", **{"class": "attention", "id": f"frame:{node}"})
         for part, width, source_dim in (("q", a.d_k, inferred["d_model"]), ("k", a.d_k, inferred["kdim"]),
                                         ("v", a.d_v, inferred["vdim"])):
-            mha.node(n(part), _table([f"<B>Linear {part.upper()}</B>",
-                                      f'<FONT POINT-SIZE="9">{source_dim} → {a.heads}·{width}</FONT>']), **inner)
+            mha.node(n(part), box(f"Linear {part.upper()}", f"{source_dim} → {a.heads}·{width}"), **inner)
         with mha.subgraph(name=f"cluster_{node}/sdpa") as sdpa:
             sdpa.attr(label=f"Scaled Dot-Product Attention  (×{a.heads} heads)", fontsize="10", labelloc="b",
                       style="rounded,filled", fillcolor="white", color="#BBBBBB")
             sdpa.node(n("scores"), "MatMul  Q·Kᵀ", **inner)
             sdpa.node(n("scale"), f"Scale  1/√{a.d_k}", **inner)
-            if has_mask:
-                kinds = ["causal"] if a.causal else []
-                kinds += ["padding"] if any("mask" in e.ports for e in view.edges if e.dst == unit.id) else []
-                sdpa.node(n("mask"), f"Mask ({', '.join(kinds)})", **inner)
+            if masks:
+                sdpa.node(n("mask"), f"Mask ({', '.join(masks)})", **inner)
             sdpa.node(n("softmax"), "SoftMax", **inner)
             sdpa.node(n("weighted"), "MatMul  ·V", **inner)
         mha.node(n("concat"), "Concat", **inner)
-        mha.node(n("out"), _table(["<B>Linear</B>", f'<FONT POINT-SIZE="9">{a.heads}·{a.d_v} → '
-                                                     f'{inferred["d_model"]}</FONT>']), **inner)
-    chain = ["scores", "scale"] + (["mask"] if has_mask else []) + ["softmax", "weighted", "concat", "out"]
-    for part in ("q", "k"):
-        graph.edge(n(part), n("scores"))
+        mha.node(n("out"), box("Linear", f"{a.heads}·{a.d_v} → {inferred['d_model']}"), **inner)
+    chain = ["scores", "scale"] + (["mask"] if masks else []) + ["softmax", "weighted", "concat", "out"]
+    graph.edge(n("q"), n("scores"))
+    graph.edge(n("k"), n("scores"))
     graph.edge(n("v"), n("weighted"))
-    for a_part, b_part in zip(chain, chain[1:]):
+    for a_part, b_part in pairwise(chain):
         graph.edge(n(a_part), n(b_part))

@@ -173,12 +173,16 @@ def _params(view: View, unit: Unit) -> Optional[str]:
 def tie_notes(view: View, unit: Unit) -> list[str]:
     """§3.4: weights shared between modules (counted once, at their owner)."""
     modules = {view.graph.nodes[n]["module"] for n in unit.ops} - {None}
-    module_of = lambda name: name.rsplit(".", 1)[0]  # noqa: E731  "decoder.generator.weight"
-    notes = [f"tied: {copy.rsplit('.', 1)[1]} shared with {module_of(owner)}"
-             for copy, owner in view.spec.ties.items() if module_of(copy) in modules]
-    copies = Counter(owner for owner in view.spec.ties.values() if module_of(owner) in modules)
+    notes = [f"tied: {copy.rsplit('.', 1)[1]} shared with {_module_of(owner)}"
+             for copy, owner in view.spec.ties.items() if _module_of(copy) in modules]
+    copies = Counter(owner for owner in view.spec.ties.values() if _module_of(owner) in modules)
     notes += [f"tied: {owner.rsplit('.', 1)[1]} shared by {count + 1} modules" for owner, count in copies.items()]
     return notes
+
+
+def _module_of(tensor: str) -> str:
+    """"decoder.generator.weight" -> "decoder.generator"."""
+    return tensor.rsplit(".", 1)[0]
 
 
 def _folded_note(graph: nx.DiGraph, node: str) -> str:
