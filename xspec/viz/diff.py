@@ -91,12 +91,20 @@ def compare_op(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> Optional[Stat
         lines.append(f"{b['op']} → {a['op']}")
     else:
         before, after = b["attrs"].model_dump(), a["attrs"].model_dump()
-        lines += [f"{k}: {_value(before.get(k))} → {_value(after.get(k))}"
+        lines += [f"{a['op']} {k}: {_value(before.get(k))} → {_value(after.get(k))}"
                   for k in after if before.get(k) != after.get(k)]
     if str(a["shape"]) != str(b["shape"]):
-        lines.append(f"shape: {format_shape(b['shape'])} → {format_shape(a['shape'])}")
+        lines.append(_shape_change(b["shape"], a["shape"]))
     lines += _rewired(mine, theirs, node)
     return Status("changed", lines) if lines else None
+
+
+def _shape_change(before, after) -> str:
+    """Only the dims that changed ("shape: 512 → 1024"), unless the rank changed."""
+    if before is None or after is None or len(before.dims) != len(after.dims):
+        return f"shape: {format_shape(before)} → {format_shape(after)}"
+    changed = [f"{b} → {a}" for b, a in zip(before.dims, after.dims) if b != a]
+    return "shape: " + ", ".join(changed)
 
 
 def _rewired(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> list[str]:
