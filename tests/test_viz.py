@@ -193,6 +193,9 @@ def test_diff_marks_added_removed_and_layer_counts(tmp_path):
     assert {"removed:encoder.norm", "removed:decoder.norm"} <= removed.with_class("removed")
     fewer = diagram(_variant(tmp_path, "set layers = 2"), diff_with=xspec.compile(BASE))
     assert "layers: 6 → 2" in fewer.cluster_attrs["cluster_encoder.layers"]
+    blocks = diagram(_variant(tmp_path, "set layers = 2"), depth="1", diff_with=xspec.compile(BASE))
+    assert f'color="{DIFF_COLOR["changed"]}"' in blocks.nodes["encoder.layers"]
+    assert "layers: 6 → 2" in blocks.nodes["encoder.layers"]
 
 
 # --- the command ---------------------------------------------------------------------------------------
