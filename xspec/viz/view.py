@@ -16,7 +16,7 @@ A repeated stack is drawn once, as its first layer, in a frame labelled "N×" (F
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import networkx as nx
 
@@ -176,40 +176,46 @@ def _instances_by_path(root: "Instance") -> dict[str, "Instance"]:
     return found
 
 
+class _Placement(NamedTuple):
+    """Where one graph node goes: into which box, and whether it is only a note on that box."""
+
+    unit: str
+    kind: str = "op"
+    instance: Optional[str] = None  # the block or stack the box collapses
+    folded: bool = False
+
+
 def _assign_units(graph: nx.DiGraph, instances: dict, depth: str) -> tuple[dict[str, str], dict[str, Unit]]:
     unit_of: dict[str, str] = {}
     units: dict[str, Unit] = {}
     dense = _dense_blocks(graph, instances) if depth == "2" else set()
-    for node in nx.topological_sort(graph):
-        uid, kind, instance, folded = _unit_for(graph, node, depth, unit_of, instances, dense)
-        unit = units.setdefault(uid, Unit(uid, kind, [], instance))
-        unit.kind = kind if kind == "add_norm" else unit.kind
-        (unit.folded if folded else unit.ops).append(node)
-        unit_of[node] = uid
+    for node in nx.topological_sort(graph):  # producers first: folding looks up their boxes
+        place = _place(graph, node, depth, unit_of, instances, dense)
+        unit = units.setdefault(place.unit, Unit(place.unit, place.kind, [], place.instance))
+        if place.kind == "add_norm":  # the norm joins the add's box
+            unit.kind = "add_norm"
+        (unit.folded if place.folded else unit.ops).append(node)
+        unit_of[node] = place.unit
     return unit_of, units
 
 
-def _unit_for(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], instances: dict,
-              dense: set[str]) -> tuple[str, str, Optional[str], bool]:
-    """(unit id, unit kind, collapsed instance, drawn as a note) for one node; producers come first."""
+def _place(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], instances: dict,
+           dense: set[str]) -> _Placement:
     data = graph.nodes[node]
     if data["op"] in ("input", "output") or depth == "full":
-        return node, "op", None, False
+        return _Placement(node)
     if depth == "1":
         block = _entry_child(data["scope"], instances)
-        if block is None:
-            return node, "op", None, False
-        return block, instances[block].kind, block, False
+        return _Placement(block, instances[block].kind, block) if block else _Placement(node)
     # depth 2: the paper's Figure 1
     if data["scope"] in dense:
-        return data["scope"], "block", data["scope"], False
+        return _Placement(data["scope"], "block", data["scope"])
     producer = _single_producer(graph, node)
     if data["op"] == "dropout" and producer is not None and graph.nodes[producer]["op"] != "input":
-        uid = unit_of[producer]  # §5.4: dropout on a sublayer's (or the embedding sum's) output
-        return uid, "op", None, True
+        return _Placement(unit_of[producer], folded=True)  # §5.4: dropout on a sublayer's output
     if data["op"] == "layer_norm" and producer is not None and _is_post_norm(graph, producer, node):
-        return unit_of[producer], "add_norm", None, False  # §3.1: LayerNorm(x + Sublayer(x))
-    return node, "op", None, False
+        return _Placement(unit_of[producer], "add_norm")  # §3.1: LayerNorm(x + Sublayer(x))
+    return _Placement(node)
 
 
 def _entry_child(scope: str, instances: dict) -> Optional[str]:
