@@ -87,18 +87,25 @@ def main() -> None:
     parser.add_argument("--size", choices=SIZES, default="tiny")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5, help="training steps per round and candidate")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time a torch.compile'd copy of the xspec model (and its compile time)")
     args = parser.parse_args()
     d_model, layers, heads, d_ff = SIZES[args.size]
     torch.manual_seed(0)
     spec = xspec.compile("specs/base.xspec", overrides={"vocab": 8000, "d_model": d_model, "layers": layers,
                                                         "heads": heads, "d_ff": d_ff})
     candidates = {"xspec": spec.build(device="cpu"), "nn.Transformer": HandWritten(8000, d_model, layers, heads, d_ff)}
+    if args.compile:
+        candidates["xspec compiled"] = torch.compile(spec.build(device="cpu"))
     optimizers = {k: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9) for k, m in candidates.items()}
     src, tgt = torch.randint(4, 8000, (128, 32)), torch.randint(4, 8000, (128, 33))
     padding = torch.zeros(128, 32, dtype=torch.bool)
     speeds: dict[str, list[float]] = {k: [] for k in candidates}
-    for name, model in candidates.items():       # warm-up
+    for name, model in candidates.items():       # warm-up (and compilation)
+        start = time.perf_counter()
         train_step(model, optimizers[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+        train_step(model, optimizers[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+        print(f"  {name}: first two steps {time.perf_counter() - start:.1f} s")
     for _ in range(args.rounds):
         for name, model in candidates.items():
             start = time.perf_counter()
@@ -110,6 +117,8 @@ def main() -> None:
     for name, value in median.items():
         print(f"  {name:15s} {value:8,.0f}   rounds: {', '.join(f'{v:,.0f}' for v in speeds[name])}")
     print(f"  xspec / nn.Transformer = {median['xspec'] / median['nn.Transformer']:.2f}")
+    if args.compile:
+        print(f"  compiled / eager xspec = {median['xspec compiled'] / median['xspec']:.2f}")
 
     model = NoEos(candidates["xspec"].eval())
     sources = torch.randint(4, 8000, (64, 24))

@@ -81,7 +81,7 @@ class Batch:
                      self.target_tokens)
 
 
-def _pad(rows: list[list[int]]) -> torch.Tensor:
+def pad(rows: list[list[int]]) -> torch.Tensor:
     out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
@@ -89,7 +89,7 @@ def _pad(rows: list[list[int]]) -> torch.Tensor:
 
 
 def collate(indices: list[int], sources: list[list[int]], targets: list[list[int]]) -> Batch:
-    src = _pad([sources[i] for i in indices])
-    tgt_in = _pad([[BOS] + targets[i] for i in indices])
-    labels = _pad([targets[i] + [EOS] for i in indices])
+    src = pad([sources[i] for i in indices])
+    tgt_in = pad([[BOS] + targets[i] for i in indices])
+    labels = pad([targets[i] + [EOS] for i in indices])
     return Batch(src, src == PAD, tgt_in, labels, int((labels != PAD).sum()))

@@ -8,7 +8,7 @@ import torch
 from tqdm import tqdm
 
 from xspec.compiler.sections import DecodeSection
-from xspec.runtime.batching import _pad
+from xspec.runtime.batching import pad
 from xspec.runtime.beam_search import Hypothesis, beam_search
 from xspec.runtime.corpus import encode_source
 from xspec.runtime.vocab import PAD, Vocab
@@ -40,7 +40,7 @@ class Translator:
             while end < len(order) and (end - start + 1) * len(sources[order[end]]) <= self.batch_tokens:
                 end += 1
             chunk = order[start:end]
-            src = _pad([sources[i] for i in chunk]).to(self.device)
+            src = pad([sources[i] for i in chunk]).to(self.device)
             with _autocast(self.device):
                 hyps = beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
