@@ -144,7 +144,8 @@ class _Drawer:
             return
         attrs = self._colors(label, status)
         attrs["class"] = f"{unit.kind} {label.family}"
-        if label.title == "Add" and not label.notes and not status:
+        if self.view.graph.nodes[unit.ops[0]]["op"] == "add" and unit.kind == "op" and not label.notes and not status:
+            # a bare sum, drawn as Figure 1 draws one
             graph.node(unit.id, "+", shape="circle", fixedsize="true", width="0.32", fontsize="16",
                        **{**attrs, "fillcolor": "white"})
             return
