@@ -1,19 +1,22 @@
 """Beam search against brute-force enumeration, cached against uncached decoding, greedy."""
 
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
+
+import xspec
 
 from xspec.runtime.beam_search import beam_search, length_penalty
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 from toy_spec import ToyTransformer
 
-VOCAB = 6        # PAD, UNK, BOS, EOS and two words: the hypotheses can use UNK and the two words
+VOCAB = 8        # PAD, UNK, BOS, EOS and four words: the hypotheses can use UNK and the four words
 
 
-def _model(seed: int) -> ToyTransformer:
+def _toy(seed: int) -> ToyTransformer:
     torch.manual_seed(seed)
     model = ToyTransformer(VOCAB, d_model=16).eval()
     with torch.no_grad():       # sharpen the random model so hypotheses differ clearly
@@ -21,8 +24,24 @@ def _model(seed: int) -> ToyTransformer:
     return model
 
 
+def _compiled(seed: int):
+    """specs/tiny.xspec, shrunk: the real generated model with its key/value cache."""
+    spec = xspec.compile(str(Path(__file__).resolve().parents[2] / "specs" / "tiny.xspec"),
+                         overrides={"vocab": VOCAB, "d_model": 16, "d_ff": 32, "heads": 2, "layers": 2,
+                                    "tie_embeddings": False})
+    torch.manual_seed(seed)
+    model = spec.build(device="cpu").eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    return model
+
+
+MODELS = {"toy": _toy, "tiny.xspec": _compiled}
+
+
 def _sources() -> tuple[torch.Tensor, torch.Tensor]:
-    src = torch.tensor([[4, 5, 1, EOS], [5, EOS, PAD, PAD], [4, 4, EOS, PAD]])
+    src = torch.tensor([[4, 5, 1, EOS], [7, EOS, PAD, PAD], [6, 4, EOS, PAD]])
     return src, src == PAD
 
 
@@ -45,19 +64,21 @@ def _brute_force(model, src, src_padding, max_len: int, alpha: float) -> tuple[l
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_exhaustive_beam_matches_brute_force(seed, alpha):
-    model = _model(seed)
+@pytest.mark.parametrize("kind", MODELS)
+def test_exhaustive_beam_matches_brute_force(kind, seed, alpha):
+    model = MODELS[kind](seed)
     src, src_padding = _sources()
-    max_len = 4     # every output has at most 4 tokens: 3^3 prefixes alive at most, so beam 32 prunes nothing
-    results = beam_search(model, src, src_padding, beam=32, alpha=alpha, max_len_a=0.0, max_len_b=max_len)
+    max_len = 4     # every output has at most 4 tokens: 5^3 prefixes alive at most, so beam 125 prunes nothing
+    results = beam_search(model, src, src_padding, beam=125, alpha=alpha, max_len_a=0.0, max_len_b=max_len)
     for i in range(src.size(0)):
         tokens, score = _brute_force(model, src[i], src_padding[i], max_len, alpha)
         assert results[i][0].tokens == tokens
         assert results[i][0].score == pytest.approx(score, abs=1e-5)
 
 
-def test_cached_and_uncached_decoding_agree():
-    model = _model(3)
+@pytest.mark.parametrize("kind", MODELS)
+def test_cached_and_uncached_decoding_agree(kind):
+    model = MODELS[kind](3)
     src, src_padding = _sources()
     kwargs = dict(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5, nbest=4)
     cached = beam_search(model, src, src_padding, use_cache=True, **kwargs)
@@ -68,7 +89,7 @@ def test_cached_and_uncached_decoding_agree():
 
 
 def test_nbest_is_sorted_and_distinct():
-    model = _model(4)
+    model = _toy(4)
     src, src_padding = _sources()
     results = beam_search(model, src, src_padding, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5, nbest=4)
     for hyps in results:
@@ -80,7 +101,7 @@ def test_nbest_is_sorted_and_distinct():
 
 @torch.no_grad()
 def test_beam_one_is_greedy_argmax():
-    model = _model(5)
+    model = _toy(5)
     src, src_padding = _sources()
     results = beam_search(model, src, src_padding, beam=1, alpha=0.6, max_len_a=0.0, max_len_b=8)
     for i in range(src.size(0)):
@@ -99,7 +120,7 @@ def test_beam_one_is_greedy_argmax():
 
 
 def test_maximum_length_is_input_length_plus_b():
-    model = _model(6)
+    model = _toy(6)
     with torch.no_grad():       # a model that never wants to stop
         model.out.bias[EOS] = -1e4
     src, src_padding = _sources()
