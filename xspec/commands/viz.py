@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import xspec
@@ -98,6 +99,9 @@ def _attention(args: argparse.Namespace) -> int:
     check_plot_format(output)
     spec, model, vocab, step = load_trained(Path(args.attention))
     maps = collect_maps(spec, model, vocab, args.sentence, args.target, args.layer, args.head)
+    if spec.has_encoder and args.target is None and len(maps[-1].queries) == 1:
+        print("note: the model's translation is empty (only <s> on the decoder side); "
+              "give one with --target \"...\"", file=sys.stderr)
     plot(maps, output, args.head, f"{spec.name}, step {step}: attention weights for \"{args.sentence.strip()}\"")
     print(f"wrote {output}")
     return 0

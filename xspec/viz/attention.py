@@ -8,6 +8,7 @@ Neither the compiler nor the generated code changes.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
 
 PLOT_FORMATS = ("png", "svg", "pdf")
+DPI = 110
+MAX_PIXELS = 30_000  # matplotlib refuses 2^16; far smaller already is no longer a picture
+
+
+_KIND_ORDER = ("encoder self-attention", "decoder self-attention", "encoder-decoder attention")
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
         frames = data["repeat"]
         layer, layers = (frames[0][1] + 1, frames[0][2]) if frames else (1, 1)
         sites.append(AttentionSite(node, kind, layer, layers))
-    return sites
+    return sorted(sites, key=lambda s: (_KIND_ORDER.index(s.kind), s.layer))  # Figures 3-5 by attention
 
 
 def select(sites: list[AttentionSite], layer: Optional[int]) -> list[AttentionSite]:
@@ -179,30 +185,34 @@ def plot(maps: list[AttentionMap], path: Path, head: Optional[int], title: str) 
     cell = 0.22  # inches per token: room for a small label
     width = max(len(m.keys) for m in maps) * cell + 1.4
     height = max(len(m.queries) for m in maps) * cell + 1.4
-    figure, axes = plt.subplots(len(maps), columns, figsize=(columns * width, len(maps) * height),
-                                squeeze=False, constrained_layout=True)
-    image = None
+    size = (columns * width, len(maps) * height)
+    if max(size) * DPI > MAX_PIXELS:
+        raise UserError(f"{len(maps)} × {columns} attention maps make an image of {size[0] * DPI:,.0f} × "
+                        f"{size[1] * DPI:,.0f} pixels; choose a --layer and/or a --head")
+    figure, axes = plt.subplots(len(maps), columns, figsize=size, squeeze=False, constrained_layout=True)
     for row, amap in enumerate(maps):
         for col in range(columns):
-            ax = axes[row][col]
-            if col >= amap.weights.size(0):
-                ax.axis("off")
-                continue
-            image = ax.imshow(amap.weights[col].numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal")
-            head_number = head if head is not None else col + 1
-            ax.set_title(f"{amap.site.kind}\nlayer {amap.site.layer} of {amap.site.layers}, head {head_number}",
-                         fontsize=8)
-            ax.set_xticks(range(len(amap.keys)), amap.keys, rotation=90, fontsize=7)
-            ax.set_yticks(range(len(amap.queries)), amap.queries, fontsize=7)
-            ax.set_xlabel("keys", fontsize=7)
-            ax.set_ylabel("queries", fontsize=7)
-    if image is not None:
-        figure.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    figure.suptitle(title, fontsize=10)
+            if col < amap.weights.size(0):
+                image = _heatmap(axes[row][col], amap, col, head if head is not None else col + 1)
+            else:
+                axes[row][col].axis("off")
+    figure.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    figure.suptitle(textwrap.fill(title, width=max(40, int(size[0] * 12))), fontsize=10)  # ~12 chars an inch
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=DPI)
     plt.close(figure)
     return path
+
+
+def _heatmap(ax, amap: AttentionMap, index: int, head_number: int):
+    """One head's weights, queries down the side and keys along the bottom, each with its token."""
+    image = ax.imshow(amap.weights[index].numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal")
+    ax.set_title(f"{amap.site.kind}\nlayer {amap.site.layer} of {amap.site.layers}, head {head_number}", fontsize=8)
+    ax.set_xticks(range(len(amap.keys)), amap.keys, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(amap.queries)), amap.queries, fontsize=7)
+    ax.set_xlabel("keys", fontsize=7)
+    ax.set_ylabel("queries", fontsize=7)
+    return image
 
 
 def load_trained(run_or_checkpoint: Path, device: str = "cpu"):
