@@ -92,13 +92,22 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
 def _attention_label(graph: nx.DiGraph, node: str) -> Label:
     attrs, sources = graph.nodes[node]["attrs"], input_sources(graph, node)
     title = "Masked Multi-Head Attention" if attrs.causal else TITLES["attention"]  # §3.2.3
-    kind = "self-attention" if sources["query"] == sources["key"] == sources["value"] else "encoder-decoder attention"
-    details = [f"h = {attrs.heads}, d_k = {attrs.d_k}, d_v = {attrs.d_v}", kind]
+    details = [f"h = {attrs.heads}, d_k = {attrs.d_k}, d_v = {attrs.d_v}", _attention_kind(graph, node, sources)]
     if "mask" in sources:
         details[-1] += ", padding mask"
     if attrs.dropout:
         details.append(f"attention dropout {attrs.dropout:g}")
     return Label(title, details, family="attention")
+
+
+def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> str:
+    """§3.2.3's three uses: self-attention, or keys and values from the other stack (the encoder)."""
+    if sources["query"] == sources["key"] == sources["value"]:
+        return "self-attention"
+    entry = graph.nodes[node]["scope"].split(".")[0]
+    if graph.nodes[sources["key"]]["scope"].split(".")[0] not in (entry, ""):
+        return "encoder-decoder attention"
+    return "keys and values from another input"
 
 
 def _block_label(view: View, unit: Unit) -> Label:
