@@ -190,7 +190,12 @@ def test_diff_marks_added_removed_and_layer_counts(tmp_path):
     added = diagram(BASE, overrides={"norm_first": True}, diff_with=xspec.compile(BASE))
     assert {n for n, a in added.nodes.items() if f'color="{DIFF_COLOR["added"]}"' in a} == {"encoder.norm", "decoder.norm"}
     removed = diagram(BASE, diff_with=pre_norm)
-    assert {"removed:encoder.norm", "removed:decoder.norm"} <= removed.with_class("removed")
+    assert {"removed/encoder.norm", "removed/decoder.norm"} <= removed.with_class("removed")
+    assert "removed/encoder.norm" in removed.clusters["cluster_encoder"]  # where it was
+    assert ("encoder.layers.0.sublayer_2.add_1", "removed/encoder.norm") in {(t, h) for t, h, _ in removed.edges}
+    no_encoder = diagram(str(ROOT / "specs" / "lm.xspec"), diff_with=xspec.compile(BASE))
+    assert {"removed/encoder.layers.0.self_attn", "removed/input.src"} <= no_encoder.with_class("removed")
+    assert "removed/encoder.layers.0.self_attn" in no_encoder.clusters["cluster_removed/encoder"]
     fewer = diagram(_variant(tmp_path, "set layers = 2"), diff_with=xspec.compile(BASE))
     assert "layers: 6 → 2" in fewer.cluster_attrs["cluster_encoder.layers"]
     blocks = diagram(_variant(tmp_path, "set layers = 2"), depth="1", diff_with=xspec.compile(BASE))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 import graphviz
 
+from .diff import Removed
 from .labels import Label, format_count, unit_label
 from .view import Edge, Frame, Unit, View, canonical_node
 
@@ -73,8 +74,7 @@ def draw(view: View, diff: Optional["Diff"] = None) -> graphviz.Digraph:
     for edge in view.drawn_edges():
         drawer.edge(edge)
     drawer.ties()
-    if diff is not None:
-        drawer.removed()
+    drawer.removed_edges()
     return dot
 
 
@@ -92,6 +92,7 @@ class _Drawer:
 
     def __init__(self, view: View, diff: Optional["Diff"], dot: graphviz.Digraph) -> None:
         self.view, self.diff, self.dot = view, diff, dot
+        self.removed = diff.removed(view) if diff is not None else Removed({}, [])
         order = {uid: i for i, uid in enumerate(view.units)}
         self.first_unit: dict[Optional[str], int] = {}
         for uid, frame in view.frame_of.items():
@@ -108,6 +109,7 @@ class _Drawer:
         for uid, unit in self.view.units.items():
             if self.view.frame_of[uid] == frame and uid not in self.view.hidden:
                 self.unit(graph, unit)
+        self._ghosts(graph, frame)
         children = [f for f in self.view.frames.values() if f.parent == frame and f.path in self.first_unit]
         for child in sorted(children, key=lambda f: self.first_unit[f.path]):
             with graph.subgraph(name=f"cluster_{child.path}") as sub:
@@ -195,16 +197,42 @@ class _Drawer:
             return f"{uid}/out"
         return uid if uid not in self.view.hidden else None
 
-    def removed(self) -> None:
-        """Boxes of the other spec that this one lacks: dashed red ghosts beside their neighbours."""
-        for ghost in self.diff.removed_units(self.view):
-            self.dot.node(ghost.id, _ghost_html(ghost.title, ghost.lines), style="rounded,dashed",
-                          color=DIFF_COLOR["removed"], fontcolor=DIFF_COLOR["removed"], penwidth="2",
-                          **{"class": "removed"})
-            for neighbour in ghost.neighbours:
-                if neighbour in self.view.units and neighbour not in self.view.hidden:
-                    self.dot.edge(neighbour, ghost.id, style="dashed", color=DIFF_COLOR["removed"],
-                                  constraint="false", **{"class": "removed"})
+    def removed_edges(self) -> None:
+        for src, dst in self.removed.edges:
+            self.dot.edge(src, dst, style="dashed", color=DIFF_COLOR["removed"], **{"class": "removed"})
+
+    def _ghosts(self, graph: graphviz.Digraph, frame: Optional[str]) -> None:
+        """Boxes of the other spec that this one lacks: dashed red, where they were; those from a
+        frame this drawing lacks (a removed encoder) in a dashed red frame of that name."""
+        groups: dict[Optional[str], list[str]] = {}
+        for gid, (_, where) in self.removed.boxes.items():
+            here, lost_frame = self._ghost_frame(where)
+            if here == frame:
+                groups.setdefault(lost_frame, []).append(gid)
+        for lost_frame, ids in groups.items():
+            if lost_frame is None:
+                self._ghost_boxes(graph, ids)
+                continue
+            with graph.subgraph(name=f"cluster_removed/{lost_frame}") as sub:
+                sub.attr(label=f"removed: {lost_frame}", style="rounded,dashed", color=DIFF_COLOR["removed"],
+                         fontcolor=DIFF_COLOR["removed"], labeljust="l", labelloc="b", **{"class": "removed"})
+                self._ghost_boxes(sub, ids)
+
+    def _ghost_boxes(self, graph: graphviz.Digraph, ids: list[str]) -> None:
+        for gid in ids:
+            title = self.removed.boxes[gid][0]
+            graph.node(gid, _table([f"<B>removed: {escape(title)}</B>"]), style="rounded,dashed",
+                       color=DIFF_COLOR["removed"], fontcolor=DIFF_COLOR["removed"], penwidth="2",
+                       **{"class": "removed"})
+
+    def _ghost_frame(self, where: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+        """(the innermost frame of this drawing that held the ghost in the other spec, the
+        outermost of the other spec's frames around it that this drawing lacks)."""
+        lost = None
+        while where is not None and where not in self.view.frames:
+            lost = where
+            where = where.rsplit(".", 1)[0] if "." in where else None
+        return where, lost
 
 
 def _html(label: Label, status=None) -> str:
@@ -220,11 +248,6 @@ def _html(label: Label, status=None) -> str:
     if status is not None:
         rows += [f'<FONT POINT-SIZE="10" COLOR="{DIFF_COLOR[status.kind]}"><B>{escape(line)}</B></FONT>'
                  for line in status.lines]
-    return _table(rows)
-
-
-def _ghost_html(title: str, lines: list[str]) -> str:
-    rows = [f"<B>removed: {escape(title)}</B>"] + [f'<FONT POINT-SIZE="10">{escape(l)}</FONT>' for l in lines]
     return _table(rows)
 
 

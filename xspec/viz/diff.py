@@ -15,8 +15,8 @@ import networkx as nx
 
 from xspec.compiler.graph import input_sources
 
-from .labels import format_shape, op_label
-from .view import View, canonical_graph, stack_counts
+from .labels import format_shape, unit_label_title
+from .view import View, build_view, canonical_graph, stack_counts
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -31,13 +31,12 @@ class Status:
 
 
 @dataclass
-class Ghost:
-    """A box for an op of the other spec that this one lacks."""
+class Removed:
+    """The boxes of the other spec (drawn at the same depth) whose ops this spec lacks entirely,
+    and the other spec's edges that touch them, for drawing as dashed red ghosts."""
 
-    id: str
-    title: str
-    lines: list[str]
-    neighbours: list[str]  # units of this view next to where it was
+    boxes: dict[str, tuple[str, Optional[str]]]  # ghost id -> (title, frame path in the other spec)
+    edges: list[tuple[str, str]]  # between ghosts, or between a ghost and one of this view's boxes
 
 
 class Diff:
@@ -73,13 +72,16 @@ class Diff:
             return None
         return f"layers: {theirs} → {mine}"
 
-    def removed_units(self, view: View) -> list[Ghost]:
-        ghosts = []
-        for node in self.missing:
-            label = op_label(self.theirs, node)
-            neighbours = [view.unit_of[n] for n in nx.all_neighbors(self.theirs, node) if n in view.unit_of]
-            ghosts.append(Ghost(f"removed:{node}", label.title, [node], list(dict.fromkeys(neighbours))))
-        return ghosts
+    def removed(self, view: View) -> Removed:
+        theirs = build_view(self.other, view.depth)
+        lost = {uid for uid, unit in theirs.units.items()
+                if uid not in theirs.hidden and uid not in view.units and not any(op in self.mine for op in unit.ops)}
+        ghost = {uid: f"removed/{uid}" for uid in lost}
+        boxes = {ghost[uid]: (unit_label_title(theirs, theirs.units[uid]), theirs.frame_of[uid]) for uid in lost}
+        drawn = set(view.units) - view.hidden
+        edges = [(ghost.get(e.src, e.src), ghost.get(e.dst, e.dst)) for e in theirs.drawn_edges()
+                 if (e.src in lost or e.dst in lost) and {e.src, e.dst} <= lost | drawn]
+        return Removed(boxes, list(dict.fromkeys(edges)))
 
 
 def compare_op(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> Optional[Status]:
