@@ -281,7 +281,7 @@ def test_attention_maps_of_a_trained_model(trained_run, tmp_path, capsys):
         assert amap.weights.sum(-1).sub(1).abs().max() < 1e-5  # each query's weights are a distribution
         if amap.site.kind == "decoder self-attention":  # §3.2.3: no attention to later positions
             assert amap.weights.triu(1).abs().max() == 0
-    source = [m for m in maps if m.site.kind == "encoder self-attention"][0]
+    source = next(m for m in maps if m.site.kind == "encoder self-attention")
     assert source.keys[-1] == "</s>" and "".join(source.keys[:-1]).replace("▁", " ").strip() == sentence
 
     out = tmp_path / "attn.png"
