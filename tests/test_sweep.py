@@ -124,4 +124,6 @@ def test_the_committed_report_is_complete():
     assert all(r["dev_ppl"] for r in rows)
     text = (report / "table3.md").read_text(encoding="utf-8")
     assert "xspec sweep specs/table3/" in text.split("```")[1]
+    base_row = next(line for line in text.splitlines() if line.startswith("| base | base |"))
+    assert base_row.rstrip(" |").endswith("| 4.92 | 25.8")          # the paper's figures beside ours
     assert len({r["train_steps"] for r in rows}) == 1             # the same budget for every model

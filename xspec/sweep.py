@@ -37,6 +37,17 @@ from xspec.stats.architecture import PAPER_NAMES, architecture
 
 CONFIG_FILE = "sweep.json"
 WIDTHS = ("d_model", "d_ff", "d_k", "d_v")
+# Table 3 of the paper (EN-DE dev set, newstest2013): (PPL, BLEU) by variant file, in the paper's row order.
+PAPER_TABLE3: dict[str, tuple[float, float]] = {
+    "base": (4.92, 25.8),
+    "A_heads1": (5.29, 24.9), "A_heads4": (5.00, 25.5), "A_heads16": (4.91, 25.8), "A_heads32": (5.01, 25.4),
+    "B_dk16": (5.16, 25.1), "B_dk32": (5.01, 25.4),
+    "C_layers2": (6.11, 23.7), "C_layers4": (5.19, 25.3), "C_layers8": (4.88, 25.5),
+    "C_dmodel256": (5.75, 24.5), "C_dmodel1024": (4.66, 26.0), "C_dff1024": (5.12, 25.4), "C_dff4096": (4.75, 26.2),
+    "D_drop0": (5.77, 24.6), "D_drop02": (4.95, 25.5), "D_ls0": (4.67, 25.3), "D_ls02": (5.47, 25.7),
+    "E_learned_positions": (4.92, 25.7),
+    "big": (4.33, 26.4),
+}
 # Table 3's varied columns, in the paper's order.
 COLUMNS = ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "dropout", "label_smoothing", "positions")
 
@@ -307,9 +318,10 @@ def _fmt(value: Any) -> str:
 
 
 def render_markdown(rows: list[Row], config: SweepConfig, corpus: Corpus) -> str:
-    base = rows[0]
     header = ["row", "spec", *(PAPER_NAMES[c] for c in COLUMNS), "train steps", "PPL (dev)", "BLEU (dev)",
-              "params (spec)", "params (trained)"]
+              "params (spec)", "params (trained)", "paper: PPL", "paper: BLEU"]
+    finished = [r for r in rows if r.finished]
+    hours = sum(r.metrics.get("wall_s", 0.0) for r in finished) / 3600
     lines = [
         "# Table 3, regenerated",
         "",
@@ -321,12 +333,14 @@ def render_markdown(rows: list[Row], config: SweepConfig, corpus: Corpus) -> str
         "",
         f"Data: {corpus.description}. Every model: the spec's own values, then {_overrides_text(config)}, "
         f"{config.steps} training steps, no checkpoint averaging, beam search with the spec's decode "
-        "settings (§6.1: beam 4, alpha 0.6). PPL is per subword of the shared sentencepiece vocabulary.",
+        "settings (§6.1: beam 4, alpha 0.6). PPL is per subword of the shared sentencepiece vocabulary. "
+        f"{len(finished)} of {len(rows)} models trained, {hours * 60:.0f} minutes of runs in all.",
         "",
         f"**These are not the paper's numbers.** The paper trains each model for 100K steps of ~25000 "
         f"tokens on WMT 2014 EN-DE with 8 GPUs; this table trains each at "
-        f"{_scale_text(config)} for {config.steps} steps on a CPU. It shows the experiment end to end, "
-        "not the paper's effect sizes.",
+        f"{_scale_text(config)} for {config.steps} steps on {config.device.upper()}. "
+        "It shows the experiment end to end, not the paper's effect sizes; the paper's dev figures "
+        "(newstest2013) are in the last two columns for reference.",
         "",
         "Columns show the spec's own values where they differ from base (blank: as base), as in the paper; "
         "`params (spec)` is the spec's size, `params (trained)` the size actually trained.",
@@ -334,16 +348,7 @@ def render_markdown(rows: list[Row], config: SweepConfig, corpus: Corpus) -> str
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    for row in rows:
-        cells = [row.row, row.name]
-        for c in COLUMNS:
-            same = row is not base and row.columns[c] == base.columns[c]
-            cells.append("" if same else _fmt(row.columns[c]))
-        m = row.metrics
-        cells += [str(m["steps"]) if row.finished else "(failed)" if row.error else "(not yet)", _ppl(m) if row.finished else "",
-                  f"{m['bleu']:.2f}" if "bleu" in m else "",
-                  f"{row.spec_parameters / 1e6:.1f}M", f"{row.trained_parameters / 1e6:.2f}M"]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(_markdown_cells(row, rows[0])) + " |" for row in paper_order(rows)]
     failures = [f"- {r.name} failed: {r.error}" for r in rows if r.error]
     if failures:
         lines += ["", *failures]
@@ -351,6 +356,25 @@ def render_markdown(rows: list[Row], config: SweepConfig, corpus: Corpus) -> str
     if signature:
         lines += ["", f"sacreBLEU: `{signature.split(' = ')[0]}`"]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_cells(row: Row, base: Row) -> list[str]:
+    cells = [row.row, row.name]
+    for c in COLUMNS:
+        same = row is not base and row.columns[c] == base.columns[c]
+        cells.append("" if same else _fmt(row.columns[c]))
+    m = row.metrics
+    status = str(m["steps"]) if row.finished else "(failed)" if row.error else "(not yet)"
+    paper = PAPER_TABLE3.get(row.name)
+    return cells + [status, _ppl(m) if row.finished else "", f"{m['bleu']:.2f}" if "bleu" in m else "",
+                    f"{row.spec_parameters / 1e6:.1f}M", f"{row.trained_parameters / 1e6:.2f}M",
+                    f"{paper[0]:.2f}" if paper else "", f"{paper[1]:.1f}" if paper else ""]
+
+
+def paper_order(rows: list[Row]) -> list[Row]:
+    """Table 3's own row order where a file is one of its rows; other files after, as found."""
+    order = {name: i for i, name in enumerate(PAPER_TABLE3)}
+    return sorted(rows, key=lambda r: order.get(r.name, len(order)))
 
 
 def _overrides_text(config: SweepConfig) -> str:
@@ -370,12 +394,12 @@ def render_csv(rows: list[Row]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["row", "spec", *COLUMNS, *(f"trained_{c}" for c in ("d_model", "d_ff", "d_k", "d_v")),
                      "train_steps", "dev_ppl", "dev_bleu", "dev_valid_loss", "params_spec", "params_trained",
-                     "train_seconds"])
-    for row in rows:
+                     "train_seconds", "wall_seconds"])
+    for row in paper_order(rows):
         m = row.metrics
         writer.writerow([row.row, row.name, *(_fmt(row.columns[c]) for c in COLUMNS),
                          *(_fmt(row.trained_columns[c]) for c in ("d_model", "d_ff", "d_k", "d_v")),
                          m.get("steps", ""), _ppl(m) if row.finished else "", m.get("bleu", ""),
                          m.get("valid_loss", ""), row.spec_parameters, row.trained_parameters,
-                         m.get("train_seconds", "")])
+                         m.get("train_seconds", ""), m.get("wall_s", "")])
     return out.getvalue()
