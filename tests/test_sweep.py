@@ -7,9 +7,9 @@ import csv
 from pathlib import Path
 
 import pytest
+from xspec.runtime.demo_data import generate_split
 
 from xspec.cli import main
-from xspec.runtime.demo_data import generate_split
 from xspec.sweep import find_variants, row_label
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"

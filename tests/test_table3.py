@@ -5,7 +5,7 @@ train/decode sections), not the spec files."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -52,7 +52,7 @@ PARSING = {"layers": 4, "d_model": 1024, "d_k": 128, "d_v": 128, "vocab": 16000,
            "decode.beam": 21, "decode.length_penalty": 0.3, "decode.max_len_b": 300}
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiled(path: Path):
     return xspec.compile(str(path))
 

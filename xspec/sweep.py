@@ -29,7 +29,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import xspec
 from xspec.errors import UserError
@@ -72,12 +72,12 @@ class SweepConfig:
     data: str                           # "demo" or a folder (for the record and the report)
     src_lang: str
     tgt_lang: str
-    dev_lines: Optional[int]
+    dev_lines: int | None
     out_dir: Path
     report_dir: Path
     command: str                        # the command line that reproduces this sweep
     device: str = "cpu"
-    threads: Optional[int] = None       # torch CPU threads; None: torch's default
+    threads: int | None = None       # torch CPU threads; None: torch's default
     progress: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
@@ -96,7 +96,7 @@ class Row:
     spec_parameters: int
     trained_parameters: int
     metrics: dict[str, Any] = field(default_factory=dict)
-    error: Optional[str] = None
+    error: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -145,7 +145,7 @@ def shrink(spec_path: Path, overrides: dict[str, Any], divisor: int) -> dict[str
     return shrunk
 
 
-def describe(path: Path, config: SweepConfig, is_base: bool) -> tuple[Row, "xspec.CompiledSpec"]:
+def describe(path: Path, config: SweepConfig, is_base: bool) -> tuple[Row, xspec.CompiledSpec]:
     """The row's columns at the spec's own size, and the spec as the sweep trains it."""
     full = xspec.compile(str(path))
     trained = xspec.compile(str(path), overrides=shrink(path, {**config.overrides, "train.max_steps": config.steps},
@@ -208,7 +208,7 @@ def _head(path: Path, lines: int, folder: Path) -> Path:
 
 # --- training ------------------------------------------------------------------------------------
 
-def train_variant(spec, corpus: Corpus, vocab_file: Optional[Path], run_dir: Path,
+def train_variant(spec, corpus: Corpus, vocab_file: Path | None, run_dir: Path,
                   config: SweepConfig) -> dict[str, Any]:
     """Trains one variant to the budget (or resumes it); returns the runtime's final figures.
 
@@ -270,7 +270,7 @@ def run_sweep(config: SweepConfig, say=print) -> list[Row]:
     return rows
 
 
-def _shared_vocabulary(spec, base_spec, base_dir: Path) -> Optional[Path]:
+def _shared_vocabulary(spec, base_spec, base_dir: Path) -> Path | None:
     """§5.1: one shared vocabulary. The base model's run trains it; variants of the same vocabulary
     size reuse it, so their perplexities count the same subwords."""
     from xspec.runtime.vocab import MODEL_FILE

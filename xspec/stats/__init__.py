@@ -53,17 +53,17 @@ class SpecStats:
         }
 
 
-def default_length(spec: "CompiledSpec") -> int:
+def default_length(spec: CompiledSpec) -> int:
     """The longest sequence the spec trains on: data.max_tokens, within the positional encodings."""
     return min(spec.data.max_tokens, spec.max_positions or spec.data.max_tokens)
 
 
-def default_batch(spec: "CompiledSpec", length: int) -> int:
+def default_batch(spec: CompiledSpec, length: int) -> int:
     """Sentences in one forward pass of `length` tokens: the train section's tokens per pass (§5.1)."""
     return max(1, (spec.train.max_batch_tokens or spec.train.batch_tokens) // length)
 
 
-def compute(spec: "CompiledSpec", length: Optional[int] = None, batch: Optional[int] = None,
+def compute(spec: CompiledSpec, length: int | None = None, batch: int | None = None,
             kernel: int = 3, neighbourhood: int = 16) -> SpecStats:
     from xspec.summary import summarize
 

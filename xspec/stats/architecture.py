@@ -42,7 +42,7 @@ PAPER_NAMES = {
 }
 
 
-def architecture(spec: "CompiledSpec") -> Architecture:
+def architecture(spec: CompiledSpec) -> Architecture:
     graph = spec.graph
     nodes = [data for _, data in graph.nodes(data=True)]
 

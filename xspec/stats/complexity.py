@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -25,10 +25,10 @@ class Table1Row:
     sequential: float
     path_length: float
     in_spec: int                        # how many such layers the spec has (0: comparison row)
-    multiply_adds: Optional[int] = None  # the exact QK^T and AV multiply-adds of one such layer, from the graph
+    multiply_adds: int | None = None  # the exact QK^T and AV multiply-adds of one such layer, from the graph
 
 
-def attention_kinds(spec: "CompiledSpec") -> dict[str, list[str]]:
+def attention_kinds(spec: CompiledSpec) -> dict[str, list[str]]:
     """The spec's attention layers by kind: self-attention, masked (causal) self-attention, and
     attention over another sequence (the decoder's encoder-decoder attention, §3.2.3)."""
     from xspec.compiler.graph import input_sources
@@ -48,7 +48,7 @@ def attention_kinds(spec: "CompiledSpec") -> dict[str, list[str]]:
     return kinds
 
 
-def table1(spec: "CompiledSpec", n: int, d: int, kernel: int, neighbourhood: int) -> list[Table1Row]:
+def table1(spec: CompiledSpec, n: int, d: int, kernel: int, neighbourhood: int) -> list[Table1Row]:
     rows = []
     for kind, nodes in attention_kinds(spec).items():
         a = spec.graph.nodes[nodes[0]]["attrs"]

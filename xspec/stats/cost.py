@@ -114,7 +114,7 @@ def stack_of(data: dict) -> str:
     return (data["module"] or data["scope"] or "model").split(".")[0]
 
 
-def flops(spec: "CompiledSpec", length: int) -> Flops:
+def flops(spec: CompiledSpec, length: int) -> Flops:
     by_category: dict[str, int] = defaultdict(int)
     by_stack: dict[str, int] = defaultdict(int)
     for node, data in spec.graph.nodes(data=True):
@@ -127,7 +127,7 @@ def flops(spec: "CompiledSpec", length: int) -> Flops:
                  by_stack={s: count // length for s, count in by_stack.items()})
 
 
-def activation_elements(spec: "CompiledSpec", batch: int, length: int) -> int:
+def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
     """Float values autograd keeps for the backward pass (see the module docstring)."""
     graph = spec.graph
     total = 0
@@ -145,7 +145,7 @@ def activation_elements(spec: "CompiledSpec", batch: int, length: int) -> int:
     return total
 
 
-def memory(spec: "CompiledSpec", batch: int, length: int) -> Memory:
+def memory(spec: CompiledSpec, batch: int, length: int) -> Memory:
     weights = spec.parameters * BYTES_FLOAT32
     return Memory(batch=batch, length=length, weights=weights, gradients=weights, adam=ADAM_MOMENTS * weights,
                   activations=activation_elements(spec, batch, length) * BYTES_FLOAT32)
