@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 
 import xspec
 from xspec.compiler.sections import DecodeSection
@@ -26,8 +27,8 @@ def load_translator(run_or_checkpoint: Path, device: torch.device, decode_overri
     spec = compile_checkpoint_spec(checkpoint)
     try:
         decode = DecodeSection(**{**spec.decode.model_dump(), **decode_overrides})
-    except ValueError as error:       # pydantic's ValidationError, e.g. nbest > beam
-        raise UserError(f"decoding options: {error.errors()[0]['msg'] if hasattr(error, 'errors') else error}") from None
+    except ValidationError as error:       # e.g. nbest > beam
+        raise UserError(f"decoding options: {error.errors()[0]['msg']}") from None
     model = spec.build(device=str(device))
     ckpt.load_into(model, checkpoint)
     model.eval()
