@@ -9,14 +9,18 @@ import torch.nn.functional as F
 
 
 class DecoderCache:
-    """Keys and values of the decoder steps taken so far, for one-step-at-a-time decoding.
+    """What the decoder keeps between steps when it decodes one token at a time.
 
-    Every tensor is batch-first, so `reorder` can follow beam search's choice of rows.
+    Self-attention keys and values grow by one position per step (batch-first, so `reorder` can follow
+    beam search's choice of rows). Keys and values of the encoder memory are computed once per memory
+    tensor: pass the same tensor while the batch holds the same sentences (the beams of a sentence share
+    its memory rows), and a new one when sentences leave the batch.
     """
 
     def __init__(self):
         self.length = 0  # target positions already decoded
-        self.tensors = {}  # attention module -> (keys, values), each [B, heads, T, d]
+        self.tensors = {}  # self-attention module -> (keys, values), each [B, heads, T, d]
+        self.memory = {}  # encoder-decoder attention module -> (key input, value input, keys, values)
 
     def reorder(self, index):
         self.tensors = {m: (k.index_select(0, index), v.index_select(0, index))
@@ -92,15 +96,19 @@ class MultiHeadAttention(nn.Module):
         return x.unflatten(-1, (self.heads, d)).transpose(1, 2)  # [B, T, h*d] -> [B, h, T, d]
 
     def _keys_values(self, key, value, cache):
-        if cache is not None and self.kv_cache == "static" and self in cache.tensors:
-            return cache.tensors[self]
+        if cache is not None and self.kv_cache == "static":
+            kept = cache.memory.get(self)
+            if kept is not None and kept[0] is key and kept[1] is value:
+                return kept[2], kept[3]
         k = self._split(self.k_proj(key), self.d_k)
         v = self._split(self.v_proj(value), self.d_v)
-        if cache is not None and self.kv_cache == "append" and self in cache.tensors:
-            past_k, past_v = cache.tensors[self]
-            k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
-        if cache is not None and self.kv_cache != "none":
+        if cache is not None and self.kv_cache == "append":
+            if self in cache.tensors:
+                past_k, past_v = cache.tensors[self]
+                k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
             cache.tensors[self] = (k, v)
+        elif cache is not None and self.kv_cache == "static":
+            cache.memory[self] = (key, value, k, v)
         return k, v
 
     def forward(self, query, key, value, padding_mask=None, cache=None):

@@ -107,7 +107,9 @@ def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, 
         reorder = (active[:, None] * K + beam_origin[active]).view(-1)           # [A'*K] rows of the old batch
         sentence, alive, alive_logp = sentence[active], alive[active], alive_logp[active]
         finished, finished_score, finished_logp = finished[active], finished_score[active], finished_logp[active]
-        memory, memory_padding = memory[reorder], memory_padding[reorder]
+        if active.numel() < A:  # the beams of a sentence share its memory rows: copy them only when it leaves
+            rows = (active[:, None] * K + torch.arange(K, device=device)).view(-1)
+            memory, memory_padding = memory[rows], memory_padding[rows]
         if cache is not None and sentence.numel():
             cache.reorder(reorder)
     return results
