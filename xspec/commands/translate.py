@@ -59,8 +59,9 @@ def _read_stdin() -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.nbest is not None and args.nbest < 1:
         raise UserError("--nbest must be at least 1")
-    lines = read_lines(Path(args.input)) if args.input else _read_stdin()
+    # Load the model first: a missing run is reported before waiting on standard input.
     translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args, args.nbest))
+    lines = read_lines(Path(args.input)) if args.input else _read_stdin()
     translator = translator.with_batch_tokens(args.batch_tokens)
     if args.nbest:
         results = translator.nbest(lines)
