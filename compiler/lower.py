@@ -80,13 +80,18 @@ class _Lowering:
         body = self._class_body(instance)
         name = self.classes.get(body)
         if name is None:
-            taken = set(self.classes.values())
-            name, n = preferred, 2
-            while name in taken:
-                name, n = f"{preferred}{n}", n + 1
+            name = self._free_class_name(preferred)
             self.classes[body] = name
             self.order.append(body.replace("{NAME}", name, 1))
         self.class_of[instance.path] = name
+        return name
+
+    def _free_class_name(self, preferred: str) -> str:
+        """`preferred`, or `preferred2`, ... if a block class, a prelude class or the model has it."""
+        taken = {*self.classes.values(), *_prelude_classes(), "Model", class_name(self.model.name)}
+        name, n = preferred, 2
+        while name in taken:
+            name, n = f"{preferred}{n}", n + 1
         return name
 
     def _class_body(self, instance: Instance) -> str:

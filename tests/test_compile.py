@@ -179,3 +179,22 @@ def test_inline_repeat_body_is_the_same_model_as_a_layer_block():
     src, tgt = torch.randint(0, 100, (2, 6)), torch.randint(0, 100, (2, 4))
     with torch.no_grad():
         torch.testing.assert_close(model(src, tgt), reference(src, tgt))
+
+
+def test_generated_class_names_never_clash():
+    """A block named like a prelude class, or like the model, gets a class name of its own."""
+    text = ('import "base.xspec"\n'
+            "model feed_forward extends transformer_base {\n"
+            "  set vocab = 100\n"
+            "  block multi_head_attention(h, mask) { return attention(h, h, h, mask, heads, d_k, d_v) as attn }\n"
+            "  block encoder_layer(x, mask) {\n"
+            "    x = sublayer(x, h => multi_head_attention(h, mask) as self_attn)\n"
+            "    return sublayer(x, h => feed_forward(h) as ffn)\n"
+            "  }\n"
+            "}\n")
+    spec = xspec.compile_source(text, name="specs/clash.xspec")
+    classes = [line.split("(")[0] for line in spec.python_source.splitlines() if line.startswith("class ")]
+    assert len(classes) == len(set(classes))
+    assert {"class MultiHeadAttention2", "class FeedForward2", "class FeedForward"} <= set(classes)
+    model = spec.build(device="cpu").eval()
+    assert model(torch.randint(0, 100, (2, 5)), torch.randint(0, 100, (2, 3))).shape == (2, 3, 100)
