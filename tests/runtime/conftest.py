@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -21,6 +22,16 @@ def write_pairs(directory: Path, name: str, pairs: list[tuple[str, str]]) -> Spl
     src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     tgt.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
     return Split(src, tgt)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: a second intra-op thread only adds synchronisation, and on a busy
+    2-core machine spinning threads slow them down several times."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

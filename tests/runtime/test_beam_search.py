@@ -47,18 +47,21 @@ def _sources() -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def _brute_force(model, src, src_padding, max_len: int, alpha: float) -> tuple[list[int], float]:
-    """Scores every output of up to `max_len` tokens (EOS included) with a full, uncached decode."""
+    """Scores every output of up to `max_len` tokens (EOS included) with full, uncached decodes
+    (one batch per output length)."""
     memory = model.encode(src[None], src_padding[None])
     words = [t for t in range(VOCAB) if t not in (PAD, BOS, EOS)]
     best = (None, float("-inf"))
     for n in range(max_len):
-        for body in itertools.product(words, repeat=n):
-            sequence = [BOS, *body, EOS]
-            logits = model.decode(torch.tensor([sequence[:-1]]), memory, src_padding[None])
-            logp = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(sequence[1:])[:, None]).sum()
-            score = float(logp) / length_penalty(n + 1, alpha)
-            if score > best[1]:
-                best = (list(body), score)
+        bodies = list(itertools.product(words, repeat=n))
+        inputs = torch.tensor([[BOS, *body] for body in bodies])                   # [N, n + 1]
+        targets = torch.tensor([[*body, EOS] for body in bodies])                  # [N, n + 1]
+        logits = model.decode(inputs, memory.expand(len(bodies), -1, -1), src_padding[None].expand(len(bodies), -1))
+        logp = torch.log_softmax(logits.float(), -1).gather(2, targets[:, :, None]).sum(dim=(1, 2))   # [N]
+        scores = logp / length_penalty(n + 1, alpha)
+        i = int(scores.argmax())
+        if float(scores[i]) > best[1]:
+            best = (list(bodies[i]), float(scores[i]))
     return best
 
 
