@@ -8,7 +8,8 @@ variant specs on whatever corpus is given, at whatever scale fits the machine:
 - `width_divisor` divides each model's widths (d_model, d_ff, d_k, d_v) by the same factor, so a
   row keeps its ratio to the base model (row A still holds h * d_k constant; row C's d_model 256
   is still half of base) while the model becomes small enough for a CPU;
-- all variants share one sentencepiece vocabulary (trained once), so perplexities are comparable;
+- variants share the base run's sentencepiece vocabulary (trained once, §5.1), so their
+  perplexities count the same subwords;
 - dev perplexity is exp(cross entropy per target subword, no label smoothing); dev BLEU is sacreBLEU
   on beam-search output of the last checkpoint (the runtime averages nothing during training).
 
@@ -77,7 +78,7 @@ class SweepConfig:
     report_dir: Path
     command: str                        # the command line that reproduces this sweep
     device: str = "cpu"
-    threads: int | None = None       # torch CPU threads; None: torch's default
+    threads: int | None = None          # torch CPU threads; None: torch's default
     progress: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
