@@ -10,8 +10,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from toy_spec import ToySpec  # noqa: E402
-from xspec.compiler.sections import DataSection, DecodeSection, TrainSection  # noqa: E402
 from xspec.runtime.demo_data import generate_split  # noqa: E402
 from xspec.runtime.run_dir import DataFiles, Split  # noqa: E402
 
@@ -40,14 +38,3 @@ def small_corpus(tmp_path_factory) -> DataFiles:
     return DataFiles(write_pairs(directory, "train", generate_split("train", 400)),
                      write_pairs(directory, "valid", generate_split("valid", 20)),
                      write_pairs(directory, "test", generate_split("test", 8)))
-
-
-def toy_spec(**train) -> ToySpec:
-    """A 1+1-layer toy with dropout (exact resume must reproduce it) and a short schedule."""
-    settings = dict(batch_tokens=600, max_batch_tokens=300, warmup_steps=20, max_steps=8,
-                    checkpoint_every_minutes=None, checkpoint_every_steps=4, keep_checkpoints=5,
-                    average_last=2, validate_every_steps=4, lr_scale=0.5)
-    settings.update(train)
-    return ToySpec(vocab_size=160, d_model=32, dropout=0.1, train=TrainSection(**settings),
-                   data=DataSection(vocab_size=160, max_tokens=100),
-                   decode=DecodeSection(beam=2, max_len_b=10))

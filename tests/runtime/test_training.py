@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import toy_spec
+from toy_spec import toy_spec
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.average import average_run

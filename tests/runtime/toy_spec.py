@@ -103,3 +103,14 @@ class ToySpec:
         if self.forward_hook is not None:
             model.register_forward_hook(self.forward_hook)
         return model.to(torch.device(device)) if device is not None else model
+
+
+def toy_spec(**train) -> ToySpec:
+    """A 1+1-layer toy with dropout (exact resume must reproduce it) and a short schedule."""
+    settings = dict(batch_tokens=600, max_batch_tokens=300, warmup_steps=20, max_steps=8,
+                    checkpoint_every_minutes=None, checkpoint_every_steps=4, keep_checkpoints=5,
+                    average_last=2, validate_every_steps=4, lr_scale=0.5)
+    settings.update(train)
+    return ToySpec(vocab_size=160, d_model=32, dropout=0.1, train=TrainSection(**settings),
+                   data=DataSection(vocab_size=160, max_tokens=100),
+                   decode=DecodeSection(beam=2, max_len_b=10))
