@@ -31,7 +31,7 @@ from xspec.runtime.batching import collate, micro_batches, plan_epoch, shard
 from xspec.runtime.corpus import EncodedPairs, ParallelText, encode_pairs, read_parallel
 from xspec.runtime.demo_data import write_demo_data
 from xspec.runtime.evaluate import Scores, score
-from xspec.runtime.run_dir import (METRICS_FILE, DataFiles, Split, append_metrics, read_metrics_log,
+from xspec.runtime.run_dir import (METRICS_FILE, METRICS_LOG, DataFiles, Split, append_metrics, read_metrics_log,
                                    write_run_files)
 from xspec.runtime.schedule import make_optimizer, make_scheduler
 from xspec.runtime.translation import Translator
@@ -108,6 +108,8 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
         data = _demo_files(run_dir, context)
     if context.is_main:
         write_run_files(run_dir, spec.resolved_source, data)
+        if not options.resume:      # a fresh run: no log lines from an earlier attempt that wrote no checkpoint
+            (run_dir / METRICS_LOG).unlink(missing_ok=True)
     texts = _read_texts(data)              # every file checked before any work is done
     vocab = _vocab(spec, texts["train"], run_dir, context)
     corpus = _encode_corpus(spec, texts, vocab, options.truncate)
@@ -395,7 +397,7 @@ def _resume(run_dir: Path, spec, model, optimizer, scheduler) -> Progress:
         raise UserError(f"{ckpt.state_path(path)}: unusable training state ({error})") from None
     # Steps logged after this checkpoint were lost with the interruption; they will be redone.
     records = [r for r in read_metrics_log(run_dir) if r.get("step", 0) <= progress.step]
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (run_dir / METRICS_LOG).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return progress
 
 
