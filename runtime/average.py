@@ -18,7 +18,8 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
         other = ckpt.load_weights(path)
         difference = ckpt.params_difference(first.params, other.params)
         if difference or other.tensors.keys() != sums.keys():
-            raise UserError(f"{path}: not from the same spec as {paths[0]}" + (f" ({difference})" if difference else ""))
+            detail = f" ({difference})" if difference else ""
+            raise UserError(f"{path}: not from the same spec as {paths[0]}{detail}")
         for k, v in other.tensors.items():
             sums[k] += v.double()
     return {k: (v / len(paths)).to(first.tensors[k].dtype) for k, v in sums.items()}

@@ -141,7 +141,8 @@ def load_into(model: torch.nn.Module, checkpoint: Checkpoint) -> None:
     expected = model.state_dict()
     for name, tensor in checkpoint.tensors.items():
         if name not in expected:
-            raise UserError(f"{checkpoint.path}: tensor {name} is not in the model (a checkpoint from a different spec)")
+            raise UserError(f"{checkpoint.path}: tensor {name} is not in the model "
+                            "(a checkpoint from a different spec)")
         if expected[name].shape != tensor.shape:
             raise UserError(f"{checkpoint.path}: tensor {name} has shape {tuple(tensor.shape)}, "
                             f"the model expects {tuple(expected[name].shape)} (a checkpoint from a different spec)")

@@ -12,7 +12,8 @@ def inverse_sqrt(step: int, d_model: int, warmup: int) -> float:
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSection, d_model: int) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSection,
+                   d_model: int) -> torch.optim.lr_scheduler.LambdaLR:
     """The optimizer's base lr must be 1.0 (inverse_sqrt) or `train.lr` (constant): LambdaLR multiplies it.
 
     LambdaLR counts from 0 before the first update; the paper's step_num counts from 1.

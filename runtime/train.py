@@ -134,7 +134,8 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
     # DDP wrapper and/or torch.compile, which share its parameters.
     step_model = model
     if context.distributed:
-        step_model = DistributedDataParallel(model, device_ids=[context.device] if context.device.type == "cuda" else None)
+        device_ids = [context.device] if context.device.type == "cuda" else None
+        step_model = DistributedDataParallel(model, device_ids=device_ids)
     if _use_compile(options.compile, context.device):
         step_model = torch.compile(step_model)
 
