@@ -6,7 +6,7 @@ import json
 import linecache
 import os
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import networkx as nx
 
@@ -79,12 +79,13 @@ class CompiledSpec:
         return self._compilation.validated.count_under(path)
 
     # --- building ----------------------------------------------------------------------------
-    def build(self, device: Optional[str] = None, compile: bool = False) -> "torch.nn.Module":
+    def build(self, device: Union[str, "torch.device", None] = None, compile: bool = False) -> "torch.nn.Module":
         """Instantiate the generated model (parameters initialised) on `device` (default: CUDA if
-        available, else CPU); `compile=True` wraps it in torch.compile."""
+        available, else CPU); `compile=True` returns torch.compile's wrapper (whose state_dict keys
+        start with `_orig_mod.`: save the module you built, not the wrapper)."""
         import torch
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self._check_allocatable(device)
         model_class = self.model_class()
         with torch.device(device):
@@ -100,12 +101,12 @@ class CompiledSpec:
         exec(compile(self.python_source, filename, "exec"), namespace)
         return namespace["Model"]
 
-    def _check_allocatable(self, device: str) -> None:
+    def _check_allocatable(self, device: "torch.device") -> None:
         import torch
 
         needed = self.parameters * BYTES_PER_PARAMETER
-        if device.startswith("cuda"):
-            available = torch.cuda.mem_get_info(torch.device(device))[0]
+        if device.type == "cuda":
+            available = torch.cuda.mem_get_info(device)[0]
         else:
             available = _available_host_memory()
         if needed > available:
