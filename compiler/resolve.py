@@ -25,7 +25,6 @@ class ResolvedModel:
     name: str
     span: Span
     params: dict[str, Constant]
-    param_spans: dict[str, Span]
     blocks: dict[str, ast.Block]
     sections: dict[str, pydantic.BaseModel]
     ties: list[ast.Tie]  # those whose condition holds
@@ -39,7 +38,10 @@ def resolve(
     diagnostics: Diagnostics,
     source: Optional[str] = None,
 ) -> Optional[ResolvedModel]:
-    """Load `path` (or `source`, named `path`) and everything it imports; None if it has errors."""
+    """Load `path` (or `source`, named `path`) and everything it imports, and resolve its model.
+
+    None if a file cannot be parsed or imported; otherwise the model, even when some parameters or
+    sections had errors (reported), so that later stages can report theirs too."""
     loader = _Loader(diagnostics)
     entry = loader.load(path, source, import_span=None, stack=())
     if entry is None or diagnostics.errors:
@@ -55,7 +57,6 @@ def resolve(
     # Later stages still run after errors here, to report theirs too; they poison failed parameters.
     return ResolvedModel(
         name=entry.model.name.id, span=entry.model.name.span, params=params,
-        param_spans={n: p.span for n, p in merged.params.items()},
         blocks=merged.blocks, sections=sections, ties=ties,
         files={f.path: f.source for f in loader.files.values()},
         failed_params=set(merged.params) - set(params),
