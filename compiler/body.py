@@ -10,7 +10,8 @@ from . import ast
 from .diagnostics import Diagnostics
 from .ops import OPS
 
-def call_site_names(body: tuple[ast.Stmt, ...], diagnostics: Diagnostics) -> dict[int, str]:
+
+def call_site_names(body: tuple[ast.Stmt, ...]) -> dict[int, str]:
     """Attribute names for the modules a body creates: the `as` label, else the callee's name,
     numbered when it is called more than once (`sublayer_1`, `sublayer_2`)."""
     sites: list[tuple[object, str, Optional[ast.Name]]] = []
@@ -61,7 +62,7 @@ def call_site_names(body: tuple[ast.Stmt, ...], diagnostics: Diagnostics) -> dic
             candidate = f"{base}_{next(counter)}"
         names[id(node)] = candidate
     for inner in nested:
-        names.update(call_site_names(inner, diagnostics))
+        names.update(call_site_names(inner))
     return names
 
 

@@ -121,7 +121,7 @@ class _Builder:
         self.stack_frames: list[tuple[str, int, int]] = []  # (stack path, index, count)
         self.uncalled: dict[int, ast.Lambda] = {}  # functions passed on but never called
         for block in model.blocks.values():
-            self.names.update(call_site_names(block.body, diagnostics))
+            self.names.update(call_site_names(block.body))
             warn_unused(block, diagnostics)
         # Blocks the decoder uses that hold cache-aware ops take the cache in forward().
         self.cache_blocks = {b for b in reachable("decoder", model.blocks) if uses_cache(model.blocks[b], model.blocks)}
