@@ -8,6 +8,7 @@ fits in memory at all.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from dataclasses import dataclass
@@ -33,11 +34,11 @@ class ValidatedModel:
 
     @property
     def parameter_count(self) -> int:
-        return sum(_numel(s) for name, s in self.params.items() if name not in self.ties)
+        return sum(math.prod(s) for name, s in self.params.items() if name not in self.ties)
 
     def count_under(self, path: str) -> int:
         prefix = path + "."
-        return sum(_numel(s) for name, s in self.params.items()
+        return sum(math.prod(s) for name, s in self.params.items()
                    if name.startswith(prefix) and name not in self.ties)
 
 
@@ -154,11 +155,4 @@ def _check_fits_in_memory(model: ResolvedModel, validated: ValidatedModel, diagn
         diagnostics.error("too-large", model.span, f"model '{model.name}' has {count:,} parameters "
                           f"({needed / 2**30:,.1f} GiB as float32), more than this machine's "
                           f"{available / 2**30:,.1f} GiB of memory")
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
