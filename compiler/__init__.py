@@ -27,10 +27,12 @@ class CompileFailed(Exception):
 
 
 def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
-                 source: Optional[str] = None) -> Compilation:
-    """Run every stage; raise CompileFailed with all the diagnostics the stages could find."""
+                 source: Optional[str] = None, allow_imports: bool = True) -> Compilation:
+    """Run every stage; raise CompileFailed with all the diagnostics the stages could find.
+
+    `allow_imports=False` is for specs that must be self-contained (a checkpoint's or a run's)."""
     diagnostics = Diagnostics()
-    model = resolve(path, overrides or {}, diagnostics, source)
+    model = resolve(path, overrides or {}, diagnostics, source, allow_imports)
     built = build_graph(model, diagnostics) if model is not None else None
     if built is not None:
         lint(built.graph)

@@ -37,12 +37,13 @@ def resolve(
     overrides: Mapping[str, Any],
     diagnostics: Diagnostics,
     source: Optional[str] = None,
+    allow_imports: bool = True,
 ) -> Optional[ResolvedModel]:
     """Load `path` (or `source`, named `path`) and everything it imports, and resolve its model.
 
     None if a file cannot be parsed or imported; otherwise the model, even when some parameters or
     sections had errors (reported), so that later stages can report theirs too."""
-    loader = _Loader(diagnostics)
+    loader = _Loader(diagnostics, allow_imports)
     entry = loader.load(path, source, import_span=None, stack=())
     if entry is None or diagnostics.errors:
         return None
@@ -66,8 +67,8 @@ def resolve(
 class _Loader:
     """Parses a file and, recursively, its imports; models are then looked up by name."""
 
-    def __init__(self, diagnostics: Diagnostics) -> None:
-        self.diagnostics = diagnostics
+    def __init__(self, diagnostics: Diagnostics, allow_imports: bool) -> None:
+        self.diagnostics, self.allow_imports = diagnostics, allow_imports
         self.files: dict[str, ast.SpecFile] = {}
         self.models: dict[str, ast.Model] = {}
 
@@ -96,6 +97,11 @@ class _Loader:
             return None
         self.files[key] = spec
         for imp in spec.imports:
+            if not self.allow_imports:
+                self.diagnostics.error("import-refused", imp.span, "this spec must be self-contained: it may "
+                                       "not import other files", "a checkpoint or run directory carries its "
+                                       "resolved spec, imports inlined")
+                continue
             target = os.path.normpath(FilePath(path).parent / imp.path)
             self.load(target, None, imp.span, (*stack, key))
         previous = self.models.get(spec.model.name.id)

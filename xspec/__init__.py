@@ -26,16 +26,21 @@ def compile(path: str, overrides: Optional[Mapping[str, Any]] = None) -> Compile
     return _compile(path, overrides, None)
 
 
-def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
-    """Like `compile`, for spec text held in memory (imports resolve relative to `name`)."""
-    return _compile(name, overrides, text)
+def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[str, Any]] = None,
+                   allow_imports: bool = True) -> CompiledSpec:
+    """Like `compile`, for spec text held in memory (imports resolve relative to `name`).
+
+    `allow_imports=False` refuses `import` (a spec read from a checkpoint or a run directory is
+    self-contained, and must not reach for other files)."""
+    return _compile(name, overrides, text, allow_imports)
 
 
-def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional[str]) -> CompiledSpec:
+def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional[str],
+             allow_imports: bool = True) -> CompiledSpec:
     from xspec.compiler import CompileFailed, compile_spec
 
     try:
-        return CompiledSpec(compile_spec(path, overrides, source))
+        return CompiledSpec(compile_spec(path, overrides, source, allow_imports))
     except CompileFailed as failure:
         raise SpecError(failure.diagnostics.render(), failure.diagnostics.records) from None
     except FileNotFoundError as error:
