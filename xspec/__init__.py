@@ -9,10 +9,12 @@ See docs/model-interface.md for the model's interface.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from xspec.errors import SpecError, UserError
-from xspec.spec import CompiledSpec
+
+if TYPE_CHECKING:
+    from xspec.spec import CompiledSpec
 
 __all__ = ["compile", "compile_source", "CompiledSpec", "SpecError", "UserError"]
 
@@ -37,7 +39,10 @@ def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[
 
 def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional[str],
              allow_imports: bool = True) -> CompiledSpec:
+    # Imported here, not above: `import xspec` (and so every `xspec` command's start-up) stays
+    # free of the compiler's dependencies until a spec is compiled.
     from xspec.compiler import CompileFailed, compile_spec
+    from xspec.spec import CompiledSpec
 
     try:
         return CompiledSpec(compile_spec(path, overrides, source, allow_imports))
@@ -45,3 +50,16 @@ def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional
         raise SpecError(failure.diagnostics.render(), failure.diagnostics.records) from None
     except FileNotFoundError as error:
         raise UserError(str(error)) from None
+
+
+def __getattr__(name: str) -> Any:
+    """`xspec.CompiledSpec`, imported on first use (see `_compile`)."""
+    if name == "CompiledSpec":
+        from xspec.spec import CompiledSpec
+
+        return CompiledSpec
+    raise AttributeError(f"module 'xspec' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"CompiledSpec"})

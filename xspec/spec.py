@@ -8,15 +8,16 @@ import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-import networkx as nx
-
-from xspec.compiler import Compilation
-from xspec.compiler.sections import DataSection, DecodeSection, TrainSection
-from xspec.compiler.validate import BYTES_PER_PARAMETER
 from xspec.errors import UserError
 
+# Type names only: a CompiledSpec exists only once the compiler has run, and torch is imported by
+# the methods that build a model, so importing this module costs nothing.
 if TYPE_CHECKING:
+    import networkx as nx
     import torch
+
+    from xspec.compiler import Compilation
+    from xspec.compiler.sections import DataSection, DecodeSection, TrainSection
 
 
 class CompiledSpec:
@@ -103,6 +104,8 @@ class CompiledSpec:
 
     def _check_allocatable(self, device: "torch.device") -> None:
         import torch
+
+        from xspec.compiler.validate import BYTES_PER_PARAMETER
 
         needed = self.parameters * BYTES_PER_PARAMETER
         if device.type == "cuda":
