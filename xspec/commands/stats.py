@@ -6,10 +6,8 @@ import argparse
 import json
 
 import xspec
+from xspec.commands.arguments import int_at_least
 from xspec.commands.compile import add_set_argument, parse_overrides
-from xspec.errors import UserError
-from xspec.stats import compute
-from xspec.stats.render import render
 
 NAME = "stats"
 HELP = "parameters per block, forward FLOPs per token, training memory, and Table 1 at the spec's n and d"
@@ -38,20 +36,22 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="the .xspec file")
     add_set_argument(parser)
-    parser.add_argument("-n", "--length", type=int, metavar="N", help="sequence length n (source and target)")
-    parser.add_argument("-b", "--batch", type=int, metavar="B", help="sentences per batch, for activation memory")
-    parser.add_argument("-k", "--kernel", type=int, default=3, metavar="K",
+    parser.add_argument("-n", "--length", type=int_at_least(1), metavar="N",
+                        help="sequence length n (source and target)")
+    parser.add_argument("-b", "--batch", type=int_at_least(1), metavar="B",
+                        help="sentences per batch, for activation memory")
+    parser.add_argument("-k", "--kernel", type=int_at_least(2), default=3, metavar="K",
                         help="convolution kernel width for Table 1's comparison row (default: 3)")
-    parser.add_argument("-r", "--neighbourhood", type=int, default=16, metavar="R",
+    parser.add_argument("-r", "--neighbourhood", type=int_at_least(1), default=16, metavar="R",
                         help="neighbourhood size for Table 1's restricted self-attention row (default: 16)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
-    for flag, value, least in (("--length", args.length, 1), ("--batch", args.batch, 1),
-                               ("--kernel", args.kernel, 2), ("--neighbourhood", args.neighbourhood, 1)):
-        if value is not None and value < least:
-            raise UserError(f"{flag} {value}: must be at least {least}")
+    # Imported here: the statistics need the compiler's graph modules, which `xspec --help` does not.
+    from xspec.stats import compute
+    from xspec.stats.render import render
+
     spec = xspec.compile(args.spec, overrides=parse_overrides(args.set))
     stats = compute(spec, length=args.length, batch=args.batch, kernel=args.kernel,
                     neighbourhood=args.neighbourhood)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import xspec
+from xspec.commands.arguments import int_at_least
 from xspec.commands.compile import add_set_argument, parse_overrides
 from xspec.errors import UserError
 
@@ -51,8 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draw attention maps of a trained run or checkpoint instead of a diagram")
     parser.add_argument("--sentence", help="with --attention: the source sentence")
     parser.add_argument("--target", help="with --attention: the decoder's sentence (default: the model's translation)")
-    parser.add_argument("--layer", type=int, help="with --attention: only this layer (from 1)")
-    parser.add_argument("--head", type=int, help="with --attention: only this head (from 1)")
+    parser.add_argument("--layer", type=int_at_least(1), help="with --attention: only this layer (from 1)")
+    parser.add_argument("--head", type=int_at_least(1), help="with --attention: only this head (from 1)")
 
 
 def run(args: argparse.Namespace) -> int:
