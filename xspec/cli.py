@@ -15,7 +15,12 @@ from xspec.commands import sweep
 from xspec.errors import SpecError, UserError
 
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
+# Importing them must stay cheap (torch and the like are imported inside run()): `xspec --help` and
+# argument errors should answer at once.
 COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, eval_command, average, viz, stats_command, sweep)
+
+# A bug in xspec, not a mistake of the user's (sysexits.h's EX_SOFTWARE).
+INTERNAL_ERROR = 70
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("xspec: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # a bug: one line by default, not a page of traceback
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(internal_error_message(error), file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+def internal_error_message(error: Exception) -> str:
+    """One line naming the exception, for a failure that is xspec's fault."""
+    detail = " ".join(str(error).split())
+    what = f"{type(error).__name__}: {detail}" if detail else type(error).__name__
+    return f"xspec: internal error: {what} (run with --debug for the traceback; please report it)"
 
 
 if __name__ == "__main__":
