@@ -1,0 +1,123 @@
+"""The command line itself: a light start (no torch for `--help`), argument errors from argparse naming
+the option, and one line instead of a traceback when xspec has a bug."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xspec
+from xspec import cli
+from xspec.commands import compile as compile_command
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "specs" / "tiny.xspec")
+
+# Run in a fresh interpreter (this one has imported torch long ago): record, for each heavy package,
+# the line that first imported it, then print them as JSON.
+IMPORT_SPY = """
+import json, sys, traceback
+
+HEAVY = {"torch", "sacrebleu", "sentencepiece", "graphviz", "matplotlib"}
+first_import = {}
+
+
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in HEAVY and top not in first_import:
+            frames = [f for f in traceback.extract_stack() if not f.filename.startswith("<frozen")]
+            first_import[top] = f"{frames[-2].filename}:{frames[-2].lineno}"
+        return None
+
+
+sys.meta_path.insert(0, Spy())
+"""
+
+
+def first_heavy_imports(code: str) -> dict[str, str]:
+    result = subprocess.run([sys.executable, "-c", IMPORT_SPY + code + "\nprint(json.dumps(first_import))"],
+                            cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_help_imports_no_heavy_package():
+    code = """
+from xspec.cli import build_parser
+parser = build_parser()
+for argv in [["--help"]] + [[name, "--help"] for name in ("compile", "train", "translate", "eval", "average",
+                                                          "viz", "stats", "sweep")]:
+    try:
+        parser.parse_args(argv)
+    except SystemExit:
+        pass
+"""
+    imported = first_heavy_imports(code)
+    assert imported == {}, f"`xspec --help` imported (package: first importing line): {imported}"
+
+
+def test_import_xspec_imports_neither_the_compiler_nor_torch():
+    code = "import xspec\nimport xspec.spec\nassert 'networkx' not in sys.modules and 'lark' not in sys.modules"
+    assert first_heavy_imports(code) == {}
+
+
+def test_public_api_is_unchanged():
+    from xspec.spec import CompiledSpec
+
+    assert xspec.CompiledSpec is CompiledSpec
+    assert set(xspec.__all__) <= set(dir(xspec))
+    assert isinstance(xspec.compile(TINY), xspec.CompiledSpec)
+    with pytest.raises(AttributeError, match="no attribute 'Compiled'"):
+        xspec.Compiled  # noqa: B018 - the attribute access is the test
+
+
+def test_python_dash_m_xspec_runs_the_cli():
+    result = subprocess.run([sys.executable, "-m", "xspec", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "compile" in result.stdout and "train" in result.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["stats", TINY, "--kernel", "1"], "argument -k/--kernel: must be at least 2, got 1"),
+    (["stats", TINY, "--length", "0"], "argument -n/--length: must be at least 1, got 0"),
+    (["stats", TINY, "-b", "-3"], "argument -b/--batch: must be at least 1, got -3"),
+    (["stats", TINY, "--neighbourhood", "0"], "argument -r/--neighbourhood: must be at least 1, got 0"),
+    (["stats", TINY, "--length", "ten"], "argument -n/--length: expected a whole number, got 'ten'"),
+    (["viz", TINY, "-o", "x.svg", "--layer", "0"], "argument --layer: must be at least 1, got 0"),
+    (["viz", "--attention", "runs/x", "--sentence", "a", "-o", "x.png", "--head", "0"],
+     "argument --head: must be at least 1, got 0"),
+])
+def test_bad_argument_is_refused_by_argparse_naming_the_option(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"xspec {argv[0]}: error: {message}"
+
+
+def fail_with_a_bug(args):
+    raise RuntimeError("no such\nnode")
+
+
+def test_a_bug_is_one_line_and_exit_status_70(monkeypatch, capsys):
+    monkeypatch.setattr(compile_command, "run", fail_with_a_bug)
+    assert cli.main(["compile", TINY]) == cli.INTERNAL_ERROR == 70
+    assert capsys.readouterr().err == ("xspec: internal error: RuntimeError: no such node "
+                                       "(run with --debug for the traceback; please report it)\n")
+
+
+def test_a_bug_with_debug_shows_the_traceback(monkeypatch, capsys):
+    monkeypatch.setattr(compile_command, "run", fail_with_a_bug)
+    assert cli.main(["compile", TINY, "--debug"]) == 70
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert "in fail_with_a_bug" in err and "internal error" not in err
+
+
+def test_user_error_is_still_one_message_with_exit_status_1(capsys, tmp_path):
+    assert cli.main(["compile", str(tmp_path / "missing.xspec")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("xspec: error: ") and "missing.xspec" in err and "Traceback" not in err
