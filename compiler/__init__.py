@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from .diagnostics import Diagnostics
+from .diagnostics import Diagnostics, TooManyErrors
+from .flatten import flatten
 from .graph import build_graph
+from .limits import MAX_SOURCE_BYTES
 from .lower import lower
 from .resolve import ResolvedModel, resolve
 from .validate import ValidatedModel, lint, validate
@@ -17,6 +19,7 @@ class Compilation:
     model: ResolvedModel
     validated: ValidatedModel
     python_source: str
+    resolved_source: str  # the spec as one self-contained text (compiler/flatten.py)
     diagnostics: Diagnostics  # warnings (a compilation with errors raises instead)
 
 
@@ -32,12 +35,22 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
 
     `allow_imports=False` is for specs that must be self-contained (a checkpoint's or a run's)."""
     diagnostics = Diagnostics()
-    model = resolve(path, overrides or {}, diagnostics, source, allow_imports)
-    built = build_graph(model, diagnostics) if model is not None else None
-    if built is not None:
-        lint(built.graph)
-    # Shapes are only inferred over a graph without errors (a partial one would mislead).
-    validated = validate(model, built, diagnostics) if built is not None and model is not None else None
+    try:
+        model = resolve(path, overrides or {}, diagnostics, source, allow_imports)
+        built = build_graph(model, diagnostics) if model is not None else None
+        if built is not None:
+            lint(built.graph)
+        # Shapes are only inferred over a graph without errors (a partial one would mislead).
+        validated = validate(model, built, diagnostics) if built is not None and model is not None else None
+    except TooManyErrors:
+        raise CompileFailed(diagnostics) from None
     if validated is None or model is None:
         raise CompileFailed(diagnostics)
-    return Compilation(model, validated, lower(model, validated), diagnostics)
+    resolved = flatten(model)
+    if len(resolved.encode("utf-8")) > MAX_SOURCE_BYTES:
+        # A run directory and a checkpoint keep this text; it must compile again.
+        diagnostics.error("too-large", model.span, f"the resolved spec (parameters as values, imports inlined) "
+                          f"takes more than {MAX_SOURCE_BYTES // 1024} KiB, the limit for one spec",
+                          "long string parameters are the usual cause")
+        raise CompileFailed(diagnostics)
+    return Compilation(model, validated, lower(model, validated), resolved, diagnostics)

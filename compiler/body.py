@@ -122,6 +122,7 @@ def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
 
 
 def bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
+    """The values a body defines: assigned names and function arguments (locals of generated code)."""
     names: list[ast.Name] = []
 
     def lambdas(expr: ast.Expr) -> None:
@@ -143,8 +144,6 @@ def bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
         elif isinstance(stmt, ast.If):
             names += bound_names(stmt.then) + bound_names(stmt.orelse)
         elif isinstance(stmt, ast.Repeat):
-            if stmt.label:
-                names.append(stmt.label)
             names += bound_names(stmt.body)
     return names
 
@@ -160,30 +159,29 @@ def reachable(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
     return found
 
 
-def uses_cache(block: ast.Block, blocks: dict[str, ast.Block], seen: Optional[set[str]] = None) -> bool:
-    """Whether a block (or a block it calls) contains an op that continues from the decoder cache."""
-    seen = seen if seen is not None else set()
-    if block.name.id in seen:
-        return False
-    seen.add(block.name.id)
-    for stmt in block.body:
-        for name in stmt_reads(stmt):
-            op = OPS.get(name)
-            if op is not None and op.uses_cache:
-                return True
-            if name in blocks and uses_cache(blocks[name], blocks, seen):
-                return True
-    return False
+def cache_blocks(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
+    """The blocks reachable from `entry` that contain, or call a block that contains, an op that
+    continues from the decoder cache (attention, positions): their forward() takes the cache.
+
+    Computed as a fixed point over the call graph rather than by recursion: a chain of hundreds of
+    blocks, each calling the next, is a user's mistake to report, not a RecursionError."""
+    found = reachable(entry, blocks)
+    calls = {name: {n for s in blocks[name].body for n in stmt_reads(s)} for name in found}
+    using = {name for name in found if any(OPS[n].uses_cache for n in calls[name] if n in OPS and n not in blocks)}
+    changed = True
+    while changed:
+        grown = {name for name in found - using if calls[name] & using}
+        changed = bool(grown)
+        using |= grown
+    return using
 
 
 def warn_unused(block: ast.Block, diagnostics: Diagnostics) -> None:
     """A value assigned in a block and never read afterwards is dead wiring: usually a typo."""
 
     def scan(body: tuple[ast.Stmt, ...], later_reads: set[str]) -> None:
-        for i, stmt in enumerate(body):
-            after = set(later_reads)
-            for rest in body[i + 1:]:
-                after.update(stmt_reads(rest))
+        after = set(later_reads)  # names read by the statements after the current one
+        for stmt in reversed(body):
             if isinstance(stmt, ast.Assign) and stmt.target.id not in after:
                 diagnostics.warning("unused", stmt.target.span,
                                     f"'{stmt.target.id}' is computed but never used")
@@ -192,5 +190,6 @@ def warn_unused(block: ast.Block, diagnostics: Diagnostics) -> None:
             elif isinstance(stmt, ast.Repeat):
                 # Loop-carried values are read by the next iteration.
                 scan(stmt.body, after | set(free_names(stmt.body)))
+            after.update(stmt_reads(stmt))
 
     scan(block.body, set())

@@ -11,6 +11,7 @@ from typing import Callable, Optional, Union
 
 from . import ast
 from .diagnostics import Span
+from .limits import MAX_EXPONENT_BITS, MAX_INT, MAX_STRING, Budget
 
 Constant = Union[int, float, bool, str, tuple]
 
@@ -65,38 +66,82 @@ _COMPARE: dict[str, Callable] = {
 Lookup = Callable[[ast.Name], Constant]
 
 
-def evaluate(expr: ast.Expr, lookup: Lookup) -> Constant:
-    """The value of a constant expression; names are resolved by `lookup` (which may raise)."""
+def evaluate(expr: ast.Expr, lookup: Lookup, budget: Optional[Budget] = None) -> Constant:
+    """The value of a constant expression; names are resolved by `lookup` (which may raise).
+
+    Every value it returns passes `check_value`: integers within int64, finite floats, short strings.
+    `budget`, when given, is charged one step per expression evaluated."""
+    if budget is not None:
+        budget.step(expr.span)
     if isinstance(expr, ast.Literal):
-        return expr.value
+        return check_value(expr.value, expr.span)
     if isinstance(expr, ast.Name):
         return lookup(expr)
     if isinstance(expr, ast.ListExpr):
-        return tuple(evaluate(item, lookup) for item in expr.items)
+        return tuple(evaluate(item, lookup, budget) for item in expr.items)
     if isinstance(expr, ast.UnaryOp):
-        value = evaluate(expr.operand, lookup)
+        value = evaluate(expr.operand, lookup, budget)
         if expr.op == "not":
             return not _require_bool(value, expr.operand.span)
-        return -_require_number(value, expr.operand.span)
+        return check_value(-_require_number(value, expr.operand.span), expr.span)
     if isinstance(expr, ast.BinOp):
-        return _binop(expr, lookup)
+        return check_value(_binop(expr, lookup, budget), expr.span)
     if isinstance(expr, ast.Call):
-        return _call(expr, lookup)
+        return check_value(_call(expr, lookup, budget), expr.span)
     raise ConstantError("not-constant", expr.span, "a function is not a constant value")
 
 
-def _binop(expr: ast.BinOp, lookup: Lookup) -> Constant:
-    left = evaluate(expr.left, lookup)
+def check_value(value: object, span: Span) -> Constant:
+    """`value` if it is a constant the language allows; otherwise a ConstantError at `span`.
+
+    Integers are sizes and counts, so they stay within int64; floats are finite (so generated code
+    and flattened specs never need `inf` or `nan`); strings are short and plain (no control
+    characters, which could break a file name, a log line or a generated docstring)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) > MAX_INT:
+            raise ConstantError("too-large", span, f"integer out of range: {_magnitude(value)} exceeds the "
+                                f"limit of {MAX_INT:,}")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConstantError("value", span, f"{value} is not a finite number")
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_STRING:
+            raise ConstantError("too-large", span, f"a string of {len(value):,} characters exceeds the limit "
+                                f"of {MAX_STRING:,}")
+        if not value.isprintable():
+            raise ConstantError("value", span, f"strings may not contain control characters: {value!r}"[:200])
+        return value
+    if isinstance(value, tuple):
+        for item in value:
+            check_value(item, span)
+        return value
+    raise ConstantError("type", span, f"{describe(value)} is not a value a spec can hold")
+
+
+def _magnitude(value: int) -> str:
+    digits = value.bit_length() * 0.30103  # log10(2): never convert a huge integer to text
+    return f"an integer of about {digits:,.0f} digits" if digits > 30 else f"{value:,}"
+
+
+def _binop(expr: ast.BinOp, lookup: Lookup, budget: Optional[Budget]) -> Constant:
+    left = evaluate(expr.left, lookup, budget)
     if expr.op in ("and", "or"):  # short-circuit, as a reader expects
         if _require_bool(left, expr.left.span) == (expr.op == "or"):
             return left
-        return _require_bool(evaluate(expr.right, lookup), expr.right.span)
-    right = evaluate(expr.right, lookup)
+        return _require_bool(evaluate(expr.right, lookup, budget), expr.right.span)
+    right = evaluate(expr.right, lookup, budget)
     if expr.op in _COMPARE:
         if type(left) is not type(right) and not (_is_number(left) and _is_number(right)):
             raise ConstantError("type", expr.op_span, f"cannot compare {describe(left)} with {describe(right)}")
         return _COMPARE[expr.op](left, right)
     if expr.op == "+" and isinstance(left, str) and isinstance(right, str):
+        if len(left) + len(right) > MAX_STRING:
+            raise ConstantError("too-large", expr.op_span, f"a string of {len(left) + len(right):,} characters "
+                                f"exceeds the limit of {MAX_STRING:,}")
         return left + right
     left = _require_number(left, expr.left.span)
     right = _require_number(right, expr.right.span)
@@ -108,13 +153,26 @@ def _binop(expr: ast.BinOp, lookup: Lookup) -> Constant:
                 return left // right
             return InexactQuotient(left, right, expr)
         return left / right
+    if expr.op == "**":
+        _check_power(left, right, expr)
     try:
-        return _ARITHMETIC[expr.op](left, right)
-    except (OverflowError, ValueError) as error:
+        result = _ARITHMETIC[expr.op](left, right)
+    except (OverflowError, ValueError, ZeroDivisionError) as error:
         raise ConstantError("value", expr.op_span, f"cannot compute {expr.op}: {error}") from None
+    if isinstance(result, complex):  # (-8) ** 0.5
+        raise ConstantError("value", expr.op_span, f"{left!r} ** {right!r} is not a real number")
+    return result
 
 
-def _call(expr: ast.Call, lookup: Lookup) -> Constant:
+def _check_power(base: Union[int, float], exponent: Union[int, float], expr: ast.BinOp) -> None:
+    """Refuse an integer power beyond int64 before computing it: 10 ** 10 ** 10 would take hours."""
+    if isinstance(base, int) and isinstance(exponent, int) and abs(base) > 1 and exponent > 0:
+        if exponent * math.log2(abs(base)) > MAX_EXPONENT_BITS:
+            raise ConstantError("too-large", expr.op_span, f"{base} ** {exponent} is out of range "
+                                f"(integers are at most {MAX_INT:,})")
+
+
+def _call(expr: ast.Call, lookup: Lookup, budget: Optional[Budget]) -> Constant:
     function = MATH_FUNCTIONS.get(expr.callee.id)
     if function is None or expr.kwargs or expr.label:
         raise ConstantError(
@@ -122,7 +180,7 @@ def _call(expr: ast.Call, lookup: Lookup) -> Constant:
             f"'{expr.callee.id}(...)' is not a constant expression",
             hint="constant expressions may call " + ", ".join(sorted(MATH_FUNCTIONS)),
         )
-    args = [_require_number(evaluate(a, lookup), a.span) for a in expr.args]
+    args = [_require_number(evaluate(a, lookup, budget), a.span) for a in expr.args]
     try:
         return function(*args)
     except (TypeError, ValueError, OverflowError) as error:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from .diagnostics import Span
+from .diagnostics import Span, printable
+from .parse import quote
 from .resolve import ResolvedModel
 from .sections import SECTIONS
 
 
 def flatten(model: ResolvedModel) -> str:
-    lines = [f"# Resolved from {model.span.file} by xspec: parameters are final values.",
+    lines = [f"# Resolved from {printable(model.span.file)} by xspec: parameters are final values.",
              f"model {model.name} {{"]
     lines += [f"  param {name} = {literal(value)}" for name, value in model.params.items()]
     for block in model.blocks.values():
@@ -32,7 +33,7 @@ def literal(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return quote(value)
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(literal(v) for v in value) + "]"
     return repr(float(value)) if isinstance(value, float) else repr(value)
@@ -44,7 +45,7 @@ def _section_entries(section: BaseModel) -> list[str]:
 
 def _source(model: ResolvedModel, span: Span) -> str:
     """The text a span covers, in the file it came from."""
-    lines = model.files[span.file].splitlines()[span.line - 1: span.end_line]
+    lines = model.files[span.file].split("\n")[span.line - 1: span.end_line]  # lines as the parser counts them
     lines[-1] = lines[-1][: span.end_col - 1]
     lines[0] = lines[0][span.col - 1:]
     return "\n".join(lines)

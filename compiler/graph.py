@@ -10,7 +10,6 @@ that each gets its own weights. Node ids are the module paths the PyTorch model 
 from __future__ import annotations
 
 import itertools
-import keyword
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -20,8 +19,10 @@ import pydantic
 from . import ast
 from .diagnostics import Diagnostics, Span, did_you_mean
 from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
-from .body import (assigned, bound_names, call_site_names, free_names, reachable, single_block_call,
-                   uses_cache, warn_unused)
+from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, reads, single_block_call,
+                   stmt_reads, warn_unused)
+from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
+from .names import local_name_problem, module_name_problem
 from .ops import CALLABLE_OPS, OPS, IOAttrs, OpDef
 from .resolve import ResolvedModel
 from .shapes import BATCH, SRC_LEN, TGT_LEN, TensorType
@@ -105,7 +106,11 @@ class _Return(Exception):
 
 def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[BuiltGraph]:
     builder = _Builder(model, diagnostics)
-    root = builder.run()
+    try:
+        root = builder.run()
+    except LimitExceeded as limit:
+        diagnostics.error(limit.code, limit.span, limit.message, limit.hint)
+        return None
     if diagnostics.errors:
         return None
     return BuiltGraph(builder.graph, root, builder.names, set(builder.uncalled))
@@ -124,7 +129,9 @@ class _Builder:
             self.names.update(call_site_names(block.body))
             warn_unused(block, diagnostics)
         # Blocks the decoder uses that hold cache-aware ops take the cache in forward().
-        self.cache_blocks = {b for b in reachable("decoder", model.blocks) if uses_cache(model.blocks[b], model.blocks)}
+        self.cache_blocks = cache_blocks("decoder", model.blocks)
+        self.budget = Budget()
+        self.nesting = 0  # block calls, function calls and expressions being evaluated
         self._check_names()
 
     # --- entries ----------------------------------------------------------------------------
@@ -200,7 +207,7 @@ class _Builder:
             self.diagnostics.error("cycle", block.name.span, f"blocks call each other in a cycle: {cycle}")
             return POISON
         self.call_stack.append(block.name.id)
-        env = dict(zip((p.id for p in block.params), args))
+        env: dict[str, Value] = dict(zip((p.id for p in block.params), args))
         frame = _Frame(instance, env, self.names, decoding)
         try:
             self._exec(block.body, frame)
@@ -223,7 +230,10 @@ class _Builder:
                     self._error("type", stmt.condition.span, f"an if condition must be true or false, got "
                                 f"{describe(condition)}")
                 continue
-            frame.instance.statements.append(Recorded(stmt, dict(frame.env)))
+            self.budget.step(stmt.span)
+            # Lowering needs the values this statement reads (tensor, function or constant), no others.
+            read = stmt_reads(stmt)
+            frame.instance.statements.append(Recorded(stmt, {n: frame.env[n] for n in read if n in frame.env}))
             if isinstance(stmt, ast.Assign):
                 frame.env[stmt.target.id] = self._eval(stmt.value, frame)
             elif isinstance(stmt, ast.Return):
@@ -239,13 +249,22 @@ class _Builder:
             self._error("repeat-count", stmt.count.span,
                         f"a repeat count must be a whole number of at least 1, got {count!r}")
             return
+        if count > MAX_REPEAT:
+            self._error("too-large", stmt.count.span, f"a repeat count of {count:,} is more than the limit of "
+                        f"{MAX_REPEAT:,} layers")
+            return
         name = frame.names[id(stmt)]
+        if not self._claim(frame.instance, name, stmt):
+            return
         stack = Instance(path=_join(frame.instance.path, name), kind="stack", span=stmt.span)
+        self.budget.module(stmt.span)
         frame.instance.children[name] = stack
         single = single_block_call(stmt, self.model.blocks)
         stack.repeat_single_call = single is not None
         carried = tuple(v for v in assigned(stmt.body) if v in frame.env)
         inputs = tuple(v for v in free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
+        visible = {n: frame.env[n] for s in stmt.body for n in stmt_reads(s) if n in frame.env}
+        visible.update((n, frame.env[n]) for n in carried)
         for index in range(count):
             self.stack_frames.append((stack.path, index, count))
             try:
@@ -254,16 +273,18 @@ class _Builder:
                     value = self._call_block(call, frame, instance_name=f"{name}.{index}", parent=stack)
                     frame.env[target] = value
                 else:
-                    self._repeat_body(stmt, frame, stack, index, inputs, carried)
+                    self._repeat_body(stmt, frame, stack, index, inputs, carried, visible)
             finally:
                 self.stack_frames.pop()
 
     def _repeat_body(self, stmt: ast.Repeat, frame: _Frame, stack: Instance, index: int,
-                     inputs: tuple[str, ...], carried: tuple[str, ...]) -> None:
+                     inputs: tuple[str, ...], carried: tuple[str, ...], visible: dict[str, Value]) -> None:
         body = Instance(path=f"{stack.path}.{index}", kind="block", params=inputs, outputs=carried,
                         has_cache=frame.instance.has_cache, span=stmt.span)
+        self.budget.module(stmt.span)
         stack.children[str(index)] = body
-        inner = _Frame(body, dict(frame.env), frame.names, frame.decoding)
+        # The body sees the values it reads; carried ones as the previous layer left them.
+        inner = _Frame(body, {**visible, **{n: frame.env[n] for n in carried}}, frame.names, frame.decoding)
         try:
             self._exec(stmt.body, inner)
         except _Return:
@@ -285,6 +306,7 @@ class _Builder:
         key = name.rsplit(".", 1)[-1]
         if not self._claim(owner, key, call):
             return POISON
+        self.budget.module(call.span)
         owner.children[key] = child
         return self._run_block(child, block, args, frame.decoding)
 
@@ -315,13 +337,30 @@ class _Builder:
 
     # --- expressions ------------------------------------------------------------------------
     def _eval(self, expr: ast.Expr, frame: _Frame) -> Value:
+        """The value of `expr`: a tensor (its graph node), a function, or a constant.
+
+        Charged to the budget, and nested at most MAX_NESTING deep counting the block and function
+        calls it goes through: a function applied to itself must end in a diagnostic."""
+        self.budget.step(expr.span)
+        self.nesting += 1
+        try:
+            if self.nesting > MAX_NESTING:
+                raise LimitExceeded(expr.span, f"block calls, function calls and expressions nest more than "
+                                    f"{MAX_NESTING} levels deep here", "a function that calls itself, or "
+                                    "blocks nested far deeper than a model needs", code="too-deep")
+            return self._eval_nested(expr, frame)
+        finally:
+            self.nesting -= 1
+
+    def _eval_nested(self, expr: ast.Expr, frame: _Frame) -> Value:
         if isinstance(expr, ast.Literal):
             return expr.value
         if isinstance(expr, ast.Name):
             return self._lookup(expr, frame)
         if isinstance(expr, ast.Lambda):
             self.uncalled.setdefault(id(expr), expr)
-            return Closure(expr, dict(frame.env), frame.instance, frame.decoding)
+            captured = {n: frame.env[n] for n in reads(expr) if n in frame.env}
+            return Closure(expr, captured, frame.instance, frame.decoding)
         if isinstance(expr, ast.Call):
             return self._call(expr, frame)
         if isinstance(expr, ast.BinOp):
@@ -356,7 +395,7 @@ class _Builder:
             return value
 
         try:
-            return evaluate(expr, lookup)
+            return evaluate(expr, lookup, self.budget)
         except ConstantError as error:
             self._error(error.code, error.span, error.message, error.hint)
         except _Poisoned:
@@ -451,6 +490,7 @@ class _Builder:
         else:
             counter = self.counters.setdefault((scope, op_name), itertools.count(1))
             node, module = _join(scope, f"{op_name}_{next(counter)}"), None
+        self.budget.module(expr.span)
         frame.instance.call_nodes[id(expr)] = node
         self.graph.add_node(node, op=op_name, attrs=validated, span=span or expr.span, module=module,
                             scope=scope, repeat=tuple(self.stack_frames), shape=None, inferred={},
@@ -480,8 +520,15 @@ class _Builder:
                             f"{problem['msg'].lower()}{given}")
             return None
 
-    def _claim(self, owner: Instance, name: str, call: ast.Expr) -> bool:
+    def _claim(self, owner: Instance, name: str, call: Union[ast.Expr, ast.Repeat]) -> bool:
         """Each module name is taken by one call site, which runs once: it is one set of weights."""
+        problem = None if name.isdigit() else module_name_problem(name)  # digits: the layers of a stack
+        if problem is not None:
+            label = getattr(call, "label", None)
+            self._error("reserved-name", label.span if label is not None else call.span,
+                        f"{problem}, so it cannot name a module",
+                        f"name it differently: ... as {name.strip('_')}_{'block' if label is None else 'module'}")
+            return False
         existing = owner.children.get(name)
         if existing is None:
             owner.claims[name] = id(call)
@@ -496,11 +543,13 @@ class _Builder:
 
     # --- checks -----------------------------------------------------------------------------
     def _check_names(self) -> None:
-        """Spec names become Python identifiers in the generated module: refuse the ones that cannot."""
+        """A block's values become local variables of generated code: refuse names that cannot be
+        (module names are checked where modules are created, class names are made unique by lowering)."""
         for block in self.model.blocks.values():
-            for name in (block.name, *block.params, *bound_names(block.body)):
-                if keyword.iskeyword(name.id) or name.id in RESERVED_NAMES:
-                    self._error("reserved-name", name.span, f"'{name.id}' is reserved in generated code")
+            for name in (*block.params, *bound_names(block.body)):
+                problem = local_name_problem(name.id)
+                if problem is not None:
+                    self._error("reserved-name", name.span, problem)
 
     def _error(self, code: str, span: Span, message: str, hint: Optional[str] = None) -> None:
         self.diagnostics.error(code, span, message, hint)
@@ -509,9 +558,6 @@ class _Builder:
 class _Poisoned(Exception):
     pass
 
-
-# Names the generated code itself uses in every forward().
-RESERVED_NAMES = {"self", "cache", "torch", "nn", "F", "math", "layer", "super"}
 
 
 def input_sources(graph: nx.DiGraph, node: str) -> dict[str, str]:

@@ -2,8 +2,10 @@
 
 One class per distinct block (identical instances share a class), straight-line `forward`s with
 one line per spec statement and a comment naming that line, repeated stacks as `nn.ModuleList`s
-iterated in a loop. Names in the output are checked to be plain identifiers and every constant is
-emitted with `repr`, so the generated text is safe to execute.
+iterated in a loop. Names in the output are identifiers the graph builder checked (compiler/names.py),
+constants are emitted with `repr`, text from the spec (file names, string values) is escaped for the
+docstring or comment it lands in, and the finished module's AST is checked (compiler/codecheck.py)
+before anything compiles or runs it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import keyword
 from pathlib import Path as FilePath
 
 from . import ast
-from .diagnostics import Diagnostics
+from .codecheck import check_module
+from .diagnostics import Diagnostics, Span, printable
 from .evaluate import MATH_FUNCTIONS, evaluate
 from .graph import Closure, Instance, Recorded, Tensor, _bind_op_args
+from .names import class_name
 from .ops import OPS, CALLABLE_OPS
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
@@ -34,17 +38,20 @@ def _prelude_classes() -> dict[str, str]:
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> str:
-    return _Lowering(model, validated).module_source()
-
-
-def class_name(name: str) -> str:
-    """`encoder_layer` -> `EncoderLayer`."""
-    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part) or "Block"
+    source = _Lowering(model, validated).module_source()
+    check_module(source)
+    return source
 
 
 def _identifier(name: str) -> str:
     assert name.isidentifier() and not keyword.iskeyword(name), f"not a plain identifier: {name!r}"
     return name
+
+
+def _docstring(text: str) -> str:
+    """A docstring holding `text` verbatim (quotes and backslashes escaped, control characters shown)."""
+    lines = [printable(line).replace("\\", "\\\\").replace('"', '\\"') for line in text.split("\n")]
+    return '"""' + "\n".join(lines) + '"""'
 
 
 class _Lowering:
@@ -55,11 +62,12 @@ class _Lowering:
         self.classes: dict[str, str] = {}  # class body (named "{NAME}") -> class name
         self.class_of: dict[str, str] = {}  # instance path -> class name
         self.order: list[str] = []  # class sources in definition order
+        self.model_class = class_name(model.name, set(_prelude_classes()))
 
     def module_source(self) -> str:
         root = self.validated.graph.root
         for child in root.children.values():
-            self._define(child, class_name(child.name))
+            self._define(child, child.name)
         used = "".join(self.order)
         preludes = [source for name, source in _prelude_classes().items()
                     if f"{name}(" in used or (name == "DecoderCache" and "decoder" in root.children)]
@@ -67,37 +75,31 @@ class _Lowering:
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
-    def _define(self, instance: Instance, preferred: str) -> str:
-        """Emit the class of a block instance (children first) and return its name."""
+    def _define(self, instance: Instance, base: str) -> str:
+        """Emit the class of a block instance (children first) and return its name. `base` is the
+        block's name, from which the class is named (`encoder_layer` -> `EncoderLayer`)."""
         for child in instance.children.values():
             if child.kind == "block":
-                self._define(child, class_name(child.block.name.id) if child.block else preferred + "Layer")
+                self._define(child, child.block.name.id if child.block else f"{base}_layer")
             elif child.kind == "stack":
-                item_names = {self._define(item, class_name(item.block.name.id) if item.block
-                                           else preferred + "Layer") for item in child.children.values()}
+                item_names = {self._define(item, item.block.name.id if item.block else f"{base}_layer")
+                              for item in child.children.values()}
                 assert len(item_names) == 1, f"{child.path}: layers of one stack differ"
                 self.class_of[child.path] = item_names.pop()
         body = self._class_body(instance)
         name = self.classes.get(body)
         if name is None:
-            name = self._free_class_name(preferred)
+            # Not a name another class, a prelude class, the model class or the code's own names have.
+            name = class_name(base, {*self.classes.values(), *_prelude_classes(), self.model_class})
             self.classes[body] = name
             self.order.append(body.replace("{NAME}", name, 1))
         self.class_of[instance.path] = name
         return name
 
-    def _free_class_name(self, preferred: str) -> str:
-        """`preferred`, or `preferred2`, ... if a block class, a prelude class or the model has it."""
-        taken = {*self.classes.values(), *_prelude_classes(), "Model", class_name(self.model.name)}
-        name, n = preferred, 2
-        while name in taken:
-            name, n = f"{preferred}{n}", n + 1
-        return name
-
     def _class_body(self, instance: Instance) -> str:
         doc = (f"Block '{instance.block.name.id}' ({self._where(instance.block.span)})." if instance.block
                else f"One layer of the repeat at {self._where(instance.span)}.")
-        lines = ["class {NAME}(nn.Module):", f'{INDENT}"""{doc}"""', "", f"{INDENT}def __init__(self):",
+        lines = ["class {NAME}(nn.Module):", INDENT + _docstring(doc), "", f"{INDENT}def __init__(self):",
                  f"{INDENT * 2}super().__init__()"]
         for name, child in instance.children.items():
             lines.append(f"{INDENT * 2}self.{_identifier(name)} = {self._constructor(child)}"
@@ -199,22 +201,21 @@ class _Lowering:
         return evaluate(expr, lambda n: env[n.id] if n.id in env else self.model.params[n.id])
 
     # --- the file around the classes ----------------------------------------------------------
-    def _where(self, span) -> str:
-        return f"{FilePath(span.file).name}:{span.line}"
+    def _where(self, span: Span) -> str:
+        """`base.xspec:41`, for comments and docstrings (a file name may hold any character: escaped)."""
+        return f"{printable(FilePath(span.file).name)}:{span.line}"
 
     def _header(self) -> str:
         params = "\n".join(f"    {name} = {value!r}" for name, value in self.model.params.items())
-        return (
-            f'"""Model \'{self.model.name}\', generated by xspec from {FilePath(self.model.span.file).name}.\n\n'
-            f"Edit the spec, not this file. Trainable parameters: {self.validated.parameter_count:,}.\n"
-            f"Resolved parameters:\n{params}\n"
-            '"""\n\n'
-            "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
-        )
+        doc = (f"Model '{self.model.name}', generated by xspec from {FilePath(self.model.span.file).name}.\n\n"
+               f"Edit the spec, not this file. Trainable parameters: {self.validated.parameter_count:,}.\n"
+               f"Resolved parameters:\n{params}\n")
+        return (_docstring(doc) + "\n\n"
+                "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n")
 
     def _model_class(self) -> str:
         root = self.validated.graph.root
-        name = class_name(self.model.name)
+        name = self.model_class
         has_encoder, has_decoder = "encoder" in root.children, "decoder" in root.children
         lines = [f"class {name}(nn.Module):", f'{INDENT}"""The whole model: encode, decode, forward."""', "",
                  f"{INDENT}def __init__(self):", f"{INDENT * 2}super().__init__()"]
@@ -222,7 +223,7 @@ class _Lowering:
             lines.append(f"{INDENT * 2}self.{child.name} = {self.class_of[child.path]}()")
         for tied, owner in self.validated.ties.items():
             lines.append(f"{INDENT * 2}{_attribute(tied)} = {_attribute(owner)}  # tie, "
-                         f"{FilePath(self.model.span.file).name}:{self.validated.tie_lines[tied]}")
+                         f"{printable(FilePath(self.model.span.file).name)}:{self.validated.tie_lines[tied]}")
         if has_encoder:
             lines += ["", f"{INDENT}def encode(self, src_tokens, src_padding_mask=None):",
                       f'{INDENT * 2}"""[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."""',

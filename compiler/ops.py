@@ -82,12 +82,14 @@ class OpDef:
     inputs: tuple[Input, ...]
     attrs: type[Attrs]
     infer: Callable[[Shapes, Attrs], tuple[TensorType, Inferred]]
-    params: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]]
+    params: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]]  # learned tensors, by attribute name
     # Lowering. `module` builds the nn.Module (None: a plain function of its inputs); `call` is the
     # forward expression, given the module's attribute name, the inputs' code and the cache's code.
     module: Optional[Callable[[Attrs, Inferred], str]]
     call: Callable[[str, dict[str, str], Attrs, Optional[str]], str]
     uses_cache: bool = False  # positions and attention continue from the decoder cache
+    # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
+    buffers: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
     precedence: int = 100  # infix ops bind looser than calls: the code generator adds parentheses
 
 
@@ -218,6 +220,7 @@ OPS: dict[str, OpDef] = {
             params=_no_params,
             module=lambda a, i: f"SinusoidalPositions({i['dim']!r}, max_len={a.max_len!r})",
             call=_call_with_cache, uses_cache=True,
+            buffers=lambda a, i: {"table": (a.max_len, int(i["dim"]))},  # type: ignore[call-overload]
         ),
         OpDef(
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path as FilePath
 from typing import Optional
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast
 from .diagnostics import Diagnostics, Span
+from .evaluate import ConstantError, check_value
+from .limits import MAX_INT, MAX_SYNTAX_DEPTH
 
 # What the parser's terminal names mean to a person, for "expected ..." messages.
 _TERMINAL_WORDS = {
@@ -24,25 +27,51 @@ _TERMINAL_WORDS = {
 @functools.cache
 def _parser() -> Lark:
     grammar = (FilePath(__file__).parent / "grammar.lark").read_text()
-    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True, start=["start", "expr"])
 
 
 def parse_text(text: str, file: str, diagnostics: Diagnostics) -> Optional[ast.SpecFile]:
     """Parse one spec file. A syntax error is reported (the first one: LALR cannot resync reliably)."""
-    diagnostics.sources[file] = text
-    try:
-        tree = _parser().parse(text)
-    except UnexpectedInput as error:
-        diagnostics.error("syntax", _error_span(error, file, text), _describe(error))
+    parsed = _parse(text, file, diagnostics, "start")
+    if parsed is None:
         return None
-    imports, model = _ToAst(file).transform(tree)
+    imports, model = parsed
     return ast.SpecFile(path=file, imports=tuple(imports), model=model, source=text)
 
 
 def parse_expression(text: str, file: str, diagnostics: Diagnostics) -> Optional[ast.Expr]:
-    """Parse a lone expression (a `--set` value) by wrapping it in a parameter declaration."""
-    wrapped = parse_text(f"model m {{ param v = {text} }}", file, diagnostics)
-    return None if wrapped is None else wrapped.model.params[0].value
+    """Parse a lone expression (a `--set` value)."""
+    return _parse(text, file, diagnostics, "expr")
+
+
+def _parse(text: str, file: str, diagnostics: Diagnostics, start: str):
+    diagnostics.sources[file] = text
+    try:
+        tree = _parser().parse(text, start=start)
+    except UnexpectedInput as error:
+        diagnostics.error("syntax", _error_span(error, file, text), _describe(error))
+        return None
+    deepest = _too_deep(tree)
+    if deepest is not None:  # every later pass recurses over the tree: bound its depth first
+        diagnostics.error("too-deep", _span(file, deepest.meta), f"statements and expressions nest more than "
+                          f"{MAX_SYNTAX_DEPTH} levels deep here", "name intermediate values to flatten the nesting")
+        return None
+    transformer = _ToAst(file)
+    result = transformer.transform(tree)
+    for error in transformer.errors:
+        diagnostics.error(error.code, error.span, error.message, error.hint)
+    return None if transformer.errors else result
+
+
+def _too_deep(tree: Tree) -> Optional[Tree]:
+    """The first node nested deeper than MAX_SYNTAX_DEPTH, found without recursion."""
+    pending = [(tree, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_SYNTAX_DEPTH:
+            return node
+        pending.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+    return None
 
 
 def _error_span(error: UnexpectedInput, file: str, text: str) -> Span:
@@ -83,6 +112,7 @@ class _ToAst(Transformer):
     def __init__(self, file: str) -> None:
         super().__init__()
         self.file = file
+        self.errors: list[ConstantError] = []  # literals out of range; reported after the transform
 
     def _name(self, token: Token) -> ast.Name:
         return ast.Name(str(token), _token_span(self.file, token))
@@ -92,7 +122,11 @@ class _ToAst(Transformer):
         return list(items[:-1]), items[-1]
 
     def import_decl(self, meta, path):
-        return ast.Import(_unquote(path), _span(self.file, meta))
+        try:
+            return ast.Import(unquote(str(path)), _span(self.file, meta))
+        except ValueError as error:
+            self.errors.append(ConstantError("syntax", _span(self.file, meta), str(error)))
+            return ast.Import("", _span(self.file, meta))
 
     def model_decl(self, meta, name, base, *members):
         kinds: dict[type, list] = {ast.Param: [], ast.Block: [], ast.Remove: [], ast.Section: [], ast.Tie: []}
@@ -164,12 +198,30 @@ class _ToAst(Transformer):
         return ast.UnaryOp(str(op), operand, _span(self.file, meta))
 
     def number(self, meta, token):
-        text = str(token).replace("_", "")
-        is_float = any(c in text for c in ".eE")
-        return ast.Literal(float(text) if is_float else int(text), _span(self.file, meta))
+        text, span = str(token).replace("_", ""), _span(self.file, meta)
+        if any(c in text for c in ".eE"):
+            return self._literal(float(text), span)
+        if len(text.lstrip("0")) > len(str(MAX_INT)):  # int() of thousands of digits is itself slow
+            self.errors.append(ConstantError("too-large", span, f"integer literal of {len(text)} digits "
+                                             f"is out of range (at most {MAX_INT:,})"))
+            return ast.Literal(0, span)
+        return self._literal(int(text), span)
 
     def string(self, meta, token):
-        return ast.Literal(_unquote(token), _span(self.file, meta))
+        span = _span(self.file, meta)
+        try:
+            value = unquote(str(token))
+        except ValueError as error:
+            self.errors.append(ConstantError("syntax", span, str(error), r'strings know two escapes: \\ and \"'))
+            return ast.Literal("", span)
+        return self._literal(value, span)
+
+    def _literal(self, value, span: Span) -> ast.Literal:
+        try:
+            check_value(value, span)
+        except ConstantError as error:
+            self.errors.append(error)
+        return ast.Literal(value, span)
 
     def true(self, meta, _token):
         return ast.Literal(True, _span(self.file, meta))
@@ -198,6 +250,20 @@ class _ToAst(Transformer):
 setattr(_ToAst, "lambda", _ToAst.lambda_)
 
 
-def _unquote(token: str) -> str:
-    """The text of a string literal, with only \\\\ and \\" escapes (spec strings are plain data)."""
-    return str(token)[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+def unquote(literal: str) -> str:
+    """The text of a string literal. Strings are plain data: the only escapes are \\\\ and \\"."""
+    return _ESCAPE.sub(_unescape, literal[1:-1])
+
+
+def quote(text: str) -> str:
+    """The string literal whose `unquote` is `text`."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def _unescape(match: re.Match) -> str:
+    if match.group(1) not in ('"', "\\"):
+        raise ValueError(f"unknown escape {match.group(0)!r} in a string")
+    return match.group(1)

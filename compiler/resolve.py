@@ -14,10 +14,12 @@ from typing import Any, Mapping, Optional
 import pydantic
 
 from . import ast
-from .diagnostics import COMMAND_LINE, Diagnostics, Span, did_you_mean
-from .evaluate import Constant, ConstantError, evaluate
+from .diagnostics import COMMAND_LINE, Diagnostics, Span, did_you_mean, printable
+from .evaluate import Constant, ConstantError, check_value, evaluate
+from .limits import MAX_FILES, MAX_SOURCE_BYTES
 from .parse import parse_expression, parse_text
 from .sections import SECTIONS
+from .source import SourceError, read_source
 
 
 @dataclass
@@ -69,29 +71,39 @@ class _Loader:
 
     def __init__(self, diagnostics: Diagnostics, allow_imports: bool) -> None:
         self.diagnostics, self.allow_imports = diagnostics, allow_imports
+        self.total_bytes = 0
         self.files: dict[str, ast.SpecFile] = {}
         self.models: dict[str, ast.Model] = {}
 
     def load(self, path: str, source: Optional[str], import_span: Optional[Span],
-             stack: tuple[str, ...]) -> Optional[ast.SpecFile]:
-        key = str(FilePath(path).resolve()) if source is None else path
+             stack: tuple[str, ...], written: str = "") -> Optional[ast.SpecFile]:
+        """Parse `path` (or `source`, named `path`) and, recursively, what it imports. `written` is the
+        import's path as the importing file spells it."""
+        key = os.path.realpath(path) if source is None and "\0" not in path else path
         if key in stack:
             cycle = " -> ".join(FilePath(p).name for p in (*stack[stack.index(key):], key))
             self.diagnostics.error("import-cycle", import_span, f"import cycle: {cycle}")
             return None
         if key in self.files:
             return self.files[key]
+        if import_span is not None and len(self.files) >= MAX_FILES:
+            self.diagnostics.error("too-large", import_span, f"a spec may import at most {MAX_FILES} files")
+            return None
         if source is None:
             try:
-                source = FilePath(path).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as error:
-                reason = "not valid UTF-8" if isinstance(error, UnicodeDecodeError) else (
-                    error.strerror or str(error))
+                source = read_source(path)
+            except SourceError as error:
                 if import_span is None:
-                    raise FileNotFoundError(f"{path}: {reason}") from None
-                written = os.path.relpath(path, FilePath(import_span.file).parent)
-                self.diagnostics.error("missing-import", import_span, f"cannot import \"{written}\": {reason}")
+                    raise FileNotFoundError(f"{printable(path)}: {error}") from None
+                self.diagnostics.error("missing-import", import_span, f"cannot import \"{printable(written)}\": "
+                                       f"{error}")
                 return None
+        self.total_bytes += len(source.encode("utf-8", "surrogatepass"))
+        if self.total_bytes > MAX_SOURCE_BYTES:
+            span = import_span or Span(path, 1, 1, 1, 2)
+            self.diagnostics.error("too-large", span, f"the spec's files hold more than {MAX_SOURCE_BYTES // 1024} "
+                                   "KiB of text together, the limit for one spec")
+            return None
         spec = parse_text(source, path, self.diagnostics)
         if spec is None:
             return None
@@ -102,8 +114,12 @@ class _Loader:
                                        "not import other files", "a checkpoint or run directory carries its "
                                        "resolved spec, imports inlined")
                 continue
+            if not imp.path.isprintable() or not imp.path:
+                self.diagnostics.error("missing-import", imp.span, "an import path must be a file name without "
+                                       "control characters")
+                continue
             target = os.path.normpath(FilePath(path).parent / imp.path)
-            self.load(target, None, imp.span, (*stack, key))
+            self.load(target, None, imp.span, (*stack, key), imp.path)
         previous = self.models.get(spec.model.name.id)
         if previous is not None and previous is not spec.model:
             self.diagnostics.error("duplicate", spec.model.name.span,
@@ -183,6 +199,10 @@ def _merge(chain: list[ast.Model], diagnostics: Diagnostics) -> _Merged:
 def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], diagnostics: Diagnostics) -> None:
     """`--set heads=16` / `overrides={"heads": 16, "train.warmup_steps": 400}`."""
     for key, raw in overrides.items():
+        if not isinstance(key, str) or not key.isprintable() or len(key) > 200:
+            diagnostics.error("type", COMMAND_LINE, f"--set: {printable(repr(key))[:200]} is not a parameter "
+                              "or section key")
+            continue
         value = _override_expr(key, raw, diagnostics)
         if value is None:
             continue
@@ -209,16 +229,23 @@ def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], diagnostics:
 
 
 def _override_expr(key: str, raw: Any, diagnostics: Diagnostics) -> Optional[ast.Expr]:
-    if isinstance(raw, str):
-        parsed = parse_expression(raw, "<command line>", Diagnostics())
-        # A bare word that is not an expression (`--set positions=learned`) is a string.
-        if parsed is None or isinstance(parsed, ast.Name):
-            return ast.Literal(raw, COMMAND_LINE)
-        return _relocate(parsed)
-    if isinstance(raw, (bool, int, float, str)):
-        return ast.Literal(raw, COMMAND_LINE)
-    if isinstance(raw, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in raw):
-        return ast.ListExpr(tuple(ast.Literal(v, COMMAND_LINE) for v in raw), COMMAND_LINE)
+    """An override as an expression: text is parsed as spec syntax, Python values are checked like literals."""
+    try:
+        if isinstance(raw, str):
+            check_value(raw, COMMAND_LINE)
+            parsed = parse_expression(raw, "<command line>", Diagnostics())
+            # A bare word that is not an expression (`--set positions=learned`) is a string.
+            if parsed is None or isinstance(parsed, ast.Name):
+                return ast.Literal(raw, COMMAND_LINE)
+            return _relocate(parsed)
+        if isinstance(raw, (bool, int, float)):
+            return ast.Literal(check_value(raw, COMMAND_LINE), COMMAND_LINE)
+        if isinstance(raw, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in raw):
+            return ast.ListExpr(tuple(ast.Literal(check_value(v, COMMAND_LINE), COMMAND_LINE) for v in raw),
+                                COMMAND_LINE)
+    except ConstantError as error:
+        diagnostics.error(error.code, COMMAND_LINE, f"--set {key}: {error.message}", error.hint)
+        return None
     diagnostics.error("type", COMMAND_LINE, f"--set {key}: cannot use a {type(raw).__name__} as a value")
     return None
 
@@ -239,43 +266,69 @@ def _relocate(expr: ast.Expr) -> ast.Expr:
 
 
 def _evaluate_params(merged: _Merged, diagnostics: Diagnostics) -> dict[str, Constant]:
-    """Evaluate every parameter lazily, so order does not matter and overrides propagate
-    (`set d_model = 1024` changes `d_k = d_model / heads`)."""
+    """Evaluate every parameter after the ones it reads, so order does not matter and overrides
+    propagate (`set d_model = 1024` changes `d_k = d_model / heads`).
+
+    The order comes from a depth-first walk with an explicit stack: a chain of thousands of
+    parameters, each reading the last, must not exhaust Python's recursion limit."""
     values: dict[str, Constant] = {}
     failed: set[str] = set()
-    in_progress: list[str] = []
 
     def lookup(name: ast.Name) -> Constant:
         if name.id in values:
             return values[name.id]
         if name.id in failed:
             raise _AlreadyReported()
-        param = merged.params.get(name.id)
-        if param is None:
-            raise ConstantError("unknown-name", name.span, f"unknown parameter '{name.id}'",
-                                did_you_mean(name.id, merged.params))
-        if name.id in in_progress:
-            cycle = " -> ".join((*in_progress[in_progress.index(name.id):], name.id))
-            raise ConstantError("cycle", name.span, f"parameters depend on each other: {cycle}")
-        in_progress.append(name.id)
-        try:
-            values[name.id] = evaluate(param.value, lookup)
-        finally:
-            in_progress.pop()
-        return values[name.id]
+        raise ConstantError("unknown-name", name.span, f"unknown parameter '{name.id}'",
+                            did_you_mean(name.id, merged.params))
 
-    for name, param in merged.params.items():
-        if name in values or name in failed:
-            continue
+    def evaluate_one(name: str) -> None:
         try:
-            lookup(param.name)
+            values[name] = evaluate(merged.params[name].value, lookup)
         except ConstantError as error:
             diagnostics.error(error.code, error.span, error.message, error.hint)
             failed.add(name)
-            failed.update(in_progress)
         except _AlreadyReported:
             failed.add(name)
+
+    for root in merged.params:
+        if root in values or root in failed:
+            continue
+        path = [root]  # parameters being evaluated, each reading the next
+        pending = [iter(_names_read(merged.params[root].value))]
+        while pending:
+            name = next(pending[-1], None)
+            if name is None:
+                pending.pop()
+                evaluate_one(path.pop())
+            elif name.id in path:
+                cycle = " -> ".join((*path[path.index(name.id):], name.id))
+                diagnostics.error("cycle", name.span, f"parameters depend on each other: {cycle}")
+                failed.update(path)
+                path.clear(), pending.clear()
+            elif name.id in merged.params and name.id not in values and name.id not in failed:
+                path.append(name.id)
+                pending.append(iter(_names_read(merged.params[name.id].value)))
     return values
+
+
+def _names_read(expr: ast.Expr) -> list[ast.Name]:
+    """The names a constant expression reads, in evaluation order (function names excluded)."""
+    found: list[ast.Name] = []
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Name):
+            found.append(node)
+        elif isinstance(node, ast.ListExpr):
+            pending.extend(reversed(node.items))
+        elif isinstance(node, ast.UnaryOp):
+            pending.append(node.operand)
+        elif isinstance(node, ast.BinOp):
+            pending.extend((node.right, node.left))
+        elif isinstance(node, ast.Call):
+            pending.extend(reversed([*node.args, *(k.value for k in node.kwargs)]))
+    return found
 
 
 def _active_ties(ties: list[ast.Tie], params: dict[str, Constant], diagnostics: Diagnostics) -> list[ast.Tie]:

@@ -29,12 +29,22 @@ BYTES_PER_PARAMETER = 4  # float32 weights
 class ValidatedModel:
     graph: BuiltGraph
     params: dict[str, tuple[int, ...]]  # "encoder.layers.0.self_attn.q_proj.weight" -> shape
-    ties: dict[str, str]  # tied parameter -> the parameter it becomes
+    ties: dict[str, str]  # tied parameter -> the parameter it becomes (never itself tied)
     tie_lines: dict[str, int]  # tied parameter -> spec line, for comments in generated code
+    buffers: dict[str, tuple[int, ...]]  # tensors modules allocate that are not learned, e.g. positional tables
 
     @property
     def parameter_count(self) -> int:
         return sum(math.prod(s) for name, s in self.params.items() if name not in self.ties)
+
+    @property
+    def buffer_elements(self) -> int:
+        return sum(math.prod(s) for s in self.buffers.values())
+
+    @property
+    def bytes_needed(self) -> int:
+        """float32 bytes the built model allocates: each learned tensor once (tied ones share), and buffers."""
+        return (self.parameter_count + self.buffer_elements) * BYTES_PER_PARAMETER
 
     def count_under(self, path: str) -> int:
         prefix = path + "."
@@ -47,9 +57,9 @@ def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) 
     if diagnostics.errors:
         return None
     _choose_kv_cache(built.graph, diagnostics)
-    params = _learned_tensors(built.graph)
+    params = _module_tensors(built.graph, "params")
     ties, tie_lines = _check_ties(model, params, diagnostics)
-    validated = ValidatedModel(built, params, ties, tie_lines)
+    validated = ValidatedModel(built, params, ties, tie_lines, _module_tensors(built.graph, "buffers"))
     _check_fits_in_memory(model, validated, diagnostics)
     lint(built.graph)
     return None if diagnostics.errors else validated
@@ -114,19 +124,29 @@ def _choose_kv_cache(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
             data["inferred"]["kv_cache"] = "static"
 
 
-def _learned_tensors(graph: nx.DiGraph) -> dict[str, tuple[int, ...]]:
-    params: dict[str, tuple[int, ...]] = {}
+def _module_tensors(graph: nx.DiGraph, kind: str) -> dict[str, tuple[int, ...]]:
+    """The learned tensors (`kind="params"`) or buffers of every module, by state_dict-style path."""
+    tensors: dict[str, tuple[int, ...]] = {}
     for _, data in graph.nodes(data=True):
         if data["module"] is None:
             continue
-        for name, shape in OPS[data["op"]].params(data["attrs"], data["inferred"]).items():
-            params[f"{data['module']}.{name}"] = shape
-    return params
+        for name, shape in getattr(OPS[data["op"]], kind)(data["attrs"], data["inferred"]).items():
+            tensors[f"{data['module']}.{name}"] = shape
+    return tensors
 
 
 def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
                 diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, int]]:
-    ties: dict[str, str] = {}
+    """`tie a, b, c`: b and c become a. Ties chain and merge (`tie a, b` then `tie c, a` makes one
+    group of three); each group keeps one tensor, its first owner's, so it is counted and allocated
+    once, whatever the order or cycles of the `tie` statements."""
+    owner_of: dict[str, str] = {}  # tensor -> the tensor its group has become so far
+
+    def root(path: str) -> str:
+        while path in owner_of:
+            path = owner_of[path]
+        return path
+
     lines: dict[str, int] = {}
     for tie in model.ties:
         owner = str(tie.paths[0])
@@ -141,18 +161,22 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
                 diagnostics.error("tie-shape", path.span, f"cannot tie '{path}' of shape {list(params[str(path)])} "
                                   f"to '{owner}' of shape {list(params[owner])}")
                 continue
-            ties[str(path)] = ties.get(owner, owner)
-            lines[str(path)] = path.span.line
-    return ties, lines
+            kept, merged = root(owner), root(str(path))
+            if kept != merged:
+                owner_of[merged] = kept
+                lines[merged] = path.span.line
+    ties = {path: root(path) for path in owner_of}
+    return ties, {path: lines[path] for path in ties}
 
 
 def _check_fits_in_memory(model: ResolvedModel, validated: ValidatedModel, diagnostics: Diagnostics) -> None:
-    """Refuse, with the count, a model whose weights alone exceed this machine's memory."""
-    count = validated.parameter_count
-    needed = count * BYTES_PER_PARAMETER
+    """Refuse, with the count, a model whose weights and buffers alone exceed this machine's memory."""
+    needed = validated.bytes_needed
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if needed > available:
-        diagnostics.error("too-large", model.span, f"model '{model.name}' has {count:,} parameters "
-                          f"({needed / 2**30:,.1f} GiB as float32), more than this machine's "
-                          f"{available / 2**30:,.1f} GiB of memory")
+        what = f"{validated.parameter_count:,} parameters"
+        if validated.buffer_elements:
+            what += f" and {validated.buffer_elements:,} buffer elements"
+        diagnostics.error("too-large", model.span, f"model '{model.name}' has {what} ({needed / 2**30:,.1f} GiB "
+                          f"as float32), more than this machine's {available / 2**30:,.1f} GiB of memory")
 

@@ -95,26 +95,27 @@ class CompiledSpec:
 
     def model_class(self) -> type:
         """The generated nn.Module class, executed from `python_source`."""
+        from xspec.compiler.codecheck import compile_checked
+
         filename = f"<xspec:{self.name}>"
-        # The source is ours: names are checked identifiers and constants are repr()s (see lower.py).
+        # Only what passes the AST check runs: the code generator's own constructs (compiler/codecheck.py).
+        code = compile_checked(self.python_source, filename)
         linecache.cache[filename] = (len(self.python_source), None, self.python_source.splitlines(True), filename)
         namespace: dict[str, Any] = {"__name__": f"xspec_generated_{self.name}"}
-        exec(compile(self.python_source, filename, "exec"), namespace)
+        exec(code, namespace)
         return namespace["Model"]
 
     def _check_allocatable(self, device: "torch.device") -> None:
         import torch
 
-        from xspec.compiler.validate import BYTES_PER_PARAMETER
-
-        needed = self.parameters * BYTES_PER_PARAMETER
+        needed = self._compilation.validated.bytes_needed  # weights once, tied ones shared, and buffers
         if device.type == "cuda":
             available = torch.cuda.mem_get_info(device)[0]
         else:
             available = _available_host_memory()
         if needed > available:
-            raise UserError(f"{self.path}: model '{self.name}' has {self.parameters:,} parameters "
-                            f"({needed / 2**30:,.1f} GiB as float32); only {available / 2**30:,.1f} GiB "
+            raise UserError(f"{self.path}: model '{self.name}' needs {_size(needed)} as float32 "
+                            f"({self.parameters:,} parameters and its buffers); only {_size(available)} "
                             f"is free on {device}")
 
     # --- reports -----------------------------------------------------------------------------
@@ -135,11 +136,18 @@ class CompiledSpec:
         edges = [{"from": a, "to": b, "ports": list(p)} for a, b, p in self.graph.edges(data="ports")]
         return json.dumps({"name": self.name, "nodes": nodes, "edges": edges, "ties": self.ties}, indent=1)
 
-    @cached_property
+    @property
     def resolved_source(self) -> str:
-        from xspec.compiler.flatten import flatten
+        """The spec as one self-contained text that compiles to this same model (run directories and
+        checkpoints keep it)."""
+        return self._compilation.resolved_source
 
-        return flatten(self._compilation.model)
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _available_host_memory() -> int:

@@ -1,0 +1,216 @@
+"""The generated module is checked, as a Python AST, before it is compiled or run.
+
+Lowering builds source text from checked identifiers and `repr` literals, and escapes what it puts in
+docstrings and comments; this check makes that a verified property rather than a hope. The module
+may contain only what the code generator emits:
+
+  - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F`;
+  - classes copied from prelude.py, identical to the prelude's own (compared as ASTs);
+  - generated `nn.Module` classes whose methods assign, call, loop, branch and return, over names
+    they bind themselves, the module's classes, and `range`/`super` — no other builtin, and neither
+    `torch` nor `math`; attributes only public ones (plus `super().__init__`); `nn.X` and `F.x` only
+    called on the spot, so no module object (`F.torch`) can be reached or stored;
+  - literals that are numbers, strings, booleans or None (finite floats only);
+  - `Model = SomeGeneratedClass`.
+
+Anything else (a `__import__`, an `eval`, a string that escaped its docstring, a dunder attribute) is
+a GeneratedCodeError: a bug in the compiler, which must never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+from pathlib import Path
+from types import CodeType
+
+PRELUDE = Path(__file__).with_name("prelude.py")
+IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
+BUILTINS = frozenset({"range", "super"})
+LIBRARIES = frozenset({"nn", "F"})  # generated classes use nn.Linear, F.dropout, ...; torch and math only in the prelude
+OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult)
+COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+
+
+class GeneratedCodeError(Exception):
+    """The generated module contains something the code generator never emits."""
+
+
+@functools.cache
+def prelude_classes() -> dict[str, str]:
+    """Prelude class name -> its AST dump, for comparison with the copies in generated modules."""
+    tree = ast.parse(PRELUDE.read_text(encoding="utf-8"))
+    return {node.name: ast.dump(node) for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def compile_checked(source: str, filename: str) -> CodeType:
+    """The code object of a generated module, compiled from the AST that passed the check."""
+    return compile(check_module(source), filename, "exec")
+
+
+def check_module(source: str) -> ast.Module:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as error:
+        raise GeneratedCodeError(f"line {error.lineno}: {error.msg}") from None
+    classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    module_names = classes | {"Model"}
+    for index, node in enumerate(tree.body):
+        if index == 0 and _is_docstring(node):
+            continue
+        if isinstance(node, ast.Import):
+            if any((alias.name, alias.asname) not in IMPORTS for alias in node.names):
+                _refuse(node, "an import other than math, torch, torch.nn and torch.nn.functional")
+        elif isinstance(node, ast.ClassDef):
+            if node.name in prelude_classes():
+                if ast.dump(node) != prelude_classes()[node.name]:
+                    _refuse(node, f"class {node.name} differs from the prelude's")
+            else:
+                _check_class(node, module_names)
+        elif isinstance(node, ast.Assign):
+            target, value = node.targets, node.value
+            if not (len(target) == 1 and isinstance(target[0], ast.Name) and target[0].id == "Model"
+                    and isinstance(value, ast.Name) and value.id in classes):
+                _refuse(node, "a module-level assignment other than Model = <class>")
+        else:
+            _refuse(node, f"a module-level {type(node).__name__}")
+    return tree
+
+
+def _check_class(node: ast.ClassDef, module_names: set[str]) -> None:
+    base = node.bases[0] if len(node.bases) == 1 else None
+    if node.decorator_list or node.keywords or not (
+            isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "nn"
+            and base.attr == "Module"):
+        _refuse(node, f"class {node.name} is not a plain nn.Module")
+    for index, item in enumerate(node.body):
+        if index == 0 and _is_docstring(item):
+            continue
+        if not isinstance(item, ast.FunctionDef):
+            _refuse(item, f"a {type(item).__name__} in class {node.name}")
+        _check_function(item, module_names)
+
+
+def _check_function(node: ast.FunctionDef, module_names: set[str]) -> None:
+    if any(not (isinstance(d, ast.Name) and d.id == "staticmethod") for d in node.decorator_list):
+        _refuse(node, "a decorator other than staticmethod")
+    scope = module_names | _parameters(node.args) | {
+        n.id for statement in node.body for n in ast.walk(statement)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for index, statement in enumerate(node.body):
+        if not (index == 0 and _is_docstring(statement)):
+            _check_statement(statement, scope)
+
+
+def _parameters(args: ast.arguments) -> set[str]:
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+        _refuse(args, "*args, **kwargs or keyword-only arguments")
+    for default in args.defaults:
+        if not (isinstance(default, ast.Constant) and default.value is None):
+            _refuse(default, "an argument default other than None")
+    return {a.arg for a in args.args}
+
+
+def _check_statement(node: ast.stmt, scope: set[str]) -> None:
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        _check_expr(node.value, scope)
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+        _check_target(node.targets[0], scope)
+        _check_expr(node.value, scope)
+    elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+        _check_target(node.target, scope)
+        _check_expr(node.value, scope)
+    elif isinstance(node, ast.Return) and node.value is not None:
+        _check_expr(node.value, scope)
+    elif isinstance(node, ast.For) and isinstance(node.target, ast.Name) and not node.orelse:
+        _check_expr(node.iter, scope)
+        for statement in node.body:
+            _check_statement(statement, scope)
+    elif isinstance(node, ast.If):
+        _check_expr(node.test, scope)
+        for statement in (*node.body, *node.orelse):
+            _check_statement(statement, scope)
+    else:
+        _refuse(node, f"a {type(node).__name__} statement")
+
+
+def _check_target(node: ast.expr, scope: set[str]) -> None:
+    """What an assignment may write: a local name, a tuple of them, or an attribute or item of one."""
+    if isinstance(node, ast.Tuple):
+        for element in node.elts:
+            _check_target(element, scope)
+    elif isinstance(node, ast.Name):
+        pass  # a local variable of this function
+    elif isinstance(node, (ast.Attribute, ast.Subscript)):
+        _check_expr(node, scope)
+    else:
+        _refuse(node, f"an assignment to a {type(node).__name__}")
+
+
+def _check_expr(node: ast.expr, scope: set[str]) -> None:
+    if isinstance(node, ast.Name):
+        if node.id not in scope and node.id not in BUILTINS:
+            _refuse(node, f"the name {node.id!r} here")
+    elif isinstance(node, ast.Attribute):
+        _check_attribute(node, scope)
+    elif isinstance(node, ast.Call):
+        if not _is_library_function(node.func):  # nn.Linear(...), F.dropout(...) need no more checking
+            _check_expr(node.func, scope)
+        for argument in (*node.args, *(k.value for k in node.keywords)):
+            _check_expr(argument, scope)
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            _refuse(node, "*args or **kwargs in a call")
+    elif isinstance(node, ast.Constant):
+        value = node.value
+        if not (value is None or isinstance(value, (bool, int, str)) or
+                (isinstance(value, float) and math.isfinite(value))):
+            _refuse(node, f"the constant {value!r}")
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        _check_expr(node.operand, scope)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, OPERATORS):
+        _check_expr(node.left, scope), _check_expr(node.right, scope)
+    elif isinstance(node, ast.Compare) and all(isinstance(op, COMPARISONS) for op in node.ops):
+        for operand in (node.left, *node.comparators):
+            _check_expr(operand, scope)
+    elif isinstance(node, ast.Lambda):
+        _check_expr(node.body, scope | _parameters(node.args))
+    elif isinstance(node, ast.ListComp) and len(node.generators) == 1:
+        generator = node.generators[0]
+        if not isinstance(generator.target, ast.Name) or generator.ifs or generator.is_async:
+            _refuse(node, "a comprehension other than [X() for _ in range(n)]")
+        _check_expr(generator.iter, scope)
+        _check_expr(node.elt, scope | {generator.target.id})
+    elif isinstance(node, (ast.List, ast.Tuple)) and isinstance(node.ctx, ast.Load):
+        for element in node.elts:
+            _check_expr(element, scope)
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+            and type(node.slice.value) is int:
+        _check_expr(node.value, scope)
+    else:
+        _refuse(node, f"a {type(node).__name__} expression")
+
+
+def _check_attribute(node: ast.Attribute, scope: set[str]) -> None:
+    owner = node.value
+    if isinstance(owner, ast.Name) and owner.id in LIBRARIES:
+        _refuse(node, f"{owner.id}.{node.attr} other than called on the spot")
+    is_super_init = (node.attr == "__init__" and isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name)
+                     and owner.func.id == "super" and not owner.args and not owner.keywords)
+    if node.attr.startswith("_") and not is_super_init:
+        _refuse(node, f"the private attribute {node.attr!r}")
+    _check_expr(owner, scope)
+
+
+def _is_library_function(node: ast.expr) -> bool:
+    """`nn.Linear`, `F.dropout`: a public name of torch.nn or torch.nn.functional."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in LIBRARIES
+            and not node.attr.startswith("_"))
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _refuse(node: ast.AST, what: str) -> None:
+    raise GeneratedCodeError(f"generated code, line {getattr(node, 'lineno', '?')}: {what} is not allowed")
