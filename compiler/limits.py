@@ -3,9 +3,9 @@
 Specs are untrusted input: a file from a colleague, a checkpoint from the internet. Every construct
 that could make compilation slow or large has a bound here, and exceeding one is a diagnostic at
 the construct (code `too-large` or `too-deep`), never a hang, a MemoryError or a RecursionError.
-Together they keep any spec's compilation within about a second and a few hundred MB on a laptop;
+Together they keep any spec's compilation under two seconds and well under 1 GB on a laptop;
 `bench/worst_case.py` measures the worst constructs at these bounds. Real models sit far inside
-them (the paper's big model: 7 KB of spec text, nesting 12, ~700 ops).
+them: the paper's base model is 4 KB of spec text, nested 12 deep, and expands to ~600 ops.
 """
 
 from __future__ import annotations
