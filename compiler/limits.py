@@ -5,7 +5,7 @@ that could make compilation slow or large has a bound here, and exceeding one is
 the construct (code `too-large` or `too-deep`), never a hang, a MemoryError or a RecursionError.
 Together they keep any spec's compilation under two seconds and well under 1 GB on a laptop;
 `bench/worst_case.py` measures the worst constructs at these bounds. Real models sit far inside
-them: the paper's base model is 4 KB of spec text, nested 12 deep, and expands to ~600 ops.
+them: the paper's base model is 4 KB of spec text, nested 12 deep, and expands to ~160 ops.
 """
 
 from __future__ import annotations
