@@ -9,19 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xspec.errors import UserError
+from xspec.files import read_regular_file
 from xspec.runtime.vocab import EOS, Vocab
 
 
 def read_lines(path: Path) -> list[str]:
-    """The file's lines, without line endings; invalid UTF-8 is reported with its line number."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a text file") from None
-    except OSError as error:
-        raise UserError(f"{path}: cannot read: {error.strerror}") from None
+    """The file's lines, without line endings; invalid UTF-8 is reported with its line number.
+    Only regular files are read (`read_regular_file`)."""
+    data = read_regular_file(Path(path))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:

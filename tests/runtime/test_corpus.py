@@ -1,5 +1,6 @@
 """Bad input files: one clear error naming the file (and line), or a count of what was skipped."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,28 @@ def test_long_sentences_are_skipped_or_truncated(tmp_path, vocab):
     truncated = encode_pairs(text, vocab, max_tokens=20, truncate=True)
     assert len(truncated) == 2 and truncated.too_long == 1
     assert len(truncated.source[1]) == 20 and truncated.source[1][-1] == EOS
+
+
+def test_special_files_and_bad_paths_are_one_line_each(tmp_path):
+    fifo = tmp_path / "fifo.en"
+    os.mkfifo(fifo)                       # reading it would block: it is refused after a stat
+    with pytest.raises(UserError, match=r"^.*fifo\.en: is a FIFO; only regular files are read$"):
+        read_lines(fifo)
+    loop = tmp_path / "loop.en"
+    loop.symlink_to(loop)
+    with pytest.raises(UserError, match=r"^.*loop\.en: cannot read: Too many levels of symbolic links$"):
+        read_lines(loop)
+    with pytest.raises(UserError, match="a path cannot contain a NUL byte"):
+        read_lines(Path(f"{tmp_path}/train\0.en"))
+    target = _write(tmp_path / "real.en", b"one\n")
+    link = tmp_path / "link.en"
+    link.symlink_to(target)              # a symlink to a regular file is read like the file
+    assert read_lines(link) == ["one"]
+
+
+def test_a_huge_line_count_reports_the_right_line(tmp_path):
+    lines = 1_000_000
+    path = _write(tmp_path / "big.de", b"\n" * (lines - 1) + b"ok \xfe\n")
+    with pytest.raises(UserError, match=rf"big\.de:{lines}: invalid UTF-8 \(byte 0xfe at column 4\)"):
+        read_lines(path)
+    assert len(read_lines(_write(tmp_path / "ok.de", b"a\n" * lines))) == lines
