@@ -21,12 +21,16 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
             detail = f" ({difference})" if difference else ""
             raise UserError(f"{path}: not from the same spec as {paths[0]}{detail}")
         for k, v in other.tensors.items():
+            if v.shape != sums[k].shape:
+                raise UserError(f"{path}: tensor {k} has shape {tuple(v.shape)}, but {tuple(sums[k].shape)} "
+                                f"in {paths[0]}")
             sums[k] += v.double()
     return {k: (v / len(paths)).to(first.tensors[k].dtype) for k, v in sums.items()}
 
 
 def average_run(run_dir: Path, last: int, output: Path) -> list[Path]:
-    """Writes the average of the run's last `last` checkpoints to `output`; returns the ones averaged."""
+    """Writes the average of the run's last `last` checkpoints to `output` (safetensors, whatever its
+    name); returns the checkpoints averaged."""
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     found = ckpt.list_checkpoints(run_dir)
@@ -34,9 +38,10 @@ def average_run(run_dir: Path, last: int, output: Path) -> list[Path]:
         raise UserError(f"{run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
     if last > len(found):
         raise UserError(f"{run_dir}: --last {last}, but the run kept only {len(found)} checkpoints")
+    if output.resolve() in {p.resolve() for p in found}:
+        raise UserError(f"--output {output}: is one of the run's checkpoints; write the average elsewhere")
     chosen = found[-last:]
     newest = ckpt.load_weights(chosen[-1])
     tensors = average_checkpoints(chosen)
-    output.parent.mkdir(parents=True, exist_ok=True)
     ckpt.save_weights(output, tensors, newest.spec_source, newest.params, newest.vocab_proto, newest.step)
     return chosen

@@ -1,29 +1,45 @@
-"""Checkpoints: self-contained, written atomically, loaded without unpickling arbitrary objects.
+"""Checkpoints: self-contained, written atomically, read as untrusted data and never unpickled.
 
 A checkpoint `checkpoints/step-00001000.safetensors` holds the model's tensors, and in its metadata
-the resolved spec, its parameters and the sentencepiece model, so `xspec translate` needs nothing
-else. Beside it, `step-00001000.state.pt` holds what exact resumption needs (optimizer, scheduler,
-RNG states, data position) as plain tensors and numbers (`torch.load(weights_only=True)`).
-The state file is written first and the weights last: a checkpoint exists once its weights do.
+the resolved spec, its parameters, the sentencepiece model and the step, so `xspec translate` needs
+nothing else. Beside it, `step-00001000.state.safetensors` holds what exact resumption needs (the
+optimizer's and the scheduler's state dicts and the data position), stored by `nested_state`:
+tensors as tensors, everything else as JSON in the metadata. The state file is written first and
+the weights last: a checkpoint exists once its weights do.
+
+Both are safetensors whatever their name (an average written as `averaged.pt` is one too). A
+`torch.save` file (a zip archive or a pickle) is refused, since loading one means unpickling it.
+What is read is checked before it is used: the metadata must be what xspec writes, the tensors
+must match the model in name, shape and kind, and the training state must have the form the
+optimizer and the scheduler write.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
-import os
 import re
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from xspec.errors import UserError
+from xspec.files import write_atomically_with
+from xspec.runtime import nested_state
+from xspec.runtime.run_dir import MAX_SPEC_BYTES
 
 CHECKPOINT_DIR = "checkpoints"
-_STEP_FILE = re.compile(r"step-(\d+)\.safetensors$")
+_STEP_FILE = re.compile(r"step-(\d+)\.safetensors")
+SPEC_KEY, PARAMS_KEY, VOCAB_KEY, STEP_KEY = "xspec.spec", "xspec.params", "xspec.sentencepiece", "xspec.step"
+STATE_KEY = "xspec.state"
+MAX_VOCAB_BYTES = 64 << 20           # a 37000-piece sentencepiece model is under 1 MiB
+_STEP = re.compile(r"[0-9]{1,15}")
+_ZIP, _PICKLE = b"PK\x03\x04", b"\x80"   # torch.save's archive; a bare pickle (protocol 2 and later)
 
 
 @dataclass
@@ -36,73 +52,127 @@ class Checkpoint:
     step: int
 
 
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _metadata(spec_source: str, params: dict, vocab_proto: bytes, step: int) -> dict[str, str]:
-    return {"xspec.spec": spec_source, "xspec.params": json.dumps(params, sort_keys=True),
-            "xspec.sentencepiece": base64.b64encode(vocab_proto).decode("ascii"), "xspec.step": str(step)}
-
+# --- writing -----------------------------------------------------------------------------------
 
 def save_weights(path: Path, tensors: dict[str, torch.Tensor], spec_source: str, params: dict,
                  vocab_proto: bytes, step: int) -> None:
-    """`.safetensors` for checkpoints; any other name (e.g. `averaged.pt`) is a `torch.save` of plain data."""
-    # Tied weights share storage; both formats want separate, contiguous CPU tensors.
+    """A safetensors file, whatever `path`'s suffix."""
+    # Tied weights share storage; safetensors wants separate, contiguous CPU tensors.
     tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}
-    metadata = _metadata(spec_source, params, vocab_proto, step)
-    if path.suffix == ".safetensors":
-        _atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
-    else:
-        _atomic(path, lambda tmp: torch.save({"tensors": tensors, "metadata": metadata}, tmp))
-
-
-def load_weights(path: Path) -> Checkpoint:
-    if not path.is_file():
-        raise UserError(f"{path}: no such checkpoint file")
-    try:
-        with open(path, "rb") as f:
-            is_zip = f.read(2) == b"PK"          # torch.save writes a zip archive
-        if is_zip:
-            data = torch.load(path, map_location="cpu", weights_only=True)
-            tensors, metadata = data["tensors"], data["metadata"]
-        else:
-            tensors = load_file(str(path))
-            with safe_open(str(path), "pt") as f:
-                metadata = f.metadata() or {}
-        return Checkpoint(path, tensors, metadata["xspec.spec"], json.loads(metadata["xspec.params"]),
-                          base64.b64decode(metadata["xspec.sentencepiece"]), int(metadata["xspec.step"]))
-    except (SafetensorError, RuntimeError, KeyError, TypeError, ValueError, EOFError, OSError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UserError(f"{path}: corrupt or truncated checkpoint ({reason})") from None
+    metadata = {SPEC_KEY: spec_source, PARAMS_KEY: json.dumps(params, sort_keys=True),
+                VOCAB_KEY: base64.b64encode(vocab_proto).decode("ascii"), STEP_KEY: str(step)}
+    write_atomically_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
 def save_state(path: Path, state: dict) -> None:
-    _atomic(path, lambda tmp: torch.save(state, tmp))
+    tensors, structure = nested_state.encode(state)
+    write_atomically_with(path, lambda tmp: save_file(tensors, str(tmp), metadata={STATE_KEY: structure}))
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def load_weights(path: Path) -> Checkpoint:
+    metadata, tensors = _read_safetensors(path, "checkpoint")
+    missing = [key for key in (SPEC_KEY, PARAMS_KEY, VOCAB_KEY, STEP_KEY) if key not in metadata]
+    if missing:
+        raise UserError(f"{path}: not an xspec checkpoint (its metadata has no {missing[0]})")
+    return Checkpoint(path, tensors, _spec_text(path, metadata[SPEC_KEY]), _params(path, metadata[PARAMS_KEY]),
+                      _vocab_bytes(path, metadata[VOCAB_KEY]), _step(path, metadata[STEP_KEY]))
 
 
 def load_state(path: Path) -> dict:
+    """The training state written beside a checkpoint, as `save_state` was given it."""
+    legacy = path.with_name(path.name.replace(".state.safetensors", ".state.pt"))
+    if not path.exists() and legacy.exists():
+        _refuse_pickle(legacy)
+    if not path.exists():
+        raise UserError(f"{path}: missing (the training state written beside each checkpoint)")
+    metadata, tensors = _read_safetensors(path, "training state")
+    if STATE_KEY not in metadata:
+        raise UserError(f"{path}: not an xspec training state (its metadata has no {STATE_KEY})")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise UserError(f"{path}: missing (the training state written beside each checkpoint)") from None
-    except Exception as error:   # torch raises several types for a damaged zip; all mean the same here
-        raise UserError(f"{path}: corrupt or truncated training state ({str(error).splitlines()[0]})") from None
+        return nested_state.decode(tensors, metadata[STATE_KEY])
+    except nested_state.StateFormatError as error:
+        raise UserError(f"{path}: unusable training state ({error})") from None
 
+
+def _read_safetensors(path: Path, what: str) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """(metadata, tensors) of a safetensors file; `what` ("checkpoint") names it in errors."""
+    if not path.exists():
+        raise UserError(f"{path}: no such {what} file")
+    if not path.is_file():
+        raise UserError(f"{path}: not a regular file, so not a {what}")
+    with open(path, "rb") as f:
+        start = f.read(8)
+    if start.startswith(_ZIP) or start.startswith(_PICKLE):
+        _refuse_pickle(path)
+    try:
+        with safe_open(str(path), "pt", device="cpu") as f:
+            metadata = f.metadata() or {}
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"{path}: corrupt or truncated {what} ({reason})") from None
+    return metadata, tensors
+
+
+def _refuse_pickle(path: Path) -> None:
+    raise UserError(f"{path}: a torch.save (pickle) file; xspec loads only safetensors and never unpickles "
+                    "(unpickling can run any code). Convert a file you trust with safetensors.torch.save_file")
+
+
+def _bad(path: Path, key: str, problem: str) -> UserError:
+    return UserError(f"{path}: not a checkpoint xspec wrote (metadata {key}: {problem})")
+
+
+def _spec_text(path: Path, text: str) -> str:
+    if len(text.encode("utf-8")) > MAX_SPEC_BYTES:
+        raise _bad(path, SPEC_KEY, f"a spec of more than {MAX_SPEC_BYTES // 1024} KiB")
+    return text
+
+
+def _params(path: Path, text: str) -> dict:
+    try:
+        params = json.loads(text)
+    except (ValueError, RecursionError):
+        raise _bad(path, PARAMS_KEY, "not JSON") from None
+    if not isinstance(params, dict) or not all(_is_constant(v) for v in params.values()):
+        raise _bad(path, PARAMS_KEY, "not an object of parameter values")
+    return params
+
+
+def _is_constant(value) -> bool:
+    """A spec parameter's value: a number, true/false, a string, or a list of those."""
+    if isinstance(value, list):
+        return all(_is_constant(v) for v in value)
+    return isinstance(value, (bool, int, float, str))
+
+
+def _vocab_bytes(path: Path, text: str) -> bytes:
+    if len(text) > MAX_VOCAB_BYTES // 3 * 4 + 4:
+        raise _bad(path, VOCAB_KEY, f"a vocabulary of more than {MAX_VOCAB_BYTES >> 20} MiB")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad(path, VOCAB_KEY, "not base64") from None
+
+
+def _step(path: Path, text: str) -> int:
+    if not _STEP.fullmatch(text):
+        raise _bad(path, STEP_KEY, f"{text[:20]!r} is not a step number")
+    return int(text)
+
+
+# --- the run's checkpoints -----------------------------------------------------------------------
 
 def state_path(weights: Path) -> Path:
-    return weights.with_name(weights.name.replace(".safetensors", ".state.pt"))
+    return weights.with_name(weights.name.removesuffix(".safetensors") + ".state.safetensors")
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """The run's checkpoints, oldest first."""
     directory = run_dir / CHECKPOINT_DIR
-    found = [(int(m.group(1)), p) for p in directory.glob("step-*.safetensors") if (m := _STEP_FILE.search(p.name))]
+    found = [(int(m.group(1)), p) for p in directory.glob("step-*.safetensors") if (m := _STEP_FILE.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
 
 
@@ -125,8 +195,11 @@ def prune(run_dir: Path, keep: int) -> None:
         old.unlink(missing_ok=True)
 
 
+# --- checking against the model ------------------------------------------------------------------
+
 def params_difference(saved: dict, current: dict) -> str | None:
     """A description of the first parameters that differ, or None when the spec matches."""
+    current = json.loads(json.dumps(current))       # as stored: tuples become lists
     differing = [k for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
     if not differing:
         return None
@@ -137,7 +210,7 @@ def params_difference(saved: dict, current: dict) -> str | None:
 
 
 def load_into(model: torch.nn.Module, checkpoint: Checkpoint) -> None:
-    """Copies the tensors into `model`, naming the first tensor whose name or shape does not match."""
+    """Copies the tensors into `model`, naming the first tensor whose name, shape or kind does not match."""
     expected = model.state_dict()
     for name, tensor in checkpoint.tensors.items():
         if name not in expected:
@@ -146,7 +219,65 @@ def load_into(model: torch.nn.Module, checkpoint: Checkpoint) -> None:
         if expected[name].shape != tensor.shape:
             raise UserError(f"{checkpoint.path}: tensor {name} has shape {tuple(tensor.shape)}, "
                             f"the model expects {tuple(expected[name].shape)} (a checkpoint from a different spec)")
+        if not _same_kind(expected[name].dtype, tensor.dtype):
+            raise UserError(f"{checkpoint.path}: tensor {name} holds {tensor.dtype}, "
+                            f"the model expects {expected[name].dtype}")
     missing = [k for k in expected if k not in checkpoint.tensors]
     if missing:
         raise UserError(f"{checkpoint.path}: no tensor {missing[0]} (a checkpoint from a different spec)")
     model.load_state_dict(checkpoint.tensors)
+
+
+def _same_kind(expected: torch.dtype, found: torch.dtype) -> bool:
+    """Floating-point tensors may change precision (a bf16 average loads into a float32 model);
+    anything else must match exactly."""
+    return found.is_floating_point if expected.is_floating_point else found == expected
+
+
+def restore_training_state(path: Path, state, optimizer: torch.optim.Optimizer, scheduler) -> dict:
+    """Loads the optimizer's and the scheduler's state from `state` (read by `load_state(path)`) and
+    returns its progress record. A state of another form is refused before anything is loaded."""
+    problem = _state_problem(state, optimizer, scheduler)
+    if problem:
+        raise UserError(f"{path}: unusable training state ({problem})")
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise UserError(f"{path}: unusable training state ({error})") from None
+    return state["progress"]
+
+
+def _state_problem(state, optimizer: torch.optim.Optimizer, scheduler) -> str | None:
+    if not isinstance(state, dict) or set(state) != {"optimizer", "scheduler", "progress"}:
+        return "expected the optimizer's, the scheduler's and the progress record"
+    if not isinstance(state["progress"], dict):
+        return "progress: expected a dict"
+    return _optimizer_problem(optimizer, state["optimizer"]) or \
+        nested_state.mismatch(scheduler.state_dict(), state["scheduler"], ("scheduler",))
+
+
+def _optimizer_problem(optimizer: torch.optim.Optimizer, saved) -> str | None:
+    """The groups must have the form of this optimizer's, and each parameter's state tensors the
+    parameter's shape (or be single numbers, such as Adam's step)."""
+    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
+        return "optimizer: expected its state and param_groups"
+    problem = nested_state.mismatch(optimizer.state_dict()["param_groups"], saved["param_groups"],
+                                    ("optimizer", "param_groups"))
+    if problem:
+        return problem
+    if not isinstance(saved["state"], dict):
+        return "optimizer/state: expected a dict"
+    saved_ids = chain.from_iterable(group["params"] for group in saved["param_groups"])
+    parameters = dict(zip(saved_ids, chain.from_iterable(group["params"] for group in optimizer.param_groups)))
+    for index, values in saved["state"].items():
+        where = f"optimizer/state/{index}"
+        if index not in parameters or not isinstance(values, dict):
+            return f"{where}: not the state of one of the optimizer's parameters"
+        for name, value in values.items():
+            shape = parameters[index].shape
+            if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+                return f"{where}/{name}: expected a floating-point tensor"
+            if value.dim() > 0 and value.shape != shape:
+                return f"{where}/{name}: shape {tuple(value.shape)}, the parameter's is {tuple(shape)}"
+    return None

@@ -18,6 +18,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from xspec.files import write_atomically
+
 LANGUAGE_SEED = 2017
 SPLIT_SIZES = {"train": 40_000, "valid": 300, "test": 500}
 MIN_WORDS, MAX_WORDS = 5, 40
@@ -136,7 +138,7 @@ def write_demo_data(directory: Path, sizes: dict[str, int] | None = None) -> dic
         src, tgt = directory / f"{split}.src", directory / f"{split}.tgt"
         if not (src.exists() and tgt.exists()):
             pairs = generate_split(split, (sizes or {}).get(split, default_size))
-            src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
-            tgt.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+            write_atomically(src, "".join(s + "\n" for s, _ in pairs))
+            write_atomically(tgt, "".join(t + "\n" for _, t in pairs))
         paths[split] = (src, tgt)
     return paths

@@ -1,4 +1,9 @@
-"""Loading a trained model for decoding: everything comes from the checkpoint itself."""
+"""Loading a trained model for decoding: everything comes from the checkpoint itself.
+
+A checkpoint is untrusted data: its spec goes through the compiler's checks like any spec file and
+may not import other files, its vocabulary must parse and fit the model, and its tensors must
+match the model the spec builds (checkpoint.py).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,24 @@ from xspec.runtime.vocab import Vocab
 
 def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
     """The spec the checkpoint was trained with (its resolved source is stored in the checkpoint)."""
-    return xspec.compile_source(checkpoint.spec_source, name=f"{checkpoint.path}:spec.xspec")
+    return xspec.compile_source(checkpoint.spec_source, name=f"{checkpoint.path}:spec.xspec", allow_imports=False)
+
+
+def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:
+    """The checkpoint's sentencepiece model, which must have no more pieces than the model has embeddings."""
+    vocab = Vocab.from_bytes(checkpoint.vocab_proto, f"{checkpoint.path}: its sentencepiece model")
+    if len(vocab) > spec.vocab_size:
+        raise UserError(f"{checkpoint.path}: its sentencepiece model has {len(vocab)} pieces, but the model's "
+                        f"embedding has {spec.vocab_size} rows")
+    return vocab
+
+
+def build_from_checkpoint(checkpoint: ckpt.Checkpoint, spec, device: torch.device | str):
+    """(model in eval mode, vocabulary) of a checkpoint whose spec is `spec`."""
+    vocab = checkpoint_vocab(checkpoint, spec)
+    model = spec.build(device=str(device))
+    ckpt.load_into(model, checkpoint)
+    return model.eval(), vocab
 
 
 def load_translator(run_or_checkpoint: Path, device: torch.device, decode_overrides: dict) -> Translator:
@@ -29,7 +51,5 @@ def load_translator(run_or_checkpoint: Path, device: torch.device, decode_overri
         decode = DecodeSection(**{**spec.decode.model_dump(), **decode_overrides})
     except ValidationError as error:       # e.g. nbest > beam
         raise UserError(f"decoding options: {error.errors()[0]['msg']}") from None
-    model = spec.build(device=str(device))
-    ckpt.load_into(model, checkpoint)
-    model.eval()
-    return Translator(model, Vocab(checkpoint.vocab_proto), decode, device, max_sequence_tokens(spec))
+    model, vocab = build_from_checkpoint(checkpoint, spec, device)
+    return Translator(model, vocab, decode, device, max_sequence_tokens(spec))

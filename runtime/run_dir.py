@@ -1,13 +1,20 @@
 """The run directory: everything a training run leaves behind, and how to find it again.
 
     RUN/spec.xspec            the resolved spec (imports inlined, parameters as literals)
-    RUN/run.json              the data files the run trains on (absolute paths)
+    RUN/run.json              what else decides the training data and the model (see `RunRecord`),
+                              and why the run last stopped
     RUN/sentencepiece.model   the shared vocabulary, trained once and reused
     RUN/data/                 the demo task's generated splits (only when no data was given)
-    RUN/checkpoints/          step-N.safetensors (+ step-N.state.pt for resuming), the last K kept
+    RUN/checkpoints/          step-N.safetensors (+ step-N.state.safetensors for resuming), the last K kept
     RUN/metrics.jsonl         one line per step (loss, lr, tokens/s) and per validation
-    RUN/metrics.json          the final figures (bleu, chrf, valid_loss, steps, train_tokens_per_s, wall_s)
+    RUN/metrics.json          the final figures (bleu, chrf, valid_loss, steps, train_tokens_per_s, wall_s,
+                              stopped), written when a run finishes
     RUN/test.hyp              the final translations of the test split
+
+`run.json` stores data files as absolute paths, except files inside the run directory itself (the
+demo task's), which are stored relative to it so that a run directory can be moved or copied.
+Every file here is written atomically (`xspec.files`), except `metrics.jsonl`, a log appended
+line by line (and rewritten atomically when a resumed run drops the steps it will redo).
 """
 
 from __future__ import annotations
@@ -16,13 +23,23 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xspec.errors import UserError
+from xspec.files import read_regular_file, write_atomically
 
 SPEC_FILE = "spec.xspec"
 RUN_FILE = "run.json"
 METRICS_LOG = "metrics.jsonl"
 METRICS_FILE = "metrics.json"
+DATA_DIR = "data"
+TEST_OUTPUT = "test.hyp"
+MAX_SPEC_BYTES = 1 << 20            # a resolved spec (here or in a checkpoint) is a few KiB
+MAX_RUN_FILE_BYTES = 1 << 20        # run.json is a few hundred bytes
+# run.json's layout; files without "format" stored relative paths relative to the working directory.
+RUN_FORMAT = 2
+SPLITS = ("train", "valid", "test")
+STOP_REASONS = ("max_steps", "max_minutes", "interrupted", "diverged")
 
 
 @dataclass(frozen=True)
@@ -33,41 +50,115 @@ class Split:
 
 @dataclass(frozen=True)
 class DataFiles:
-    """The corpus; `train is None` means the built-in demo task."""
+    """The corpus; a split that is None was not given (for `train`: the built-in demo task)."""
 
     train: Split | None = None
     valid: Split | None = None
     test: Split | None = None
 
-    def to_json(self) -> dict:
-        return {name: None if split is None else {"src": str(split.src), "tgt": str(split.tgt)}
-                for name, split in (("train", self.train), ("valid", self.valid), ("test", self.test))}
+    def splits(self) -> dict[str, Split | None]:
+        return {"train": self.train, "valid": self.valid, "test": self.test}
 
-    @classmethod
-    def from_json(cls, data: dict) -> "DataFiles":
-        def split(entry):
-            return None if entry is None else Split(Path(entry["src"]), Path(entry["tgt"]))
-        return cls(split(data.get("train")), split(data.get("valid")), split(data.get("test")))
+
+@dataclass(frozen=True)
+class RunRecord:
+    """run.json: what the spec does not say but the training data depends on, and the last stop.
+
+    `truncate` is None for run directories written before it was recorded. `stopped` is
+    {"reason": one of STOP_REASONS, "step": N} once the run has stopped, None while it runs.
+    """
+
+    data: DataFiles
+    truncate: bool | None
+    stopped: dict[str, Any] | None = None
+
+    def to_json(self, run_dir: Path) -> dict[str, Any]:
+        data = {name: None if split is None else {"src": _stored(split.src, run_dir),
+                                                  "tgt": _stored(split.tgt, run_dir)}
+                for name, split in self.data.splits().items()}
+        return {"format": RUN_FORMAT, "data": data, "truncate": self.truncate, "stopped": self.stopped}
+
+
+def _stored(path: Path, run_dir: Path) -> str:
+    absolute = path.resolve()
+    try:
+        return absolute.relative_to(run_dir.resolve()).as_posix()
+    except ValueError:
+        return str(absolute)
 
 
 def default_run_dir(spec_name: str) -> Path:
     return Path("runs") / f"{spec_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def read_run_data(run_dir: Path) -> DataFiles:
+# --- reading -----------------------------------------------------------------------------------
+
+def read_run_record(run_dir: Path) -> RunRecord:
     path = run_dir / RUN_FILE
+    if not path.exists():
+        raise UserError(f"{path}: missing; {run_dir} is not an xspec run directory")
     try:
-        return DataFiles.from_json(json.loads(path.read_text(encoding="utf-8"))["data"])
-    except FileNotFoundError:
-        raise UserError(f"{path}: missing; {run_dir} is not an xspec run directory") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{path}: unreadable run description ({error})") from None
+        record = json.loads(read_regular_file(path, MAX_RUN_FILE_BYTES).decode("utf-8"))
+    except (ValueError, RecursionError):        # bad JSON or bad UTF-8
+        raise UserError(f"{path}: not a run description xspec wrote (not JSON)") from None
+    problem = _record_problem(record)
+    if problem:
+        raise UserError(f"{path}: not a run description xspec wrote ({problem})")
+    base = run_dir if "format" in record else Path.cwd()
+    data = DataFiles(**{name: _split(record["data"].get(name), base) for name in SPLITS})
+    return RunRecord(data, record.get("truncate"), record.get("stopped"))
 
 
-def write_run_files(run_dir: Path, spec_source: str, data: DataFiles) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SPEC_FILE).write_text(spec_source, encoding="utf-8")
-    (run_dir / RUN_FILE).write_text(json.dumps({"data": data.to_json()}, indent=2) + "\n", encoding="utf-8")
+def _record_problem(record: Any) -> str | None:
+    if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
+        return "no data files"
+    for name in SPLITS:
+        entry = record["data"].get(name)
+        if entry is not None and not (isinstance(entry, dict) and all(_is_path(entry.get(k)) for k in ("src", "tgt"))):
+            return f"data.{name} is not a pair of file names"
+    if record["data"].get("train") is None:
+        return "no training files"
+    if record.get("truncate") not in (None, True, False):
+        return "truncate is not true or false"
+    stopped = record.get("stopped")
+    if stopped is not None and not (isinstance(stopped, dict) and stopped.get("reason") in STOP_REASONS):
+        return "stopped is not a stop record"
+    return None
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and "\0" not in value
+
+
+def _split(entry: dict | None, base: Path) -> Split | None:
+    if entry is None:
+        return None
+    return Split(*((base / entry[side]) for side in ("src", "tgt")))
+
+
+def read_run_spec(run_dir: Path) -> str:
+    """The run's resolved spec text (compiled by the caller like any spec file, imports refused)."""
+    path = run_dir / SPEC_FILE
+    try:
+        return read_regular_file(path, MAX_SPEC_BYTES).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: invalid UTF-8 (byte {error.start})") from None
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+def write_run_files(run_dir: Path, spec_source: str, record: RunRecord) -> None:
+    """spec.xspec, then run.json; called only once everything they describe has been checked."""
+    write_atomically(run_dir / SPEC_FILE, spec_source)
+    write_run_record(run_dir, record)
+
+
+def write_run_record(run_dir: Path, record: RunRecord) -> None:
+    write_atomically(run_dir / RUN_FILE, json.dumps(record.to_json(run_dir), indent=2) + "\n")
+
+
+def write_final_metrics(run_dir: Path, metrics: dict) -> None:
+    write_atomically(run_dir / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
 
 
 def append_metrics(run_dir: Path, record: dict) -> None:
@@ -76,5 +167,23 @@ def append_metrics(run_dir: Path, record: dict) -> None:
 
 
 def read_metrics_log(run_dir: Path) -> list[dict]:
+    """The log's records. A last line without its newline (the process died mid-write) is dropped."""
     path = run_dir / METRICS_LOG
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    if not path.exists():
+        return []
+    text = read_regular_file(path).decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines[:-1], start=1):       # lines[-1]: after the last newline
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            record = None
+        if not isinstance(record, dict):
+            raise UserError(f"{path}:{number}: not a metrics record xspec wrote")
+        records.append(record)
+    return records
+
+
+def rewrite_metrics_log(run_dir: Path, records: list[dict]) -> None:
+    write_atomically(run_dir / METRICS_LOG, "".join(json.dumps(r) + "\n" for r in records))

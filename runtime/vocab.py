@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
 
 from xspec.errors import UserError
+from xspec.files import read_regular_file, write_bytes_atomically
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 MODEL_FILE = "sentencepiece.model"
@@ -30,29 +32,40 @@ class Vocab:
         return self.sp.decode([i for i in ids if i > EOS])
 
     @classmethod
-    def load(cls, path: Path) -> "Vocab":
+    def from_bytes(cls, model_proto: bytes, origin: str) -> "Vocab":
+        """A vocabulary read from somewhere untrusted; `origin` names it in the error."""
+        if not model_proto:
+            raise UserError(f"{origin}: not a sentencepiece model (empty)")
         try:
-            return cls(path.read_bytes())
-        except OSError as error:
-            raise UserError(f"{path}: cannot read the sentencepiece model: {error.strerror}") from None
-        except RuntimeError as error:
-            raise UserError(f"{path}: not a sentencepiece model ({error})") from None
+            vocab = cls(model_proto)
+        except RuntimeError as error:        # sentencepiece's only error for a model it cannot parse
+            raise UserError(f"{origin}: not a sentencepiece model ({str(error).splitlines()[0]})") from None
+        special = (vocab.sp.pad_id(), vocab.sp.unk_id(), vocab.sp.bos_id(), vocab.sp.eos_id())
+        if special != (PAD, UNK, BOS, EOS):
+            raise UserError(f"{origin}: a sentencepiece model with other special ids (pad, unk, bos, eos = "
+                            f"{special}) than xspec's {(PAD, UNK, BOS, EOS)}")
+        return vocab
+
+    @classmethod
+    def load(cls, path: Path) -> "Vocab":
+        return cls.from_bytes(read_regular_file(path), str(path))
 
 
 def train_vocab(sentences: Iterable[str], size: int, model_type: str, out_dir: Path) -> Vocab:
-    """Trains on the training corpus (both sides) and writes `out_dir/sentencepiece.model`.
+    """Trains on the training corpus (both sides) and writes `out_dir/sentencepiece.model` atomically.
 
     `hard_vocab_limit=False`: a corpus too small for `size` pieces (the demo task with the paper's
     37000) gets the largest vocabulary it supports instead of an error.
     """
-    prefix = out_dir / MODEL_FILE.removesuffix(".model")
+    model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=size, model_type=model_type,
+        sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, model_type=model_type,
         pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, hard_vocab_limit=False,
         character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
         num_threads=2, minloglevel=2,
     )
-    return Vocab.load(out_dir / MODEL_FILE)
+    write_bytes_atomically(out_dir / MODEL_FILE, model.getvalue())
+    return Vocab(model.getvalue())
 
 
 def load_or_train_vocab(run_dir: Path, sentences: Iterable[str], size: int, model_type: str) -> Vocab:

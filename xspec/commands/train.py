@@ -7,8 +7,7 @@ from pathlib import Path
 
 import xspec
 from xspec.errors import UserError
-from xspec.runtime.run_dir import SPEC_FILE, DataFiles, Split, default_run_dir, read_run_data
-from xspec.runtime.train import RunOptions, train
+from xspec.files import check_output_dir
 
 NAME = "train"
 HELP = "train a spec (with no data given: the built-in demo translation task)"
@@ -19,6 +18,10 @@ decodes the test split with beam search and prints its sacreBLEU score (the last
 
 With no corpus (neither flags nor the spec's `data` section), trains on the built-in demo task, a
 generated artificial language pair.
+
+--resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
+with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
+values may change (--set train.max_steps=...); the model's parameters may not.
 
 examples:
   xspec train specs/tiny.xspec
@@ -41,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: CUDA when available)")
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                         help="torch.compile the training step (auto: on for CUDA, off on CPU)")
-    parser.add_argument("--truncate", action="store_true",
+    # None when not given: a resumed run then truncates as it was started.
+    parser.add_argument("--truncate", action="store_const", const=True, default=None,
                         help="truncate training sentences longer than data.max_tokens instead of skipping them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-test", action="store_true", help="skip decoding the test split at the end")
@@ -69,9 +73,12 @@ def _parse_value(text: str) -> object:
     return text
 
 
-def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None, resumed: DataFiles | None) -> DataFiles:
+def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
     """Command-line paths first (relative to the working directory), then the spec's `data` section
-    (relative to the spec file), then the resumed run's files; none at all means the demo task."""
+    (relative to the spec file); every path absolute. Nothing at all means the demo task (or, with
+    --resume, the run's own files)."""
+    from xspec.runtime.run_dir import DataFiles, Split
+
     given = {"train": (args.train_src, args.train_tgt), "valid": (args.valid_src, args.valid_tgt),
              "test": (args.test_src, args.test_tgt)}
     d = spec.data
@@ -79,44 +86,51 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None, resumed: 
                "test": (d.test_src, d.test_tgt)}
 
     def split(name: str) -> Split | None:
-        (src, tgt), base = given[name], Path.cwd()
+        (src, tgt), base, where = given[name], Path.cwd(), f"--{name}-src/--{name}-tgt"
         if (src is None) != (tgt is None):
             raise UserError(f"--{name}-src and --{name}-tgt go together (only one was given)")
         if src is None and spec_dir is not None:
-            (src, tgt), base = in_spec[name], spec_dir
+            (src, tgt), base, where = in_spec[name], spec_dir, f"the spec's data.{name}_src/{name}_tgt"
             if (src is None) != (tgt is None):
                 raise UserError(f"the spec's data section sets only one of {name}_src and {name}_tgt")
-        return None if src is None else Split((base / src).resolve(), (base / tgt).resolve())
+        return None if src is None else Split(_absolute(base, src, where), _absolute(base, tgt, where))
 
     files = DataFiles(split("train"), split("valid"), split("test"))
-    if files.train is None and (files.valid or files.test):
+    if files.train is None and (files.valid or files.test) and not args.resume:
         raise UserError("validation or test files were given without training files (--train-src/--train-tgt)")
-    if files.train is None and resumed is not None:
-        return resumed
     return files
 
 
+def _absolute(base: Path, path: str, where: str) -> Path:
+    if "\0" in path:
+        raise UserError(f"{where} {path!r}: a path cannot contain a NUL byte")
+    return (base / path).resolve()
+
+
 def run(args: argparse.Namespace) -> int:
+    from xspec.runtime.run_dir import SPEC_FILE, default_run_dir, read_run_spec
+    from xspec.runtime.train import RunOptions, train
+
     overrides = parse_overrides(args.overrides)
-    resumed = None
     if args.resume:
         run_dir = Path(args.resume)
-        spec_file = run_dir / SPEC_FILE
-        if not spec_file.is_file():
+        if not (run_dir / SPEC_FILE).is_file():
             raise UserError(f"--resume {run_dir}: no {SPEC_FILE} there; not an xspec run directory")
-        resumed = read_run_data(run_dir)
-        if args.out and Path(args.out) != run_dir:
+        if args.out and Path(args.out).resolve() != run_dir.resolve():
             raise UserError("--resume continues in the run's own directory; drop --out")
     if args.spec:
         spec = xspec.compile(args.spec, overrides=overrides)
         spec_dir = Path(args.spec).resolve().parent
     elif args.resume:
-        spec = xspec.compile_source(spec_file.read_text(encoding="utf-8"), name=str(spec_file), overrides=overrides)
+        # The run's own spec is checked like any spec file, and must be self-contained.
+        spec = xspec.compile_source(read_run_spec(run_dir), name=str(run_dir / SPEC_FILE), overrides=overrides,
+                                    allow_imports=False)
         spec_dir = None
     else:
         raise UserError("which spec? e.g. xspec train specs/tiny.xspec (or --resume RUN)")
-    data = _data_files(args, spec, spec_dir, resumed)
+    data = _data_files(args, spec, spec_dir)
     out = Path(args.resume) if args.resume else Path(args.out) if args.out else default_run_dir(spec.name)
+    check_output_dir(out, "--resume" if args.resume else "--out")
     options = RunOptions(out_dir=out, data=data, device=args.device, compile=args.compile,
                          resume=bool(args.resume), truncate=args.truncate, progress=not args.no_progress,
                          evaluate=not args.no_test)

@@ -19,7 +19,7 @@ from xspec.compiler.graph import input_sources
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.beam_search import beam_search
-from xspec.runtime.inference import compile_checkpoint_spec
+from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
 from xspec.runtime.train import max_sequence_tokens
 from xspec.runtime.vocab import BOS, EOS, PAD, Vocab
 
@@ -216,9 +216,9 @@ def _heatmap(ax, amap: AttentionMap, index: int, head_number: int):
 
 
 def load_trained(run_or_checkpoint: Path, device: str = "cpu"):
-    """(spec, model, vocabulary) of a run's latest checkpoint, or of a checkpoint file."""
+    """(spec, model, vocabulary, step) of a run's latest checkpoint, or of a checkpoint file, each
+    checked as untrusted data (xspec.runtime.inference)."""
     checkpoint = ckpt.load_weights(ckpt.resolve(run_or_checkpoint))
     spec = compile_checkpoint_spec(checkpoint)
-    model = spec.build(device=device)
-    ckpt.load_into(model, checkpoint)
-    return spec, model.eval(), Vocab(checkpoint.vocab_proto), checkpoint.step
+    model, vocab = build_from_checkpoint(checkpoint, spec, device)
+    return spec, model, vocab, checkpoint.step
