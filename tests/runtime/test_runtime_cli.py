@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -85,22 +86,36 @@ def test_eval_prints_chrf_and_bleu_signatures(trained_run, small_corpus, capsys)
 
 
 def test_average_then_eval(trained_run, small_corpus, tmp_path, capsys):
-    code, out, _ = _xspec(capsys, "average", str(trained_run), "--last", "2", "-o", str(tmp_path / "avg.pt"))
+    averaged = tmp_path / "averaged.safetensors"
+    code, out, _ = _xspec(capsys, "average", str(trained_run), "--last", "2", "-o", str(averaged))
     assert code == 0 and "averaged 2 checkpoints" in out
-    code, out, _ = _xspec(capsys, "eval", str(tmp_path / "avg.pt"), "--src", str(small_corpus.test.src),
+    code, out, _ = _xspec(capsys, "eval", str(averaged), "--src", str(small_corpus.test.src),
                           "--ref", str(small_corpus.test.tgt))
     assert code == 0 and out.strip().splitlines()[-1].startswith("BLEU|")
 
 
-def test_resume_continues_from_the_last_checkpoint(small_corpus, tmp_path, capsys):
+def test_resume_continues_from_the_last_checkpoint_after_failed_attempts(small_corpus, tmp_path, capsys):
     run = tmp_path / "run"
     common = [*SHRINK, "--no-progress", "--no-test"]
     assert _xspec(capsys, "train", TINY, *common, "--set", "train.max_steps=4", *_data_args(small_corpus),
                   "--out", str(run))[0] == 0
+    before = {name: (run / name).read_bytes() for name in ("spec.xspec", "run.json")}
+    line = _error(capsys, "train", "--resume", str(run), "--set", "d_model=48", "--no-progress")
+    assert "a checkpoint from a different spec (d_model: checkpoint 32, spec 48)" in line
+    line = _error(capsys, "train", "--resume", str(run), "--truncate", "--no-progress")
+    assert line == (f"xspec: error: --resume {run}: this run was started without --truncate; "
+                    "resuming with it would change the training data")
+    line = _error(capsys, "train", "--resume", str(run), "--test-src", str(small_corpus.valid.src),
+                  "--test-tgt", str(small_corpus.valid.tgt), "--no-progress")
+    assert "this run was started with test files" in line and "would change the test data" in line
+    assert {name: (run / name).read_bytes() for name in before} == before
     code, out, _ = _xspec(capsys, "train", "--resume", str(run), "--set", "train.max_steps=8", "--no-progress",
                           "--no-test")
     assert code == 0 and "resuming" in out and "at step 4" in out
+    assert "stopped at step 8: reached train.max_steps = 8" in out
     assert json.loads((run / "metrics.json").read_text())["steps"] == 8
+    recorded = json.loads((run / "run.json").read_text())
+    assert recorded["data"] == json.loads(before["run.json"])["data"] and recorded["stopped"]["step"] == 8
 
 
 # --- bad input: one line on stderr, naming the file (and line), a non-zero exit -------------------
@@ -164,3 +179,68 @@ def test_nbest_larger_than_beam(trained_run, small_corpus, capsys):
     line = _error(capsys, "translate", str(trained_run), "--input", str(small_corpus.test.src),
                   "--nbest", "5", "--beam", "2")
     assert "nbest (5) cannot exceed beam (2)" in line
+
+
+def test_a_run_spec_that_imports_is_refused_on_resume(trained_run, capsys, tmp_path):
+    run = tmp_path / "copy"
+    shutil.copytree(trained_run, run)
+    (run / "spec.xspec").write_text('import "../../specs/tiny.xspec"\nmodel x extends transformer_tiny {}\n')
+    code, _, err = _xspec(capsys, "train", "--resume", str(run), "--no-progress")
+    assert code == 2 and "import-refused" in err
+
+
+# --- output paths are checked before any work ---------------------------------------------------
+
+def test_output_paths_are_checked_first(capsys, tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("")
+    nowhere = str(tmp_path / "no-such-run")          # never loaded: the output is refused first
+    line = _error(capsys, "translate", nowhere, "-o", str(blocker / "out.txt"))
+    assert line == f"xspec: error: --output {blocker / 'out.txt'}: {blocker} is not a directory"
+    line = _error(capsys, "eval", nowhere, "--src", "a", "--ref", "b", "-o", str(tmp_path))
+    assert line == f"xspec: error: --output {tmp_path}: is a directory; give a file name"
+    line = _error(capsys, "average", nowhere, "-o", str(tmp_path))
+    assert "--output" in line and "is a directory" in line
+    line = _error(capsys, "train", TINY, "--out", str(blocker))
+    assert line == f"xspec: error: --out {blocker}: {blocker} is not a directory"
+    line = _error(capsys, "sweep", nowhere, "--steps", "1", "--data", "demo", "--report", str(blocker / "r"))
+    assert line == f"xspec: error: --report {blocker / 'r'}: {blocker} is not a directory"
+
+
+def test_translate_output_into_new_folders(trained_run, small_corpus, tmp_path, capsys):
+    output = tmp_path / "new" / "folder" / "out.de"
+    code, _, _ = _xspec(capsys, "translate", str(trained_run), "--input", str(small_corpus.test.src), "-o",
+                        str(output), "--beam", "1")
+    assert code == 0 and len(output.read_text().splitlines()) == 8
+
+
+# --- numeric options: argparse names the option, exit status 2 ----------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["translate", "RUN", "--beam", "0"], "argument --beam: must be at least 1, got 0"),
+    (["translate", "RUN", "--nbest", "0"], "argument --nbest: must be at least 1, got 0"),
+    (["translate", "RUN", "--alpha", "-0.5"], "argument --alpha: must be at least 0, got -0.5"),
+    (["translate", "RUN", "--alpha", "nan"], "argument --alpha: must be a finite number"),
+    (["eval", "RUN", "--src", "a", "--ref", "b", "--max-len-b", "-1"], "argument --max-len-b: must be at least 0"),
+    (["eval", "RUN", "--src", "a", "--ref", "b", "--batch-tokens", "x"], "argument --batch-tokens: expected a whole"),
+    (["average", "RUN", "-o", "x", "--last", "0"], "argument --last: must be at least 1, got 0"),
+    (["sweep", "DIR", "--data", "demo", "--steps", "0"], "argument --steps: must be at least 1, got 0"),
+    (["sweep", "DIR", "--data", "demo", "--steps", "1", "--width-divisor", "0"], "argument --width-divisor: must"),
+    (["sweep", "DIR", "--data", "demo", "--steps", "1", "--threads", "-2"], "argument --threads: must be at least 1"),
+    (["sweep", "DIR", "--data", "demo", "--steps", "1", "--dev-lines", "0"], "argument --dev-lines: must be at least"),
+])
+def test_bad_numbers_name_the_option(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_command_modules_import_nothing_heavy():
+    """`xspec --help` builds every command's parser: importing the modules must stay cheap."""
+    code = ("import sys, xspec.commands.train, xspec.commands.translate, xspec.commands.eval, "
+            "xspec.commands.average, xspec.commands.sweep\n"
+            "heavy = ('torch', 'sacrebleu', 'sentencepiece', 'safetensors', 'tqdm', 'xspec.sweep', 'xspec.runtime')\n"
+            "print(sorted(m for m in sys.modules for h in heavy if m == h or m.startswith(h + '.')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"

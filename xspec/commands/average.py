@@ -5,31 +5,33 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from xspec.errors import UserError
-from xspec.runtime.average import average_run
+from xspec.commands.arguments import int_at_least
+from xspec.files import check_output_file
 
 NAME = "average"
 HELP = "average the last N checkpoints of a run into one checkpoint"
 DESCRIPTION = """\
 Writes the element-wise mean of RUN's last N checkpoints. The paper decodes the base models with
 the average of the last 5 checkpoints (written every 10 minutes) and the big models with the last 20.
-A file name ending in .safetensors gets safetensors; any other a torch.save file of plain tensors.
+The average is a safetensors checkpoint whatever the file's name, and translates on its own.
 
 example:
-  xspec average runs/base --last 5 -o runs/base/averaged.pt
-  xspec eval runs/base/averaged.pt --src test.en --ref test.de
+  xspec average runs/base --last 5 -o runs/base/averaged.safetensors
+  xspec eval runs/base/averaged.safetensors --src test.en --ref test.de
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN", help="a run directory")
-    parser.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints (default 5)")
+    parser.add_argument("--last", type=int_at_least(1), default=5,
+                        help="how many of the latest checkpoints (default 5)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the averaged checkpoint")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.last < 1:
-        raise UserError("--last must be at least 1")
-    chosen = average_run(Path(args.run_dir), args.last, Path(args.output))
-    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} ... {chosen[-1].name}) into {args.output}")
+    from xspec.runtime.average import average_run
+
+    output = check_output_file(Path(args.output), "--output")
+    chosen = average_run(Path(args.run_dir), args.last, output)
+    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} ... {chosen[-1].name}) into {output}")
     return 0

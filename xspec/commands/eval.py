@@ -7,10 +7,7 @@ from pathlib import Path
 
 from xspec.commands.translate import add_decode_arguments, decode_overrides
 from xspec.errors import UserError
-from xspec.runtime.corpus import read_lines
-from xspec.runtime.distributed import pick_device
-from xspec.runtime.evaluate import score
-from xspec.runtime.inference import load_translator
+from xspec.files import check_output_file, write_atomically
 
 NAME = "eval"
 HELP = "translate --src and score it against --ref (sacreBLEU BLEU and chrF)"
@@ -31,13 +28,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from xspec.runtime.corpus import read_lines
+    from xspec.runtime.distributed import pick_device
+    from xspec.runtime.evaluate import score
+    from xspec.runtime.inference import load_translator
+
+    if args.output:
+        check_output_file(Path(args.output), "--output")
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
     translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args))
     hypotheses = translator.with_batch_tokens(args.batch_tokens).translate(sources, progress=True)
     if args.output:
-        Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        write_atomically(Path(args.output), "".join(h + "\n" for h in hypotheses))
     scores = score(hypotheses, references)
     print(scores.chrf_line)
     print(scores.bleu_line)

@@ -6,9 +6,9 @@ import argparse
 import shlex
 from pathlib import Path
 
+from xspec.commands.arguments import int_at_least
 from xspec.commands.train import parse_overrides
-from xspec.errors import UserError
-from xspec.sweep import SweepConfig, find_variants, run_sweep
+from xspec.files import check_output_dir
 
 NAME = "sweep"
 HELP = "train a folder of variant specs with the same budget; write a Table 3 report (Markdown and CSV)"
@@ -36,13 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("variants", metavar="DIR", help="a folder of variant .xspec files (e.g. specs/table3/)")
     parser.add_argument("--base", metavar="SPEC",
                         help="the model the variants change (default: DIR/../base.xspec)")
-    parser.add_argument("--steps", type=int, required=True, help="training steps for every model")
+    parser.add_argument("--steps", type=int_at_least(1), required=True, help="training steps for every model")
     parser.add_argument("--data", required=True, metavar="demo|FOLDER", help="the corpus (see above)")
     parser.add_argument("--src-lang", default="en", help="source file suffix in --data FOLDER (default: en)")
     parser.add_argument("--tgt-lang", default="de", help="target file suffix in --data FOLDER (default: de)")
-    parser.add_argument("--dev-lines", type=int, metavar="N",
+    parser.add_argument("--dev-lines", type=int_at_least(1), metavar="N",
                         help="use only the first N dev sentences for perplexity and BLEU")
-    parser.add_argument("--width-divisor", type=int, default=1, metavar="K",
+    parser.add_argument("--width-divisor", type=int_at_least(1), default=1, metavar="K",
                         help="train every model at 1/K of its widths (default: 1, the spec's own size)")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         help="override a parameter or section key in every model, e.g. --set vocab=2000")
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", metavar="DIR", default="docs/table3",
                         help="where table3.md and table3.csv go (default: docs/table3)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
-    parser.add_argument("--threads", type=int, metavar="N",
+    parser.add_argument("--threads", type=int_at_least(1), metavar="N",
                         help="CPU threads for torch (default: torch's); on a busy machine 1 can be much faster")
     parser.add_argument("--progress", action="store_true", help="show each run's progress bar")
 
@@ -79,14 +79,10 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.steps < 1:
-        raise UserError(f"--steps {args.steps}: must be at least 1")
-    if args.width_divisor < 1:
-        raise UserError(f"--width-divisor {args.width_divisor}: must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads {args.threads}: must be at least 1")
-    if args.dev_lines is not None and args.dev_lines < 1:
-        raise UserError(f"--dev-lines {args.dev_lines}: must be at least 1")
+    from xspec.sweep import SweepConfig, find_variants, run_sweep
+
+    check_output_dir(Path(args.out), "--out")
+    check_output_dir(Path(args.report), "--report")
     variants_dir = Path(args.variants)
     base = Path(args.base) if args.base else variants_dir.resolve().parent / "base.xspec"
     config = SweepConfig(

@@ -6,10 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from xspec.commands.arguments import float_at_least, int_at_least
 from xspec.errors import UserError
-from xspec.runtime.corpus import read_lines
-from xspec.runtime.distributed import pick_device
-from xspec.runtime.inference import load_translator
+from xspec.files import check_output_file, write_atomically
 
 NAME = "translate"
 HELP = "translate text, one sentence a line (stdin or --input), with beam search"
@@ -20,17 +19,18 @@ e.g. an average written by `xspec average`). Beam search as in the paper: beam 4
 
 examples:
   xspec translate runs/tiny < input.en > output.de
-  xspec translate runs/tiny/averaged.pt --input input.en --beam 1
+  xspec translate runs/tiny/averaged.safetensors --input input.en --beam 1
   xspec translate runs/tiny --nbest 4 < input.en      # "LINE ||| translation ||| score" lines
 """
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
-    parser.add_argument("--beam", type=int, help="beam size (1: greedy)")
-    parser.add_argument("--alpha", type=float, help="length penalty alpha, lp(Y) = ((5 + |Y|) / 6)^alpha")
-    parser.add_argument("--max-len-b", type=int, help="output length limit: input length + this")
-    parser.add_argument("--batch-tokens", type=int, default=4000, help="source tokens per decoding batch")
+    parser.add_argument("--beam", type=int_at_least(1), help="beam size (1: greedy)")
+    parser.add_argument("--alpha", type=float_at_least(0), help="length penalty alpha, lp(Y) = ((5 + |Y|) / 6)^alpha")
+    parser.add_argument("--max-len-b", type=int_at_least(0), help="output length limit: input length + this")
+    parser.add_argument("--batch-tokens", type=int_at_least(1), default=4000,
+                        help="source tokens per decoding batch (default 4000)")
     parser.add_argument("--device", help="cpu, cuda, ... (default: CUDA when available)")
 
 
@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decode_arguments(parser)
     parser.add_argument("--input", "-i", metavar="FILE", help="source text (default: stdin)")
     parser.add_argument("--output", "-o", metavar="FILE", help="where to write translations (default: stdout)")
-    parser.add_argument("--nbest", type=int, help="write the N best translations of each line, with scores")
+    parser.add_argument("--nbest", type=int_at_least(1),
+                        help="write the N best translations of each line, with scores")
 
 
 def _read_stdin() -> list[str]:
@@ -57,8 +58,12 @@ def _read_stdin() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.nbest is not None and args.nbest < 1:
-        raise UserError("--nbest must be at least 1")
+    from xspec.runtime.corpus import read_lines
+    from xspec.runtime.distributed import pick_device
+    from xspec.runtime.inference import load_translator
+
+    if args.output:
+        check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
     translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args, args.nbest))
     lines = read_lines(Path(args.input)) if args.input else _read_stdin()
@@ -70,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = "".join(t + "\n" for t in translator.translate(lines))
     if args.output:
-        Path(args.output).write_text(out, encoding="utf-8")
+        write_atomically(Path(args.output), out)
     else:
         sys.stdout.write(out)
     return 0
