@@ -26,7 +26,6 @@ import io
 import json
 import math
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import xspec
 from xspec.errors import UserError
+from xspec.files import read_regular_file, write_atomically, write_bytes_atomically
 from xspec.stats.architecture import PAPER_NAMES, architecture
 
 CONFIG_FILE = "sweep.json"
@@ -199,12 +199,9 @@ def _dev_file(folder: Path, lang: str) -> Path:
 
 def _head(path: Path, lines: int, folder: Path) -> Path:
     """The first `lines` lines of a dev file, written into the sweep directory (not the corpus)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / path.name
-    with open(path, encoding="utf-8") as source:
-        text = "".join(line for _, line in zip(range(lines), source))
-    target.write_text(text, encoding="utf-8")
-    return target
+    from xspec.runtime.corpus import read_lines
+
+    return write_atomically(folder / path.name, "".join(line + "\n" for line in read_lines(path)[:lines]))
 
 
 # --- training ------------------------------------------------------------------------------------
@@ -223,10 +220,10 @@ def train_variant(spec, corpus: Corpus, vocab_file: Path | None, run_dir: Path,
 
     finished = run_dir / METRICS_FILE
     if finished.exists():
-        return json.loads(finished.read_text(encoding="utf-8"))
-    run_dir.mkdir(parents=True, exist_ok=True)
+        return _read_json(finished, "the final figures of a run")
     if vocab_file is not None and not (run_dir / MODEL_FILE).exists():
-        shutil.copyfile(vocab_file, run_dir / MODEL_FILE)    # the runtime reuses a run's vocabulary
+        # The runtime reuses a run's vocabulary.
+        write_bytes_atomically(run_dir / MODEL_FILE, read_regular_file(vocab_file))
     dev = Split(corpus.dev_src, corpus.dev_tgt)
     data = DataFiles(train=Split(corpus.train_src, corpus.train_tgt), valid=dev, test=dev)
     options = RunOptions(out_dir=run_dir, data=data, device=config.device, compile="off",
@@ -283,17 +280,26 @@ def _shared_vocabulary(spec, base_spec, base_dir: Path) -> Path | None:
 
 def _check_or_record(config: SweepConfig) -> None:
     """A sweep directory continues only the sweep that made it: mixed budgets would make the table lie."""
-    config.out_dir.mkdir(parents=True, exist_ok=True)
     path = config.out_dir / CONFIG_FILE
     wanted = config.fingerprint()
     if path.exists():
-        recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = _read_json(path, "a sweep's settings")
         if recorded != json.loads(json.dumps(wanted)):
             differing = sorted(k for k in wanted if recorded.get(k) != json.loads(json.dumps(wanted[k])))
             raise UserError(f"{config.out_dir} holds a sweep with different settings ({', '.join(differing)}); "
                             "use another --out, or the same settings to continue it")
     else:
-        path.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
+        write_atomically(path, json.dumps(wanted, indent=2) + "\n")
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(read_regular_file(path).decode("utf-8"))
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: not {what} as xspec writes them (not a JSON object)")
+    return value
 
 
 def _ppl(metrics: dict[str, Any]) -> str:
@@ -304,11 +310,8 @@ def _ppl(metrics: dict[str, Any]) -> str:
 # --- the report ----------------------------------------------------------------------------------
 
 def write_report(rows: list[Row], config: SweepConfig, corpus: Corpus) -> tuple[Path, Path]:
-    config.report_dir.mkdir(parents=True, exist_ok=True)
-    markdown = config.report_dir / "table3.md"
-    table = config.report_dir / "table3.csv"
-    markdown.write_text(render_markdown(rows, config, corpus), encoding="utf-8")
-    table.write_text(render_csv(rows), encoding="utf-8")
+    markdown = write_atomically(config.report_dir / "table3.md", render_markdown(rows, config, corpus))
+    table = write_atomically(config.report_dir / "table3.csv", render_csv(rows))
     return markdown, table
 
 
