@@ -1,0 +1,83 @@
+"""The rules that keep generated code safe: which spec names may become which Python names
+(compiler/names.py), and the AST check every generated module passes before it runs
+(compiler/codecheck.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import xspec
+from xspec.compiler.codecheck import GeneratedCodeError, check_module, compile_checked
+from xspec.compiler.names import MODULE_ATTRIBUTES, class_name, local_name_problem, module_name_problem
+
+
+def test_every_public_attribute_of_nn_module_is_reserved():
+    public = {name for name in dir(torch.nn.Module()) if not name.startswith("_")}
+    assert public <= MODULE_ATTRIBUTES, f"torch added attributes: {sorted(public - MODULE_ATTRIBUTES)}"
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("training", "is an attribute of torch.nn.Module"), ("forward", "is an attribute of torch.nn.Module"),
+    ("_parameters", "module names starting with '_'"), ("__x", "module names starting with '_'"),
+    ("class", "is a Python keyword"), ("ffn", None), ("layers", None)])
+def test_module_names(name: str, problem: str | None):
+    found = module_name_problem(name)
+    assert (found is None) if problem is None else (problem in found)
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("self", "reserved in generated code"), ("cache", "reserved in generated code"), ("F", "reserved"),
+    ("None", "is a Python keyword"), ("__dict__", "names starting with '__'"), ("input", None), ("x", None)])
+def test_local_names(name: str, problem: str | None):
+    found = local_name_problem(name)
+    assert (found is None) if problem is None else (problem in found)
+
+
+def test_class_names_avoid_what_the_module_already_has():
+    assert class_name("encoder_layer", set()) == "EncoderLayer"
+    assert class_name("f", set()) == "F2"
+    assert class_name("none", set()) == "None2"
+    assert class_name("sublayer", {"Sublayer", "Sublayer2"}) == "Sublayer3"
+    assert class_name("__", set()) == "Block"
+
+
+@pytest.mark.parametrize("path", sorted(Path("specs").rglob("*.xspec")), ids=lambda p: p.stem)
+def test_every_shipped_spec_generates_code_that_passes_the_check(path: Path):
+    check_module(xspec.compile(str(path)).python_source)
+
+
+TINY = xspec.compile("specs/tiny.xspec").python_source
+
+
+@pytest.mark.parametrize("edit, refused", [
+    (("import math", "import os"), "an import other than"),
+    (("import math", "from os import system"), "a module-level ImportFrom"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        __import__('os')"), "the name '__import__'"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        eval('1')"), "the name 'eval'"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        self.__class__"), "a Expr statement"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = self.__class__"), "private attribute"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = F.torch"), "F.torch other than"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = torch.load('m')"), "the name 'torch'"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = [1 for t in () if t]"),
+     "comprehension other than"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        import os"), "a Import statement"),
+    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = b'bytes'"), "the constant b'bytes'"),
+    (("Model = ", "Model = print or "), "a module-level assignment"),
+    (("class DecoderCache:", "class DecoderCache:\n    evil = 1"), "differs from the prelude's"),
+    (("\n\nModel = ", "\n__import__('os')\n\nModel = "), "a module-level Expr"),
+], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])
+def test_the_check_refuses_anything_the_generator_never_emits(edit: tuple[str, str], refused: str):
+    old, new = edit
+    assert old in TINY
+    with pytest.raises(GeneratedCodeError, match=refused.replace("(", r"\(")):
+        compile_checked(TINY.replace(old, new, 1), "<test>")
+
+
+def test_a_source_edited_after_compiling_does_not_run(tmp_path: Path):
+    spec = xspec.compile("specs/tiny.xspec")
+    spec.python_source = spec.python_source.replace("import math", "import os")
+    with pytest.raises(GeneratedCodeError):
+        spec.build("cpu")
