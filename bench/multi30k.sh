@@ -35,8 +35,8 @@ python -m xspec train specs/base.xspec --out "$OUT" --no-progress \
   --valid-src "$DATA/val.en" --valid-tgt "$DATA/val.de" \
   --test-src "$DATA/test_2016_flickr.en" --test-tgt "$DATA/test_2016_flickr.de"
 
-python -m xspec average "$OUT" --last 5 -o "$OUT/averaged.pt"
-python -m xspec eval "$OUT/averaged.pt" --src "$DATA/test_2016_flickr.en" --ref "$DATA/test_2016_flickr.de" \
+python -m xspec average "$OUT" --last 5 -o "$OUT/averaged.safetensors"
+python -m xspec eval "$OUT/averaged.safetensors" --src "$DATA/test_2016_flickr.en" --ref "$DATA/test_2016_flickr.de" \
   --output "$OUT/test.averaged.hyp" | tee "$OUT/averaged.scores"
 
 python - "$OUT" <<'PY'

@@ -132,6 +132,8 @@ def _excerpt(text: str, col: int) -> tuple[str, int]:
 
 def printable(text: str) -> str:
     """`text` with control characters escaped, for messages and comments (file names may hold any)."""
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

@@ -48,6 +48,12 @@ def _identifier(name: str) -> str:
     return name
 
 
+@functools.cache
+def _file_label(path: str) -> str:
+    """A spec file's name as comments show it (a file name may hold any character: escaped)."""
+    return printable(FilePath(path).name)
+
+
 def _docstring(text: str) -> str:
     """A docstring holding `text` verbatim (quotes and backslashes escaped, control characters shown)."""
     lines = [printable(line).replace("\\", "\\\\").replace('"', '\\"') for line in text.split("\n")]
@@ -202,8 +208,8 @@ class _Lowering:
 
     # --- the file around the classes ----------------------------------------------------------
     def _where(self, span: Span) -> str:
-        """`base.xspec:41`, for comments and docstrings (a file name may hold any character: escaped)."""
-        return f"{printable(FilePath(span.file).name)}:{span.line}"
+        """`base.xspec:41`, for comments and docstrings."""
+        return f"{_file_label(span.file)}:{span.line}"
 
     def _header(self) -> str:
         params = "\n".join(f"    {name} = {value!r}" for name, value in self.model.params.items())
