@@ -187,8 +187,3 @@ def test_cli_text_names_the_comparison_rows(capsys):
     text = capsys.readouterr().out
     assert "Forward FLOPs per token at n = 16" in text
     assert "recurrent (comparison)" in text and "not layers of this spec" in text
-
-
-def test_cli_bad_flag_is_one_message(capsys):
-    assert main(["stats", str(SPECS / "tiny.xspec"), "--kernel", "1"]) == 1
-    assert capsys.readouterr().err.strip() == "xspec: error: --kernel 1: must be at least 2"
