@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path as FilePath
 from typing import Optional
 
 from lark import Lark, Token, Transformer, Tree, v_args
@@ -14,6 +13,7 @@ from . import ast
 from .diagnostics import Diagnostics, Span
 from .evaluate import ConstantError, check_value
 from .limits import MAX_INT, MAX_SYNTAX_DEPTH
+from .parser_tables import grammar_parser
 
 # What the parser's terminal names mean to a person, for "expected ..." messages.
 _TERMINAL_WORDS = {
@@ -26,8 +26,7 @@ _TERMINAL_WORDS = {
 
 @functools.cache
 def _parser() -> Lark:
-    grammar = (FilePath(__file__).parent / "grammar.lark").read_text()
-    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True, start=["start", "expr"])
+    return grammar_parser()  # tables precomputed when they fit this grammar and Lark (parser_tables.py)
 
 
 def parse_text(text: str, file: str, diagnostics: Diagnostics) -> Optional[ast.SpecFile]:
