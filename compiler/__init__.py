@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 from .diagnostics import Diagnostics, TooManyErrors
 from .flatten import flatten
 from .graph import build_graph
-from .limits import MAX_SOURCE_BYTES
+from .limits import MAX_RESOLVED_BYTES
 from .lower import lower
 from .resolve import ResolvedModel, resolve
 from .validate import ValidatedModel, lint, validate
@@ -47,10 +47,10 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
     if validated is None or model is None:
         raise CompileFailed(diagnostics)
     resolved = flatten(model)
-    if len(resolved.encode("utf-8")) > MAX_SOURCE_BYTES:
+    if len(resolved.encode("utf-8")) > MAX_RESOLVED_BYTES:
         # A run directory and a checkpoint keep this text; it must compile again.
         diagnostics.error("too-large", model.span, f"the resolved spec (parameters as values, imports inlined) "
-                          f"takes more than {MAX_SOURCE_BYTES // 1024} KiB, the limit for one spec",
+                          f"takes more than {MAX_RESOLVED_BYTES // 1024} KiB, the limit for a self-contained spec",
                           "long string parameters are the usual cause")
         raise CompileFailed(diagnostics)
     return Compilation(model, validated, lower(model, validated), resolved, diagnostics)

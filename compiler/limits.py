@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 # --- source text -------------------------------------------------------------------------------
 MAX_SOURCE_BYTES = 64 * 1024        # a spec and everything it imports (the base model is 4 KB)
+MAX_RESOLVED_BYTES = 80 * 1024      # a self-contained spec (a run's or a checkpoint's): the source, values inlined
 MAX_FILES = 64                      # files one spec may import, directly or not
 MAX_SYNTAX_DEPTH = 64               # nesting of statements and expressions in the syntax tree
 

@@ -12,6 +12,7 @@ import math
 import os
 from pathlib import Path
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 import networkx as nx
@@ -47,9 +48,28 @@ class ValidatedModel:
         return (self.parameter_count + self.buffer_elements) * BYTES_PER_PARAMETER
 
     def count_under(self, path: str) -> int:
-        prefix = path + "."
-        return sum(math.prod(s) for name, s in self.params.items()
-                   if name.startswith(prefix) and name not in self.ties)
+        """Trainable parameters of the module at `path` (tied ones counted where they are owned)."""
+        return self._totals.get(path, (0, 0, 0))[0]
+
+    def all_tied_under(self, path: str) -> bool:
+        """Whether the module at `path` has learned tensors and all of them are tied to others."""
+        _, tensors, tied = self._totals.get(path, (0, 0, 0))
+        return tensors > 0 and tied == tensors
+
+    @cached_property
+    def _totals(self) -> dict[str, tuple[int, int, int]]:
+        """Module path -> (untied parameters, learned tensors, tied tensors) under it, for every module
+        that holds any: one pass, so reports over thousands of modules stay linear."""
+        totals: dict[str, list[int]] = {}
+        for name, shape in self.params.items():
+            tied = name in self.ties
+            parts = name.split(".")
+            for end in range(1, len(parts)):
+                entry = totals.setdefault(".".join(parts[:end]), [0, 0, 0])
+                entry[0] += 0 if tied else math.prod(shape)
+                entry[1] += 1
+                entry[2] += tied
+        return {path: (count, tensors, tied) for path, (count, tensors, tied) in totals.items()}
 
 
 def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) -> Optional[ValidatedModel]:

@@ -79,6 +79,10 @@ class CompiledSpec:
     def count_under(self, path: str) -> int:
         return self._compilation.validated.count_under(path)
 
+    def all_tied_under(self, path: str) -> bool:
+        """Whether every learned tensor of the module at `path` is tied to another module's."""
+        return self._compilation.validated.all_tied_under(path)
+
     # --- building ----------------------------------------------------------------------------
     def build(self, device: Union[str, "torch.device", None] = None, compile: bool = False) -> "torch.nn.Module":
         """Instantiate the generated model (parameters initialised) on `device` (default: CUDA if

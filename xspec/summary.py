@@ -29,7 +29,7 @@ def summarize(spec: "CompiledSpec") -> dict[str, Any]:
 def _rows(spec: "CompiledSpec", instance: "Instance", depth: int) -> Iterator[dict[str, Any]]:
     """Entries and their direct children: the level at which the paper describes the model."""
     for name, child in instance.children.items():
-        tied = _all_tied(spec, child.path)
+        tied = spec.all_tied_under(child.path)
         count = spec.count_under(child.path)
         if child.kind == "stack":
             first = child.children["0"]
@@ -53,11 +53,6 @@ def _shape(spec: "CompiledSpec", instance: "Instance") -> str | None:
     if isinstance(instance.result, Tensor):
         return str(spec.graph.nodes[instance.result.node]["shape"])
     return None
-
-
-def _all_tied(spec: "CompiledSpec", path: str) -> bool:
-    names = [n for n in spec.param_shapes if n.startswith(path + ".")]
-    return bool(names) and all(n in spec.ties for n in names)
 
 
 def render_table(summary: dict[str, Any]) -> str:
