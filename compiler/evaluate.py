@@ -160,8 +160,12 @@ def _binop(expr: ast.BinOp, lookup: Lookup, budget: Optional[Budget]) -> Constan
     except (OverflowError, ValueError, ZeroDivisionError) as error:
         raise ConstantError("value", expr.op_span, f"cannot compute {expr.op}: {error}") from None
     if isinstance(result, complex):  # (-8) ** 0.5
-        raise ConstantError("value", expr.op_span, f"{left!r} ** {right!r} is not a real number")
+        raise ConstantError("value", expr.op_span, f"{_operand(left)} ** {_operand(right)} is not a real number")
     return result
+
+
+def _operand(value: Union[int, float]) -> str:
+    return f"({value!r})" if value < 0 else repr(value)
 
 
 def _check_power(base: Union[int, float], exponent: Union[int, float], expr: ast.BinOp) -> None:
