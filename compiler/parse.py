@@ -69,7 +69,8 @@ def _too_deep(tree: Tree) -> Optional[Tree]:
         node, depth = pending.pop()
         if depth > MAX_SYNTAX_DEPTH:
             return node
-        pending.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+        # Children pushed last-first, so the first too deep node in the text is the one reported.
+        pending.extend((child, depth + 1) for child in reversed(node.children) if isinstance(child, Tree))
     return None
 
 
