@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import xspec
+from float32 import assert_close
 
 
 def paper_parameter_count(vocab, d_model, d_ff, heads, d_k, d_v, layers):
@@ -138,7 +139,7 @@ def test_torch_compile_gives_the_eager_logits():
     compiled = torch.compile(model)
     src, tgt = torch.randint(0, 1000, (2, 6)), torch.randint(0, 1000, (2, 4))
     with torch.no_grad():
-        torch.testing.assert_close(compiled(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+        assert_close(compiled(src, tgt), model(src, tgt))
 
 
 def test_encoder_only_model_from_the_same_blocks():
@@ -178,7 +179,7 @@ def test_inline_repeat_body_is_the_same_model_as_a_layer_block():
     model.load_state_dict(reference.state_dict())
     src, tgt = torch.randint(0, 100, (2, 6)), torch.randint(0, 100, (2, 4))
     with torch.no_grad():
-        torch.testing.assert_close(model(src, tgt), reference(src, tgt))
+        assert_close(model(src, tgt), reference(src, tgt))
 
 
 def test_generated_class_names_never_clash():

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import xspec
+from float32 import assert_close
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True, "positions": "learned"}])
@@ -21,7 +22,7 @@ def test_cached_steps_match_full_decode(overrides):
 
     cache = model.new_cache()
     steps = [model.decode(tgt[:, t:t + 1], memory, src_pad, cache=cache) for t in range(tgt.size(1))]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_close(torch.cat(steps, dim=1), full)
     assert cache.length == 6
 
 
@@ -39,7 +40,7 @@ def test_cache_reorder_follows_beam_rows():
     cache.reorder(order)
     step = model.decode(tgt[order, 3:4], memory[order], cache=cache)
     full = model.decode(tgt[order], memory[order])
-    torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
+    assert_close(step[:, 0], full[:, 3])
 
 
 @torch.no_grad()
@@ -53,4 +54,4 @@ def test_language_model_decodes_incrementally():
     assert full.shape == (2, 7, spec.vocab_size)
     cache = model.new_cache()
     steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(7)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_close(torch.cat(steps, dim=1), full)
