@@ -4,23 +4,24 @@ assign, and what the decoder's cache reaches. The graph builder and the lowering
 from __future__ import annotations
 
 import itertools
-from typing import Optional
+from typing import Collection, Optional
 
 from . import ast
 from .diagnostics import Diagnostics
 from .ops import OPS
 
 
-def call_site_names(body: tuple[ast.Stmt, ...]) -> dict[int, str]:
+def call_site_names(body: tuple[ast.Stmt, ...], blocks: Collection[str]) -> dict[int, str]:
     """Attribute names for the modules a body creates: the `as` label, else the callee's name,
-    numbered when it is called more than once (`sublayer_1`, `sublayer_2`)."""
+    numbered when it is called more than once (`sublayer_1`, `sublayer_2`). A block named like an op
+    without weights (`relu`) is called instead of the op, so its calls are modules too."""
     sites: list[tuple[object, str, Optional[ast.Name]]] = []
     nested: list[tuple[ast.Stmt, ...]] = []
 
     def visit_expr(expr: ast.Expr) -> None:
         if isinstance(expr, ast.Call):
             op = OPS.get(expr.callee.id)
-            if op is None or op.module is not None:
+            if op is None or op.module is not None or expr.callee.id in blocks:
                 sites.append((expr, expr.callee.id, expr.label))
             for arg in (*expr.args, *(k.value for k in expr.kwargs)):
                 visit_expr(arg)
@@ -62,7 +63,7 @@ def call_site_names(body: tuple[ast.Stmt, ...]) -> dict[int, str]:
             candidate = f"{base}_{next(counter)}"
         names[id(node)] = candidate
     for inner in nested:
-        names.update(call_site_names(inner))
+        names.update(call_site_names(inner, blocks))
     return names
 
 

@@ -126,7 +126,7 @@ class _Builder:
         self.stack_frames: list[tuple[str, int, int]] = []  # (stack path, index, count)
         self.uncalled: dict[int, ast.Lambda] = {}  # functions passed on but never called
         for block in model.blocks.values():
-            self.names.update(call_site_names(block.body))
+            self.names.update(call_site_names(block.body, model.blocks))
             warn_unused(block, diagnostics)
         # Blocks the decoder uses that hold cache-aware ops take the cache in forward().
         self.cache_blocks = cache_blocks("decoder", model.blocks)
