@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast as pyast
 import functools
+import itertools
 import keyword
 from pathlib import Path as FilePath
 
@@ -67,6 +68,7 @@ class _Lowering:
         self.names = validated.graph.names
         self.classes: dict[str, str] = {}  # class body (named "{NAME}") -> class name
         self.class_of: dict[str, str] = {}  # instance path -> class name
+        self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.order: list[str] = []  # class sources in definition order
         self.model_class = class_name(model.name, set(_prelude_classes()))
 
@@ -88,10 +90,11 @@ class _Lowering:
             if child.kind == "block":
                 self._define(child, child.block.name.id if child.block else f"{base}_layer")
             elif child.kind == "stack":
-                item_names = {self._define(item, item.block.name.id if item.block else f"{base}_layer")
-                              for item in child.children.values()}
-                assert len(item_names) == 1, f"{child.path}: layers of one stack differ"
-                self.class_of[child.path] = item_names.pop()
+                # Layers differ where the first changes the width the others see (`x = linear(x, 4)` on
+                # 8 features), or a value carried from layer to layer changes what a layer computes.
+                self.layer_classes[child.path] = [
+                    self._define(item, item.block.name.id if item.block else f"{base}_layer")
+                    for item in child.children.values()]
         body = self._class_body(instance)
         name = self.classes.get(body)
         if name is None:
@@ -124,7 +127,10 @@ class _Lowering:
             data = self.graph.nodes[child.node]
             return OPS[data["op"]].module(data["attrs"], data["inferred"])
         if child.kind == "stack":
-            return f"nn.ModuleList([{self.class_of[child.path]}() for _ in range({len(child.children)!r})])"
+            runs = [(name, len(list(run))) for name, run in itertools.groupby(self.layer_classes[child.path])]
+            layers = " + ".join(f"[{name}()]" if count == 1 and len(runs) > 1 else
+                                f"[{name}() for _ in range({count!r})]" for name, count in runs)
+            return f"nn.ModuleList({layers})"
         return f"{self.class_of[child.path]}()"
 
     # --- statements and expressions -----------------------------------------------------------
