@@ -201,11 +201,12 @@ class _ToAst(Transformer):
         text, span = str(token).replace("_", ""), _span(self.file, meta)
         if any(c in text for c in ".eE"):
             return self._literal(float(text), span)
-        if len(text.lstrip("0")) > len(str(MAX_INT)):  # int() of thousands of digits is itself slow
-            self.errors.append(ConstantError("too-large", span, f"integer literal of {len(text)} digits "
+        digits = text.lstrip("0") or "0"  # int() refuses more than 4300 digits, leading zeros included
+        if len(digits) > len(str(MAX_INT)):  # int() of thousands of digits is itself slow
+            self.errors.append(ConstantError("too-large", span, f"integer literal of {len(digits)} digits "
                                              f"is out of range (at most {MAX_INT:,})"))
             return ast.Literal(0, span)
-        return self._literal(int(text), span)
+        return self._literal(int(digits), span)
 
     def string(self, meta, token):
         span = _span(self.file, meta)
