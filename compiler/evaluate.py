@@ -187,7 +187,7 @@ def _call(expr: ast.Call, lookup: Lookup, budget: Optional[Budget]) -> Constant:
     args = [_require_number(evaluate(a, lookup, budget), a.span) for a in expr.args]
     try:
         return function(*args)
-    except (TypeError, ValueError, OverflowError) as error:
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError) as error:  # log(8, 1) divides by zero
         raise ConstantError("value", expr.span, f"{expr.callee.id}: {error}") from None
 
 
