@@ -42,6 +42,16 @@ class InexactQuotient(float):
                 f"{left} ({self.numerator}) must be divisible by {right} ({self.denominator})")
 
 
+def _round(value: Union[int, float], ndigits: Optional[int] = None) -> Union[int, float]:
+    """round(), except that an integer rounded to more digits than int64 has is 0 at once: Python
+    computes 10 ** -ndigits first, which takes minutes for round(5, -10 ** 9)."""
+    if ndigits is None:
+        return round(value)
+    if isinstance(value, int) and isinstance(ndigits, int) and ndigits < -len(str(MAX_INT)):
+        return 0
+    return round(value, ndigits)
+
+
 MATH_FUNCTIONS: dict[str, Callable[..., Constant]] = {
     "sqrt": math.sqrt,
     "exp": math.exp,
@@ -51,7 +61,7 @@ MATH_FUNCTIONS: dict[str, Callable[..., Constant]] = {
     "abs": abs,
     "int": int,
     "float": float,
-    "round": round,
+    "round": _round,
 }
 
 _ARITHMETIC: dict[str, Callable] = {
