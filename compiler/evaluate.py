@@ -147,7 +147,11 @@ def _binop(expr: ast.BinOp, lookup: Lookup, budget: Optional[Budget]) -> Constan
     if expr.op in _COMPARE:
         if type(left) is not type(right) and not (_is_number(left) and _is_number(right)):
             raise ConstantError("type", expr.op_span, f"cannot compare {describe(left)} with {describe(right)}")
-        return _COMPARE[expr.op](left, right)
+        try:
+            return _COMPARE[expr.op](left, right)
+        except TypeError:  # lists compare item by item: [1] < ["a"] compares a number with a string
+            raise ConstantError("type", expr.op_span, f"cannot compare {describe(left)} with {describe(right)}: "
+                                "their items differ in type") from None
     if expr.op == "+" and isinstance(left, str) and isinstance(right, str):
         if len(left) + len(right) > MAX_STRING:
             raise ConstantError("too-large", expr.op_span, f"a string of {len(left) + len(right):,} characters "
