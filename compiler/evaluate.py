@@ -88,7 +88,7 @@ def evaluate(expr: ast.Expr, lookup: Lookup, budget: Optional[Budget] = None) ->
     if isinstance(expr, ast.Name):
         return lookup(expr)
     if isinstance(expr, ast.ListExpr):
-        return tuple(evaluate(item, lookup, budget) for item in expr.items)
+        return check_value(tuple(evaluate(item, lookup, budget) for item in expr.items), expr.span)
     if isinstance(expr, ast.UnaryOp):
         value = evaluate(expr.operand, lookup, budget)
         if expr.op == "not":
@@ -126,6 +126,9 @@ def check_value(value: object, span: Span) -> Constant:
             raise ConstantError("value", span, f"strings may not contain control characters: {value!r}"[:200])
         return value
     if isinstance(value, tuple):
+        # Lists within lists could nest a parameter per level, deeper than any parser or printer goes.
+        if any(isinstance(item, tuple) for item in value):
+            raise ConstantError("type", span, "a list may hold numbers, booleans and strings, not lists")
         for item in value:
             check_value(item, span)
         return value
