@@ -117,7 +117,9 @@ def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
     free: list[str] = []
     written: set[str] = set()
     for stmt in body:
-        free += [n for n in stmt_reads(stmt) if n not in written and n not in free]
+        for name in stmt_reads(stmt):  # a statement may read a name twice: attention(x, x, x)
+            if name not in written and name not in free:
+                free.append(name)
         written.update(assigned((stmt,)))
     return free
 
