@@ -550,6 +550,11 @@ class _Builder:
                 problem = local_name_problem(name.id)
                 if problem is not None:
                     self._error("reserved-name", name.span, problem)
+            # Arguments become forward()'s parameters, which Python refuses to name twice.
+            for index, param in enumerate(block.params):
+                if any(param.id == earlier.id for earlier in block.params[:index]):
+                    self._error("duplicate", param.span, f"block '{block.name.id}' has two arguments named "
+                                f"'{param.id}'")
 
     def _error(self, code: str, span: Span, message: str, hint: Optional[str] = None) -> None:
         self.diagnostics.error(code, span, message, hint)
