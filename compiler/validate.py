@@ -21,7 +21,7 @@ from .diagnostics import Diagnostics, did_you_mean
 from .graph import BuiltGraph, input_sources
 from .ops import OPS
 from .resolve import ResolvedModel
-from .shapes import ShapeError
+from .shapes import BATCH, SRC_LEN, TGT_LEN, ShapeError
 
 BYTES_PER_PARAMETER = 4  # float32 weights
 
@@ -76,6 +76,7 @@ def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) 
     _infer_shapes(built.graph, diagnostics)
     if diagnostics.errors:
         return None
+    _check_outputs(built.graph, diagnostics)
     _choose_kv_cache(built.graph, diagnostics)
     params = _module_tensors(built.graph, "params")
     ties, tie_lines = _check_ties(model, params, diagnostics)
@@ -110,6 +111,24 @@ def _infer_shapes(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
         except ShapeError as error:
             origins = [f"{port} is {_origin(graph, src)}" for port, src in input_sources(graph, node).items()]
             diagnostics.error("shape", data["span"], str(error), "; ".join(origins))
+
+
+# What each entry returns, as the model interface promises it (docs/model-interface.md).
+OUTPUTS = {"memory": ("the encoder", SRC_LEN, "d_model"), "logits": ("the decoder", TGT_LEN, "vocab")}
+
+
+def _check_outputs(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
+    """The encoder returns [batch, src_len, d_model] and the decoder [batch, tgt_len, vocab], both float:
+    the runtime, and the model's vocabulary size and width, are read off these shapes."""
+    for name, (entry, length, size) in OUTPUTS.items():
+        data = graph.nodes.get(f"output.{name}")
+        shape = data["shape"] if data is not None else None
+        if shape is None:
+            continue
+        dims = shape.dims
+        if shape.dtype != "float" or len(dims) != 3 or dims[:2] != (BATCH, length) or not isinstance(dims[2], int):
+            diagnostics.error("shape", data["span"], f"{entry} must return {name} of shape [{BATCH}, {length}, "
+                              f"{size}], got {shape}")
 
 
 def _origin(graph: nx.DiGraph, node: str) -> str:
