@@ -120,8 +120,22 @@ def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
         for name in stmt_reads(stmt):  # a statement may read a name twice: attention(x, x, x)
             if name not in written and name not in free:
                 free.append(name)
-        written.update(assigned((stmt,)))
+        written.update(_assigned_on_every_path((stmt,)))
     return free
+
+
+def _assigned_on_every_path(body: tuple[ast.Stmt, ...]) -> set[str]:
+    """Names a body assigns whichever way its `if`s go: one branch's assignment may not run, and then a
+    later read is of the value from before the body."""
+    names: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            names.add(stmt.target.id)
+        elif isinstance(stmt, ast.If):
+            names |= _assigned_on_every_path(stmt.then) & _assigned_on_every_path(stmt.orelse)
+        elif isinstance(stmt, ast.Repeat):
+            names.update(assigned(stmt.body))
+    return names
 
 
 def bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
