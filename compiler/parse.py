@@ -10,7 +10,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast
-from .diagnostics import Diagnostics, Span
+from .diagnostics import Diagnostics, Span, printable
 from .evaluate import ConstantError, check_value
 from .limits import MAX_INT, MAX_SYNTAX_DEPTH
 from .parser_tables import grammar_parser
@@ -89,7 +89,8 @@ def _describe(error: UnexpectedInput) -> str:
     if isinstance(error, UnexpectedEOF):
         return "unexpected end of file"
     assert isinstance(error, UnexpectedToken)
-    got = "end of file" if error.token.type == "$END" else f"'{error.token}'"
+    # A string token may hold control characters (an escape sequence a terminal would obey): shown escaped.
+    got = "end of file" if error.token.type == "$END" else f"'{printable(str(error.token))}'"
     expected = sorted({_TERMINAL_WORDS.get(t, f"'{t.lower()}'") for t in error.expected if not t.startswith("__")})
     if not expected:
         return f"unexpected {got}"
