@@ -265,7 +265,9 @@ class _Builder:
         inputs = tuple(v for v in free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
         visible = {n: frame.env[n] for s in stmt.body for n in stmt_reads(s) if n in frame.env}
         visible.update((n, frame.env[n]) for n in carried)
+        watched = (single[1],) if single is not None else carried
         for index in range(count):
+            before = {n: frame.env[n] for n in watched if _is_constant(frame.env.get(n))}
             self.stack_frames.append((stack.path, index, count))
             try:
                 if single is not None:
@@ -276,6 +278,15 @@ class _Builder:
                     self._repeat_body(stmt, frame, stack, index, inputs, carried, visible)
             finally:
                 self.stack_frames.pop()
+            # Layers that differ are each a class of their own in generated code: a constant changing in
+            # every layer (`n = n + 1`) would make thousands of them.
+            for carried_name, old in before.items():
+                new = frame.env.get(carried_name)
+                if _is_constant(new) and (type(new) is not type(old) or new != old):
+                    self._error("value", stmt.span, f"layer {index} of this repeat changes '{carried_name}' from "
+                                f"{old!r} to {new!r}: the layers run one body, so a constant they carry may not change",
+                                "compute what it chooses before the repeat, or pass it to a block")
+                    return
 
     def _repeat_body(self, stmt: ast.Repeat, frame: _Frame, stack: Instance, index: int,
                      inputs: tuple[str, ...], carried: tuple[str, ...], visible: dict[str, Value]) -> None:
@@ -562,6 +573,10 @@ class _Builder:
 
 class _Poisoned(Exception):
     pass
+
+
+def _is_constant(value: object) -> bool:
+    return value is not None and not isinstance(value, (Tensor, Closure, Poison))
 
 
 

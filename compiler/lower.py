@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast as pyast
 import functools
-import itertools
 import keyword
 from pathlib import Path as FilePath
 
@@ -127,10 +126,10 @@ class _Lowering:
             data = self.graph.nodes[child.node]
             return OPS[data["op"]].module(data["attrs"], data["inferred"])
         if child.kind == "stack":
-            runs = [(name, len(list(run))) for name, run in itertools.groupby(self.layer_classes[child.path])]
-            layers = " + ".join(f"[{name}()]" if count == 1 and len(runs) > 1 else
-                                f"[{name}() for _ in range({count!r})]" for name, count in runs)
-            return f"nn.ModuleList({layers})"
+            classes = self.layer_classes[child.path]
+            if len(set(classes)) == 1:
+                return f"nn.ModuleList([{classes[0]}() for _ in range({len(classes)!r})])"
+            return f"nn.ModuleList([{', '.join(f'{name}()' for name in classes)}])"  # flat: no deep expression
         return f"{self.class_of[child.path]}()"
 
     # --- statements and expressions -----------------------------------------------------------
