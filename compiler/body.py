@@ -68,12 +68,36 @@ def call_site_names(body: tuple[ast.Stmt, ...], blocks: Collection[str]) -> dict
 
 
 def single_block_call(stmt: ast.Repeat, blocks: dict[str, ast.Block]) -> Optional[tuple[ast.Call, str]]:
-    """`repeat N { x = layer(x, ...) }`: the stack holds the called block itself."""
+    """`repeat N { x = layer(x, ...) }`: the stack holds the called block itself. Its arguments are
+    evaluated where the repeat is, so they may not make modules of their own (`layer(linear(x, 8))`):
+    each layer needs its own, which only a layer of the repeat's body can hold."""
     if len(stmt.body) == 1 and isinstance(stmt.body[0], ast.Assign):
         value = stmt.body[0].value
-        if isinstance(value, ast.Call) and value.callee.id in blocks and value.label is None:
+        if isinstance(value, ast.Call) and value.callee.id in blocks and value.label is None and not any(
+                _makes_modules(arg, blocks) for arg in (*value.args, *(k.value for k in value.kwargs))):
             return value, stmt.body[0].target.id
     return None
+
+
+def _makes_modules(expr: ast.Expr, blocks: Collection[str]) -> bool:
+    """Whether `expr` calls a block or an op with weights, or makes a function that does."""
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Call):
+            op = OPS.get(node.callee.id)
+            if node.callee.id in blocks or (op is not None and op.module is not None):
+                return True
+            pending += [*node.args, *(k.value for k in node.kwargs)]
+        elif isinstance(node, ast.BinOp):
+            pending += [node.left, node.right]
+        elif isinstance(node, ast.UnaryOp):
+            pending.append(node.operand)
+        elif isinstance(node, ast.Lambda):
+            pending.append(node.body)
+        elif isinstance(node, ast.ListExpr):
+            pending += node.items
+    return False
 
 
 def assigned(body: tuple[ast.Stmt, ...]) -> list[str]:
