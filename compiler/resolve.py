@@ -81,7 +81,7 @@ class _Loader:
         import's path as the importing file spells it."""
         key = os.path.realpath(path) if source is None and "\0" not in path else path
         if key in stack:
-            cycle = " -> ".join(FilePath(p).name for p in (*stack[stack.index(key):], key))
+            cycle = " -> ".join(printable(FilePath(p).name) for p in (*stack[stack.index(key):], key))
             self.diagnostics.error("import-cycle", import_span, f"import cycle: {cycle}")
             return None
         if key in self.files:
@@ -125,7 +125,7 @@ class _Loader:
         previous = self.models.get(spec.model.name.id)
         if previous is not None and previous is not spec.model:
             self.diagnostics.error("duplicate", spec.model.name.span,
-                                   f"model '{spec.model.name.id}' is already defined at {previous.name.span}")
+                                   f"model '{spec.model.name.id}' is already defined at {printable(str(previous.name.span))}")
         self.models[spec.model.name.id] = spec.model
         return spec
 

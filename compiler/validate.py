@@ -17,7 +17,7 @@ from typing import Optional
 
 import networkx as nx
 
-from .diagnostics import Diagnostics, did_you_mean
+from .diagnostics import Diagnostics, did_you_mean, printable
 from .graph import BuiltGraph, input_sources
 from .ops import OPS
 from .resolve import ResolvedModel
@@ -137,7 +137,7 @@ def _origin(graph: nx.DiGraph, node: str) -> str:
     if data["op"] == "input":
         return f"the input '{data['attrs'].name}'"
     span = data["span"]
-    return f"{node.rsplit('.', 1)[-1]} ({data['op']}) at {Path(span.file).name}:{span.line}:{span.col}"
+    return f"{node.rsplit('.', 1)[-1]} ({data['op']}) at {printable(Path(span.file).name)}:{span.line}:{span.col}"
 
 
 def _choose_kv_cache(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
