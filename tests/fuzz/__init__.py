@@ -1,0 +1,1 @@
+"""Fuzzing the compiler: generated and mutated specs, each checked against one oracle (oracle.py)."""

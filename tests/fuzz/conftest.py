@@ -1,0 +1,11 @@
+"""Prints how many fuzz cases ran and what share compiled, after the test session."""
+
+from .tally import summary
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = summary()
+    if lines:
+        terminalreporter.section("spec fuzzing")
+        for line in lines:
+            terminalreporter.write_line(line)
