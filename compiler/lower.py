@@ -16,6 +16,7 @@ import keyword
 from pathlib import Path as FilePath
 
 from . import ast
+from .body import reads
 from .codecheck import check_module
 from .diagnostics import Diagnostics, Span, printable
 from .evaluate import MATH_FUNCTIONS, evaluate
@@ -68,6 +69,7 @@ class _Lowering:
         self.classes: dict[str, str] = {}  # class body (named "{NAME}") -> class name
         self.class_of: dict[str, str] = {}  # instance path -> class name
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
+        self.rebound: set[str] = set()  # locals the statement being lowered, or a later one, assigns
         self.order: list[str] = []  # class sources in definition order
         self.model_class = class_name(model.name, set(_prelude_classes()))
 
@@ -115,11 +117,25 @@ class _Lowering:
         args = ", ".join(["self", *(_identifier(p) for p in instance.params)] +
                          (["cache=None"] if instance.has_cache else []))
         lines += ["", f"{INDENT}def forward({args}):"]
-        for recorded in instance.statements:
+        for index, recorded in enumerate(instance.statements):
+            self.rebound = self._assigned_from(instance, index)
             lines += [INDENT * 2 + line for line in self._statement(instance, recorded)]
         if instance.outputs:
             lines.append(f"{INDENT * 2}return {', '.join(_identifier(o) for o in instance.outputs)}")
         return "\n".join(lines) + "\n"
+
+    def _assigned_from(self, instance: Instance, index: int) -> set[str]:
+        """The locals that statement `index` of a forward and the ones after it assign."""
+        names: set[str] = set()
+        for recorded in instance.statements[index:]:
+            stmt = recorded.stmt
+            if isinstance(stmt, ast.Assign):
+                names.add(stmt.target.id)
+            elif isinstance(stmt, ast.Repeat):
+                stack = instance.children[self.names[id(stmt)]]
+                single = stmt.body[0] if stack.repeat_single_call else None
+                names.update([single.target.id] if isinstance(single, ast.Assign) else stack.children["0"].outputs)
+        return names
 
     def _constructor(self, child: Instance) -> str:
         if child.kind == "op":
@@ -164,8 +180,13 @@ class _Lowering:
             if id(expr) in self.validated.graph.uncalled:
                 return "None", 100
             inner = {**env, expr.param.id: Tensor("")}
-            body = self._expr(instance, inner, expr.body)[0]
-            return f"lambda {_identifier(expr.param.id)}: {body}", 0
+            function = f"lambda {_identifier(expr.param.id)}: {self._expr(instance, inner, expr.body)[0]}"
+            # A spec's function sees values as they were when it was made; a Python closure would see a
+            # local assigned again later (`y = linear(y, 4)` after `f = h => h + y`): bind those now.
+            kept = sorted(n for n in set(reads(expr)) & self.rebound if isinstance(env.get(n), (Tensor, Closure)))
+            if kept:
+                return f"(lambda {', '.join(map(_identifier, kept))}: {function})({', '.join(kept)})", 100
+            return function, 0
         if isinstance(expr, ast.BinOp):
             return self._infix(instance, env, expr)
         assert isinstance(expr, ast.Call), f"unexpected runtime expression {expr}"
