@@ -2,7 +2,8 @@
 
 The call follows docs/model-interface.md: `model(src, tgt, src_padding_mask)` for an encoder-decoder,
 `model(tgt)` for a language model, `model(src, src_padding_mask)` for an encoder alone. What comes
-out must have the shape and type the compiler inferred, and the built model the parameters it reported.
+out must have the shape and type the compiler inferred and the values the graph computes (reference.py),
+and the built model the parameters it reported.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any
 import torch
 
 from xspec.compiler.shapes import BATCH, SRC_LEN, TGT_LEN
+
+from .reference import graph_outputs
 
 BATCH_SIZE = 2
 LENGTH = 3
@@ -56,18 +59,27 @@ def _run(spec: Any) -> None:
     has_decoder = "output.logits" in spec.graph
 
     with torch.no_grad():
+        outputs = {}
         if spec.has_encoder:
-            memory = model.encode(src, padding)
-            _expect(memory, spec.graph.nodes["output.memory"]["shape"], sizes, "memory")
+            outputs["memory"] = model.encode(src, padding)
         if spec.has_encoder and has_decoder:
-            logits = model(src, tgt, padding)
+            outputs["logits"] = model(src, tgt, padding)
         elif has_decoder:
-            logits = model(tgt)
+            outputs["logits"] = model(tgt)
         else:
-            logits = model(src, padding)
-            _expect(logits, spec.graph.nodes["output.memory"]["shape"], sizes, "forward's output")
-            return
-        _expect(logits, spec.graph.nodes["output.logits"]["shape"], sizes, "logits")
+            assert_close(model(src, padding), outputs["memory"], "forward's output and encode's")
+        for name, value in outputs.items():
+            _expect(value, spec.graph.nodes[f"output.{name}"]["shape"], sizes, name)
+        expected = graph_outputs(spec, model, {"src": src, "src_mask": padding, "tgt": tgt})
+        for name, value in outputs.items():
+            assert_close(value, expected[name], f"the {name} and what the graph computes")
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    try:
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, equal_nan=True)
+    except AssertionError as error:
+        raise AssertionError(f"{what} differ: {' '.join(str(error).split())[:300]}") from None
 
 
 def _expect(value: Any, inferred: Any, sizes: dict[str, int], what: str) -> None:

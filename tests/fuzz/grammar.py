@@ -356,7 +356,7 @@ class _Writer:
         return lines
 
     def statement(self, scope: _Scope, domain: str, indent: str) -> list[str]:
-        kind = self.pick(("assign", "assign", "reassign", "reassign", "if", "repeat", "helper", "function"))
+        kind = self.pick(("assign", "assign", "reassign", "reassign", "if", "repeat", "helper", "function", "capture"))
         names = scope.names_in(domain)
         if kind == "assign" or not names:
             target = self.name("v")
@@ -366,6 +366,14 @@ class _Writer:
         target = self.pick(names)
         if kind == "reassign":
             return [f"{indent}{target} = {self.tensor(scope, domain)}"]
+        if kind == "capture" and len(names) > 1:  # another name stays for what follows
+            # A function reading a value that is then assigned again, at another width: the function
+            # must keep seeing the value it was made with.
+            function, param = self.name("g"), self.name("h")
+            scope.functions.append(function)
+            del scope.tensors[target]
+            return [f"{indent}{function} = {param} => {param} + {target}",
+                    f"{indent}{target} = linear({target}, d_ff){self.label('wide')}"]
         if kind == "function":
             function = self.name("g")
             makers = [h for h in self.helpers if h.kind == "maker"]
