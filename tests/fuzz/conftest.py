@@ -1,4 +1,4 @@
-"""Prints how many fuzz cases ran and what share compiled, after the test session."""
+"""Prints how many fuzz cases ran and what share compiled, after the tests."""
 
 from .tally import summary
 

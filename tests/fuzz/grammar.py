@@ -1,6 +1,6 @@
 """Grammar-aware generation of whole specs.
 
-A spec is drawn from the language's structure: parameters with arithmetic, helper blocks whose bodies
+A spec is drawn from the language's structure: parameters with arithmetic, blocks whose bodies
 assign, branch (`if`/`else`), stack (`repeat N as name`) and return, calls to every op and to other
 blocks, lambdas (`h => ...`), `as` labels, the entry blocks of an encoder-decoder, a language model or an
 encoder alone, ties and the train/data/decode sections. Left alone, the writer keeps widths, domains
@@ -73,7 +73,7 @@ def specs(draw) -> tuple[str, str]:
 
 # --- the writer -----------------------------------------------------------------------------------
 
-SRC, TGT, OWN, OTHER = "src", "tgt", "own", "other"  # position domains; OWN/OTHER inside helper blocks
+SRC, TGT, OWN, OTHER = "src", "tgt", "own", "other"  # position domains; OWN/OTHER inside a block the entries call
 
 
 @dataclass
@@ -94,7 +94,7 @@ class _Scope:
 
 
 @dataclass(frozen=True)
-class _Helper:
+class _Callee:
     name: str
     # "unary" (x), "residual" (x, f), "masked" (x, mask), "cross" (x, memory, memory_mask), "sized" (x, n):
     # n is a constant width, "maker" (n): returns a function, "higher" (x, f): hands f to another block
@@ -106,7 +106,7 @@ class _Writer:
     def __init__(self, rng: random.Random, wildness: float, sizes: Sizes) -> None:
         self.rng, self.wildness, self.sizes = rng, wildness, sizes
         self.counter = itertools.count(1)
-        self.helpers: list[_Helper] = []
+        self.callees: list[_Callee] = []
         self.labels: set[str] = set()  # labels used in the block being written
         self.depth = 0
 
@@ -236,8 +236,8 @@ class _Writer:
             forms.append(lambda: self.self_attention(scope, domain))
         if scope.functions:
             forms.append(lambda: self.call_function(scope, domain))
-        if self.helpers:
-            forms.append(lambda: self.call_helper(scope, domain))
+        if self.callees:
+            forms.append(lambda: self.call_block(scope, domain))
         return forms
 
     def _wild_tensor(self, scope: _Scope, domain: str) -> str:
@@ -300,43 +300,43 @@ class _Writer:
         ])()
         return f"{param} => {body}"
 
-    def call_helper(self, scope: _Scope, domain: str, alone_in_repeat: bool = False) -> str:
-        usable = [h for h in self.helpers if self._can_call(h, scope, domain)]
+    def call_block(self, scope: _Scope, domain: str, alone_in_repeat: bool = False) -> str:
+        usable = [h for h in self.callees if self._can_call(h, scope, domain)]
         if not usable:
             return self.pick(scope.names_in(domain)) if scope.names_in(domain) else "x"
-        helper = self.pick(usable)
+        callee = self.pick(usable)
         x = self.tensor(scope, domain)
-        if helper.kind == "unary":
+        if callee.kind == "unary":
             args = [x]
-        elif helper.kind == "residual":
+        elif callee.kind == "residual":
             args = [x, self.lambda_(scope, domain)]
-        elif helper.kind == "higher":
+        elif callee.kind == "higher":
             args = [x, self.lambda_(scope, domain)]
-        elif helper.kind == "masked":
+        elif callee.kind == "masked":
             args = [x, self.pick([m for m, d in scope.masks.items() if d == domain])]
-        elif helper.kind == "sized":
+        elif callee.kind == "sized":
             args = [x, self.pick(("d_model", "d_ff / d_ff * d_model", self.integer(self.sizes.d_model)))]
         else:
             memory, mask = self._memory(scope, domain)
             args = [x, memory, mask]
         if self.wild():
             args = args[:-1] if self.chance(0.5) else args + [x]
-        if self.chance(0.15) and len(args) == len(helper.params):
-            args = [f"{param} = {arg}" for param, arg in zip(helper.params, args)]
+        if self.chance(0.15) and len(args) == len(callee.params):
+            args = [f"{param} = {arg}" for param, arg in zip(callee.params, args)]
             self.rng.shuffle(args)
         label = self.label("blk") if self.chance(0.5) else ""
-        if alone_in_repeat and helper.kind in ("residual", "higher") and not label:
+        if alone_in_repeat and callee.kind in ("residual", "higher") and not label:
             # Alone in a repeat, the call is the layer and its lambda belongs to the enclosing block,
             # so every layer would call the lambda's one set of weights: a label makes the body a layer.
             label = f" as {self.fresh('layer')}"
-        return f"{helper.name}({', '.join(args)}){label}"
+        return f"{callee.name}({', '.join(args)}){label}"
 
-    def _can_call(self, helper: _Helper, scope: _Scope, domain: str) -> bool:
-        if helper.kind == "maker":  # called for a function, in an assignment (see statement)
+    def _can_call(self, callee: _Callee, scope: _Scope, domain: str) -> bool:
+        if callee.kind == "maker":  # called for a function, in an assignment (see statement)
             return False
-        if helper.kind == "masked":
+        if callee.kind == "masked":
             return any(d == domain for d in scope.masks.values()) and not scope.decoding
-        if helper.kind == "cross":
+        if callee.kind == "cross":
             return self._memory(scope, domain) != (None, None)
         return True
 
@@ -356,7 +356,7 @@ class _Writer:
         return lines
 
     def statement(self, scope: _Scope, domain: str, indent: str) -> list[str]:
-        kind = self.pick(("assign", "assign", "reassign", "reassign", "if", "repeat", "helper", "function", "capture"))
+        kind = self.pick(("assign", "assign", "reassign", "reassign", "if", "repeat", "call", "function", "capture"))
         names = scope.names_in(domain)
         if kind == "assign" or not names:
             target = self.name("v")
@@ -376,15 +376,15 @@ class _Writer:
                     f"{indent}{target} = linear({target}, d_ff){self.label('wide')}"]
         if kind == "function":
             function = self.name("g")
-            makers = [h for h in self.helpers if h.kind == "maker"]
+            makers = [h for h in self.callees if h.kind == "maker"]
             if makers and self.chance(0.6):
                 line = f"{indent}{function} = {self.pick(makers).name}({self.pick(('d_model', 'n = d_model'))})"
             else:
                 line = f"{indent}{function} = {self.lambda_(scope, domain)}"
             scope.functions.append(function)
             return [line]
-        if kind == "helper":
-            return [f"{indent}{target} = {self.call_helper(scope, domain)}"]
+        if kind == "call":
+            return [f"{indent}{target} = {self.call_block(scope, domain)}"]
         if kind == "if":
             then, orelse = scope.copy(), scope.copy()
             lines = [f"{indent}if {self.condition(scope)} {{",
@@ -411,9 +411,9 @@ class _Writer:
         label = f" as {self.fresh('stack')}" if self.chance(0.4) else ""
         body = scope.copy()
         body.functions = [] if not self.wild() else body.functions  # a lambda called in every layer
-        usable = [h for h in self.helpers if self._can_call(h, scope, domain)]
+        usable = [h for h in self.callees if self._can_call(h, scope, domain)]
         if usable and self.chance(0.5):
-            inner = [f"{indent}  {target} = {self.call_helper(body, domain, alone_in_repeat=True)}"]
+            inner = [f"{indent}  {target} = {self.call_block(body, domain, alone_in_repeat=True)}"]
         else:
             inner = self.statements(body, domain, 1 + self.rng.randrange(2), indent + "  ")
             if self.chance(0.5) or not any(line.lstrip().startswith(f"{target} =") for line in inner):
@@ -421,7 +421,7 @@ class _Writer:
         return [f"{indent}repeat {count}{label} {{", *inner, f"{indent}}}"]
 
     # --- blocks -----------------------------------------------------------------------------------
-    def helper(self, kind: str) -> list[str]:
+    def block(self, kind: str) -> list[str]:
         name = self.fresh(self.pick(("sublayer", "ffn", "layer", "mix", "attend", "block")))
         if self.wild():
             name = self.pick(("relu", "linear", "gelu", "dropout", "add", "scale", "input", "F", "Model",
@@ -450,7 +450,7 @@ class _Writer:
         if self.wild():
             params.append(self.pick(RESERVED_NAMES))
         lines = [f"block {name}({', '.join(params)}) {{"]
-        inner = [h for h in self.helpers if h.kind == "residual"]
+        inner = [h for h in self.callees if h.kind == "residual"]
         if kind == "residual" and self.chance(0.5):
             lines += self._residual_body(x, scope.functions[0])
         elif kind == "maker":
@@ -470,7 +470,7 @@ class _Writer:
             if kind == "cross":
                 lines.append(f"  {x} = {x} + {self.cross_attention(x, 'memory', 'memory_mask')}")
             lines.append(f"  return {self.tensor(scope, OWN)}")
-        self.helpers.append(_Helper(name, kind, tuple(params)))
+        self.callees.append(_Callee(name, kind, tuple(params)))
         return lines + ["}"]
 
     def _residual_body(self, x: str, f: str) -> list[str]:
@@ -557,7 +557,7 @@ class _Writer:
             kinds = ["unary", "residual", "residual", "sized", "maker", "higher"]
             kinds += ["masked"] if form != "language model" else []
             kinds += ["cross"] if form == "encoder-decoder" else []
-            members += [""] + self.helper(self.pick(kinds))
+            members += [""] + self.block(self.pick(kinds))
         if form in ("encoder-decoder", "encoder"):
             members += [""] + self.encoder()
         if form in ("encoder-decoder", "language model"):
