@@ -148,6 +148,12 @@ def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
     return free
 
 
+def passed_through(body: tuple[ast.Stmt, ...], carried: tuple[str, ...]) -> list[str]:
+    """The carried values a repeated body may leave as they were: only some branch of an `if` assigns them."""
+    every = _assigned_on_every_path(body)
+    return [name for name in carried if name not in every]
+
+
 def _assigned_on_every_path(body: tuple[ast.Stmt, ...]) -> set[str]:
     """Names a body assigns whichever way its `if`s go: one branch's assignment may not run, and then a
     later read is of the value from before the body."""

@@ -19,8 +19,8 @@ import pydantic
 from . import ast
 from .diagnostics import Diagnostics, Span, did_you_mean
 from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
-from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, reads, single_block_call,
-                   stmt_reads, warn_unused)
+from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, passed_through, reads,
+                   single_block_call, stmt_reads, warn_unused)
 from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
 from .ops import CALLABLE_OPS, OPS, IOAttrs, OpDef
@@ -263,6 +263,8 @@ class _Builder:
         stack.repeat_single_call = single is not None
         carried = tuple(v for v in assigned(stmt.body) if v in frame.env)
         inputs = tuple(v for v in free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
+        # A layer returns what it carries; one it may not assign (in an if's other branch) it must receive.
+        inputs += tuple(v for v in passed_through(stmt.body, carried) if v not in inputs)
         visible = {n: frame.env[n] for s in stmt.body for n in stmt_reads(s) if n in frame.env}
         visible.update((n, frame.env[n]) for n in carried)
         watched = (single[1],) if single is not None else carried
