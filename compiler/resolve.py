@@ -264,7 +264,13 @@ def _relocate(expr: ast.Expr) -> ast.Expr:
         return ast.BinOp(expr.op, _relocate(expr.left), _relocate(expr.right), COMMAND_LINE, COMMAND_LINE)
     if isinstance(expr, ast.Name):
         return ast.Name(expr.id, COMMAND_LINE)
-    return expr
+    if isinstance(expr, ast.Call):  # sqrt(-1); a call of an op or a lambda is refused, at the command line too
+        label = ast.Name(expr.label.id, COMMAND_LINE) if expr.label else None
+        return ast.Call(ast.Name(expr.callee.id, COMMAND_LINE), tuple(_relocate(a) for a in expr.args),
+                        tuple(ast.Keyword(k.name, _relocate(k.value), COMMAND_LINE) for k in expr.kwargs), label,
+                        COMMAND_LINE)
+    assert isinstance(expr, ast.Lambda), expr
+    return ast.Lambda(ast.Name(expr.param.id, COMMAND_LINE), _relocate(expr.body), COMMAND_LINE)
 
 
 def _evaluate_params(merged: _Merged, diagnostics: Diagnostics) -> dict[str, Constant]:
