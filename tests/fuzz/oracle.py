@@ -158,8 +158,10 @@ def _diagnostic_problems(records: list[Diagnostic], text: str, name: str,
         where = f"{d.code} at {span.file!r}:{span.line}:{span.col}"
         if f"[{d.code}]" not in rendered:
             problems.append(f"{where} is not rendered")
-        if span == COMMAND_LINE or span.file == COMMAND_LINE.file:
-            if not overrides:
+        if span.file == COMMAND_LINE.file:
+            if span != COMMAND_LINE:
+                problems.append(f"{where}: a position on the command line, which has none")
+            elif not overrides:
                 problems.append(f"{where}: a command-line span without overrides")
             continue
         if not isinstance(span.file, str) or not span.file or span.line < 1 or span.col < 1:
