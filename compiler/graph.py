@@ -90,7 +90,7 @@ class BuiltGraph:
     graph: nx.DiGraph
     root: Instance  # children: "encoder" and/or "decoder"
     names: dict[int, str]  # id(call or repeat) -> attribute name in its block
-    uncalled: set[int]  # id(lambda) of functions never called: they lower to None
+    uncalled: set[tuple[str, int]]  # (instance path, id(lambda)): functions made there, never called; lower to None
 
 
 class _Frame:
@@ -124,7 +124,9 @@ class _Builder:
         self.call_stack: list[str] = []
         self.counters: dict[tuple[str, str], itertools.count] = {}
         self.stack_frames: list[tuple[str, int, int]] = []  # (stack path, index, count)
-        self.uncalled: dict[int, ast.Lambda] = {}  # functions passed on but never called
+        # Functions made and never called, by instance: one called where another block made it is still
+        # uncalled here (and has no ops here to lower).
+        self.uncalled: dict[tuple[str, int], ast.Lambda] = {}
         for block in model.blocks.values():
             self.names.update(call_site_names(block.body, model.blocks))
             warn_unused(block, diagnostics)
@@ -371,7 +373,7 @@ class _Builder:
         if isinstance(expr, ast.Name):
             return self._lookup(expr, frame)
         if isinstance(expr, ast.Lambda):
-            self.uncalled.setdefault(id(expr), expr)
+            self.uncalled.setdefault((frame.instance.path, id(expr)), expr)
             captured = {n: frame.env[n] for n in reads(expr) if n in frame.env}
             return Closure(expr, captured, frame.instance, frame.decoding)
         if isinstance(expr, ast.Call):
@@ -454,7 +456,7 @@ class _Builder:
             self._error("arguments", call.span, f"'{call.callee.id}' takes exactly one argument")
             return POISON
         arg = self._eval(call.args[0], frame)
-        self.uncalled.pop(id(closure.fn), None)
+        self.uncalled.pop((closure.owner.path, id(closure.fn)), None)
         env = {**closure.env, closure.fn.param.id: arg}
         inner = _Frame(closure.owner, env, self.names, closure.decoding)
         return self._eval(closure.fn.body, inner)

@@ -177,7 +177,7 @@ class _Lowering:
         if isinstance(expr, ast.Name):
             return _identifier(expr.id), 100
         if isinstance(expr, ast.Lambda):
-            if id(expr) in self.validated.graph.uncalled:
+            if (instance.path, id(expr)) in self.validated.graph.uncalled:
                 return "None", 100
             inner = {**env, expr.param.id: Tensor("")}
             function = f"lambda {_identifier(expr.param.id)}: {self._expr(instance, inner, expr.body)[0]}"
