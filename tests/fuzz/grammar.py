@@ -357,6 +357,8 @@ class _Writer:
 
     def statement(self, scope: _Scope, domain: str, indent: str) -> list[str]:
         kind = self.pick(("assign", "assign", "reassign", "reassign", "if", "repeat", "call", "function", "capture"))
+        if kind in ("if", "repeat") and len(indent) > 8:  # nested four deep: enough
+            kind = "assign"
         names = scope.names_in(domain)
         if kind == "assign" or not names:
             target = self.name("v")
