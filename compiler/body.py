@@ -101,14 +101,18 @@ def _makes_modules(expr: ast.Expr, blocks: Collection[str]) -> bool:
 
 
 def assigned(body: tuple[ast.Stmt, ...]) -> list[str]:
+    """The names a body assigns, each once (both branches of an `if` may assign one)."""
     names: list[str] = []
     for stmt in body:
-        if isinstance(stmt, ast.Assign) and stmt.target.id not in names:
-            names.append(stmt.target.id)
+        if isinstance(stmt, ast.Assign):
+            found = [stmt.target.id]
         elif isinstance(stmt, ast.If):
-            names += [n for n in assigned(stmt.then) + assigned(stmt.orelse) if n not in names]
+            found = assigned(stmt.then) + assigned(stmt.orelse)
         elif isinstance(stmt, ast.Repeat):
-            names += [n for n in assigned(stmt.body) if n not in names]
+            found = assigned(stmt.body)
+        else:
+            found = []
+        names += [name for name in dict.fromkeys(found) if name not in names]
     return names
 
 
