@@ -137,7 +137,9 @@ def stmt_reads(stmt: ast.Stmt) -> list[str]:
         return reads(stmt.value)
     if isinstance(stmt, ast.If):
         return reads(stmt.condition) + [n for s in (*stmt.then, *stmt.orelse) for n in stmt_reads(s)]
-    return reads(stmt.count) + [n for s in stmt.body for n in stmt_reads(s)]
+    # A repeat also reads the values its layers may pass through unchanged (see passed_through).
+    body_reads = [n for s in stmt.body for n in stmt_reads(s)]
+    return reads(stmt.count) + body_reads + passed_through(stmt.body, assigned(stmt.body))
 
 
 def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
@@ -152,7 +154,7 @@ def free_names(body: tuple[ast.Stmt, ...]) -> list[str]:
     return free
 
 
-def passed_through(body: tuple[ast.Stmt, ...], carried: tuple[str, ...]) -> list[str]:
+def passed_through(body: tuple[ast.Stmt, ...], carried: Collection[str]) -> list[str]:
     """The carried values a repeated body may leave as they were: only some branch of an `if` assigns them."""
     every = _assigned_on_every_path(body)
     return [name for name in carried if name not in every]
@@ -168,7 +170,7 @@ def _assigned_on_every_path(body: tuple[ast.Stmt, ...]) -> set[str]:
         elif isinstance(stmt, ast.If):
             names |= _assigned_on_every_path(stmt.then) & _assigned_on_every_path(stmt.orelse)
         elif isinstance(stmt, ast.Repeat):
-            names.update(assigned(stmt.body))
+            names |= _assigned_on_every_path(stmt.body)
     return names
 
 
