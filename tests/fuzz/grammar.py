@@ -120,6 +120,10 @@ class _Writer:
     def pick(self, options):
         return self.rng.choice(list(options))
 
+    def body_length(self) -> int:
+        """Statements in a block body: a few, and sometimes many (where values meet in repeats and ifs)."""
+        return self.rng.randrange(3, 8) if self.chance(0.15) else self.rng.randrange(3)
+
     def fresh(self, stem: str) -> str:
         return f"{stem}{next(self.counter)}"
 
@@ -468,7 +472,7 @@ class _Writer:
             lines += self.statements(scope, OWN, self.rng.randrange(2), "  ")
             lines.append(f"  return linear({self.tensor(scope, OWN)}, n){self.label('sized')}")
         else:
-            lines += self.statements(scope, OWN, self.rng.randrange(3), "  ")
+            lines += self.statements(scope, OWN, self.body_length(), "  ")
             if kind == "cross":
                 lines.append(f"  {x} = {x} + {self.cross_attention(x, 'memory', 'memory_mask')}")
             lines.append(f"  return {self.tensor(scope, OWN)}")
@@ -502,7 +506,7 @@ class _Writer:
         src, mask = self.pick((("src", "src_mask"), ("tokens", "mask"), ("ids", "padding")))
         scope = _Scope(tensors={}, masks={mask: SRC}, tokens={src: SRC})
         lines = [f"block encoder({src}, {mask}) {{", *self.embed(src, SRC, scope)]
-        lines += self.statements(scope, SRC, self.rng.randrange(3), "  ")
+        lines += self.statements(scope, SRC, self.body_length(), "  ")
         lines.append(f"  return {self.pick(('x', 'layer_norm(x) as final_norm', self.tensor(scope, SRC)))}")
         return lines + ["}"]
 
@@ -517,7 +521,7 @@ class _Writer:
             scope = _Scope(tokens={tgt: TGT}, decoding=True)
             lines = [f"block decoder({tgt}) {{"]
         lines += self.embed(tgt, TGT, scope)
-        lines += self.statements(scope, TGT, self.rng.randrange(3), "  ")
+        lines += self.statements(scope, TGT, self.body_length(), "  ")
         if with_memory and self.chance(0.5):
             lines.append(f"  x = x + {self.cross_attention('x', memory, mask)}")
         bias = self.pick(("", ", bias = false", ", false"))
