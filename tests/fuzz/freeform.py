@@ -4,6 +4,8 @@ Where grammar.py writes models that mostly make sense, this walks compiler/gramm
 no regard for meaning: lambdas as repeat counts, sections inside blocks' places, ties to nothing,
 calls of parameters, `extends` of models that do not exist, imports of any path, nesting far deeper
 than a model needs. Nearly all of these must be refused, each with a diagnostic at a real position.
+A share are such blocks beside a working model instead, with only names and literals the compiler
+accepts: nothing calls them, so the spec compiles, and their text must survive flattening.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ NAMES = OPS + MATH_FUNCTIONS + INTERNAL_OPS + RESERVED_NAMES + MISSPELLED_NAMES 
 SECTION_KEYS = ("warmup_steps", "seed", "adam_betas", "beam", "nbest", "vocab_size", "train_src", "lr",
                 "max_steps", "label_smoothing", "keep_checkpoints", "average_last", "bogus")
 OPERATORS = ("+", "-", "*", "/", "//", "%", "**", "==", "!=", "<", "<=", ">", ">=", "and", "or")
+# Beside a working model: names any block may bind, literals the parser accepts, and the model itself.
+SAFE_NAMES = ("x", "h", "y", "z", "f", "g", "w", "relu", "linear", "attention", "d_model", "heads", "memory")
+SAFE_NUMBERS = tuple(n for n in EXTREME_NUMBERS if n not in ("1e999", "9223372036854775808", "99999999999999999999"))
+WORKING_DECODER = "block decoder(tokens) { return linear(embedding(tokens, 7, 4) as embed, 7) as out }"
 
 
 @st.composite
@@ -33,6 +39,8 @@ def specs(draw) -> str:
 class _FreeForm:
     def __init__(self, rng: random.Random, depth: int) -> None:
         self.rng, self.max_depth = rng, depth
+        self.names, self.numbers, self.strings = NAMES, EXTREME_NUMBERS, HOSTILE_STRINGS + INVALID_STRINGS
+        self.safe = False  # only what parses: for blocks beside a working model
 
     def pick(self, options):
         return self.rng.choice(options)
@@ -41,13 +49,13 @@ class _FreeForm:
         return separator.join(make() for _ in range(self.rng.randrange(most + 1)))
 
     def name(self) -> str:
-        return self.pick(NAMES)
+        return self.pick(self.names)
 
     def expr(self, depth: int = 0) -> str:
         if depth >= self.max_depth or self.rng.random() < 0.3:
             return self.pick((
-                lambda: self.pick(EXTREME_NUMBERS),
-                lambda: self.pick(HOSTILE_STRINGS + INVALID_STRINGS),
+                lambda: self.pick(self.numbers),
+                lambda: self.pick(self.strings),
                 self.name, self.name, self.name,
                 lambda: self.pick(("true", "false")),
             ))()
@@ -57,7 +65,7 @@ class _FreeForm:
             lambda: f"{self.pick(('-', 'not '))}{inner()}",
             lambda: f"({inner()})",
             lambda: f"[{self.some(inner, 3)}]",
-            lambda: f"{self.name()} => {inner()}",
+            lambda: f"({self.name()} => {inner()})" if self.safe else f"{self.name()} => {inner()}",
             lambda: self.call(depth),
             lambda: self.call(depth),
         ))()
@@ -80,7 +88,8 @@ class _FreeForm:
             lambda: f"repeat {self.expr(self.max_depth - 1)}{self.label()} {body()}",
             lambda: f"if {self.expr(self.max_depth - 1)} {body()}",
             lambda: f"if {self.expr(self.max_depth - 1)} {body()} else {body()}",
-            lambda: f"if {self.expr(self.max_depth - 1)} {body()} else {self.statement(depth + 1)}",
+            lambda: f"if {self.expr(self.max_depth - 1)} {body()} else "
+                    f"{self.statement(depth + 1) if not self.safe else 'if true ' + body()}",
         ))()
 
     def body(self, depth: int) -> str:
@@ -108,8 +117,18 @@ class _FreeForm:
         ))()
 
     def spec(self) -> str:
+        if self.rng.random() < 0.3:
+            return self.beside_a_model()
         imports = "".join(f"import {self.pick(HOSTILE_STRINGS + INVALID_STRINGS)}\n"
                           for _ in range(self.rng.random() < 0.1))
         base = f" extends {self.name()}" if self.rng.random() < 0.1 else ""
         members = "\n  ".join(self.member() for _ in range(self.rng.randrange(8)))
         return f"{imports}model {self.name()}{base} {{\n  {members}\n}}\n"
+
+    def beside_a_model(self) -> str:
+        """Blocks of any shape that nothing calls, beside a decoder that works: the spec compiles, and
+        their text (comments, strings, nesting, lambdas) must come through flattening intact."""
+        self.names, self.numbers, self.strings, self.safe = SAFE_NAMES, SAFE_NUMBERS, HOSTILE_STRINGS, True
+        blocks = [f"block unused{number}({', '.join(self.rng.sample(SAFE_NAMES, self.rng.randrange(4)))}) "
+                  f"{self.body(0)}" for number in range(1, 2 + self.rng.randrange(3))]
+        return "model m {\n  " + "\n  ".join([*blocks, WORKING_DECODER]) + "\n}\n"

@@ -122,7 +122,7 @@ class _Writer:
 
     def body_length(self) -> int:
         """Statements in a block body: a few, and sometimes many (where values meet in repeats and ifs)."""
-        return self.rng.randrange(3, 8) if self.chance(0.15) else self.rng.randrange(3)
+        return self.rng.randrange(3, 7) if self.chance(0.05) else self.rng.randrange(3)
 
     def fresh(self, stem: str) -> str:
         return f"{stem}{next(self.counter)}"

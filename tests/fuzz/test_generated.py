@@ -7,8 +7,8 @@ from .config import cases, fuzz_settings
 from .oracle import check
 from .tally import counts, record
 
-MODELS = 3000
-FREE_FORM = 3300
+MODELS = 2800
+FREE_FORM = 3600
 DERIVED = 120
 
 
@@ -33,7 +33,9 @@ def test_free_form_specs_keep_the_contract():
         record("free-form specs", check(text))
 
     case()
-    assert counts("free-form specs")["cases"] >= cases(FREE_FORM)
+    tally = counts("free-form specs")
+    # Most are refused; the rest are blocks of any shape beside a working model, which must compile.
+    assert tally["cases"] >= cases(FREE_FORM) and tally["ran"] >= tally["cases"] * 0.1, tally
 
 
 def test_specs_extending_the_shipped_ones_keep_the_contract():
