@@ -1,4 +1,4 @@
-"""Stage 3, graph: expand the entry blocks into an op-level networkx.DiGraph.
+"""Stage 3, graph: expand the entry blocks into an op graph of typed nodes (compiler/ir.py).
 
 The builder interprets block bodies: each op call becomes a node (attributes checked by the op's
 pydantic schema), each block call and `repeat` becomes a child in a tree of `Instance`s (the
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
-import networkx as nx
 import pydantic
 
 from . import ast
@@ -21,11 +20,15 @@ from .diagnostics import Diagnostics, Span, did_you_mean
 from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
 from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, passed_through, reads,
                    single_block_call, stmt_reads, warn_unused)
+from .ir import Node, OpGraph
 from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
 from .ops import CALLABLE_OPS, OPS, IOAttrs, OpDef
 from .resolve import ResolvedModel
 from .shapes import BATCH, SRC_LEN, TGT_LEN, TensorType
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 ENTRY_SIGNATURES = {"encoder": (2,), "decoder": (1, 3)}
 
@@ -87,7 +90,7 @@ class Instance:
 
 @dataclass
 class BuiltGraph:
-    graph: nx.DiGraph
+    graph: OpGraph
     root: Instance  # children: "encoder" and/or "decoder"
     names: dict[int, str]  # id(call or repeat) -> attribute name in its block
     uncalled: set[tuple[str, int]]  # (instance path, id(lambda)): functions made there, never called; lower to None
@@ -119,7 +122,7 @@ def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[Buil
 class _Builder:
     def __init__(self, model: ResolvedModel, diagnostics: Diagnostics) -> None:
         self.model, self.diagnostics = model, diagnostics
-        self.graph = nx.DiGraph()
+        self.graph = OpGraph()
         self.names: dict[int, str] = {}
         self.call_stack: list[str] = []
         self.counters: dict[tuple[str, str], itertools.count] = {}
@@ -130,6 +133,9 @@ class _Builder:
         for block in model.blocks.values():
             self.names.update(call_site_names(block.body, model.blocks))
             warn_unused(block, diagnostics)
+        # Ops without weights are numbered (`add_1`); the numbers skip every module name, so a label
+        # such as `as add_1` never gives two nodes one id.
+        self.module_names = set(self.names.values())
         # Blocks the decoder uses that hold cache-aware ops take the cache in forward().
         self.cache_blocks = cache_blocks("decoder", model.blocks)
         self.budget = Budget()
@@ -188,17 +194,14 @@ class _Builder:
     def _input(self, name: str, kind: str, span: Span) -> Tensor:
         length = SRC_LEN if name.startswith("src") else TGT_LEN
         dtype = "long" if kind == "tokens" else "bool"
-        node = f"input.{name}"
-        self.graph.add_node(node, op="input", attrs=IOAttrs(name=name, kind=kind), span=span, module=None,
-                            scope="", repeat=(), shape=TensorType((BATCH, length), dtype), inferred={})
-        return Tensor(node)
+        node = self.graph.add(Node(f"input.{name}", "input", IOAttrs(name=name, kind=kind), {}, span, module=None,
+                                   scope="", shape=TensorType((BATCH, length), dtype)))
+        return Tensor(node.id)
 
     def _output(self, name: str, value: Value, span: Span) -> None:
         if isinstance(value, Tensor):
-            node = f"output.{name}"
-            self.graph.add_node(node, op="output", attrs=IOAttrs(name=name, kind="output"), span=span,
-                                module=None, scope="", repeat=(), shape=None, inferred={})
-            self.graph.add_edge(value.node, node, ports=("x",))
+            self.graph.add(Node(f"output.{name}", "output", IOAttrs(name=name, kind="output"), {"x": value.node},
+                                span, module=None, scope=""))
         elif not isinstance(value, Poison):
             self.diagnostics.error("type", span, f"the {name} must be a tensor, got {describe(value)}")
 
@@ -504,17 +507,14 @@ class _Builder:
             frame.instance.children[name] = Instance(path=node, kind="op", node=node, span=expr.span)
         else:
             counter = self.counters.setdefault((scope, op_name), itertools.count(1))
-            node, module = _join(scope, f"{op_name}_{next(counter)}"), None
+            name = f"{op_name}_{next(counter)}"
+            while name in self.module_names:
+                name = f"{op_name}_{next(counter)}"
+            node, module = _join(scope, name), None
         self.budget.module(expr.span)
         frame.instance.call_nodes[id(expr)] = node
-        self.graph.add_node(node, op=op_name, attrs=validated, span=span or expr.span, module=module,
-                            scope=scope, repeat=tuple(self.stack_frames), shape=None, inferred={},
-                            cached=frame.decoding)
-        for port, tensor in inputs.items():
-            if self.graph.has_edge(tensor.node, node):  # attention(h, h, h): one edge, three ports
-                self.graph.edges[tensor.node, node]["ports"] += (port,)
-            else:
-                self.graph.add_edge(tensor.node, node, ports=(port,))
+        self.graph.add(Node(node, op_name, validated, {port: tensor.node for port, tensor in inputs.items()},
+                            span or expr.span, module, scope, repeat=tuple(self.stack_frames), cached=frame.decoding))
         return Tensor(node)
 
     def _validate_attrs(self, op: OpDef, attrs: dict, span: Span, arg_spans: dict[str, Span]):
@@ -584,7 +584,7 @@ def _is_constant(value: object) -> bool:
 
 
 
-def input_sources(graph: nx.DiGraph, node: str) -> dict[str, str]:
+def input_sources(graph: "nx.DiGraph", node: str) -> dict[str, str]:
     """An op node's inputs: port name -> the node that produces it."""
     return {port: src for src, _, ports in graph.in_edges(node, data="ports") for port in ports}
 

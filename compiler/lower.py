@@ -139,8 +139,8 @@ class _Lowering:
 
     def _constructor(self, child: Instance) -> str:
         if child.kind == "op":
-            data = self.graph.nodes[child.node]
-            return OPS[data["op"]].module(data["attrs"], data["inferred"])
+            node = self.graph[child.node]
+            return OPS[node.op].module(node.attrs, node.inferred)
         if child.kind == "stack":
             classes = self.layer_classes[child.path]
             if len(set(classes)) == 1:
@@ -193,8 +193,8 @@ class _Lowering:
         return self._call(instance, env, expr), 100
 
     def _infix(self, instance: Instance, env: dict, expr: ast.BinOp) -> tuple[str, int]:
-        node = self.graph.nodes[instance.call_nodes[id(expr)]]
-        op = OPS[node["op"]]
+        node = self.graph[instance.call_nodes[id(expr)]]
+        op = OPS[node.op]
         if op.name == "scale":
             tensor_side = expr.left if _reads_runtime_value(expr.left, env, self.model.blocks) else expr.right
             text, prec = self._expr(instance, env, tensor_side)
@@ -203,7 +203,7 @@ class _Lowering:
             (left, lp), (right, rp) = self._expr(instance, env, expr.left), self._expr(instance, env, expr.right)
             inputs = {"a": f"({left})" if lp < op.precedence else left,
                       "b": f"({right})" if rp <= op.precedence else right}
-        return op.call("", inputs, node["attrs"], None), op.precedence
+        return op.call("", inputs, node.attrs, None), op.precedence
 
     def _call(self, instance: Instance, env: dict, call: ast.Call) -> str:
         name = call.callee.id
@@ -214,15 +214,14 @@ class _Lowering:
             cache = ", cache=cache" if child.has_cache and instance.has_cache else ""
             return f"self.{_identifier(child.name)}({self._call_args(instance, env, call)}{cache})"
         assert name in CALLABLE_OPS, f"unexpected call {name}"
-        node_id = instance.call_nodes[id(call)]
-        node = self.graph.nodes[node_id]
-        op = OPS[node["op"]]
+        node = self.graph[instance.call_nodes[id(call)]]
+        op = OPS[node.op]
         bound = _bind_op_args(op, call, Diagnostics())
         assert bound is not None
         inputs = {i.name: self._expr(instance, env, bound[i.name])[0] for i in op.inputs if i.name in bound}
         target = self.names[id(call)] if op.module is not None else ""
         cache = "cache" if op.uses_cache and instance.has_cache else None
-        return op.call(_identifier(target) if target else "", inputs, node["attrs"], cache)
+        return op.call(_identifier(target) if target else "", inputs, node.attrs, cache)
 
     def _call_args(self, instance: Instance, env: dict, call: ast.Call) -> str:
         args = [self._expr(instance, env, a)[0] for a in call.args]

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Optional
 
-import networkx as nx
-
 from .diagnostics import Diagnostics, did_you_mean, printable
-from .graph import BuiltGraph, input_sources
+from .graph import BuiltGraph
+from .ir import OpGraph
 from .ops import OPS
 from .resolve import ResolvedModel
 from .shapes import BATCH, SRC_LEN, TGT_LEN, ShapeError
@@ -86,91 +85,92 @@ def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) 
     return None if diagnostics.errors else validated
 
 
-def lint(graph: nx.DiGraph) -> None:
+def lint(graph: OpGraph) -> None:
     """Invariants of the graph that the builder and every pass must keep (bugs, not user errors)."""
-    assert nx.is_directed_acyclic_graph(graph), "the op graph has a cycle"
-    for node, data in graph.nodes(data=True):
-        op = OPS[data["op"]]
-        ports = set(input_sources(graph, node))
+    made: set[str] = set()
+    for node in graph:
+        assert set(node.inputs.values()) <= made, f"{node.id} reads a node made after it"
+        made.add(node.id)
+        op = OPS[node.op]
+        ports = set(node.inputs)
         expected = {i.name for i in op.inputs}
         required = {i.name for i in op.inputs if not i.optional}
-        assert required <= ports <= expected, f"{node}: inputs {ports}, op {op.name} takes {expected}"
-        assert isinstance(data["attrs"], op.attrs), f"{node}: attributes are not {op.attrs.__name__}"
+        assert required <= ports <= expected, f"{node.id}: inputs {ports}, op {op.name} takes {expected}"
+        assert isinstance(node.attrs, op.attrs), f"{node.id}: attributes are not {op.attrs.__name__}"
 
 
-def _infer_shapes(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
-    for node in nx.topological_sort(graph):
-        data = graph.nodes[node]
-        if data["op"] == "input":
+def _infer_shapes(graph: OpGraph, diagnostics: Diagnostics) -> None:
+    for node in graph:  # inputs first: nodes are made after the nodes they read
+        if node.op == "input":
             continue
-        shapes = {port: graph.nodes[src]["shape"] for port, src in input_sources(graph, node).items()}
+        shapes = {port: graph[source].shape for port, source in node.inputs.items()}
         if any(s is None for s in shapes.values()):
             continue  # an input already failed; its error is reported
         try:
-            data["shape"], data["inferred"] = OPS[data["op"]].infer(shapes, data["attrs"])
+            node.shape, node.inferred = OPS[node.op].infer(shapes, node.attrs)
         except ShapeError as error:
-            origins = [f"{port} is {_origin(graph, src)}" for port, src in input_sources(graph, node).items()]
-            diagnostics.error("shape", data["span"], str(error), "; ".join(origins))
+            origins = [f"{port} is {_origin(graph, source)}" for port, source in node.inputs.items()]
+            diagnostics.error("shape", node.span, str(error), "; ".join(origins))
 
 
 # What each entry returns, as the model interface promises it (docs/model-interface.md).
 OUTPUTS = {"memory": ("the encoder", SRC_LEN, "d_model"), "logits": ("the decoder", TGT_LEN, "vocab")}
 
 
-def _check_outputs(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
+def _check_outputs(graph: OpGraph, diagnostics: Diagnostics) -> None:
     """The encoder returns [batch, src_len, d_model] and the decoder [batch, tgt_len, vocab], both float:
     the runtime, and the model's vocabulary size and width, are read off these shapes."""
     for name, (entry, length, size) in OUTPUTS.items():
-        data = graph.nodes.get(f"output.{name}")
-        shape = data["shape"] if data is not None else None
+        node = graph.nodes.get(f"output.{name}")
+        shape = node.shape if node is not None else None
         if shape is None:
             continue
         dims = shape.dims
         if shape.dtype != "float" or len(dims) != 3 or dims[:2] != (BATCH, length) or not isinstance(dims[2], int):
-            diagnostics.error("shape", data["span"], f"{entry} must return {name} of shape [{BATCH}, {length}, "
+            diagnostics.error("shape", node.span, f"{entry} must return {name} of shape [{BATCH}, {length}, "
                               f"{size}], got {shape}")
 
 
-def _origin(graph: nx.DiGraph, node: str) -> str:
+def _origin(graph: OpGraph, node_id: str) -> str:
     """Where a value is made, for messages: 'w_2 (linear) at ffn.xspec:5:12'."""
-    data = graph.nodes[node]
-    if data["op"] == "input":
-        return f"the input '{data['attrs'].name}'"
-    span = data["span"]
-    return f"{node.rsplit('.', 1)[-1]} ({data['op']}) at {printable(Path(span.file).name)}:{span.line}:{span.col}"
+    node = graph[node_id]
+    if node.op == "input":
+        return f"the input '{node.attrs.name}'"
+    span = node.span
+    return f"{node_id.rsplit('.', 1)[-1]} ({node.op}) at {printable(Path(span.file).name)}:{span.line}:{span.col}"
 
 
-def _choose_kv_cache(graph: nx.DiGraph, diagnostics: Diagnostics) -> None:
+def _choose_kv_cache(graph: OpGraph, diagnostics: Diagnostics) -> None:
     """In the decoder, self-attention appends to the cache each step; attention whose keys and
     values do not depend on the target (the encoder output) computes them once."""
     target = "input.tgt"
     if target not in graph:
         return
-    depends_on_target = nx.descendants(graph, target) | {target}
-    for node, data in graph.nodes(data=True):
-        if data["op"] != "attention" or not data.get("cached"):
+    depends_on_target = graph.descendants(target) | {target}
+    for node in graph:
+        if node.op != "attention" or not node.cached:
             continue
-        sources = input_sources(graph, node)
+        sources = node.inputs
         if sources["key"] == sources["query"] == sources["value"]:
-            if not data["attrs"].causal:
-                diagnostics.error("decoder-attention", data["span"], "decoder self-attention must be causal",
+            if not node.attrs.causal:
+                diagnostics.error("decoder-attention", node.span, "decoder self-attention must be causal",
                                   "pass causal = true: a position may not attend to later ones (§3.2.3)")
-            data["inferred"]["kv_cache"] = "append"
+            node.inferred["kv_cache"] = "append"
         elif sources["key"] in depends_on_target or sources["value"] in depends_on_target:
-            diagnostics.error("decoder-attention", data["span"], "keys and values that depend on the target "
+            diagnostics.error("decoder-attention", node.span, "keys and values that depend on the target "
                               "must be the queries themselves (self-attention) to decode step by step")
         else:
-            data["inferred"]["kv_cache"] = "static"
+            node.inferred["kv_cache"] = "static"
 
 
-def _module_tensors(graph: nx.DiGraph, kind: str) -> dict[str, tuple[int, ...]]:
+def _module_tensors(graph: OpGraph, kind: str) -> dict[str, tuple[int, ...]]:
     """The learned tensors (`kind="params"`) or buffers of every module, by state_dict-style path."""
     tensors: dict[str, tuple[int, ...]] = {}
-    for _, data in graph.nodes(data=True):
-        if data["module"] is None:
+    for node in graph:
+        if node.module is None:
             continue
-        for name, shape in getattr(OPS[data["op"]], kind)(data["attrs"], data["inferred"]).items():
-            tensors[f"{data['module']}.{name}"] = shape
+        for name, shape in getattr(OPS[node.op], kind)(node.attrs, node.inferred).items():
+            tensors[f"{node.module}.{name}"] = shape
     return tensors
 
 

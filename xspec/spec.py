@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from xspec.compiler import Compilation
+    from xspec.compiler.ir import OpGraph
     from xspec.compiler.sections import DataSection, DecodeSection, TrainSection
 
 
@@ -29,7 +30,7 @@ class CompiledSpec:
         self.name: str = model.name
         self.path: str = model.span.file
         self.params: dict[str, Any] = dict(model.params)
-        self.graph: nx.DiGraph = validated.graph.graph
+        self.ops: OpGraph = validated.graph.graph  # typed nodes in topological order (compiler/ir.py)
         self.parameters: int = validated.parameter_count
         self.python_source: str = compilation.python_source
         self.train: TrainSection = model.sections["train"]  # type: ignore[assignment]
@@ -37,30 +38,34 @@ class CompiledSpec:
         self.decode: DecodeSection = model.sections["decode"]  # type: ignore[assignment]
         self.warnings: str = compilation.diagnostics.render()
 
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The op graph as a `networkx.DiGraph` (docs/graph.md), made when first asked for."""
+        return self.ops.to_networkx()
+
     # --- facts the runtime needs, read off the graph -----------------------------------------
     @property
     def has_encoder(self) -> bool:
-        return "input.src" in self.graph
+        return "input.src" in self.ops
 
     @cached_property
     def vocab_size(self) -> int:
-        sizes = {d["attrs"].vocab for _, d in self.graph.nodes(data=True) if d["op"] == "embedding"}
-        logits = self.graph.nodes["output.logits"]["shape"].last if "output.logits" in self.graph else None
+        sizes = {node.attrs.vocab for node in self.ops if node.op == "embedding"}
+        logits = self.ops["output.logits"].shape.last if "output.logits" in self.ops else None
         return max(sizes | ({logits} if isinstance(logits, int) else set()))
 
     @cached_property
     def max_positions(self) -> Optional[int]:
-        lengths = [d["attrs"].max_len for _, d in self.graph.nodes(data=True) if d["op"].endswith("_positions")]
+        lengths = [node.attrs.max_len for node in self.ops if node.op.endswith("_positions")]
         return min(lengths) if lengths else None
 
     @cached_property
     def model_dim(self) -> int:
         """The width of the decoder's output before the vocabulary projection (d_model)."""
-        if "output.logits" not in self.graph:
-            return int(self.graph.nodes["output.memory"]["shape"].last)
-        (projection,) = self.graph.predecessors("output.logits")
-        data = self.graph.nodes[projection]
-        return int(data["inferred"].get("in_features", data["shape"].last))
+        if "output.logits" not in self.ops:
+            return int(self.ops["output.memory"].shape.last)
+        projection = self.ops[self.ops["output.logits"].inputs["x"]]
+        return int(projection.inferred.get("in_features", projection.shape.last))
 
     @property
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -129,15 +134,18 @@ class CompiledSpec:
         return summarize(self)
 
     def graph_json(self) -> str:
-        nodes = []
-        for node, data in self.graph.nodes(data=True):
+        nodes, edges = [], []
+        for node in self.ops:
             nodes.append({
-                "id": node, "op": data["op"], "attrs": data["attrs"].model_dump(),
-                "shape": str(data["shape"]) if data["shape"] is not None else None,
-                "module": data["module"], "span": f"{data['span'].file}:{data['span'].line}:{data['span'].col}",
-                "repeat": [list(r) for r in data["repeat"]],
+                "id": node.id, "op": node.op, "attrs": node.attrs.model_dump(),
+                "shape": str(node.shape) if node.shape is not None else None,
+                "module": node.module, "span": f"{node.span.file}:{node.span.line}:{node.span.col}",
+                "repeat": [list(r) for r in node.repeat],
             })
-        edges = [{"from": a, "to": b, "ports": list(p)} for a, b, p in self.graph.edges(data="ports")]
+            ports: dict[str, list[str]] = {}  # one edge per source, with every port it feeds
+            for port, source in node.inputs.items():
+                ports.setdefault(source, []).append(port)
+            edges += [{"from": source, "to": node.id, "ports": fed} for source, fed in ports.items()]
         return json.dumps({"name": self.name, "nodes": nodes, "edges": edges, "ties": self.ties}, indent=1)
 
     @property

@@ -19,8 +19,8 @@ def summarize(spec: "CompiledSpec") -> dict[str, Any]:
         "parameters": spec.parameters,
         "blocks": {row["path"]: row["parameters"] for row in rows},
         "shapes": {row["path"]: row["output"] for row in rows if row["output"]},
-        "inputs": {d["attrs"].name: str(d["shape"]) for _, d in spec.graph.nodes(data=True) if d["op"] == "input"},
-        "outputs": {d["attrs"].name: str(d["shape"]) for _, d in spec.graph.nodes(data=True) if d["op"] == "output"},
+        "inputs": {node.attrs.name: str(node.shape) for node in spec.ops if node.op == "input"},
+        "outputs": {node.attrs.name: str(node.shape) for node in spec.ops if node.op == "output"},
         "warnings": [line for line in spec.warnings.splitlines() if ": warning: " in line],
         "rows": rows,
     }
@@ -37,7 +37,7 @@ def _rows(spec: "CompiledSpec", instance: "Instance", depth: int) -> Iterator[di
             label = f"{name} ({len(child.children)}x)"
             output = _shape(spec, child.children[str(len(child.children) - 1)])
         else:
-            kind = child.block.name.id if child.block else spec.graph.nodes[child.node]["op"]
+            kind = child.block.name.id if child.block else spec.ops[child.node].op
             label, output = name, _shape(spec, child)
         yield {"path": child.path, "label": label, "kind": kind, "depth": depth, "parameters": count,
                "tied": tied, "output": output}
@@ -49,9 +49,9 @@ def _shape(spec: "CompiledSpec", instance: "Instance") -> str | None:
     from xspec.compiler.graph import Tensor
 
     if instance.kind == "op":
-        return str(spec.graph.nodes[instance.node]["shape"])
+        return str(spec.ops[instance.node].shape)
     if isinstance(instance.result, Tensor):
-        return str(spec.graph.nodes[instance.result.node]["shape"])
+        return str(spec.ops[instance.result.node].shape)
     return None
 
 
