@@ -28,10 +28,15 @@ def dense_parameters() -> str:
 
 
 def nested_expressions() -> str:
-    """64 KiB of expressions nested just inside the syntax depth limit."""
+    """Expressions nested just inside the syntax depth limit, up to the token limit."""
     expression = "-(" * 55 + "1" + ")" * 55
-    count = 63 * 1024 // (len(expression) + 20)
-    return "model m {\n" + "".join(f"  param p{i} = {expression}\n" for i in range(count)) + DECODER + "}\n"
+    return "model m {\n" + "".join(f"  param p{i} = {expression}\n" for i in range(115)) + DECODER + "}\n"
+
+
+def dense_tokens() -> str:
+    """Tokens of one character each, up to the token limit: the parser's worst case per byte."""
+    ones = ",".join(["1"] * 1000)
+    return "model m {\n" + "".join(f"  param p{i} = [{ones}]\n" for i in range(9)) + DECODER + "}\n"
 
 
 def exponential_blocks() -> str:
@@ -43,7 +48,7 @@ def exponential_blocks() -> str:
 
 def constant_work_in_a_loop() -> str:
     """A long constant list evaluated in every layer of a repeat: bounded by evaluation steps."""
-    items = ", ".join(["1"] * 3000)
+    items = ", ".join(["1"] * 1000)
     return ("model m {\n  block decoder(tokens) {\n    x = embedding(tokens, 10, 8) as embed\n"
             f"    repeat 10000 {{ x = relu(x)\n  unused = [{items}] }}\n"
             "    return linear(x, 10) as out\n  }\n}\n")
@@ -52,6 +57,14 @@ def constant_work_in_a_loop() -> str:
 def many_layers() -> str:
     """The largest repeat, each layer one module and one op."""
     return ("model m {\n  block decoder(tokens) {\n    x = embedding(tokens, 10, 8) as embed\n"
+            "    repeat 9000 { x = layer_norm(x) as norm }\n    return linear(x, 10) as out\n  }\n}\n")
+
+
+def everything_at_once() -> str:
+    """The parser's worst case and the expansion's together: 19,000 tokens, then 9,000 layers."""
+    ones = ",".join(["1"] * 1000)
+    return ("model m {\n" + "".join(f"  param p{i} = [{ones}]\n" for i in range(9)) +
+            "  block decoder(tokens) {\n    x = embedding(tokens, 10, 8) as embed\n"
             "    repeat 9000 { x = layer_norm(x) as norm }\n    return linear(x, 10) as out\n  }\n}\n")
 
 
@@ -72,10 +85,12 @@ def call_chain() -> str:
 CASES = {
     "base model (reference)": None,
     "64 KiB of chained parameters": dense_parameters,
-    "64 KiB of deeply nested expressions": nested_expressions,
+    "20,000 tokens of nested expressions": nested_expressions,
+    "20,000 one-character tokens": dense_tokens,
     "blocks doubling 30 times": exponential_blocks,
     "constant work in 10,000 layers": constant_work_in_a_loop,
     "9,000 layers": many_layers,
+    "19,000 tokens and 9,000 layers": everything_at_once,
     "1,000 errors among 2,000 names": errors_among_many_names,
     "95 nested block calls": call_chain,
 }

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from .diagnostics import Diagnostics, TooManyErrors
-from .flatten import flatten
+from .flatten import TooLarge, flatten
 from .graph import build_graph
 from .limits import MAX_RESOLVED_BYTES
 from .lower import lower
@@ -46,8 +46,9 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
         raise CompileFailed(diagnostics) from None
     if validated is None or model is None:
         raise CompileFailed(diagnostics)
-    resolved = flatten(model)
-    if len(resolved.encode("utf-8")) > MAX_RESOLVED_BYTES:
+    try:
+        resolved = flatten(model, MAX_RESOLVED_BYTES)
+    except TooLarge:
         # A run directory and a checkpoint keep this text; it must compile again.
         diagnostics.error("too-large", model.span, f"the resolved spec (parameters as values, imports inlined) "
                           f"takes more than {MAX_RESOLVED_BYTES // 1024} KiB, the limit for a self-contained spec",

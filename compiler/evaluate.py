@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 
 from . import ast
 from .diagnostics import Span
-from .limits import MAX_EXPONENT_BITS, MAX_INT, MAX_STRING, Budget
+from .limits import MAX_EXPONENT_BITS, MAX_INT, MAX_LIST_ITEMS, MAX_STRING, Budget
 
 Constant = Union[int, float, bool, str, tuple]
 
@@ -129,6 +129,9 @@ def check_value(value: object, span: Span) -> Constant:
         # Lists within lists could nest a parameter per level, deeper than any parser or printer goes.
         if any(isinstance(item, tuple) for item in value):
             raise ConstantError("type", span, "a list may hold numbers, booleans and strings, not lists")
+        if len(value) > MAX_LIST_ITEMS:
+            raise ConstantError("too-large", span, f"a list of {len(value):,} items exceeds the limit of "
+                                f"{MAX_LIST_ITEMS:,}")
         for item in value:
             check_value(item, span)
         return value

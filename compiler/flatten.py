@@ -13,10 +13,21 @@ from .resolve import ResolvedModel
 from .sections import SECTIONS
 
 
-def flatten(model: ResolvedModel) -> str:
+class TooLarge(Exception):
+    """The resolved spec would exceed the size limit of a self-contained spec."""
+
+
+def flatten(model: ResolvedModel, max_bytes: int) -> str:
+    """The resolved spec's text; TooLarge if it would exceed `max_bytes` (checked as it is written,
+    since parameters that all name one long list would otherwise multiply it)."""
     lines = [f"# Resolved from {printable(model.span.file)} by xspec: parameters are final values.",
              f"model {model.name} {{"]
-    lines += [f"  param {name} = {literal(value)}" for name, value in model.params.items()]
+    size = 0
+    for name, value in model.params.items():
+        lines.append(f"  param {name} = {literal(value)}")
+        size += len(lines[-1])
+        if size > max_bytes:
+            raise TooLarge()
     for block in model.blocks.values():
         lines += ["", "  " + _source(model, block.span)]
     if model.ties:
@@ -25,7 +36,10 @@ def flatten(model: ResolvedModel) -> str:
     for name in SECTIONS:
         lines += ["", f"  {name} {{", *_section_entries(model.sections[name]), "  }"]
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if len(text.encode("utf-8")) > max_bytes:
+        raise TooLarge()
+    return text
 
 
 def literal(value: object) -> str:

@@ -18,20 +18,23 @@ if TYPE_CHECKING:
 
 # --- source text -------------------------------------------------------------------------------
 MAX_SOURCE_BYTES = 64 * 1024        # a spec and everything it imports (the base model is 4 KB)
+MAX_SOURCE_TOKENS = 20_000          # ... and its tokens (the base model has 500): parsing costs ~25 us each
 MAX_RESOLVED_BYTES = 80 * 1024      # a self-contained spec (a run's or a checkpoint's): the source, values inlined
+MAX_RESOLVED_TOKENS = 24_000
 MAX_FILES = 64                      # files one spec may import, directly or not
 MAX_SYNTAX_DEPTH = 64               # nesting of statements and expressions in the syntax tree
 
 # --- constant values ---------------------------------------------------------------------------
 MAX_INT = 2**63 - 1                 # integers are sizes and counts: int64 is every framework's limit
 MAX_STRING = 4096                   # characters in a string value
+MAX_LIST_ITEMS = 1024               # items in a list value
 MAX_EXPONENT_BITS = 63              # `a ** b` of integers may not exceed MAX_INT: checked before computing
 
 # --- expanding blocks into the op graph -------------------------------------------------------
 MAX_REPEAT = 10_000                 # layers in one `repeat`
 MAX_NESTING = 100                   # block calls, function calls and expressions nested while expanding
 MAX_MODULES = 20_000                # op nodes and module instances the model expands to
-MAX_STEPS = 1_000_000               # expressions and statements evaluated while expanding
+MAX_STEPS = 500_000                 # expressions and statements evaluated while expanding
 
 # --- diagnostics -------------------------------------------------------------------------------
 MAX_ERRORS = 50                     # compilation stops after this many errors, as C compilers do

@@ -43,6 +43,15 @@ def parse_expression(text: str, file: str, diagnostics: Diagnostics) -> Optional
     return _parse(text, file, diagnostics, "expr")
 
 
+# Roughly the grammar's tokens, to bound the parser's work before it starts (comments are not tokens).
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[A-Za-z0-9_]+|\*\*|//|[=!<>]=|=>|\S')
+
+
+def count_tokens(text: str) -> int:
+    """About how many tokens the parser will read in `text` (never far below: each costs ~25 us)."""
+    return sum(1 for match in _TOKEN.finditer(text) if not match.group().startswith("#"))
+
+
 def _parse(text: str, file: str, diagnostics: Diagnostics, start: str):
     diagnostics.sources[file] = text
     try:

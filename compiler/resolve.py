@@ -16,8 +16,8 @@ import pydantic
 from . import ast
 from .diagnostics import COMMAND_LINE, Diagnostics, Span, did_you_mean, printable
 from .evaluate import Constant, ConstantError, check_value, evaluate
-from .limits import MAX_FILES, MAX_RESOLVED_BYTES, MAX_SOURCE_BYTES
-from .parse import parse_expression, parse_text
+from .limits import MAX_FILES, MAX_RESOLVED_BYTES, MAX_RESOLVED_TOKENS, MAX_SOURCE_BYTES, MAX_SOURCE_TOKENS
+from .parse import count_tokens, parse_expression, parse_text
 from .sections import SECTIONS
 from .source import SourceError, read_source
 
@@ -71,7 +71,7 @@ class _Loader:
 
     def __init__(self, diagnostics: Diagnostics, allow_imports: bool) -> None:
         self.diagnostics, self.allow_imports = diagnostics, allow_imports
-        self.total_bytes = 0
+        self.total_bytes = self.total_tokens = 0
         self.files: dict[str, ast.SpecFile] = {}
         self.models: dict[str, ast.Model] = {}
 
@@ -99,12 +99,14 @@ class _Loader:
                                        f"{error}")
                 return None
         self.total_bytes += len(source.encode("utf-8", "surrogatepass"))
+        self.total_tokens += count_tokens(source)
         # A self-contained spec inlines its imports and parameter values, so it may be a little larger.
-        limit = MAX_SOURCE_BYTES if self.allow_imports else MAX_RESOLVED_BYTES
-        if self.total_bytes > limit:
+        max_bytes, max_tokens = ((MAX_SOURCE_BYTES, MAX_SOURCE_TOKENS) if self.allow_imports
+                                 else (MAX_RESOLVED_BYTES, MAX_RESOLVED_TOKENS))
+        if self.total_bytes > max_bytes or self.total_tokens > max_tokens:
             span = import_span or Span(path, 1, 1, 1, 2)
-            self.diagnostics.error("too-large", span, f"the spec's files hold more than {limit // 1024} "
-                                   "KiB of text together, the limit for one spec")
+            self.diagnostics.error("too-large", span, f"the spec's files hold more than {max_bytes // 1024} KiB "
+                                   f"or {max_tokens:,} tokens together, the limit for one spec")
             return None
         spec = parse_text(source, path, self.diagnostics)
         if spec is None:

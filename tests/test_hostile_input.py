@@ -166,9 +166,30 @@ def test_a_spec_and_its_imports_share_one_size_limit(tmp_path: Path):
     with pytest.raises(xspec.SpecError) as error:
         xspec.compile(str(tmp_path / "main.xspec"))
     (record,) = error.value.diagnostics
-    assert record.code == "too-large" and "more than 64 KiB of text together" in record.message
-    with pytest.raises(xspec.SpecError, match="more than 64 KiB of text"):
+    assert record.code == "too-large" and "more than 64 KiB or 20,000 tokens together" in record.message
+    with pytest.raises(xspec.SpecError, match="more than 64 KiB or 20,000 tokens"):
         xspec.compile_source(padding * 900 + SMALL_LM.format(name="m", members=""), "memory.xspec")
+
+
+def test_dense_tokens_are_bounded_like_bytes(tmp_path: Path):
+    ones = ", ".join(["1"] * 12000)  # 35 KiB, but 24,000 tokens: parsing them would take a second
+    with pytest.raises(xspec.SpecError, match="more than 64 KiB or 20,000 tokens"):
+        xspec.compile_source(SMALL_LM.format(name="m", members=f"  param p = [{ones}]"), "dense.xspec")
+
+
+def test_a_long_list_is_refused():
+    items = ", ".join(["1"] * 1100)
+    with pytest.raises(xspec.SpecError, match="a list of 1,100 items exceeds the limit of 1,024"):
+        xspec.compile_source(SMALL_LM.format(name="m", members=f"  param p = [{items}]"), "list.xspec")
+
+
+def test_values_repeated_into_a_huge_resolved_spec_are_refused():
+    members = ['  param s = "' + "a" * 4000 + '"', "  param l = [" + ", ".join(["s"] * 1000) + "]"]
+    members += [f"  param q{i} = l" for i in range(500)]  # 4 MB each if written out
+    with pytest.raises(xspec.SpecError) as error:
+        xspec.compile_source(SMALL_LM.format(name="m", members="\n".join(members)), "repeated.xspec")
+    assert [d.code for d in error.value.diagnostics] == ["too-large"]
+    assert "the resolved spec" in error.value.diagnostics[0].message
 
 
 def test_an_import_chain_is_bounded(tmp_path: Path):
