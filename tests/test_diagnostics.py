@@ -103,4 +103,4 @@ def test_missing_spec_file_is_one_clean_message():
     result = subprocess.run([sys.executable, "-m", "xspec", "compile", "no/such.xspec"],
                             capture_output=True, text=True)
     assert result.returncode == 1
-    assert result.stderr == "xspec: error: no/such.xspec: No such file or directory\n"
+    assert result.stderr == "xspec: error: no/such.xspec: no such file\n"

@@ -92,32 +92,42 @@ _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S
                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+class UnreadableFile(UserError):
+    """A file that cannot be read as asked. `reason` says why without the path, for callers that name
+    the file their own way (a spec's `import` line)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        shown = repr(str(path)) if "\0" in str(path) else str(path)
+        super().__init__(f"{shown}: {reason}")
+        self.path, self.reason = path, reason
+
+
 def read_regular_file(path: Path, max_bytes: int | None = None) -> bytes:
     """The contents of the regular file at `path` (at most `max_bytes`, when given)."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
+        raise UnreadableFile(path, "no such file") from None
     except ValueError:
-        raise UserError(f"{str(path)!r}: a path cannot contain a NUL byte") from None
+        raise UnreadableFile(path, "a path cannot contain a NUL byte") from None
     except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a text file") from None
+        raise UnreadableFile(path, "is a directory, not a text file") from None
     except OSError as error:
-        raise UserError(f"{path}: cannot read: {error.strerror}") from None
+        raise UnreadableFile(path, f"cannot read: {error.strerror}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
         suffix = ", not a text file" if stat.S_ISDIR(mode) else "; only regular files are read"
-        raise UserError(f"{path}: is {kind}{suffix}")
+        raise UnreadableFile(path, f"is {kind}{suffix}")
     with os.fdopen(fd, "rb") as handle:
         try:
             data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
         except OSError as error:
-            raise UserError(f"{path}: cannot read: {error.strerror}") from None
+            raise UnreadableFile(path, f"cannot read: {error.strerror}") from None
     if max_bytes is not None and len(data) > max_bytes:
-        raise UserError(f"{path}: larger than {max_bytes:,} bytes")
+        raise UnreadableFile(path, f"larger than {max_bytes:,} bytes")
     return data
 
 
