@@ -68,6 +68,13 @@ def everything_at_once() -> str:
             "    repeat 9000 { x = layer_norm(x) as norm }\n    return linear(x, 10) as out\n  }\n}\n")
 
 
+def long_repeat_body() -> str:
+    """A repeated body of 3,000 statements: every per-statement pass over it must stay linear."""
+    body = "".join(f"      x{i} = x\n" for i in range(3000))
+    return ("model m {\n  block decoder(tokens) {\n    x = embedding(tokens, 10, 8) as embed\n"
+            f"    repeat 2 {{\n{body}      x = relu(x)\n    }}\n    return linear(x, 10) as out\n  }}\n}}\n")
+
+
 def errors_among_many_names() -> str:
     """Misspelled names among 2,000 others: 50 errors with their hints, then the compiler stops."""
     known = "".join(f"  param n{i:04d} = {i}\n" for i in range(2000))
@@ -91,6 +98,7 @@ CASES = {
     "constant work in 10,000 layers": constant_work_in_a_loop,
     "9,000 layers": many_layers,
     "19,000 tokens and 9,000 layers": everything_at_once,
+    "a repeated body of 3,000 statements": long_repeat_body,
     "1,000 errors among 2,000 names": errors_among_many_names,
     "95 nested block calls": call_chain,
 }

@@ -101,19 +101,16 @@ def _makes_modules(expr: ast.Expr, blocks: Collection[str]) -> bool:
 
 
 def assigned(body: tuple[ast.Stmt, ...]) -> list[str]:
-    """The names a body assigns, each once (both branches of an `if` may assign one)."""
-    names: list[str] = []
+    """The names a body assigns, each once (both branches of an `if` may assign one), in order."""
+    names: dict[str, None] = {}  # an ordered set
     for stmt in body:
         if isinstance(stmt, ast.Assign):
-            found = [stmt.target.id]
+            names[stmt.target.id] = None
         elif isinstance(stmt, ast.If):
-            found = assigned(stmt.then) + assigned(stmt.orelse)
+            names.update(dict.fromkeys(assigned(stmt.then) + assigned(stmt.orelse)))
         elif isinstance(stmt, ast.Repeat):
-            found = assigned(stmt.body)
-        else:
-            found = []
-        names += [name for name in dict.fromkeys(found) if name not in names]
-    return names
+            names.update(dict.fromkeys(assigned(stmt.body)))
+    return list(names)
 
 
 def reads(expr: ast.Expr) -> list[str]:

@@ -69,7 +69,9 @@ class _Lowering:
         self.classes: dict[str, str] = {}  # class body (named "{NAME}") -> class name
         self.class_of: dict[str, str] = {}  # instance path -> class name
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
-        self.rebound: set[str] = set()  # locals the statement being lowered, or a later one, assigns
+        # Where the forward being lowered stands: the statement's index, and each local's last assignment.
+        self.statement_index = 0
+        self.last_assigned: dict[str, int] = {}
         self.order: list[str] = []  # class sources in definition order
         self.model_class = class_name(model.name, set(_prelude_classes()))
 
@@ -117,25 +119,27 @@ class _Lowering:
         args = ", ".join(["self", *(_identifier(p) for p in instance.params)] +
                          (["cache=None"] if instance.has_cache else []))
         lines += ["", f"{INDENT}def forward({args}):"]
+        self.last_assigned = self._last_assignments(instance)
         for index, recorded in enumerate(instance.statements):
-            self.rebound = self._assigned_from(instance, index)
+            self.statement_index = index
             lines += [INDENT * 2 + line for line in self._statement(instance, recorded)]
         if instance.outputs:
             lines.append(f"{INDENT * 2}return {', '.join(_identifier(o) for o in instance.outputs)}")
         return "\n".join(lines) + "\n"
 
-    def _assigned_from(self, instance: Instance, index: int) -> set[str]:
-        """The locals that statement `index` of a forward and the ones after it assign."""
-        names: set[str] = set()
-        for recorded in instance.statements[index:]:
+    def _last_assignments(self, instance: Instance) -> dict[str, int]:
+        """Each local a forward assigns -> the index of the last statement that assigns it."""
+        last: dict[str, int] = {}
+        for index, recorded in enumerate(instance.statements):
             stmt = recorded.stmt
             if isinstance(stmt, ast.Assign):
-                names.add(stmt.target.id)
+                last[stmt.target.id] = index
             elif isinstance(stmt, ast.Repeat):
                 stack = instance.children[self.names[id(stmt)]]
                 single = stmt.body[0] if stack.repeat_single_call else None
-                names.update([single.target.id] if isinstance(single, ast.Assign) else stack.children["0"].outputs)
-        return names
+                for name in [single.target.id] if isinstance(single, ast.Assign) else stack.children["0"].outputs:
+                    last[name] = index
+        return last
 
     def _constructor(self, child: Instance) -> str:
         if child.kind == "op":
@@ -183,7 +187,8 @@ class _Lowering:
             function = f"lambda {_identifier(expr.param.id)}: {self._expr(instance, inner, expr.body)[0]}"
             # A spec's function sees values as they were when it was made; a Python closure would see a
             # local assigned again later (`y = linear(y, 4)` after `f = h => h + y`): bind those now.
-            kept = sorted(n for n in set(reads(expr)) & self.rebound if isinstance(env.get(n), (Tensor, Closure)))
+            kept = sorted(n for n in set(reads(expr)) if self.last_assigned.get(n, -1) >= self.statement_index
+                          and isinstance(env.get(n), (Tensor, Closure)))
             if kept:
                 return f"(lambda {', '.join(map(_identifier, kept))}: {function})({', '.join(kept)})", 100
             return function, 0
