@@ -28,7 +28,7 @@ from types import CodeType
 PRELUDE = Path(__file__).with_name("prelude.py")
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 BUILTINS = frozenset({"range", "super"})
-LIBRARIES = frozenset({"nn", "F"})  # generated classes use nn.Linear, F.dropout, ...; torch and math only in the prelude
+LIBRARIES = frozenset({"nn", "F"})  # generated classes call nn.Linear, F.dropout...; torch and math: prelude only
 OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult)
 COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
 

@@ -127,7 +127,8 @@ class _Loader:
         previous = self.models.get(spec.model.name.id)
         if previous is not None and previous is not spec.model:
             self.diagnostics.error("duplicate", spec.model.name.span,
-                                   f"model '{spec.model.name.id}' is already defined at {printable(str(previous.name.span))}")
+                                   f"model '{spec.model.name.id}' is already defined at "
+                                   f"{printable(str(previous.name.span))}")
         self.models[spec.model.name.id] = spec.model
         return spec
 

@@ -52,24 +52,34 @@ def test_every_shipped_spec_generates_code_that_passes_the_check(path: Path):
 TINY = xspec.compile("specs/tiny.xspec").python_source
 
 
+INIT = "        self.encoder = Encoder()"  # a line of the generated model class's __init__
+
+
+@pytest.mark.parametrize("line, refused", [
+    ("__import__('os')", "the name '__import__'"),
+    ("eval('1')", "the name 'eval'"),
+    ("self.__class__", "a Expr statement"),
+    ("x = self.__class__", "private attribute"),
+    ("x = F.torch", "F.torch other than"),
+    ("x = torch.load('m')", "the name 'torch'"),
+    ("x = [1 for t in () if t]", "comprehension other than"),
+    ("import os", "a Import statement"),
+    ("x = b'bytes'", "the constant b'bytes'"),
+], ids=lambda value: value[:30])
+def test_the_check_refuses_in_a_method_what_the_generator_never_emits(line: str, refused: str):
+    assert INIT in TINY
+    with pytest.raises(GeneratedCodeError, match=refused.replace("(", r"\(")):
+        compile_checked(TINY.replace(INIT, f"{INIT}\n        {line}", 1), "<test>")
+
+
 @pytest.mark.parametrize("edit, refused", [
     (("import math", "import os"), "an import other than"),
     (("import math", "from os import system"), "a module-level ImportFrom"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        __import__('os')"), "the name '__import__'"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        eval('1')"), "the name 'eval'"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        self.__class__"), "a Expr statement"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = self.__class__"), "private attribute"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = F.torch"), "F.torch other than"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = torch.load('m')"), "the name 'torch'"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = [1 for t in () if t]"),
-     "comprehension other than"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        import os"), "a Import statement"),
-    (("        self.encoder = Encoder()", "        self.encoder = Encoder()\n        x = b'bytes'"), "the constant b'bytes'"),
     (("Model = ", "Model = print or "), "a module-level assignment"),
     (("class DecoderCache:", "class DecoderCache:\n    evil = 1"), "differs from the prelude's"),
     (("\n\nModel = ", "\n__import__('os')\n\nModel = "), "a module-level Expr"),
 ], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])
-def test_the_check_refuses_anything_the_generator_never_emits(edit: tuple[str, str], refused: str):
+def test_the_check_refuses_in_the_module_what_the_generator_never_emits(edit: tuple[str, str], refused: str):
     old, new = edit
     assert old in TINY
     with pytest.raises(GeneratedCodeError, match=refused.replace("(", r"\(")):

@@ -20,7 +20,8 @@ import xspec
 from xspec.cli import main
 
 SPECS = sorted(Path("specs").glob("*.xspec")) + sorted(Path("specs/table3").glob("*.xspec"))
-SMALL_LM = "model {name} {{\n{members}\n  block decoder(tokens) {{ return linear(embedding(tokens, 10, 8) as embed, 10) as out }}\n}}\n"
+SMALL_LM = ("model {name} {{\n{members}\n"
+            "  block decoder(tokens) {{ return linear(embedding(tokens, 10, 8) as embed, 10) as out }}\n}}\n")
 
 
 def payload(marker: Path | str) -> str:

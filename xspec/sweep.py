@@ -173,7 +173,8 @@ def prepare_corpus(config: SweepConfig) -> Corpus:
         description = "the built-in demo task (xspec.runtime.demo_data)"
     else:
         folder = Path(config.data)
-        train_src, train_tgt = _corpus_file(folder, "train", config.src_lang), _corpus_file(folder, "train", config.tgt_lang)
+        train_src = _corpus_file(folder, "train", config.src_lang)
+        train_tgt = _corpus_file(folder, "train", config.tgt_lang)
         dev_src, dev_tgt = _dev_file(folder, config.src_lang), _dev_file(folder, config.tgt_lang)
         description = f"{folder} ({config.src_lang}->{config.tgt_lang})"
     if config.dev_lines is not None:
