@@ -14,7 +14,9 @@ sentences whether it runs on one process or eight, and a run resumes at (epoch, 
 
 from __future__ import annotations
 
+import itertools
 import random
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -81,15 +83,42 @@ class Batch:
                      self.target_tokens)
 
 
+# Rows become tensors in one piece: one flat tensor of every id, scattered into a PAD-filled tensor
+# through a mask of the positions each row fills (a tensor per row took ~10x longer at 25000 tokens).
+
+def _flat(rows: list[list[int]]) -> torch.Tensor:
+    """Every id of `rows`, in order, as one int64 tensor."""
+    ids = array("q")
+    ids.fromlist(list(itertools.chain.from_iterable(rows)))
+    return torch.frombuffer(ids, dtype=torch.long) if ids else torch.zeros(0, dtype=torch.long)
+
+
+def _lengths(rows: list[list[int]]) -> torch.Tensor:
+    return torch.tensor([len(r) for r in rows], dtype=torch.long)
+
+
+def _place(out: torch.Tensor, flat: torch.Tensor, lengths: torch.Tensor) -> None:
+    """Writes row i's `lengths[i]` ids (consecutive in `flat`) at the start of out's row i."""
+    out.masked_scatter_(torch.arange(out.size(1)) < lengths[:, None], flat)
+
+
 def pad(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    """[len(rows), longest] int64, each row's ids then PAD."""
+    lengths = _lengths(rows)
+    out = torch.full((len(rows), int(lengths.max())), PAD, dtype=torch.long)
+    _place(out, _flat(rows), lengths)
     return out
 
 
 def collate(indices: list[int], sources: list[list[int]], targets: list[list[int]]) -> Batch:
+    """One micro-batch as tensors (see Batch); the targets' ids are flattened once for tgt_in and labels."""
     src = pad([sources[i] for i in indices])
-    tgt_in = pad([[BOS] + targets[i] for i in indices])
-    labels = pad([targets[i] + [EOS] for i in indices])
+    rows = [targets[i] for i in indices]
+    lengths, flat = _lengths(rows), _flat(rows)
+    tgt_in = torch.full((len(rows), int(lengths.max()) + 1), PAD, dtype=torch.long)
+    labels = torch.full_like(tgt_in, PAD)
+    tgt_in[:, 0] = BOS
+    _place(tgt_in[:, 1:], flat, lengths)
+    _place(labels, flat, lengths)
+    labels[torch.arange(len(rows)), lengths] = EOS
     return Batch(src, src == PAD, tgt_in, labels, int((labels != PAD).sum()))

@@ -2,7 +2,9 @@
 
 import random
 
-from xspec.runtime.batching import collate, micro_batches, plan_epoch, shard
+import torch
+
+from xspec.runtime.batching import collate, micro_batches, pad, plan_epoch, shard
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 
@@ -65,3 +67,35 @@ def test_collate_shifts_the_target_and_masks_padding():
     assert batch.tgt_in.tolist() == [[BOS, 8, 9], [BOS, 10, PAD]]
     assert batch.labels.tolist() == [[8, 9, EOS], [10, EOS, PAD]]
     assert batch.target_tokens == 5
+
+
+def _per_row_pad(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def _random_rows(rng: random.Random, n: int, shortest: int, longest: int, end: list[int]) -> list[list[int]]:
+    return [[rng.randrange(4, 37000) for _ in range(rng.randint(shortest, longest))] + end for _ in range(n)]
+
+
+def test_collate_equals_padding_row_by_row():
+    rng = random.Random(3)
+    for n, longest in ((1, 1), (5, 3), (64, 40), (300, 120)):
+        sources = _random_rows(rng, n, 0, longest, [EOS])
+        targets = _random_rows(rng, n, 0, longest, [])        # an empty target is BOS -> EOS
+        indices = rng.sample(range(n), rng.randint(1, n))
+        batch = collate(indices, sources, targets)
+        src = _per_row_pad([sources[i] for i in indices])
+        labels = _per_row_pad([targets[i] + [EOS] for i in indices])
+        expected = (src, src == PAD, _per_row_pad([[BOS] + targets[i] for i in indices]), labels)
+        for got, want in zip((batch.src, batch.src_padding, batch.tgt_in, batch.labels), expected):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        assert batch.target_tokens == int((labels != PAD).sum()) == sum(len(targets[i]) + 1 for i in indices)
+
+
+def test_pad_equals_padding_row_by_row():
+    rows = _random_rows(random.Random(4), 50, 1, 30, [])
+    assert torch.equal(pad(rows), _per_row_pad(rows))
+    assert pad([[7], [8, 9]]).tolist() == [[7, PAD], [8, 9]]
