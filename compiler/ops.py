@@ -199,7 +199,8 @@ def _attention_module(a: AttentionAttrs, i: Inferred) -> str:
     return (
         f"MultiHeadAttention({i['d_model']!r}, heads={a.heads!r}, d_k={a.d_k!r}, d_v={a.d_v!r}, "
         f"kdim={i['kdim']!r}, vdim={i['vdim']!r}, causal={a.causal!r}, dropout={a.dropout!r}, "
-        f"bias={a.bias!r}, kv_cache={i.get('kv_cache', 'none')!r})"
+        f"bias={a.bias!r}, kv_cache={i.get('kv_cache', 'none')!r}, "
+        f"self_attention={i.get('self_attention', False)!r})"
     )
 
 

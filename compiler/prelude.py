@@ -75,14 +75,16 @@ class MultiHeadAttention(nn.Module):
     (§3.2.2), with Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2.1).
 
     kv_cache says what a DecoderCache keeps: "append" (self-attention: keys and values grow one
-    step at a time) or "static" (attention over the encoder output: computed once).
+    step at a time) or "static" (attention over the encoder output: computed once). self_attention:
+    the keys are the queries, so without a cache both have the same positions.
     """
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_cache="none"):
+                 bias=True, kv_cache="none", self_attention=False):
         super().__init__()
         self.heads, self.d_k, self.d_v = heads, d_k, d_v
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
+        self.self_attention = self_attention
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
         self.k_proj = nn.Linear(kdim or d_model, heads * d_k, bias=bias)
         self.v_proj = nn.Linear(vdim or d_model, heads * d_v, bias=bias)
@@ -117,7 +119,9 @@ class MultiHeadAttention(nn.Module):
         mask = None
         if padding_mask is not None:
             mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where attending is allowed
-        is_causal = self.causal and mask is None and q.size(2) == k.size(2)
+        # Decided from static facts only, never from sizes (torch.compile cannot branch on a symbolic
+        # size): self-attention over the whole sequence uses SDPA's own causal mask.
+        is_causal = self.causal and self.self_attention and cache is None and mask is None
         if self.causal and not is_causal:
             # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
             past = k.size(2) - q.size(2)

@@ -76,7 +76,7 @@ def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) 
     if diagnostics.errors:
         return None
     _check_outputs(built.graph, diagnostics)
-    _choose_kv_cache(built.graph, diagnostics)
+    _attention_roles(built.graph, diagnostics)
     params = _module_tensors(built.graph, "params")
     ties, tie_lines = _check_ties(model, params, diagnostics)
     validated = ValidatedModel(built, params, ties, tie_lines, _module_tensors(built.graph, "buffers"))
@@ -140,9 +140,13 @@ def _origin(graph: OpGraph, node_id: str) -> str:
     return f"{node_id.rsplit('.', 1)[-1]} ({node.op}) at {printable(Path(span.file).name)}:{span.line}:{span.col}"
 
 
-def _choose_kv_cache(graph: OpGraph, diagnostics: Diagnostics) -> None:
-    """In the decoder, self-attention appends to the cache each step; attention whose keys and
-    values do not depend on the target (the encoder output) computes them once."""
+def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
+    """Each attention's role, decided once here: self-attention (its keys are its queries) or not; and
+    in the decoder, how the cache serves it: self-attention appends to it each step, attention whose
+    keys and values do not depend on the target (the encoder output) computes them once."""
+    for node in graph:
+        if node.op == "attention":
+            node.inferred["self_attention"] = node.inputs["key"] == node.inputs["query"]
     target = "input.tgt"
     if target not in graph:
         return
