@@ -29,10 +29,12 @@ class TrainSection(_Section):
     lr_scale: float = Field(1.0, gt=0)
     lr: float = Field(1e-4, gt=0)
     warmup_steps: int = Field(4000, ge=1)
-    # §5.1: about 25000 source and 25000 target tokens per update. `max_batch_tokens` caps one
-    # forward pass; updates larger than that accumulate gradients over several passes.
+    # §5.1: about 25000 source and 25000 target tokens per update. An update is split into
+    # `update_parts` forward passes (default: one per process), each capped at `max_batch_tokens`
+    # padded tokens (what fits in memory); smaller caps accumulate gradients over more passes.
     batch_tokens: int = Field(25000, ge=1)
     max_batch_tokens: Optional[int] = Field(None, ge=1)
+    update_parts: Optional[int] = Field(None, ge=1, le=4096)
     # §5.4: label smoothing eps_ls = 0.1.
     label_smoothing: float = Field(0.1, ge=0, lt=1)
     clip_norm: Optional[float] = Field(None, gt=0)
@@ -44,7 +46,16 @@ class TrainSection(_Section):
     keep_checkpoints: int = Field(20, ge=1)
     average_last: int = Field(5, ge=1)
     validate_every_steps: int = Field(1000, ge=1)
+    # Losses are read back from the device every this many updates (default: 1 on CPU, 10 on GPUs,
+    # where each read waits for the GPU to finish).
+    log_every_steps: Optional[int] = Field(None, ge=1)
     seed: int = 1
+    # Computation: "auto" is bf16 autocast on GPUs that support it, fp16 with loss scaling on older
+    # ones, float32 on CPUs.
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    # "fsdp" shards parameters, gradients and optimizer state over the processes (torch's fully_shard),
+    # for models that do not fit one device; "none" replicates the model (DistributedDataParallel).
+    sharding: Literal["none", "fsdp"] = "none"
 
     @model_validator(mode="after")
     def _average_within_kept(self) -> "TrainSection":

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -209,8 +210,10 @@ def params_difference(saved: dict, current: dict) -> str | None:
     return shown + more
 
 
-def load_into(model: torch.nn.Module, checkpoint: Checkpoint) -> None:
-    """Copies the tensors into `model`, naming the first tensor whose name, shape or kind does not match."""
+def load_into(model: torch.nn.Module, checkpoint: Checkpoint,
+              load: Callable[[dict[str, torch.Tensor]], None] | None = None) -> None:
+    """Copies the tensors into `model` (through `load`, for a model sharded over processes), naming the
+    first tensor whose name, shape or kind does not match."""
     expected = model.state_dict()
     for name, tensor in checkpoint.tensors.items():
         if name not in expected:
@@ -225,7 +228,7 @@ def load_into(model: torch.nn.Module, checkpoint: Checkpoint) -> None:
     missing = [k for k in expected if k not in checkpoint.tensors]
     if missing:
         raise UserError(f"{checkpoint.path}: no tensor {missing[0]} (a checkpoint from a different spec)")
-    model.load_state_dict(checkpoint.tensors)
+    (load or model.load_state_dict)(checkpoint.tensors)
 
 
 def _same_kind(expected: torch.dtype, found: torch.dtype) -> bool:
@@ -234,14 +237,16 @@ def _same_kind(expected: torch.dtype, found: torch.dtype) -> bool:
     return found.is_floating_point if expected.is_floating_point else found == expected
 
 
-def restore_training_state(path: Path, state, optimizer: torch.optim.Optimizer, scheduler) -> dict:
-    """Loads the optimizer's and the scheduler's state from `state` (read by `load_state(path)`) and
-    returns its progress record. A state of another form is refused before anything is loaded."""
+def restore_training_state(path: Path, state, optimizer: torch.optim.Optimizer, scheduler,
+                           load_optimizer: Callable[[dict], None] | None = None) -> dict:
+    """Loads the optimizer's (through `load_optimizer`, for sharded parameters) and the scheduler's
+    state from `state` (read by `load_state(path)`) and returns its progress record. A state of another
+    form is refused before anything is loaded."""
     problem = _state_problem(state, optimizer, scheduler)
     if problem:
         raise UserError(f"{path}: unusable training state ({problem})")
     try:
-        optimizer.load_state_dict(state["optimizer"])
+        (load_optimizer or optimizer.load_state_dict)(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UserError(f"{path}: unusable training state ({error})") from None

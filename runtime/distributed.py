@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -40,8 +41,15 @@ def pick_device(requested: str | None, local_rank: int = 0) -> torch.device:
     return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def setup(requested_device: str | None) -> Context:
-    """Joins the process group when started by torchrun (it sets WORLD_SIZE, RANK, LOCAL_RANK)."""
+DEFAULT_TIMEOUT_MINUTES = 60.0
+
+
+def setup(requested_device: str | None, timeout_minutes: float = DEFAULT_TIMEOUT_MINUTES) -> Context:
+    """Joins the process group when started by torchrun (it sets WORLD_SIZE, RANK, LOCAL_RANK).
+
+    `timeout_minutes` bounds every collective, including the first ones, where the other ranks wait
+    while rank 0 prepares the run (the vocabulary of a large corpus can take a while): NCCL's default
+    of 10 minutes would end such runs."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return Context(0, 1, pick_device(requested_device))
@@ -50,7 +58,8 @@ def setup(requested_device: str | None) -> Context:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=timedelta(minutes=timeout_minutes))
     return Context(dist.get_rank(), world_size, device)
 
 
@@ -71,3 +80,27 @@ def all_sum(context: Context, values: list[float]) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=context.device)
     dist.all_reduce(tensor)
     return tensor.tolist()
+
+
+def all_sum_tensor(context: Context, tensor: torch.Tensor) -> torch.Tensor:
+    """Sums a tensor over ranks, in place, without reading it back to the host."""
+    if context.distributed:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def share_bytes(context: Context, data: bytes | None) -> bytes:
+    """Rank 0's `data` on every rank (e.g. the vocabulary it trained): sent over the process group, so
+    other nodes need no shared filesystem to read it."""
+    if not context.distributed:
+        assert data is not None
+        return data
+    # gloo and NCCL both move tensors: the length first, then the bytes as uint8.
+    size = torch.tensor([len(data) if context.is_main else 0], dtype=torch.long, device=context.device)
+    dist.broadcast(size, src=0)
+    if context.is_main:
+        buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(context.device)
+    else:
+        buffer = torch.empty(int(size.item()), dtype=torch.uint8, device=context.device)
+    dist.broadcast(buffer, src=0)
+    return data if context.is_main else bytes(buffer.cpu().tolist())

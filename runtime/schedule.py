@@ -25,7 +25,17 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: TrainSection,
 
 
 def make_optimizer(parameters, train: TrainSection) -> torch.optim.Adam:
-    """§5.3: Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (the spec's `train` section)."""
+    """§5.3: Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (the spec's `train` section).
+
+    Fused: one kernel for all parameters (several times faster than the per-tensor loop, on CPUs too),
+    and it can skip an update on the device when told the gradients are not finite (`skip_if`)."""
     base_lr = train.lr if train.lr_schedule == "constant" else 1.0
     return torch.optim.Adam(parameters, lr=base_lr, betas=tuple(train.adam_betas), eps=train.adam_eps,
-                            weight_decay=train.weight_decay)
+                            weight_decay=train.weight_decay, fused=True)
+
+
+def skip_if(optimizer: torch.optim.Adam, not_finite: torch.Tensor) -> None:
+    """Makes the next `optimizer.step()` leave parameters and moments as they are when `not_finite` (a
+    0-dim tensor on the parameters' device) is nonzero, decided on the device without waiting for it:
+    the fused Adam's `found_inf`, the mechanism torch.amp.GradScaler uses for the same purpose."""
+    optimizer.found_inf = not_finite.float()  # type: ignore[attr-defined]

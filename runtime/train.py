@@ -1,44 +1,42 @@
 """Training any compiled spec with the paper's recipe (§5), then scoring the test split (§6.1).
 
 The flow of `train()`: check the run (on resume: the recorded data and the checkpoint's model) ->
-data -> shared vocabulary -> model, Adam and the eq. 3 schedule (or the last checkpoint's state) ->
-only then write the run's spec.xspec and run.json -> token-count batches -> updates with gradient
-accumulation, periodic validation and checkpoints until a limit, Ctrl-C or a non-finite loss stops
-them (recorded in run.json) -> beam search on the test split -> BLEU.
-Nothing here depends on the architecture: the model is whatever `spec.build()` returns.
+data -> shared vocabulary (trained by rank 0, sent to the others) -> the model and its loss, replicated
+or sharded over the processes and compiled if asked, Adam and the eq. 3 schedule (or the last
+checkpoint's state) -> only then write the run's spec.xspec and run.json -> the updates (loop.py) until
+a limit, Ctrl-C or a non-finite loss stops them (recorded in run.json) -> beam search on the test split
+-> BLEU. Nothing here depends on the architecture: the model is whatever `spec.build()` returns.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import signal
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from xspec.errors import UserError
 from xspec.files import write_atomically
 from xspec.runtime import checkpoint as ckpt
-from xspec.runtime import distributed
-from xspec.runtime.batching import collate, micro_batches, plan_epoch, shard
+from xspec.runtime import distributed, state_dicts
 from xspec.runtime.corpus import EncodedPairs, ParallelText, encode_pairs, read_parallel
 from xspec.runtime.demo_data import write_demo_data
 from xspec.runtime.evaluate import Scores, score
-from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, TEST_OUTPUT, DataFiles, RunRecord, Split, append_metrics,
-                                   read_metrics_log, read_run_record, rewrite_metrics_log, write_final_metrics,
-                                   write_run_files, write_run_record)
+from xspec.runtime.loop import Diverged, Progress, StopRequested, Trainer, torch_seed
+from xspec.runtime.precision import choose_precision
+from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, TEST_OUTPUT, DataFiles, RunRecord, Split, read_metrics_log,
+                                   read_run_record, rewrite_metrics_log, write_final_metrics, write_run_files,
+                                   write_run_record)
 from xspec.runtime.schedule import make_optimizer, make_scheduler
+from xspec.runtime.step import TrainingStep, compile_step, distribute
 from xspec.runtime.translation import Translator
-from xspec.runtime.vocab import PAD, Vocab, load_or_train_vocab
+from xspec.runtime.vocab import Vocab, load_or_train_vocab
 
 
 class Interrupted(UserError):
@@ -59,38 +57,7 @@ class RunOptions:
     truncate: bool | None = None
     progress: bool = True
     evaluate: bool = True               # decode the test split at the end
-
-
-@dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint for exact resumption."""
-
-    step: int = 0
-    epoch: int = 0
-    update: int = 0                     # next update of the epoch's plan
-    train_tokens: int = 0
-    train_seconds: float = 0.0
-    last_checkpoint: Path | None = None
-
-    def state(self) -> dict:
-        return {"step": self.step, "epoch": self.epoch, "update": self.update,
-                "train_tokens": self.train_tokens, "train_seconds": self.train_seconds}
-
-    @classmethod
-    def from_state(cls, state: dict, path: Path) -> "Progress":
-        """The progress record of a training state file, checked: counts and a duration, none negative."""
-        counts = ("step", "epoch", "update", "train_tokens")
-        seconds = state.get("train_seconds")
-        if set(state) != {*counts, "train_seconds"} or not all(_is_count(state[k]) for k in counts) or \
-                isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
-                not 0 <= seconds < math.inf:
-            raise UserError(f"{path}: unusable training state (progress: expected {', '.join(counts)} as "
-                            "whole numbers and train_seconds, none negative)")
-        return cls(**{k: state[k] for k in counts}, train_seconds=float(seconds))
-
-
-def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    dist_timeout_minutes: float = distributed.DEFAULT_TIMEOUT_MINUTES
 
 
 @dataclass
@@ -106,7 +73,7 @@ def train(spec, options: RunOptions) -> dict:
     if not spec.has_encoder:
         raise UserError(f"{spec.name}: xspec train translates, and this spec has no encoder "
                         "(a decoder-only model); use an encoder-decoder spec")
-    context = distributed.setup(options.device)
+    context = distributed.setup(options.device, options.dist_timeout_minutes)
     try:
         return _train(spec, options, context)
     finally:
@@ -130,7 +97,7 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
     resumed = _same_model_checkpoint(existing[-1], spec) if options.resume else None
 
     if record.data.train is None:
-        record = replace(record, data=_demo_files(run_dir, context))
+        record = replace(record, data=_demo_files(run_dir))
     data = record.data
     texts = _read_texts(data)              # every file checked before any work is done
     vocab = _vocab(spec, texts["train"], run_dir, context)
@@ -139,40 +106,43 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
     if corpus.valid is not None:
         say(corpus.valid.summary("valid"))
 
-    torch.manual_seed(torch_seed(cfg.seed))
-    model = spec.build(device=str(context.device))
-    optimizer = make_optimizer(model.parameters(), cfg)
-    scheduler = make_scheduler(optimizer, cfg, spec.model_dim)
-    progress = _resume(resumed, model, optimizer, scheduler) if resumed is not None else Progress()
+    trainer = _trainer(spec, run_dir, context, corpus, vocab, options)
+    if resumed is not None:
+        trainer.resume(resumed)
+    progress = trainer.progress
     if context.is_main:
         write_run_files(run_dir, spec.resolved_source, record)
         _start_metrics_log(run_dir, progress.step if options.resume else None)
     if resumed is not None:
         say(f"resuming {run_dir} at step {progress.step}")
-    say(f"{spec.name}: {spec.parameters:,} parameters, vocabulary {len(vocab)}, device {context.device}"
-        + (f", {context.world_size} processes" if context.distributed else ""))
+    where = f"device {context.device}"
+    if context.distributed:
+        where += f", {context.world_size} processes" + (", parameters sharded (FSDP)" if trainer.sharded else "")
+    if context.device.type == "cuda":
+        where += f", {trainer.precision.name}"
+    say(f"{spec.name}: {spec.parameters:,} parameters, vocabulary {len(vocab)}, {where}")
     if context.device.type == "cpu" and "malloc" not in os.environ.get("LD_PRELOAD", ""):
         say("note: CPU training runs several times faster with tcmalloc: "
             "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 (Debian: libtcmalloc-minimal4)")
-    # `model` stays the plain module (checkpoints, validation, decoding); updates run through the
-    # DDP wrapper and/or torch.compile, which share its parameters.
-    step_model = model
-    if context.distributed:
-        device_ids = [context.device] if context.device.type == "cuda" else None
-        step_model = DistributedDataParallel(model, device_ids=device_ids)
-    if _use_compile(options.compile, context.device):
-        step_model = torch.compile(step_model)
 
     run = _Run(spec, run_dir, record, context, options)
     with _stop_on_signals() as stop_requested:
-        reason = _loop(run, model, step_model, optimizer, scheduler, corpus, vocab, progress, stop_requested)
+        try:
+            reason = trainer.run(stop_requested)
+        except StopRequested:
+            _record_stop(run, _stop_record("interrupted", progress))
+            raise Interrupted(f"interrupted at step {progress.step}; checkpoint {progress.last_checkpoint} "
+                              f"written; continue with: xspec train --resume {run_dir}") from None
+        except Diverged as diverged:
+            _diverged(run, progress, diverged)
     stopped = _stop_record(reason, progress)
     say(_stop_line(reason, progress, cfg))
     _record_stop(run, stopped)
 
-    valid_loss = _validate(model, corpus.valid, spec, context) if corpus.valid is not None else None
+    valid_loss = trainer.validate() if corpus.valid is not None else None
     if progress.last_checkpoint is None or _checkpoint_step(progress.last_checkpoint) != progress.step:
-        _save_checkpoint(spec, model, optimizer, scheduler, vocab, progress, run_dir, context)
+        trainer.save_checkpoint()
+    model = _decoding_model(spec, trainer)
     if not context.is_main:
         return {}
     metrics = {"steps": progress.step, "valid_loss": valid_loss,
@@ -201,12 +171,6 @@ class _Run:
     record: RunRecord
     context: distributed.Context
     options: RunOptions
-
-
-def torch_seed(value: int) -> int:
-    """A seed `torch.manual_seed` accepts, whatever integer the spec gives: the same value for
-    seeds in [0, 2**63), the rest reduced into that range."""
-    return value % 2**63
 
 
 # --- the run record: what a resumed run must keep --------------------------------------------------
@@ -277,23 +241,22 @@ def _stop_line(reason: str, progress: Progress, cfg) -> str:
 
 # --- data --------------------------------------------------------------------------------------
 
-def _demo_files(run_dir: Path, context: distributed.Context) -> DataFiles:
-    """The built-in task, generated into the run directory (deterministic, so every rank agrees)."""
-    if context.is_main:
-        write_demo_data(run_dir / DATA_DIR)
-    distributed.barrier(context)
+def _demo_files(run_dir: Path) -> DataFiles:
+    """The built-in task, generated into the run directory. Every process writes it (it is deterministic,
+    and written atomically): processes on other machines need no shared filesystem to read it."""
+    write_demo_data(run_dir / DATA_DIR)
     d = run_dir / DATA_DIR
     return DataFiles(*(Split(d / f"{s}.src", d / f"{s}.tgt") for s in ("train", "valid", "test")))
 
 
 def _vocab(spec, train: ParallelText, run_dir: Path, context: distributed.Context) -> Vocab:
-    """§5.1: one vocabulary for source and target, trained on the training data by rank 0."""
+    """§5.1: one vocabulary for source and target, trained on the training data by rank 0 and sent to the
+    other processes (which wait up to the process group's timeout, `--dist-timeout`)."""
+    proto = None
     if context.is_main:
-        vocab = load_or_train_vocab(run_dir, itertools.chain(train.source, train.target), spec.data.vocab_size,
-                                    spec.data.vocab_model)
-    distributed.barrier(context)
-    if not context.is_main:
-        vocab = Vocab.load(run_dir / "sentencepiece.model")
+        proto = load_or_train_vocab(run_dir, itertools.chain(train.source, train.target), spec.data.vocab_size,
+                                    spec.data.vocab_model).model_proto
+    vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / "sentencepiece.model"))
     if len(vocab) > spec.vocab_size:
         raise UserError(f"{run_dir / 'sentencepiece.model'}: {len(vocab)} pieces, but the model's embedding "
                         f"has {spec.vocab_size} rows; set data.vocab_size <= {spec.vocab_size}")
@@ -336,155 +299,41 @@ def _use_compile(choice: str, device: torch.device) -> bool:
     return choice == "on" or (choice == "auto" and device.type == "cuda")
 
 
-def _autocast(device: torch.device):
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-
-
-def _loop(run: _Run, model, step_model, optimizer, scheduler, corpus: Corpus, vocab: Vocab, progress: Progress,
-          stop_requested) -> str:
-    """Updates until a limit is reached; returns which ("max_steps" or "max_minutes"). Ctrl-C and a
-    non-finite loss record why the run stopped, then raise."""
-    spec, context = run.spec, run.context
+def _trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
+             options: RunOptions) -> Trainer:
+    """The model and its loss, spread over the processes (and compiled, if asked), with Adam and the
+    eq. 3 schedule: everything the loop needs."""
     cfg = spec.train
-    src_lens = [len(s) for s in corpus.train.source]
-    tgt_lens = [len(t) for t in corpus.train.target]
-    batches = micro_batches(src_lens, tgt_lens, cfg.max_batch_tokens or cfg.batch_tokens)
-    bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (context.is_main and run.options.progress),
-               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
-    last_checkpoint_time = time.time()
-    plan, planned_epoch = [], None
-    # A resumed run may be past its limits already (train.max_minutes counts over resumptions).
-    reason = _limit_reached(progress, cfg)
-    while reason is None:
-        if planned_epoch != progress.epoch:
-            plan = plan_epoch(batches, tgt_lens, cfg.batch_tokens, cfg.seed, progress.epoch)
-            planned_epoch = progress.epoch
-        if progress.update >= len(plan):
-            progress.epoch += 1
-            progress.update = 0
-            continue
-        update = plan[progress.update]
-        step_started = time.time()
-        tokens = sum(tgt_lens[i] + 1 for b in update for i in b)
-        # dropout: seeded from (seed, step, rank), so a resumed run replays exactly
-        torch.manual_seed(torch_seed((cfg.seed * 1_000_003 + progress.step) * 1_009 + context.rank))
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = _accumulate(step_model, update, corpus.train, tokens, spec, context)
-        over_time = cfg.max_minutes is not None and \
-            progress.train_seconds + time.time() - step_started >= cfg.max_minutes * 60
-        # Every rank must take the same decision, so the flags are summed over ranks.
-        loss_sum, interrupted, over_time = distributed.all_sum(
-            context, [loss_sum, float(stop_requested()), float(over_time)])
-        loss = loss_sum / tokens
-        if not math.isfinite(loss):
-            bar.close()
-            _diverged(run, progress, loss)
-        if cfg.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        progress.step += 1
-        progress.update += 1
-        progress.train_tokens += tokens
-        elapsed = time.time() - step_started
-        progress.train_seconds += elapsed
-        if context.is_main:
-            append_metrics(run.run_dir, {"step": progress.step, "loss": round(loss, 5), "lr": lr,
-                                         "target_tokens": tokens, "tokens_per_s": round(tokens / elapsed, 1)})
-            bar.set_postfix_str(f"loss={loss:.3f} lr={lr:.2e} tok/s={tokens / elapsed:,.0f} "
-                                f"eta={_eta(progress, cfg)}", refresh=False)
-            bar.update(1)
-        if progress.step % cfg.validate_every_steps == 0 and corpus.valid is not None:
-            valid_loss = _validate(model, corpus.valid, spec, context)
-            if context.is_main:
-                append_metrics(run.run_dir, {"step": progress.step, "valid_loss": valid_loss})
-                bar.write(f"step {progress.step}: valid loss {valid_loss:.4f} (ppl {math.exp(valid_loss):.2f})")
-        reason = "max_steps" if progress.step >= cfg.max_steps else "max_minutes" if over_time else None
-        due_steps = cfg.checkpoint_every_steps and progress.step % cfg.checkpoint_every_steps == 0
-        due_minutes = cfg.checkpoint_every_minutes and \
-            time.time() - last_checkpoint_time >= cfg.checkpoint_every_minutes * 60
-        if interrupted or over_time or due_steps or due_minutes:
-            _save_checkpoint(spec, model, optimizer, scheduler, vocab, progress, run.run_dir, context)
-            last_checkpoint_time = time.time()
-        if interrupted:
-            bar.close()
-            _record_stop(run, _stop_record("interrupted", progress))
-            raise Interrupted(f"interrupted at step {progress.step}; checkpoint {progress.last_checkpoint} "
-                              f"written; continue with: xspec train --resume {run.run_dir}")
-    bar.close()
-    return reason
+    precision = choose_precision(context.device, cfg.precision)
+    torch.manual_seed(torch_seed(cfg.seed))
+    step = TrainingStep(spec.build(device=str(context.device)), cfg.label_smoothing)
+    wrapped = distribute(step, context, cfg.sharding)
+    optimizer = make_optimizer(wrapped.parameters(), cfg)
+    runner = compile_step(wrapped) if _use_compile(options.compile, context.device) else wrapped
+    return Trainer(spec, run_dir, context, precision, step, wrapped, runner, optimizer,
+                   make_scheduler(optimizer, cfg, spec.model_dim), corpus.train, corpus.valid, vocab, Progress(),
+                   options.progress, precision.grad_scaler())
 
 
-def _limit_reached(progress: Progress, cfg) -> str | None:
-    if progress.step >= cfg.max_steps:
-        return "max_steps"
-    if cfg.max_minutes is not None and progress.train_seconds >= cfg.max_minutes * 60:
-        return "max_minutes"
-    return None
+def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module:
+    """The trained model for beam search on rank 0: the model itself, or, when its parameters are sharded
+    over the processes, a copy holding them whole (gathering takes every process)."""
+    if not trainer.sharded:
+        return trainer.step.model
+    tensors = state_dicts.model_state(trainer.step, trainer.wrapped, sharded=True)
+    model = spec.build(device=str(trainer.context.device)) if trainer.context.is_main else None
+    if model is not None:
+        model.load_state_dict(tensors)
+    return model
 
 
-def _accumulate(model, update: list[list[int]], data: EncodedPairs, tokens: int, spec,
-                context: distributed.Context) -> float:
-    """Forward/backward over this rank's micro-batches of one update; returns its summed token loss.
-
-    The loss is normalised by the update's target tokens over all ranks (§5.1 counts tokens per
-    batch); DDP averages gradients over ranks, so each rank scales by world_size to get the sum back.
-    """
-    passes = shard(update, context.rank, context.world_size)
-    total = torch.zeros((), device=context.device)
-    for i, (indices, counts) in enumerate(passes):
-        batch = collate(indices, data.source, data.target).to(context.device)
-        last = i == len(passes) - 1
-        with (nullcontext() if last or not context.distributed else model.no_sync()):
-            with _autocast(context.device):
-                logits = model(batch.src, batch.tgt_in, batch.src_padding)          # [B, T, V]
-            # §5.4: label smoothing eps_ls; padding positions are ignored.
-            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.labels.flatten(), ignore_index=PAD,
-                                   label_smoothing=spec.train.label_smoothing, reduction="sum")
-            weight = context.world_size / tokens if counts else 0.0
-            (loss * weight).backward()
-        if counts:
-            total += loss.detach()
-    return float(total)
-
-
-def _eta(progress: Progress, cfg) -> str:
-    per_step = progress.train_seconds / max(progress.step, 1)
-    left = (cfg.max_steps - progress.step) * per_step
-    if cfg.max_minutes is not None:
-        left = min(left, cfg.max_minutes * 60 - progress.train_seconds)
-    left = max(int(left), 0)
-    return f"{left // 60:d}:{left % 60:02d}"
-
-
-def _diverged(run: _Run, progress: Progress, loss: float) -> None:
+def _diverged(run: _Run, progress: Progress, diverged: Diverged) -> None:
     kept = f"the last good checkpoint is {progress.last_checkpoint}" if progress.last_checkpoint \
         else f"no checkpoint was written yet in {run.run_dir}"
-    _record_stop(run, {**_stop_record("diverged", progress), "loss": str(loss)})
-    raise UserError(f"the training loss became {loss} at step {progress.step + 1}; stopped without updating "
-                    f"the model ({kept}); try a lower learning rate or train.clip_norm")
-
-
-@torch.no_grad()
-def _validate(model, valid: EncodedPairs, spec, context: distributed.Context) -> float | None:
-    """Cross entropy per target token (nats, no label smoothing) on the validation split; rank 0 only."""
-    result = None
-    if context.is_main:
-        model.eval()
-        lens = [len(t) for t in valid.target]
-        total, tokens = 0.0, 0
-        for indices in micro_batches([len(s) for s in valid.source], lens, spec.train.max_batch_tokens or 4000):
-            batch = collate(indices, valid.source, valid.target).to(context.device)
-            with _autocast(context.device):
-                logits = model(batch.src, batch.tgt_in, batch.src_padding)
-            total += float(F.cross_entropy(logits.float().flatten(0, 1), batch.labels.flatten(),
-                                           ignore_index=PAD, reduction="sum"))
-            tokens += batch.target_tokens
-        model.train()
-        result = round(total / tokens, 5)
-    distributed.barrier(context)
-    return result
+    _record_stop(run, {**_stop_record("diverged", progress), "loss": str(diverged.loss), "at_step": diverged.step})
+    raise UserError(f"the training loss became {diverged.loss} at step {diverged.step}; the optimizer skipped that "
+                    f"update, so the model never took it in, and training stopped at step {progress.step} ({kept}); "
+                    "try a lower learning rate or train.clip_norm")
 
 
 # --- checkpoints -------------------------------------------------------------------------------
@@ -493,36 +342,9 @@ def _checkpoint_step(path: Path) -> int:
     return int(path.name.split("-")[1].split(".")[0])
 
 
-def _save_checkpoint(spec, model, optimizer, scheduler, vocab: Vocab, progress: Progress, run_dir: Path,
-                     context: distributed.Context) -> None:
-    """§6.1: checkpoints at intervals; the last K kept. Rank 0 writes; the weights are the same everywhere."""
-    path = run_dir / ckpt.CHECKPOINT_DIR / f"step-{progress.step:08d}.safetensors"
-    if context.is_main:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        ckpt.save_state(ckpt.state_path(path), {"optimizer": optimizer.state_dict(),
-                                                "scheduler": scheduler.state_dict(), "progress": progress.state()})
-        ckpt.save_weights(path, model.state_dict(), spec.resolved_source, spec.params, vocab.model_proto,
-                          progress.step)
-        ckpt.prune(run_dir, spec.train.keep_checkpoints)
-    progress.last_checkpoint = path
-
-
 def model_params(params: dict) -> dict:
     """The parameters that shape the model (section settings such as train.max_steps may change on resume)."""
     return {k: v for k, v in params.items() if not k.startswith(("train.", "data.", "decode."))}
-
-
-def _resume(checkpoint: ckpt.Checkpoint, model, optimizer, scheduler) -> Progress:
-    """The model, optimizer and scheduler as the checkpoint left them; where training stands."""
-    ckpt.load_into(model, checkpoint)
-    path = ckpt.state_path(checkpoint.path)
-    record = ckpt.restore_training_state(path, ckpt.load_state(path), optimizer, scheduler)
-    progress = Progress.from_state(record, path)
-    if progress.step != checkpoint.step:
-        raise UserError(f"{path}: the training state of step {progress.step}, beside the weights of "
-                        f"step {checkpoint.step}")
-    progress.last_checkpoint = checkpoint.path
-    return progress
 
 
 # --- the test split ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from xspec.compiler.sections import DecodeSection
 from xspec.runtime.batching import pad
 from xspec.runtime.beam_search import Hypothesis, beam_search
 from xspec.runtime.corpus import encode_source
+from xspec.runtime.precision import choose_precision
 from xspec.runtime.vocab import PAD, Vocab
 
 
@@ -41,7 +42,7 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src = pad([sources[i] for i in chunk]).to(self.device)
-            with _autocast(self.device):
+            with choose_precision(self.device).autocast():
                 hyps = beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
                                    max_positions=self.max_tokens)
@@ -55,7 +56,3 @@ class Translator:
     def translate(self, lines: list[str], progress: bool = False) -> list[str]:
         return [self.vocab.decode(h[0].tokens) if h else "" for h in self.nbest(lines, progress)]
 
-
-def _autocast(device: torch.device):
-    """bf16 autocast on CUDA; full precision on CPU."""
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")

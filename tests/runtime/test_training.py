@@ -18,7 +18,8 @@ from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.average import average_run
 from xspec.runtime.run_dir import DataFiles, Split, read_metrics_log
-from xspec.runtime.train import Interrupted, RunOptions, torch_seed, train
+from xspec.runtime.loop import torch_seed
+from xspec.runtime.train import Interrupted, RunOptions, train
 
 
 def _train(spec, corpus, out: Path, resume: bool = False, evaluate: bool = False, truncate: bool | None = None) -> dict:
@@ -123,7 +124,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, 
     kept = ckpt.list_checkpoints(tmp_path / "run")
     assert [p.name for p in kept] == ["step-00000004.safetensors"]
     stopped = _run_json(tmp_path / "run")["stopped"]
-    assert (stopped["reason"], stopped["step"], stopped["loss"]) == ("diverged", 4, "nan")
+    # Step 5's update was skipped by the optimizer; the run stopped there, the model as step 4 left it.
+    assert (stopped["reason"], stopped["step"], stopped["at_step"], stopped["loss"]) == ("diverged", 5, 5, "nan")
     assert all(torch.isfinite(t).all() for t in ckpt.load_weights(kept[0]).tensors.values())
 
 

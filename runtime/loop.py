@@ -1,0 +1,369 @@
+"""The training loop (§5): updates of about `batch_tokens` target tokens, each split over the processes,
+until a limit, Ctrl-C or a non-finite loss stops it; validation and checkpoints on the way.
+
+The host never waits for the device inside an update: the next update's batches are prepared on a
+background thread (on GPUs), an update whose gradients are not finite is skipped by the optimizer on the
+device, and losses are read back every `train.log_every_steps` updates (every update on CPUs, where
+reading costs nothing). The processes agree, at those reads, on whether to stop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import torch
+import torch.nn as nn
+from tqdm import tqdm
+
+from xspec.errors import UserError
+from xspec.runtime import checkpoint as ckpt
+from xspec.runtime import distributed, state_dicts
+from xspec.runtime.batching import Batch, collate, micro_batch_cap, micro_batches, plan_epoch, shard
+from xspec.runtime.corpus import EncodedPairs
+from xspec.runtime.precision import Precision
+from xspec.runtime.prefetch import Prefetcher
+from xspec.runtime.run_dir import append_metrics
+from xspec.runtime.schedule import skip_if
+from xspec.runtime.step import TrainingStep
+from xspec.runtime.vocab import Vocab
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint for exact resumption."""
+
+    step: int = 0
+    epoch: int = 0
+    update: int = 0                     # next update of the epoch's plan
+    train_tokens: int = 0
+    train_seconds: float = 0.0
+    last_checkpoint: Path | None = None
+
+    def state(self) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "update": self.update,
+                "train_tokens": self.train_tokens, "train_seconds": self.train_seconds}
+
+    @classmethod
+    def from_state(cls, state: dict, path: Path) -> "Progress":
+        """The progress record of a training state file, checked: counts and a duration, none negative."""
+        counts = ("step", "epoch", "update", "train_tokens")
+        seconds = state.get("train_seconds")
+        if set(state) != {*counts, "train_seconds"} or not all(_is_count(state[k]) for k in counts) or \
+                isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+                not 0 <= seconds < math.inf:
+            raise UserError(f"{path}: unusable training state (progress: expected {', '.join(counts)} as "
+                            "whole numbers and train_seconds, none negative)")
+        return cls(**{k: state[k] for k in counts}, train_seconds=float(seconds))
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class Diverged(Exception):
+    """The loss of an update was not finite (the optimizer skipped it); `step` is the first such update."""
+
+    def __init__(self, step: int, loss: float) -> None:
+        super().__init__(f"loss {loss} at step {step}")
+        self.step, self.loss = step, loss
+
+
+class StopRequested(Exception):
+    """Ctrl-C or SIGTERM was received (by any process); a checkpoint has been written."""
+
+
+@dataclass
+class Prepared:
+    """One update, ready to run: this process's passes (on the device) and the update's target tokens."""
+
+    epoch: int
+    index: int
+    passes: list[tuple[Batch, bool]]   # (batch, counts): a filler pass has zero weight
+    tokens: int                        # target tokens (with EOS) of the whole update, over all processes
+
+
+@dataclass
+class _Pending:
+    """An update whose loss has not been read back yet."""
+
+    step: int
+    lr: float
+    tokens: int
+    loss_sum: torch.Tensor
+
+
+@dataclass
+class Trainer:
+    """What the loop works with. `step` is the model and its loss; `wrapped` is it replicated (DDP) or
+    sharded (FSDP) over the processes; `runner` is `wrapped`, compiled or not, which updates call."""
+
+    spec: object
+    run_dir: Path
+    context: distributed.Context
+    precision: Precision
+    step: TrainingStep
+    wrapped: nn.Module
+    runner: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    corpus_train: EncodedPairs
+    valid: Optional[EncodedPairs]
+    vocab: Vocab
+    progress: Progress
+    show_progress: bool = True
+    scaler: Optional[torch.amp.GradScaler] = field(default=None)
+
+    @property
+    def sharded(self) -> bool:
+        return self.context.distributed and self.spec.train.sharding == "fsdp"
+
+    # --- the loop -------------------------------------------------------------------------------------
+    def run(self, stop_requested: Callable[[], bool]) -> str:
+        """Updates until a limit is reached; returns which ("max_steps" or "max_minutes"). Raises
+        Interrupted (after a checkpoint) or Diverged."""
+        cfg, context, progress = self.spec.train, self.context, self.progress
+        reason = _limit_reached(progress, cfg)  # a resumed run may be past its limits already
+        if reason is not None:
+            return reason
+        log_every = cfg.log_every_steps or (10 if context.device.type == "cuda" else 1)
+        bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (context.is_main and self.show_progress),
+                   dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+        pending: list[_Pending] = []
+        last_checkpoint, last_read = time.time(), time.time()
+        updates = Prefetcher(self._planned_updates(), self._prepare, ahead=context.device.type == "cuda")
+        interrupted = over_time = due_by_time = False
+        try:
+            for update in updates:
+                started = time.time()
+                pending.append(self._update(update))
+                progress.train_seconds += time.time() - started
+                at_limit = progress.step >= cfg.max_steps
+                read_now = at_limit or progress.step % log_every == 0
+                if read_now:
+                    # Every process reads back its losses and learns what the others decided, at once.
+                    flags = [stop_requested(),
+                             cfg.max_minutes is not None and progress.train_seconds >= cfg.max_minutes * 60,
+                             cfg.checkpoint_every_minutes is not None and
+                             time.time() - last_checkpoint >= cfg.checkpoint_every_minutes * 60]
+                    losses, (interrupted, over_time, due_by_time) = self._read_back(pending, flags)
+                    self._log_steps(pending, losses, time.time() - last_read, bar)
+                    pending, last_read = [], time.time()
+                if progress.step % cfg.validate_every_steps == 0 and self.valid is not None:
+                    self._log_validation(bar)
+                due_by_steps = cfg.checkpoint_every_steps and progress.step % cfg.checkpoint_every_steps == 0
+                if due_by_steps or (read_now and (interrupted or over_time or due_by_time)):
+                    self.save_checkpoint()
+                    last_checkpoint = time.time()
+                if read_now and interrupted:
+                    raise StopRequested()
+                if read_now and (at_limit or over_time):
+                    return "max_steps" if at_limit else "max_minutes"
+        finally:
+            bar.close()
+        raise AssertionError("the plan of updates never ends")
+
+    def _planned_updates(self) -> Iterator[tuple[int, int, list[list[int]]]]:
+        """(epoch, index, micro-batches) of every update from where the run stands, epoch after epoch."""
+        cfg = self.spec.train
+        parts = cfg.update_parts or self.context.world_size
+        data, tgt_lens = self.corpus_train, self._target_lengths
+        batches = micro_batches([len(s) for s in data.source], tgt_lens,
+                                micro_batch_cap(cfg.batch_tokens, cfg.max_batch_tokens, parts))
+        epoch, index = self.progress.epoch, self.progress.update
+        while True:
+            plan = plan_epoch(batches, tgt_lens, cfg.batch_tokens, cfg.seed, epoch, parts)
+            for i in range(index, len(plan)):
+                yield epoch, i, plan[i]
+            epoch, index = epoch + 1, 0
+
+    @cached_property
+    def _target_lengths(self) -> list[int]:
+        return [len(t) for t in self.corpus_train.target]
+
+    def _prepare(self, planned: tuple[int, int, list[list[int]]]) -> Prepared:
+        """Collates this process's passes of an update and moves them to the device (from pinned memory
+        on a GPU, so the copy does not wait)."""
+        epoch, index, update = planned
+        context, data = self.context, self.corpus_train
+        passes = [(_to_device(collate(indices, data.source, data.target), context.device), counts)
+                  for indices, counts in shard(update, context.rank, context.world_size)]
+        tokens = sum(self._target_lengths[i] + 1 for micro_batch in update for i in micro_batch)
+        return Prepared(epoch, index, passes, tokens)
+
+    def _update(self, update: Prepared) -> _Pending:
+        """One optimizer step over one update (§5: gradients accumulated over its passes)."""
+        cfg, progress = self.spec.train, self.progress
+        # Dropout is seeded from (seed, step, rank), so a resumed run replays exactly.
+        torch.manual_seed(torch_seed((cfg.seed * 1_000_003 + progress.step) * 1_009 + self.context.rank))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = self._accumulate(update)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self._optimizer_step()
+        self.scheduler.step()
+        progress.step += 1
+        progress.epoch, progress.update = update.epoch, update.index + 1
+        progress.train_tokens += update.tokens
+        return _Pending(progress.step, lr, update.tokens, loss_sum)
+
+    def _accumulate(self, update: Prepared) -> torch.Tensor:
+        """Forward/backward over this process's passes of an update; its summed token loss (on the device).
+
+        The loss is normalised by the update's target tokens over all processes (§5.1 counts tokens per
+        batch); DDP and FSDP average gradients over processes, so each scales by world_size to sum them."""
+        context = self.context
+        total = torch.zeros((), device=context.device)
+        for i, (batch, counts) in enumerate(update.passes):
+            with self._gradient_sync(last=i == len(update.passes) - 1):
+                with self.precision.autocast():
+                    loss = self.runner(batch.src, batch.tgt_in, batch.src_padding, batch.labels)
+                weighted = loss * (context.world_size / update.tokens if counts else 0.0)
+                (self.scaler.scale(weighted) if self.scaler is not None else weighted).backward()
+            if counts:
+                total += loss.detach()
+        return total
+
+    def _gradient_sync(self, last: bool):
+        """Gradients are reduced over processes once per update, at its last pass."""
+        if not self.context.distributed:
+            return nullcontext()
+        if self.sharded:
+            self.wrapped.set_requires_gradient_sync(last)
+            return nullcontext()
+        return nullcontext() if last else self.runner.no_sync()
+
+    def _optimizer_step(self) -> None:
+        """Clip (if asked), then step, skipping an update whose gradients are not finite: decided on the
+        device, from the gradient norm, which is the same on every process after the reduction."""
+        cfg = self.spec.train
+        if self.scaler is not None:  # fp16: the scaler skips overflowing steps itself
+            self.scaler.unscale_(self.optimizer)
+        parameters = [p for p in self.wrapped.parameters() if p.grad is not None]
+        if cfg.clip_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(parameters, cfg.clip_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            skip_if(self.optimizer, ~torch.isfinite(norm))
+            self.optimizer.step()
+
+    def _read_back(self, pending: list[_Pending], flags: list[bool]) -> tuple[list[float], list[bool]]:
+        """The pending updates' losses summed over processes, and each flag as any process set it."""
+        values = torch.cat([torch.stack([p.loss_sum for p in pending]),
+                            torch.tensor([float(f) for f in flags], device=self.context.device)])
+        values = distributed.all_sum_tensor(self.context, values.double()).tolist()
+        return values[:len(pending)], [v > 0 for v in values[len(pending):]]
+
+    def _log_steps(self, pending: list[_Pending], losses: list[float], seconds: float, bar: tqdm) -> None:
+        tokens_per_s = sum(p.tokens for p in pending) / max(seconds, 1e-9)
+        for update, loss_sum in zip(pending, losses):
+            loss = loss_sum / update.tokens
+            if not math.isfinite(loss):
+                raise Diverged(update.step, loss)
+            if self.context.is_main:
+                append_metrics(self.run_dir, {"step": update.step, "loss": round(loss, 5), "lr": update.lr,
+                                              "target_tokens": update.tokens, "tokens_per_s": round(tokens_per_s, 1)})
+        if self.context.is_main:
+            bar.set_postfix_str(f"loss={loss:.3f} lr={pending[-1].lr:.2e} tok/s={tokens_per_s:,.0f} "
+                                f"eta={_eta(self.progress, self.spec.train)}", refresh=False)
+            bar.update(len(pending))
+
+    # --- validation and checkpoints -----------------------------------------------------------------
+    def _log_validation(self, bar: tqdm) -> None:
+        valid_loss = self.validate()
+        if self.context.is_main:
+            append_metrics(self.run_dir, {"step": self.progress.step, "valid_loss": valid_loss})
+            bar.write(f"step {self.progress.step}: valid loss {valid_loss:.4f} (ppl {math.exp(valid_loss):.2f})")
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        """Cross entropy per target token (nats, no label smoothing) on the validation split, its
+        batches shared among the processes."""
+        assert self.valid is not None
+        valid, context = self.valid, self.context
+        lens = [len(t) for t in valid.target]
+        cap = self.spec.train.max_batch_tokens or 4000
+        batches = micro_batches([len(s) for s in valid.source], lens, cap)
+        totals = torch.zeros(2, dtype=torch.float64, device=context.device)  # loss, target tokens
+        self.wrapped.eval()
+        for indices, counts in shard(batches, context.rank, context.world_size):
+            batch = collate(indices, valid.source, valid.target).to(context.device)
+            with self.precision.autocast():
+                loss = self.wrapped(batch.src, batch.tgt_in, batch.src_padding, batch.labels, smoothed=False)
+            if counts:
+                totals += torch.stack([loss.double(), torch.tensor(float(batch.target_tokens), device=context.device,
+                                                                   dtype=torch.float64)])
+        self.wrapped.train()
+        loss, tokens = distributed.all_sum_tensor(context, totals).tolist()
+        return round(loss / tokens, 5)
+
+    def save_checkpoint(self) -> None:
+        """§6.1: checkpoints at intervals; the last K kept. Every process takes part in gathering sharded
+        state; rank 0 writes."""
+        progress, context, spec = self.progress, self.context, self.spec
+        tensors = state_dicts.model_state(self.step, self.wrapped, self.sharded)
+        optimizer = state_dicts.optimizer_state(self.wrapped, self.optimizer, self.sharded)
+        path = self.run_dir / ckpt.CHECKPOINT_DIR / f"step-{progress.step:08d}.safetensors"
+        if context.is_main:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            ckpt.save_state(ckpt.state_path(path), {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
+                                                    "progress": progress.state()})
+            ckpt.save_weights(path, tensors, spec.resolved_source, spec.params, self.vocab.model_proto,
+                              progress.step)
+            ckpt.prune(self.run_dir, spec.train.keep_checkpoints)
+        progress.last_checkpoint = path
+
+    def resume(self, checkpoint: ckpt.Checkpoint) -> None:
+        """The model, optimizer and scheduler as the checkpoint left them; where training stands."""
+        ckpt.load_into(self.step.model, checkpoint,
+                       lambda tensors: state_dicts.load_model_state(self.step, self.wrapped, self.sharded, tensors))
+        path = ckpt.state_path(checkpoint.path)
+        record = ckpt.restore_training_state(
+            path, ckpt.load_state(path), self.optimizer, self.scheduler,
+            lambda state: state_dicts.load_optimizer_state(self.wrapped, self.optimizer, self.sharded, state))
+        self.progress = Progress.from_state(record, path)
+        if self.progress.step != checkpoint.step:
+            raise UserError(f"{path}: the training state of step {self.progress.step}, beside the weights of "
+                            f"step {checkpoint.step}")
+        self.progress.last_checkpoint = checkpoint.path
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    if device.type == "cuda":
+        batch = Batch(**{f.name: _pinned(getattr(batch, f.name)) for f in fields(batch)})
+    return batch.to(device)
+
+
+def _pinned(value):
+    return value.pin_memory() if isinstance(value, torch.Tensor) else value
+
+
+def _limit_reached(progress: Progress, cfg) -> str | None:
+    if progress.step >= cfg.max_steps:
+        return "max_steps"
+    if cfg.max_minutes is not None and progress.train_seconds >= cfg.max_minutes * 60:
+        return "max_minutes"
+    return None
+
+
+def torch_seed(value: int) -> int:
+    """A seed `torch.manual_seed` accepts, whatever integer the spec gives: the same value for
+    seeds in [0, 2**63), the rest reduced into that range."""
+    return value % 2**63
+
+
+def _eta(progress: Progress, cfg) -> str:
+    per_step = progress.train_seconds / max(progress.step, 1)
+    left = (cfg.max_steps - progress.step) * per_step
+    if cfg.max_minutes is not None:
+        left = min(left, cfg.max_minutes * 60 - progress.train_seconds)
+    left = max(int(left), 0)
+    return f"{left // 60:d}:{left % 60:02d}"

@@ -1,0 +1,60 @@
+"""A training step's computation as one module, and how it is spread over processes and compiled.
+
+`TrainingStep` is the model and its loss together (§5.4: label-smoothed cross entropy over the target
+tokens), so that DistributedDataParallel or FSDP wrap, and `torch.compile` compiles, both: the loss over
+the [tokens x vocab] logits is then fused into the compiled graph instead of running eagerly on a
+float32 copy of them. Checkpoints, validation and decoding use the model itself (`step.model`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from xspec.runtime.distributed import Context
+from xspec.runtime.vocab import PAD
+
+
+class TrainingStep(nn.Module):
+    def __init__(self, model: nn.Module, label_smoothing: float) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_padding: torch.Tensor, labels: torch.Tensor,
+                smoothed: bool = True) -> torch.Tensor:
+        """The summed token loss of a batch: label-smoothed for training, plain cross entropy (nats) for
+        validation. Padding positions (PAD labels) are ignored."""
+        logits = self.model(src, tgt_in, src_padding)  # [B, T, V]
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=PAD,
+                               label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
+
+
+def distribute(step: TrainingStep, context: Context, sharding: str) -> nn.Module:
+    """The module updates run through: the step itself in one process; over several, replicated with
+    DistributedDataParallel, or sharded with FSDP (`train.sharding = "fsdp"`: each layer of a repeated
+    stack is one unit, the rest of the model another)."""
+    if not context.distributed:
+        return step
+    if sharding == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in _stack_layers(step.model):
+            fully_shard(layer)
+        return fully_shard(step)
+    from torch.nn.parallel import DistributedDataParallel
+
+    # The model's buffers (positional tables) are computed, never trained: no need to re-send them.
+    device_ids = [context.device] if context.device.type == "cuda" else None
+    return DistributedDataParallel(step, device_ids=device_ids, broadcast_buffers=False)
+
+
+def _stack_layers(model: nn.Module) -> list[nn.Module]:
+    """The layers of every repeated stack (the generated model's nn.ModuleLists), outermost first."""
+    return [layer for module in model.modules() if isinstance(module, nn.ModuleList) for layer in module]
+
+
+def compile_step(module: nn.Module) -> nn.Module:
+    """torch.compile of the whole step, lengths dynamic: batches of new lengths reuse the compiled code."""
+    return torch.compile(module, dynamic=True)

@@ -1,0 +1,48 @@
+"""The training step that `--compile on` runs: model and loss compiled as one graph, with no graph break,
+and batches of new lengths reusing it (one test: torch.compile of even the tiny model takes about a minute
+on a CPU)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+import xspec
+from xspec.runtime.batching import collate, micro_batches, plan_epoch
+from xspec.runtime.corpus import encode_pairs, read_parallel
+from xspec.runtime.step import TrainingStep, compile_step
+from xspec.runtime.vocab import PAD, train_vocab
+
+
+def test_the_compiled_step_is_one_graph_for_every_batch_and_gives_the_eager_loss(small_corpus, tmp_path):
+    text = read_parallel(small_corpus.train.src, small_corpus.train.tgt)
+    vocab = train_vocab(text.source + text.target, 200, "bpe", tmp_path)
+    data = encode_pairs(text, vocab, 64, truncate=True)
+    targets = [len(t) for t in data.target]
+    batches = micro_batches([len(s) for s in data.source], targets, 300)
+    plan = [update for epoch in range(3) for update in plan_epoch(batches, targets, 600, seed=1, epoch=epoch)]
+    assert len(plan) >= 30 and len({tuple(collate(u[0], data.source, data.target).tgt_in.shape) for u in plan}) > 10
+
+    torch.manual_seed(0)
+    spec = xspec.compile("specs/tiny.xspec", overrides={"vocab": 200, "layers": 1, "dropout": 0})
+    step = TrainingStep(spec.build("cpu"), label_smoothing=0.1)
+    compiled = compile_step(step)
+    optimizer = torch.optim.Adam(step.parameters(), lr=1e-3)
+    counters.clear()
+    graphs = []
+    for index, update in enumerate(plan[:30]):
+        for micro_batch in update:
+            batch = collate(micro_batch, data.source, data.target)
+            loss = compiled(batch.src, batch.tgt_in, batch.src_padding, batch.labels)
+            if index == 0:  # the same value as the model's logits through F.cross_entropy, eagerly
+                logits = step.model(batch.src, batch.tgt_in, batch.src_padding)
+                eager = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=PAD,
+                                        label_smoothing=0.1, reduction="sum")
+                torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-5 * float(eager.detach().abs()))
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert graphs[-1] - graphs[1] <= 2, graphs
