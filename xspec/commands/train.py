@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import xspec
+from xspec.commands.arguments import float_at_least
 from xspec.errors import UserError
 from xspec.files import check_output_dir
 
@@ -21,14 +22,20 @@ generated artificial language pair.
 
 --resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
 with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
-values may change (--set train.max_steps=...); the model's parameters may not.
+values may change (--set train.max_steps=...); the model's parameters may not. --resume auto, with
+--out, continues --out if it has checkpoints and starts it otherwise: the one command a restarting
+launcher (torchrun --max-restarts) can repeat.
+
+Several processes: torchrun starts one per GPU (or CPU process); each update is split among them, and
+with --set train.sharding=fsdp the parameters are sharded over them too. On several machines, every
+machine needs the data files at the same paths; checkpoints are written by rank 0 (docs/runtime.md).
 
 examples:
   xspec train specs/tiny.xspec
   xspec train specs/base.xspec --train-src train.en --train-tgt train.de \\
       --valid-src valid.en --valid-tgt valid.de --test-src test.en --test-tgt test.de --out runs/base
   xspec train --resume runs/base
-  torchrun --nproc_per_node=8 -m xspec train specs/big.xspec ...
+  torchrun --nproc_per_node=8 -m xspec train specs/big.xspec --out runs/big --resume auto ...
 """
 
 
@@ -38,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{split}-src", metavar="FILE", help=f"{split} source text, one sentence a line")
         parser.add_argument(f"--{split}-tgt", metavar="FILE", help=f"{split} target text, aligned with --{split}-src")
     parser.add_argument("--out", metavar="DIR", help="run directory (default: runs/NAME-DATE-TIME)")
-    parser.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
+    parser.add_argument("--resume", metavar="RUN|auto",
+                        help="continue RUN from its last checkpoint; 'auto' (with --out): continue --out if it "
+                             "has checkpoints, else start it (for torchrun --max-restarts)")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         help="override a spec parameter or section value, e.g. --set train.warmup_steps=400")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: CUDA when available)")
@@ -47,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # None when not given: a resumed run then truncates as it was started.
     parser.add_argument("--truncate", action="store_const", const=True, default=None,
                         help="truncate training sentences longer than data.max_tokens instead of skipping them")
+    parser.add_argument("--dist-timeout", type=float_at_least(1), default=60, metavar="MINUTES",
+                        help="with torchrun: how long a process waits for the others, e.g. while rank 0 "
+                             "trains the vocabulary (default: 60)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-test", action="store_true", help="skip decoding the test split at the end")
 
@@ -107,11 +119,25 @@ def _absolute(base: Path, path: str, where: str) -> Path:
     return (base / path).resolve()
 
 
+def _resumed_run(args: argparse.Namespace) -> str | None:
+    """The run to continue: --resume RUN, or with --resume auto, --out when it holds checkpoints."""
+    if args.resume != "auto":
+        return args.resume
+    from xspec.runtime.checkpoint import list_checkpoints
+
+    if not args.out:
+        raise UserError("--resume auto needs --out DIR: the run to continue if it has checkpoints, else to start")
+    if not args.spec:
+        raise UserError("--resume auto needs the spec, to start the run when --out has no checkpoints yet")
+    return args.out if list_checkpoints(Path(args.out)) else None
+
+
 def run(args: argparse.Namespace) -> int:
     from xspec.runtime.run_dir import SPEC_FILE, default_run_dir, read_run_spec
     from xspec.runtime.train import RunOptions, train
 
     overrides = parse_overrides(args.overrides)
+    args.resume = _resumed_run(args)
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / SPEC_FILE).is_file():
@@ -133,6 +159,6 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(out, "--resume" if args.resume else "--out")
     options = RunOptions(out_dir=out, data=data, device=args.device, compile=args.compile,
                          resume=bool(args.resume), truncate=args.truncate, progress=not args.no_progress,
-                         evaluate=not args.no_test)
+                         evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout)
     train(spec, options)
     return 0
