@@ -173,11 +173,11 @@ class Trainer:
         cfg = self.spec.train
         parts = cfg.update_parts or self.context.world_size
         data, tgt_lens = self.corpus_train, self._target_lengths
-        batches = micro_batches([len(s) for s in data.source], tgt_lens,
-                                micro_batch_cap(cfg.batch_tokens, cfg.max_batch_tokens, parts))
+        src_lens = [len(s) for s in data.source]
+        batches = micro_batches(src_lens, tgt_lens, micro_batch_cap(cfg.batch_tokens, cfg.max_batch_tokens, parts))
         epoch, index = self.progress.epoch, self.progress.update
         while True:
-            plan = plan_epoch(batches, tgt_lens, cfg.batch_tokens, cfg.seed, epoch, parts)
+            plan = plan_epoch(batches, tgt_lens, cfg.batch_tokens, cfg.seed, epoch, parts, src_lens=src_lens)
             for i in range(index, len(plan)):
                 yield epoch, i, plan[i]
             epoch, index = epoch + 1, 0
