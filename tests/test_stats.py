@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import xspec
 from xspec.cli import main
 from xspec.stats import compute
-from xspec.stats.cost import flops, memory
+from xspec.stats.cost import example_flops, flops, memory
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 BASE = dict(V=37000, d=512, dff=2048, h=8, dk=64, dv=64, N=6)
@@ -101,6 +101,19 @@ def test_flops_match_torchs_flop_counter(spec_file, overrides):
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(src, tgt, torch.zeros(batch, n, dtype=torch.bool))
     assert counter.get_total_flops() == batch * flops(spec, n).total
+
+
+def test_example_flops_with_a_source_and_target_of_their_own_lengths():
+    """A padded batch's rows: source and target lengths differ, and every term follows its own."""
+    spec = xspec.compile(str(SPECS / "tiny.xspec"))
+    model = spec.build(device="cpu").eval()
+    batch, src_len, tgt_len = 3, 11, 5
+    src = torch.randint(4, spec.vocab_size, (batch, src_len))
+    tgt = torch.randint(4, spec.vocab_size, (batch, tgt_len))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, tgt, torch.zeros(batch, src_len, dtype=torch.bool))
+    assert counter.get_total_flops() == batch * example_flops(spec, {"src_len": src_len, "tgt_len": tgt_len})
+    assert example_flops(spec, {"src_len": 7, "tgt_len": 7}) == flops(spec, 7).total
 
 
 # --- memory --------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping, Union
 
 from xspec.compiler.graph import input_sources
 from xspec.compiler.shapes import BATCH, TensorType
@@ -68,16 +68,20 @@ def _size(shape: TensorType, batch: int, length: int) -> int:
     return count
 
 
-def _positions(shape: TensorType, length: int) -> int:
-    """Sequence positions in one example: `length` per symbolic length dimension (src_len, tgt_len)."""
+Lengths = Union[int, Mapping[str, int]]  # one length for every sequence, or one per dimension name
+
+
+def _positions(shape: TensorType, length: Lengths) -> int:
+    """Sequence positions in one example: `length` per symbolic length dimension (src_len, tgt_len), or
+    that dimension's own length when `length` names them."""
     count = 1
     for dim in shape.dims:
         if isinstance(dim, str) and dim != BATCH:
-            count *= length
+            count *= length if isinstance(length, int) else length[dim]
     return count
 
 
-def _attention_flops(graph, node: str, length: int) -> dict[str, int]:
+def _attention_flops(graph, node: str, length: Lengths) -> dict[str, int]:
     """§3.2.2: project Q, K, V per head, softmax(QK^T / sqrt(d_k)) V, concatenate, project with W^O."""
     data = graph.nodes[node]
     a, inferred = data["attrs"], data["inferred"]
@@ -99,7 +103,7 @@ def _is_generator(graph, node: str) -> bool:
     return any(graph.nodes[s]["op"] == "output" for s in graph.successors(node))
 
 
-def node_flops(graph, node: str, length: int) -> dict[str, int]:
+def node_flops(graph, node: str, length: Lengths) -> dict[str, int]:
     data = graph.nodes[node]
     if data["op"] == "attention":
         return _attention_flops(graph, node, length)
@@ -112,6 +116,12 @@ def node_flops(graph, node: str, length: int) -> dict[str, int]:
 def stack_of(data: dict) -> str:
     """The top-level block an op belongs to (encoder, decoder)."""
     return (data["module"] or data["scope"] or "model").split(".")[0]
+
+
+def example_flops(spec: CompiledSpec, lengths: Mapping[str, int]) -> int:
+    """Forward FLOPs of one example whose sequences have these lengths (e.g. a padded batch's row:
+    {"src_len": 31, "tgt_len": 27}); every symbolic length dimension of the spec must be named."""
+    return sum(sum(node_flops(spec.graph, node, lengths).values()) for node in spec.graph)
 
 
 def flops(spec: CompiledSpec, length: int) -> Flops:
