@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def train_once(python: str, steps: int, out: Path) -> float:
-    command = [python, "-m", "xspec", "train", str(ROOT / "specs" / "tiny.xspec"), "--out", str(out),
+    # Absolute, not resolved: a venv's python is a symlink whose target would lose the venv.
+    command = [os.path.abspath(python), "-m", "xspec", "train", str(ROOT / "specs" / "tiny.xspec"), "--out", str(out),
                "--set", f"train.max_steps={steps}", "--set", "train.max_minutes=1000",
                "--set", f"train.validate_every_steps={steps}", "--no-test", "--no-progress", "--device", "cpu"]
     # Run outside the checkout, so each interpreter imports its own install of xspec.

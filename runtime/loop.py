@@ -136,7 +136,7 @@ class Trainer:
                    dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
         pending: list[_Pending] = []
         last_checkpoint, last_read = time.time(), time.time()
-        updates = Prefetcher(self._planned_updates(), self._prepare, ahead=context.device.type == "cuda")
+        updates = Prefetcher(self.planned_updates(), self._prepare, ahead=context.device.type == "cuda")
         interrupted = over_time = due_by_time = False
         try:
             for update in updates:
@@ -168,7 +168,7 @@ class Trainer:
             bar.close()
         raise AssertionError("the plan of updates never ends")
 
-    def _planned_updates(self) -> Iterator[tuple[int, int, list[list[int]]]]:
+    def planned_updates(self) -> Iterator[tuple[int, int, list[list[int]]]]:
         """(epoch, index, micro-batches) of every update from where the run stands, epoch after epoch."""
         cfg = self.spec.train
         parts = cfg.update_parts or self.context.world_size

@@ -106,7 +106,7 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
     if corpus.valid is not None:
         say(corpus.valid.summary("valid"))
 
-    trainer = _trainer(spec, run_dir, context, corpus, vocab, options)
+    trainer = make_trainer(spec, run_dir, context, corpus, vocab, options)
     if resumed is not None:
         trainer.resume(resumed)
     progress = trainer.progress
@@ -299,8 +299,8 @@ def _use_compile(choice: str, device: torch.device) -> bool:
     return choice == "on" or (choice == "auto" and device.type == "cuda")
 
 
-def _trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
-             options: RunOptions) -> Trainer:
+def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
+                 options: RunOptions) -> Trainer:
     """The model and its loss, spread over the processes (and compiled, if asked), with Adam and the
     eq. 3 schedule: everything the loop needs."""
     cfg = spec.train
