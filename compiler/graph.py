@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
 ENTRY_SIGNATURES = {"encoder": (2,), "decoder": (1, 3)}
+TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul"}  # elementwise, between two tensors
 
 # --- values the interpreter passes around --------------------------------------------------
 
@@ -426,14 +427,14 @@ class _Builder:
             return POISON
         if not isinstance(left, (Tensor, Closure)) and not isinstance(right, (Tensor, Closure)):
             return self._constant(expr, frame, "this expression")
-        if expr.op == "+" and isinstance(left, Tensor) and isinstance(right, Tensor):
-            return self._node("add", {}, {"a": left, "b": right}, expr, frame, span=expr.op_span)
+        if expr.op in TENSOR_OPERATORS and isinstance(left, Tensor) and isinstance(right, Tensor):
+            return self._node(TENSOR_OPERATORS[expr.op], {}, {"a": left, "b": right}, expr, frame, span=expr.op_span)
         if expr.op == "*" and isinstance(left, Tensor) != isinstance(right, Tensor):
             tensor, factor = (left, right) if isinstance(left, Tensor) else (right, left)
             if isinstance(factor, (int, float)) and not isinstance(factor, bool):
                 return self._node("scale", {"factor": float(factor)}, {"x": tensor}, expr, frame)
         self._error("type", expr.op_span, f"'{expr.op}' is not defined for {describe_value(left)} and "
-                    f"{describe_value(right)}", "tensors support a + b and x * number")
+                    f"{describe_value(right)}", "tensors support a + b, a - b, a * b (elementwise) and x * number")
         return POISON
 
     def _call(self, call: ast.Call, frame: _Frame) -> Value:
@@ -526,7 +527,11 @@ class _Builder:
                             hint)
                 return None
         try:
-            return op.attrs(**attrs)
+            validated = op.attrs(**attrs)
+            problems = op.check(validated)
+            for name, message in problems:  # rules between arguments: reported at the first one named
+                self._error("arguments", arg_spans.get(name, span), f"{op.name}: {message}")
+            return None if problems else validated
         except pydantic.ValidationError as error:
             for problem in error.errors():
                 name = str(problem["loc"][0]) if problem["loc"] else ""

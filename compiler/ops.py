@@ -1,12 +1,14 @@
 """The op table: every op the language knows, in one place.
 
 Each entry names the op's tensor inputs, its attribute schema (a pydantic model, so a spec's
-arguments are type-checked), its shape rule, its learned tensors, and its lowering to PyTorch.
-Adding an op means adding one entry here (and, for a new module, a class in prelude.py).
+arguments are type-checked), its shape rule, its learned tensors, its lowering to PyTorch, and how
+diagrams name it (title and key attributes). Adding an op means adding one entry here (and, for a new
+module, a class in prelude.py).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional
 
@@ -40,6 +42,11 @@ class LinearAttrs(Attrs):
 
 class LayerNormAttrs(Attrs):
     eps: float = Field(1e-5, gt=0)
+    bias: bool = True
+
+
+class RMSNormAttrs(Attrs):
+    eps: float = Field(1e-6, gt=0)
 
 
 class DropoutAttrs(Attrs):
@@ -57,6 +64,16 @@ class AttentionAttrs(Attrs):
     causal: bool = False
     dropout: float = Field(0.0, ge=0, lt=1)  # on attention weights; the paper's models use none
     bias: bool = True
+    # Grouped-query attention (Ainslie et al., 2023): key/value heads, each shared by heads / kv_heads
+    # query heads; None: one per query head (§3.2.2), 1: multi-query attention (Shazeer, 2019).
+    kv_heads: Optional[int] = Field(None, gt=0)
+    rotary: bool = False  # rotary position embeddings on queries and keys (Su et al., 2021)
+    rotary_base: float = Field(10000.0, gt=1)
+    alibi: bool = False  # linear biases by distance, one slope per head (Press et al., 2022)
+
+    @property
+    def key_heads(self) -> int:
+        return self.kv_heads or self.heads
 
 
 class IOAttrs(Attrs):
@@ -88,6 +105,14 @@ class OpDef:
     module: Optional[Callable[[Attrs, Inferred], str]]
     call: Callable[[str, dict[str, str], Attrs, Optional[str]], str]
     uses_cache: bool = False  # positions and attention continue from the decoder cache
+    title: str = ""  # diagrams: the box's title (the paper's words where it has them, Figure 1)
+    details: Callable[[Attrs, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes
+    glu_title: str = ""  # an activation: the name of a gated linear unit it gates ("SwiGLU")
+    gates: bool = False  # multiplies two tensors: with an activation on one side, a gated linear unit
+    # Rules between arguments that their types cannot state: (argument, message) for each one broken.
+    check: Callable[[Attrs], list[tuple[str, str]]] = lambda a: []
+    # What the op says about the model's hyperparameters, by Table 3's column names (`xspec stats`).
+    facts: Callable[[Attrs, Inferred], dict[str, object]] = lambda a, i: {}
     # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
     buffers: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
     precedence: int = 100  # infix ops bind looser than calls: the code generator adds parentheses
@@ -127,17 +152,20 @@ def _linear_shape(shapes: Shapes, a: LinearAttrs) -> tuple[TensorType, Inferred]
     return x.with_last(a.out), {"in_features": concrete_last(x, "the input")}
 
 
-def _layer_norm_shape(shapes: Shapes, a: LayerNormAttrs) -> tuple[TensorType, Inferred]:
+def _norm_shape(shapes: Shapes, a: Attrs) -> tuple[TensorType, Inferred]:
     x = require(shapes["x"], "the input")
     return x, {"dim": concrete_last(x, "the input")}
 
 
-def _add_shape(shapes: Shapes, a: NoAttrs) -> tuple[TensorType, Inferred]:
-    left, right = shapes["a"], shapes["b"]
-    try:
-        return broadcast(require(left, "the left operand"), require(right, "the right operand")), {}
-    except ShapeError:
-        raise ShapeError(f"cannot add tensors of shapes {left} and {right}") from None
+def _elementwise(verb: str) -> Callable[[Shapes, Attrs], tuple[TensorType, Inferred]]:
+    """The shape rule of a binary elementwise op: its operands broadcast."""
+    def infer(shapes: Shapes, a: Attrs) -> tuple[TensorType, Inferred]:
+        left, right = shapes["a"], shapes["b"]
+        try:
+            return broadcast(require(left, "the left operand"), require(right, "the right operand")), {}
+        except ShapeError:
+            raise ShapeError(f"cannot {verb} tensors of shapes {left} and {right}") from None
+    return infer
 
 
 def _attention_shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
@@ -160,14 +188,33 @@ def _attention_shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inf
     return q, inferred
 
 
+def _attention_check(a: AttentionAttrs) -> list[tuple[str, str]]:
+    problems = []
+    if a.heads % a.key_heads:
+        problems.append(("kv_heads", f"kv_heads = {a.key_heads} must divide heads = {a.heads}: each key/value "
+                                     "head serves the same number of query heads"))
+    if a.rotary and a.d_k % 2:
+        problems.append(("d_k", f"rotary positions rotate pairs of features, so d_k must be even, got {a.d_k}"))
+    if a.rotary and a.alibi:
+        problems.append(("alibi", "rotary = true and alibi = true both encode positions: choose one"))
+    return problems
+
+
 def _attention_params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
     d_model, kdim, vdim = int(i["d_model"]), int(i["kdim"]), int(i["vdim"])  # type: ignore[call-overload]
     return {
         **_linear_params("q_proj.", d_model, a.heads * a.d_k, a.bias),
-        **_linear_params("k_proj.", kdim, a.heads * a.d_k, a.bias),
-        **_linear_params("v_proj.", vdim, a.heads * a.d_v, a.bias),
+        **_linear_params("k_proj.", kdim, a.key_heads * a.d_k, a.bias),
+        **_linear_params("v_proj.", vdim, a.key_heads * a.d_v, a.bias),
         **_linear_params("out_proj.", a.heads * a.d_v, d_model, a.bias),
     }
+
+
+def _scale_text(scale: float) -> str:
+    squared = round(scale * scale)
+    if squared > 1 and math.isclose(scale * scale, squared, rel_tol=1e-9):
+        return f"√{squared}"  # §3.4: embeddings are multiplied by sqrt(d_model)
+    return f"{scale:.4g}"
 
 
 def _io_shape(shapes: Shapes, a: IOAttrs) -> tuple[TensorType, Inferred]:
@@ -199,9 +246,49 @@ def _attention_module(a: AttentionAttrs, i: Inferred) -> str:
     return (
         f"MultiHeadAttention({i['d_model']!r}, heads={a.heads!r}, d_k={a.d_k!r}, d_v={a.d_v!r}, "
         f"kdim={i['kdim']!r}, vdim={i['vdim']!r}, causal={a.causal!r}, dropout={a.dropout!r}, "
-        f"bias={a.bias!r}, kv_cache={i.get('kv_cache', 'none')!r}, "
+        f"bias={a.bias!r}, kv_heads={a.key_heads!r}, rotary={a.rotary!r}, rotary_base={a.rotary_base!r}, "
+        f"alibi={a.alibi!r}, kv_cache={i.get('kv_cache', 'none')!r}, "
         f"self_attention={i.get('self_attention', False)!r})"
     )
+
+
+def _attention_buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
+    """Derived tables: rotary's inverse frequencies, ALiBi's slopes."""
+    return {**({"inverse_frequency": (a.d_k // 2,)} if a.rotary else {}), **({"slopes": (a.heads,)} if a.alibi else {})}
+
+
+def _attention_facts(a: AttentionAttrs, i: Inferred) -> dict[str, object]:
+    facts: dict[str, object] = {"heads": a.heads, "kv_heads": a.key_heads, "d_k": a.d_k, "d_v": a.d_v}
+    if a.rotary or a.alibi:
+        facts["positions"] = "rotary" if a.rotary else "alibi"
+    return facts
+
+
+def _attention_details(a: AttentionAttrs, i: Inferred) -> list[str]:
+    heads = f"h = {a.heads}" + (f", kv heads {a.key_heads}" if a.key_heads != a.heads else "")
+    details = [f"{heads}, d_k = {a.d_k}, d_v = {a.d_v}"]
+    if a.rotary:
+        details.append("rotary positions")
+    if a.alibi:
+        details.append("ALiBi")
+    if a.dropout:
+        details.append(f"attention dropout {a.dropout:g}")
+    return details
+
+
+def _activation(name: str, title: str, glu_title: str, doc: str, function: str) -> OpDef:
+    return OpDef(name=name, doc=doc, family="activation", inputs=(Input("x"),), attrs=NoAttrs, infer=_same,
+                 params=_no_params, module=None, call=lambda t, i, a, c: f"{function}({i['x']})", title=title,
+                 glu_title=glu_title)
+
+
+def _infix(name: str, symbol: str, verb: str, title: str, doc: str, family: str, precedence: int,
+           gates: bool = False) -> OpDef:
+    """A binary elementwise op written `a <symbol> b` in specs and in generated code."""
+    return OpDef(name=name, doc=doc, family=family, inputs=(Input("a"), Input("b")), attrs=NoAttrs,
+                 infer=_elementwise(verb), params=_no_params, module=None,
+                 call=lambda t, i, a, c: f"{i['a']} {symbol} {i['b']}", precedence=precedence, title=title,
+                 gates=gates)
 
 
 OPS: dict[str, OpDef] = {
@@ -212,7 +299,9 @@ OPS: dict[str, OpDef] = {
             inputs=(Input("tokens"),), attrs=EmbeddingAttrs, infer=_embedding_shape,
             params=lambda a, i: {"weight": (a.vocab, a.dim)},
             module=lambda a, i: f"Embedding({a.vocab!r}, {a.dim!r}, scale={a.scale!r})",
-            call=_call_module,
+            call=_call_module, title="Embedding", facts=lambda a, i: {"d_model": a.dim, "vocab": a.vocab},
+            details=lambda a, i: [f"{a.vocab} × {a.dim}"] + ([f"scaled by {_scale_text(a.scale)}"] if a.scale != 1
+                                                             else []),
         ),
         OpDef(
             name="sinusoidal_positions",
@@ -222,6 +311,8 @@ OPS: dict[str, OpDef] = {
             module=lambda a, i: f"SinusoidalPositions({i['dim']!r}, max_len={a.max_len!r})",
             call=_call_with_cache, uses_cache=True,
             buffers=lambda a, i: {"table": (a.max_len, int(i["dim"]))},  # type: ignore[call-overload]
+            title="Positional Encoding", details=lambda a, i: [f"sinusoidal, max_len {a.max_len}"],
+            facts=lambda a, i: {"positions": "sinusoidal"},
         ),
         OpDef(
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",
@@ -229,53 +320,62 @@ OPS: dict[str, OpDef] = {
             params=lambda a, i: {"weight": (a.max_len, int(i["dim"]))},  # type: ignore[call-overload]
             module=lambda a, i: f"LearnedPositions({i['dim']!r}, max_len={a.max_len!r})",
             call=_call_with_cache, uses_cache=True,
+            title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
+            facts=lambda a, i: {"positions": "learned"},
         ),
         OpDef(
             name="linear", doc="x W + b", family="feed_forward",
             inputs=(Input("x"),), attrs=LinearAttrs, infer=_linear_shape,
             params=lambda a, i: _linear_params("", int(i["in_features"]), a.out, a.bias),  # type: ignore[call-overload]
             module=lambda a, i: f"nn.Linear({i['in_features']!r}, {a.out!r}, bias={a.bias!r})",
-            call=_call_module,
+            call=_call_module, title="Linear",
+            details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
         ),
         OpDef(
             name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family="norm",
-            inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_layer_norm_shape,
-            params=lambda a, i: {"weight": (int(i["dim"]),), "bias": (int(i["dim"]),)},  # type: ignore[call-overload]
-            module=lambda a, i: f"nn.LayerNorm({i['dim']!r}, eps={a.eps!r})",
-            call=_call_module,
+            inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_norm_shape,
+            params=lambda a, i: {"weight": (int(i["dim"]),), **({"bias": (int(i["dim"]),)} if a.bias else {})},  # type: ignore[call-overload]
+            module=lambda a, i: f"nn.LayerNorm({i['dim']!r}, eps={a.eps!r}, bias={a.bias!r})",
+            call=_call_module, title="Layer Norm", details=lambda a, i: [] if a.bias else ["no bias"],
+        ),
+        OpDef(
+            name="rms_norm", doc="x / sqrt(mean(x^2) + eps) * g: root mean square normalization (Zhang & Sennrich, 2019)",
+            family="norm", inputs=(Input("x"),), attrs=RMSNormAttrs, infer=_norm_shape,
+            params=lambda a, i: {"weight": (int(i["dim"]),)},  # type: ignore[call-overload]
+            module=lambda a, i: f"nn.RMSNorm({i['dim']!r}, eps={a.eps!r})",
+            call=_call_module, title="RMS Norm",
         ),
         OpDef(
             name="attention",
             doc="multi-head scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1-3.2.2)",
             family="attention",
             inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True)),
-            attrs=AttentionAttrs, infer=_attention_shape, params=_attention_params,
-            module=_attention_module, call=_call_attention, uses_cache=True,
+            attrs=AttentionAttrs, infer=_attention_shape, params=_attention_params, check=_attention_check,
+            module=_attention_module, call=_call_attention, uses_cache=True, buffers=_attention_buffers,
+            title="Multi-Head Attention", details=_attention_details, facts=_attention_facts,
         ),
         OpDef(
             name="dropout", doc="dropout (§5.4: residual dropout)", family="regularization",
             inputs=(Input("x"),), attrs=DropoutAttrs, infer=_same, params=_no_params, module=None,
             call=lambda t, i, a, c: f"F.dropout({i['x']}, p={a.p!r}, training=self.training)",
+            title="Dropout", details=lambda a, i: [f"p = {a.p:g}"], facts=lambda a, i: {"dropout": a.p},
         ),
-        OpDef(
-            name="relu", doc="max(0, x) (§3.3)", family="activation",
-            inputs=(Input("x"),), attrs=NoAttrs, infer=_same, params=_no_params, module=None,
-            call=lambda t, i, a, c: f"F.relu({i['x']})",
-        ),
-        OpDef(
-            name="gelu", doc="Gaussian error linear unit", family="activation",
-            inputs=(Input("x"),), attrs=NoAttrs, infer=_same, params=_no_params, module=None,
-            call=lambda t, i, a, c: f"F.gelu({i['x']})",
-        ),
-        OpDef(
-            name="add", doc="a + b, e.g. a residual connection (§3.1)", family="residual",
-            inputs=(Input("a"), Input("b")), attrs=NoAttrs, infer=_add_shape, params=_no_params,
-            module=None, call=lambda t, i, a, c: f"{i['a']} + {i['b']}", precedence=1,
-        ),
+        # GLU variants (Shazeer, 2020) take their names from the activation on the gate.
+        _activation("relu", "ReLU", "ReGLU", "max(0, x) (§3.3)", "F.relu"),
+        _activation("gelu", "GELU", "GEGLU", "Gaussian error linear unit (Hendrycks & Gimpel, 2016)", "F.gelu"),
+        _activation("silu", "SiLU", "SwiGLU", "x * sigmoid(x), also called swish", "F.silu"),
+        _activation("sigmoid", "Sigmoid", "GLU", "1 / (1 + exp(-x)): GLU's gate (Dauphin et al., 2017)",
+                    "torch.sigmoid"),
+        _activation("tanh", "Tanh", "", "hyperbolic tangent", "torch.tanh"),
+        _infix("add", "+", "add", "Add", "a + b, e.g. a residual connection (§3.1)", "residual", precedence=1),
+        _infix("sub", "-", "subtract", "Subtract", "a - b", "elementwise", precedence=1),
+        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", "elementwise", precedence=2,
+               gates=True),
         OpDef(
             name="scale", doc="x * factor", family="elementwise",
             inputs=(Input("x"),), attrs=ScaleAttrs, infer=_same, params=_no_params, module=None,
             call=lambda t, i, a, c: f"{i['x']} * {a.factor!r}", precedence=2,
+            title="Scale", details=lambda a, i: [f"× {a.factor:.4g}"],
         ),
         OpDef(
             name="input", doc="a model input", family="io", inputs=(), attrs=IOAttrs,
@@ -289,5 +389,7 @@ OPS: dict[str, OpDef] = {
     )
 }
 
-# Ops a spec may call by name (inputs and outputs come from the entry blocks' signatures).
-CALLABLE_OPS = {name for name in OPS if name not in ("input", "output", "add", "scale")}
+# Ops written as operators (`a + b`, `x * 2`), and those that come from the entry blocks' signatures:
+# all other ops are called by name.
+INFIX_OPS = frozenset({"add", "sub", "mul", "scale"})
+CALLABLE_OPS = {name for name in OPS if name not in ("input", "output") and name not in INFIX_OPS}

@@ -77,33 +77,67 @@ class MultiHeadAttention(nn.Module):
     kv_cache says what a DecoderCache keeps: "append" (self-attention: keys and values grow one
     step at a time) or "static" (attention over the encoder output: computed once). self_attention:
     the keys are the queries, so without a cache both have the same positions.
+
+    kv_heads < heads: grouped-query attention, each key/value head serving heads / kv_heads query heads.
+    rotary: queries and keys rotated by their positions (RoPE, the two-halves layout); alibi: scores
+    biased by -slope * distance. Both count positions from the cache's keys when decoding.
     """
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_cache="none", self_attention=False):
+                 bias=True, kv_heads=None, rotary=False, rotary_base=10000.0, alibi=False, kv_cache="none",
+                 self_attention=False):
         super().__init__()
-        self.heads, self.d_k, self.d_v = heads, d_k, d_v
+        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
-        self.self_attention = self_attention
+        self.self_attention, self.rotary, self.alibi = self_attention, rotary, alibi
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(kdim or d_model, heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(vdim or d_model, heads * d_v, bias=bias)
+        self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
+        self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
         self.out_proj = nn.Linear(heads * d_v, d_model, bias=bias)
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
             if bias:
                 nn.init.zeros_(projection.bias)
+        if rotary:  # derived, so not in checkpoints
+            inverse_frequency = rotary_base ** (-torch.arange(0, d_k, 2, dtype=torch.float32) / d_k)
+            self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)  # [d_k / 2]
+        if alibi:
+            self.register_buffer("slopes", self.alibi_slopes(heads), persistent=False)  # [h]
 
-    def _split(self, x, d):
-        return x.unflatten(-1, (self.heads, d)).transpose(1, 2)  # [B, T, h*d] -> [B, h, T, d]
+    @staticmethod
+    def rotate_half(x):
+        """[x1, x2] -> [-x2, x1] over the last dimension's two halves: the rotation of rotary embeddings."""
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([-x2, x1], dim=-1)
 
-    def _keys_values(self, key, value, cache):
+    @staticmethod
+    def alibi_slopes(heads):
+        """ALiBi's per-head slopes (Press et al., 2022): 2^(-8/n), 2^(-16/n), ... for n a power of two; for
+        other head counts, those of the power of two below, then every other slope of the one above."""
+        below = 2 ** math.floor(math.log2(heads))
+        slopes = [2 ** (-8 * (i + 1) / below) for i in range(below)]
+        slopes += [2 ** (-8 * (i + 1) / (2 * below)) for i in range(0, 2 * below, 2)][: heads - below]
+        return torch.tensor(slopes)
+
+    def _split(self, x, heads, d):
+        return x.unflatten(-1, (heads, d)).transpose(1, 2)  # [B, T, h*d] -> [B, h, T, d]
+
+    def _rotate(self, x, start):
+        """RoPE: feature pairs (i, i + d/2) of position p rotated by p * base^(-2i/d), in float32."""
+        position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
+        angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, d_k]
+        rotated = x.float() * angles.cos() + self.rotate_half(x.float()) * angles.sin()
+        return rotated.to(x.dtype)
+
+    def _keys_values(self, key, value, cache, start):
         if cache is not None and self.kv_cache == "static":
             kept = cache.memory.get(self)
             if kept is not None and kept[0] is key and kept[1] is value:
                 return kept[2], kept[3]
-        k = self._split(self.k_proj(key), self.d_k)
-        v = self._split(self.v_proj(value), self.d_v)
+        k = self._split(self.k_proj(key), self.kv_heads, self.d_k)
+        v = self._split(self.v_proj(value), self.kv_heads, self.d_v)
+        if self.rotary:
+            k = self._rotate(k, start)  # cached keys keep their rotation
         if cache is not None and self.kv_cache == "append":
             if self in cache.tensors:
                 past_k, past_v = cache.tensors[self]
@@ -114,19 +148,29 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def forward(self, query, key, value, padding_mask=None, cache=None):
-        q = self._split(self.q_proj(query), self.d_k)  # [B, h, Tq, d_k]
-        k, v = self._keys_values(key, value, cache)  # [B, h, Tk, d_k], [B, h, Tk, d_v]
+        # Positions already in the cache: where this call's queries (and new keys) start.
+        start = cache.tensors[self][0].size(2) if cache is not None and self in cache.tensors else 0
+        q = self._split(self.q_proj(query), self.heads, self.d_k)  # [B, h, Tq, d_k]
+        if self.rotary:
+            q = self._rotate(q, start)
+        k, v = self._keys_values(key, value, cache, start)  # [B, kv_h, Tk, d_k], [B, kv_h, Tk, d_v]
         mask = None
         if padding_mask is not None:
             mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where attending is allowed
         # Decided from static facts only, never from sizes (torch.compile cannot branch on a symbolic
         # size): self-attention over the whole sequence uses SDPA's own causal mask.
-        is_causal = self.causal and self.self_attention and cache is None and mask is None
+        is_causal = self.causal and self.self_attention and cache is None and mask is None and not self.alibi
         if self.causal and not is_causal:
             # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
             past = k.size(2) - q.size(2)
             allowed = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril(past)
             mask = allowed if mask is None else mask & allowed
+        if self.alibi:
+            query_position = torch.arange(k.size(2) - q.size(2), k.size(2), device=q.device)
+            distance = (query_position[:, None] - torch.arange(k.size(2), device=q.device)).abs()  # [Tq, Tk]
+            bias = -self.slopes[:, None, None] * distance  # [h, Tq, Tk]
+            mask = bias.to(q.dtype) if mask is None else bias.to(q.dtype).masked_fill(~mask, float("-inf"))
         dropout = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
+                                             enable_gqa=self.kv_heads != self.heads)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]

@@ -147,6 +147,11 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
     for node in graph:
         if node.op == "attention":
             node.inferred["self_attention"] = node.inputs["key"] == node.inputs["query"]
+            positional = [name for name in ("rotary", "alibi") if getattr(node.attrs, name)]
+            if positional and not node.inferred["self_attention"]:
+                diagnostics.error("attention-positions", node.span, f"{positional[0]} = true needs self-attention: "
+                                  "it encodes the distance between a query and a key of the same sequence",
+                                  "pass the same tensor as query and key, or drop it from this attention")
     target = "input.tgt"
     if target not in graph:
         return

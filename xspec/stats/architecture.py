@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Union
 
+from xspec.compiler.ops import OPS
+
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
 
@@ -28,7 +30,7 @@ class Architecture:
     d_v: Value
     dropout: Value         # P_drop: residual and embedding dropout (§5.4)
     label_smoothing: float  # eps_ls (§5.4): a training setting, from the spec's train section
-    positions: Value       # "sinusoidal" (§3.5) or "learned" (row E)
+    positions: Value       # "sinusoidal" (§3.5), "learned" (row E), "rotary" or "alibi"
     vocab: Value
 
     def as_dict(self) -> dict[str, Value]:
@@ -44,23 +46,17 @@ PAPER_NAMES = {
 
 def architecture(spec: CompiledSpec) -> Architecture:
     graph = spec.graph
-    nodes = [data for _, data in graph.nodes(data=True)]
+    facts = [OPS[data["op"]].facts(data["attrs"], data["inferred"]) for _, data in graph.nodes(data=True)]
 
-    def values(op_names: tuple[str, ...], read) -> Value:
-        return _collapse(read(d) for d in nodes if d["op"] in op_names)
+    def values(name: str) -> Value:
+        return _collapse(f[name] for f in facts if name in f)
 
-    stacks = {stack: count for d in nodes for stack, _, count in d["repeat"]}
+    stacks = {stack: count for _, data in graph.nodes(data=True) for stack, _, count in data["repeat"]}
     return Architecture(
-        layers=_collapse(stacks.values()) if stacks else 1,
-        d_model=values(("embedding",), lambda d: d["attrs"].dim),
-        d_ff=_collapse(_ffn_widths(graph)),
-        heads=values(("attention",), lambda d: d["attrs"].heads),
-        d_k=values(("attention",), lambda d: d["attrs"].d_k),
-        d_v=values(("attention",), lambda d: d["attrs"].d_v),
-        dropout=values(("dropout",), lambda d: d["attrs"].p),
-        label_smoothing=spec.train.label_smoothing,
-        positions=values(("sinusoidal_positions", "learned_positions"), lambda d: d["op"].removesuffix("_positions")),
-        vocab=values(("embedding",), lambda d: d["attrs"].vocab),
+        layers=_collapse(stacks.values()) if stacks else 1, d_model=values("d_model"),
+        d_ff=_collapse(_ffn_widths(graph)), heads=values("heads"), d_k=values("d_k"), d_v=values("d_v"),
+        dropout=values("dropout"), label_smoothing=spec.train.label_smoothing, positions=values("positions"),
+        vocab=values("vocab"),
     )
 
 
@@ -68,7 +64,8 @@ def _ffn_widths(graph) -> list[int]:
     """§3.3: the inner width of a feed-forward network is the output of the linear that feeds its activation."""
     widths = []
     for node, data in graph.nodes(data=True):
-        if data["op"] == "linear" and any(graph.nodes[s]["op"] in ("relu", "gelu") for s in graph.successors(node)):
+        if OPS[data["op"]].family == "feed_forward" and any(OPS[graph.nodes[s]["op"]].family == "activation"
+                                                            for s in graph.successors(node)):
             widths.append(data["attrs"].out)
     return widths
 

@@ -90,8 +90,8 @@ def _attention_flops(graph, node: str, length: Lengths) -> dict[str, int]:
     n_k = _positions(graph.nodes[sources["key"]]["shape"], length)
     return {
         "attention_qkv": 2 * (n_q * inferred["d_model"] * a.heads * a.d_k
-                              + n_k * inferred["kdim"] * a.heads * a.d_k
-                              + n_k * inferred["vdim"] * a.heads * a.d_v),
+                              + n_k * inferred["kdim"] * a.key_heads * a.d_k
+                              + n_k * inferred["vdim"] * a.key_heads * a.d_v),
         "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
         "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
         "attention_out": 2 * n_q * a.heads * a.d_v * inferred["d_model"],
@@ -149,7 +149,7 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
             a = data["attrs"]
             n_q = _positions(data["shape"], length)
             n_k = _positions(graph.nodes[input_sources(graph, node)["key"]]["shape"], length)
-            q, k, v = n_q * a.heads * a.d_k, n_k * a.heads * a.d_k, n_k * a.heads * a.d_v
+            q, k, v = n_q * a.heads * a.d_k, n_k * a.key_heads * a.d_k, n_k * a.key_heads * a.d_v
             probabilities, context = a.heads * n_q * n_k, n_q * a.heads * a.d_v
             total += batch * (q + k + v + probabilities + context)
     return total

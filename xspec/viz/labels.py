@@ -6,7 +6,6 @@ the words come from the ops and their attributes, not from block names.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
@@ -17,21 +16,6 @@ from xspec.compiler.graph import input_sources
 from xspec.compiler.ops import OPS
 
 from .view import Unit, View, build_view
-
-TITLES = {
-    "attention": "Multi-Head Attention",
-    "linear": "Linear",
-    "layer_norm": "Layer Norm",
-    "embedding": "Embedding",
-    "sinusoidal_positions": "Positional Encoding",
-    "learned_positions": "Positional Embedding",
-    "dropout": "Dropout",
-    "relu": "ReLU",
-    "gelu": "GELU",
-    "add": "Add",
-    "scale": "Scale",
-}
-
 
 @dataclass
 class Label:
@@ -72,32 +56,17 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
         if node == "output.logits":  # §3.4: the decoder output goes through a softmax
             return Label("Softmax", ["output probabilities (in the loss and search)"], family="activation")
         return Label(attrs.name, ["model output"], family=family)
-    title, details = TITLES.get(op, op), []
-    if op == "embedding":
-        details = [f"{attrs.vocab} × {attrs.dim}"]
-        if attrs.scale != 1:
-            details.append(f"scaled by {_scale_text(attrs.scale)}")
-    elif op.endswith("_positions"):
-        kind = "sinusoidal" if op == "sinusoidal_positions" else "learned"
-        details = [f"{kind}, max_len {attrs.max_len}"]
-    elif op == "linear":
-        details = [f"{data['inferred']['in_features']} → {attrs.out}" + ("" if attrs.bias else ", no bias")]
-    elif op == "dropout":
-        details = [f"p = {attrs.p:g}"]
-    elif op == "scale":
-        details = [f"× {attrs.factor:.4g}"]
-    return Label(title, details, family=family)
+    entry = OPS[op]
+    return Label(entry.title or op, entry.details(attrs, data["inferred"]), family=family)
 
 
 def _attention_label(graph: nx.DiGraph, node: str) -> Label:
     attrs, sources = graph.nodes[node]["attrs"], input_sources(graph, node)
-    title = "Masked Multi-Head Attention" if attrs.causal else TITLES["attention"]  # §3.2.3
-    details = [f"h = {attrs.heads}, d_k = {attrs.d_k}, d_v = {attrs.d_v}", _attention_kind(graph, node, sources)]
-    if "mask" in sources:
-        details[-1] += ", padding mask"
-    if attrs.dropout:
-        details.append(f"attention dropout {attrs.dropout:g}")
-    return Label(title, details, family="attention")
+    entry = OPS["attention"]
+    title = f"Masked {entry.title}" if attrs.causal else entry.title  # §3.2.3
+    first, *rest = entry.details(attrs, graph.nodes[node]["inferred"])
+    kind = _attention_kind(graph, node, sources) + (", padding mask" if "mask" in sources else "")
+    return Label(title, [first, kind, *rest], family="attention")
 
 
 def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> str:
@@ -114,12 +83,20 @@ def _block_label(view: View, unit: Unit) -> Label:
     """A block of linear layers and activations: the position-wise feed-forward network (§3.3)."""
     nodes = [view.graph.nodes[n] for n in unit.ops]
     linears = [d for d in nodes if d["op"] == "linear"]
-    widths = ", ".join(str(d["attrs"].out) for d in linears[:-1])
-    activations = ", ".join(TITLES.get(d["op"], d["op"]) for d in nodes if OPS[d["op"]].family == "activation")
+    widths = ", ".join(dict.fromkeys(str(d["attrs"].out) for d in linears[:-1]))  # a GLU's two: once
+    activations = ", ".join(_activation_title(view.graph, n) for n in unit.ops
+                            if OPS[view.graph.nodes[n]["op"]].family == "activation")
     details = [f"d_ff = {widths}" if widths else f"{len(linears)} linear"]
     if activations:
         details[0] += f", {activations}"
     return Label("Feed Forward", details, family="feed_forward")
+
+
+def _activation_title(graph: nx.DiGraph, node: str) -> str:
+    """The activation's name, or the gated linear unit's when it gates a product (SiLU -> SwiGLU)."""
+    entry = OPS[graph.nodes[node]["op"]]
+    gated = any(OPS[graph.nodes[s]["op"]].gates for s in graph.successors(node))
+    return entry.glu_title if gated and entry.glu_title else entry.title
 
 
 # The colour of a collapsed block: its most characteristic op family.
@@ -198,7 +175,7 @@ def _folded_note(graph: nx.DiGraph, node: str) -> str:
     data = graph.nodes[node]
     if data["op"] == "dropout":
         return f"dropout {data['attrs'].p:g} on output"  # §5.4: residual dropout
-    return TITLES.get(data["op"], data["op"])
+    return OPS[data["op"]].title or data["op"]
 
 
 def format_shape(shape) -> Optional[str]:
@@ -211,10 +188,3 @@ def format_count(n: int) -> str:
     if n >= 10_000:
         return f"{n / 1000:.1f}k".replace(".0k", "k")
     return f"{n:,}"
-
-
-def _scale_text(scale: float) -> str:
-    squared = round(scale * scale)
-    if squared > 1 and math.isclose(scale * scale, squared, rel_tol=1e-9):
-        return f"√{squared}"  # §3.4: embeddings are multiplied by sqrt(d_model)
-    return f"{scale:.4g}"

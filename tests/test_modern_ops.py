@@ -1,0 +1,191 @@
+"""The Transformer family's newer ops against independent references: RMSNorm, grouped-query attention,
+rotary positions, ALiBi, GLU-style feed-forwards written in specs; and specs/modern/llama.xspec against
+Hugging Face's LlamaForCausalLM (a test-only extra) with the same weights."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xspec
+from xspec.compiler.prelude import MultiHeadAttention
+from float32 import assert_close
+
+LLAMA = "specs/modern/llama.xspec"
+alibi_slopes = MultiHeadAttention.alibi_slopes
+
+
+def only_attention(**kwargs) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    return MultiHeadAttention(32, heads=4, d_k=8, d_v=8, bias=False, self_attention=True, **kwargs).eval()
+
+
+@torch.no_grad()
+def test_grouped_query_attention_repeats_each_key_value_head_for_its_group():
+    attention = only_attention(kv_heads=2, causal=True)
+    x = torch.randn(2, 5, 32)
+    q = attention.q_proj(x).unflatten(-1, (4, 8)).transpose(1, 2)         # [B, 4, T, 8]
+    k = attention.k_proj(x).unflatten(-1, (2, 8)).transpose(1, 2)         # [B, 2, T, 8]
+    v = attention.v_proj(x).unflatten(-1, (2, 8)).transpose(1, 2)
+    # Query heads 0 and 1 read key/value head 0; heads 2 and 3 read head 1.
+    k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    expected = attention.out_proj((scores.softmax(-1) @ v).transpose(1, 2).flatten(2))
+    assert_close(attention(x, x, x), expected)
+
+
+def rotate_by_pairs(x: torch.Tensor, start: int, base: float = 10000.0) -> torch.Tensor:
+    """RoPE written from its definition, one 2-D rotation per feature pair (i, i + d/2)."""
+    d = x.size(-1)
+    out = torch.empty_like(x)
+    for t in range(x.size(-2)):
+        for i in range(d // 2):
+            angle = (start + t) * base ** (-2 * i / d)
+            a, b = x[..., t, i], x[..., t, i + d // 2]
+            out[..., t, i] = a * math.cos(angle) - b * math.sin(angle)
+            out[..., t, i + d // 2] = a * math.sin(angle) + b * math.cos(angle)
+    return out
+
+
+@torch.no_grad()
+def test_rotary_positions_rotate_each_feature_pair_by_its_angle():
+    attention = only_attention(rotary=True)
+    x = torch.randn(2, 4, 6, 8)
+    assert_close(attention._rotate(x, start=3), rotate_by_pairs(x, start=3))
+
+
+@torch.no_grad()
+def test_rotary_scores_depend_on_relative_positions_only():
+    attention = only_attention(rotary=True)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    near = attention._rotate(q, 7) @ attention._rotate(k, 5).transpose(-2, -1)
+    far = attention._rotate(q, 107) @ attention._rotate(k, 105).transpose(-2, -1)
+    assert_close(near, far)
+
+
+def test_alibi_slopes_follow_the_paper():
+    assert_close(alibi_slopes(8), torch.tensor([2.0 ** -(i + 1) for i in range(8)]))
+    # 6 heads: the 4 slopes of 4 heads, then slopes 1 and 3 of 8 heads.
+    expected = [2 ** (-8 * (i + 1) / 4) for i in range(4)] + [2 ** (-8 * 1 / 8), 2 ** (-8 * 3 / 8)]
+    assert_close(alibi_slopes(6), torch.tensor(expected))
+
+
+@torch.no_grad()
+def test_alibi_biases_scores_by_distance():
+    attention = only_attention(alibi=True, causal=True)
+    x = torch.randn(1, 5, 32)
+    q = attention.q_proj(x).unflatten(-1, (4, 8)).transpose(1, 2)
+    k = attention.k_proj(x).unflatten(-1, (4, 8)).transpose(1, 2)
+    v = attention.v_proj(x).unflatten(-1, (4, 8)).transpose(1, 2)
+    distance = torch.arange(5)[:, None] - torch.arange(5)[None, :]
+    bias = -alibi_slopes(4)[:, None, None] * distance
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(8) + bias).masked_fill(distance < 0, float("-inf"))
+    expected = attention.out_proj((scores.softmax(-1) @ v).transpose(1, 2).flatten(2))
+    assert_close(attention(x, x, x), expected)
+
+
+@torch.no_grad()
+def test_rms_norm_and_a_swiglu_written_in_the_spec():
+    spec = xspec.compile(LLAMA)
+    model = spec.build(device="cpu").eval()
+    layer = model.decoder.layers[0]
+    x = torch.randn(2, 3, 128)
+    reference = torch.nn.RMSNorm(128, eps=1e-6)
+    reference.weight.copy_(torch.rand(128))
+    layer.sublayer_1.norm.weight.copy_(reference.weight)
+    assert_close(layer.sublayer_1.norm(x), reference(x))
+    ffn = layer.ffn
+    expected = (F.silu(x @ ffn.gate.weight.T) * (x @ ffn.up.weight.T)) @ ffn.down.weight.T
+    assert_close(ffn(x), expected)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"kv_heads": 1}, {"alibi": True}])
+@torch.no_grad()
+def test_cached_decoding_equals_full_decoding_with_rotary_and_gqa(overrides):
+    source = open(LLAMA).read()
+    if overrides.pop("alibi", False):
+        source = source.replace("rotary = true", "alibi = true")
+    spec = xspec.compile_source(source, name=LLAMA, overrides=overrides, allow_imports=True)
+    torch.manual_seed(0)
+    model = spec.build(device="cpu").eval()
+    tokens = torch.randint(0, spec.vocab_size, (2, 9))
+    full = model(tokens)
+    cache = model.new_cache()
+    steps = [model.decode(tokens[:, :4], cache=cache)]                         # a prompt, then one by one
+    steps += [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(4, 9)]
+    assert_close(torch.cat(steps, dim=1), full)
+
+
+# --- Hugging Face's LlamaForCausalLM as the oracle ----------------------------------------------------
+
+def hf_llama(vocab: int, d_model: int, layers: int, heads: int, kv_heads: int, d_ff: int):
+    import transformers  # the test extra: installed by the README's test command
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=d_model, intermediate_size=d_ff, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, rms_norm_eps=1e-6, max_position_embeddings=256,
+        attention_bias=False, mlp_bias=False, tie_word_embeddings=False, hidden_act="silu",
+        rope_theta=10000.0, attn_implementation="eager")
+    torch.manual_seed(1)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def hf_to_xspec_names(layers: int) -> dict[str, str]:
+    """The weight mapping: Hugging Face's parameter names -> the spec's module paths."""
+    names = {"model.embed_tokens.weight": "decoder.embedding.weight", "model.norm.weight": "decoder.norm.weight",
+             "lm_head.weight": "decoder.generator.weight"}
+    for i in range(layers):
+        hf, ours = f"model.layers.{i}.", f"decoder.layers.{i}."
+        names |= {
+            f"{hf}input_layernorm.weight": f"{ours}sublayer_1.norm.weight",
+            f"{hf}post_attention_layernorm.weight": f"{ours}sublayer_2.norm.weight",
+            **{f"{hf}self_attn.{p}_proj.weight": f"{ours}self_attn.{p}_proj.weight" for p in "qkv"},
+            f"{hf}self_attn.o_proj.weight": f"{ours}self_attn.out_proj.weight",
+            **{f"{hf}mlp.{p}_proj.weight": f"{ours}ffn.{p}.weight" for p in ("gate", "up", "down")},
+        }
+    return names
+
+
+SIZES = [
+    {"vocab": 1000, "d_model": 128, "layers": 2, "heads": 4, "kv_heads": 2, "d_ff": 344},
+    {"vocab": 300, "d_model": 64, "layers": 3, "heads": 8, "kv_heads": 1, "d_ff": 96},
+    {"vocab": 500, "d_model": 96, "layers": 1, "heads": 6, "kv_heads": 6, "d_ff": 256},
+]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+def test_llama_parameter_count_equals_hugging_faces(sizes):
+    reference = hf_llama(**sizes)
+    spec = xspec.compile(LLAMA, overrides=sizes)
+    assert spec.parameters == sum(p.numel() for p in reference.parameters())
+
+
+@pytest.mark.parametrize("sizes", SIZES[:2])
+@torch.no_grad()
+def test_llama_gives_hugging_faces_logits(sizes):
+    reference = hf_llama(**sizes)
+    model = xspec.compile(LLAMA, overrides=sizes).build(device="cpu").eval()
+    names = hf_to_xspec_names(sizes["layers"])
+    hf_state = reference.state_dict()
+    assert set(names) == {k for k in hf_state if "rotary" not in k}
+    model.load_state_dict({ours: hf_state[hf] for hf, ours in names.items()})
+    tokens = torch.randint(0, sizes["vocab"], (2, 17), generator=torch.Generator().manual_seed(2))
+    assert_close(model(tokens), reference(tokens).logits)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_llama_flops_and_d_ff_from_the_spec_match_what_runs(kv_heads):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from xspec.stats import compute
+    from xspec.stats.cost import flops
+
+    spec = xspec.compile(LLAMA, overrides={"kv_heads": kv_heads})
+    model = spec.build(device="cpu").eval()
+    tokens = torch.randint(0, spec.vocab_size, (2, 9))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(tokens)
+    assert counter.get_total_flops() == 2 * flops(spec, 9).total
+    assert compute(spec).architecture.d_ff == 344        # the SwiGLU's width, found through SiLU
