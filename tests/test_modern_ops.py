@@ -189,3 +189,37 @@ def test_llama_flops_and_d_ff_from_the_spec_match_what_runs(kv_heads):
         model(tokens)
     assert counter.get_total_flops() == 2 * flops(spec, 9).total
     assert compute(spec).architecture.d_ff == 344        # the SwiGLU's width, found through SiLU
+
+
+SMALL = {"vocab": 200, "d_model": 32, "d_ff": 48, "heads": 4, "layers": 2}
+
+
+@pytest.mark.parametrize("name", ["llama", "palm_parallel", "alibi"])
+@torch.no_grad()
+def test_shipped_language_models_decode_with_the_cache_as_they_run_whole(name):
+    spec = xspec.compile(f"specs/modern/{name}.xspec", overrides=SMALL)
+    torch.manual_seed(0)
+    model = spec.build(device="cpu").eval()
+    tokens = torch.randint(0, spec.vocab_size, (2, 7))
+    full = model(tokens)
+    cache = model.new_cache()
+    steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(7)]
+    assert_close(torch.cat(steps, dim=1), full)
+
+
+@torch.no_grad()
+def test_palm_parallel_adds_both_sublayers_to_one_normalized_input():
+    spec = xspec.compile("specs/modern/palm_parallel.xspec", overrides={**SMALL, "dropout": 0.0})
+    layer = spec.build(device="cpu").eval().decoder.layers[0]
+    x = torch.randn(2, 5, 32)
+    h = layer.norm(x)
+    assert_close(layer(x), x + layer.self_attn(h, h, h) + layer.ffn(h))
+
+
+def test_swiglu_base_changes_only_the_feed_forward():
+    base = xspec.compile("specs/base.xspec", overrides=SMALL)
+    swiglu = xspec.compile("specs/modern/swiglu_base.xspec", overrides=SMALL)
+    changed = {name for name in {*base.param_shapes, *swiglu.param_shapes}
+               if base.param_shapes.get(name) != swiglu.param_shapes.get(name)}
+    assert changed and all(".ffn." in name for name in changed)
+    assert {n.rsplit(".", 2)[-2] for n in changed} == {"w_1", "w_2", "gate", "up", "down"}
