@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
+from . import ast
 from .diagnostics import Diagnostics, did_you_mean, printable
 from .graph import BuiltGraph
 from .ir import OpGraph
@@ -187,7 +188,8 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
                 diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, int]]:
     """`tie a, b, c`: b and c become a. Ties chain and merge (`tie a, b` then `tie c, a` makes one
     group of three); each group keeps one tensor, its first owner's, so it is counted and allocated
-    once, whatever the order or cycles of the `tie` statements."""
+    once, whatever the order or cycles of the `tie` statements. Modules tie tensor by tensor, and one
+    stack (`tie encoder.layers`) ties every layer to its first (_tensor_groups)."""
     owner_of: dict[str, str] = {}  # tensor -> the tensor its group has become so far
 
     def root(path: str) -> str:
@@ -197,24 +199,61 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
 
     lines: dict[str, int] = {}
     for tie in model.ties:
-        owner = str(tie.paths[0])
-        for path in tie.paths:
-            if str(path) not in params:
-                diagnostics.error("unknown-name", path.span, f"no learned tensor '{path}' to tie",
-                                  did_you_mean(str(path), params))
-        if any(str(p) not in params for p in tie.paths):
-            continue
-        for path in tie.paths[1:]:
-            if params[str(path)] != params[owner]:
-                diagnostics.error("tie-shape", path.span, f"cannot tie '{path}' of shape {list(params[str(path)])} "
-                                  f"to '{owner}' of shape {list(params[owner])}")
-                continue
-            kept, merged = root(owner), root(str(path))
-            if kept != merged:
-                owner_of[merged] = kept
-                lines[merged] = path.span.line
+        for (owner, _), *others in _tensor_groups(tie, params, diagnostics):
+            for path, written in others:
+                if params[path] != params[owner]:
+                    diagnostics.error("tie-shape", written.span, f"cannot tie '{path}' of shape "
+                                      f"{list(params[path])} to '{owner}' of shape {list(params[owner])}")
+                    continue
+                kept, merged = root(owner), root(path)
+                if kept != merged:
+                    owner_of[merged] = kept
+                    lines[merged] = written.span.line
     ties = {path: root(path) for path in owner_of}
     return ties, {path: lines[path] for path in ties}
+
+
+TieGroup = list[tuple[str, ast.Path]]  # tensors that become one, each with the path that named it
+
+
+def _tensor_groups(tie: ast.Tie, params: dict[str, tuple[int, ...]], diagnostics: Diagnostics) -> list[TieGroup]:
+    """The tensors a `tie` makes one, group by group: `tie a.weight, b.weight` is one group; `tie a, b` of
+    two modules holding the same tensors is one group per tensor (a.weight with b.weight, ...); `tie s`
+    of one stack is `tie s.0, s.1, ...`: every layer shares the first one's tensors (ALBERT's sharing)."""
+
+    def tensors_in(module: str) -> dict[str, str]:
+        return {t[len(module) + 1:]: t for t in params if t.startswith(module + ".")}
+
+    named = [(str(p), p) for p in tie.paths]
+    unknown = [(path, written) for path, written in named if path not in params and not tensors_in(path)]
+    for path, written in unknown:
+        modules = {t.rsplit(".", i)[0] for t in params for i in range(1, t.count(".") + 1)}
+        diagnostics.error("unknown-name", written.span, f"no learned tensor or module '{path}' to tie",
+                          did_you_mean(path, sorted(modules | set(params))))
+    if unknown:
+        return []
+    if len(named) == 1:
+        (stack, written), = named
+        layers = sorted({int(r.split(".", 1)[0]) for r in tensors_in(stack) if r.split(".", 1)[0].isdigit()})
+        if stack in params or len(layers) < 2:
+            diagnostics.error("tie", written.span, f"'{stack}' is not a stack of layers",
+                              "tie one repeated stack (its layers share the first's tensors), or two or more "
+                              "tensors or modules")
+            return []
+        named = [(f"{stack}.{i}", written) for i in layers]
+    if all(path in params for path, _ in named):
+        return [named]
+    (first, _), first_tensors = named[0], tensors_in(named[0][0])
+    for path, written in named:
+        theirs = {} if path in params else tensors_in(path)
+        if set(theirs) != set(first_tensors):
+            names = sorted(set(theirs) ^ set(first_tensors))
+            differ = "one is a tensor" if not theirs else ", ".join(names[:4]) + (
+                f" and {len(names) - 4} more" if len(names) > 4 else "")
+            diagnostics.error("tie", written.span, f"cannot tie '{path}' to '{first}': tied modules must hold the "
+                              f"same tensors (they differ in: {differ})")
+            return []
+    return [[(f"{path}.{name}", written) for path, written in named] for name in sorted(first_tensors)]
 
 
 def _check_fits_in_memory(model: ResolvedModel, validated: ValidatedModel, diagnostics: Diagnostics) -> None:
