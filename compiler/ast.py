@@ -91,12 +91,14 @@ class Return:
 
 @dataclass(frozen=True)
 class Repeat:
-    """`repeat N as name { ... }`: N stacked copies of the body, each with its own weights."""
+    """`repeat i in N as name { ... }`: N stacked copies of the body, each with its own weights; `i` is
+    the layer's index (0 to N - 1), a constant in the body."""
 
     count: Expr
     label: Optional[Name]
     body: tuple["Stmt", ...]
     span: Span
+    index: Optional[Name] = None
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,8 @@ class _Builder:
         stack = Instance(path=_join(frame.instance.path, name), kind="stack", span=stmt.span)
         self.budget.module(stmt.span)
         frame.instance.children[name] = stack
-        single = single_block_call(stmt, self.model.blocks)
+        # With an index, each layer evaluates its body with its own: no shortcut through one block call.
+        single = single_block_call(stmt, self.model.blocks) if stmt.index is None else None
         stack.repeat_single_call = single is not None
         carried = tuple(v for v in assigned(stmt.body) if v in frame.env)
         inputs = tuple(v for v in free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
@@ -303,7 +304,10 @@ class _Builder:
         self.budget.module(stmt.span)
         stack.children[str(index)] = body
         # The body sees the values it reads; carried ones as the previous layer left them.
-        inner = _Frame(body, {**visible, **{n: frame.env[n] for n in carried}}, frame.names, frame.decoding)
+        env = {**visible, **{n: frame.env[n] for n in carried}}
+        if stmt.index is not None:
+            env[stmt.index.id] = index
+        inner = _Frame(body, env, frame.names, frame.decoding)
         try:
             self._exec(stmt.body, inner)
         except _Return:

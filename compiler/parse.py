@@ -189,8 +189,9 @@ class _ToAst(Transformer):
     def return_stmt(self, meta, value):
         return ast.Return(value, _span(self.file, meta))
 
-    def repeat_stmt(self, meta, count, label, body):
-        return ast.Repeat(count, self._name(label) if label else None, body, _span(self.file, meta))
+    def repeat_stmt(self, meta, index, count, label, body):
+        return ast.Repeat(count, self._name(label) if label else None, body, _span(self.file, meta),
+                          self._name(index) if index else None)
 
     def if_stmt(self, meta, condition, then, orelse=None):
         if isinstance(orelse, ast.If):

@@ -237,3 +237,40 @@ def test_albert_layers_share_one_layers_weights():
                                                                                        "decoder.layers.1."))]
     assert untied.parameters - spec.parameters == sum(math.prod(shape) for shape in per_layer)
     assert spec.parameters == sum(p.numel() for p in model.parameters())
+
+
+EVERY_OTHER = """
+import "specs/lm.xspec"
+
+# Layers differ by index: attention in even layers only, and a feed-forward that widens with depth.
+model every_other extends transformer_lm {
+  block widening(x, i) {
+    return linear(relu(linear(x, d_ff * (i + 1)) as w_1), d_model) as w_2
+  }
+  block decoder(tokens) {
+    x = embed(tokens) as embedding
+    repeat i in layers {
+      if i % 2 == 0 {
+        x = sublayer(x, h => attention(h, h, h, heads = heads, d_k = d_k, d_v = d_v, causal = true) as self_attn)
+      }
+      x = sublayer(x, h => widening(h, i) as ffn)
+    }
+    return linear(x, vocab, bias = false) as generator
+  }
+}
+"""
+
+
+@torch.no_grad()
+def test_layers_differ_by_their_index():
+    spec = xspec.compile_source(EVERY_OTHER, name="every_other.xspec", overrides={**SMALL, "layers": 3})
+    shapes = spec.param_shapes
+    assert [f"decoder.layers.{i}.self_attn.q_proj.weight" in shapes for i in range(3)] == [True, False, True]
+    assert [shapes[f"decoder.layers.{i}.ffn.w_1.weight"][0] for i in range(3)] == [48, 96, 144]
+    torch.manual_seed(0)
+    model = spec.build(device="cpu").eval()
+    assert spec.parameters == sum(p.numel() for p in model.parameters())
+    tokens = torch.randint(0, spec.vocab_size, (2, 6))
+    cache = model.new_cache()
+    steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(6)]
+    assert_close(torch.cat(steps, dim=1), model(tokens))
