@@ -147,7 +147,9 @@ class MultiHeadAttention(nn.Module):
             cache.memory[self] = (key, value, k, v)
         return k, v
 
-    def forward(self, query, key, value, padding_mask=None, cache=None):
+    def _prepare(self, query, key, value, padding_mask, cache):
+        """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending is
+        allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
         # Positions already in the cache: where this call's queries (and new keys) start.
         start = cache.tensors[self][0].size(2) if cache is not None and self in cache.tensors else 0
         q = self._split(self.q_proj(query), self.heads, self.d_k)  # [B, h, Tq, d_k]
@@ -168,9 +170,25 @@ class MultiHeadAttention(nn.Module):
         if self.alibi:
             query_position = torch.arange(k.size(2) - q.size(2), k.size(2), device=q.device)
             distance = (query_position[:, None] - torch.arange(k.size(2), device=q.device)).abs()  # [Tq, Tk]
-            bias = -self.slopes[:, None, None] * distance  # [h, Tq, Tk]
-            mask = bias.to(q.dtype) if mask is None else bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+            bias = (-self.slopes[:, None, None] * distance).to(q.dtype)  # [h, Tq, Tk]
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        return q, k, v, mask, is_causal
+
+    def forward(self, query, key, value, padding_mask=None, cache=None):
+        q, k, v, mask, is_causal = self._prepare(query, key, value, padding_mask, cache)
         dropout = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
                                              enable_gqa=self.kv_heads != self.heads)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]
+
+    def weights(self, query, key, value, padding_mask=None):
+        """The attention weights forward computes, softmax(Q K^T / sqrt(d_k) + bias) per head, masked
+        as it masks (for diagrams; without dropout or a cache): [B, h, Tq, Tk]."""
+        q, k, _, mask, is_causal = self._prepare(query, key, value, padding_mask, None)
+        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)  # each query head's key head
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if is_causal:
+            mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        return scores.softmax(dim=-1)

@@ -274,3 +274,19 @@ def test_layers_differ_by_their_index():
     cache = model.new_cache()
     steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(6)]
     assert_close(torch.cat(steps, dim=1), model(tokens))
+
+
+@pytest.mark.parametrize("options", [{"kv_heads": 2, "rotary": True, "causal": True}, {"alibi": True},
+                                     {"alibi": True, "causal": True}, {"kv_heads": 1}])
+@torch.no_grad()
+def test_the_weights_diagrams_draw_are_those_forward_applies(options):
+    attention = only_attention(**options)
+    x = torch.randn(2, 6, 32)
+    padding = torch.zeros(2, 6, dtype=torch.bool)
+    padding[1, 4:] = True
+    weights = attention.weights(x, x, x, padding)                              # [B, h, T, T]
+    assert weights.shape == (2, 4, 6, 6)
+    v = attention.v_proj(x).unflatten(-1, (attention.kv_heads, 8)).transpose(1, 2)
+    v = v.repeat_interleave(4 // attention.kv_heads, dim=1)
+    expected = attention.out_proj((weights @ v).transpose(1, 2).flatten(2))
+    assert_close(attention(x, x, x, padding_mask=padding), expected)

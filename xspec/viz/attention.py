@@ -1,13 +1,12 @@
 """Attention maps of a trained model for one sentence (the paper's Figures 3-5), as heatmaps.
 
-The weights are recomputed from each attention module's own inputs, captured with forward hooks:
-softmax(Q Kᵀ / sqrt(d_k)) with the module's padding and causal masks (§3.2.1), per head (§3.2.2).
-Neither the compiler nor the generated code changes.
+The weights are recomputed by each attention module itself (`MultiHeadAttention.weights`) from the
+inputs a forward hook captures: softmax(Q Kᵀ / sqrt(d_k)) with the module's masks, positions and key
+heads (§3.2.1), per head (§3.2.2).
 """
 
 from __future__ import annotations
 
-import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,23 +99,9 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
 
 def _recorder(name: str, captured: dict[str, torch.Tensor]):
     def hook(module, args, kwargs, output):
-        query, key = args[0], args[1]
-        captured[name] = attention_weights(module, query, key, kwargs.get("padding_mask"))[0]
+        query, key, value = args[:3]
+        captured[name] = module.weights(query, key, value, kwargs.get("padding_mask"))[0]
     return hook
-
-
-def attention_weights(module, query: torch.Tensor, key: torch.Tensor,
-                      padding_mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """softmax(Q Kᵀ / sqrt(d_k)) per head (§3.2.1), masked as the module masks: [B, h, Tq, Tk]."""
-    q = module.q_proj(query).unflatten(-1, (module.heads, module.d_k)).transpose(1, 2)
-    k = module.k_proj(key).unflatten(-1, (module.heads, module.d_k)).transpose(1, 2)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(module.d_k)
-    if padding_mask is not None:  # True at padding (the runtime's convention)
-        scores = scores.masked_fill(padding_mask[:, None, None, :], float("-inf"))
-    if module.causal:  # §3.2.3: position i attends to positions up to i
-        future = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
-    return scores.softmax(dim=-1)
 
 
 def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sentence: str,
