@@ -111,6 +111,10 @@ class OpDef:
     gates: bool = False  # multiplies two tensors: with an activation on one side, a gated linear unit
     # Rules between arguments that their types cannot state: (argument, message) for each one broken.
     check: Callable[[Attrs], list[tuple[str, str]]] = lambda a: []
+    # Cost (docs/stats.md), given the sequence positions of one example's output and of each input:
+    # forward FLOPs by category (matrix products only), and the values autograd keeps beyond the output.
+    flops: Callable[[Attrs, Inferred, int, dict[str, int]], dict[str, int]] = lambda a, i, n, n_in: {}
+    saved: Callable[[Attrs, Inferred, int, dict[str, int]], int] = lambda a, i, n, n_in: 0
     # What the op says about the model's hyperparameters, by Table 3's column names (`xspec stats`).
     facts: Callable[[Attrs, Inferred], dict[str, object]] = lambda a, i: {}
     # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
@@ -186,6 +190,26 @@ def _attention_shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inf
         "vdim": concrete_last(v, "the value"),
     }
     return q, inferred
+
+
+def _attention_flops(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> dict[str, int]:
+    """§3.2.2: project Q, K, V per head, softmax(QK^T / sqrt(d_k)) V, concatenate, project with W^O.
+    The full n_q x n_k scores are computed, also where a causal mask discards half of them."""
+    n_k, d_model = n_in["key"], int(i["d_model"])  # type: ignore[call-overload]
+    return {
+        "attention_qkv": 2 * (n_q * d_model * a.heads * a.d_k + n_k * int(i["kdim"]) * a.key_heads * a.d_k  # type: ignore[call-overload]
+                              + n_k * int(i["vdim"]) * a.key_heads * a.d_v),  # type: ignore[call-overload]
+        "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
+        "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
+        "attention_out": 2 * n_q * a.heads * a.d_v * d_model,
+    }
+
+
+def _attention_saved(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> int:
+    """Q, K, V, the softmax probabilities and the per-head context."""
+    n_k = n_in["key"]
+    return (n_q * a.heads * a.d_k + n_k * a.key_heads * (a.d_k + a.d_v) + a.heads * n_q * n_k
+            + n_q * a.heads * a.d_v)
 
 
 def _attention_check(a: AttentionAttrs) -> list[tuple[str, str]]:
@@ -329,6 +353,7 @@ OPS: dict[str, OpDef] = {
             params=lambda a, i: _linear_params("", int(i["in_features"]), a.out, a.bias),  # type: ignore[call-overload]
             module=lambda a, i: f"nn.Linear({i['in_features']!r}, {a.out!r}, bias={a.bias!r})",
             call=_call_module, title="Linear",
+            flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * int(i["in_features"]) * a.out},  # type: ignore[call-overload]
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
         ),
         OpDef(
@@ -353,6 +378,7 @@ OPS: dict[str, OpDef] = {
             attrs=AttentionAttrs, infer=_attention_shape, params=_attention_params, check=_attention_check,
             module=_attention_module, call=_call_attention, uses_cache=True, buffers=_attention_buffers,
             title="Multi-Head Attention", details=_attention_details, facts=_attention_facts,
+            flops=_attention_flops, saved=_attention_saved,
         ),
         OpDef(
             name="dropout", doc="dropout (§5.4: residual dropout)", family="regularization",

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xspec.compiler.ops import OPS
+
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
 
@@ -30,15 +32,13 @@ class Table1Row:
 
 def attention_kinds(spec: CompiledSpec) -> dict[str, list[str]]:
     """The spec's attention layers by kind: self-attention, masked (causal) self-attention, and
-    attention over another sequence (the decoder's encoder-decoder attention, §3.2.3)."""
-    from xspec.compiler.graph import input_sources
-
+    attention over another sequence (the decoder's encoder-decoder attention, §3.2.3), by the role
+    validation recorded on each."""
     kinds: dict[str, list[str]] = {}
     for node, data in spec.graph.nodes(data=True):
-        if data["op"] != "attention":
+        if OPS[data["op"]].family != "attention":
             continue
-        sources = input_sources(spec.graph, node)
-        if sources["query"] != sources["key"]:
+        if not data["inferred"]["self_attention"]:
             kind = "encoder-decoder attention"
         elif data["attrs"].causal:
             kind = "self-attention (masked)"

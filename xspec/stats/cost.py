@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Union
 
 from xspec.compiler.graph import input_sources
+from xspec.compiler.ops import OPS
 from xspec.compiler.shapes import BATCH, TensorType
 
 if TYPE_CHECKING:
@@ -81,36 +82,24 @@ def _positions(shape: TensorType, length: Lengths) -> int:
     return count
 
 
-def _attention_flops(graph, node: str, length: Lengths) -> dict[str, int]:
-    """§3.2.2: project Q, K, V per head, softmax(QK^T / sqrt(d_k)) V, concatenate, project with W^O."""
-    data = graph.nodes[node]
-    a, inferred = data["attrs"], data["inferred"]
-    sources = input_sources(graph, node)
-    n_q = _positions(data["shape"], length)
-    n_k = _positions(graph.nodes[sources["key"]]["shape"], length)
-    return {
-        "attention_qkv": 2 * (n_q * inferred["d_model"] * a.heads * a.d_k
-                              + n_k * inferred["kdim"] * a.key_heads * a.d_k
-                              + n_k * inferred["vdim"] * a.key_heads * a.d_v),
-        "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
-        "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
-        "attention_out": 2 * n_q * a.heads * a.d_v * inferred["d_model"],
-    }
-
-
 def _is_generator(graph, node: str) -> bool:
     """§3.4: the pre-softmax projection is the linear that produces the model's logits."""
-    return any(graph.nodes[s]["op"] == "output" for s in graph.successors(node))
+    return any(OPS[graph.nodes[s]["op"]].family == "io" for s in graph.successors(node))
+
+
+def _node_positions(graph, node: str, length: Lengths) -> tuple[int, dict[str, int]]:
+    """Positions of one example in the node's output and in each of its inputs."""
+    inputs = {port: _positions(graph.nodes[source]["shape"], length)
+              for port, source in input_sources(graph, node).items()}
+    return _positions(graph.nodes[node]["shape"], length), inputs
 
 
 def node_flops(graph, node: str, length: Lengths) -> dict[str, int]:
     data = graph.nodes[node]
-    if data["op"] == "attention":
-        return _attention_flops(graph, node, length)
-    if data["op"] == "linear":
-        macs = _positions(data["shape"], length) * data["inferred"]["in_features"] * data["attrs"].out
-        return {"generator" if _is_generator(graph, node) else "feed_forward": 2 * macs}
-    return {}
+    counts = OPS[data["op"]].flops(data["attrs"], data["inferred"], *_node_positions(graph, node, length))
+    if _is_generator(graph, node):
+        return {"generator" if category == "feed_forward" else category: n for category, n in counts.items()}
+    return counts
 
 
 def stack_of(data: dict) -> str:
@@ -142,16 +131,10 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
     graph = spec.graph
     total = 0
     for node, data in graph.nodes(data=True):
-        if data["op"] in ("input", "output") or data["shape"].dtype != "float":
+        if OPS[data["op"]].family == "io" or data["shape"].dtype != "float":
             continue
         total += _size(data["shape"], batch, length)
-        if data["op"] == "attention":
-            a = data["attrs"]
-            n_q = _positions(data["shape"], length)
-            n_k = _positions(graph.nodes[input_sources(graph, node)["key"]]["shape"], length)
-            q, k, v = n_q * a.heads * a.d_k, n_k * a.key_heads * a.d_k, n_k * a.key_heads * a.d_v
-            probabilities, context = a.heads * n_q * n_k, n_q * a.heads * a.d_v
-            total += batch * (q + k + v + probabilities + context)
+        total += batch * OPS[data["op"]].saved(data["attrs"], data["inferred"], *_node_positions(graph, node, length))
     return total
 
 

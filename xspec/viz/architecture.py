@@ -16,7 +16,7 @@ import graphviz
 
 from .diff import Removed
 from .labels import Label, format_count, unit_label
-from .view import Edge, Frame, Unit, View, canonical_node
+from .view import Edge, Frame, Unit, View, canonical_node, family
 
 if TYPE_CHECKING:
     from .diff import Diff
@@ -102,7 +102,7 @@ class _Drawer:
                     break
                 frame = view.frames[frame].parent
         self.expanded = {uid for uid, u in view.units.items()
-                         if view.depth == "full" and view.graph.nodes[u.ops[0]]["op"] == "attention"}
+                         if view.depth == "full" and family(view.graph, u.ops[0]) == "attention"}
 
     # --- boxes and frames ---------------------------------------------------------------------
     def frame_contents(self, graph: graphviz.Digraph, frame: Optional[str]) -> None:
@@ -146,7 +146,7 @@ class _Drawer:
             return
         attrs = self._colors(label, status)
         attrs["class"] = f"{unit.kind} {label.family}"
-        if self.view.graph.nodes[unit.ops[0]]["op"] == "add" and unit.kind == "op" and not label.notes and not status:
+        if family(self.view.graph, unit.ops[0]) == "residual" and unit.kind == "op" and not label.notes and not status:
             # a bare sum, drawn as Figure 1 draws one
             graph.node(unit.id, "+", shape="circle", fixedsize="true", width="0.32", fontsize="16",
                        **{**attrs, "fillcolor": "white"})
@@ -166,7 +166,7 @@ class _Drawer:
         attrs = dict(EDGE_STYLE[edge.role], **{"class": edge.role})
         src = f"{edge.src}/out" if edge.src in self.expanded else edge.src
         dst_unit = self.view.units[edge.dst]
-        is_attention = self.view.graph.nodes[dst_unit.ops[0]]["op"] == "attention" and dst_unit.kind == "op"
+        is_attention = family(self.view.graph, dst_unit.ops[0]) == "attention" and dst_unit.kind == "op"
         if edge.dst in self.expanded:
             for port in edge.ports:
                 self.dot.edge(src, f"{edge.dst}/{_INTERNAL_INPUT[port]}", **attrs)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from xspec.compiler.graph import input_sources
+from xspec.compiler.ops import OPS
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.beam_search import beam_search
@@ -55,7 +56,7 @@ def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
     """Every attention op, read off the graph (all layers), in the order the model runs them."""
     sites = []
     for node, data in spec.graph.nodes(data=True):
-        if data["op"] != "attention":
+        if OPS[data["op"]].family != "attention":
             continue
         sources = input_sources(spec.graph, node)
         entry = data["scope"].split(".")[0]

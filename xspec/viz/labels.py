@@ -48,11 +48,11 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
     data = graph.nodes[node]
     op, attrs = data["op"], data["attrs"]
     family = OPS[op].family
-    if op == "attention":
+    if family == "attention":
         return _attention_label(graph, node)
-    if op == "input":
+    if family == "io" and attrs.kind != "output":
         return Label(f"{attrs.name}", [attrs.kind], family=family)
-    if op == "output":
+    if family == "io":
         if node == "output.logits":  # §3.4: the decoder output goes through a softmax
             return Label("Softmax", ["output probabilities (in the loss and search)"], family="activation")
         return Label(attrs.name, ["model output"], family=family)
@@ -62,7 +62,7 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
 
 def _attention_label(graph: nx.DiGraph, node: str) -> Label:
     attrs, sources = graph.nodes[node]["attrs"], input_sources(graph, node)
-    entry = OPS["attention"]
+    entry = OPS[graph.nodes[node]["op"]]
     title = f"Masked {entry.title}" if attrs.causal else entry.title  # §3.2.3
     first, *rest = entry.details(attrs, graph.nodes[node]["inferred"])
     kind = _attention_kind(graph, node, sources) + (", padding mask" if "mask" in sources else "")
@@ -70,8 +70,9 @@ def _attention_label(graph: nx.DiGraph, node: str) -> Label:
 
 
 def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> str:
-    """§3.2.3's three uses: self-attention, or keys and values from the other stack (the encoder)."""
-    if sources["query"] == sources["key"] == sources["value"]:
+    """§3.2.3's three uses: self-attention (the role validation recorded), or keys and values from the
+    other stack (the encoder)."""
+    if graph.nodes[node]["inferred"]["self_attention"]:
         return "self-attention"
     entry = graph.nodes[node]["scope"].split(".")[0]
     if graph.nodes[sources["key"]]["scope"].split(".")[0] not in (entry, ""):
@@ -82,7 +83,7 @@ def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> st
 def _block_label(view: View, unit: Unit) -> Label:
     """A block of linear layers and activations: the position-wise feed-forward network (§3.3)."""
     nodes = [view.graph.nodes[n] for n in unit.ops]
-    linears = [d for d in nodes if d["op"] == "linear"]
+    linears = [d for d in nodes if OPS[d["op"]].family == "feed_forward"]
     widths = ", ".join(dict.fromkeys(str(d["attrs"].out) for d in linears[:-1]))  # a GLU's two: once
     activations = ", ".join(_activation_title(view.graph, n) for n in unit.ops
                             if OPS[view.graph.nodes[n]["op"]].family == "activation")
@@ -173,7 +174,7 @@ def _module_of(tensor: str) -> str:
 
 def _folded_note(graph: nx.DiGraph, node: str) -> str:
     data = graph.nodes[node]
-    if data["op"] == "dropout":
+    if OPS[data["op"]].family == "regularization":
         return f"dropout {data['attrs'].p:g} on output"  # §5.4: residual dropout
     return OPS[data["op"]].title or data["op"]
 

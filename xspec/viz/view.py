@@ -99,13 +99,18 @@ def build_view(spec: "CompiledSpec", depth: str) -> View:
     return View(spec, depth, graph, units, unit_of, edges, frames, frame_of, instances, hidden, stack_counts(graph))
 
 
+def family(graph: nx.DiGraph, node: str) -> str:
+    """The op's family (compiler/ops.py): what diagrams know of an op, never its name."""
+    return OPS[graph.nodes[node]["op"]].family
+
+
 def _is_hidden_io(graph: nx.DiGraph, node: str) -> bool:
     """Figure 1 draws neither the padding masks (attention boxes say they use one) nor an output
     that other ops also read (the encoder output, drawn as the arrow into cross-attention)."""
     data = graph.nodes[node] if node in graph else None
-    if data is None or data["op"] not in ("input", "output"):
+    if data is None or family(graph, node) != "io":
         return False
-    if data["op"] == "input":
+    if data["attrs"].kind != "output":
         return data["attrs"].kind == "mask"
     (producer,) = graph.predecessors(node)
     return graph.out_degree(producer) > 1
@@ -202,7 +207,7 @@ def _assign_units(graph: nx.DiGraph, instances: dict, depth: str) -> tuple[dict[
 def _place(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], instances: dict,
            dense: set[str]) -> _Placement:
     data = graph.nodes[node]
-    if data["op"] in ("input", "output") or depth == "full":
+    if family(graph, node) == "io" or depth == "full":
         return _Placement(node)
     if depth == "1":
         block = _entry_child(data["scope"], instances)
@@ -211,9 +216,9 @@ def _place(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], in
     if data["scope"] in dense:
         return _Placement(data["scope"], "block", data["scope"])
     producer = _single_producer(graph, node)
-    if data["op"] == "dropout" and producer is not None and graph.nodes[producer]["op"] != "input":
+    if family(graph, node) == "regularization" and producer is not None and family(graph, producer) != "io":
         return _Placement(unit_of[producer], folded=True)  # §5.4: dropout on a sublayer's output
-    if data["op"] == "layer_norm" and producer is not None and _is_post_norm(graph, producer, node):
+    if family(graph, node) == "norm" and producer is not None and _is_post_norm(graph, producer, node):
         return _Placement(unit_of[producer], "add_norm")  # §3.1: LayerNorm(x + Sublayer(x))
     return _Placement(node)
 
@@ -250,7 +255,7 @@ def _single_producer(graph: nx.DiGraph, node: str) -> Optional[str]:
 
 def _is_post_norm(graph: nx.DiGraph, add: str, norm: str) -> bool:
     """An add whose only reader is this norm, in the same block: one "Add & Norm" box."""
-    return (graph.nodes[add]["op"] == "add" and list(graph.successors(add)) == [norm]
+    return (family(graph, add) == "residual" and list(graph.successors(add)) == [norm]
             and graph.nodes[add]["scope"] == graph.nodes[norm]["scope"])
 
 
@@ -275,13 +280,13 @@ def residual_sources(graph: nx.DiGraph, add: str) -> set[str]:
 
 def edge_role(graph: nx.DiGraph, src: str, dst: str) -> str:
     data, ports = graph.nodes[dst], graph.edges[src, dst]["ports"]
-    if graph.nodes[src]["op"] == "input" and graph.nodes[src]["attrs"].kind == "mask":
+    if family(graph, src) == "io" and graph.nodes[src]["attrs"].kind == "mask":
         return "mask"
-    if data["op"] == "add" and src in residual_sources(graph, dst):
+    if family(graph, dst) == "residual" and src in residual_sources(graph, dst):
         return "residual"
-    if data["op"] == "attention" and "query" not in ports and input_sources(graph, dst).get("query") != src:
+    if family(graph, dst) == "attention" and "query" not in ports and input_sources(graph, dst).get("query") != src:
         return "cross_attention"  # §3.2.3: keys and values from the encoder output
-    if OPS[data["op"]].family == "position":
+    if family(graph, dst) == "position":
         return "length"  # a positional encoding reads only the length of its input
     return "data"
 
