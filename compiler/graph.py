@@ -23,7 +23,7 @@ from .body import (assigned, bound_names, cache_blocks, call_site_names, free_na
 from .ir import Node, OpGraph
 from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
-from .ops import CALLABLE_OPS, OPS, IOAttrs, OpDef
+from .ops import OPS, IOAttrs, OpDef, callable_op
 from .resolve import ResolvedModel
 from .shapes import BATCH, SRC_LEN, TGT_LEN, TensorType
 
@@ -451,11 +451,12 @@ class _Builder:
             return POISON
         if name in self.model.blocks:
             return self._call_block(call, frame)
-        if name in CALLABLE_OPS:
+        if callable_op(name):
             return self._call_op(OPS[name], call, frame)
         if name in MATH_FUNCTIONS:
             return self._constant(call, frame, "this expression")
-        candidates = [*CALLABLE_OPS, *self.model.blocks, *(k for k, v in frame.env.items() if isinstance(v, Closure))]
+        functions = (k for k, v in frame.env.items() if isinstance(v, Closure))
+        candidates = [*filter(callable_op, OPS), *self.model.blocks, *functions]
         self._error("unknown-name", call.callee.span, f"unknown op or block '{name}'", did_you_mean(name, candidates))
         return POISON
 

@@ -22,7 +22,7 @@ from .diagnostics import Diagnostics, Span, printable
 from .evaluate import MATH_FUNCTIONS, evaluate
 from .graph import Closure, Instance, Recorded, Tensor, _bind_op_args
 from .names import class_name
-from .ops import OPS, CALLABLE_OPS
+from .ops import OPS, callable_op
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
 
@@ -218,7 +218,7 @@ class _Lowering:
             child = instance.children[self.names[id(call)]]
             cache = ", cache=cache" if child.has_cache and instance.has_cache else ""
             return f"self.{_identifier(child.name)}({self._call_args(instance, env, call)}{cache})"
-        assert name in CALLABLE_OPS, f"unexpected call {name}"
+        assert callable_op(name), f"unexpected call {name}"
         node = self.graph[instance.call_nodes[id(call)]]
         op = OPS[node.op]
         bound = _bind_op_args(op, call, Diagnostics())

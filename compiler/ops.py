@@ -418,4 +418,9 @@ OPS: dict[str, OpDef] = {
 # Ops written as operators (`a + b`, `x * 2`), and those that come from the entry blocks' signatures:
 # all other ops are called by name.
 INFIX_OPS = frozenset({"add", "sub", "mul", "scale"})
-CALLABLE_OPS = {name for name in OPS if name not in ("input", "output") and name not in INFIX_OPS}
+
+
+def callable_op(name: str) -> bool:
+    """Whether a spec calls `name(...)` as an op (read from the table as it is, so an op added to it
+    is callable at once)."""
+    return name in OPS and name not in INFIX_OPS and OPS[name].family != "io"
