@@ -1,9 +1,10 @@
 """The op table: every op the language knows, in one place.
 
 Each entry names the op's tensor inputs, its attribute schema (a pydantic model, so a spec's
-arguments are type-checked), its shape rule, its learned tensors, its lowering to PyTorch, and how
-diagrams name it (title and key attributes). Adding an op means adding one entry here (and, for a new
-module, a class in prelude.py).
+arguments are type-checked) and the rules between its arguments, its shape rule, its learned tensors,
+its lowering to PyTorch, its cost (FLOPs, saved activations), how diagrams name it (title and key
+attributes) and what it says of the model's hyperparameters. Adding an op means adding one entry here
+(and, for a new module, a class in prelude.py); nothing outside this file branches on op names.
 """
 
 from __future__ import annotations
