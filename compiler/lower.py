@@ -200,7 +200,7 @@ class _Lowering:
     def _infix(self, instance: Instance, env: dict, expr: ast.BinOp) -> tuple[str, int]:
         node = self.graph[instance.call_nodes[id(expr)]]
         op = OPS[node.op]
-        if op.name == "scale":
+        if len(op.inputs) == 1:  # a tensor and a constant: `x * 2.0`
             tensor_side = expr.left if _reads_runtime_value(expr.left, env, self.model.blocks) else expr.right
             text, prec = self._expr(instance, env, tensor_side)
             inputs = {"x": f"({text})" if prec < op.precedence else text}

@@ -4,7 +4,8 @@ Each entry names the op's tensor inputs, its attribute schema (a pydantic model,
 arguments are type-checked) and the rules between its arguments, its shape rule, its learned tensors,
 its lowering to PyTorch, its cost (FLOPs, saved activations), how diagrams name it (title and key
 attributes) and what it says of the model's hyperparameters. Adding an op means adding one entry here
-(and, for a new module, a class in prelude.py); nothing outside this file branches on op names.
+(and, for a new module, a class in prelude.py); nothing outside this file branches on an op's name,
+except the graph's own inputs and outputs.
 """
 
 from __future__ import annotations

@@ -53,7 +53,10 @@ class CompiledSpec:
 
     @cached_property
     def vocab_size(self) -> int:
-        sizes = {node.attrs.vocab for node in self.ops if node.op == "embedding"}
+        from xspec.compiler.ops import OPS  # the compiler has run, so this is loaded already
+
+        facts = (OPS[node.op].facts(node.attrs, node.inferred) for node in self.ops)
+        sizes = {f["vocab"] for f in facts if "vocab" in f}
         logits = self.ops["output.logits"].shape.last if "output.logits" in self.ops else None
         return max(sizes | ({logits} if isinstance(logits, int) else set()))
 
