@@ -20,17 +20,17 @@ from .diagnostics import Diagnostics, Span, did_you_mean
 from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
 from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, passed_through, reads,
                    single_block_call, stmt_reads, warn_unused)
+from .entries import (DECODER, ENCODER, LOGITS, MEMORY, SIGNATURES, SRC, SRC_MASK, TGT, GraphInput, GraphOutput,
+                      takes_cache)
 from .ir import Node, OpGraph
 from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
 from .ops import OPS, IOAttrs, OpDef, callable_op
 from .resolve import ResolvedModel
-from .shapes import BATCH, SRC_LEN, TGT_LEN, TensorType
 
 if TYPE_CHECKING:
     import networkx as nx
 
-ENTRY_SIGNATURES = {"encoder": (2,), "decoder": (1, 3)}
 TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul"}  # elementwise, between two tensors
 
 # --- values the interpreter passes around --------------------------------------------------
@@ -138,7 +138,7 @@ class _Builder:
         # such as `as add_1` never gives two nodes one id.
         self.module_names = set(self.names.values())
         # Blocks the decoder uses that hold cache-aware ops take the cache in forward().
-        self.cache_blocks = cache_blocks("decoder", model.blocks)
+        self.cache_blocks = cache_blocks(DECODER, model.blocks)
         self.budget = Budget()
         self.nesting = 0  # block calls, function calls and expressions being evaluated
         self._check_names()
@@ -146,7 +146,7 @@ class _Builder:
     # --- entries ----------------------------------------------------------------------------
     def run(self) -> Instance:
         root = Instance(path="", kind="block")
-        encoder, decoder = self.model.blocks.get("encoder"), self.model.blocks.get("decoder")
+        encoder, decoder = self.model.blocks.get(ENCODER), self.model.blocks.get(DECODER)
         if encoder is None and decoder is None:
             self.diagnostics.error("missing", self.model.span, f"model '{self.model.name}' has no "
                                    "'encoder' or 'decoder' block", "define block decoder(tokens) for a language model")
@@ -154,33 +154,32 @@ class _Builder:
         memory: Value = POISON
         src_mask: Value = POISON
         if encoder is not None and self._check_entry(encoder):
-            src = self._input("src", "tokens", encoder.params[0].span)
-            src_mask = self._input("src_mask", "mask", encoder.params[1].span)
+            src = self._input(SRC, encoder.params[0].span)
+            src_mask = self._input(SRC_MASK, encoder.params[1].span)
             memory = self._entry(root, encoder, [src, src_mask])
-            self._output("memory", memory, encoder.span)
+            self._output(MEMORY, memory, encoder.span)
         if decoder is not None and self._check_entry(decoder):
-            tgt = self._input("tgt", "tokens", decoder.params[0].span)
+            tgt = self._input(TGT, decoder.params[0].span)
             if len(decoder.params) == 3 and encoder is None:
-                self.diagnostics.error("signature", decoder.name.span, "decoder(tokens, memory, memory_mask) "
-                                       "needs an encoder block", "a language model's decoder takes only its tokens")
+                self.diagnostics.error("signature", decoder.name.span, f"decoder{SIGNATURES[DECODER][3]} needs an "
+                                       "encoder block", "a language model's decoder takes only its tokens")
                 return root
             if len(decoder.params) == 1 and encoder is not None:
                 self.diagnostics.error("signature", decoder.name.span, "the decoder must take "
-                                       "(tokens, memory, memory_mask) to use the encoder")
+                                       f"{SIGNATURES[DECODER][3]} to use the encoder")
                 return root
             args = [tgt, memory, src_mask] if encoder is not None else [tgt]
             logits = self._entry(root, decoder, args)
-            self._output("logits", logits, decoder.span)
+            self._output(LOGITS, logits, decoder.span)
         for fn in self.uncalled.values():
             self.diagnostics.warning("unused", fn.span, "this function is never called, so its ops are not "
                                      "part of the model")
         return root
 
     def _check_entry(self, block: ast.Block) -> bool:
-        arities = ENTRY_SIGNATURES[block.name.id]
-        if len(block.params) not in arities:
-            expected = "(tokens, padding_mask)" if block.name.id == "encoder" else (
-                "(tokens) or (tokens, memory, memory_mask)")
+        signatures = SIGNATURES[block.name.id]
+        if len(block.params) not in signatures:
+            expected = " or ".join(signatures.values())
             self.diagnostics.error("signature", block.name.span,
                                    f"block '{block.name.id}' must take {expected}")
             return False
@@ -188,23 +187,21 @@ class _Builder:
 
     def _entry(self, root: Instance, block: ast.Block, args: list[Value]) -> Value:
         instance = Instance(path=block.name.id, kind="block", block=block, params=tuple(p.id for p in block.params),
-                            has_cache=block.name.id == "decoder", span=block.span)
+                            has_cache=takes_cache(block.name.id), span=block.span)
         root.children[block.name.id] = instance
-        return self._run_block(instance, block, args, decoding=block.name.id == "decoder")
+        return self._run_block(instance, block, args, decoding=takes_cache(block.name.id))
 
-    def _input(self, name: str, kind: str, span: Span) -> Tensor:
-        length = SRC_LEN if name.startswith("src") else TGT_LEN
-        dtype = "long" if kind == "tokens" else "bool"
-        node = self.graph.add(Node(f"input.{name}", "input", IOAttrs(name=name, kind=kind), {}, span, module=None,
-                                   scope="", shape=TensorType((BATCH, length), dtype)))
+    def _input(self, graph_input: GraphInput, span: Span) -> Tensor:
+        node = self.graph.add(Node(graph_input.node, "input", IOAttrs(name=graph_input.name, kind=graph_input.kind),
+                                   {}, span, module=None, scope="", shape=graph_input.type))
         return Tensor(node.id)
 
-    def _output(self, name: str, value: Value, span: Span) -> None:
+    def _output(self, output: GraphOutput, value: Value, span: Span) -> None:
         if isinstance(value, Tensor):
-            self.graph.add(Node(f"output.{name}", "output", IOAttrs(name=name, kind="output"), {"x": value.node},
+            self.graph.add(Node(output.node, "output", IOAttrs(name=output.name, kind="output"), {"x": value.node},
                                 span, module=None, scope=""))
         elif not isinstance(value, Poison):
-            self.diagnostics.error("type", span, f"the {name} must be a tensor, got {describe(value)}")
+            self.diagnostics.error("type", span, f"the {output.name} must be a tensor, got {describe(value)}")
 
     # --- blocks -----------------------------------------------------------------------------
     def _run_block(self, instance: Instance, block: ast.Block, args: list[Value], decoding: bool) -> Value:

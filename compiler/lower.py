@@ -22,6 +22,7 @@ from .diagnostics import Diagnostics, Span, printable
 from .evaluate import MATH_FUNCTIONS, evaluate
 from .graph import Closure, Instance, Recorded, Tensor, _bind_op_args
 from .names import class_name
+from .entries import DECODER, ENCODER
 from .ops import OPS, callable_op
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
@@ -81,7 +82,7 @@ class _Lowering:
             self._define(child, child.name)
         used = "".join(self.order)
         preludes = [source for name, source in _prelude_classes().items()
-                    if f"{name}(" in used or (name == "DecoderCache" and "decoder" in root.children)]
+                    if f"{name}(" in used or (name == "DecoderCache" and DECODER in root.children)]
         parts = [self._header(), *preludes, *self.order, self._model_class()]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
@@ -252,7 +253,7 @@ class _Lowering:
     def _model_class(self) -> str:
         root = self.validated.graph.root
         name = self.model_class
-        has_encoder, has_decoder = "encoder" in root.children, "decoder" in root.children
+        has_encoder, has_decoder = ENCODER in root.children, DECODER in root.children
         lines = [f"class {name}(nn.Module):", f'{INDENT}"""The whole model: encode, decode, forward."""', "",
                  f"{INDENT}def __init__(self):", f"{INDENT * 2}super().__init__()"]
         for child in root.children.values():

@@ -124,6 +124,13 @@ class OpDef:
     precedence: int = 100  # infix ops bind looser than calls: the code generator adds parentheses
 
 
+def _size(inferred: Inferred, key: str) -> int:
+    """A size the shape rule inferred (`in_features`, `d_model`...): always a whole number."""
+    value = inferred[key]
+    assert isinstance(value, int), f"{key} = {value!r} is not a size"
+    return value
+
+
 def _no_params(attrs: Attrs, inferred: Inferred) -> dict[str, tuple[int, ...]]:
     return {}
 
@@ -197,10 +204,10 @@ def _attention_shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inf
 def _attention_flops(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> dict[str, int]:
     """§3.2.2: project Q, K, V per head, softmax(QK^T / sqrt(d_k)) V, concatenate, project with W^O.
     The full n_q x n_k scores are computed, also where a causal mask discards half of them."""
-    n_k, d_model = n_in["key"], int(i["d_model"])  # type: ignore[call-overload]
+    n_k, d_model = n_in["key"], _size(i, "d_model")
     return {
-        "attention_qkv": 2 * (n_q * d_model * a.heads * a.d_k + n_k * int(i["kdim"]) * a.key_heads * a.d_k  # type: ignore[call-overload]
-                              + n_k * int(i["vdim"]) * a.key_heads * a.d_v),  # type: ignore[call-overload]
+        "attention_qkv": 2 * (n_q * d_model * a.heads * a.d_k + n_k * _size(i, "kdim") * a.key_heads * a.d_k
+                              + n_k * _size(i, "vdim") * a.key_heads * a.d_v),
         "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
         "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
         "attention_out": 2 * n_q * a.heads * a.d_v * d_model,
@@ -227,7 +234,7 @@ def _attention_check(a: AttentionAttrs) -> list[tuple[str, str]]:
 
 
 def _attention_params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
-    d_model, kdim, vdim = int(i["d_model"]), int(i["kdim"]), int(i["vdim"])  # type: ignore[call-overload]
+    d_model, kdim, vdim = _size(i, "d_model"), _size(i, "kdim"), _size(i, "vdim")
     return {
         **_linear_params("q_proj.", d_model, a.heads * a.d_k, a.bias),
         **_linear_params("k_proj.", kdim, a.key_heads * a.d_k, a.bias),
@@ -336,14 +343,14 @@ OPS: dict[str, OpDef] = {
             params=_no_params,
             module=lambda a, i: f"SinusoidalPositions({i['dim']!r}, max_len={a.max_len!r})",
             call=_call_with_cache, uses_cache=True,
-            buffers=lambda a, i: {"table": (a.max_len, int(i["dim"]))},  # type: ignore[call-overload]
+            buffers=lambda a, i: {"table": (a.max_len, _size(i, "dim"))},
             title="Positional Encoding", details=lambda a, i: [f"sinusoidal, max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "sinusoidal"},
         ),
         OpDef(
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",
             family="position", inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
-            params=lambda a, i: {"weight": (a.max_len, int(i["dim"]))},  # type: ignore[call-overload]
+            params=lambda a, i: {"weight": (a.max_len, _size(i, "dim"))},
             module=lambda a, i: f"LearnedPositions({i['dim']!r}, max_len={a.max_len!r})",
             call=_call_with_cache, uses_cache=True,
             title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
@@ -352,23 +359,24 @@ OPS: dict[str, OpDef] = {
         OpDef(
             name="linear", doc="x W + b", family="feed_forward",
             inputs=(Input("x"),), attrs=LinearAttrs, infer=_linear_shape,
-            params=lambda a, i: _linear_params("", int(i["in_features"]), a.out, a.bias),  # type: ignore[call-overload]
+            params=lambda a, i: _linear_params("", _size(i, "in_features"), a.out, a.bias),
             module=lambda a, i: f"nn.Linear({i['in_features']!r}, {a.out!r}, bias={a.bias!r})",
             call=_call_module, title="Linear",
-            flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * int(i["in_features"]) * a.out},  # type: ignore[call-overload]
+            flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * _size(i, "in_features") * a.out},
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
         ),
         OpDef(
             name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family="norm",
             inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_norm_shape,
-            params=lambda a, i: {"weight": (int(i["dim"]),), **({"bias": (int(i["dim"]),)} if a.bias else {})},  # type: ignore[call-overload]
+            params=lambda a, i: {"weight": (_size(i, "dim"),), **({"bias": (_size(i, "dim"),)} if a.bias else {})},
             module=lambda a, i: f"nn.LayerNorm({i['dim']!r}, eps={a.eps!r}, bias={a.bias!r})",
             call=_call_module, title="Layer Norm", details=lambda a, i: [] if a.bias else ["no bias"],
         ),
         OpDef(
-            name="rms_norm", doc="x / sqrt(mean(x^2) + eps) * g: root mean square normalization (Zhang & Sennrich, 2019)",
+            name="rms_norm", doc="x / sqrt(mean(x^2) + eps) * g: root mean square normalization (Zhang & Sennrich, "
+                                 "2019)",
             family="norm", inputs=(Input("x"),), attrs=RMSNormAttrs, infer=_norm_shape,
-            params=lambda a, i: {"weight": (int(i["dim"]),)},  # type: ignore[call-overload]
+            params=lambda a, i: {"weight": (_size(i, "dim"),)},
             module=lambda a, i: f"nn.RMSNorm({i['dim']!r}, eps={a.eps!r})",
             call=_call_module, title="RMS Norm",
         ),

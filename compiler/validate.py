@@ -21,7 +21,8 @@ from .graph import BuiltGraph
 from .ir import OpGraph
 from .ops import OPS
 from .resolve import ResolvedModel
-from .shapes import BATCH, SRC_LEN, TGT_LEN, ShapeError
+from .entries import OUTPUTS, TGT
+from .shapes import BATCH, ShapeError
 
 BYTES_PER_PARAMETER = 4  # float32 weights
 
@@ -114,15 +115,12 @@ def _infer_shapes(graph: OpGraph, diagnostics: Diagnostics) -> None:
             diagnostics.error("shape", node.span, str(error), "; ".join(origins))
 
 
-# What each entry returns, as the model interface promises it (docs/model-interface.md).
-OUTPUTS = {"memory": ("the encoder", SRC_LEN, "d_model"), "logits": ("the decoder", TGT_LEN, "vocab")}
-
-
 def _check_outputs(graph: OpGraph, diagnostics: Diagnostics) -> None:
     """The encoder returns [batch, src_len, d_model] and the decoder [batch, tgt_len, vocab], both float:
     the runtime, and the model's vocabulary size and width, are read off these shapes."""
-    for name, (entry, length, size) in OUTPUTS.items():
-        node = graph.nodes.get(f"output.{name}")
+    for output in OUTPUTS:
+        entry, name, length, size = f"the {output.entry}", output.name, output.length, output.size
+        node = graph.nodes.get(output.node)
         shape = node.shape if node is not None else None
         if shape is None:
             continue
@@ -153,7 +151,7 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
                 diagnostics.error("attention-positions", node.span, f"{positional[0]} = true needs self-attention: "
                                   "it encodes the distance between a query and a key of the same sequence",
                                   "pass the same tensor as query and key, or drop it from this attention")
-    target = "input.tgt"
+    target = TGT.node
     if target not in graph:
         return
     depends_on_target = graph.descendants(target) | {target}

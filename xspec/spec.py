@@ -49,28 +49,35 @@ class CompiledSpec:
     # --- facts the runtime needs, read off the graph -----------------------------------------
     @property
     def has_encoder(self) -> bool:
-        return "input.src" in self.ops
+        from xspec.compiler.entries import SRC  # loaded with the compiler, which has run
+
+        return SRC.node in self.ops
 
     @cached_property
     def vocab_size(self) -> int:
-        from xspec.compiler.ops import OPS  # the compiler has run, so this is loaded already
+        from xspec.compiler.entries import LOGITS  # loaded with the compiler, which has run
+        from xspec.compiler.ops import OPS
 
         facts = (OPS[node.op].facts(node.attrs, node.inferred) for node in self.ops)
         sizes = {f["vocab"] for f in facts if "vocab" in f}
-        logits = self.ops["output.logits"].shape.last if "output.logits" in self.ops else None
+        logits = self.ops[LOGITS.node].shape.last if LOGITS.node in self.ops else None
         return max(sizes | ({logits} if isinstance(logits, int) else set()))
 
     @cached_property
     def max_positions(self) -> Optional[int]:
-        lengths = [node.attrs.max_len for node in self.ops if node.op.endswith("_positions")]
+        from xspec.compiler.ops import OPS  # loaded with the compiler, which has run
+
+        lengths = [node.attrs.max_len for node in self.ops if OPS[node.op].family == "position"]
         return min(lengths) if lengths else None
 
     @cached_property
     def model_dim(self) -> int:
         """The width of the decoder's output before the vocabulary projection (d_model)."""
-        if "output.logits" not in self.ops:
-            return int(self.ops["output.memory"].shape.last)
-        projection = self.ops[self.ops["output.logits"].inputs["x"]]
+        from xspec.compiler.entries import LOGITS, MEMORY  # loaded with the compiler, which has run
+
+        if LOGITS.node not in self.ops:
+            return int(self.ops[MEMORY.node].shape.last)
+        projection = self.ops[self.ops[LOGITS.node].inputs["x"]]
         return int(projection.inferred.get("in_features", projection.shape.last))
 
     @property

@@ -13,6 +13,7 @@ from typing import Optional
 import networkx as nx
 
 from xspec.compiler.graph import input_sources
+from xspec.compiler.entries import LOGITS
 from xspec.compiler.ops import OPS
 
 from .view import Unit, View, build_view
@@ -53,7 +54,7 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
     if family == "io" and attrs.kind != "output":
         return Label(f"{attrs.name}", [attrs.kind], family=family)
     if family == "io":
-        if node == "output.logits":  # §3.4: the decoder output goes through a softmax
+        if node == LOGITS.node:  # §3.4: the decoder output goes through a softmax
             return Label("Softmax", ["output probabilities (in the loss and search)"], family="activation")
         return Label(attrs.name, ["model output"], family=family)
     entry = OPS[op]
