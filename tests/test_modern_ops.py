@@ -290,3 +290,15 @@ def test_the_weights_diagrams_draw_are_those_forward_applies(options):
     v = v.repeat_interleave(4 // attention.kv_heads, dim=1)
     expected = attention.out_proj((weights @ v).transpose(1, 2).flatten(2))
     assert_close(attention(x, x, x, padding_mask=padding), expected)
+
+
+@torch.no_grad()
+def test_every_activation_lowers_to_code_that_passes_the_generated_code_check():
+    source = open(LLAMA).read().replace("gate = silu(", "gate = tanh(sigmoid(silu(gelu(relu(").replace(
+        "as gate)", "as gate)))))")
+    spec = xspec.compile_source(source, name=LLAMA, overrides=SMALL)
+    layer = spec.build(device="cpu").eval().decoder.layers[0]
+    x = torch.randn(2, 3, 32)
+    ffn = layer.ffn
+    gate = torch.tanh(torch.sigmoid(F.silu(F.gelu(F.relu(ffn.gate(x))))))
+    assert_close(ffn(x), ffn.down(gate * ffn.up(x)))

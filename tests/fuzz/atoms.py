@@ -27,10 +27,10 @@ MISSPELLED_NAMES = ("atention", "lienar", "layer_nrom", "dropuot", "embeding", "
                     "sinusoidal_position", "learned_positons", "encdoer", "decodr", "sublyer", "feed_foward")
 
 OPS = ("embedding", "sinusoidal_positions", "learned_positions", "attention", "linear", "layer_norm",
-       "dropout", "relu", "gelu")
+       "rms_norm", "dropout", "relu", "gelu", "silu", "sigmoid", "tanh")
 MATH_FUNCTIONS = ("sqrt", "exp", "log", "min", "max", "abs", "int", "float", "round")
 # Internal op names that a spec may not call, but may name a block or a value after.
-INTERNAL_OPS = ("add", "scale", "input", "output")
+INTERNAL_OPS = ("add", "sub", "mul", "scale", "input", "output")
 
 # Spec string literals (as written, quotes included) that are valid strings: quotes and backslashes
 # meant to end a Python literal or docstring, and code that sets CANARY if anything ever executes it.

@@ -232,6 +232,11 @@ class _Writer:
             lambda: f"linear({inner()}, d_model{self.pick(('', ', false', ', bias = true'))}){self.label('proj')}",
             lambda: f"linear(relu(linear({inner()}, d_ff){self.label('w')}), d_model){self.label('w')}",
             lambda: f"{inner()} + {inner()}",
+            lambda: f"{inner()} {self.pick(('-', '*'))} {inner()}",
+            lambda: f"{self.pick(('silu', 'sigmoid', 'tanh'))}({inner()})",
+            lambda: f"rms_norm({inner()}{self.pick(('', ', 1e-5', ', eps = 1e-6'))}){self.label('norm')}",
+            lambda: (f"linear(silu(linear({inner()}, d_ff, bias = false){self.label('gate')}) * "
+                     f"linear({inner()}, d_ff){self.label('up')}, d_model){self.label('down')}"),
             lambda: f"({inner()}) * {self.pick(('2.0', '0.5', 'dropout', '3', 'sqrt(d_model)'))}",
             lambda: f"{self.pick(('0.5', '2', 'heads'))} * {inner()}",
             lambda: f"{inner()} + sinusoidal_positions({inner()}, max_len){self.label('pos')}",
@@ -255,6 +260,9 @@ class _Writer:
             lambda: f"{self.pick(list(scope.tensors) or ['x'])} {self.pick(('-', '/', '**', '<', 'and'))} 2",
             lambda: f"relu({', '.join(scope.tensors) or 'x'}, {self.integer(1)})",
             lambda: f"layer_norm(x, eps = {self.real(0.0)}, eps = 1)",
+            lambda: f"rms_norm({self.pick(list(scope.tensors) or ['x'])}, bias = false)",
+            lambda: (f"attention({self.pick(list(scope.tensors) or ['x'])}, memory, memory, heads = heads, d_k = d_k, "
+                     f"d_v = d_v, {self.pick(('rotary = true', 'alibi = true', 'kv_heads = 0', 'kv_heads = 3'))})"),
             lambda: f"embedding({self.pick([*scope.tensors, *scope.tokens] or ['x'])}, vocab, d_model)",
             lambda: f"(h => h)({self.pick(list(scope.tensors) or ['x'])})",
             lambda: f"{self.pick(list(scope.tensors) or ['x'])}{self.pick(HOSTILE_CHARACTERS)}",
@@ -280,6 +288,11 @@ class _Writer:
             extra.append(f"dropout = {self.real(0.1)}")
         if self.chance(0.2):
             extra.append(f"bias = {self.pick(('true', 'false'))}")
+        if self.chance(0.3):
+            extra.append(f"kv_heads = {self.pick(('1', 'heads', 'heads / 2', '2'))}")
+        if self.chance(0.3):
+            extra.append(self.pick(("rotary = true", "alibi = true", "rotary = true, rotary_base = 500.0",
+                                    "rotary = true, alibi = true")))
         return f"attention({', '.join(args + sizes + extra)}){self.label('attn')}"
 
     def cross_attention(self, query: str, memory: str, mask: Optional[str]) -> str:
@@ -415,6 +428,7 @@ class _Writer:
         if self.wild():
             count = self.pick(("0", "-1", "10**18", "10001", "1.5", "true", '"2"', "layers / 2", target))
         label = f" as {self.fresh('stack')}" if self.chance(0.4) else ""
+        index = f"{self.fresh('i')} in " if self.chance(0.3) else ""
         body = scope.copy()
         body.functions = [] if not self.wild() else body.functions  # a lambda called in every layer
         usable = [h for h in self.callees if self._can_call(h, scope, domain)]
@@ -424,7 +438,11 @@ class _Writer:
             inner = self.statements(body, domain, 1 + self.rng.randrange(2), indent + "  ")
             if self.chance(0.5) or not any(line.lstrip().startswith(f"{target} =") for line in inner):
                 inner.append(f"{indent}  {target} = {self.tensor(body, domain)}")
-        return [f"{indent}repeat {count}{label} {{", *inner, f"{indent}}}"]
+        if index and self.chance(0.5):  # layers that differ by their index
+            i = index.split()[0]
+            inner = [f"{indent}  if {i} % 2 == {self.pick(('0', '1'))} {{",
+                     f"{indent}    {target} = {self.tensor(body, domain)}", f"{indent}  }}", *inner]
+        return [f"{indent}repeat {index}{count}{label} {{", *inner, f"{indent}}}"]
 
     # --- blocks -----------------------------------------------------------------------------------
     def block(self, kind: str) -> list[str]:
@@ -534,6 +552,8 @@ class _Writer:
         if self.wild():
             paths = paths + [self.pick(("decoder.generator.bias", "encoder.embed.weigth", "decoder.layers.0.x.weight",
                                         "encoder", "decoder.embed.weight.0", "decoder.99.weight"))]
+        if self.chance(0.15):  # a whole stack, or whole modules
+            return [f"tie {self.pick(('encoder.layers', 'decoder.layers', 'decoder', 'encoder.embed', 'layers'))}"]
         if len(paths) < 2 or not self.chance(0.6):
             return []
         self.rng.shuffle(paths)

@@ -15,6 +15,11 @@ from xspec.compiler.graph import input_sources
 FUNCTIONS = {
     "relu": lambda inputs, attrs: F.relu(inputs["x"]),
     "gelu": lambda inputs, attrs: F.gelu(inputs["x"]),
+    "silu": lambda inputs, attrs: F.silu(inputs["x"]),
+    "sigmoid": lambda inputs, attrs: torch.sigmoid(inputs["x"]),
+    "tanh": lambda inputs, attrs: torch.tanh(inputs["x"]),
+    "sub": lambda inputs, attrs: inputs["a"] - inputs["b"],
+    "mul": lambda inputs, attrs: inputs["a"] * inputs["b"],
     "dropout": lambda inputs, attrs: inputs["x"],
     "add": lambda inputs, attrs: inputs["a"] + inputs["b"],
     "scale": lambda inputs, attrs: inputs["x"] * attrs.factor,
@@ -42,7 +47,7 @@ def graph_outputs(spec: Any, model: torch.nn.Module, inputs: dict[str, torch.Ten
             module = model.get_submodule(data["module"])
             values[node] = module(arguments["query"], arguments["key"], arguments["value"],
                                   padding_mask=arguments.get("mask"))
-        else:  # embedding, positions, linear, layer_norm: a module of one input
+        else:  # embedding, positions, linear, the norms: a module of one input
             (argument,) = arguments.values()
             values[node] = model.get_submodule(data["module"])(argument)
     return outputs
