@@ -188,7 +188,9 @@ def test_llama_flops_and_d_ff_from_the_spec_match_what_runs(kv_heads):
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(tokens)
     assert counter.get_total_flops() == 2 * flops(spec, 9).total
-    assert compute(spec).architecture.d_ff == 344        # the SwiGLU's width, found through SiLU
+    architecture = compute(spec).architecture
+    assert architecture.d_ff == 344                      # the SwiGLU's width, found through SiLU
+    assert (architecture.heads, architecture.kv_heads, architecture.positions) == (4, kv_heads, "rotary")
 
 
 SMALL = {"vocab": 200, "d_model": 32, "d_ff": 48, "heads": 4, "layers": 2}

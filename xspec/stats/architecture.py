@@ -26,6 +26,7 @@ class Architecture:
     d_model: Value
     d_ff: Value
     heads: Value           # h
+    kv_heads: Value        # key/value heads: h, or fewer in grouped-query attention
     d_k: Value
     d_v: Value
     dropout: Value         # P_drop: residual and embedding dropout (§5.4)
@@ -39,7 +40,7 @@ class Architecture:
 
 # Column headers in the paper's notation, in Table 3's order.
 PAPER_NAMES = {
-    "layers": "N", "d_model": "d_model", "d_ff": "d_ff", "heads": "h", "d_k": "d_k", "d_v": "d_v",
+    "layers": "N", "d_model": "d_model", "d_ff": "d_ff", "heads": "h", "kv_heads": "kv_h", "d_k": "d_k", "d_v": "d_v",
     "dropout": "P_drop", "label_smoothing": "eps_ls", "positions": "positions", "vocab": "vocab",
 }
 
@@ -54,7 +55,8 @@ def architecture(spec: CompiledSpec) -> Architecture:
     stacks = {stack: count for _, data in graph.nodes(data=True) for stack, _, count in data["repeat"]}
     return Architecture(
         layers=_collapse(stacks.values()) if stacks else 1, d_model=values("d_model"),
-        d_ff=_collapse(_ffn_widths(graph)), heads=values("heads"), d_k=values("d_k"), d_v=values("d_v"),
+        d_ff=_collapse(_ffn_widths(graph)), heads=values("heads"), kv_heads=values("kv_heads"),
+        d_k=values("d_k"), d_v=values("d_v"),
         dropout=values("dropout"), label_smoothing=spec.train.label_smoothing, positions=values("positions"),
         vocab=values("vocab"),
     )
