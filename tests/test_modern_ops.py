@@ -304,3 +304,13 @@ def test_every_activation_lowers_to_code_that_passes_the_generated_code_check():
     ffn = layer.ffn
     gate = torch.tanh(torch.sigmoid(F.silu(F.gelu(F.relu(ffn.gate(x))))))
     assert_close(ffn(x), ffn.down(gate * ffn.up(x)))
+
+
+@pytest.mark.parametrize("name", ["llama", "alibi"])
+def test_rotary_gqa_and_alibi_trace_as_one_graph(name):
+    """torch.compile sees one graph, no break, for the new attention options (dynamo's trace only; the
+    compile test of the training step covers inductor)."""
+    spec = xspec.compile(f"specs/modern/{name}.xspec", overrides=SMALL)
+    model = spec.build(device="cpu")
+    explained = torch._dynamo.explain(model)(torch.randint(4, spec.vocab_size, (2, 7)))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
