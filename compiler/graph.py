@@ -262,8 +262,10 @@ class _Builder:
         stack = Instance(path=_join(frame.instance.path, name), kind="stack", span=stmt.span)
         self.budget.module(stmt.span)
         frame.instance.children[name] = stack
-        # With an index, each layer evaluates its body with its own: no shortcut through one block call.
-        single = single_block_call(stmt, self.model.blocks) if stmt.index is None else None
+        single = single_block_call(stmt, self.model.blocks)
+        if single is not None and stmt.index is not None and not self._constant_where_indexed(single[0], stmt.index.id,
+                                                                                          frame):
+            single = None  # a tensor or function that differs by layer: each layer runs its own body
         stack.repeat_single_call = single is not None
         carried = tuple(v for v in assigned(stmt.body) if v in frame.env)
         inputs = tuple(v for v in free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
@@ -278,7 +280,10 @@ class _Builder:
             try:
                 if single is not None:
                     call, target = single
-                    value = self._call_block(call, frame, instance_name=f"{name}.{index}", parent=stack)
+                    # The layer's index is a constant of its call (each layer's class holds its own).
+                    called_from = frame if stmt.index is None else _Frame(
+                        frame.instance, {**frame.env, stmt.index.id: index}, frame.names, frame.decoding)
+                    value = self._call_block(call, called_from, instance_name=f"{name}.{index}", parent=stack)
                     frame.env[target] = value
                 else:
                     self._repeat_body(stmt, frame, stack, index, inputs, carried, visible)
@@ -293,6 +298,19 @@ class _Builder:
                                 f"{old!r} to {new!r}: the layers run one body, so a constant they carry may not change",
                                 "compute what it chooses before the repeat, or pass it to a block")
                     return
+
+    def _constant_where_indexed(self, call: ast.Call, index: str, frame: _Frame) -> bool:
+        """Whether every argument of a repeat's one block call that reads the layer index is a constant
+        (then the layers differ in their classes only, and one loop line calls them all)."""
+        for arg in (*call.args, *(k.value for k in call.kwargs)):
+            names = reads(arg)
+            if index not in names:
+                continue
+            if isinstance(arg, ast.Lambda) or any(
+                    n != index and n not in MATH_FUNCTIONS and (n not in frame.env or isinstance(
+                        frame.env[n], (Tensor, Closure))) and n not in self.model.params for n in names):
+                return False
+        return True
 
     def _repeat_body(self, stmt: ast.Repeat, frame: _Frame, stack: Instance, index: int,
                      inputs: tuple[str, ...], carried: tuple[str, ...], visible: dict[str, Value]) -> None:
@@ -321,7 +339,9 @@ class _Builder:
         name = instance_name or frame.names[id(call)]
         owner = parent or frame.instance
         path = _join(frame.instance.path, name)
-        child = Instance(path=path, kind="block", block=block, params=tuple(p.id for p in block.params),
+        # forward() takes the tensors and functions; constants are written into the block's class.
+        runtime = tuple(p.id for p, value in zip(block.params, args) if isinstance(value, (Tensor, Closure)))
+        child = Instance(path=path, kind="block", block=block, params=runtime,
                          has_cache=block.name.id in self.cache_blocks, span=call.span)
         key = name.rsplit(".", 1)[-1]
         if not self._claim(owner, key, call):

@@ -168,7 +168,7 @@ class _Lowering:
         if stack.repeat_single_call:
             assign = stmt.body[0]
             assert isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call)
-            args = self._call_args(instance, env, assign.value)
+            args = self._call_args(instance, env, assign.value, first)
             call_line = f"{_identifier(assign.target.id)} = layer({args}{cache})"
         else:
             outputs = ", ".join(_identifier(o) for o in first.outputs) or "_"
@@ -218,7 +218,7 @@ class _Lowering:
         if name in self.model.blocks:
             child = instance.children[self.names[id(call)]]
             cache = ", cache=cache" if child.has_cache and instance.has_cache else ""
-            return f"self.{_identifier(child.name)}({self._call_args(instance, env, call)}{cache})"
+            return f"self.{_identifier(child.name)}({self._call_args(instance, env, call, child)}{cache})"
         assert callable_op(name), f"unexpected call {name}"
         node = self.graph[instance.call_nodes[id(call)]]
         op = OPS[node.op]
@@ -229,10 +229,11 @@ class _Lowering:
         cache = "cache" if op.uses_cache and instance.has_cache else None
         return op.call(_identifier(target) if target else "", inputs, node.attrs, cache)
 
-    def _call_args(self, instance: Instance, env: dict, call: ast.Call) -> str:
-        args = [self._expr(instance, env, a)[0] for a in call.args]
-        args += [f"{_identifier(k.name)}={self._expr(instance, env, k.value)[0]}" for k in call.kwargs]
-        return ", ".join(args)
+    def _call_args(self, instance: Instance, env: dict, call: ast.Call, callee: Instance) -> str:
+        """The arguments of a block call that its forward() takes (tensors and functions), in its order."""
+        names = [p.id for p in self.model.blocks[call.callee.id].params]
+        bound = {**dict(zip(names, call.args)), **{k.name: k.value for k in call.kwargs}}
+        return ", ".join(self._expr(instance, env, bound[name])[0] for name in callee.params)
 
     def _constant(self, env: dict, expr: ast.Expr):
         return evaluate(expr, lambda n: env[n.id] if n.id in env else self.model.params[n.id])

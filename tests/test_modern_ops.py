@@ -314,3 +314,41 @@ def test_rotary_gqa_and_alibi_trace_as_one_graph(name):
     model = spec.build(device="cpu")
     explained = torch._dynamo.explain(model)(torch.randint(4, spec.vocab_size, (2, 7)))
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+
+INDEXED_CALL = """
+import "specs/lm.xspec"
+
+model indexed extends transformer_lm {
+  block widening(x, width) {
+    return x + linear(relu(linear(x, width) as w_1), d_model) as w_2
+  }
+  block decoder(tokens) {
+    x = embed(tokens) as embedding
+    repeat i in layers { x = widening(x, d_ff * (i + 1)) }
+    y = x
+    repeat j in 2 as scaled { y = widening(y * (j + 1.0), d_ff) }
+    return linear(x + y, vocab, bias = false) as generator
+  }
+}
+"""
+
+
+@torch.no_grad()
+def test_an_index_passed_to_the_layer_block_keeps_module_paths_and_is_each_layers_own():
+    spec = xspec.compile_source(INDEXED_CALL, name="indexed.xspec", overrides={**SMALL, "layers": 3})
+    shapes = spec.param_shapes
+    # The index only sets a constant: the stack holds the called block itself, as without an index.
+    assert [shapes[f"decoder.layers.{i}.w_1.weight"][0] for i in range(3)] == [48, 96, 144]
+    # The index scales a tensor: each layer runs its own body (the call is a module of that body).
+    assert "decoder.scaled.1.widening.w_1.weight" in shapes
+    torch.manual_seed(0)
+    model = spec.build(device="cpu").eval()
+    tokens = torch.randint(0, spec.vocab_size, (2, 5))
+    x = model.decoder.embedding(tokens)
+    for layer in model.decoder.layers:
+        x = layer(x)
+    y = x
+    for j, layer in enumerate(model.decoder.scaled):
+        y = layer.widening(y * (j + 1.0))
+    assert_close(model(tokens), model.decoder.generator(x + y))
