@@ -8,6 +8,7 @@ fits in memory at all.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from dataclasses import dataclass
@@ -196,8 +197,9 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
         return path
 
     lines: dict[str, int] = {}
+    index = _TensorIndex(params)
     for tie in model.ties:
-        for (owner, _), *others in _tensor_groups(tie, params, diagnostics):
+        for (owner, _), *others in _tensor_groups(tie, index, diagnostics):
             for path, written in others:
                 if params[path] != params[owner]:
                     diagnostics.error("tie-shape", written.span, f"cannot tie '{path}' of shape "
@@ -214,44 +216,68 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
 TieGroup = list[tuple[str, ast.Path]]  # tensors that become one, each with the path that named it
 
 
-def _tensor_groups(tie: ast.Tie, params: dict[str, tuple[int, ...]], diagnostics: Diagnostics) -> list[TieGroup]:
+class _TensorIndex:
+    """The learned tensors, sorted, so those under a module are found by bisection: a tie of a stack of
+    10,000 layers, or of thousands of modules, costs what it finds, not a scan of every tensor each."""
+
+    def __init__(self, params: dict[str, tuple[int, ...]]) -> None:
+        self.params = params
+        self.names = sorted(params)
+
+    def under(self, module: str) -> dict[str, str]:
+        """Tensors under `module`, by their name relative to it."""
+        prefix = module + "."
+        found: dict[str, str] = {}
+        i = bisect.bisect_left(self.names, prefix)
+        while i < len(self.names) and self.names[i].startswith(prefix):
+            found[self.names[i][len(prefix):]] = self.names[i]
+            i += 1
+        return found
+
+    @cached_property
+    def paths(self) -> list[str]:
+        """Every tensor and module path, for suggestions."""
+        modules = {t.rsplit(".", i)[0] for t in self.names for i in range(1, t.count(".") + 1)}
+        return sorted(modules | set(self.names))
+
+
+def _tensor_groups(tie: ast.Tie, index: _TensorIndex, diagnostics: Diagnostics) -> list[TieGroup]:
     """The tensors a `tie` makes one, group by group: `tie a.weight, b.weight` is one group; `tie a, b` of
     two modules holding the same tensors is one group per tensor (a.weight with b.weight, ...); `tie s`
     of one stack is `tie s.0, s.1, ...`: every layer shares the first one's tensors (ALBERT's sharing)."""
-
-    def tensors_in(module: str) -> dict[str, str]:
-        return {t[len(module) + 1:]: t for t in params if t.startswith(module + ".")}
-
-    named = [(str(p), p) for p in tie.paths]
-    unknown = [(path, written) for path, written in named if path not in params and not tensors_in(path)]
+    params = index.params
+    named = [(str(p), p, {} if str(p) in params else index.under(str(p))) for p in tie.paths]
+    unknown = [(path, written) for path, written, tensors in named if path not in params and not tensors]
     for path, written in unknown:
-        modules = {t.rsplit(".", i)[0] for t in params for i in range(1, t.count(".") + 1)}
         diagnostics.error("unknown-name", written.span, f"no learned tensor or module '{path}' to tie",
-                          did_you_mean(path, sorted(modules | set(params))))
+                          did_you_mean(path, index.paths))
     if unknown:
         return []
     if len(named) == 1:
-        (stack, written), = named
-        layers = sorted({int(r.split(".", 1)[0]) for r in tensors_in(stack) if r.split(".", 1)[0].isdigit()})
+        (stack, written, tensors), = named
+        layers: dict[int, dict[str, str]] = {}
+        for relative, tensor in tensors.items():
+            layer, _, name = relative.partition(".")
+            if layer.isdigit():
+                layers.setdefault(int(layer), {})[name] = tensor
         if stack in params or len(layers) < 2:
             diagnostics.error("tie", written.span, f"'{stack}' is not a stack of layers",
                               "tie one repeated stack (its layers share the first's tensors), or two or more "
                               "tensors or modules")
             return []
-        named = [(f"{stack}.{i}", written) for i in layers]
-    if all(path in params for path, _ in named):
-        return [named]
-    (first, _), first_tensors = named[0], tensors_in(named[0][0])
-    for path, written in named:
-        theirs = {} if path in params else tensors_in(path)
-        if set(theirs) != set(first_tensors):
-            names = sorted(set(theirs) ^ set(first_tensors))
-            differ = "one is a tensor" if not theirs else ", ".join(names[:4]) + (
+        named = [(f"{stack}.{i}", written, layers[i]) for i in sorted(layers)]
+    if all(path in params for path, _, _ in named):
+        return [[(path, written) for path, written, _ in named]]
+    first, _, first_tensors = named[0]
+    for path, written, tensors in named:
+        if set(tensors) != set(first_tensors):
+            names = sorted(set(tensors) ^ set(first_tensors))
+            differ = "one is a tensor" if not tensors else ", ".join(names[:4]) + (
                 f" and {len(names) - 4} more" if len(names) > 4 else "")
             diagnostics.error("tie", written.span, f"cannot tie '{path}' to '{first}': tied modules must hold the "
                               f"same tensors (they differ in: {differ})")
             return []
-    return [[(f"{path}.{name}", written) for path, written in named] for name in sorted(first_tensors)]
+    return [[(tensors[name], written) for _, written, tensors in named] for name in sorted(first_tensors)]
 
 
 def _check_fits_in_memory(model: ResolvedModel, validated: ValidatedModel, diagnostics: Diagnostics) -> None:
