@@ -60,6 +60,12 @@ def many_layers() -> str:
             "    repeat 9000 { x = layer_norm(x) as norm }\n    return linear(x, 10) as out\n  }\n}\n")
 
 
+def many_layers_tied() -> str:
+    """The largest repeat with every layer tied to the first (`tie decoder.layers`): one line of
+    generated code per tied tensor."""
+    return many_layers().replace("\n}\n", "\n  tie decoder.layers\n}\n")
+
+
 def everything_at_once() -> str:
     """The parser's worst case and the expansion's together: 19,000 tokens, then 9,000 layers."""
     ones = ",".join(["1"] * 1000)
@@ -97,6 +103,7 @@ CASES = {
     "blocks doubling 30 times": exponential_blocks,
     "constant work in 10,000 layers": constant_work_in_a_loop,
     "9,000 layers": many_layers,
+    "9,000 layers, all tied to the first": many_layers_tied,
     "19,000 tokens and 9,000 layers": everything_at_once,
     "a repeated body of 3,000 statements": long_repeat_body,
     "1,000 errors among 2,000 names": errors_among_many_names,

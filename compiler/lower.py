@@ -251,6 +251,29 @@ class _Lowering:
         return (_docstring(doc) + "\n\n"
                 "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n")
 
+    def _tie_lines(self) -> list[str]:
+        """One assignment per tied tensor, except where a tensor of every layer of a stack is tied to the
+        first layer's: one loop over the stack for it (a tied stack of 9,000 layers is a few lines)."""
+        ties, line_of = dict(self.validated.ties), self.validated.tie_lines
+        where = printable(FilePath(self.model.span.file).name)
+        lines = []
+        for stack, count in _stack_sizes(self.validated.graph.root).items():
+            first, shared = f"{stack}.0.", []
+            for owner in sorted({o for o in ties.values() if o.startswith(first)}):
+                layers = [f"{stack}.{i}.{owner[len(first):]}" for i in range(1, count)]
+                if count > 2 and all(ties.get(t) == owner for t in layers):
+                    shared.append(owner)
+                    for tensor in layers:
+                        del ties[tensor]
+            if shared:  # layer 0 assigns its own tensors to itself: harmless
+                written = line_of[f"{stack}.1.{shared[0][len(first):]}"]
+                lines.append(f"for layer in {_attribute(stack)}:  # tie, {where}:{written}")
+                lines += [f"{INDENT}{_attribute(o[len(first):]).replace('self', 'layer', 1)} = {_attribute(o)}"
+                          for o in shared]
+        lines += [f"{_attribute(tied)} = {_attribute(owner)}  # tie, {where}:{line_of[tied]}"
+                  for tied, owner in ties.items()]
+        return lines
+
     def _model_class(self) -> str:
         root = self.validated.graph.root
         name = self.model_class
@@ -259,9 +282,7 @@ class _Lowering:
                  f"{INDENT}def __init__(self):", f"{INDENT * 2}super().__init__()"]
         for child in root.children.values():
             lines.append(f"{INDENT * 2}self.{child.name} = {self.class_of[child.path]}()")
-        for tied, owner in self.validated.ties.items():
-            lines.append(f"{INDENT * 2}{_attribute(tied)} = {_attribute(owner)}  # tie, "
-                         f"{printable(FilePath(self.model.span.file).name)}:{self.validated.tie_lines[tied]}")
+        lines += [INDENT * 2 + line for line in self._tie_lines()]
         if has_encoder:
             lines += ["", f"{INDENT}def encode(self, src_tokens, src_padding_mask=None):",
                       f'{INDENT * 2}"""[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."""',
@@ -287,6 +308,18 @@ class _Lowering:
                        f"{INDENT}return self.encode(src_tokens, src_padding_mask)"]
         lines += ["", *(INDENT + line for line in forward), "", "", f"Model = {name}"]
         return "\n".join(lines)
+
+
+def _stack_sizes(instance: Instance) -> dict[str, int]:
+    """Every repeated stack under `instance`: its path and its number of layers."""
+    sizes: dict[str, int] = {}
+    pending = [instance]
+    while pending:
+        node = pending.pop()
+        if node.kind == "stack":
+            sizes[node.path] = len(node.children)
+        pending += node.children.values()
+    return sizes
 
 
 def _attribute(path: str) -> str:
