@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, Union, get_args
 
 import pydantic
 
@@ -543,7 +543,8 @@ class _Builder:
     def _validate_attrs(self, op: OpDef, attrs: dict, span: Span, arg_spans: dict[str, Span]):
         for name, value in attrs.items():
             field = op.attrs.model_fields.get(name)
-            if isinstance(value, InexactQuotient) and field is not None and field.annotation is int:
+            wants_int = field is not None and int in (field.annotation, *get_args(field.annotation))
+            if isinstance(value, InexactQuotient) and wants_int:
                 message, hint = value.explain()
                 self._error("not-divisible", value.expr.span, f"{message}, but {op.name} needs a whole {name}",
                             hint)
