@@ -263,9 +263,9 @@ class _Builder:
         self.budget.module(stmt.span)
         frame.instance.children[name] = stack
         single = single_block_call(stmt, self.model.blocks)
-        if single is not None and stmt.index is not None and not self._constant_where_indexed(single[0], stmt.index.id,
-                                                                                          frame):
-            single = None  # a tensor or function that differs by layer: each layer runs its own body
+        if single is not None and stmt.index is not None:
+            if not self._constant_where_indexed(single[0], stmt.index.id, frame):
+                single = None  # a tensor or function that differs by layer: each layer runs its own body
         stack.repeat_single_call = single is not None
         carried = tuple(v for v in assigned(stmt.body) if v in frame.env)
         inputs = tuple(v for v in free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
@@ -306,9 +306,12 @@ class _Builder:
             names = reads(arg)
             if index not in names:
                 continue
-            if isinstance(arg, ast.Lambda) or any(
-                    n != index and n not in MATH_FUNCTIONS and (n not in frame.env or isinstance(
-                        frame.env[n], (Tensor, Closure))) and n not in self.model.params for n in names):
+            def constant(name: str) -> bool:
+                if name in frame.env:
+                    return not isinstance(frame.env[name], (Tensor, Closure))
+                return name == index or name in MATH_FUNCTIONS or name in self.model.params
+
+            if isinstance(arg, ast.Lambda) or not all(constant(n) for n in names):
                 return False
         return True
 
