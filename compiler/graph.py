@@ -95,6 +95,9 @@ class BuiltGraph:
     root: Instance  # children: "encoder" and/or "decoder"
     names: dict[int, str]  # id(call or repeat) -> attribute name in its block
     uncalled: set[tuple[str, int]]  # (instance path, id(lambda)): functions made there, never called; lower to None
+    # Op node -> the spec expression that gave each of its tensor inputs, as the call was bound once here
+    # (lowering writes them as the op's arguments).
+    arguments: dict[str, dict[str, ast.Expr]]
 
 
 class _Frame:
@@ -117,7 +120,7 @@ def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[Buil
         return None
     if diagnostics.errors:
         return None
-    return BuiltGraph(builder.graph, root, builder.names, set(builder.uncalled))
+    return BuiltGraph(builder.graph, root, builder.names, set(builder.uncalled), builder.arguments)
 
 
 class _Builder:
@@ -131,6 +134,7 @@ class _Builder:
         # Functions made and never called, by instance: one called where another block made it is still
         # uncalled here (and has no ops here to lower).
         self.uncalled: dict[tuple[str, int], ast.Lambda] = {}
+        self.arguments: dict[str, dict[str, ast.Expr]] = {}
         for block in model.blocks.values():
             self.names.update(call_site_names(block.body, model.blocks))
             warn_unused(block, diagnostics)
@@ -516,7 +520,10 @@ class _Builder:
                 attrs[name] = value
         if not ok:
             return POISON
-        return self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()})
+        result = self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()})
+        if isinstance(result, Tensor):
+            self.arguments[result.node] = {name: bound[name] for name in inputs}
+        return result
 
     def _node(self, op_name: str, attrs: dict, inputs: dict[str, Tensor], expr: ast.Expr, frame: _Frame,
               span: Optional[Span] = None, arg_spans: Optional[dict[str, Span]] = None) -> Value:

@@ -18,9 +18,9 @@ from pathlib import Path as FilePath
 from . import ast
 from .body import reads
 from .codecheck import check_module
-from .diagnostics import Diagnostics, Span, printable
+from .diagnostics import Span, printable
 from .evaluate import MATH_FUNCTIONS, evaluate
-from .graph import Closure, Instance, Recorded, Tensor, _bind_op_args
+from .graph import Closure, Instance, Recorded, Tensor
 from .names import class_name
 from .entries import DECODER, ENCODER
 from .ops import OPS, callable_op
@@ -222,9 +222,8 @@ class _Lowering:
         assert callable_op(name), f"unexpected call {name}"
         node = self.graph[instance.call_nodes[id(call)]]
         op = OPS[node.op]
-        bound = _bind_op_args(op, call, Diagnostics())
-        assert bound is not None
-        inputs = {i.name: self._expr(instance, env, bound[i.name])[0] for i in op.inputs if i.name in bound}
+        arguments = self.validated.graph.arguments[node.id]
+        inputs = {i.name: self._expr(instance, env, arguments[i.name])[0] for i in op.inputs if i.name in arguments}
         target = self.names[id(call)] if op.module is not None else ""
         cache = "cache" if op.uses_cache and instance.has_cache else None
         return op.call(_identifier(target) if target else "", inputs, node.attrs, cache)
