@@ -34,7 +34,7 @@ class TrainingStep(nn.Module):
 def distribute(step: TrainingStep, context: Context, sharding: str) -> nn.Module:
     """The module updates run through: the step itself in one process; over several, replicated with
     DistributedDataParallel, or sharded with FSDP (`train.sharding = "fsdp"`: each layer of a repeated
-    stack is one unit, the rest of the model another)."""
+    stack is one unit, unless it shares weights with other layers, the rest of the model another)."""
     if not context.distributed:
         return step
     if sharding == "fsdp":
@@ -51,8 +51,22 @@ def distribute(step: TrainingStep, context: Context, sharding: str) -> nn.Module
 
 
 def _stack_layers(model: nn.Module) -> list[nn.Module]:
-    """The layers of every repeated stack (the generated model's nn.ModuleLists), outermost first."""
-    return [layer for module in model.modules() if isinstance(module, nn.ModuleList) for layer in module]
+    """The layers of every repeated stack (the generated model's nn.ModuleLists) that can be FSDP units of
+    their own: innermost first (a unit must be sharded before one that contains it), and only layers whose
+    parameters no module outside them shares (a stack tied to its first layer is sharded with the rest)."""
+    layers = [layer for module in model.modules() if isinstance(module, nn.ModuleList) for layer in module]
+    holders: dict[int, int] = {}  # parameter -> how many places in the model hold it
+    for _, parameter in model.named_parameters(remove_duplicate=False):
+        holders[id(parameter)] = holders.get(id(parameter), 0) + 1
+
+    def own(layer: nn.Module) -> bool:
+        inside: dict[int, int] = {}
+        for _, parameter in layer.named_parameters(remove_duplicate=False):
+            inside[id(parameter)] = inside.get(id(parameter), 0) + 1
+        return all(holders[p] == count for p, count in inside.items())
+
+    # model.modules() lists a module before those inside it: reversed, the inner layers come first.
+    return [layer for layer in reversed(layers) if own(layer)]
 
 
 def compile_step(module: nn.Module) -> nn.Module:

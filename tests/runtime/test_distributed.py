@@ -45,3 +45,35 @@ def test_two_processes_match_one(small_corpus, tmp_path, one_process, sharding):
     assert len(one_process) == len(double) == 20
     assert double == pytest.approx(one_process, rel=2e-4, abs=2e-4)
     assert one_process[-1] < one_process[0]               # it did learn something over the 20 steps
+
+
+def test_fsdp_units_are_inner_layers_first_and_never_split_shared_weights():
+    """fully_shard must reach a nested stack's inner layers before the outer layers that contain them,
+    and a layer whose weights other layers share (a tied stack) cannot be a unit of its own."""
+    import xspec
+    from xspec.runtime.step import _stack_layers
+
+    sizes = {"vocab": 50, "d_model": 8, "d_ff": 16, "heads": 2, "layers": 3}
+    nested = xspec.compile_source(NESTED, name="nested.xspec", overrides=sizes).build(device="cpu")
+    units = _stack_layers(nested)
+    outer, inner = nested.decoder.outer[0], nested.decoder.outer[0].layers[0]
+    assert outer in units and inner in units and units.index(inner) < units.index(outer)
+    albert = xspec.compile("specs/modern/albert.xspec", overrides=sizes).build(device="cpu")
+    assert _stack_layers(albert) == []
+    base = xspec.compile("specs/base.xspec", overrides=sizes).build(device="cpu")
+    assert len(_stack_layers(base)) == 6
+
+
+NESTED = """
+import "specs/lm.xspec"
+model nested extends transformer_lm {
+  block decoder(tokens) {
+    x = embed(tokens) as embedding
+    repeat 2 as outer {
+      repeat layers { x = lm_layer(x) }
+      x = linear(x, d_model) as mix
+    }
+    return linear(x, vocab, bias = false) as generator
+  }
+}
+"""
