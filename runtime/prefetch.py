@@ -18,7 +18,7 @@ class Prefetcher(Generic[Item, Prepared]):
     """Iterates `prepare(item)` over `items`, one item ahead on a background thread when `ahead`."""
 
     def __init__(self, items: Iterator[Item], prepare: Callable[[Item], Prepared], ahead: bool) -> None:
-        self.items, self.prepare, self.ahead = items, prepare, ahead
+        self.items, self.prepare = items, prepare
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xspec-prefetch") if ahead else None
         self._next: Optional[Future] = None
 
