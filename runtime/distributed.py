@@ -73,15 +73,6 @@ def barrier(context: Context) -> None:
         dist.barrier()
 
 
-def all_sum(context: Context, values: list[float]) -> list[float]:
-    """Sums numbers over ranks (losses, token counts, stop flags)."""
-    if not context.distributed:
-        return values
-    tensor = torch.tensor(values, dtype=torch.float64, device=context.device)
-    dist.all_reduce(tensor)
-    return tensor.tolist()
-
-
 def all_sum_tensor(context: Context, tensor: torch.Tensor) -> torch.Tensor:
     """Sums a tensor over ranks, in place, without reading it back to the host."""
     if context.distributed:
