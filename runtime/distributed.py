@@ -68,11 +68,6 @@ def teardown(context: Context) -> None:
         dist.destroy_process_group()
 
 
-def barrier(context: Context) -> None:
-    if context.distributed:
-        dist.barrier()
-
-
 def all_sum_tensor(context: Context, tensor: torch.Tensor) -> torch.Tensor:
     """Sums a tensor over ranks, in place, without reading it back to the host."""
     if context.distributed:
