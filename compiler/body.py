@@ -172,7 +172,8 @@ def _assigned_on_every_path(body: tuple[ast.Stmt, ...]) -> set[str]:
 
 
 def bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
-    """The values a body defines: assigned names and function arguments (locals of generated code)."""
+    """The values a body defines: assigned names, function arguments and layer indices (locals of generated
+    code, or constants in it)."""
     names: list[ast.Name] = []
 
     def lambdas(expr: ast.Expr) -> None:
@@ -194,7 +195,7 @@ def bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
         elif isinstance(stmt, ast.If):
             names += bound_names(stmt.then) + bound_names(stmt.orelse)
         elif isinstance(stmt, ast.Repeat):
-            names += bound_names(stmt.body)
+            names += ([stmt.index] if stmt.index else []) + bound_names(stmt.body)
     return names
 
 
