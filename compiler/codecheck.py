@@ -6,10 +6,11 @@ may contain only what the code generator emits:
 
   - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F`;
   - classes copied from prelude.py, identical to the prelude's own (compared as ASTs);
-  - generated `nn.Module` classes whose methods assign, call, loop, branch and return, over names
-    they bind themselves, the module's classes, and `range`/`super` — no other builtin, and neither
-    `torch` nor `math`; attributes only public ones (plus `super().__init__`); `nn.X` and `F.x` only
-    called on the spot, so no module object (`F.torch`) can be reached or stored;
+  - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
+    same statements) and return, over names they bind themselves, the module's classes, and
+    `range`/`super` — no other builtin, and neither `torch` nor `math`; attributes only public ones
+    (plus `super().__init__`); `nn.X` and `F.x` only called on the spot, so no module object
+    (`F.torch`) can be reached or stored;
   - literals that are numbers, strings, booleans or None (finite floats only);
   - `Model = SomeGeneratedClass`.
 
@@ -95,12 +96,32 @@ def _check_class(node: ast.ClassDef, module_names: set[str]) -> None:
 def _check_function(node: ast.FunctionDef, module_names: set[str]) -> None:
     if any(not (isinstance(d, ast.Name) and d.id == "staticmethod") for d in node.decorator_list):
         _refuse(node, "a decorator other than staticmethod")
-    scope = module_names | _parameters(node.args) | {
-        n.id for statement in node.body for n in ast.walk(statement)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    _check_body(node, module_names)
+
+
+def _check_body(node: ast.FunctionDef, outer: set[str]) -> None:
+    """A function's statements, over the names it can see: its own locals and those of what encloses it."""
+    scope = outer | _parameters(node.args) | _locals(node.body)
     for index, statement in enumerate(node.body):
         if not (index == 0 and _is_docstring(statement)):
             _check_statement(statement, scope)
+
+
+def _locals(body: list[ast.stmt]) -> set[str]:
+    """The names a function's statements bind: assigned, looped over, or defined (a nested function's own
+    names are its alone)."""
+    names: set[str] = set()
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        if not isinstance(node, ast.Lambda):
+            pending.extend(ast.iter_child_nodes(node))
+    return names
 
 
 def _parameters(args: ast.arguments) -> set[str]:
@@ -131,6 +152,8 @@ def _check_statement(node: ast.stmt, scope: set[str]) -> None:
         _check_expr(node.test, scope)
         for statement in (*node.body, *node.orelse):
             _check_statement(statement, scope)
+    elif isinstance(node, ast.FunctionDef) and not node.decorator_list and not node.returns:
+        _check_body(node, scope)  # a spec function of more than one step
     else:
         _refuse(node, f"a {type(node).__name__} statement")
 
