@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 from .diagnostics import Diagnostics, TooManyErrors
 from .flatten import TooLarge, flatten
 from .graph import build_graph
+from .ir import lint_programs
 from .limits import MAX_RESOLVED_BYTES
 from .lower import lower
 from .resolve import ResolvedModel, resolve
@@ -40,6 +41,7 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
         built = build_graph(model, diagnostics) if model is not None else None
         if built is not None:
             lint(built.graph)
+            lint_programs(built.root, built.graph)
         # Shapes are only inferred over a graph without errors (a partial one would mislead).
         validated = validate(model, built, diagnostics) if built is not None and model is not None else None
     except TooManyErrors:

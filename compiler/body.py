@@ -4,7 +4,7 @@ assign, and what the decoder's cache reaches. The graph builder and the lowering
 from __future__ import annotations
 
 import itertools
-from typing import Collection, Optional
+from typing import Collection, Iterator, Optional
 
 from . import ast
 from .diagnostics import Diagnostics
@@ -81,13 +81,17 @@ def single_block_call(stmt: ast.Repeat, blocks: dict[str, ast.Block]) -> Optiona
 
 def _makes_modules(expr: ast.Expr, blocks: Collection[str]) -> bool:
     """Whether `expr` calls a block or an op with weights, or makes a function that does."""
+    return any(isinstance(node, ast.Call) and (node.callee.id in blocks or (
+        node.callee.id in OPS and OPS[node.callee.id].module is not None)) for node in subexpressions(expr))
+
+
+def subexpressions(expr: ast.Expr) -> Iterator[ast.Expr]:
+    """`expr` and every expression inside it, functions' bodies included."""
     pending = [expr]
     while pending:
         node = pending.pop()
+        yield node
         if isinstance(node, ast.Call):
-            op = OPS.get(node.callee.id)
-            if node.callee.id in blocks or (op is not None and op.module is not None):
-                return True
             pending += [*node.args, *(k.value for k in node.kwargs)]
         elif isinstance(node, ast.BinOp):
             pending += [node.left, node.right]
@@ -97,7 +101,6 @@ def _makes_modules(expr: ast.Expr, blocks: Collection[str]) -> bool:
             pending.append(node.body)
         elif isinstance(node, ast.ListExpr):
             pending += node.items
-    return False
 
 
 def assigned(body: tuple[ast.Stmt, ...]) -> list[str]:

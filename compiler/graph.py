@@ -4,13 +4,14 @@ The builder interprets block bodies: each op call becomes a node (attributes che
 pydantic schema), each block call and `repeat` becomes a child in a tree of `Instance`s (the
 module hierarchy that lowering turns into classes), and every layer of a stack is expanded so
 that each gets its own weights. Node ids are the module paths the PyTorch model will have:
-`encoder.layers.3.self_attn`.
+`encoder.layers.3.self_attn`. As it goes, the builder records each module's program (the steps
+of its forward, compiler/ir.py), which is all lowering reads: the AST stays here.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Union, get_args
 
 import pydantic
@@ -19,10 +20,10 @@ from . import ast
 from .diagnostics import Diagnostics, Span, did_you_mean
 from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
 from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, passed_through, reads,
-                   single_block_call, stmt_reads, warn_unused)
+                   single_block_call, stmt_reads, subexpressions, warn_unused)
 from .entries import (DECODER, ENCODER, LOGITS, MEMORY, SIGNATURES, SRC, SRC_MASK, TGT, GraphInput, GraphOutput,
                       takes_cache)
-from .ir import Node, OpGraph
+from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
 from .ops import OPS, IOAttrs, OpDef, callable_op
@@ -38,15 +39,18 @@ TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul"}  # elementwise, between 
 
 @dataclass(frozen=True)
 class Tensor:
-    node: str
+    node: str  # the graph node that computes it
+    ref: str  # the value in the program that reads it (a block's argument is a new value of the same node)
 
 
 @dataclass(frozen=True)
 class Closure:
     fn: ast.Lambda
     env: dict
-    owner: "Instance"
+    owner: Instance
     decoding: bool
+    step: Step  # the step that defines it, in its owner's program: the body is recorded there once called
+    ref: str
 
 
 class Poison:
@@ -57,53 +61,36 @@ POISON = Poison()
 Value = Union[Tensor, Closure, Poison, Constant]
 
 
-@dataclass
-class Recorded:
-    """A statement as executed in one instance, with the variables it saw (for lowering)."""
-
-    stmt: ast.Stmt
-    env: dict
+def _is_runtime(value: object) -> bool:
+    return isinstance(value, (Tensor, Closure))
 
 
-@dataclass
-class Instance:
-    """A module of the model: an entry block, a block call, a repeated stack, or an op with weights."""
+def _as(value: Value, ref: str) -> Value:
+    """The same tensor or function as a new value of a program (a forward's argument, a call's result)."""
+    if isinstance(value, Tensor):
+        return Tensor(value.node, ref)
+    if isinstance(value, Closure):
+        return Closure(value.fn, value.env, value.owner, value.decoding, value.step, ref)
+    return value
 
-    path: str
-    kind: str  # "block", "stack" or "op"
-    block: Optional[ast.Block] = None
-    params: tuple[str, ...] = ()  # forward() arguments
-    outputs: tuple[str, ...] = ()  # for repeat bodies: the loop-carried variables
-    children: dict[str, "Instance"] = field(default_factory=dict)
-    statements: list[Recorded] = field(default_factory=list)
-    call_nodes: dict[int, str] = field(default_factory=dict)  # id(call expr) -> node id
-    claims: dict[str, int] = field(default_factory=dict)  # child name -> id(call that created it)
-    node: Optional[str] = None  # for ops: the graph node
-    has_cache: bool = False  # forward() takes the decoder cache
-    result: Optional[Value] = None
-    span: Optional[Span] = None
-    repeat_single_call: bool = False  # stack items are the block called by the repeat body
 
-    @property
-    def name(self) -> str:
-        return self.path.rsplit(".", 1)[-1]
+def _operand(value: Value) -> Operand:
+    return value.ref if isinstance(value, (Tensor, Closure)) else Const(value)
 
 
 @dataclass
 class BuiltGraph:
     graph: OpGraph
     root: Instance  # children: "encoder" and/or "decoder"
-    names: dict[int, str]  # id(call or repeat) -> attribute name in its block
-    uncalled: set[tuple[str, int]]  # (instance path, id(lambda)): functions made there, never called; lower to None
-    # Op node -> the spec expression that gave each of its tensor inputs, as the call was bound once here
-    # (lowering writes them as the op's arguments).
-    arguments: dict[str, dict[str, ast.Expr]]
 
 
 class _Frame:
-    def __init__(self, instance: Instance, env: dict, names: dict[int, str], decoding: bool) -> None:
+    def __init__(self, instance: Instance, env: dict, names: dict[int, str], decoding: bool,
+                 program: Program) -> None:
         # `decoding`: inside the decoder, where attention and positions continue from the cache.
+        # `program`: where the steps it evaluates go (the instance's forward, a function's body, a loop's).
         self.instance, self.env, self.names, self.decoding = instance, env, names, decoding
+        self.program = program
 
 
 class _Return(Exception):
@@ -120,7 +107,7 @@ def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[Buil
         return None
     if diagnostics.errors:
         return None
-    return BuiltGraph(builder.graph, root, builder.names, set(builder.uncalled), builder.arguments)
+    return BuiltGraph(builder.graph, root)
 
 
 class _Builder:
@@ -134,7 +121,8 @@ class _Builder:
         # Functions made and never called, by instance: one called where another block made it is still
         # uncalled here (and has no ops here to lower).
         self.uncalled: dict[tuple[str, int], ast.Lambda] = {}
-        self.arguments: dict[str, dict[str, ast.Expr]] = {}
+        self.claims: dict[tuple[str, str], int] = {}  # (instance path, child name) -> id(the call that made it)
+        self.serial = itertools.count(1)  # numbers the refs of functions and of their calls' results
         for block in model.blocks.values():
             self.names.update(call_site_names(block.body, model.blocks))
             warn_unused(block, diagnostics)
@@ -149,7 +137,7 @@ class _Builder:
 
     # --- entries ----------------------------------------------------------------------------
     def run(self) -> Instance:
-        root = Instance(path="", kind="block")
+        root = Instance(path="", kind="block", span=self.model.span)
         encoder, decoder = self.model.blocks.get(ENCODER), self.model.blocks.get(DECODER)
         if encoder is None and decoder is None:
             self.diagnostics.error("missing", self.model.span, f"model '{self.model.name}' has no "
@@ -190,15 +178,15 @@ class _Builder:
         return True
 
     def _entry(self, root: Instance, block: ast.Block, args: list[Value]) -> Value:
-        instance = Instance(path=block.name.id, kind="block", block=block, params=tuple(p.id for p in block.params),
-                            has_cache=takes_cache(block.name.id), span=block.span)
+        instance = Instance(path=block.name.id, kind="block", span=block.span, block_name=block.name.id,
+                            block_span=block.span, has_cache=takes_cache(block.name.id))
         root.children[block.name.id] = instance
         return self._run_block(instance, block, args, decoding=takes_cache(block.name.id))
 
     def _input(self, graph_input: GraphInput, span: Span) -> Tensor:
         node = self.graph.add(Node(graph_input.node, "input", IOAttrs(name=graph_input.name, kind=graph_input.kind),
                                    {}, span, module=None, scope="", shape=graph_input.type))
-        return Tensor(node.id)
+        return Tensor(node.id, node.id)
 
     def _output(self, output: GraphOutput, value: Value, span: Span) -> None:
         if isinstance(value, Tensor):
@@ -214,8 +202,11 @@ class _Builder:
             self.diagnostics.error("cycle", block.name.span, f"blocks call each other in a cycle: {cycle}")
             return POISON
         self.call_stack.append(block.name.id)
-        env: dict[str, Value] = dict(zip((p.id for p in block.params), args))
-        frame = _Frame(instance, env, self.names, decoding)
+        # forward() takes the tensors and functions; constants are written into the block's class.
+        env: dict[str, Value] = {p.id: _as(value, f"{instance.path}:in:{p.id}") for p, value in zip(block.params, args)}
+        program = instance.program
+        program.params = {name: value.ref for name, value in env.items() if _is_runtime(value)}
+        frame = _Frame(instance, env, self.names, decoding, program)
         try:
             self._exec(block.body, frame)
             self.diagnostics.error("missing", block.name.span, f"block '{block.name.id}' does not return a value")
@@ -224,7 +215,8 @@ class _Builder:
             result = ret.value
         finally:
             self.call_stack.pop()
-        instance.result = result
+        program.results = () if isinstance(result, Poison) else (_operand(result),)
+        instance.result_node = result.node if isinstance(result, Tensor) else None
         return result
 
     def _exec(self, body: tuple[ast.Stmt, ...], frame: _Frame) -> None:
@@ -238,11 +230,10 @@ class _Builder:
                                 f"{describe(condition)}")
                 continue
             self.budget.step(stmt.span)
-            # Lowering needs the values this statement reads (tensor, function or constant), no others.
-            read = stmt_reads(stmt)
-            frame.instance.statements.append(Recorded(stmt, {n: frame.env[n] for n in read if n in frame.env}))
             if isinstance(stmt, ast.Assign):
-                frame.env[stmt.target.id] = self._eval(stmt.value, frame)
+                value = frame.env[stmt.target.id] = self._eval(stmt.value, frame)
+                if _is_runtime(value):
+                    frame.program.hint(value.ref, stmt.target.id)
             elif isinstance(stmt, ast.Return):
                 raise _Return(self._eval(stmt.value, frame))
             else:
@@ -267,30 +258,38 @@ class _Builder:
         self.budget.module(stmt.span)
         frame.instance.children[name] = stack
         single = single_block_call(stmt, self.model.blocks)
-        if single is not None and stmt.index is not None:
-            if not self._constant_where_indexed(single[0], stmt.index.id, frame):
-                single = None  # a tensor or function that differs by layer: each layer runs its own body
-        stack.repeat_single_call = single is not None
+        if single is not None and stmt.index is not None and not self._same_call_in_every_layer(single[0], stmt, frame):
+            single = None  # the layers' calls differ by more than constants: each layer runs its own body
         carried = tuple(v for v in assigned(stmt.body) if v in frame.env)
-        inputs = tuple(v for v in free_names(stmt.body) if isinstance(frame.env.get(v), (Tensor, Closure)))
+        watched = (single[1],) if single is not None else carried
+        # What the layers carry is one local of the loop, a value of its own: the body reads it, not the
+        # value before the loop (which another name may hold too, and keep).
+        entry = {n: frame.env[n].ref for n in watched if _is_runtime(frame.env.get(n))}
+        for carried_name in entry:
+            frame.env[carried_name] = _as(frame.env[carried_name], f"{stack.path}:loop:{carried_name}")
+        inputs = tuple(v for v in free_names(stmt.body) if _is_runtime(frame.env.get(v)))
         # A layer returns what it carries; one it may not assign (in an if's other branch) it must receive.
         inputs += tuple(v for v in passed_through(stmt.body, carried) if v not in inputs)
         visible = {n: frame.env[n] for s in stmt.body for n in stmt_reads(s) if n in frame.env}
         visible.update((n, frame.env[n]) for n in carried)
-        watched = (single[1],) if single is not None else carried
+        # The code is one loop over the layers; the first layer's iteration is its body. The others are
+        # recorded nowhere: they compute the same steps with their own layer.
+        loop = Program()
+        first: dict[str, str] = {}
         for index in range(count):
+            iteration = loop if index == 0 else Program()
             before = {n: frame.env[n] for n in watched if _is_constant(frame.env.get(n))}
             self.stack_frames.append((stack.path, index, count))
             try:
                 if single is not None:
                     call, target = single
                     # The layer's index is a constant of its call (each layer's class holds its own).
-                    called_from = frame if stmt.index is None else _Frame(
-                        frame.instance, {**frame.env, stmt.index.id: index}, frame.names, frame.decoding)
+                    env = frame.env if stmt.index is None else {**frame.env, stmt.index.id: index}
+                    called_from = _Frame(frame.instance, env, frame.names, frame.decoding, iteration)
                     value = self._call_block(call, called_from, instance_name=f"{name}.{index}", parent=stack)
                     frame.env[target] = value
                 else:
-                    self._repeat_body(stmt, frame, stack, index, inputs, carried, visible)
+                    self._repeat_body(stmt, frame, stack, index, inputs, carried, visible, iteration)
             finally:
                 self.stack_frames.pop()
             # Layers that differ are each a class of their own in generated code: a constant changing in
@@ -302,6 +301,34 @@ class _Builder:
                                 f"{old!r} to {new!r}: the layers run one body, so a constant they carry may not change",
                                 "compute what it chooses before the repeat, or pass it to a block")
                     return
+            now = {n: frame.env[n].ref for n in watched if _is_runtime(frame.env.get(n))}
+            if index == 0:
+                first = now
+            elif now.keys() != first.keys():
+                changed = next(iter(now.keys() ^ first.keys()))
+                self._error("value", stmt.span, f"layer {index} of this repeat leaves '{changed}' "
+                            f"{'a constant' if changed in first else 'a tensor or function'}, and layer 0 does not: "
+                            "the layers run one loop, so what they carry must be of one kind")
+                frame.env[changed] = POISON  # reported: its uses say nothing more
+                return
+        last = {n: frame.env[n].ref for n in watched if n in first}
+        # A value the layers only assign (`y = relu(x)`) needs no name before the loop.
+        read = loop.reads()
+        looped = {n: f"{stack.path}:loop:{n}" for n in entry if f"{stack.path}:loop:{n}" in read}
+        frame.program.steps.append(Step("stack", name, {}, tuple(last.values()), stmt.span, body=loop, carried=tuple(
+            (entry[n] if n in looped else None, looped.get(n), first[n], last[n]) for n in last)))
+        for carried_name, ref in last.items():
+            frame.program.hint(ref, carried_name)
+
+    def _same_call_in_every_layer(self, call: ast.Call, stmt: ast.Repeat, frame: _Frame) -> bool:
+        """Whether the one block call of an indexed repeat runs the same steps in every layer: the index
+        may choose constants of the layer's class, but no function may be made there (a layer may call
+        it or not, by its index, and the loop's one body passes what the first layer's did)."""
+        assert stmt.index is not None
+        arguments = (*call.args, *(k.value for k in call.kwargs))
+        if any(isinstance(e, ast.Lambda) for a in arguments for e in subexpressions(a)):
+            return False
+        return self._constant_where_indexed(call, stmt.index.id, frame)
 
     def _constant_where_indexed(self, call: ast.Call, index: str, frame: _Frame) -> bool:
         """Whether every argument of a repeat's one block call that reads the layer index is a constant
@@ -319,26 +346,35 @@ class _Builder:
                 return False
         return True
 
-    def _repeat_body(self, stmt: ast.Repeat, frame: _Frame, stack: Instance, index: int,
-                     inputs: tuple[str, ...], carried: tuple[str, ...], visible: dict[str, Value]) -> None:
-        body = Instance(path=f"{stack.path}.{index}", kind="block", params=inputs, outputs=carried,
-                        has_cache=frame.instance.has_cache, span=stmt.span)
+    def _repeat_body(self, stmt: ast.Repeat, frame: _Frame, stack: Instance, index: int, inputs: tuple[str, ...],
+                     carried: tuple[str, ...], visible: dict[str, Value], iteration: Program) -> None:
+        """One layer of a repeat whose body is not a single block call: a module of its own, which takes the
+        values the body reads and returns the tensors and functions it carries to the next layer."""
+        body = Instance(path=f"{stack.path}.{index}", kind="block", span=stmt.span, has_cache=frame.instance.has_cache)
         self.budget.module(stmt.span)
         stack.children[str(index)] = body
         # The body sees the values it reads; carried ones as the previous layer left them.
-        env = {**visible, **{n: frame.env[n] for n in carried}}
+        outer = {**visible, **{n: frame.env[n] for n in carried}}
+        arguments = {n: outer[n] for n in inputs if _is_runtime(outer.get(n))}
+        env = {**outer, **{n: _as(value, f"{body.path}:in:{n}") for n, value in arguments.items()}}
+        body.program.params = {n: env[n].ref for n in arguments}
         if stmt.index is not None:
             env[stmt.index.id] = index
-        inner = _Frame(body, env, frame.names, frame.decoding)
+        inner = _Frame(body, env, frame.names, frame.decoding, body.program)
         try:
             self._exec(stmt.body, inner)
         except _Return:
             self._error("syntax", stmt.span, "'return' cannot appear inside 'repeat'")
+        returned = [n for n in carried if _is_runtime(inner.env.get(n))]
+        body.program.results = tuple(inner.env[n].ref for n in returned)
         for name in carried:
-            frame.env[name] = inner.env[name]
+            frame.env[name] = _as(inner.env[name], f"{body.path}:out:{name}")
+        iteration.steps.append(Step("layer", "", {n: v.ref for n, v in arguments.items()},
+                                    tuple(frame.env[n].ref for n in returned), stmt.span))
 
     def _call_block(self, call: ast.Call, frame: _Frame, instance_name: Optional[str] = None,
                     parent: Optional[Instance] = None) -> Value:
+        """A block call: a child module. As a layer of a stack (`parent`), the step calls the loop's layer."""
         block = self.model.blocks[call.callee.id]
         args = self._bind_block_args(block, call, frame)
         if args is None:
@@ -346,16 +382,19 @@ class _Builder:
         name = instance_name or frame.names[id(call)]
         owner = parent or frame.instance
         path = _join(frame.instance.path, name)
-        # forward() takes the tensors and functions; constants are written into the block's class.
-        runtime = tuple(p.id for p, value in zip(block.params, args) if isinstance(value, (Tensor, Closure)))
-        child = Instance(path=path, kind="block", block=block, params=runtime,
-                         has_cache=block.name.id in self.cache_blocks, span=call.span)
+        child = Instance(path=path, kind="block", span=call.span, block_name=block.name.id, block_span=block.span,
+                         has_cache=block.name.id in self.cache_blocks)
         key = name.rsplit(".", 1)[-1]
         if not self._claim(owner, key, call):
             return POISON
         self.budget.module(call.span)
         owner.children[key] = child
-        return self._run_block(child, block, args, frame.decoding)
+        result = _as(self._run_block(child, block, args, frame.decoding), f"{path}:out")
+        inputs = {p.id: value.ref for p, value in zip(block.params, args) if _is_runtime(value)}
+        outputs = (result.ref,) if _is_runtime(result) else ()
+        frame.program.steps.append(Step("layer" if parent else "block", "" if parent else key, inputs, outputs,
+                                        call.span))
+        return result
 
     def _bind_block_args(self, block: ast.Block, call: ast.Call, frame: _Frame) -> Optional[list[Value]]:
         names = [p.id for p in block.params]
@@ -407,7 +446,10 @@ class _Builder:
         if isinstance(expr, ast.Lambda):
             self.uncalled.setdefault((frame.instance.path, id(expr)), expr)
             captured = {n: frame.env[n] for n in reads(expr) if n in frame.env}
-            return Closure(expr, captured, frame.instance, frame.decoding)
+            ref = f"{frame.instance.path}:fn{next(self.serial)}"
+            step = Step("function", ref, {}, (ref,), expr.span)
+            frame.program.steps.append(step)
+            return Closure(expr, captured, frame.instance, frame.decoding, step, ref)
         if isinstance(expr, ast.Call):
             return self._call(expr, frame)
         if isinstance(expr, ast.BinOp):
@@ -490,9 +532,26 @@ class _Builder:
             return POISON
         arg = self._eval(call.args[0], frame)
         self.uncalled.pop((closure.owner.path, id(closure.fn)), None)
-        env = {**closure.env, closure.fn.param.id: arg}
-        inner = _Frame(closure.owner, env, self.names, closure.decoding)
-        return self._eval(closure.fn.body, inner)
+        # The body is code once, in its owner's forward: recorded at the first call; later calls (of a
+        # function without modules) compute the same steps again.
+        serial = next(self.serial)
+        param = closure.fn.param.id
+        body = Program(params={param: f"{closure.step.target}:in{serial}"})
+        if closure.step.body is None:
+            closure.step.body = body
+        env = {**closure.env, param: _as(arg, body.params[param])}
+        inner = _Frame(closure.owner, env, self.names, closure.decoding, body)
+        returned = self._eval(closure.fn.body, inner)
+        if isinstance(returned, Poison) or isinstance(arg, Poison):
+            return POISON
+        body.results = (_operand(returned),)
+        result = _as(returned, f"{closure.step.target}:out{serial}")
+        inputs: dict[str, Operand] = {"fn": closure.ref}
+        if _is_runtime(arg):
+            inputs["x"] = arg.ref
+        frame.program.steps.append(Step("apply", call.callee.id, inputs, (result.ref,) if _is_runtime(result) else (),
+                                        call.span, argument=None if _is_runtime(arg) else Const(arg)))
+        return result
 
     def _call_op(self, op: OpDef, call: ast.Call, frame: _Frame) -> Value:
         bound = _bind_op_args(op, call, self.diagnostics)
@@ -520,10 +579,7 @@ class _Builder:
                 attrs[name] = value
         if not ok:
             return POISON
-        result = self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()})
-        if isinstance(result, Tensor):
-            self.arguments[result.node] = {name: bound[name] for name in inputs}
-        return result
+        return self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()})
 
     def _node(self, op_name: str, attrs: dict, inputs: dict[str, Tensor], expr: ast.Expr, frame: _Frame,
               span: Optional[Span] = None, arg_spans: Optional[dict[str, Span]] = None) -> Value:
@@ -537,7 +593,7 @@ class _Builder:
             node = module = _join(scope, name)
             if not self._claim(frame.instance, name, expr):
                 return POISON
-            frame.instance.children[name] = Instance(path=node, kind="op", node=node, span=expr.span)
+            frame.instance.children[name] = Instance(path=node, kind="op", span=expr.span, node=node)
         else:
             counter = self.counters.setdefault((scope, op_name), itertools.count(1))
             name = f"{op_name}_{next(counter)}"
@@ -545,10 +601,11 @@ class _Builder:
                 name = f"{op_name}_{next(counter)}"
             node, module = _join(scope, name), None
         self.budget.module(expr.span)
-        frame.instance.call_nodes[id(expr)] = node
         self.graph.add(Node(node, op_name, validated, {port: tensor.node for port, tensor in inputs.items()},
                             span or expr.span, module, scope, repeat=tuple(self.stack_frames), cached=frame.decoding))
-        return Tensor(node)
+        frame.program.steps.append(Step("op", node, {port: tensor.ref for port, tensor in inputs.items()}, (node,),
+                                        span or expr.span))
+        return Tensor(node, node)
 
     def _validate_attrs(self, op: OpDef, attrs: dict, span: Span, arg_spans: dict[str, Span]):
         for name, value in attrs.items():
@@ -584,9 +641,9 @@ class _Builder:
             return False
         existing = owner.children.get(name)
         if existing is None:
-            owner.claims[name] = id(call)
+            self.claims[owner.path, name] = id(call)
             return True
-        if owner.claims.get(name) == id(call):
+        if self.claims.get((owner.path, name)) == id(call):
             self._error("shared-call", call.span, "this call runs twice (through a function called twice); "
                         "each call site is one set of weights", "write a separate call for each use")
         else:

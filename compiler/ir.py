@@ -1,16 +1,23 @@
-"""The op graph the compiler builds, checks and lowers: typed nodes, in the order they were made.
+"""What the compiler builds, checks and lowers: the op graph, the module tree, and each module's program.
 
-A node is one op applied to its inputs (torch.fx's Node is the model): the op, its checked attributes,
-which node feeds each input port, the spec text it comes from, and what validation infers. Nodes are
-added only after the nodes they read, so the order of `nodes` is a topological order and the graph
-cannot have a cycle. `to_networkx()` gives the same graph as a `networkx.DiGraph`, which is what
-`CompiledSpec.graph` exposes to tools (docs/graph.md); the compiler itself never needs networkx.
+The op graph holds typed nodes in the order they were made. A node is one op applied to its inputs
+(torch.fx's Node is the model): the op, its checked attributes, which node feeds each input port, the
+spec text it comes from, and what validation infers. Nodes are added only after the nodes they read, so
+the order of `nodes` is a topological order and the graph cannot have a cycle. `to_networkx()` gives the
+same graph as a `networkx.DiGraph`, which is what `CompiledSpec.graph` exposes to tools (docs/graph.md);
+the compiler itself never needs networkx.
+
+The graph is every layer expanded; the code keeps the spec's structure. So each module of the tree (an
+`Instance`: an entry block, a block call, a repeated stack, an op with weights) also holds the program
+of its `forward`: the steps that compute it, in order, each one line of generated code. A step reads and
+defines values by ref: a string naming one runtime value (a tensor or a function) within the forward
+that computes it. An op step's ref is its graph node's id, which ties the program to the graph.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Literal, Optional, Union
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -38,6 +45,89 @@ class Node:
         """The node as networkx attribute data (docs/graph.md)."""
         return {"op": self.op, "attrs": self.attrs, "span": self.span, "module": self.module, "scope": self.scope,
                 "repeat": self.repeat, "shape": self.shape, "inferred": self.inferred, "cached": self.cached}
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant a step passes or a program returns (a number, string or boolean): written as a literal."""
+    value: object
+
+
+Operand = Union[str, Const]  # a value's ref, or a constant
+
+
+@dataclass
+class Program:
+    """The body of a forward, of a spec function (`h => ...`), or of one iteration of a repeat."""
+
+    params: dict[str, str] = field(default_factory=dict)  # argument name -> the ref it binds, in order
+    steps: list["Step"] = field(default_factory=list)
+    results: tuple[Operand, ...] = ()
+    hints: dict[str, str] = field(default_factory=dict)  # ref -> the spec name it was assigned to
+
+    def hint(self, ref: str, name: str) -> None:
+        self.hints.setdefault(ref, name)
+
+    def reads(self) -> set[str]:
+        """The refs its steps and results read, inside loops and functions too."""
+        refs = {r for r in self.results if isinstance(r, str)}
+        for step in self.steps:
+            refs |= step.reads()
+        return refs
+
+
+@dataclass
+class Step:
+    """One line of generated code (a loop or a function: a few lines around its own program).
+
+    kind      target                   inputs                          outputs
+    op        the graph node           the op's input ports            the node
+    block     the child module's name  its forward's arguments         its result
+    stack     the stack's name         -                               each value the loop carries out
+    layer     -                        the layer's arguments           its results (in a stack's body only)
+    function  the function's id        -                               the function (`None` if never called)
+    apply     the spec's name for it   "fn"; "x" unless `argument`     its result
+    """
+
+    kind: Literal["op", "block", "stack", "layer", "function", "apply"]
+    target: str
+    inputs: dict[str, Operand]
+    outputs: tuple[str, ...]
+    span: "Span"
+    body: Optional[Program] = None  # stack: the first layer's iteration; function: its body once called
+    # stack: for each value the loop carries, its ref before the loop, as the body reads it, after the
+    # first layer and after the last (the first two None where only the layers define it). The loop gives
+    # the last three one local name.
+    carried: tuple[tuple[Optional[str], Optional[str], str, str], ...] = ()
+    argument: Optional[Const] = None  # apply: the constant passed, where it is one
+
+    def reads(self) -> set[str]:
+        """The refs it reads, inside its loop's or function's body too."""
+        refs = {v for v in self.inputs.values() if isinstance(v, str)}
+        refs.update(before for before, _, _, _ in self.carried if before is not None)
+        if self.body is not None:
+            refs |= self.body.reads()
+        return refs
+
+
+@dataclass
+class Instance:
+    """A module of the model: an entry block, a block call, a repeated stack, or an op with weights."""
+
+    path: str
+    kind: Literal["block", "stack", "op"]
+    span: "Span"
+    block_name: Optional[str] = None  # the spec block it runs (none for a layer of a repeat's own body)
+    block_span: Optional["Span"] = None  # where that block is defined (`span` is where it is called)
+    children: dict[str, "Instance"] = field(default_factory=dict)
+    program: Program = field(default_factory=Program)  # blocks: the forward
+    node: Optional[str] = None  # ops: the graph node
+    has_cache: bool = False  # forward() takes the decoder cache
+    result_node: Optional[str] = None  # blocks: the graph node of the tensor they return
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
 
 
 class OpGraph:
@@ -85,3 +175,46 @@ class OpGraph:
                 else:
                     graph.add_edge(source, node.id, ports=(port,))
         return graph
+
+
+def lint_programs(root: Instance, graph: OpGraph) -> None:
+    """Invariants of the module tree's programs (bugs, not user errors): each step reads values defined
+    before it, in its forward or in what encloses it; each names a node, child or body that exists."""
+    pending = [root]
+    while pending:
+        instance = pending.pop()
+        pending += instance.children.values()
+        if instance.kind == "block" and instance.path:
+            _lint_program(instance.program, set(), instance, graph, in_loop=False)
+
+
+def _lint_program(program: Program, outer: set[str], instance: Instance, graph: OpGraph, in_loop: bool) -> None:
+    scope = outer | set(program.params.values())
+    for step in program.steps:
+        read = {v for v in step.inputs.values() if isinstance(v, str)}
+        assert read <= scope, f"{instance.path}: a {step.kind} step reads {sorted(read - scope)} before they are made"
+        if step.kind == "op":
+            node = graph[step.target]
+            assert step.outputs == (node.id,) and set(step.inputs) == set(node.inputs), f"{node.id}: step, node differ"
+        elif step.kind in ("block", "stack"):
+            assert instance.children[step.target].kind == step.kind, f"{instance.path}.{step.target} is no {step.kind}"
+        elif step.kind == "layer":
+            assert in_loop, f"{instance.path}: a layer step outside a stack's loop"
+        if step.kind == "stack":
+            assert step.body is not None
+            befores = {before for before, _, _, _ in step.carried if before is not None}
+            assert befores <= scope, f"{instance.path}.{step.target} carries values made after it"
+            loops = {loop for _, loop, _, _ in step.carried if loop is not None}
+            _lint_program(step.body, scope | loops, instance, graph, in_loop=True)
+            firsts = {first for _, _, first, _ in step.carried}
+            assert firsts <= _defined(step.body), f"{instance.path}.{step.target}: the loop does not make its values"
+        elif step.kind == "function" and step.body is not None:
+            assert len(step.body.params) == 1, f"{step.target} takes {len(step.body.params)} arguments"
+            _lint_program(step.body, scope, instance, graph, in_loop=False)
+        scope.update(step.outputs)
+    returned = {r for r in program.results if isinstance(r, str)}
+    assert returned <= scope, f"{instance.path} returns {sorted(returned - scope)}, which it does not make"
+
+
+def _defined(program: Program) -> set[str]:
+    return {ref for step in program.steps for ref in step.outputs}

@@ -121,7 +121,6 @@ class OpDef:
     facts: Callable[[Attrs, Inferred], dict[str, object]] = lambda a, i: {}
     # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
     buffers: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
-    precedence: int = 100  # infix ops bind looser than calls: the code generator adds parentheses
 
 
 def _size(inferred: Inferred, key: str) -> int:
@@ -315,13 +314,12 @@ def _activation(name: str, title: str, glu_title: str, doc: str, function: str) 
                  glu_title=glu_title)
 
 
-def _infix(name: str, symbol: str, verb: str, title: str, doc: str, family: str, precedence: int,
+def _infix(name: str, symbol: str, verb: str, title: str, doc: str, family: str,
            gates: bool = False) -> OpDef:
     """A binary elementwise op written `a <symbol> b` in specs and in generated code."""
     return OpDef(name=name, doc=doc, family=family, inputs=(Input("a"), Input("b")), attrs=NoAttrs,
                  infer=_elementwise(verb), params=_no_params, module=None,
-                 call=lambda t, i, a, c: f"{i['a']} {symbol} {i['b']}", precedence=precedence, title=title,
-                 gates=gates)
+                 call=lambda t, i, a, c: f"{i['a']} {symbol} {i['b']}", title=title, gates=gates)
 
 
 OPS: dict[str, OpDef] = {
@@ -403,14 +401,13 @@ OPS: dict[str, OpDef] = {
         _activation("sigmoid", "Sigmoid", "GLU", "1 / (1 + exp(-x)): GLU's gate (Dauphin et al., 2017)",
                     "F.sigmoid"),
         _activation("tanh", "Tanh", "", "hyperbolic tangent", "F.tanh"),
-        _infix("add", "+", "add", "Add", "a + b, e.g. a residual connection (§3.1)", "residual", precedence=1),
-        _infix("sub", "-", "subtract", "Subtract", "a - b", "elementwise", precedence=1),
-        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", "elementwise", precedence=2,
-               gates=True),
+        _infix("add", "+", "add", "Add", "a + b, e.g. a residual connection (§3.1)", "residual"),
+        _infix("sub", "-", "subtract", "Subtract", "a - b", "elementwise"),
+        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", "elementwise", gates=True),
         OpDef(
             name="scale", doc="x * factor", family="elementwise",
             inputs=(Input("x"),), attrs=ScaleAttrs, infer=_same, params=_no_params, module=None,
-            call=lambda t, i, a, c: f"{i['x']} * {a.factor!r}", precedence=2,
+            call=lambda t, i, a, c: f"{i['x']} * {a.factor!r}",
             title="Scale", details=lambda a, i: [f"× {a.factor:.4g}"],
         ),
         OpDef(

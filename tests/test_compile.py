@@ -104,7 +104,16 @@ def test_generated_code_is_one_class_per_block_with_loops():
     assert "nn.ModuleList([EncoderLayer() for _ in range(6)])" in source
     assert "for layer in self.layers:" in source
     assert "F.scaled_dot_product_attention" in source
-    assert "x = self.sublayer_1(x, lambda h: self.self_attn(h, h, h, padding_mask=mask))  # base.xspec:" in source
+    # One line per step, named as the spec names its values, each pointing back to its spec line.
+    assert ("    def forward(self, x, mask):\n"
+            "        fn = lambda h: self.self_attn(h, h, h, padding_mask=mask)  # base.xspec:42\n"
+            "        x = self.sublayer_1(x, fn)  # base.xspec:42\n"
+            "        fn = lambda h: self.ffn(h)  # base.xspec:43\n"
+            "        return self.sublayer_2(x, fn)  # base.xspec:43\n") in source
+    assert ("        x = self.embedding(src)  # base.xspec:54\n"
+            "        for layer in self.layers:  # base.xspec:55\n"
+            "            x = layer(x, src_mask)  # base.xspec:55\n"
+            "        return x\n") in source
 
 
 def test_json_summary_for_scripts(tmp_path: Path):

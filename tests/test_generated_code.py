@@ -77,6 +77,31 @@ def test_the_check_refuses_in_a_method_what_the_generator_never_emits(line: str,
         compile_checked(TINY.replace(INIT, f"{INIT}\n        {line}", 1), "<test>")
 
 
+@pytest.mark.parametrize("lines, refused", [
+    (["def g(eval):", "    return eval", "x = eval('1')"], "the name 'eval'"),  # a function's names are its own
+    (["@staticmethod", "def g(h):", "    return h"], "a FunctionDef statement"),
+    (["def g(h):", "    import os", "    return h"], "a Import statement"),
+    (["def g(h):", "    return h.__class__"], "private attribute"),
+])
+def test_the_check_looks_into_functions_defined_in_a_method(lines: list[str], refused: str):
+    inserted = "".join(f"\n        {line}" for line in lines)
+    with pytest.raises(GeneratedCodeError, match=refused):
+        compile_checked(TINY.replace(INIT, INIT + inserted, 1), "<test>")
+
+
+def test_a_spec_function_of_several_steps_is_a_nested_def_that_passes_the_check():
+    source = xspec.compile_source("""
+model m {
+  block decoder(tokens) {
+    x = embedding(tokens, 10, 8)
+    f = h => relu(h) * 2.0 + x
+    return linear(f(x), 10)
+  }
+}""").python_source
+    assert "        def f(h):  # <spec>:5\n            relu_1 = F.relu(h)  # <spec>:5\n" in source
+    check_module(source)
+
+
 @pytest.mark.parametrize("edit, refused", [
     (("import math", "import os"), "an import other than"),
     (("import math", "from os import system"), "a module-level ImportFrom"),

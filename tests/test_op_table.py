@@ -1,5 +1,9 @@
 """Adding an op is one entry in the op table: an op registered here, and nowhere else, compiles,
-lowers, runs, counts its parameters and FLOPs, and draws with its own title."""
+lowers, runs, counts its parameters and FLOPs, and draws with its own title. Lowering writes code from
+the op table, the graph and the programs alone."""
+
+import ast
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +30,7 @@ SCALED_LINEAR = OpDef(
     attrs=ScaledLinearAttrs, infer=_shape,
     params=lambda a, i: {"weight": (a.out, i["in_features"])},
     module=lambda a, i: f"nn.Linear({i['in_features']!r}, {a.out!r}, bias=False)",
-    call=lambda target, inputs, a, cache: f"self.{target}({inputs['x']}) * {a.factor!r}", precedence=2,
+    call=lambda target, inputs, a, cache: f"self.{target}({inputs['x']}) * {a.factor!r}",
     title="Scaled Linear", details=lambda a, i: [f"× {a.factor:g}"],
     flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * i["in_features"] * a.out},
 )
@@ -66,3 +70,11 @@ def test_an_op_added_to_the_table_compiles_runs_counts_and_draws(scaled_linear):
 def test_without_its_entry_the_op_is_unknown():
     with pytest.raises(xspec.SpecError, match="unknown op or block 'scaled_linear'"):
         xspec.compile_source(SPEC, name="scaled.xspec")
+
+
+def test_lowering_reads_the_graph_and_the_programs_not_the_syntax_tree():
+    for path in ("compiler/lower.py", "compiler/forward.py"):
+        tree = ast.parse(Path(path).read_text())
+        imported = {alias.name if node.module is None else node.module
+                    for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+        assert not imported & {"ast", "body", "evaluate", "graph", "parse"}, (path, imported)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
-    from xspec.compiler.graph import Instance
+    from xspec.compiler.ir import Instance
     from xspec.spec import CompiledSpec
 
 
@@ -33,11 +33,11 @@ def _rows(spec: "CompiledSpec", instance: "Instance", depth: int) -> Iterator[di
         count = spec.count_under(child.path)
         if child.kind == "stack":
             first = child.children["0"]
-            kind = first.block.name.id if first.block else "layers"
+            kind = first.block_name or "layers"
             label = f"{name} ({len(child.children)}x)"
             output = _shape(spec, child.children[str(len(child.children) - 1)])
         else:
-            kind = child.block.name.id if child.block else spec.ops[child.node].op
+            kind = child.block_name or spec.ops[child.node].op
             label, output = name, _shape(spec, child)
         yield {"path": child.path, "label": label, "kind": kind, "depth": depth, "parameters": count,
                "tied": tied, "output": output}
@@ -46,13 +46,8 @@ def _rows(spec: "CompiledSpec", instance: "Instance", depth: int) -> Iterator[di
 
 
 def _shape(spec: "CompiledSpec", instance: "Instance") -> str | None:
-    from xspec.compiler.graph import Tensor
-
-    if instance.kind == "op":
-        return str(spec.ops[instance.node].shape)
-    if isinstance(instance.result, Tensor):
-        return str(spec.ops[instance.result.node].shape)
-    return None
+    node = instance.node if instance.kind == "op" else instance.result_node
+    return str(spec.ops[node].shape) if node is not None else None
 
 
 def render_table(summary: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from xspec.compiler.graph import input_sources
 from xspec.compiler.ops import OPS
 
 if TYPE_CHECKING:
-    from xspec.compiler.graph import Instance
+    from xspec.compiler.ir import Instance
     from xspec.spec import CompiledSpec
 
 DEPTHS = ("1", "2", "full")
