@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterator, Optional
 
 import torch
 from tqdm import tqdm
@@ -29,29 +30,48 @@ class Translator:
 
     @torch.no_grad()
     def nbest(self, lines: list[str], progress: bool = False) -> list[list[Hypothesis]]:
+        results: list[list[Hypothesis]] = []
+        with tqdm(total=len(lines), desc="decoding", unit="sent", disable=not progress, leave=False) as bar:
+            for done in self.stream(lines):
+                results += done
+                bar.update(len(done))
+        return results
+
+    def too_long(self, lines: list[str]) -> list[tuple[int, int]]:
+        """(index, tokens) of each line longer than the model's positions: it is translated from its start."""
+        return [(i, len(ids) + 1) for i, ids in enumerate(self.vocab.encode(lines)) if len(ids) + 1 > self.max_tokens]
+
+    @torch.no_grad()
+    def stream(self, lines: list[str]) -> Iterator[list[list[Hypothesis]]]:
+        """Each line's best hypotheses, in input order, as soon as they are decoded: sentences go in
+        batches of similar length, and after each batch come the results it completes (a list per line)."""
         sources = encode_source(lines, self.vocab, self.max_tokens)
         # Empty lines translate to empty lines (and cost nothing).
         order = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(sources[i]))
-        results: list[list[Hypothesis]] = [[] for _ in sources]
-        bar = tqdm(total=len(sources), desc="decoding", unit="sent", disable=not progress, leave=False)
+        results: list[Optional[list[Hypothesis]]] = [None if line.strip() else [] for line in lines]
+        written = 0
         self.model.eval()
         start = 0
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and (end - start + 1) * len(sources[order[end]]) <= self.batch_tokens:
-                end += 1
-            chunk = order[start:end]
-            src = pad([sources[i] for i in chunk]).to(self.device)
-            with choose_precision(self.device).autocast():
-                hyps = beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
-                                   self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
-                                   max_positions=self.max_tokens)
-            for i, h in zip(chunk, hyps):
-                results[i] = h
-            bar.update(len(chunk))
-            start = end
-        bar.close()
-        return results
+        while written < len(lines):
+            if start < len(order):
+                end = start + 1
+                while end < len(order) and (end - start + 1) * len(sources[order[end]]) <= self.batch_tokens:
+                    end += 1
+                chunk = order[start:end]
+                src = pad([sources[i] for i in chunk]).to(self.device)
+                with choose_precision(self.device).autocast():
+                    hyps = beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
+                                       self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
+                                       max_positions=self.max_tokens)
+                for i, h in zip(chunk, hyps):
+                    results[i] = h
+                start = end
+            done = written
+            while done < len(lines) and results[done] is not None:
+                done += 1
+            if done > written:
+                yield [h for h in results[written:done] if h is not None]
+                written = done
 
     def translate(self, lines: list[str], progress: bool = False) -> list[str]:
         return [self.vocab.decode(h[0].tokens) if h else "" for h in self.nbest(lines, progress)]

@@ -17,7 +17,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from xspec.errors import UserError
 
@@ -104,6 +104,18 @@ class UnreadableFile(UserError):
 
 def read_regular_file(path: Path, max_bytes: int | None = None) -> bytes:
     """The contents of the regular file at `path` (at most `max_bytes`, when given)."""
+    with open_regular_file(path) as handle:
+        try:
+            data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+        except OSError as error:
+            raise UnreadableFile(path, f"cannot read: {error.strerror}") from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise UnreadableFile(path, f"larger than {max_bytes:,} bytes")
+    return data
+
+
+def open_regular_file(path: Path) -> BinaryIO:
+    """The regular file at `path`, open for reading bytes; anything else is refused with the reason."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -121,14 +133,7 @@ def read_regular_file(path: Path, max_bytes: int | None = None) -> bytes:
         kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
         suffix = ", not a text file" if stat.S_ISDIR(mode) else "; only regular files are read"
         raise UnreadableFile(path, f"is {kind}{suffix}")
-    with os.fdopen(fd, "rb") as handle:
-        try:
-            data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
-        except OSError as error:
-            raise UnreadableFile(path, f"cannot read: {error.strerror}") from None
-    if max_bytes is not None and len(data) > max_bytes:
-        raise UnreadableFile(path, f"larger than {max_bytes:,} bytes")
-    return data
+    return os.fdopen(fd, "rb")
 
 
 # --- checking output paths before any work is done -------------------------------------------------

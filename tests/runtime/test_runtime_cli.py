@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import select
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,37 @@ def test_translate_stdin_file_beam_one_and_nbest(trained_run, small_corpus, tmp_
     assert code == 0 and len(rows) == 16
     assert [int(r[0]) for r in rows] == [i for i in range(8) for _ in range(2)]
     assert all(float(rows[2 * i][2]) >= float(rows[2 * i + 1][2]) for i in range(8))
+
+
+def test_translate_streams_each_line_before_stdin_closes(trained_run, small_corpus):
+    source = small_corpus.test.src.read_text().splitlines()[:2]
+    process = subprocess.Popen([sys.executable, "-m", "xspec", "translate", str(trained_run), "--beam", "1",
+                                "--device", "cpu"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        answers = []
+        for line in source:  # one line typed, one translation back, with stdin still open
+            process.stdin.write(line.encode() + b"\n")
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], 120)
+            assert ready, "no translation while stdin is open"
+            answers.append(process.stdout.readline())
+        process.stdin.close()
+        assert process.wait(60) == 0, process.stderr.read()
+    finally:
+        process.kill()
+    assert len(answers) == 2 and all(a.endswith(b"\n") for a in answers)
+    assert process.stdout.read() == b""  # nothing more once stdin closed
+
+
+def test_a_line_longer_than_the_positions_is_translated_with_a_warning(trained_run, capsys, tmp_path):
+    text = tmp_path / "long.txt"
+    text.write_text("short line\n" + " ".join(["word"] * 400) + "\n\nlast\n")
+    code, out, err = _xspec(capsys, "translate", str(trained_run), "--input", str(text), "--beam", "1")
+    assert code == 0 and len(out.splitlines()) == 4 and out.splitlines()[2] == ""
+    assert err.count("warning") == 1
+    assert f"{text}:2: warning: " in err and "more than the model's 128 positions: translated from its first 127" \
+        in err
 
 
 def test_eval_prints_chrf_and_bleu_signatures(trained_run, small_corpus, capsys):

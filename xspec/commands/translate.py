@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from xspec.commands.arguments import float_at_least, int_at_least
-from xspec.errors import UserError
 from xspec.files import check_output_file, write_atomically
 
 NAME = "translate"
@@ -16,6 +16,8 @@ DESCRIPTION = """\
 Translates one sentence per line with the latest checkpoint of RUN (or the given checkpoint file,
 e.g. an average written by `xspec average`). Beam search as in the paper: beam 4, length penalty
 0.6, output up to input length + 50 tokens (the spec's `decode` section; the flags override it).
+Translations stream: each is written (in input order) as soon as it and the lines before it are
+done, so `xspec translate RUN` answers lines as they are typed, and works inside pipes.
 
 examples:
   xspec translate runs/tiny < input.en > output.de
@@ -45,37 +47,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", metavar="FILE", help="where to write translations (default: stdout)")
     parser.add_argument("--nbest", type=int_at_least(1),
                         help="write the N best translations of each line, with scores")
-
-
-def _read_stdin() -> list[str]:
-    data = sys.stdin.buffer.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise UserError(f"<stdin>:{line}: invalid UTF-8") from None
-    return text.removesuffix("\n").split("\n") if text else []
+    parser.add_argument("--window", type=int_at_least(1), default=1000,
+                        help="lines read ahead and sorted by length for batching (default 1000); a line "
+                             "typed alone is translated at once")
 
 
 def run(args: argparse.Namespace) -> int:
-    from xspec.runtime.corpus import read_lines
+    from xspec.files import open_regular_file
     from xspec.runtime.distributed import pick_device
     from xspec.runtime.inference import load_translator
+    from xspec.runtime.line_stream import LineStream
 
     if args.output:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
     translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args, args.nbest))
-    lines = read_lines(Path(args.input)) if args.input else _read_stdin()
     translator = translator.with_batch_tokens(args.batch_tokens)
-    if args.nbest:
-        results = translator.nbest(lines)
-        out = "".join(f"{i} ||| {translator.vocab.decode(h.tokens)} ||| {h.score:.4f}\n"
-                      for i, hyps in enumerate(results) for h in hyps)
-    else:
-        out = "".join(t + "\n" for t in translator.translate(lines))
+    name = args.input or "<stdin>"
+    written: list[str] = []  # for --output, written at the end in one piece (atomically)
+    first = 1  # the line number of the window's first line
+    opened = open_regular_file(Path(args.input)) if args.input else contextlib.nullcontext(sys.stdin.buffer)
+    with opened as source:
+        lines = LineStream(source, name)
+        while window := lines.take(args.window):
+            for index, tokens in translator.too_long(window):
+                print(f"{name}:{first + index}: warning: {tokens} tokens, more than the model's "
+                      f"{translator.max_tokens} positions: translated from its first {translator.max_tokens - 1}",
+                      file=sys.stderr)
+            line = first
+            for done in translator.stream(window):
+                out = "".join(_format(hyps, line + i, translator, args.nbest) for i, hyps in enumerate(done))
+                line += len(done)
+                if args.output:
+                    written.append(out)
+                else:
+                    sys.stdout.write(out)
+                    sys.stdout.flush()
+            first += len(window)
     if args.output:
-        write_atomically(Path(args.output), out)
-    else:
-        sys.stdout.write(out)
+        write_atomically(Path(args.output), "".join(written))
     return 0
+
+
+def _format(hyps, line: int, translator, nbest: int | None) -> str:
+    """A line's translation; with --nbest, a `INDEX ||| translation ||| score` line per hypothesis
+    (INDEX counts lines from 0)."""
+    if not nbest:
+        return (translator.vocab.decode(hyps[0].tokens) if hyps else "") + "\n"
+    return "".join(f"{line - 1} ||| {translator.vocab.decode(h.tokens)} ||| {h.score:.4f}\n" for h in hyps)
