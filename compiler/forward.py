@@ -205,10 +205,13 @@ class _Forward:
         stack = self.instance.children[step.target]
         lines, chosen = [], set()
         carried_names = []
+        assert step.body is not None
+        inside = step.body.reads()  # a value from before the loop the layers also read unchanged keeps its name
         for before, loop, first, last in step.carried:
             hint = program.hints.get(last, "carried")
             held = self.holder.get(hint)
-            if before is not None and top and self._dead(before, index) and self.names[before] not in chosen:
+            if (before is not None and top and self._dead(before, index) and before not in inside
+                    and self.names[before] not in chosen):
                 name = self.names[before]  # the loop takes the value's own name: no copy
             elif before is None and top and held is not None and self._dead(held, index) and hint not in chosen:
                 name = hint  # what the layers define takes the name of a value no longer read
@@ -222,7 +225,6 @@ class _Forward:
                 self.names[loop] = name
             self.names[first] = name
             carried_names.append((last, name))
-        assert step.body is not None
         lines.append(f"for layer in self.{identifier(step.target)}:  # {where(step.span)}")
         lines += [INDENT + line for line in self._program(step.body, top=False, stack=stack)]
         for last, name in carried_names:
