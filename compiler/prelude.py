@@ -11,20 +11,56 @@ import torch.nn.functional as F
 class DecoderCache:
     """What the decoder keeps between steps when it decodes one token at a time.
 
-    Self-attention keys and values grow by one position per step (batch-first, so `reorder` can follow
-    beam search's choice of rows). Keys and values of the encoder memory are computed once per memory
-    tensor: pass the same tensor while the batch holds the same sentences (the beams of a sentence share
-    its memory rows), and a new one when sentences leave the batch.
+    Self-attention keys and values are written in place into buffers allocated once per module,
+    [rows, heads, capacity, d] (batch-first, so `reorder` can follow beam search's choice of rows); the
+    capacity doubles when a decode outgrows it, so a step neither concatenates nor allocates.
+    `reorder(index)` gathers the cached positions of the rows into a second buffer of the same size and
+    swaps the two. Keys and values of the encoder memory are computed once per memory tensor: pass the
+    same tensor while the batch holds the same sentences (the beams of a sentence share its memory rows),
+    and a new one when sentences leave the batch.
     """
 
-    def __init__(self):
+    def __init__(self, capacity=64):
         self.length = 0  # target positions already decoded
-        self.tensors = {}  # self-attention module -> (keys, values), each [B, heads, T, d]
+        self.capacity = capacity  # positions each buffer holds at first
+        self.rows = None  # rows in use (the batch), once something is cached
+        self.tensors = {}  # self-attention module -> [keys, values, spare keys, spare values, positions]
         self.memory = {}  # encoder-decoder attention module -> (key input, value input, keys, values)
 
+    def past(self, module):
+        """Positions `module` has cached: where its next queries and keys start."""
+        entry = self.tensors.get(module)
+        return entry[4] if entry is not None else 0
+
+    def append(self, module, k, v):
+        """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and values."""
+        entry = self.tensors.get(module)
+        start = entry[4] if entry is not None else 0
+        end = start + k.size(2)
+        if entry is None or end > entry[0].size(2):
+            size = max(self.capacity, 2 * end)
+            grown = [t.new_empty(t.size(0), t.size(1), size, t.size(3)) for t in (k, v, k, v)]
+            if entry is not None:  # keep what is cached (of the rows in use)
+                for old, new in zip(entry[:2], grown[:2]):
+                    new[:, :, :start] = old[: k.size(0), :, :start]
+            entry = self.tensors[module] = [*grown, start]
+            self.rows = k.size(0)
+        keys, values = entry[0][: self.rows], entry[1][: self.rows]
+        keys[:, :, start:end], values[:, :, start:end] = k, v
+        entry[4] = end
+        return keys[:, :, :end], values[:, :, :end]
+
     def reorder(self, index):
-        self.tensors = {m: (k.index_select(0, index), v.index_select(0, index))
-                        for m, (k, v) in self.tensors.items()}
+        """Row i becomes row index[i] (rows may repeat, and drop out)."""
+        for entry in self.tensors.values():
+            for buffer, spare in ((0, 2), (1, 3)):
+                if entry[spare].size(0) < index.numel():  # more rows than ever: a larger spare, once
+                    entry[spare] = entry[buffer].new_empty(index.numel(), *entry[buffer].shape[1:])
+                filled = entry[4]  # only the positions cached so far move
+                torch.index_select(entry[buffer][: self.rows, :, :filled], 0, index,
+                                   out=entry[spare][: index.numel(), :, :filled])
+                entry[buffer], entry[spare] = entry[spare], entry[buffer]
+        self.rows = index.numel()
 
 
 class Embedding(nn.Module):
@@ -139,10 +175,7 @@ class MultiHeadAttention(nn.Module):
         if self.rotary:
             k = self._rotate(k, start)  # cached keys keep their rotation
         if cache is not None and self.kv_cache == "append":
-            if self in cache.tensors:
-                past_k, past_v = cache.tensors[self]
-                k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
-            cache.tensors[self] = (k, v)
+            k, v = cache.append(self, k, v)
         elif cache is not None and self.kv_cache == "static":
             cache.memory[self] = (key, value, k, v)
         return k, v
@@ -151,7 +184,7 @@ class MultiHeadAttention(nn.Module):
         """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending is
         allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
         # Positions already in the cache: where this call's queries (and new keys) start.
-        start = cache.tensors[self][0].size(2) if cache is not None and self in cache.tensors else 0
+        start = cache.past(self) if cache is not None else 0
         q = self._split(self.q_proj(query), self.heads, self.d_k)  # [B, h, Tq, d_k]
         if self.rotary:
             q = self._rotate(q, start)
@@ -162,7 +195,8 @@ class MultiHeadAttention(nn.Module):
         # Decided from static facts only, never from sizes (torch.compile cannot branch on a symbolic
         # size): self-attention over the whole sequence uses SDPA's own causal mask.
         is_causal = self.causal and self.self_attention and cache is None and mask is None and not self.alibi
-        if self.causal and not is_causal:
+        # One new query (a decoding step) is the last position: it sees every key, so no mask is built.
+        if self.causal and not is_causal and not (cache is not None and q.size(2) == 1):
             # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
             past = k.size(2) - q.size(2)
             allowed = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril(past)

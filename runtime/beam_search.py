@@ -110,7 +110,8 @@ def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, 
         if active.numel() < A:  # the beams of a sentence share its memory rows: copy them only when it leaves
             rows = (active[:, None] * K + torch.arange(K, device=device)).view(-1)
             memory, memory_padding = memory[rows], memory_padding[rows]
-        if cache is not None and sentence.numel():
+        # Greedy rows follow no beam: the cache moves only when a sentence leaves.
+        if cache is not None and sentence.numel() and not (greedy and active.numel() == A):
             cache.reorder(reorder)
     return results
 

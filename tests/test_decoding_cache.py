@@ -55,3 +55,26 @@ def test_language_model_decodes_incrementally():
     cache = model.new_cache()
     steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(7)]
     assert_close(torch.cat(steps, dim=1), full)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("path", ["specs/tiny.xspec", "specs/modern/llama.xspec"])
+def test_cached_decoding_equals_full_decoding_after_random_reorders(path: str):
+    """Rows repeat and drop out as in beam search, and the buffers outgrow their first capacity."""
+    torch.manual_seed(0)
+    spec = xspec.compile(path)
+    model = spec.build(device="cpu").eval()
+    tokens = torch.randint(0, spec.vocab_size, (3, 1))  # [rows, positions so far]
+    memory = model.encode(torch.randint(0, spec.vocab_size, (3, 5))) if spec.has_encoder else None
+    context = (memory,) if memory is not None else ()
+    cache = model.new_cache()
+    cache.capacity = 2
+    model.decode(tokens, *context, cache=cache)
+    for rows in ([2, 0, 0, 1], [3, 1], [0, 0, 1], [2, 1, 0], [1, 1, 0, 2, 2], [4, 0]):
+        index = torch.tensor(rows)
+        cache.reorder(index)
+        tokens = torch.cat([tokens[index], torch.randint(0, spec.vocab_size, (len(rows), 1))], dim=1)
+        context = (context[0][index],) if context else ()
+        step = model.decode(tokens[:, -1:], *context, cache=cache)
+        full = model.decode(tokens, *context)
+        assert_close(step[:, 0], full[:, -1])
