@@ -8,6 +8,9 @@ the best `beam` others stay alive. A sentence is done when no alive hypothesis c
 finished one (its log-probability can only fall, and lp is largest at the maximum length); done
 sentences leave the batch. At the maximum length only EOS is allowed, so every sentence finishes.
 With beam 1 this is greedy decoding: a sentence stops at its first argmax EOS.
+
+A step waits for the device once, to learn which sentences are done (and, when some are, once more per
+tensor it reads their hypotheses from).
 """
 
 from __future__ import annotations
@@ -42,13 +45,15 @@ def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, 
     greedy = K == 1
     # Longest output (EOS included): a * source length (EOS included) + b.
     max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
-    max_lens = max_lens.clamp(min=1, max=max_positions)
+    max_lens = max_lens.clamp(min=1, max=max_positions)                  # [A]: of each active sentence
 
     rows = torch.arange(B, device=device).repeat_interleave(K)           # [B*K] sentence of each row
-    memory, memory_padding = model.encode(src, src_padding)[rows], src_padding[rows]
+    memory = model.encode(src, src_padding)[rows]
+    # Without padding, attention over the memory needs no mask (one check per batch, not per step).
+    memory_padding = src_padding[rows] if bool(src_padding.any()) else None
     cache = model.new_cache() if use_cache else None
 
-    sentence = torch.arange(B, device=device)                            # [A] original index, A active
+    sentence = list(range(B))                                            # original index of each active one
     alive = torch.full((B, K, 1), BOS, dtype=torch.long, device=device)  # [A, K, t]
     alive_logp = torch.full((B, K), float("-inf"), device=device)
     alive_logp[:, 0] = 0.0                                               # one real beam at the start
@@ -58,22 +63,28 @@ def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, 
     results: list[list[Hypothesis]] = [[] for _ in range(B)]
 
     step = 0
-    while sentence.numel():
+    while sentence:
         step += 1
         A, t = alive.shape[0], alive.shape[2]
         inputs = alive.view(A * K, t)[:, -1:] if use_cache else alive.view(A * K, t)
         logits = model.decode(inputs, memory, memory_padding, cache=cache) if use_cache \
             else model.decode(inputs, memory, memory_padding)
-        logp = torch.log_softmax(logits[:, -1].float(), dim=-1).view(A, K, -1)   # [A, K, V]
+        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)                  # [A*K, V]
         V = logp.size(-1)
-        logp[:, :, PAD] = float("-inf")
-        logp[:, :, BOS] = float("-inf")
-        at_max = max_lens[sentence] <= step                                      # [A]
-        logp[at_max] = torch.where(torch.arange(V, device=device) == EOS, logp[at_max], float("-inf"))
-
-        candidates = (alive_logp[:, :, None] + logp).view(A, K * V)
-        top_logp, top = candidates.topk(min(2 * K, K * V), dim=1)               # [A, 2K]
-        origin, token = top // V, top % V
+        logp[:, PAD] = float("-inf")
+        logp[:, BOS] = float("-inf")
+        # The best extensions of a sentence are among the best 2K tokens of each of its rows.
+        per_row = min(2 * K, V)
+        row_best, row_token = logp.topk(per_row, dim=-1)                         # [A*K, 2K]
+        # At its maximum length a sentence may only end: EOS, with its probability, is each row's one choice.
+        at_max = (max_lens <= step).repeat_interleave(K)[:, None]              # [A*K, 1]
+        only_eos = torch.full_like(row_best, float("-inf"))
+        only_eos[:, 0] = logp[:, EOS]
+        row_best = torch.where(at_max, only_eos, row_best)
+        row_token = torch.where(at_max, EOS, row_token)
+        candidates = (alive_logp.view(A * K, 1) + row_best).view(A, K * per_row)
+        top_logp, top = candidates.topk(min(2 * K, K * per_row), dim=1)         # [A, 2K]
+        origin, token = top // per_row, row_token.view(A, K * per_row).gather(1, top)
         sequences = torch.cat([alive.gather(1, origin[:, :, None].expand(-1, -1, t)), token[:, :, None]], dim=2)
 
         # Finished set: the best K of (already finished, candidates ending in EOS).
@@ -96,30 +107,42 @@ def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, 
         if greedy:
             done = finished_score[:, 0] > float("-inf")
         else:
-            best_possible = alive_logp[:, 0] / length_penalty(max_lens[sentence].float(), alpha)
+            best_possible = alive_logp[:, 0] / length_penalty(max_lens.float(), alpha)
             done = finished_score[:, -1] >= best_possible
-        done |= at_max
-        for a in done.nonzero().flatten().tolist():          # once per sentence, when it finishes
-            results[sentence[a]] = _hypotheses(finished[a], finished_score[a], finished_logp[a], nbest)
-
-        # Drop done sentences and reorder the remaining rows to follow their beams, in one step.
-        active = (~done).nonzero().flatten()                                     # [A']
-        reorder = (active[:, None] * K + beam_origin[active]).view(-1)           # [A'*K] rows of the old batch
-        sentence, alive, alive_logp = sentence[active], alive[active], alive_logp[active]
-        finished, finished_score, finished_logp = finished[active], finished_score[active], finished_logp[active]
-        if active.numel() < A:  # the beams of a sentence share its memory rows: copy them only when it leaves
+        done |= at_max.view(A, K)[:, 0]
+        flags = done.tolist()                                # the step's one wait for the device
+        if any(flags):
+            ended = [a for a, flag in enumerate(flags) if flag]
+            for a, hyps in zip(ended, _hypotheses(finished[ended], finished_score[ended], finished_logp[ended],
+                                                  nbest)):
+                results[sentence[a]] = hyps
+            kept = [a for a, flag in enumerate(flags) if not flag]
+            sentence = [sentence[a] for a in kept]
+            active = torch.tensor(kept, dtype=torch.long, device=device)     # [A']
+            alive, alive_logp, beam_origin = alive[active], alive_logp[active], beam_origin[active]
+            max_lens = max_lens[active]
+            finished, finished_score, finished_logp = finished[active], finished_score[active], finished_logp[active]
+            # The beams of a sentence share its memory rows: copy them only when it leaves.
             rows = (active[:, None] * K + torch.arange(K, device=device)).view(-1)
-            memory, memory_padding = memory[rows], memory_padding[rows]
-        # Greedy rows follow no beam: the cache moves only when a sentence leaves.
-        if cache is not None and sentence.numel() and not (greedy and active.numel() == A):
-            cache.reorder(reorder)
+            memory = memory[rows]
+            memory_padding = memory_padding[rows] if memory_padding is not None else None
+        else:
+            active = torch.arange(A, device=device)
+        if cache is not None and sentence and not (greedy and len(sentence) == A):
+            # Rows follow their beams (greedy rows follow none: they move only when a sentence leaves).
+            cache.reorder((active[:, None] * K + beam_origin).view(-1))          # [A'*K] rows of the old batch
     return results
 
 
-def _hypotheses(tokens: torch.Tensor, scores: torch.Tensor, log_probs: torch.Tensor, nbest: int) -> list[Hypothesis]:
-    out = []
-    for row, score, logp in zip(tokens.tolist(), scores.tolist(), log_probs.tolist()):
-        if score == float("-inf") or len(out) == nbest:
-            break
-        out.append(Hypothesis([x for x in row if x not in (PAD, BOS, EOS)], score, logp))
-    return out
+def _hypotheses(tokens: torch.Tensor, scores: torch.Tensor, log_probs: torch.Tensor,
+                nbest: int) -> list[list[Hypothesis]]:
+    """The best `nbest` finished hypotheses of each of some sentences ([N, K, t] tokens, [N, K] scores)."""
+    found = []
+    for rows, row_scores, row_logps in zip(tokens.tolist(), scores.tolist(), log_probs.tolist()):
+        out: list[Hypothesis] = []
+        for row, score, logp in zip(rows, row_scores, row_logps):
+            if score == float("-inf") or len(out) == nbest:
+                break
+            out.append(Hypothesis([x for x in row if x not in (PAD, BOS, EOS)], score, logp))
+        found.append(out)
+    return found
