@@ -213,7 +213,8 @@ class _Forward:
             if (before is not None and top and self._dead(before, index) and before not in inside
                     and self.names[before] not in chosen):
                 name = self.names[before]  # the loop takes the value's own name: no copy
-            elif before is None and top and held is not None and self._dead(held, index) and hint not in chosen:
+            elif (before is None and top and held is not None and self._dead(held, index) and held not in inside
+                  and hint not in chosen):
                 name = hint  # what the layers define takes the name of a value no longer read
             else:
                 name = self._fresh(hint)
