@@ -4,7 +4,7 @@ Same architecture and sizes, random weights; the candidates alternate round by r
 2-core machine drift, so only ratios taken side by side mean anything). Needs `transformers` (the test
 extra). Run under tcmalloc:
 
-    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python bench/decode.py [--size tiny|small]
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python bench/decode.py [--size tiny|small] [--compile]
 
 - beam: beam 4, alpha 0.6, 64 sentences of 24 tokens, exactly 74 steps (EOS banned on both sides);
   sentences per second.
@@ -29,11 +29,14 @@ from xspec.runtime.vocab import BOS, EOS, PAD
 VOCAB, SENTENCES, SOURCE_LEN, STEPS, LONG = 8000, 64, 24, 74, 300
 
 
-def build_xspec(size: str):
+def build_xspec(size: str, compiled: bool = False):
     d_model, layers, heads, d_ff = SIZES[size]
     spec = xspec.compile("specs/tiny.xspec", overrides={
         "vocab": VOCAB, "d_model": d_model, "layers": layers, "heads": heads, "d_ff": d_ff, "max_len": 512})
-    return spec.build("cpu").eval()
+    model = spec.build("cpu").eval()
+    if compiled:  # as `xspec translate --compile on` does
+        model.decode = torch.compile(model.decode, dynamic=True)
+    return model
 
 
 def build_marian(size: str):
@@ -78,20 +81,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="xspec's decoder through torch.compile")
     args = parser.parse_args()
     torch.manual_seed(0)
-    candidates = {"xspec": (build_xspec(args.size), xspec_decode), "marian": (build_marian(args.size), marian_decode)}
+    candidates = {"xspec": (build_xspec(args.size, args.compile), xspec_decode),
+                  "marian": (build_marian(args.size), marian_decode)}
     batch = torch.randint(4, VOCAB, (SENTENCES, SOURCE_LEN))
     batch[:, -1] = EOS
     one = batch[:1]
     figures: dict[str, dict[str, list[float]]] = {name: {"beam": [], "greedy": []} for name in candidates}
-    for name, (model, decode) in candidates.items():  # warm-up
+    for name, (model, decode) in candidates.items():  # warm-up (and, compiled, compiling)
         timed(decode, model, batch[:4], 4, 4)
+        timed(decode, model, one, 1, 4)
     for _ in range(args.rounds):
         for name, (model, decode) in candidates.items():
             figures[name]["beam"].append(SENTENCES / timed(decode, model, batch, 4, STEPS))
             figures[name]["greedy"].append(1000 * timed(decode, model, one, 1, STEPS) / STEPS)
-    print(f"size {args.size}: beam 4, {SENTENCES} sentences x {SOURCE_LEN} tokens, {STEPS} steps; "
+    compiled = ", xspec compiled" if args.compile else ""
+    print(f"size {args.size}{compiled}: beam 4, {SENTENCES} sentences x {SOURCE_LEN} tokens, {STEPS} steps; "
           f"median of {args.rounds} rounds, threads {torch.get_num_threads()}")
     for name in candidates:
         print(f"  {name:7s} beam {statistics.median(figures[name]['beam']):7.2f} sentences/s   "

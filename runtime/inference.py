@@ -16,6 +16,7 @@ import xspec
 from xspec.compiler.sections import DecodeSection
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
+from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.train import max_sequence_tokens
 from xspec.runtime.translation import Translator
 from xspec.runtime.vocab import Vocab
@@ -43,8 +44,10 @@ def build_from_checkpoint(checkpoint: ckpt.Checkpoint, spec, device: torch.devic
     return model.eval(), vocab
 
 
-def load_translator(run_or_checkpoint: Path, device: torch.device, decode_overrides: dict) -> Translator:
-    """`decode_overrides` (e.g. {"beam": 1}) replace the spec's `decode` settings."""
+def load_translator(run_or_checkpoint: Path, device: torch.device, decode_overrides: dict,
+                    compile: str = "off") -> Translator:
+    """`decode_overrides` (e.g. {"beam": 1}) replace the spec's `decode` settings; `compile` (auto, on,
+    off) chooses whether the decoder runs through torch.compile (lengths and batch sizes dynamic)."""
     checkpoint = ckpt.load_weights(ckpt.resolve(run_or_checkpoint))
     spec = compile_checkpoint_spec(checkpoint)
     try:
@@ -52,4 +55,6 @@ def load_translator(run_or_checkpoint: Path, device: torch.device, decode_overri
     except ValidationError as error:       # e.g. nbest > beam
         raise UserError(f"decoding options: {error.errors()[0]['msg']}") from None
     model, vocab = build_from_checkpoint(checkpoint, spec, device)
+    if use_compile(compile, device):
+        model.decode = torch.compile(model.decode, dynamic=True)  # the step beam search repeats
     return Translator(model, vocab, decode, device, max_sequence_tokens(spec))

@@ -34,6 +34,7 @@ from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, TEST_OUTPUT, DataFiles
                                    read_run_record, rewrite_metrics_log, write_final_metrics, write_run_files,
                                    write_run_record)
 from xspec.runtime.schedule import make_optimizer, make_scheduler
+from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.step import TrainingStep, compile_step, distribute
 from xspec.runtime.translation import Translator
 from xspec.runtime.vocab import Vocab, load_or_train_vocab
@@ -294,11 +295,6 @@ def _encode_corpus(spec, texts: dict[str, ParallelText], vocab: Vocab, truncate:
 
 # --- training ----------------------------------------------------------------------------------
 
-def _use_compile(choice: str, device: torch.device) -> bool:
-    """auto: on for CUDA; off on CPU, where a compiled step measured slower than eager (docs/runtime.md)."""
-    return choice == "on" or (choice == "auto" and device.type == "cuda")
-
-
 def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
                  options: RunOptions) -> Trainer:
     """The model and its loss, spread over the processes (and compiled, if asked), with Adam and the
@@ -309,7 +305,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     step = TrainingStep(spec.build(device=str(context.device)), cfg.label_smoothing)
     wrapped = distribute(step, context, cfg.sharding)
     optimizer = make_optimizer(wrapped.parameters(), cfg)
-    runner = compile_step(wrapped) if _use_compile(options.compile, context.device) else wrapped
+    runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped
     return Trainer(spec, run_dir, context, precision, step, wrapped, runner, optimizer,
                    make_scheduler(optimizer, cfg, spec.model_dim), corpus.train, corpus.valid, vocab, Progress(),
                    options.progress, precision.grad_scaler())

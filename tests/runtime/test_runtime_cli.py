@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from xspec.cli import main
 from xspec.runtime import checkpoint as ckpt
@@ -98,6 +99,29 @@ def test_translate_streams_each_line_before_stdin_closes(trained_run, small_corp
         process.kill()
     assert len(answers) == 2 and all(a.endswith(b"\n") for a in answers)
     assert process.stdout.read() == b""  # nothing more once stdin closed
+
+
+@torch.no_grad()
+def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run):
+    """The one test of decoding through torch.compile, as `--compile on` loads it (slow to compile on a CPU)."""
+    from torch._dynamo.utils import counters
+
+    from xspec.runtime.inference import load_translator
+
+    eager = load_translator(trained_run, torch.device("cpu"), {}, "off").model
+    compiled = load_translator(trained_run, torch.device("cpu"), {}, "on").model
+    graphs = counters["stats"]["unique_graphs"]
+    torch.manual_seed(0)
+    src = torch.randint(4, 100, (3, 7))
+    tgt = torch.randint(4, 100, (3, 5))
+    memory = eager.encode(src)
+    caches = eager.new_cache(), compiled.new_cache()
+    for step in range(tgt.size(1)):  # the first step fills the caches, the others extend them
+        expected = eager.decode(tgt[:, step:step + 1], memory, cache=caches[0])
+        actual = compiled.decode(tgt[:, step:step + 1], memory, cache=caches[1])
+        # float32, with the compiler free to fuse and reorder: relative to the logits' scale
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+    assert counters["stats"]["unique_graphs"] > graphs  # it did compile
 
 
 def test_a_line_longer_than_the_positions_is_translated_with_a_warning(trained_run, capsys, tmp_path):

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args))
+    translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args), args.compile)
     hypotheses = translator.with_batch_tokens(args.batch_tokens).translate(sources, progress=True)
     if args.output:
         write_atomically(Path(args.output), "".join(h + "\n" for h in hypotheses))

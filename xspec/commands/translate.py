@@ -34,6 +34,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-tokens", type=int_at_least(1), default=4000,
                         help="source tokens per decoding batch (default 4000)")
     parser.add_argument("--device", help="cpu, cuda, ... (default: CUDA when available)")
+    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                        help="torch.compile the decoder step (auto: on for CUDA, off on CPU)")
 
 
 def decode_overrides(args: argparse.Namespace, nbest: int | None = None) -> dict:
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
-    translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args, args.nbest))
+    translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args, args.nbest),
+                                 args.compile)
     translator = translator.with_batch_tokens(args.batch_tokens)
     name = args.input or "<stdin>"
     written: list[str] = []  # for --output, written at the end in one piece (atomically)
