@@ -4,7 +4,7 @@ forward FLOPs, training memory, and the paper's Table 1 view (`xspec stats`; doc
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from xspec.stats.architecture import Architecture, architecture
 from xspec.stats.complexity import Table1Row, table1

@@ -279,7 +279,7 @@ def residual_sources(graph: nx.DiGraph, add: str) -> set[str]:
 
 
 def edge_role(graph: nx.DiGraph, src: str, dst: str) -> str:
-    data, ports = graph.nodes[dst], graph.edges[src, dst]["ports"]
+    ports = graph.edges[src, dst]["ports"]
     if family(graph, src) == "io" and graph.nodes[src]["attrs"].kind == "mask":
         return "mask"
     if family(graph, dst) == "residual" and src in residual_sources(graph, dst):
