@@ -75,7 +75,7 @@ def _as(value: Value, ref: str) -> Value:
 
 
 def _operand(value: Value) -> Operand:
-    return value.ref if isinstance(value, (Tensor, Closure)) else Const(value)
+    return value.ref if _is_runtime(value) else Const(value)
 
 
 @dataclass
@@ -265,8 +265,9 @@ class _Builder:
         # What the layers carry is one local of the loop, a value of its own: the body reads it, not the
         # value before the loop (which another name may hold too, and keep).
         entry = {n: frame.env[n].ref for n in watched if _is_runtime(frame.env.get(n))}
-        for carried_name in entry:
-            frame.env[carried_name] = _as(frame.env[carried_name], f"{stack.path}:loop:{carried_name}")
+        loop_refs = {n: f"{stack.path}:loop:{n}" for n in entry}
+        for carried_name, ref in loop_refs.items():
+            frame.env[carried_name] = _as(frame.env[carried_name], ref)
         inputs = tuple(v for v in free_names(stmt.body) if _is_runtime(frame.env.get(v)))
         # A layer returns what it carries; one it may not assign (in an if's other branch) it must receive.
         inputs += tuple(v for v in passed_through(stmt.body, carried) if v not in inputs)
@@ -314,7 +315,7 @@ class _Builder:
         last = {n: frame.env[n].ref for n in watched if n in first}
         # A value the layers only assign (`y = relu(x)`) needs no name before the loop.
         read = loop.reads()
-        looped = {n: f"{stack.path}:loop:{n}" for n in entry if f"{stack.path}:loop:{n}" in read}
+        looped = {n: ref for n, ref in loop_refs.items() if ref in read}
         frame.program.steps.append(Step("stack", name, {}, tuple(last.values()), stmt.span, body=loop, carried=tuple(
             (entry[n] if n in looped else None, looped.get(n), first[n], last[n]) for n in last)))
         for carried_name, ref in last.items():

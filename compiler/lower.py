@@ -128,7 +128,7 @@ class _Lowering:
         """One assignment per tied tensor, except where a tensor of every layer of a stack is tied to the
         first layer's: one loop over the stack for it (a tied stack of 9,000 layers is a few lines)."""
         ties, line_of = dict(self.validated.ties), self.validated.tie_lines
-        where = printable(FilePath(self.model.span.file).name)
+        spec_file = file_label(self.model.span.file)
         lines = []
         for stack, count in _stack_sizes(self.validated.graph.root).items():
             first, shared = f"{stack}.0.", []
@@ -140,10 +140,10 @@ class _Lowering:
                         del ties[tensor]
             if shared:  # layer 0 assigns its own tensors to itself: harmless
                 written = line_of[f"{stack}.1.{shared[0][len(first):]}"]
-                lines.append(f"for layer in {_attribute(stack)}:  # tie, {where}:{written}")
+                lines.append(f"for layer in {_attribute(stack)}:  # tie, {spec_file}:{written}")
                 lines += [f"{INDENT}{_attribute(o[len(first):]).replace('self', 'layer', 1)} = {_attribute(o)}"
                           for o in shared]
-        lines += [f"{_attribute(tied)} = {_attribute(owner)}  # tie, {where}:{line_of[tied]}"
+        lines += [f"{_attribute(tied)} = {_attribute(owner)}  # tie, {spec_file}:{line_of[tied]}"
                   for tied, owner in ties.items()]
         return lines
 
