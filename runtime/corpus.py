@@ -87,6 +87,9 @@ def encode_pairs(text: ParallelText, vocab: Vocab, max_tokens: int, truncate: bo
     return out
 
 
-def encode_source(lines: list[str], vocab: Vocab, max_tokens: int) -> list[list[int]]:
-    """Sentences to translate; longer ones are truncated (a translation per input line is promised)."""
-    return [ids[: max_tokens - 1] + [EOS] for ids in vocab.encode(lines)]
+def encode_source(lines: list[str], vocab: Vocab, max_tokens: int) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """Sentences to translate, and the (index, tokens) of each one longer than `max_tokens`, which is
+    truncated (a translation per input line is promised)."""
+    encoded = vocab.encode(lines)
+    too_long = [(i, len(ids) + 1) for i, ids in enumerate(encoded) if len(ids) + 1 > max_tokens]
+    return [ids[: max_tokens - 1] + [EOS] for ids in encoded], too_long

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from tqdm import tqdm
@@ -37,15 +37,17 @@ class Translator:
                 bar.update(len(done))
         return results
 
-    def too_long(self, lines: list[str]) -> list[tuple[int, int]]:
-        """(index, tokens) of each line longer than the model's positions: it is translated from its start."""
-        return [(i, len(ids) + 1) for i, ids in enumerate(self.vocab.encode(lines)) if len(ids) + 1 > self.max_tokens]
-
     @torch.no_grad()
-    def stream(self, lines: list[str]) -> Iterator[list[list[Hypothesis]]]:
+    def stream(self, lines: list[str], on_too_long: Optional[Callable[[int, int], None]] = None
+               ) -> Iterator[list[list[Hypothesis]]]:
         """Each line's best hypotheses, in input order, as soon as they are decoded: sentences go in
-        batches of similar length, and after each batch come the results it completes (a list per line)."""
-        sources = encode_source(lines, self.vocab, self.max_tokens)
+        batches of similar length, and after each batch come the results it completes (a list per line).
+        A line longer than the model's positions is translated from its start, and first reported to
+        `on_too_long(index, tokens)`."""
+        sources, too_long = encode_source(lines, self.vocab, self.max_tokens)
+        if on_too_long is not None:
+            for index, tokens in too_long:
+                on_too_long(index, tokens)
         # Empty lines translate to empty lines (and cost nothing).
         order = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(sources[i]))
         results: list[Optional[list[Hypothesis]]] = [None if line.strip() else [] for line in lines]

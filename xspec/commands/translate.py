@@ -73,12 +73,13 @@ def run(args: argparse.Namespace) -> int:
     with opened as source:
         lines = LineStream(source, name)
         while window := lines.take(args.window):
-            for index, tokens in translator.too_long(window):
+            def warn(index: int, tokens: int, first: int = first) -> None:
                 print(f"{name}:{first + index}: warning: {tokens} tokens, more than the model's "
                       f"{translator.max_tokens} positions: translated from its first {translator.max_tokens - 1}",
                       file=sys.stderr)
+
             line = first
-            for done in translator.stream(window):
+            for done in translator.stream(window, warn):
                 out = "".join(_format(hyps, line + i, translator, args.nbest) for i, hyps in enumerate(done))
                 line += len(done)
                 if args.output:
