@@ -2,7 +2,8 @@
 
 `take(limit)` waits for one line, then returns it with every further line that has already arrived, up
 to `limit`: typed one at a time, each line is answered at once; piped or read from a file, lines come
-in windows of `limit`. Invalid UTF-8 is reported with its line number.
+in windows of `limit`. Invalid UTF-8, and a line of more than MAX_LINE_BYTES, are reported with their
+line number.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import BinaryIO, Optional
 from xspec.errors import UserError
 
 CHUNK = 1 << 16  # bytes per read
+MAX_LINE_BYTES = 1 << 20  # a sentence to translate is far shorter; more is not text (`cat /dev/zero | ...`)
 
 
 class LineStream:
@@ -42,6 +44,8 @@ class LineStream:
                     lines.append(self._decode(self.buffer))
                     self.buffer = b""
                 break
+            if len(self.buffer) > MAX_LINE_BYTES:
+                raise UserError(f"{self.name}:{self.line_number + 1}: a line longer than {MAX_LINE_BYTES:,} bytes")
             if lines and not self._ready():
                 break  # answer what has come rather than wait for more
             self._read()
