@@ -103,15 +103,17 @@ def _read_safetensors(path: Path, what: str) -> tuple[dict[str, str], dict[str, 
         raise UserError(f"{path}: no such {what} file")
     if not path.is_file():
         raise UserError(f"{path}: not a regular file, so not a {what}")
-    with open(path, "rb") as f:
-        start = f.read(8)
-    if start.startswith(_ZIP) or start.startswith(_PICKLE):
-        _refuse_pickle(path)
+    # safetensors first (reading one never runs code): its first 8 bytes are a header length, which may
+    # well begin with a pickle's 0x80 (one file in 256). Only a file it cannot read is named a pickle.
     try:
         with safe_open(str(path), "pt", device="cpu") as f:
             metadata = f.metadata() or {}
             tensors = {name: f.get_tensor(name) for name in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        with open(path, "rb") as f:
+            start = f.read(8)
+        if start.startswith(_ZIP) or start.startswith(_PICKLE):
+            _refuse_pickle(path)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UserError(f"{path}: corrupt or truncated {what} ({reason})") from None
     return metadata, tensors

@@ -16,7 +16,7 @@ from toy_spec import toy_spec
 from xspec.compiler.sections import TrainSection
 from xspec.errors import SpecError, UserError
 from xspec.runtime import checkpoint as ckpt
-from xspec.runtime.inference import load_translator
+from xspec.runtime.inference import load
 from xspec.runtime.schedule import make_optimizer, make_scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,7 +130,7 @@ def test_a_corrupt_vocabulary_in_a_checkpoint_is_named(tmp_path, vocab, problem)
     path = _tiny_checkpoint(tmp_path / "model.safetensors", vocab)
     with pytest.raises(UserError, match=rf"model\.safetensors: its sentencepiece model: not a sentencepiece "
                                         rf"model \({problem}") as error:
-        load_translator(path, torch.device("cpu"), {})
+        load(path, device="cpu")
     assert "\n" not in str(error.value)
 
 
@@ -139,7 +139,7 @@ def test_a_checkpoint_spec_may_not_import(tmp_path):
     source = 'import "base.xspec"\nmodel copy extends transformer_tiny {}\n'
     path = _tiny_checkpoint(tmp_path / "model.safetensors", b"unused", spec_source=source)
     with pytest.raises(SpecError, match="import-refused"):
-        load_translator(path, torch.device("cpu"), {})
+        load(path, device="cpu")
 
 
 # --- the training state ---------------------------------------------------------------------------
@@ -214,3 +214,16 @@ def test_a_training_state_of_another_form_is_refused_before_loading(tmp_path, da
     with pytest.raises(UserError, match=rf"state\.safetensors: unusable training state \({message}\)"):
         ckpt.restore_training_state(path, state, optimizer, scheduler)
     assert optimizer.state_dict()["param_groups"][0]["lr"] == before
+
+
+def test_a_checkpoint_whose_header_length_starts_like_a_pickle_loads(tmp_path):
+    """A safetensors file begins with its header's length (8 bytes, little-endian): one in 256 begins with
+    0x80, a pickle's first byte, and is still a checkpoint."""
+    path = tmp_path / "model.safetensors"
+    for padding in range(256):
+        ckpt.save_weights(path, {"w": torch.ones(2)}, "x" * padding, {}, b"", 1)
+        if path.read_bytes()[0] == 0x80:
+            break
+    assert path.read_bytes()[0] == 0x80
+    saved = ckpt.load_weights(path)
+    assert saved.spec_source == "x" * padding and torch.equal(saved.tensors["w"], torch.ones(2))
