@@ -36,7 +36,8 @@ import xspec
 from xspec.runtime import distributed
 from xspec.runtime.corpus import EncodedPairs
 from xspec.runtime.run_dir import DataFiles
-from xspec.runtime.train import Corpus, RunOptions, make_trainer
+from xspec.runtime.tasks import Corpus
+from xspec.runtime.train import RunOptions, make_trainer
 from xspec.runtime.vocab import EOS
 from xspec.stats.cost import example_flops
 

@@ -225,12 +225,11 @@ def per_row_collate(indices: list[int], sources: list[list[int]], targets: list[
     src = per_row_pad([sources[i] for i in indices])
     tgt_in = per_row_pad([[BOS] + targets[i] for i in indices])
     labels = per_row_pad([targets[i] + [EOS] for i in indices])
-    return Batch(src, src == PAD, tgt_in, labels, int((labels != PAD).sum()))
+    return Batch((src, tgt_in, src == PAD), labels, int((labels != PAD).sum()))
 
 
 def same(a: Batch, b: Batch) -> bool:
-    return all(torch.equal(x, y) for x, y in ((a.src, b.src), (a.src_padding, b.src_padding),
-                                              (a.tgt_in, b.tgt_in), (a.labels, b.labels))) \
+    return all(torch.equal(x, y) for x, y in zip((*a.inputs, a.labels), (*b.inputs, b.labels))) \
         and a.target_tokens == b.target_tokens
 
 

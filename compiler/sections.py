@@ -68,28 +68,51 @@ class TrainSection(_Section):
 
 
 class DataSection(_Section):
-    """Corpus paths and the shared sentencepiece vocabulary (§5.1). Paths are relative to the spec file."""
+    """Corpus paths and the shared sentencepiece vocabulary (§5.1). Paths are relative to the spec file.
+
+    A translation model reads aligned `*_src` / `*_tgt` files; a language model (a spec without an
+    encoder) reads `*_text` files, one document (or sentence) a line."""
 
     vocab_size: int = Field(37000, ge=8)
     vocab_model: Literal["bpe", "unigram"] = "bpe"
+    # A sentencepiece model of the user's instead of one trained on the training data (its pad, unk,
+    # bos and eos ids must be 0, 1, 2, 3).
+    vocab_file: Optional[str] = None
     train_src: Optional[str] = None
     train_tgt: Optional[str] = None
     valid_src: Optional[str] = None
     valid_tgt: Optional[str] = None
     test_src: Optional[str] = None
     test_tgt: Optional[str] = None
+    train_text: Optional[str] = None
+    valid_text: Optional[str] = None
+    test_text: Optional[str] = None
     # Sentences longer than this many subword tokens are skipped (or truncated, if asked).
     max_tokens: int = Field(256, ge=1)
+    # Language models: "blocks" concatenates the documents, each after an EOS, and cuts the stream into
+    # blocks of `block_size` tokens (default: max_tokens, within the model's positions), every token
+    # predicted; "lines" makes each line an example of its own, padded, as long as max_tokens allows.
+    examples: Literal["blocks", "lines"] = "blocks"
+    block_size: Optional[int] = Field(None, ge=1)
 
 
 class DecodeSection(_Section):
-    """Beam search (§6.1): beam 4, length penalty alpha 0.6, output length up to input length + 50."""
+    """Beam search (§6.1): beam 4, length penalty alpha 0.6, output length up to input length + 50.
+
+    A language model continues a prompt by up to `max_new_tokens` tokens, with beam search (beam 1:
+    greedy) or, with `sample = true`, by sampling: logits divided by `temperature`, then only the
+    `top_k` most likely tokens and the smallest set whose probability reaches `top_p` kept."""
 
     beam: int = Field(4, ge=1)
     length_penalty: float = Field(0.6, ge=0)
     max_len_a: float = Field(1.0, ge=0)
     max_len_b: int = Field(50, ge=0)
     nbest: int = Field(1, ge=1)
+    max_new_tokens: int = Field(100, ge=1)
+    sample: bool = False
+    temperature: float = Field(1.0, gt=0)
+    top_k: Optional[int] = Field(None, ge=1)
+    top_p: float = Field(1.0, gt=0, le=1)
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> "DecodeSection":

@@ -158,16 +158,15 @@ def shard(update: list[list[int]], rank: int, world_size: int) -> list[tuple[lis
 
 @dataclass
 class Batch:
-    src: torch.Tensor           # [B, S] source ids ending with EOS, PAD after
-    src_padding: torch.Tensor   # [B, S] True at padding
-    tgt_in: torch.Tensor        # [B, T] BOS + target (decoder input)
-    labels: torch.Tensor        # [B, T] target + EOS, PAD where there is no token (ignored by the loss)
-    target_tokens: int
+    """One forward pass: the model's arguments and the labels its logits are scored against."""
+
+    inputs: tuple[torch.Tensor, ...]  # translation: src [B, S], tgt_in [B, T], src_padding [B, S]; LM: tokens [B, T]
+    labels: torch.Tensor              # [B, T] the token each position predicts, PAD where none (no loss)
+    target_tokens: int                # labels that are not PAD
 
     def to(self, device: torch.device) -> "Batch":
-        return Batch(self.src.to(device, non_blocking=True), self.src_padding.to(device, non_blocking=True),
-                     self.tgt_in.to(device, non_blocking=True), self.labels.to(device, non_blocking=True),
-                     self.target_tokens)
+        return Batch(tuple(x.to(device, non_blocking=True) for x in self.inputs),
+                     self.labels.to(device, non_blocking=True), self.target_tokens)
 
 
 # Rows become tensors in one piece: one flat tensor of every id, scattered into a PAD-filled tensor
@@ -198,14 +197,29 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
 
 
 def collate(indices: list[int], sources: list[list[int]], targets: list[list[int]]) -> Batch:
-    """One micro-batch as tensors (see Batch); the targets' ids are flattened once for tgt_in and labels."""
+    """A translation micro-batch: inputs (src ending in EOS, BOS + target, src padding mask), labels
+    target + EOS."""
     src = pad([sources[i] for i in indices])
-    rows = [targets[i] for i in indices]
+    tgt_in, labels = _shifted([targets[i] for i in indices], BOS, EOS)
+    return Batch((src, tgt_in, src == PAD), labels, int((labels != PAD).sum()))
+
+
+def collate_sequences(indices: list[int], sequences: list[list[int]]) -> Batch:
+    """A language-model micro-batch of whole sequences (each at least 2 tokens): inputs are each sequence
+    but its last token, labels each but its first (every position predicts the next token)."""
+    rows = [sequences[i] for i in indices]
+    tgt_in, labels = _shifted([r[1:-1] for r in rows], [r[0] for r in rows], [r[-1] for r in rows])
+    return Batch((tgt_in,), labels, int((labels != PAD).sum()))
+
+
+def _shifted(rows: list[list[int]], first: int | list[int], last: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels), [B, longest + 1]: inputs first + row, labels row + last, PAD after; `first` and
+    `last` are one token for every row or one per row. The rows' ids are flattened once for both."""
     lengths, flat = _lengths(rows), _flat(rows)
-    tgt_in = torch.full((len(rows), int(lengths.max()) + 1), PAD, dtype=torch.long)
-    labels = torch.full_like(tgt_in, PAD)
-    tgt_in[:, 0] = BOS
-    _place(tgt_in[:, 1:], flat, lengths)
+    inputs = torch.full((len(rows), int(lengths.max()) + 1), PAD, dtype=torch.long)
+    labels = torch.full_like(inputs, PAD)
+    inputs[:, 0] = torch.as_tensor(first, dtype=torch.long)
+    _place(inputs[:, 1:], flat, lengths)
     _place(labels, flat, lengths)
-    labels[torch.arange(len(rows)), lengths] = EOS
-    return Batch(src, src == PAD, tgt_in, labels, int((labels != PAD).sum()))
+    labels[torch.arange(len(rows)), lengths] = torch.as_tensor(last, dtype=torch.long)
+    return inputs, labels

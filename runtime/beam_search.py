@@ -9,6 +9,10 @@ finished one (its log-probability can only fall, and lp is largest at the maximu
 sentences leave the batch. At the maximum length only EOS is allowed, so every sentence finishes.
 With beam 1 this is greedy decoding: a sentence stops at its first argmax EOS.
 
+The search is the same for both kinds of model; what it extends differs: a translation model's
+hypotheses read the encoder's output of their sentence (`EncoderDecoderSteps`), a language model's
+continue their prompt (`LanguageModelSteps`).
+
 A step waits for the device once, to learn which sentences are done (and, when some are, once more per
 tensor it reads their hypotheses from).
 """
@@ -37,22 +41,82 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
 def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, alpha: float,
                 max_len_a: float, max_len_b: int, nbest: int = 1, use_cache: bool = True,
                 max_positions: int | None = None) -> list[list[Hypothesis]]:
-    """Best `nbest` hypotheses of each sentence of `src` [B, S], best first.
+    """Best `nbest` translations of each sentence of `src` [B, S], best first.
 
     `max_positions` caps the output length where the model's positions end.
     """
-    B, K, device = src.size(0), beam, src.device
-    greedy = K == 1
     # Longest output (EOS included): a * source length (EOS included) + b.
     max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
-    max_lens = max_lens.clamp(min=1, max=max_positions)                  # [A]: of each active sentence
+    steps = EncoderDecoderSteps(model, src, src_padding, beam, use_cache)
+    return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest)
 
-    rows = torch.arange(B, device=device).repeat_interleave(K)           # [B*K] sentence of each row
-    memory = model.encode(src, src_padding)[rows]
-    # Without padding, attention over the memory needs no mask (one check per batch, not per step).
-    memory_padding = src_padding[rows] if bool(src_padding.any()) else None
-    cache = model.new_cache() if use_cache else None
 
+@torch.no_grad()
+def continue_prompts(model, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int, nbest: int = 1,
+                     use_cache: bool = True, max_positions: int | None = None) -> list[list[Hypothesis]]:
+    """Best `nbest` continuations of each prompt of a decoder-only model, `prompts` [B, P] (each starting
+    with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where the positions end)."""
+    room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
+    if room < 1:
+        raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
+    max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
+    return search(LanguageModelSteps(model, prompts, beam, use_cache), prompts.size(0), beam, alpha, max_lens, nbest)
+
+
+class EncoderDecoderSteps:
+    """A translation model's next-token logits for every hypothesis: the encoder runs once, and each
+    hypothesis row reads its sentence's memory."""
+
+    def __init__(self, model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, use_cache: bool) -> None:
+        rows = torch.arange(src.size(0), device=src.device).repeat_interleave(beam)   # [B*K] sentence of each row
+        self.model = model
+        self.memory = model.encode(src, src_padding)[rows]
+        # Without padding, attention over the memory needs no mask (one check per batch, not per step).
+        self.memory_padding = src_padding[rows] if bool(src_padding.any()) else None
+        self.cache = model.new_cache() if use_cache else None
+
+    def __call__(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[R, t] hypotheses (BOS first) -> [R, V] logits of their next token."""
+        if self.cache is None:
+            return self.model.decode(sequences, self.memory, self.memory_padding)[:, -1]
+        return self.model.decode(sequences[:, -1:], self.memory, self.memory_padding, cache=self.cache)[:, -1]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Only these rows stay (sentences left the batch). The beams of a sentence share its memory
+        rows: they are copied only here."""
+        self.memory = self.memory[rows]
+        self.memory_padding = self.memory_padding[rows] if self.memory_padding is not None else None
+
+
+class LanguageModelSteps:
+    """A decoder-only model's next-token logits for every hypothesis: the first call reads the whole
+    prompt (filling the cache), later ones the last token."""
+
+    def __init__(self, model, prompts: torch.Tensor, beam: int, use_cache: bool) -> None:
+        self.model = model
+        self.prompts = prompts.repeat_interleave(beam, dim=0)                  # [B*K, P]
+        self.cache = model.new_cache() if use_cache else None
+        self.started = False
+
+    def __call__(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[R, t] hypotheses (a start token, then what was generated) -> [R, V] logits of their next token."""
+        if self.cache is None:
+            return self.model.decode(torch.cat([self.prompts, sequences[:, 1:]], dim=1))[:, -1]
+        inputs = sequences[:, -1:] if self.started else self.prompts
+        self.started = True
+        return self.model.decode(inputs, cache=self.cache)[:, -1]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.prompts = self.prompts[rows]
+
+
+@torch.no_grad()
+def search(steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: int = 1) -> list[list[Hypothesis]]:
+    """The beam search itself, over `steps` (EncoderDecoderSteps or LanguageModelSteps) for B sentences;
+    `max_lens` [B]: each one's longest output, EOS included."""
+    device = max_lens.device
+    greedy = K == 1
+    cache = steps.cache
     sentence = list(range(B))                                            # original index of each active one
     alive = torch.full((B, K, 1), BOS, dtype=torch.long, device=device)  # [A, K, t]
     alive_logp = torch.full((B, K), float("-inf"), device=device)
@@ -66,10 +130,7 @@ def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, 
     while sentence:
         step += 1
         A, t = alive.shape[0], alive.shape[2]
-        inputs = alive.view(A * K, t)[:, -1:] if use_cache else alive.view(A * K, t)
-        logits = model.decode(inputs, memory, memory_padding, cache=cache) if use_cache \
-            else model.decode(inputs, memory, memory_padding)
-        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)                  # [A*K, V]
+        logp = torch.log_softmax(steps(alive.view(A * K, t)).float(), dim=-1)   # [A*K, V]
         V = logp.size(-1)
         logp[:, PAD] = float("-inf")
         logp[:, BOS] = float("-inf")
@@ -122,10 +183,7 @@ def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, 
             alive, alive_logp, beam_origin = alive[active], alive_logp[active], beam_origin[active]
             max_lens = max_lens[active]
             finished, finished_score, finished_logp = finished[active], finished_score[active], finished_logp[active]
-            # The beams of a sentence share its memory rows: copy them only when it leaves.
-            rows = (active[:, None] * K + torch.arange(K, device=device)).view(-1)
-            memory = memory[rows]
-            memory_padding = memory_padding[rows] if memory_padding is not None else None
+            steps.keep((active[:, None] * K + torch.arange(K, device=device)).view(-1))
         else:
             active = torch.arange(A, device=device)
         if cache is not None and sentence and not (greedy and len(sentence) == A):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from xspec.errors import UserError
 from xspec.files import read_regular_file
+from xspec.runtime.batching import Batch, collate
 from xspec.runtime.vocab import EOS, Vocab
 
 
@@ -61,6 +62,18 @@ class EncodedPairs:
 
     def __len__(self) -> int:
         return len(self.source)
+
+    # What batching reads of any task's examples (see `Examples` in runtime/tasks).
+    @property
+    def src_lens(self) -> list[int]:
+        return [len(s) for s in self.source]
+
+    @property
+    def tgt_lens(self) -> list[int]:
+        return [len(t) for t in self.target]
+
+    def collate(self, indices: list[int]) -> Batch:
+        return collate(indices, self.source, self.target)
 
     def summary(self, name: str) -> str:
         parts = [f"{name}: {len(self)} sentence pairs"]

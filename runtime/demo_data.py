@@ -1,4 +1,5 @@
 """The built-in demo task: a seeded artificial language pair, so `xspec train` needs no download.
+A language model's demo text is the source side: English-like sentences (`write_demo_text`).
 
 The source language is English-like (subject-verb-object, adjectives before the noun, plural by
 suffix). The target language differs in ways a model has to learn rather than copy:
@@ -141,4 +142,18 @@ def write_demo_data(directory: Path, sizes: dict[str, int] | None = None) -> dic
             write_atomically(src, "".join(s + "\n" for s, _ in pairs))
             write_atomically(tgt, "".join(t + "\n" for _, t in pairs))
         paths[split] = (src, tgt)
+    return paths
+
+
+def write_demo_text(directory: Path, sizes: dict[str, int] | None = None) -> dict[str, Path]:
+    """Writes `{split}.txt` (the source language's sentences, one a line) under `directory` (once);
+    returns the paths by split."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split, default_size in SPLIT_SIZES.items():
+        path = directory / f"{split}.txt"
+        if not path.exists():
+            pairs = generate_split(split, (sizes or {}).get(split, default_size))
+            write_atomically(path, "".join(s + "\n" for s, _ in pairs))
+        paths[split] = path
     return paths

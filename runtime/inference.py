@@ -1,4 +1,4 @@
-"""Loading a trained model for decoding: everything comes from the checkpoint itself.
+"""A trained run or checkpoint, loaded for use (`xspec.load`): everything comes from the checkpoint itself.
 
 A checkpoint is untrusted data: its spec goes through the compiler's checks like any spec file and
 may not import other files, its vocabulary must parse and fit the model, and its tensors must
@@ -8,6 +8,7 @@ match the model the spec builds (checkpoint.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional, Union
 
 import torch
 from pydantic import ValidationError
@@ -17,7 +18,11 @@ from xspec.compiler.sections import DecodeSection
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.compile_choice import use_compile
-from xspec.runtime.train import max_sequence_tokens
+from xspec.runtime.corpus import EncodedPairs, encode_source
+from xspec.runtime.distributed import pick_device
+from xspec.runtime.generation import Generator
+from xspec.runtime.scoring import LineScores, example_log_probs, score_lines
+from xspec.runtime.tasks import max_sequence_tokens
 from xspec.runtime.translation import Translator
 from xspec.runtime.vocab import Vocab
 
@@ -44,17 +49,102 @@ def build_from_checkpoint(checkpoint: ckpt.Checkpoint, spec, device: torch.devic
     return model.eval(), vocab
 
 
-def load_translator(run_or_checkpoint: Path, device: torch.device, decode_overrides: dict,
-                    compile: str = "off") -> Translator:
-    """`decode_overrides` (e.g. {"beam": 1}) replace the spec's `decode` settings; `compile` (auto, on,
-    off) chooses whether the decoder runs through torch.compile (lengths and batch sizes dynamic)."""
-    checkpoint = ckpt.load_weights(ckpt.resolve(run_or_checkpoint))
+class TrainedModel:
+    """A trained model with its vocabulary and spec: `xspec.load("runs/tiny")`.
+
+        trained = xspec.load("runs/lm", device="cpu")
+        trained.generate(["the cat"], max_new_tokens=20, sample=True, top_p=0.9, seed=1)
+        trained.score(["a sentence to score"])       # log-probabilities (nats), one per line
+        xspec.load("runs/tiny").translate(["a sentence to translate"], beam=4)
+
+    `model` is the torch module (docs/model-interface.md), `tokenizer` the sentencepiece vocabulary
+    (`encode(lines) -> ids`, `decode(ids) -> text`), `spec` the compiled spec it was trained from.
+    """
+
+    def __init__(self, spec, model: torch.nn.Module, vocab: Vocab, device: torch.device, path: Path) -> None:
+        self.spec, self.model, self.tokenizer, self.device, self.path = spec, model, vocab, device, path
+
+    @property
+    def is_language_model(self) -> bool:
+        return not self.spec.has_encoder
+
+    @property
+    def max_tokens(self) -> int:
+        return max_sequence_tokens(self.spec)
+
+    def __repr__(self) -> str:
+        kind = "language model" if self.is_language_model else "translation model"
+        return f"<TrainedModel {self.spec.name} ({kind}, {self.spec.parameters:,} parameters) from {self.path}>"
+
+    # --- configured decoders, as the command line uses them --------------------------------------------
+    def decode_settings(self, **overrides) -> DecodeSection:
+        """The spec's `decode` section with `overrides` (None values ignored) checked like the spec's own."""
+        chosen = {k: v for k, v in overrides.items() if v is not None}
+        try:
+            return DecodeSection(**{**self.spec.decode.model_dump(), **chosen})
+        except (ValidationError, TypeError) as error:
+            message = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
+            raise UserError(f"decoding options: {message}") from None
+
+    def translator(self, batch_tokens: int = 4000, **overrides) -> Translator:
+        if self.is_language_model:
+            raise UserError(f"{self.path}: a language model (no encoder) does not translate; use generate")
+        return Translator(self.model, self.tokenizer, self.decode_settings(**overrides), self.device,
+                          self.max_tokens, batch_tokens)
+
+    def generator(self, batch_tokens: int = 4000, seed: int = 0, **overrides) -> Generator:
+        if not self.is_language_model:
+            raise UserError(f"{self.path}: a translation model continues no prompts; use translate")
+        return Generator(self.model, self.tokenizer, self.decode_settings(**overrides), self.device,
+                         self.max_tokens, batch_tokens, seed)
+
+    # --- one call each ------------------------------------------------------------------------------
+    def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
+                  max_len_b: Optional[int] = None) -> list[str]:
+        """Each line translated with beam search (the spec's decode settings unless given)."""
+        return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
+
+    def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
+                 temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 beam: Optional[int] = None, seed: int = 0) -> list[str]:
+        """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text."""
+        return self.generator(seed=seed, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
+                              top_k=top_k, top_p=top_p, beam=beam).generate(prompts)
+
+    def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
+        """log P (nats) of each text under a language model, or of each target given its source text
+        under a translation model."""
+        if self.is_language_model:
+            if targets is not None:
+                raise UserError("a language model scores texts alone; targets are for translation models")
+            return self.score_lines(texts).log_probs
+        if targets is None or len(targets) != len(texts):
+            raise UserError("a translation model scores targets given their sources: score(sources, targets) "
+                            "with one target per source")
+        sources, too_long = encode_source(texts, self.tokenizer, self.max_tokens)
+        encoded = self.tokenizer.encode(targets)
+        longer = [i for i, ids in enumerate(encoded) if len(ids) + 1 > self.max_tokens]
+        if too_long or longer:
+            line = (too_long[0][0] if too_long else longer[0]) + 1
+            raise UserError(f"line {line}: longer than the model's {self.max_tokens} positions")
+        return example_log_probs(self.model, EncodedPairs(sources, encoded), self.device)
+
+    def score_lines(self, lines: list[str]) -> LineScores:
+        """A language model's log-probability of each line, with perplexity over them all."""
+        if not self.is_language_model:
+            raise UserError(f"{self.path}: perplexity of text is for language models; a translation model "
+                            "is scored with score(sources, targets) or BLEU")
+        return score_lines(self.model, self.tokenizer, lines, self.device, self.max_tokens)
+
+
+def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, None] = None,
+         compile: str = "off") -> TrainedModel:
+    """The latest checkpoint of a run directory, or a checkpoint file. `compile` (auto, on, off): whether
+    the decoder's step runs through torch.compile (lengths and batch sizes dynamic)."""
+    checkpoint = ckpt.load_weights(ckpt.resolve(Path(run_or_checkpoint)))
     spec = compile_checkpoint_spec(checkpoint)
-    try:
-        decode = DecodeSection(**{**spec.decode.model_dump(), **decode_overrides})
-    except ValidationError as error:       # e.g. nbest > beam
-        raise UserError(f"decoding options: {error.errors()[0]['msg']}") from None
-    model, vocab = build_from_checkpoint(checkpoint, spec, device)
-    if use_compile(compile, device):
-        model.decode = torch.compile(model.decode, dynamic=True)  # the step beam search repeats
-    return Translator(model, vocab, decode, device, max_sequence_tokens(spec))
+    chosen = pick_device(str(device) if device is not None else None)
+    model, vocab = build_from_checkpoint(checkpoint, spec, chosen)
+    if use_compile(compile, chosen):
+        model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats
+    return TrainedModel(spec, model, vocab, chosen, checkpoint.path)

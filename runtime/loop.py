@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -24,13 +24,13 @@ from tqdm import tqdm
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
-from xspec.runtime.batching import Batch, collate, micro_batch_cap, micro_batches, plan_epoch, shard
-from xspec.runtime.corpus import EncodedPairs
+from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, plan_epoch, shard
 from xspec.runtime.precision import Precision
 from xspec.runtime.prefetch import Prefetcher
 from xspec.runtime.run_dir import append_metrics
 from xspec.runtime.schedule import skip_if
 from xspec.runtime.step import TrainingStep
+from xspec.runtime.tasks import Examples
 from xspec.runtime.vocab import Vocab
 
 
@@ -112,8 +112,8 @@ class Trainer:
     runner: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    corpus_train: EncodedPairs
-    valid: Optional[EncodedPairs]
+    examples: Examples                  # the training split's (runtime/tasks)
+    valid: Optional[Examples]
     vocab: Vocab
     progress: Progress
     show_progress: bool = True
@@ -172,8 +172,7 @@ class Trainer:
         """(epoch, index, micro-batches) of every update from where the run stands, epoch after epoch."""
         cfg = self.spec.train
         parts = cfg.update_parts or self.context.world_size
-        data, tgt_lens = self.corpus_train, self._target_lengths
-        src_lens = [len(s) for s in data.source]
+        tgt_lens, src_lens = self._target_lengths, self.examples.src_lens
         batches = micro_batches(src_lens, tgt_lens, micro_batch_cap(cfg.batch_tokens, cfg.max_batch_tokens, parts))
         epoch, index = self.progress.epoch, self.progress.update
         while True:
@@ -184,14 +183,14 @@ class Trainer:
 
     @cached_property
     def _target_lengths(self) -> list[int]:
-        return [len(t) for t in self.corpus_train.target]
+        return self.examples.tgt_lens
 
     def _prepare(self, planned: tuple[int, int, list[list[int]]]) -> Prepared:
         """Collates this process's passes of an update and moves them to the device (from pinned memory
         on a GPU, so the copy does not wait)."""
         epoch, index, update = planned
-        context, data = self.context, self.corpus_train
-        passes = [(_to_device(collate(indices, data.source, data.target), context.device), counts)
+        context = self.context
+        passes = [(_to_device(self.examples.collate(indices), context.device), counts)
                   for indices, counts in shard(update, context.rank, context.world_size)]
         tokens = sum(self._target_lengths[i] + 1 for micro_batch in update for i in micro_batch)
         return Prepared(epoch, index, passes, tokens)
@@ -221,7 +220,7 @@ class Trainer:
         for i, (batch, counts) in enumerate(update.passes):
             with self._gradient_sync(last=i == len(update.passes) - 1):
                 with self.precision.autocast():
-                    loss = self.runner(batch.src, batch.tgt_in, batch.src_padding, batch.labels)
+                    loss = self.runner(batch.labels, *batch.inputs)
                 weighted = loss * (context.world_size / update.tokens if counts else 0.0)
                 (self.scaler.scale(weighted) if self.scaler is not None else weighted).backward()
             if counts:
@@ -289,15 +288,14 @@ class Trainer:
         batches shared among the processes."""
         assert self.valid is not None
         valid, context = self.valid, self.context
-        lens = [len(t) for t in valid.target]
         cap = self.spec.train.max_batch_tokens or 4000
-        batches = micro_batches([len(s) for s in valid.source], lens, cap)
+        batches = micro_batches(valid.src_lens, valid.tgt_lens, cap)
         totals = torch.zeros(2, dtype=torch.float64, device=context.device)  # loss, target tokens
         self.wrapped.eval()
         for indices, counts in shard(batches, context.rank, context.world_size):
-            batch = collate(indices, valid.source, valid.target).to(context.device)
+            batch = valid.collate(indices).to(context.device)
             with self.precision.autocast():
-                loss = self.wrapped(batch.src, batch.tgt_in, batch.src_padding, batch.labels, smoothed=False)
+                loss = self.wrapped(batch.labels, *batch.inputs, smoothed=False)
             if counts:
                 totals += torch.stack([loss.double(), torch.tensor(float(batch.target_tokens), device=context.device,
                                                                    dtype=torch.float64)])
@@ -338,12 +336,8 @@ class Trainer:
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
     if device.type == "cuda":
-        batch = Batch(**{f.name: _pinned(getattr(batch, f.name)) for f in fields(batch)})
+        batch = Batch(tuple(x.pin_memory() for x in batch.inputs), batch.labels.pin_memory(), batch.target_tokens)
     return batch.to(device)
-
-
-def _pinned(value):
-    return value.pin_memory() if isinstance(value, torch.Tensor) else value
 
 
 def _limit_reached(progress: Progress, cfg) -> str | None:

@@ -5,10 +5,11 @@
                               and why the run last stopped
     RUN/sentencepiece.model   the shared vocabulary, trained once and reused
     RUN/data/                 the demo task's generated splits (only when no data was given)
+    RUN/samples.txt           a language model's continuations of a few prompts, when a run finishes
     RUN/checkpoints/          step-N.safetensors (+ step-N.state.safetensors for resuming), the last K kept
     RUN/metrics.jsonl         one line per step (loss, lr, tokens/s) and per validation
-    RUN/metrics.json          the final figures (bleu, chrf, valid_loss, steps, train_tokens_per_s, wall_s,
-                              stopped), written when a run finishes
+    RUN/metrics.json          the final figures (bleu and chrf, or test_loss and test_perplexity; valid_loss,
+                              steps, train_tokens_per_s, wall_s, stopped), written when a run finishes
     RUN/test.hyp              the final translations of the test split
 
 `run.json` stores data files as absolute paths, except files inside the run directory itself (the
@@ -34,6 +35,7 @@ METRICS_LOG = "metrics.jsonl"
 METRICS_FILE = "metrics.json"
 DATA_DIR = "data"
 TEST_OUTPUT = "test.hyp"
+SAMPLES = "samples.txt"
 MAX_SPEC_BYTES = 1 << 20            # a resolved spec (here or in a checkpoint) is a few KiB
 MAX_RUN_FILE_BYTES = 1 << 20        # run.json is a few hundred bytes
 # run.json's layout; files without "format" stored relative paths relative to the working directory.
@@ -44,8 +46,23 @@ STOP_REASONS = ("max_steps", "max_minutes", "interrupted", "diverged")
 
 @dataclass(frozen=True)
 class Split:
+    """A split's files: aligned source and target for translation; for a language model, one text file
+    (`src`, with `tgt` None)."""
+
     src: Path
-    tgt: Path
+    tgt: Path | None = None
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.src,) if self.tgt is None else (self.src, self.tgt)
+
+    def describe(self) -> str:
+        return ", ".join(str(f) for f in self.files)
+
+    def to_json(self, run_dir: Path) -> dict[str, str]:
+        if self.tgt is None:
+            return {"text": _stored(self.src, run_dir)}
+        return {"src": _stored(self.src, run_dir), "tgt": _stored(self.tgt, run_dir)}
 
 
 @dataclass(frozen=True)
@@ -73,9 +90,7 @@ class RunRecord:
     stopped: dict[str, Any] | None = None
 
     def to_json(self, run_dir: Path) -> dict[str, Any]:
-        data = {name: None if split is None else {"src": _stored(split.src, run_dir),
-                                                  "tgt": _stored(split.tgt, run_dir)}
-                for name, split in self.data.splits().items()}
+        data = {name: None if split is None else split.to_json(run_dir) for name, split in self.data.splits().items()}
         return {"format": RUN_FORMAT, "data": data, "truncate": self.truncate, "stopped": self.stopped}
 
 
@@ -114,8 +129,9 @@ def _record_problem(record: Any) -> str | None:
         return "no data files"
     for name in SPLITS:
         entry = record["data"].get(name)
-        if entry is not None and not (isinstance(entry, dict) and all(_is_path(entry.get(k)) for k in ("src", "tgt"))):
-            return f"data.{name} is not a pair of file names"
+        if entry is not None and not (isinstance(entry, dict) and set(entry) in _SPLIT_KEYS and
+                                      all(_is_path(v) for v in entry.values())):
+            return f"data.{name} is not a pair of file names or a text file name"
     if record["data"].get("train") is None:
         return "no training files"
     if record.get("truncate") not in (None, True, False):
@@ -126,6 +142,9 @@ def _record_problem(record: Any) -> str | None:
     return None
 
 
+_SPLIT_KEYS = ({"src", "tgt"}, {"text"})
+
+
 def _is_path(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and "\0" not in value
 
@@ -133,7 +152,9 @@ def _is_path(value: Any) -> bool:
 def _split(entry: dict | None, base: Path) -> Split | None:
     if entry is None:
         return None
-    return Split(*((base / entry[side]) for side in ("src", "tgt")))
+    if "text" in entry:
+        return Split(base / entry["text"])
+    return Split(base / entry["src"], base / entry["tgt"])
 
 
 def read_run_spec(run_dir: Path) -> str:

@@ -22,11 +22,11 @@ class TrainingStep(nn.Module):
         self.model = model
         self.label_smoothing = label_smoothing
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_padding: torch.Tensor, labels: torch.Tensor,
-                smoothed: bool = True) -> torch.Tensor:
-        """The summed token loss of a batch: label-smoothed for training, plain cross entropy (nats) for
-        validation. Padding positions (PAD labels) are ignored."""
-        logits = self.model(src, tgt_in, src_padding)  # [B, T, V]
+    def forward(self, labels: torch.Tensor, *inputs: torch.Tensor, smoothed: bool = True) -> torch.Tensor:
+        """The summed token loss of a batch (`inputs`: the model's arguments, runtime/batching.Batch):
+        label-smoothed for training, plain cross entropy (nats) for validation. Padding positions (PAD
+        labels) are ignored."""
+        logits = self.model(*inputs)  # [B, T, V]
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=PAD,
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
 

@@ -4,40 +4,37 @@ The flow of `train()`: check the run (on resume: the recorded data and the check
 data -> shared vocabulary (trained by rank 0, sent to the others) -> the model and its loss, replicated
 or sharded over the processes and compiled if asked, Adam and the eq. 3 schedule (or the last
 checkpoint's state) -> only then write the run's spec.xspec and run.json -> the updates (loop.py) until
-a limit, Ctrl-C or a non-finite loss stops them (recorded in run.json) -> beam search on the test split
--> BLEU. Nothing here depends on the architecture: the model is whatever `spec.build()` returns.
+a limit, Ctrl-C or a non-finite loss stops them (recorded in run.json) -> the test split scored (BLEU
+for translation, perplexity for a language model). Nothing here depends on the architecture (the model
+is whatever `spec.build()` returns) or on the task (runtime/tasks: what the data is, how it is scored).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from xspec.errors import UserError
-from xspec.files import write_atomically
+from xspec.files import read_regular_file, write_bytes_atomically
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
-from xspec.runtime.corpus import EncodedPairs, ParallelText, encode_pairs, read_parallel
-from xspec.runtime.demo_data import write_demo_data
-from xspec.runtime.evaluate import Scores, score
+from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.loop import Diverged, Progress, StopRequested, Trainer, torch_seed
 from xspec.runtime.precision import choose_precision
-from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, TEST_OUTPUT, DataFiles, RunRecord, Split, read_metrics_log,
+from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, DataFiles, RunRecord, Split, read_metrics_log,
                                    read_run_record, rewrite_metrics_log, write_final_metrics, write_run_files,
                                    write_run_record)
 from xspec.runtime.schedule import make_optimizer, make_scheduler
-from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.step import TrainingStep, compile_step, distribute
-from xspec.runtime.translation import Translator
-from xspec.runtime.vocab import Vocab, load_or_train_vocab
+from xspec.runtime.tasks import Corpus, Task, task_for
+from xspec.runtime.vocab import MODEL_FILE, Vocab, load_or_train_vocab
 
 
 class Interrupted(UserError):
@@ -57,31 +54,22 @@ class RunOptions:
     # skips them, a resumed one does as it did before).
     truncate: bool | None = None
     progress: bool = True
-    evaluate: bool = True               # decode the test split at the end
+    evaluate: bool = True               # score the test split at the end
     dist_timeout_minutes: float = distributed.DEFAULT_TIMEOUT_MINUTES
-
-
-@dataclass
-class Corpus:
-    train: EncodedPairs
-    valid: EncodedPairs | None
-    test_src: list[str] = field(default_factory=list)
-    test_ref: list[str] = field(default_factory=list)
+    vocab_file: Path | None = None      # a sentencepiece model to use instead of training one
 
 
 def train(spec, options: RunOptions) -> dict:
     """Trains `spec` (a compiled spec: `xspec.compile(...)`) into `options.out_dir`; returns the final figures."""
-    if not spec.has_encoder:
-        raise UserError(f"{spec.name}: xspec train translates, and this spec has no encoder "
-                        "(a decoder-only model); use an encoder-decoder spec")
+    task = task_for(spec)
     context = distributed.setup(options.device, options.dist_timeout_minutes)
     try:
-        return _train(spec, options, context)
+        return _train(spec, task, options, context)
     finally:
         distributed.teardown(context)
 
 
-def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
+def _train(spec, task: Task, options: RunOptions, context: distributed.Context) -> dict:
     """Everything that can be refused is checked before the run directory's spec.xspec and run.json
     are (re)written, so a failed command leaves a run as it was."""
     started = time.time()
@@ -98,12 +86,14 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
     resumed = _same_model_checkpoint(existing[-1], spec) if options.resume else None
 
     if record.data.train is None:
-        record = replace(record, data=_demo_files(run_dir))
+        # Every process writes the demo data (deterministic, written atomically): processes on other
+        # machines need no shared filesystem to read it.
+        record = replace(record, data=task.demo_files(run_dir))
     data = record.data
-    texts = _read_texts(data)              # every file checked before any work is done
-    vocab = _vocab(spec, texts["train"], run_dir, context)
-    corpus = _encode_corpus(spec, texts, vocab, bool(record.truncate))
-    say(corpus.train.summary(f"train ({data.train.src.name}, {data.train.tgt.name})"))
+    task.read(data)                        # every file checked before any work is done
+    vocab = _vocab(spec, task, run_dir, context, options.vocab_file)
+    corpus = task.encode(vocab, bool(record.truncate))
+    say(corpus.train.summary(f"train ({', '.join(f.name for f in data.train.files)})"))
     if corpus.valid is not None:
         say(corpus.valid.summary("valid"))
 
@@ -149,17 +139,15 @@ def _train(spec, options: RunOptions, context: distributed.Context) -> dict:
     metrics = {"steps": progress.step, "valid_loss": valid_loss,
                "train_tokens_per_s": round(progress.train_tokens / max(progress.train_seconds, 1e-9), 1),
                "train_seconds": round(progress.train_seconds, 1), "stopped": stopped}
-    if options.evaluate and corpus.test_src:
-        scores = _test(model, vocab, spec, corpus, context, run_dir, options.progress)
-        metrics.update(bleu=round(scores.bleu, 2), chrf=round(scores.chrf, 2), bleu_signature=scores.bleu_line,
-                       chrf_signature=scores.chrf_line)
+    outcome = task.evaluate(model, vocab, context, run_dir, options.progress) if options.evaluate else None
+    if outcome is not None:
+        metrics.update(outcome.metrics)
     metrics["wall_s"] = round(time.time() - started, 1)
     write_final_metrics(run_dir, metrics)
     say(f"run directory: {run_dir}  (steps {progress.step}, valid loss {valid_loss}, "
         f"{metrics['train_tokens_per_s']} target tokens/s, {metrics['wall_s']} s)")
-    if "bleu" in metrics:
-        say(metrics["chrf_signature"])
-        say(metrics["bleu_signature"])
+    for line in outcome.lines if outcome is not None else ():
+        say(line)
     return metrics
 
 
@@ -181,10 +169,9 @@ def _resumed_record(run_dir: Path, options: RunOptions) -> RunRecord:
     recorded = read_run_record(run_dir)
     for name, given in options.data.splits().items():
         was = recorded.data.splits()[name]
-        if given is not None and (was is None or (given.src.resolve(), given.tgt.resolve()) !=
-                                  (was.src.resolve(), was.tgt.resolve())):
+        if given is not None and (was is None or [f.resolve() for f in given.files] != [f.resolve() for f in was.files]):
             raise UserError(f"--resume {run_dir}: this run was started {_describe_split(name, was, run_dir)}; "
-                            f"resuming with {given.src}, {given.tgt} would change the {_ROLES[name]}")
+                            f"resuming with {given.describe()} would change the {_ROLES[name]}")
     if options.truncate is not None and recorded.truncate is not None and options.truncate != recorded.truncate:
         raise UserError(f"--resume {run_dir}: this run was started {'with' if recorded.truncate else 'without'} "
                         f"--truncate; resuming {'with' if options.truncate else 'without'} it would change "
@@ -201,7 +188,7 @@ def _describe_split(name: str, split: Split | None, run_dir: Path) -> str:
         return f"without {name} files"
     if name == "train" and split.src.resolve().parent == (run_dir / DATA_DIR).resolve():
         return "on the built-in demo task"
-    return f"with {name} files {split.src}, {split.tgt}"
+    return f"with {name} files {split.describe()}"
 
 
 def _same_model_checkpoint(path: Path, spec) -> ckpt.Checkpoint:
@@ -242,55 +229,31 @@ def _stop_line(reason: str, progress: Progress, cfg) -> str:
 
 # --- data --------------------------------------------------------------------------------------
 
-def _demo_files(run_dir: Path) -> DataFiles:
-    """The built-in task, generated into the run directory. Every process writes it (it is deterministic,
-    and written atomically): processes on other machines need no shared filesystem to read it."""
-    write_demo_data(run_dir / DATA_DIR)
-    d = run_dir / DATA_DIR
-    return DataFiles(*(Split(d / f"{s}.src", d / f"{s}.tgt") for s in ("train", "valid", "test")))
-
-
-def _vocab(spec, train: ParallelText, run_dir: Path, context: distributed.Context) -> Vocab:
-    """§5.1: one vocabulary for source and target, trained on the training data by rank 0 and sent to the
-    other processes (which wait up to the process group's timeout, `--dist-timeout`)."""
+def _vocab(spec, task: Task, run_dir: Path, context: distributed.Context, vocab_file: Path | None) -> Vocab:
+    """§5.1: one vocabulary for source and target, trained on the training data by rank 0 (or the user's
+    own sentencepiece model) and sent to the other processes (which wait up to the process group's
+    timeout, `--dist-timeout`). A run keeps it as RUN/sentencepiece.model."""
     proto = None
     if context.is_main:
-        proto = load_or_train_vocab(run_dir, itertools.chain(train.source, train.target), spec.data.vocab_size,
-                                    spec.data.vocab_model).model_proto
-    vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / "sentencepiece.model"))
+        proto = _users_vocab(vocab_file, run_dir) if vocab_file is not None else \
+            load_or_train_vocab(run_dir, task.vocab_text(), spec.data.vocab_size, spec.data.vocab_model).model_proto
+    vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / MODEL_FILE))
     if len(vocab) > spec.vocab_size:
-        raise UserError(f"{run_dir / 'sentencepiece.model'}: {len(vocab)} pieces, but the model's embedding "
+        raise UserError(f"{run_dir / MODEL_FILE}: {len(vocab)} pieces, but the model's embedding "
                         f"has {spec.vocab_size} rows; set data.vocab_size <= {spec.vocab_size}")
     return vocab
 
 
-def max_sequence_tokens(spec) -> int:
-    """The longest sequence the run feeds the model: the data section's limit, within the positions."""
-    return min(spec.data.max_tokens, spec.max_positions or spec.data.max_tokens)
-
-
-def _read_texts(data: DataFiles) -> dict[str, ParallelText]:
-    texts = {"train": read_parallel(data.train.src, data.train.tgt)}
-    for name, split in (("valid", data.valid), ("test", data.test)):
-        if split is not None:
-            texts[name] = read_parallel(split.src, split.tgt)
-    return texts
-
-
-def _encode_corpus(spec, texts: dict[str, ParallelText], vocab: Vocab, truncate: bool) -> Corpus:
-    limit = max_sequence_tokens(spec)
-    train = encode_pairs(texts["train"], vocab, limit, truncate)
-    if not len(train):
-        raise UserError(f"{texts['train'].source_path}: every sentence is longer than {limit} tokens; "
-                        "raise data.max_tokens or pass --truncate")
-    # Validation loss covers every sentence (truncated if need be); BLEU uses the test split, or the
-    # validation split when there is no test split.
-    valid = encode_pairs(texts["valid"], vocab, limit, truncate=True) if "valid" in texts else None
-    corpus = Corpus(train, valid)
-    test = texts.get("test", texts.get("valid"))
-    if test is not None:
-        corpus.test_src, corpus.test_ref = test.source, test.target
-    return corpus
+def _users_vocab(path: Path, run_dir: Path) -> bytes:
+    """The sentencepiece model at `path`, checked; a run resumed with another one than it started with
+    is refused (its token ids would mean other pieces)."""
+    proto = Vocab.load(path).model_proto
+    kept = run_dir / MODEL_FILE
+    if not kept.exists():
+        write_bytes_atomically(kept, proto)
+    elif read_regular_file(kept) != proto:
+        raise UserError(f"{path}: not the vocabulary {run_dir} was trained with ({kept})")
+    return proto
 
 
 # --- training ----------------------------------------------------------------------------------
@@ -341,17 +304,6 @@ def _checkpoint_step(path: Path) -> int:
 def model_params(params: dict) -> dict:
     """The parameters that shape the model (section settings such as train.max_steps may change on resume)."""
     return {k: v for k, v in params.items() if not k.startswith(("train.", "data.", "decode."))}
-
-
-# --- the test split ----------------------------------------------------------------------------
-
-def _test(model, vocab: Vocab, spec, corpus: Corpus, context: distributed.Context, run_dir: Path,
-          show_progress: bool) -> Scores:
-    """§6.1: beam search on the held-out split, scored with sacrebleu."""
-    translator = Translator(model, vocab, spec.decode, context.device, max_sequence_tokens(spec))
-    hypotheses = translator.translate(corpus.test_src, progress=show_progress)
-    write_atomically(run_dir / TEST_OUTPUT, "".join(h + "\n" for h in hypotheses))
-    return score(hypotheses, corpus.test_ref)
 
 
 @contextmanager

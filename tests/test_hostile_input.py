@@ -241,7 +241,16 @@ def _block_chain(depth: int) -> str:
             "  block decoder(tokens) { return linear(k0(embedding(tokens, 10, 8) as embed), 10) as out }\n}\n")
 
 
-def test_the_deepest_legal_nesting_works_end_to_end(tmp_path: Path):
+@pytest.fixture
+def default_recursion_limit():
+    """Python's default limit, whatever an earlier test left (torch.compile raises it to 2000)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(limit)
+
+
+def test_the_deepest_legal_nesting_works_end_to_end(tmp_path: Path, default_recursion_limit):
     from xspec.stats import compute
     from xspec.viz import architecture_dot
 

@@ -4,6 +4,9 @@
     spec.parameters, spec.graph, spec.python_source, spec.train, spec.data, spec.decode
     model = spec.build()  # torch.nn.Module with encode / decode(cache) / forward
 
+    trained = xspec.load("runs/lm")  # a trained run or checkpoint: model, tokenizer, spec
+    trained.generate(["the cat"]), trained.score(["a line"]), xspec.load("runs/tiny").translate(["..."])
+
 See docs/model-interface.md for the model's interface.
 """
 
@@ -14,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 from xspec.errors import SpecError, UserError
 
 if TYPE_CHECKING:
+    from xspec.runtime.inference import TrainedModel
     from xspec.spec import CompiledSpec
 
-__all__ = ["compile", "compile_source", "CompiledSpec", "SpecError", "UserError"]
+__all__ = ["compile", "compile_source", "load", "CompiledSpec", "SpecError", "UserError"]
 
 
 def compile(path: str, overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
@@ -35,6 +39,17 @@ def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[
     `allow_imports=False` refuses `import` (a spec read from a checkpoint or a run directory is
     self-contained, and must not reach for other files)."""
     return _compile(name, overrides, text, allow_imports)
+
+
+def load(run_or_checkpoint, device=None, compile: str = "off") -> TrainedModel:
+    """A trained run (its latest checkpoint) or checkpoint file, ready to translate, generate or score.
+
+    `device`: "cpu", "cuda", ... (default: CUDA when available); `compile` ("auto", "on", "off"):
+    whether the decoder's step runs through torch.compile. Raises UserError for what cannot be loaded.
+    """
+    from xspec.runtime.inference import load as load_trained
+
+    return load_trained(run_or_checkpoint, device, compile)
 
 
 def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional[str],

@@ -7,7 +7,7 @@ import sys
 import traceback
 from types import ModuleType
 
-from xspec.commands import average, train, translate, viz
+from xspec.commands import average, generate, train, translate, viz
 from xspec.commands import compile as compile_command
 from xspec.commands import eval as eval_command
 from xspec.commands import stats as stats_command
@@ -17,7 +17,8 @@ from xspec.errors import SpecError, UserError
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
 # Importing them must stay cheap (torch and the like are imported inside run()): `xspec --help` and
 # argument errors should answer at once.
-COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, eval_command, average, viz, stats_command, sweep)
+COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, eval_command, average, viz, stats_command,
+                                    sweep)
 
 # A bug in xspec, not a mistake of the user's (sysexits.h's EX_SOFTWARE).
 INTERNAL_ERROR = 70

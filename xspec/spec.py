@@ -53,6 +53,13 @@ class CompiledSpec:
 
         return SRC.node in self.ops
 
+    @property
+    def has_decoder(self) -> bool:
+        """False for an encoder-only model (no logits: nothing to train or decode with the runtime)."""
+        from xspec.compiler.entries import LOGITS  # loaded with the compiler, which has run
+
+        return LOGITS.node in self.ops
+
     @cached_property
     def vocab_size(self) -> int:
         from xspec.compiler.entries import LOGITS  # loaded with the compiler, which has run

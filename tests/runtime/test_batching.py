@@ -72,9 +72,10 @@ def test_shards_split_an_update_and_pad_with_zero_weight_passes():
 
 def test_collate_shifts_the_target_and_masks_padding():
     batch = collate([0, 1], [[5, 6, EOS], [7, EOS]], [[8, 9], [10]])
-    assert batch.src.tolist() == [[5, 6, EOS], [7, EOS, PAD]]
-    assert batch.src_padding.tolist() == [[False, False, False], [False, False, True]]
-    assert batch.tgt_in.tolist() == [[BOS, 8, 9], [BOS, 10, PAD]]
+    src, tgt_in, src_padding = batch.inputs
+    assert src.tolist() == [[5, 6, EOS], [7, EOS, PAD]]
+    assert src_padding.tolist() == [[False, False, False], [False, False, True]]
+    assert tgt_in.tolist() == [[BOS, 8, 9], [BOS, 10, PAD]]
     assert batch.labels.tolist() == [[8, 9, EOS], [10, EOS, PAD]]
     assert batch.target_tokens == 5
 
@@ -216,8 +217,8 @@ def test_collate_equals_padding_row_by_row():
         batch = collate(indices, sources, targets)
         src = _per_row_pad([sources[i] for i in indices])
         labels = _per_row_pad([targets[i] + [EOS] for i in indices])
-        expected = (src, src == PAD, _per_row_pad([[BOS] + targets[i] for i in indices]), labels)
-        for got, want in zip((batch.src, batch.src_padding, batch.tgt_in, batch.labels), expected):
+        expected = (src, _per_row_pad([[BOS] + targets[i] for i in indices]), src == PAD, labels)
+        for got, want in zip((*batch.inputs, batch.labels), expected):
             assert got.dtype == want.dtype and torch.equal(got, want)
         assert batch.target_tokens == int((labels != PAD).sum()) == sum(len(targets[i]) + 1 for i in indices)
 

@@ -22,7 +22,7 @@ def test_the_compiled_step_is_one_graph_for_every_batch_and_gives_the_eager_loss
     targets = [len(t) for t in data.target]
     batches = micro_batches([len(s) for s in data.source], targets, 300)
     plan = [update for epoch in range(3) for update in plan_epoch(batches, targets, 600, seed=1, epoch=epoch)]
-    assert len(plan) >= 30 and len({tuple(collate(u[0], data.source, data.target).tgt_in.shape) for u in plan}) > 10
+    assert len(plan) >= 30 and len({tuple(collate(u[0], data.source, data.target).inputs[1].shape) for u in plan}) > 10
 
     torch.manual_seed(0)
     spec = xspec.compile("specs/tiny.xspec", overrides={"vocab": 200, "layers": 1, "dropout": 0})
@@ -34,9 +34,9 @@ def test_the_compiled_step_is_one_graph_for_every_batch_and_gives_the_eager_loss
     for index, update in enumerate(plan[:30]):
         for micro_batch in update:
             batch = collate(micro_batch, data.source, data.target)
-            loss = compiled(batch.src, batch.tgt_in, batch.src_padding, batch.labels)
+            loss = compiled(batch.labels, *batch.inputs)
             if index == 0:  # the same value as the model's logits through F.cross_entropy, eagerly
-                logits = step.model(batch.src, batch.tgt_in, batch.src_padding)
+                logits = step.model(*batch.inputs)
                 eager = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=PAD,
                                         label_smoothing=0.1, reduction="sum")
                 torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-5 * float(eager.detach().abs()))

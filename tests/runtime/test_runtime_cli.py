@@ -106,10 +106,10 @@ def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run):
     """The one test of decoding through torch.compile, as `--compile on` loads it (slow to compile on a CPU)."""
     from torch._dynamo.utils import counters
 
-    from xspec.runtime.inference import load_translator
+    from xspec.runtime.inference import load
 
-    eager = load_translator(trained_run, torch.device("cpu"), {}, "off").model
-    compiled = load_translator(trained_run, torch.device("cpu"), {}, "on").model
+    eager = load(trained_run, device="cpu", compile="off").model
+    compiled = load(trained_run, device="cpu", compile="on").model
     graphs = counters["stats"]["unique_graphs"]
     torch.manual_seed(0)
     src = torch.randint(4, 100, (3, 7))

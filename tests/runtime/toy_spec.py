@@ -79,6 +79,7 @@ class ToySpec:
     name: str = "toy"
     max_positions: int = 128
     has_encoder: bool = True
+    has_decoder: bool = True
     # called as hook(module, inputs, output) after every forward pass; may return a replacement output
     forward_hook: Optional[Callable] = None
 

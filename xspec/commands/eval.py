@@ -1,4 +1,5 @@
-"""`xspec eval`: translate a test set and score it with sacreBLEU (BLEU and chrF, with signatures)."""
+"""`xspec eval`: score a trained model on held-out text: a translation model with sacreBLEU (BLEU and
+chrF, with signatures), a language model by perplexity."""
 
 from __future__ import annotations
 
@@ -10,39 +11,74 @@ from xspec.errors import UserError
 from xspec.files import check_output_file, write_atomically
 
 NAME = "eval"
-HELP = "translate --src and score it against --ref (sacreBLEU BLEU and chrF)"
+HELP = "score a model: translate --src against --ref (BLEU, chrF), or a language model's --text (perplexity)"
 DESCRIPTION = """\
-Translates the source file with beam search and prints sacreBLEU's chrF and BLEU lines, each with
-its signature (BLEU last).
+A translation model: translates --src with beam search and prints sacreBLEU's chrF and BLEU lines,
+each with its signature (BLEU last).
 
-example:
+A language model: --text FILE, one document a line (empty lines skipped); prints the perplexity, the
+cross entropy in bits per token and in bits per byte (of the UTF-8 text, a newline per line: comparable
+across vocabularies), and the token count. A line longer than the model's positions is scored in
+windows, each without the earlier ones as context.
+
+examples:
   xspec eval runs/tiny --src test.en --ref test.de
+  xspec eval runs/lm --text test.txt
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decode_arguments(parser)
-    parser.add_argument("--src", required=True, metavar="FILE", help="source text, one sentence a line")
-    parser.add_argument("--ref", required=True, metavar="FILE", help="reference translations, aligned with --src")
+    parser.add_argument("--src", metavar="FILE", help="source text, one sentence a line (translation)")
+    parser.add_argument("--ref", metavar="FILE", help="reference translations, aligned with --src")
+    parser.add_argument("--text", metavar="FILE", help="text to score, one document a line (language model)")
     parser.add_argument("--output", "-o", metavar="FILE", help="also write the translations here")
 
 
 def run(args: argparse.Namespace) -> int:
-    from xspec.runtime.corpus import read_lines
-    from xspec.runtime.distributed import pick_device
-    from xspec.runtime.evaluate import score
-    from xspec.runtime.inference import load_translator
+    from xspec.runtime.inference import load
 
+    if args.text is not None and (args.src or args.ref or args.output):
+        raise UserError("--text scores a language model's text; --src, --ref and --output are for translation")
+    if args.text is None and not (args.src and args.ref):
+        raise UserError("which text? --src FILE --ref FILE for a translation model, --text FILE for a "
+                        "language model")
     if args.output:
         check_output_file(Path(args.output), "--output")
+    trained = load(Path(args.model), args.device, args.compile)
+    if args.text is not None:
+        return _perplexity(trained, Path(args.text), args.batch_tokens)
+    if trained.is_language_model:
+        raise UserError(f"{args.model}: a language model; score its text with --text FILE")
+    return _bleu(trained, args)
+
+
+def _bleu(trained, args: argparse.Namespace) -> int:
+    from xspec.runtime.corpus import read_lines
+    from xspec.runtime.evaluate import score
+
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args), args.compile)
-    hypotheses = translator.with_batch_tokens(args.batch_tokens).translate(sources, progress=True)
+    hypotheses = trained.translator(args.batch_tokens, **decode_overrides(args)).translate(sources, progress=True)
     if args.output:
         write_atomically(Path(args.output), "".join(h + "\n" for h in hypotheses))
     scores = score(hypotheses, references)
     print(scores.chrf_line)
     print(scores.bleu_line)
+    return 0
+
+
+def _perplexity(trained, path: Path, batch_tokens: int) -> int:
+    from xspec.runtime.documents import read_documents
+    from xspec.runtime.scoring import score_lines
+
+    if not trained.is_language_model:
+        raise UserError(f"{trained.path}: a translation model; score it with --src FILE --ref FILE")
+    documents = read_documents(path)
+    scores = score_lines(trained.model, trained.tokenizer, documents.lines, trained.device, trained.max_tokens,
+                         batch_tokens)
+    print(f"{path}: perplexity {scores.perplexity:.3f}, {scores.bits_per_token:.4f} bits per token, "
+          f"{scores.bits_per_byte:.4f} bits per byte ({len(documents.lines):,} lines, "
+          f"{sum(scores.tokens):,} tokens)")
     return 0

@@ -11,14 +11,19 @@ from xspec.errors import UserError
 from xspec.files import check_output_dir
 
 NAME = "train"
-HELP = "train a spec (with no data given: the built-in demo translation task)"
+HELP = "train a spec (with no data given: the built-in demo task)"
 DESCRIPTION = """\
 Trains a compiled spec with the paper's recipe (§5): shared sentencepiece BPE vocabulary, batches by
-token count, Adam with the warmup/inverse-square-root schedule, label smoothing, checkpoints; then
-decodes the test split with beam search and prints its sacreBLEU score (the last line).
+token count, Adam with the warmup/inverse-square-root schedule, label smoothing, checkpoints.
 
-With no corpus (neither flags nor the spec's `data` section), trains on the built-in demo task, a
-generated artificial language pair.
+A translation model (encoder and decoder) reads aligned --train-src/--train-tgt files (and valid,
+test), then decodes the test split with beam search and prints its sacreBLEU score (the last line).
+A language model (a decoder alone) reads text files, one document a line (--train, --valid, --test),
+packed into blocks or a line per example (the spec's data.examples), then prints the test split's
+perplexity (the last line) and a few sampled continuations.
+
+With no data (neither flags nor the spec's `data` section), trains on the built-in demo task, a
+generated artificial language pair (a language model: its English-like side).
 
 --resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
 with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
@@ -32,6 +37,7 @@ machine needs the data files at the same paths; checkpoints are written by rank 
 
 examples:
   xspec train specs/tiny.xspec
+  xspec train specs/lm.xspec --train train.txt --valid valid.txt --test test.txt --out runs/lm
   xspec train specs/base.xspec --train-src train.en --train-tgt train.de \\
       --valid-src valid.en --valid-tgt valid.de --test-src test.en --test-tgt test.de --out runs/base
   xspec train --resume runs/base
@@ -44,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for split in ("train", "valid", "test"):
         parser.add_argument(f"--{split}-src", metavar="FILE", help=f"{split} source text, one sentence a line")
         parser.add_argument(f"--{split}-tgt", metavar="FILE", help=f"{split} target text, aligned with --{split}-src")
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}", metavar="FILE", dest=f"{split}_text",
+                            help=f"language model: {split} text, one document a line")
+    parser.add_argument("--vocab", metavar="FILE",
+                        help="a sentencepiece model to use instead of training one (ids 0-3: pad, unk, bos, eos)")
     parser.add_argument("--out", metavar="DIR", help="run directory (default: runs/NAME-DATE-TIME)")
     parser.add_argument("--resume", metavar="RUN|auto",
                         help="continue RUN from its last checkpoint; 'auto' (with --out): continue --out if it "
@@ -89,28 +100,60 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
     """Command-line paths first (relative to the working directory), then the spec's `data` section
     (relative to the spec file); every path absolute. Nothing at all means the demo task (or, with
     --resume, the run's own files)."""
-    from xspec.runtime.run_dir import DataFiles, Split
+    from xspec.runtime.run_dir import DataFiles
 
-    given = {"train": (args.train_src, args.train_tgt), "valid": (args.valid_src, args.valid_tgt),
-             "test": (args.test_src, args.test_tgt)}
-    d = spec.data
-    in_spec = {"train": (d.train_src, d.train_tgt), "valid": (d.valid_src, d.valid_tgt),
-               "test": (d.test_src, d.test_tgt)}
-
-    def split(name: str) -> Split | None:
-        (src, tgt), base, where = given[name], Path.cwd(), f"--{name}-src/--{name}-tgt"
-        if (src is None) != (tgt is None):
-            raise UserError(f"--{name}-src and --{name}-tgt go together (only one was given)")
-        if src is None and spec_dir is not None:
-            (src, tgt), base, where = in_spec[name], spec_dir, f"the spec's data.{name}_src/{name}_tgt"
-            if (src is None) != (tgt is None):
-                raise UserError(f"the spec's data section sets only one of {name}_src and {name}_tgt")
-        return None if src is None else Split(_absolute(base, src, where), _absolute(base, tgt, where))
-
-    files = DataFiles(split("train"), split("valid"), split("test"))
+    names = ("train", "valid", "test")
+    parallel = {name: (getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")) for name in names}
+    texts = {name: getattr(args, f"{name}_text") for name in names}
+    if spec.has_encoder:
+        given = [f"--{name}" for name, path in texts.items() if path is not None]
+        if given:
+            raise UserError(f"{given[0]} FILE gives a language model's text; {spec.name} translates: "
+                            f"give --{given[0][2:]}-src and --{given[0][2:]}-tgt")
+        files = DataFiles(*(_parallel_split(name, parallel[name], spec, spec_dir) for name in names))
+    else:
+        given = [f"--{name}-{side}" for name, pair in parallel.items() for side, p in zip(("src", "tgt"), pair) if p]
+        if given:
+            raise UserError(f"{given[0]} gives a translation model's data; {spec.name} is a language model: "
+                            f"give --{given[0][2:].split('-')[0]} FILE, one document a line")
+        files = DataFiles(*(_text_split(name, texts[name], spec, spec_dir) for name in names))
     if files.train is None and (files.valid or files.test) and not args.resume:
-        raise UserError("validation or test files were given without training files (--train-src/--train-tgt)")
+        raise UserError("validation or test files were given without training files")
     return files
+
+
+def _text_split(name: str, path: str | None, spec, spec_dir: Path | None):
+    from xspec.runtime.run_dir import Split
+
+    if path is not None:
+        return Split(_absolute(Path.cwd(), path, f"--{name}"))
+    in_spec = getattr(spec.data, f"{name}_text")
+    if in_spec is None or spec_dir is None:
+        return None
+    return Split(_absolute(spec_dir, in_spec, f"the spec's data.{name}_text"))
+
+
+def _parallel_split(name: str, given: tuple[str | None, str | None], spec, spec_dir: Path | None):
+    from xspec.runtime.run_dir import Split
+
+    (src, tgt), base, where = given, Path.cwd(), f"--{name}-src/--{name}-tgt"
+    if (src is None) != (tgt is None):
+        raise UserError(f"--{name}-src and --{name}-tgt go together (only one was given)")
+    if src is None and spec_dir is not None:
+        src, tgt = getattr(spec.data, f"{name}_src"), getattr(spec.data, f"{name}_tgt")
+        base, where = spec_dir, f"the spec's data.{name}_src/{name}_tgt"
+        if (src is None) != (tgt is None):
+            raise UserError(f"the spec's data section sets only one of {name}_src and {name}_tgt")
+    return None if src is None else Split(_absolute(base, src, where), _absolute(base, tgt, where))
+
+
+def _vocab_file(args: argparse.Namespace, spec, spec_dir: Path | None) -> Path | None:
+    """--vocab (relative to the working directory), else the spec's data.vocab_file (relative to the spec)."""
+    if args.vocab is not None:
+        return _absolute(Path.cwd(), args.vocab, "--vocab")
+    if spec.data.vocab_file is not None and spec_dir is not None:
+        return _absolute(spec_dir, spec.data.vocab_file, "the spec's data.vocab_file")
+    return None
 
 
 def _absolute(base: Path, path: str, where: str) -> Path:
@@ -159,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(out, "--resume" if args.resume else "--out")
     options = RunOptions(out_dir=out, data=data, device=args.device, compile=args.compile,
                          resume=bool(args.resume), truncate=args.truncate, progress=not args.no_progress,
-                         evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout)
+                         evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout,
+                         vocab_file=_vocab_file(args, spec, spec_dir))
     train(spec, options)
     return 0

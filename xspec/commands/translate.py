@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 from xspec.commands.arguments import float_at_least, int_at_least
 from xspec.files import check_output_file, write_atomically
@@ -27,20 +28,24 @@ examples:
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
+    add_model_arguments(parser)
     parser.add_argument("--beam", type=int_at_least(1), help="beam size (1: greedy)")
     parser.add_argument("--alpha", type=float_at_least(0), help="length penalty alpha, lp(Y) = ((5 + |Y|) / 6)^alpha")
     parser.add_argument("--max-len-b", type=int_at_least(0), help="output length limit: input length + this")
     parser.add_argument("--batch-tokens", type=int_at_least(1), default=4000,
                         help="source tokens per decoding batch (default 4000)")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """RUN_OR_CHECKPOINT, --device and --compile: what every command that loads a trained model takes."""
+    parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
     parser.add_argument("--device", help="cpu, cuda, ... (default: CUDA when available)")
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                         help="torch.compile the decoder step (auto: on for CUDA, off on CPU)")
 
 
 def decode_overrides(args: argparse.Namespace, nbest: int | None = None) -> dict:
-    chosen = {"beam": args.beam, "length_penalty": args.alpha, "max_len_b": args.max_len_b, "nbest": nbest}
-    return {k: v for k, v in chosen.items() if v is not None}
+    return {"beam": args.beam, "length_penalty": args.alpha, "max_len_b": args.max_len_b, "nbest": nbest}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,42 +60,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xspec.files import open_regular_file
-    from xspec.runtime.distributed import pick_device
-    from xspec.runtime.inference import load_translator
-    from xspec.runtime.line_stream import LineStream
+    from xspec.runtime.inference import load
 
     if args.output:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
-    translator = load_translator(Path(args.model), pick_device(args.device), decode_overrides(args, args.nbest),
-                                 args.compile)
-    translator = translator.with_batch_tokens(args.batch_tokens)
-    name = args.input or "<stdin>"
-    written: list[str] = []  # for --output, written at the end in one piece (atomically)
+    trained = load(Path(args.model), args.device, args.compile)
+    translator = trained.translator(args.batch_tokens, **decode_overrides(args, args.nbest))
+
+    def translate(window: list[str], first: int, name: str) -> Iterator[str]:
+        def warn(index: int, tokens: int) -> None:
+            print(f"{name}:{first + index}: warning: {tokens} tokens, more than the model's "
+                  f"{translator.max_tokens} positions: translated from its first {translator.max_tokens - 1}",
+                  file=sys.stderr)
+
+        line = first
+        for done in translator.stream(window, warn):
+            yield "".join(_format(hyps, line + i, translator, args.nbest) for i, hyps in enumerate(done))
+            line += len(done)
+
+    answer_lines(args.input, args.output, args.window, translate)
+    return 0
+
+
+def answer_lines(input_file: str | None, output: str | None, window: int,
+                 answer: Callable[[list[str], int, str], Iterator[str]]) -> None:
+    """Reads lines from `input_file` (default: stdin) in windows of `window` lines, or fewer when no more
+    have arrived yet; `answer(lines, line number of the first, file name)` yields text to write as soon
+    as it is ready: to stdout, flushed, or to `output` (written atomically at the end)."""
+    from xspec.files import open_regular_file
+    from xspec.runtime.line_stream import LineStream
+
+    name = input_file or "<stdin>"
+    written: list[str] = []
     first = 1  # the line number of the window's first line
-    opened = open_regular_file(Path(args.input)) if args.input else contextlib.nullcontext(sys.stdin.buffer)
+    opened = open_regular_file(Path(input_file)) if input_file else contextlib.nullcontext(sys.stdin.buffer)
     with opened as source:
         lines = LineStream(source, name)
-        while window := lines.take(args.window):
-            def warn(index: int, tokens: int, first: int = first) -> None:
-                print(f"{name}:{first + index}: warning: {tokens} tokens, more than the model's "
-                      f"{translator.max_tokens} positions: translated from its first {translator.max_tokens - 1}",
-                      file=sys.stderr)
-
-            line = first
-            for done in translator.stream(window, warn):
-                out = "".join(_format(hyps, line + i, translator, args.nbest) for i, hyps in enumerate(done))
-                line += len(done)
-                if args.output:
+        while lines_read := lines.take(window):
+            for out in answer(lines_read, first, name):
+                if output:
                     written.append(out)
                 else:
                     sys.stdout.write(out)
                     sys.stdout.flush()
-            first += len(window)
-    if args.output:
-        write_atomically(Path(args.output), "".join(written))
-    return 0
+            first += len(lines_read)
+    if output:
+        write_atomically(Path(output), "".join(written))
 
 
 def _format(hyps, line: int, translator, nbest: int | None) -> str:

@@ -20,7 +20,7 @@ from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.beam_search import beam_search
 from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
-from xspec.runtime.train import max_sequence_tokens
+from xspec.runtime.tasks import max_sequence_tokens
 from xspec.runtime.vocab import BOS, EOS, PAD, Vocab
 
 if TYPE_CHECKING:

@@ -1,0 +1,106 @@
+"""Continuing many prompts with a decoder-only model: prompts of equal length batched together (no
+padding, so no mask), beam search or sampling, results in input order as soon as they are done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from xspec.compiler.sections import DecodeSection
+from xspec.runtime.beam_search import continue_prompts
+from xspec.runtime.precision import choose_precision
+from xspec.runtime.sampling import Sampling, sample
+from xspec.runtime.vocab import EOS, Vocab
+
+
+@dataclass(frozen=True)
+class Generator:
+    model: torch.nn.Module
+    vocab: Vocab
+    decode: DecodeSection
+    device: torch.device
+    max_tokens: int                 # the model's positions: prompt and continuation together
+    batch_tokens: int = 4000        # prompt tokens per batch
+    seed: int = 0
+
+    def with_options(self, **changes) -> "Generator":
+        return replace(self, **changes)
+
+    @property
+    def sampling(self) -> Optional[Sampling]:
+        """How tokens are drawn; None: beam search (beam 1: greedy)."""
+        d = self.decode
+        return Sampling(d.temperature, d.top_k, d.top_p) if d.sample else None
+
+    def prompt_tokens(self, lines: list[str]) -> tuple[list[list[int]], list[tuple[int, int]]]:
+        """Each prompt as the model reads it (EOS, the start of a document, then its tokens), and the
+        (index, tokens) of those too long to leave room for a new token: they keep their last tokens."""
+        room = self.max_tokens - 1
+        prompts, too_long = [], []
+        for i, ids in enumerate(self.vocab.encode(lines)):
+            if len(ids) + 1 > room:
+                too_long.append((i, len(ids) + 1))
+                ids = ids[len(ids) + 1 - room:]
+            prompts.append([EOS, *ids])
+        return prompts, too_long
+
+    @torch.no_grad()
+    def stream(self, lines: list[str], on_too_long: Optional[Callable[[int, int], None]] = None, first: int = 0,
+               on_tokens: Optional[Callable[[list[int]], None]] = None) -> Iterator[list[list[int]]]:
+        """Each prompt's continuation (token ids), in input order, as soon as it and those before it are
+        done. `first` numbers the first line for the random streams of sampling (line i draws from stream
+        first + i). `on_tokens(ids so far)` follows the continuation of a single prompt token by token
+        (not with beam search)."""
+        prompts, too_long = self.prompt_tokens(lines)
+        if on_too_long is not None:
+            for index, tokens in too_long:
+                on_too_long(index, tokens)
+        order = sorted(range(len(lines)), key=lambda i: len(prompts[i]))
+        results: list[Optional[list[int]]] = [None] * len(lines)
+        written, start = 0, 0
+        self.model.eval()
+        while written < len(lines):
+            end = start + 1
+            length = len(prompts[order[start]])
+            while end < len(order) and len(prompts[order[end]]) == length and \
+                    (end - start + 1) * length <= self.batch_tokens:
+                end += 1
+            chunk = order[start:end]
+            batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
+            follow = _follower(on_tokens) if on_tokens is not None and len(lines) == 1 else None
+            for i, continuation in zip(chunk, self._continue(batch, [first + i for i in chunk], follow)):
+                results[i] = continuation
+            start = end
+            done = written
+            while done < len(lines) and results[done] is not None:
+                done += 1
+            if done > written:
+                yield [r for r in results[written:done] if r is not None]
+                written = done
+
+    def _continue(self, batch: torch.Tensor, indices: list[int], follow) -> list[list[int]]:
+        d = self.decode
+        with choose_precision(self.device).autocast():
+            if d.sample or d.beam == 1:
+                room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
+                return sample(self.model, batch, room, self.sampling, self.seed, indices, follow)
+            hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
+                                    max_positions=self.max_tokens)
+        return [h[0].tokens if h else [] for h in hyps]
+
+    def generate(self, lines: list[str]) -> list[str]:
+        return [self.vocab.decode(ids) for done in self.stream(lines) for ids in done]
+
+
+def _follower(on_tokens: Callable[[list[int]], None]) -> Callable[[list[int], list[int]], None]:
+    """A `sample` listener for one prompt: calls on_tokens with its continuation so far at each new token."""
+    so_far: list[int] = []
+
+    def follow(rows: list[int], tokens: list[int]) -> None:
+        if tokens[0] != EOS:
+            so_far.append(tokens[0])
+            on_tokens(so_far)
+
+    return follow

@@ -1,0 +1,90 @@
+"""Sampling continuations from a decoder-only model: temperature, top-k and top-p (nucleus) filtering.
+
+Each prompt draws from a random stream of its own, seeded by (seed, the prompt's index), and a token is
+drawn by inverting the cumulative distribution at a uniform number from that stream: the same seed
+gives the same continuation of a prompt whatever else is in its batch. With top_k = 1 every draw is the
+most likely token: greedy decoding.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from xspec.runtime.vocab import BOS, EOS, PAD
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_k: Optional[int] = None
+    top_p: float = 1.0
+
+
+def filtered_probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """[R, V] logits -> [R, V] probabilities: divided by the temperature, then only the `top_k` most likely
+    tokens and the smallest most-likely set whose probability reaches `top_p` kept (in float32)."""
+    logits = logits.float() / sampling.temperature
+    logits[:, PAD] = float("-inf")        # never a token of the text
+    logits[:, BOS] = float("-inf")
+    if sampling.top_k is not None and sampling.top_k < logits.size(-1):
+        kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]            # [R, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)
+        probs = ordered.softmax(dim=-1)
+        # A token is dropped when the more likely ones already reach top_p (the most likely is always kept).
+        dropped = probs.cumsum(dim=-1) - probs >= sampling.top_p
+        logits = logits.scatter(1, order, ordered.masked_fill(dropped, float("-inf")))
+    return logits.softmax(dim=-1)
+
+
+def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
+    """[R, V] probabilities, one uniform number in [0, 1) per row -> [R] tokens."""
+    cumulative = probabilities.double().cumsum(dim=-1)                      # [R, V]
+    targets = torch.tensor(uniforms, dtype=torch.float64, device=probabilities.device) * cumulative[:, -1]
+    tokens = torch.searchsorted(cumulative, targets[:, None], right=True)[:, 0]
+    return tokens.clamp(max=probabilities.size(-1) - 1)
+
+
+@torch.no_grad()
+def sample(model, prompts: torch.Tensor, max_new_tokens: int, sampling: Optional[Sampling], seed: int = 0,
+           indices: Optional[list[int]] = None,
+           on_tokens: Optional[Callable[[list[int], list[int]], None]] = None) -> list[list[int]]:
+    """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
+    tokens; `sampling` None is greedy. `indices` number the prompts for their random streams (default
+    0..B-1). `on_tokens(rows, tokens)` hears each step's new tokens of the rows still going."""
+    B = prompts.size(0)
+    streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
+    cache = model.new_cache()
+    logits = model.decode(prompts, cache=cache)[:, -1]                      # [A, V]
+    going = list(range(B))                                                  # the prompt of each active row
+    results: list[list[int]] = [[] for _ in range(B)]
+    for step in range(max_new_tokens):
+        if sampling is None:
+            logits = logits.float()
+            logits[:, PAD] = logits[:, BOS] = float("-inf")
+            tokens = logits.argmax(dim=-1)
+        else:
+            tokens = draw(filtered_probabilities(logits, sampling), [streams[b].random() for b in going])
+        chosen = tokens.tolist()                                            # the step's one wait for the device
+        ended = [t == EOS for t in chosen]
+        for b, token, end in zip(going, chosen, ended):
+            if not end:
+                results[b].append(token)
+        if on_tokens is not None:
+            on_tokens(going, chosen)
+        if step == max_new_tokens - 1:
+            break
+        if any(ended):
+            kept = [a for a, end in enumerate(ended) if not end]
+            if not kept:
+                break
+            rows = torch.tensor(kept, device=prompts.device)
+            cache.reorder(rows)
+            tokens, going = tokens[rows], [going[a] for a in kept]
+        logits = model.decode(tokens[:, None], cache=cache)[:, -1]
+    return results

@@ -1,0 +1,106 @@
+"""Language modelling: text files, one document (or sentence) a line; every token predicted from the
+ones before it (runtime/documents.py); at the end perplexity on the test split and a few sampled
+continuations."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Optional
+
+import torch
+
+from xspec.errors import UserError
+from xspec.files import write_atomically
+from xspec.runtime.demo_data import write_demo_text
+from xspec.runtime.distributed import Context
+from xspec.runtime.documents import Documents, encode_documents, read_documents
+from xspec.runtime.generation import Generator
+from xspec.runtime.run_dir import DATA_DIR, SAMPLES, DataFiles, Split
+from xspec.runtime.scoring import score_lines
+from xspec.runtime.tasks import Corpus, Outcome, max_sequence_tokens
+from xspec.runtime.vocab import EOS, Vocab
+
+SAMPLE_PROMPTS = 3          # test documents whose first words are continued at the end of a run
+PROMPT_WORDS = 3
+
+
+class LanguageModelling:
+    kind = "language model"
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.texts: dict[str, Documents] = {}
+        self.train_counts: Counter[int] = Counter()     # token -> how often the training data predicts it
+
+    def demo_files(self, run_dir: Path) -> DataFiles:
+        """The built-in demo's text: the English-like side of the demo language pair."""
+        paths = write_demo_text(run_dir / DATA_DIR)
+        return DataFiles(*(Split(paths[s]) for s in ("train", "valid", "test")))
+
+    def read(self, data: DataFiles) -> None:
+        for name, split in data.splits().items():
+            if split is None:
+                continue
+            if split.tgt is not None:
+                raise UserError(f"{split.src}, {split.tgt}: a language model trains on one text file per split "
+                                f"(--{name} FILE), not a source and a target")
+            self.texts[name] = read_documents(split.src)
+
+    def vocab_text(self) -> Iterable[str]:
+        return self.texts["train"].lines
+
+    def example_size(self) -> int:
+        """Predictions per block (blocks), or the most inputs of a line (lines)."""
+        data, longest = self.spec.data, max_sequence_tokens(self.spec)
+        if data.examples == "lines" or data.block_size is None:
+            return longest
+        positions = self.spec.max_positions
+        if positions is not None and data.block_size > positions:
+            raise UserError(f"data.block_size = {data.block_size} is more than the model's {positions} positions")
+        return data.block_size
+
+    def encode(self, vocab: Vocab, truncate: bool) -> Corpus:
+        mode, size = self.spec.data.examples, self.example_size()
+        train = encode_documents(self.texts["train"], vocab, mode, size, truncate)
+        if not len(train):
+            raise UserError(f"{self.texts['train'].path}: every line is longer than {size} tokens; "
+                            "raise data.max_tokens or pass --truncate")
+        self.train_counts = Counter(t for sequence in train.sequences for t in sequence[1:])
+        valid = encode_documents(self.texts["valid"], vocab, mode, size, truncate=True) \
+            if "valid" in self.texts else None
+        return Corpus(train, valid)
+
+    def unigram_perplexity(self, vocab: Vocab, lines: list[str]) -> float:
+        """The perplexity of `lines` (each token and the EOS after each line) under the training data's
+        token frequencies, add-one smoothed: the figure a model that ignores context reaches."""
+        total, size = sum(self.train_counts.values()), len(vocab)
+        tokens = [t for ids in vocab.encode(lines) for t in (*ids, EOS)]
+        nats = -sum(math.log((self.train_counts[t] + 1) / (total + size)) for t in tokens)
+        return math.exp(nats / max(len(tokens), 1))
+
+    def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
+                 progress: bool) -> Optional[Outcome]:
+        """Perplexity on the test split (or the validation split when there is none), line by line
+        (runtime/scoring.py); continuations of a few test documents' first words, and of nothing, into
+        RUN/samples.txt."""
+        test = self.texts.get("test", self.texts.get("valid"))
+        if test is None:
+            return None
+        longest = max_sequence_tokens(self.spec)
+        scores = score_lines(model, vocab, test.lines, context.device, longest)
+        unigram = self.unigram_perplexity(vocab, test.lines)
+        prompts = [" ".join(line.split()[:PROMPT_WORDS]) for line in test.lines[:SAMPLE_PROMPTS]] + [""]
+        generator = Generator(model, vocab, self.spec.decode, context.device, longest, seed=self.spec.train.seed)
+        continuations = generator.generate(prompts)
+        write_atomically(run_dir / SAMPLES, "".join(f"{p} ||| {c}\n" for p, c in zip(prompts, continuations)))
+        metrics = {"test_loss": round(scores.loss, 5), "test_perplexity": round(scores.perplexity, 3),
+                   "test_bits_per_token": round(scores.bits_per_token, 4),
+                   "test_bits_per_byte": round(scores.bits_per_byte, 4), "unigram_perplexity": round(unigram, 3)}
+        lines = [f"sample: [{p}] {c}" for p, c in zip(prompts, continuations)]
+        lines.append(f"test perplexity {scores.perplexity:.2f} ({scores.loss:.4f} nats, {scores.bits_per_token:.3f} "
+                     f"bits per token, {scores.bits_per_byte:.3f} bits per byte, {sum(scores.tokens):,} tokens; "
+                     f"a unigram model of the training data: {unigram:.2f})")
+        return Outcome(metrics, lines)
+

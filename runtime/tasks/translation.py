@@ -1,0 +1,74 @@
+"""Translation (§5-6): aligned source and target files, a vocabulary shared by both sides, and at the
+end beam search on the test split scored with sacreBLEU."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Iterable, Optional
+
+import torch
+
+from xspec.errors import UserError
+from xspec.files import write_atomically
+from xspec.runtime.corpus import ParallelText, encode_pairs, read_parallel
+from xspec.runtime.demo_data import write_demo_data
+from xspec.runtime.distributed import Context
+from xspec.runtime.evaluate import score
+from xspec.runtime.run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, Split
+from xspec.runtime.tasks import Corpus, Outcome, max_sequence_tokens
+from xspec.runtime.translation import Translator
+from xspec.runtime.vocab import Vocab
+
+
+class Translation:
+    kind = "translation"
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.texts: dict[str, ParallelText] = {}
+
+    def demo_files(self, run_dir: Path) -> DataFiles:
+        """The built-in language pair, generated into the run directory."""
+        d = run_dir / DATA_DIR
+        write_demo_data(d)
+        return DataFiles(*(Split(d / f"{s}.src", d / f"{s}.tgt") for s in ("train", "valid", "test")))
+
+    def read(self, data: DataFiles) -> None:
+        """Every file read and checked before any work is done."""
+        for name, split in data.splits().items():
+            if split is None:
+                continue
+            if split.tgt is None:
+                raise UserError(f"{split.src}: a translation model trains on aligned source and target files "
+                                f"(--{name}-src and --{name}-tgt), not one text file")
+            self.texts[name] = read_parallel(split.src, split.tgt)
+
+    def vocab_text(self) -> Iterable[str]:
+        train = self.texts["train"]
+        return itertools.chain(train.source, train.target)
+
+    def encode(self, vocab: Vocab, truncate: bool) -> Corpus:
+        limit = max_sequence_tokens(self.spec)
+        train = encode_pairs(self.texts["train"], vocab, limit, truncate)
+        if not len(train):
+            raise UserError(f"{self.texts['train'].source_path}: every sentence is longer than {limit} tokens; "
+                            "raise data.max_tokens or pass --truncate")
+        # Validation loss covers every sentence (truncated if need be).
+        valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True) if "valid" in self.texts else None
+        return Corpus(train, valid)
+
+    def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
+                 progress: bool) -> Optional[Outcome]:
+        """§6.1: beam search on the test split (or the validation split when there is none), scored with
+        sacreBLEU; the translations go to RUN/test.hyp."""
+        test = self.texts.get("test", self.texts.get("valid"))
+        if test is None:
+            return None
+        translator = Translator(model, vocab, self.spec.decode, context.device, max_sequence_tokens(self.spec))
+        hypotheses = translator.translate(test.source, progress=progress)
+        write_atomically(run_dir / TEST_OUTPUT, "".join(h + "\n" for h in hypotheses))
+        scores = score(hypotheses, test.target)
+        metrics = {"bleu": round(scores.bleu, 2), "chrf": round(scores.chrf, 2), "bleu_signature": scores.bleu_line,
+                   "chrf_signature": scores.chrf_line}
+        return Outcome(metrics, [scores.chrf_line, scores.bleu_line])

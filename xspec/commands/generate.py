@@ -1,0 +1,124 @@
+"""`xspec generate`: continue prompts with a trained language model (sampling, greedy or beam search)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from xspec.commands.arguments import float_at_least, int_at_least
+from xspec.commands.translate import add_model_arguments, answer_lines
+from xspec.errors import UserError
+from xspec.files import check_output_file, write_atomically
+
+NAME = "generate"
+HELP = "continue prompts with a language model (stdin, --input or --prompt)"
+DESCRIPTION = """\
+Continues each prompt (one a line, from stdin or --input; or --prompt TEXT) with the latest checkpoint
+of a language model's RUN (or the given checkpoint file), and writes one continuation a line, in input
+order, each as soon as it is done (a single prompt token by token). An empty prompt starts a document.
+
+How tokens are chosen (the spec's `decode` section; the flags override it): beam search (--beam N;
+1 is greedy), or sampling (--sample, or any of --temperature, --top-k, --top-p). Each prompt draws
+from a random stream of its own, seeded by --seed and its line number: the same seed gives the same
+text.
+
+examples:
+  xspec generate runs/lm --prompt "the cat" --max-new-tokens 30
+  xspec generate runs/lm --sample --top-p 0.9 --temperature 0.8 --seed 7 < prompts.txt
+  xspec generate runs/lm --beam 4 --input prompts.txt --output continuations.txt
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--prompt", metavar="TEXT", help="continue this text (instead of lines of stdin / --input)")
+    parser.add_argument("--input", "-i", metavar="FILE", help="prompts, one a line (default: stdin)")
+    parser.add_argument("--output", "-o", metavar="FILE", help="where to write continuations (default: stdout)")
+    parser.add_argument("--max-new-tokens", type=int_at_least(1), help="tokens to add at most")
+    parser.add_argument("--sample", action=argparse.BooleanOptionalAction, default=None,
+                        help="sample tokens (--no-sample: beam search / greedy)")
+    parser.add_argument("--temperature", type=float_at_least(1e-6), help="divide the logits by this (sampling)")
+    parser.add_argument("--top-k", type=int_at_least(1), help="sample among the K most likely tokens")
+    parser.add_argument("--top-p", type=float_at_least(1e-6, 1.0),
+                        help="sample among the most likely tokens whose probability reaches P (nucleus)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="random seed for sampling (default 0)")
+    parser.add_argument("--beam", type=int_at_least(1), help="beam size for beam search (1: greedy)")
+    parser.add_argument("--alpha", type=float_at_least(0), help="beam search length penalty alpha")
+    parser.add_argument("--echo", action="store_true", help="write each prompt before its continuation")
+    parser.add_argument("--batch-tokens", type=int_at_least(1), default=4000,
+                        help="prompt tokens per batch (default 4000)")
+    parser.add_argument("--window", type=int_at_least(1), default=1000,
+                        help="prompts read ahead and grouped by length (default 1000)")
+
+
+def settings(args: argparse.Namespace) -> dict:
+    """The decode section's values the flags give; the sampling flags imply --sample."""
+    sampling = (args.temperature, args.top_k, args.top_p)
+    if args.sample is False and any(v is not None for v in sampling):
+        raise UserError("--no-sample with --temperature, --top-k or --top-p: those shape sampling")
+    sample = args.sample if args.sample is not None else (True if any(v is not None for v in sampling) else None)
+    if sample and (args.beam is not None or args.alpha is not None):
+        raise UserError("--beam and --alpha are for beam search; sampling draws one continuation per prompt")
+    return {"sample": False if args.beam is not None else sample, "beam": args.beam, "length_penalty": args.alpha,
+            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
+            "top_p": args.top_p}
+
+
+def run(args: argparse.Namespace) -> int:
+    from xspec.runtime.inference import load
+
+    if args.prompt is not None and args.input:
+        raise UserError("--prompt or --input, not both")
+    if args.output:
+        check_output_file(Path(args.output), "--output")
+    chosen = settings(args)
+    trained = load(Path(args.model), args.device, args.compile)
+    generator = trained.generator(args.batch_tokens, args.seed, **chosen)
+    decode = trained.tokenizer.decode
+
+    def warning(name: str, line: int):
+        def warn(index: int, tokens: int) -> None:
+            print(f"{name}:{line + index}: warning: a prompt of {tokens} tokens leaves no room in the model's "
+                  f"{generator.max_tokens} positions: continued from its last {generator.max_tokens - 2}",
+                  file=sys.stderr)
+        return warn
+
+    def continue_lines(window: list[str], first: int, name: str) -> Iterator[str]:
+        line = first
+        for done in generator.stream(window, warning(name, first), first=first - 1):
+            yield "".join(_format(window[line - first + i], decode(ids), args.echo) for i, ids in enumerate(done))
+            line += len(done)
+
+    if args.prompt is None:
+        answer_lines(args.input, args.output, args.window, continue_lines)
+    elif args.output:
+        write_atomically(Path(args.output), "".join(continue_lines([args.prompt], 1, "--prompt")))
+    else:
+        _stream_tokens(generator, args.prompt, args.echo, warning("--prompt", 1))
+    return 0
+
+
+def _stream_tokens(generator, prompt: str, echo: bool, warn) -> None:
+    """One prompt's continuation written to stdout as its tokens come (with beam search: when done)."""
+    shown = ""
+    if echo and prompt:
+        sys.stdout.write(prompt + " ")
+
+    def show(ids: list[int]) -> None:
+        nonlocal shown
+        text = generator.vocab.decode(ids)
+        if text.startswith(shown):       # a new piece may change how the text before it reads: wait for it
+            sys.stdout.write(text[len(shown):])
+            sys.stdout.flush()
+            shown = text
+
+    for done in generator.stream([prompt], warn, on_tokens=show):
+        final = generator.vocab.decode(done[0])
+        sys.stdout.write((final[len(shown):] if final.startswith(shown) else "\n" + final) + "\n")
+    sys.stdout.flush()
+
+
+def _format(prompt: str, continuation: str, echo: bool) -> str:
+    return (f"{prompt} {continuation}" if echo and prompt else continuation) + "\n"
