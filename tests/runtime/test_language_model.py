@@ -1,0 +1,259 @@
+"""Language models end to end: documents into examples, training (quality, exact resume), sampling and
+beam search, scoring, `xspec.load`, and the commands (`train`, `generate`, `eval --text`)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import xspec
+from xspec.cli import main
+from xspec.errors import UserError
+from xspec.runtime.batching import collate_sequences
+from xspec.runtime.beam_search import continue_prompts
+from xspec.runtime.demo_data import generate_split
+from xspec.runtime.documents import Documents, encode_documents, windows
+from xspec.runtime.run_dir import DataFiles, Split, read_metrics_log
+from xspec.runtime.sampling import Sampling, draw, filtered_probabilities, sample
+from xspec.runtime.train import RunOptions, train
+from xspec.runtime.vocab import EOS, PAD
+
+ROOT = Path(__file__).resolve().parents[2]
+LM = str(ROOT / "specs" / "lm.xspec")
+SMALL = {"d_model": 64, "d_ff": 256, "heads": 2, "layers": 2, "vocab": 400, "max_len": 128,
+         "train.batch_tokens": 1024, "train.warmup_steps": 50, "train.max_steps": 150,
+         "train.validate_every_steps": 50, "train.checkpoint_every_steps": 50, "train.lr_scale": 0.3,
+         "data.block_size": 64, "decode.max_new_tokens": 12}
+
+
+class _Words:
+    """A stand-in vocabulary: each word is its number."""
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [[int(w) for w in line.split()] for line in lines]
+
+
+def test_blocks_follow_the_documents_each_after_an_eos_every_token_predicted_once():
+    docs = Documents(["10 11 12", "13", "14 15 16 17"], Path("t.txt"))
+    encoded = encode_documents(docs, _Words(), "blocks", 4, truncate=False)
+    stream = [EOS, 10, 11, 12, EOS, 13, EOS, 14, 15, 16, 17, EOS]
+    assert encoded.sequences == [stream[0:5], stream[4:9], stream[8:12]]
+    assert encoded.predictions == len(stream) - 1
+    batch = collate_sequences([0, 1, 2], encoded.sequences)
+    (inputs,) = batch.inputs
+    assert inputs.tolist() == [stream[0:4], stream[4:8], stream[8:11] + [PAD]]
+    assert batch.labels.tolist() == [stream[1:5], stream[5:9], stream[9:12] + [PAD]]   # shifted by one
+    assert batch.target_tokens == 11                                                    # no loss on padding
+
+
+def test_lines_are_examples_of_their_own_and_long_ones_are_skipped_or_cut():
+    docs = Documents(["10 11", "12", "13 14 15 16 17"], Path("t.txt"))
+    skipped = encode_documents(docs, _Words(), "lines", 4, truncate=False)
+    assert skipped.sequences == [[EOS, 10, 11, EOS], [EOS, 12, EOS]] and skipped.too_long == 1
+    cut = encode_documents(docs, _Words(), "lines", 4, truncate=True)
+    assert cut.sequences[2] == [EOS, 13, 14, 15, EOS]
+    batch = collate_sequences([0, 1], skipped.sequences)
+    assert batch.inputs[0].tolist() == [[EOS, 10, 11], [EOS, 12, PAD]]
+    assert batch.labels.tolist() == [[10, 11, EOS], [12, EOS, PAD]]
+    assert "1 too long skipped" in skipped.summary("train")
+
+
+def test_windows_predict_every_token_once():
+    sequence = list(range(20))
+    pieces = windows(sequence, 6)
+    assert [p[1:] for p in pieces] == [sequence[1:7], sequence[7:13], sequence[13:19], sequence[19:20]]
+    assert all(len(p) <= 7 for p in pieces)
+
+
+def test_top_k_and_top_p_keep_the_most_likely_tokens():
+    logits = torch.log(torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.5, 0.3, 0.15, 0.05]]))
+    top_k = filtered_probabilities(logits, Sampling(top_k=2))
+    torch.testing.assert_close(top_k[0, 4:], torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    top_p = filtered_probabilities(logits, Sampling(top_p=0.8))            # 0.5 + 0.3 reaches 0.8
+    torch.testing.assert_close(top_p[0, 4:], torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    assert filtered_probabilities(logits, Sampling(top_p=0.81))[0, 6] > 0   # it takes the third
+    cold = filtered_probabilities(logits, Sampling(temperature=0.5))[0]
+    assert cold[4] / cold[5] == pytest.approx((0.5 / 0.3) ** 2, rel=1e-4)
+    # Drawing inverts the cumulative distribution: [0, .625) -> token 4, [.625, 1) -> token 5.
+    assert draw(top_k.repeat(3, 1), [0.0, 0.6, 0.99]).tolist() == [4, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def model():
+    spec = xspec.compile(LM, overrides={"vocab": 50, "d_model": 32, "d_ff": 64, "heads": 2, "layers": 2,
+                                        "max_len": 40})
+    torch.manual_seed(0)
+    built = spec.build(device="cpu").eval()
+    with torch.no_grad():                       # sharper than at initialisation, so choices differ clearly
+        for p in built.parameters():
+            p.mul_(3.0)
+    return built
+
+
+def _prompts(length: int, count: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.cat([torch.full((count, 1), EOS), torch.randint(4, 50, (count, length), generator=generator)], 1)
+
+
+def test_greedy_sampling_and_beam_search_agree_where_they_should(model):
+    prompts = _prompts(5, 4, seed=1)
+    greedy = sample(model, prompts, 12, None)
+    assert sample(model, prompts, 12, Sampling(top_k=1)) == greedy            # top-k 1 is greedy
+    beam_1 = continue_prompts(model, prompts, beam=1, alpha=0.6, max_new_tokens=12)
+    assert [h[0].tokens for h in beam_1] == greedy
+    cached = continue_prompts(model, prompts, beam=3, alpha=0.6, max_new_tokens=10, nbest=3)
+    uncached = continue_prompts(model, prompts, beam=3, alpha=0.6, max_new_tokens=10, nbest=3, use_cache=False)
+    assert [[h.tokens for h in hs] for hs in cached] == [[h.tokens for h in hs] for hs in uncached]
+    for hs_cached, hs_uncached in zip(cached, uncached):
+        for a, b in zip(hs_cached, hs_uncached):
+            assert a.score == pytest.approx(b.score, rel=1e-4)
+
+
+def test_a_seed_gives_each_prompt_the_same_sample_in_any_batch(model):
+    prompts = _prompts(4, 3, seed=2)
+    settings = Sampling(temperature=1.5, top_p=0.95)
+    together = sample(model, prompts, 15, settings, seed=7)
+    assert sample(model, prompts, 15, settings, seed=7) == together
+    alone = [sample(model, prompts[i:i + 1], 15, settings, seed=7, indices=[i])[0] for i in range(3)]
+    assert alone == together
+    assert sample(model, prompts, 15, settings, seed=8) != together
+
+
+# --- training -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo_text(tmp_path_factory) -> DataFiles:
+    """The demo language's English-like side, a few thousand sentences."""
+    directory = tmp_path_factory.mktemp("text")
+    splits = {}
+    for name, size in (("train", 3000), ("valid", 60), ("test", 60)):
+        path = directory / f"{name}.txt"
+        path.write_text("".join(s + "\n" for s, _ in generate_split(name, size)), encoding="utf-8")
+        splits[name] = Split(path)
+    return DataFiles(splits["train"], splits["valid"], splits["test"])
+
+
+def _train(out: Path, data: DataFiles, resume: bool = False, **overrides) -> dict:
+    spec = xspec.compile(LM, overrides={**SMALL, **overrides})
+    return train(spec, RunOptions(out, data, device="cpu", resume=resume, progress=False))
+
+
+@pytest.fixture(scope="module")
+def lm_run(demo_text, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("lm") / "run"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        _train(run, demo_text)
+    (run / "stdout.txt").write_text(out.getvalue())
+    return run
+
+
+def test_a_language_model_learns_far_more_than_word_frequencies(lm_run, demo_text):
+    """150 updates of 1024 tokens on 3000 demo sentences: test perplexity about 22, against about 150 for a
+    unigram model of the training data (a model that ignores context)."""
+    metrics = json.loads((lm_run / "metrics.json").read_text())
+    assert metrics["steps"] == 150
+    assert metrics["test_perplexity"] < 0.3 * metrics["unigram_perplexity"]
+    assert metrics["test_perplexity"] == pytest.approx(math.exp(metrics["test_loss"]), rel=1e-3)
+    assert metrics["valid_loss"] < math.log(metrics["unigram_perplexity"])
+    printed = (lm_run / "stdout.txt").read_text().splitlines()
+    assert printed[-1].startswith("test perplexity ") and "a unigram model of the training data" in printed[-1]
+    samples = (lm_run / "samples.txt").read_text().splitlines()
+    assert len(samples) == 4 and all(" ||| " in line for line in samples)
+    assert sum(line.startswith("sample: [") for line in printed) == 4
+    record = json.loads((lm_run / "run.json").read_text())
+    assert record["data"]["train"] == {"text": str(demo_text.train.src.resolve())}
+
+
+def test_a_resumed_language_model_replays_the_uninterrupted_losses(demo_text, tmp_path):
+    short = {"train.max_steps": 8, "train.checkpoint_every_steps": 4, "train.validate_every_steps": 4,
+             "data.examples": "lines"}
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    with contextlib.redirect_stdout(io.StringIO()):
+        _train(whole, demo_text, **short)
+        _train(parts, demo_text, **{**short, "train.max_steps": 4})
+        _train(parts, demo_text, resume=True, **short)
+    losses = [{r["step"]: r["loss"] for r in read_metrics_log(run) if "loss" in r} for run in (whole, parts)]
+    assert losses[0] == losses[1] and sorted(losses[0]) == list(range(1, 9))
+
+
+def test_the_modern_decoder_only_spec_trains(demo_text, tmp_path):
+    spec = xspec.compile(str(ROOT / "specs" / "modern" / "llama.xspec"),
+                         overrides={"vocab": 400, "d_model": 32, "layers": 1, "d_ff": 64, "train.max_steps": 3,
+                                    "train.batch_tokens": 512, "data.block_size": 32})
+    with contextlib.redirect_stdout(io.StringIO()):
+        metrics = train(spec, RunOptions(tmp_path / "llama", demo_text, device="cpu", progress=False))
+    assert metrics["steps"] == 3 and math.isfinite(metrics["test_perplexity"])
+
+
+# --- loading and the commands ----------------------------------------------------------------------
+
+def test_load_round_trips_a_run(lm_run, demo_text):
+    trained = xspec.load(lm_run, device="cpu")
+    assert trained.is_language_model and "language model" in repr(trained)
+    lines = demo_text.test.src.read_text().splitlines()[:5]
+    log_probs = trained.score(lines)
+    scores = trained.score_lines(lines)
+    assert log_probs == scores.log_probs and all(lp < 0 for lp in log_probs)
+    assert scores.tokens == [len(ids) + 1 for ids in trained.tokenizer.encode(lines)]
+    again = xspec.load(lm_run / "checkpoints" / "step-00000150.safetensors", device="cpu")
+    assert again.score(lines) == pytest.approx(log_probs, rel=1e-5)
+    first = trained.generate(["the", ""], sample=True, seed=3)
+    assert trained.generate(["the", ""], sample=True, seed=3) == first and all(first)
+    with pytest.raises(UserError, match="does not translate"):
+        trained.translate(["the"])
+    with pytest.raises(UserError, match="decoding options: .*greater than 0"):
+        trained.generate(["the"], temperature=0.0)
+
+
+def _xspec(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_generate_and_eval_text_commands(lm_run, demo_text, capsys, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the\n\nsome big\n")
+    code, out, _ = _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--seed", "5", "--top-k", "1")
+    greedy = _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--beam", "1")[1]
+    assert code == 0 and len(out.splitlines()) == 3 and out == greedy
+    code, echoed, _ = _xspec(capsys, "generate", str(lm_run), "--prompt", "some big", "--beam", "1", "--echo")
+    assert code == 0 and echoed == "some big " + out.splitlines()[2] + "\n"
+    code, out, _ = _xspec(capsys, "eval", str(lm_run), "--text", str(demo_text.test.src))
+    assert code == 0 and out.startswith(f"{demo_text.test.src}: perplexity ")
+    metrics = json.loads((lm_run / "metrics.json").read_text())
+    assert float(out.split("perplexity ")[1].split(",")[0]) == pytest.approx(metrics["test_perplexity"], rel=1e-3)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "RUN", "--beam", "2", "--top-p", "0.9"], "--beam and --alpha are for beam search"),
+    (["generate", "RUN", "--no-sample", "--temperature", "0.5"], "--no-sample with --temperature"),
+    (["eval", "RUN", "--src", "x", "--ref", "y"], "a language model; score its text with --text FILE"),
+    (["eval", "RUN"], "which text?"),
+    (["train", LM, "--train-src", "a", "--train-tgt", "b"], "--train-src gives a translation model's data"),
+    (["train", str(ROOT / "specs" / "tiny.xspec"), "--train", "a.txt"], "--train FILE gives a language model's"),
+])
+def test_mistakes_get_one_line_each(lm_run, capsys, argv, message):
+    argv = [str(lm_run) if a == "RUN" else a for a in argv]
+    code, _, err = _xspec(capsys, *argv)
+    assert code != 0 and message in err and len(err.splitlines()) == 1
+
+
+def test_a_users_sentencepiece_model_is_used_and_kept(lm_run, demo_text, tmp_path):
+    mine = tmp_path / "mine.model"
+    mine.write_bytes((lm_run / "sentencepiece.model").read_bytes())
+    spec = xspec.compile(LM, overrides={**SMALL, "train.max_steps": 2, "train.checkpoint_every_steps": 2})
+    run = tmp_path / "run"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train(spec, RunOptions(run, demo_text, device="cpu", progress=False, evaluate=False, vocab_file=mine))
+    assert (run / "sentencepiece.model").read_bytes() == mine.read_bytes()
+    other = tmp_path / "other.model"
+    other.write_bytes(b"not a sentencepiece model")
+    with pytest.raises(UserError, match=r"other\.model: not a sentencepiece model"):
+        train(spec, RunOptions(tmp_path / "run2", demo_text, device="cpu", progress=False, vocab_file=other))
