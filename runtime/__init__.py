@@ -1,4 +1,5 @@
-"""The runtime: training, decoding and scoring for any compiled spec (`xspec train/translate/eval/average`).
+"""The runtime: training, decoding and scoring for any compiled spec
+(`xspec train/translate/generate/eval/average`).
 
 Read in this order:
     demo_data.py    the built-in artificial language pair (no download needed)
@@ -11,7 +12,12 @@ Read in this order:
     train.py        the training loop (§5) and the final test-set score
     beam_search.py  batched beam search with length penalty (§6.1)
     translation.py  translating many sentences in length-sorted batches
-    inference.py    loading a run or checkpoint for decoding
+    documents.py    text for language models: documents packed into blocks, or a line per example
+    tasks/          what translation and language modelling each add to the one training loop
+    sampling.py     sampling a language model's continuations (temperature, top-k, top-p)
+    generation.py   continuing many prompts in batches
+    scoring.py      log-probabilities and perplexity
+    inference.py    loading a run or checkpoint for use (xspec.load)
     evaluate.py     sacreBLEU BLEU and chrF
     average.py      checkpoint averaging (§6.1)
     run_dir.py      the layout of a run directory
