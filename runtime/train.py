@@ -169,7 +169,9 @@ def _resumed_record(run_dir: Path, options: RunOptions) -> RunRecord:
     recorded = read_run_record(run_dir)
     for name, given in options.data.splits().items():
         was = recorded.data.splits()[name]
-        if given is not None and (was is None or [f.resolve() for f in given.files] != [f.resolve() for f in was.files]):
+        if given is None:
+            continue
+        if was is None or [f.resolve() for f in given.files] != [f.resolve() for f in was.files]:
             raise UserError(f"--resume {run_dir}: this run was started {_describe_split(name, was, run_dir)}; "
                             f"resuming with {given.describe()} would change the {_ROLES[name]}")
     if options.truncate is not None and recorded.truncate is not None and options.truncate != recorded.truncate:

@@ -17,8 +17,8 @@ from xspec.errors import SpecError, UserError
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
 # Importing them must stay cheap (torch and the like are imported inside run()): `xspec --help` and
 # argument errors should answer at once.
-COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, eval_command, average, viz, stats_command,
-                                    sweep)
+COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, eval_command, average, viz,
+                                    stats_command, sweep)
 
 # A bug in xspec, not a mistake of the user's (sysexits.h's EX_SOFTWARE).
 INTERNAL_ERROR = 70

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from test_runtime_cli import SHRINK, TINY, _data_args
+from test_runtime_cli import ROOT, SHRINK, TINY, _data_args
 from xspec.cli import main
+from xspec.runtime.demo_data import generate_split
 from xspec.runtime.run_dir import read_metrics_log
 
 STEPS = ["--set", "dropout=0", "--set", "train.max_steps=20", "--set", "train.batch_tokens=1200",
@@ -77,3 +78,22 @@ model nested extends transformer_lm {
   }
 }
 """
+
+
+def test_a_language_model_takes_the_same_steps_on_two_processes(tmp_path):
+    """The loop is the task's: a decoder-only model on its demo text, DDP against one process."""
+    lm = [str(ROOT / "specs" / "lm.xspec"), "--set", "d_model=16", "--set", "d_ff=32", "--set", "heads=2",
+          "--set", "layers=1", "--set", "vocab=300", "--set", "data.block_size=32", "--set", "dropout=0",
+          "--set", "train.max_steps=6", "--set", "train.batch_tokens=512", "--set", "train.update_parts=2",
+          "--no-progress", "--no-test", "--device", "cpu"]
+    text = tmp_path / "train.txt"
+    text.write_text("".join(s + "\n" for s, _ in generate_split("train", 400)))
+    assert main(["train", *lm, "--train", str(text), "--out", str(tmp_path / "one")]) == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "xspec",
+         "train", *lm, "--train", str(text), "--out", str(tmp_path / "two")],
+        env=env, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert len(one) == 6 and two == pytest.approx(one, rel=2e-4, abs=2e-4)

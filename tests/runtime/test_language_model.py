@@ -229,6 +229,10 @@ def test_generate_and_eval_text_commands(lm_run, demo_text, capsys, tmp_path):
     assert code == 0 and out.startswith(f"{demo_text.test.src}: perplexity ")
     metrics = json.loads((lm_run / "metrics.json").read_text())
     assert float(out.split("perplexity ")[1].split(",")[0]) == pytest.approx(metrics["test_perplexity"], rel=1e-3)
+    averaged = tmp_path / "averaged.safetensors"                 # §6.1's averaging serves language models too
+    assert _xspec(capsys, "average", str(lm_run), "--last", "3", "-o", str(averaged))[0] == 0
+    code, out, _ = _xspec(capsys, "eval", str(averaged), "--text", str(demo_text.test.src))
+    assert code == 0 and 1 < float(out.split("perplexity ")[1].split(",")[0]) < metrics["unigram_perplexity"]
 
 
 @pytest.mark.parametrize("argv, message", [
