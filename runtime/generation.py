@@ -10,6 +10,7 @@ import torch
 
 from xspec.compiler.sections import DecodeSection
 from xspec.runtime.beam_search import continue_prompts
+from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.sampling import Sampling, sample
 from xspec.runtime.vocab import EOS, Vocab
@@ -57,28 +58,16 @@ class Generator:
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
-        order = sorted(range(len(lines)), key=lambda i: len(prompts[i]))
-        results: list[Optional[list[int]]] = [None] * len(lines)
-        written, start = 0, 0
-        self.model.eval()
-        while written < len(lines):
-            end = start + 1
-            length = len(prompts[order[start]])
-            while end < len(order) and len(prompts[order[end]]) == length and \
-                    (end - start + 1) * length <= self.batch_tokens:
-                end += 1
-            chunk = order[start:end]
+        follow = _follower(on_tokens) if on_tokens is not None and len(lines) == 1 else None
+
+        def continue_chunk(chunk: list[int]) -> list[list[int]]:
             batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
-            follow = _follower(on_tokens) if on_tokens is not None and len(lines) == 1 else None
-            for i, continuation in zip(chunk, self._continue(batch, [first + i for i in chunk], follow)):
-                results[i] = continuation
-            start = end
-            done = written
-            while done < len(lines) and results[done] is not None:
-                done += 1
-            if done > written:
-                yield [r for r in results[written:done] if r is not None]
-                written = done
+            return self._continue(batch, [first + i for i in chunk], follow)
+
+        self.model.eval()
+        chunks = length_sorted_chunks(range(len(lines)), [len(p) for p in prompts], self.batch_tokens,
+                                      equal_length=True)
+        yield from in_input_order([None] * len(lines), chunks, continue_chunk)
 
     def _continue(self, batch: torch.Tensor, indices: list[int], follow) -> list[list[int]]:
         d = self.decode

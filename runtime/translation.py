@@ -12,6 +12,7 @@ from xspec.compiler.sections import DecodeSection
 from xspec.runtime.batching import pad
 from xspec.runtime.beam_search import Hypothesis, beam_search
 from xspec.runtime.corpus import encode_source
+from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.vocab import PAD, Vocab
 
@@ -48,32 +49,20 @@ class Translator:
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
-        # Empty lines translate to empty lines (and cost nothing).
-        order = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(sources[i]))
-        results: list[Optional[list[Hypothesis]]] = [None if line.strip() else [] for line in lines]
-        written = 0
+
+        def translate_chunk(chunk: list[int]) -> list[list[Hypothesis]]:
+            src = pad([sources[i] for i in chunk]).to(self.device)
+            with choose_precision(self.device).autocast():
+                return beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
+                                   self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
+                                   max_positions=self.max_tokens)
+
         self.model.eval()
-        start = 0
-        while written < len(lines):
-            if start < len(order):
-                end = start + 1
-                while end < len(order) and (end - start + 1) * len(sources[order[end]]) <= self.batch_tokens:
-                    end += 1
-                chunk = order[start:end]
-                src = pad([sources[i] for i in chunk]).to(self.device)
-                with choose_precision(self.device).autocast():
-                    hyps = beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
-                                       self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
-                                       max_positions=self.max_tokens)
-                for i, h in zip(chunk, hyps):
-                    results[i] = h
-                start = end
-            done = written
-            while done < len(lines) and results[done] is not None:
-                done += 1
-            if done > written:
-                yield [h for h in results[written:done] if h is not None]
-                written = done
+        # Empty lines translate to empty lines (and cost nothing).
+        results: list[Optional[list[Hypothesis]]] = [None if line.strip() else [] for line in lines]
+        chunks = length_sorted_chunks((i for i, line in enumerate(lines) if line.strip()),
+                                      [len(s) for s in sources], self.batch_tokens)
+        yield from in_input_order(results, chunks, translate_chunk)
 
     def translate(self, lines: list[str], progress: bool = False) -> list[str]:
         return [self.vocab.decode(h[0].tokens) if h else "" for h in self.nbest(lines, progress)]
