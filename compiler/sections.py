@@ -46,6 +46,15 @@ class TrainSection(_Section):
     keep_checkpoints: int = Field(20, ge=1)
     average_last: int = Field(5, ge=1)
     validate_every_steps: int = Field(1000, ge=1)
+    # The best `keep_best` validations keep their weights in RUN/checkpoints/best/ (by validation loss,
+    # or BLEU with validate_bleu, which decodes the validation split with the decode section's beam
+    # search at every validation); `patience` stops training after that many validations in a row
+    # without a new best.
+    keep_best: int = Field(1, ge=0)
+    patience: Optional[int] = Field(None, ge=1)
+    validate_bleu: bool = False
+    # A line in RUN/train.log (and on a console that is not a terminal) every this many updates.
+    report_every_steps: int = Field(100, ge=1)
     # Losses are read back from the device every this many updates (default: 1 on CPU, 10 on GPUs,
     # where each read waits for the GPU to finish).
     log_every_steps: Optional[int] = Field(None, ge=1)

@@ -19,7 +19,6 @@ from typing import Callable, Iterator, Optional
 
 import torch
 import torch.nn as nn
-from tqdm import tqdm
 
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
@@ -27,7 +26,8 @@ from xspec.runtime import distributed, state_dicts
 from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, plan_epoch, shard
 from xspec.runtime.precision import Precision
 from xspec.runtime.prefetch import Prefetcher
-from xspec.runtime.run_dir import append_metrics
+from xspec.runtime.best import BestRecord, Criterion, best_checkpoint, remove_unkept
+from xspec.runtime.run_log import RunLog, StepFigures
 from xspec.runtime.schedule import skip_if
 from xspec.runtime.step import TrainingStep
 from xspec.runtime.tasks import Examples
@@ -43,23 +43,26 @@ class Progress:
     update: int = 0                     # next update of the epoch's plan
     train_tokens: int = 0
     train_seconds: float = 0.0
+    best: BestRecord = field(default_factory=BestRecord)
     last_checkpoint: Path | None = None
 
     def state(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "update": self.update,
-                "train_tokens": self.train_tokens, "train_seconds": self.train_seconds}
+                "train_tokens": self.train_tokens, "train_seconds": self.train_seconds, "best": self.best.state()}
 
     @classmethod
     def from_state(cls, state: dict, path: Path) -> "Progress":
-        """The progress record of a training state file, checked: counts and a duration, none negative."""
+        """The progress record of a training state file, checked: counts and a duration, none negative,
+        and the best validations (absent from the states of earlier versions)."""
         counts = ("step", "epoch", "update", "train_tokens")
         seconds = state.get("train_seconds")
-        if set(state) != {*counts, "train_seconds"} or not all(_is_count(state[k]) for k in counts) or \
+        best = BestRecord.from_state(state["best"]) if "best" in state else BestRecord()
+        if set(state) - {"best"} != {*counts, "train_seconds"} or not all(_is_count(state[k]) for k in counts) or \
                 isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
-                not 0 <= seconds < math.inf:
+                not 0 <= seconds < math.inf or best is None:
             raise UserError(f"{path}: unusable training state (progress: expected {', '.join(counts)} as "
-                            "whole numbers and train_seconds, none negative)")
-        return cls(**{k: state[k] for k in counts}, train_seconds=float(seconds))
+                            "whole numbers, train_seconds, none negative, and the best validations)")
+        return cls(**{k: state[k] for k in counts}, train_seconds=float(seconds), best=best)
 
 
 def _is_count(value) -> bool:
@@ -96,6 +99,7 @@ class _Pending:
     lr: float
     tokens: int
     loss_sum: torch.Tensor
+    grad_norm: torch.Tensor
 
 
 @dataclass
@@ -116,8 +120,10 @@ class Trainer:
     valid: Optional[Examples]
     vocab: Vocab
     progress: Progress
-    show_progress: bool = True
+    log: RunLog
     scaler: Optional[torch.amp.GradScaler] = field(default=None)
+    # BLEU of the validation split (train.validate_bleu): called on every process, returns it on every one.
+    bleu: Optional[Callable[[], float]] = None
 
     @property
     def sharded(self) -> bool:
@@ -125,47 +131,44 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------------------------
     def run(self, stop_requested: Callable[[], bool]) -> str:
-        """Updates until a limit is reached; returns which ("max_steps" or "max_minutes"). Raises
-        Interrupted (after a checkpoint) or Diverged."""
+        """Updates until a limit is reached; returns which ("max_steps", "max_minutes" or "patience").
+        Raises Interrupted (after a checkpoint) or Diverged."""
         cfg, context, progress = self.spec.train, self.context, self.progress
         reason = _limit_reached(progress, cfg)  # a resumed run may be past its limits already
         if reason is not None:
             return reason
         log_every = cfg.log_every_steps or (10 if context.device.type == "cuda" else 1)
-        bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (context.is_main and self.show_progress),
-                   dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
         pending: list[_Pending] = []
         last_checkpoint, last_read = time.time(), time.time()
         updates = Prefetcher(self.planned_updates(), self._prepare, ahead=context.device.type == "cuda")
         interrupted = over_time = due_by_time = False
-        try:
-            for update in updates:
-                started = time.time()
-                pending.append(self._update(update))
-                progress.train_seconds += time.time() - started
-                at_limit = progress.step >= cfg.max_steps
-                read_now = at_limit or progress.step % log_every == 0
-                if read_now:
-                    # Every process reads back its losses and learns what the others decided, at once.
-                    flags = [stop_requested(),
-                             cfg.max_minutes is not None and progress.train_seconds >= cfg.max_minutes * 60,
-                             cfg.checkpoint_every_minutes is not None and
-                             time.time() - last_checkpoint >= cfg.checkpoint_every_minutes * 60]
-                    losses, (interrupted, over_time, due_by_time) = self._read_back(pending, flags)
-                    self._log_steps(pending, losses, time.time() - last_read, bar)
-                    pending, last_read = [], time.time()
-                if progress.step % cfg.validate_every_steps == 0 and self.valid is not None:
-                    self._log_validation(bar)
-                due_by_steps = cfg.checkpoint_every_steps and progress.step % cfg.checkpoint_every_steps == 0
-                if due_by_steps or (read_now and (interrupted or over_time or due_by_time)):
-                    self.save_checkpoint()
-                    last_checkpoint = time.time()
-                if read_now and interrupted:
-                    raise StopRequested()
-                if read_now and (at_limit or over_time):
-                    return "max_steps" if at_limit else "max_minutes"
-        finally:
-            bar.close()
+        for update in updates:
+            started = time.time()
+            pending.append(self._update(update))
+            progress.train_seconds += time.time() - started
+            at_limit = progress.step >= cfg.max_steps
+            validate_now = self.valid is not None and progress.step % cfg.validate_every_steps == 0
+            read_now = at_limit or validate_now or progress.step % log_every == 0
+            if read_now:
+                # Every process reads back its losses and learns what the others decided, at once.
+                flags = [stop_requested(),
+                         cfg.max_minutes is not None and progress.train_seconds >= cfg.max_minutes * 60,
+                         cfg.checkpoint_every_minutes is not None and
+                         time.time() - last_checkpoint >= cfg.checkpoint_every_minutes * 60]
+                losses, norms, (interrupted, over_time, due_by_time) = self._read_back(pending, flags)
+                self._log_steps(pending, losses, norms, time.time() - last_read)
+                pending, last_read = [], time.time()
+            out_of_patience = self._validate_and_keep_best() if validate_now else False
+            due_by_steps = cfg.checkpoint_every_steps and progress.step % cfg.checkpoint_every_steps == 0
+            if due_by_steps or out_of_patience or (read_now and (interrupted or over_time or due_by_time)):
+                self.save_checkpoint()
+                last_checkpoint = time.time()
+            if read_now and interrupted:
+                raise StopRequested()
+            if out_of_patience:
+                return "patience"
+            if read_now and (at_limit or over_time):
+                return "max_steps" if at_limit else "max_minutes"
         raise AssertionError("the plan of updates never ends")
 
     def planned_updates(self) -> Iterator[tuple[int, int, list[list[int]]]]:
@@ -203,12 +206,12 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = self._accumulate(update)
         lr = self.optimizer.param_groups[0]["lr"]
-        self._optimizer_step()
+        grad_norm = self._optimizer_step()
         self.scheduler.step()
         progress.step += 1
         progress.epoch, progress.update = update.epoch, update.index + 1
         progress.train_tokens += update.tokens
-        return _Pending(progress.step, lr, update.tokens, loss_sum)
+        return _Pending(progress.step, lr, update.tokens, loss_sum, grad_norm)
 
     def _accumulate(self, update: Prepared) -> torch.Tensor:
         """Forward/backward over this process's passes of an update; its summed token loss (on the device).
@@ -236,9 +239,10 @@ class Trainer:
             return nullcontext()
         return nullcontext() if last else self.runner.no_sync()
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self) -> torch.Tensor:
         """Clip (if asked), then step, skipping an update whose gradients are not finite: decided on the
-        device, from the gradient norm, which is the same on every process after the reduction."""
+        device, from the gradient norm, which is the same on every process after the reduction. Returns
+        that norm (before clipping; a 0-d tensor on the device)."""
         cfg = self.spec.train
         if self.scaler is not None:  # fp16: the scaler skips overflowing steps itself
             self.scaler.unscale_(self.optimizer)
@@ -253,34 +257,44 @@ class Trainer:
         else:
             skip_if(self.optimizer, ~torch.isfinite(norm))
             self.optimizer.step()
+        full_tensor = getattr(norm, "full_tensor", None)      # sharded parameters: a DTensor
+        return (full_tensor() if full_tensor is not None else norm).detach()
 
-    def _read_back(self, pending: list[_Pending], flags: list[bool]) -> tuple[list[float], list[bool]]:
-        """The pending updates' losses summed over processes, and each flag as any process set it."""
-        values = torch.cat([torch.stack([p.loss_sum for p in pending]),
+    def _read_back(self, pending: list[_Pending], flags: list[bool]) -> tuple[list[float], list[float], list[bool]]:
+        """The pending updates' losses summed over processes, their gradient norms (the same on every
+        process), and each flag as any process set it: one transfer."""
+        n, world = len(pending), self.context.world_size
+        values = torch.cat([torch.stack([p.loss_sum for p in pending]), torch.stack([p.grad_norm for p in pending]),
                             torch.tensor([float(f) for f in flags], device=self.context.device)])
         values = distributed.all_sum_tensor(self.context, values.double()).tolist()
-        return values[:len(pending)], [v > 0 for v in values[len(pending):]]
+        return values[:n], [v / world for v in values[n:2 * n]], [v > 0 for v in values[2 * n:]]
 
-    def _log_steps(self, pending: list[_Pending], losses: list[float], seconds: float, bar: tqdm) -> None:
+    def _log_steps(self, pending: list[_Pending], losses: list[float], norms: list[float], seconds: float) -> None:
         tokens_per_s = sum(p.tokens for p in pending) / max(seconds, 1e-9)
-        for update, loss_sum in zip(pending, losses):
+        figures = []
+        for update, loss_sum, norm in zip(pending, losses, norms):
             loss = loss_sum / update.tokens
             if not math.isfinite(loss):
+                self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
                 raise Diverged(update.step, loss)
-            if self.context.is_main:
-                append_metrics(self.run_dir, {"step": update.step, "loss": round(loss, 5), "lr": update.lr,
-                                              "target_tokens": update.tokens, "tokens_per_s": round(tokens_per_s, 1)})
-        if self.context.is_main:
-            bar.set_postfix_str(f"loss={loss:.3f} lr={pending[-1].lr:.2e} tok/s={tokens_per_s:,.0f} "
-                                f"eta={_eta(self.progress, self.spec.train)}", refresh=False)
-            bar.update(len(pending))
+            figures.append(StepFigures(update.step, loss, update.lr, update.tokens, tokens_per_s, norm))
+        self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
 
     # --- validation and checkpoints -----------------------------------------------------------------
-    def _log_validation(self, bar: tqdm) -> None:
-        valid_loss = self.validate()
-        if self.context.is_main:
-            append_metrics(self.run_dir, {"step": self.progress.step, "valid_loss": valid_loss})
-            bar.write(f"step {self.progress.step}: valid loss {valid_loss:.4f} (ppl {math.exp(valid_loss):.2f})")
+    def _validate_and_keep_best(self) -> bool:
+        """Validation figures logged, the best validations' weights kept; True when `train.patience`
+        validations in a row brought no new best."""
+        cfg, progress = self.spec.train, self.progress
+        figures = {"valid_loss": self.validate()}
+        if self.bleu is not None:
+            figures["valid_bleu"] = round(self.bleu(), 2)
+        criterion = Criterion.of(cfg.validate_bleu)
+        kept, dropped = progress.best.observe(progress.step, figures[criterion.metric], criterion, cfg.keep_best)
+        if kept:
+            self.save_best(dropped)
+        best = progress.best.best
+        self.log.validation(progress.step, figures, " (best so far)" if best and best[0] == progress.step else "")
+        return cfg.patience is not None and progress.best.stale >= cfg.patience
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -302,6 +316,18 @@ class Trainer:
         self.wrapped.train()
         loss, tokens = distributed.all_sum_tensor(context, totals).tolist()
         return round(loss / tokens, 5)
+
+    def save_best(self, dropped: list[int]) -> None:
+        """The model's weights as RUN/checkpoints/best/step-N.safetensors; the checkpoints of `dropped`
+        steps (no longer among the best) deleted. Every process takes part in gathering sharded state."""
+        tensors = state_dicts.model_state(self.step, self.wrapped, self.sharded)
+        if self.context.is_main:
+            path = best_checkpoint(self.run_dir, self.progress.step)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            ckpt.save_weights(path, tensors, self.spec.resolved_source, self.spec.params, self.vocab.model_proto,
+                              self.progress.step)
+            for step in dropped:
+                best_checkpoint(self.run_dir, step).unlink(missing_ok=True)
 
     def save_checkpoint(self) -> None:
         """§6.1: checkpoints at intervals; the last K kept. Every process takes part in gathering sharded
@@ -332,6 +358,8 @@ class Trainer:
             raise UserError(f"{path}: the training state of step {self.progress.step}, beside the weights of "
                             f"step {checkpoint.step}")
         self.progress.last_checkpoint = checkpoint.path
+        if self.context.is_main:
+            remove_unkept(self.run_dir, [step for step, _ in self.progress.best.kept])
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
@@ -354,10 +382,10 @@ def torch_seed(value: int) -> int:
     return value % 2**63
 
 
-def _eta(progress: Progress, cfg) -> str:
+def _eta_seconds(progress: Progress, cfg) -> float:
+    """Training time left until train.max_steps or train.max_minutes, at the mean pace so far."""
     per_step = progress.train_seconds / max(progress.step, 1)
     left = (cfg.max_steps - progress.step) * per_step
     if cfg.max_minutes is not None:
         left = min(left, cfg.max_minutes * 60 - progress.train_seconds)
-    left = max(int(left), 0)
-    return f"{left // 60:d}:{left % 60:02d}"
+    return max(left, 0.0)

@@ -7,9 +7,12 @@
     RUN/data/                 the demo task's generated splits (only when no data was given)
     RUN/samples.txt           a language model's continuations of a few prompts, when a run finishes
     RUN/checkpoints/          step-N.safetensors (+ step-N.state.safetensors for resuming), the last K kept
-    RUN/metrics.jsonl         one line per step (loss, lr, tokens/s) and per validation
+    RUN/checkpoints/best/     step-N.safetensors of the best validations (train.keep_best of them)
+    RUN/metrics.jsonl         one line per step (loss, lr, tokens/s, grad norm, time) and per validation
+    RUN/train.log             the same for people: timestamped messages, a line every train.report_every_steps
+    RUN/tensorboard/          TensorBoard event files
     RUN/metrics.json          the final figures (bleu and chrf, or test_loss and test_perplexity; valid_loss,
-                              steps, train_tokens_per_s, wall_s, stopped), written when a run finishes
+                              best, steps, train_tokens_per_s, wall_s, stopped), written when a run finishes
     RUN/test.hyp              the final translations of the test split
 
 `run.json` stores data files as absolute paths, except files inside the run directory itself (the
@@ -41,7 +44,7 @@ MAX_RUN_FILE_BYTES = 1 << 20        # run.json is a few hundred bytes
 # run.json's layout; files without "format" stored relative paths relative to the working directory.
 RUN_FORMAT = 2
 SPLITS = ("train", "valid", "test")
-STOP_REASONS = ("max_steps", "max_minutes", "interrupted", "diverged")
+STOP_REASONS = ("max_steps", "max_minutes", "patience", "interrupted", "diverged")
 
 
 @dataclass(frozen=True)

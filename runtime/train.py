@@ -26,8 +26,10 @@ from xspec.files import read_regular_file, write_bytes_atomically
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.compile_choice import use_compile
+from xspec.runtime.best import Criterion, best_checkpoint
 from xspec.runtime.loop import Diverged, Progress, StopRequested, Trainer, torch_seed
 from xspec.runtime.precision import choose_precision
+from xspec.runtime.run_log import RunLog
 from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, DataFiles, RunRecord, Split, read_metrics_log,
                                    read_run_record, rewrite_metrics_log, write_final_metrics, write_run_files,
                                    write_run_record)
@@ -53,7 +55,8 @@ class RunOptions:
     # Truncate over-long training sentences instead of skipping them; None: not said (a fresh run
     # skips them, a resumed one does as it did before).
     truncate: bool | None = None
-    progress: bool = True
+    progress: bool = True               # a progress bar, when stderr is a terminal
+    tensorboard: bool = True            # TensorBoard event files in RUN/tensorboard/
     evaluate: bool = True               # score the test split at the end
     dist_timeout_minutes: float = distributed.DEFAULT_TIMEOUT_MINUTES
     vocab_file: Path | None = None      # a sentencepiece model to use instead of training one
@@ -62,19 +65,25 @@ class RunOptions:
 def train(spec, options: RunOptions) -> dict:
     """Trains `spec` (a compiled spec: `xspec.compile(...)`) into `options.out_dir`; returns the final figures."""
     task = task_for(spec)
+    if spec.train.validate_bleu and task.kind != "translation":
+        raise UserError(f"train.validate_bleu: {spec.name} is a {task.kind}, which has no BLEU; "
+                        "its validation figure is the loss (perplexity)")
     context = distributed.setup(options.device, options.dist_timeout_minutes)
+    log = RunLog(context.is_main, bar=options.progress and sys.stderr.isatty(), tensorboard=options.tensorboard,
+                 report_every=spec.train.report_every_steps)
     try:
-        return _train(spec, task, options, context)
+        return _train(spec, task, options, context, log)
     finally:
+        log.close()
         distributed.teardown(context)
 
 
-def _train(spec, task: Task, options: RunOptions, context: distributed.Context) -> dict:
+def _train(spec, task: Task, options: RunOptions, context: distributed.Context, log: RunLog) -> dict:
     """Everything that can be refused is checked before the run directory's spec.xspec and run.json
     are (re)written, so a failed command leaves a run as it was."""
     started = time.time()
     run_dir, cfg = options.out_dir, spec.train
-    say = print if context.is_main else (lambda *a, **k: None)
+    say = log.message
     existing = ckpt.list_checkpoints(run_dir)
     if existing and not options.resume:
         raise UserError(f"{run_dir} already holds checkpoints: continue it with --resume {run_dir}, "
@@ -97,13 +106,16 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context) 
     if corpus.valid is not None:
         say(corpus.valid.summary("valid"))
 
-    trainer = make_trainer(spec, run_dir, context, corpus, vocab, options)
+    trainer = make_trainer(spec, run_dir, context, corpus, vocab, options, log)
     if resumed is not None:
         trainer.resume(resumed)
+    if cfg.validate_bleu:
+        trainer.bleu = _validation_bleu(spec, task, trainer)
     progress = trainer.progress
     if context.is_main:
         write_run_files(run_dir, spec.resolved_source, record)
         _start_metrics_log(run_dir, progress.step if options.resume else None)
+    log.open(run_dir, progress.step, cfg.max_steps, resumed=resumed is not None)
     if resumed is not None:
         say(f"resuming {run_dir} at step {progress.step}")
     where = f"device {context.device}"
@@ -127,7 +139,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context) 
         except Diverged as diverged:
             _diverged(run, progress, diverged)
     stopped = _stop_record(reason, progress)
-    say(_stop_line(reason, progress, cfg))
+    say(_stop_line(reason, progress, cfg, run_dir))
     _record_stop(run, stopped)
 
     valid_loss = trainer.validate() if corpus.valid is not None else None
@@ -139,9 +151,15 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context) 
     metrics = {"steps": progress.step, "valid_loss": valid_loss,
                "train_tokens_per_s": round(progress.train_tokens / max(progress.train_seconds, 1e-9), 1),
                "train_seconds": round(progress.train_seconds, 1), "stopped": stopped}
+    if progress.best.best is not None:
+        step, value = progress.best.best
+        metrics["best"] = {"step": step, Criterion.of(cfg.validate_bleu).metric: value,
+                           "checkpoint": str(best_checkpoint(run_dir, step).relative_to(run_dir))}
     outcome = task.evaluate(model, vocab, context, run_dir, options.progress) if options.evaluate else None
     if outcome is not None:
         metrics.update(outcome.metrics)
+        log.scalars(progress.step, {f"test/{k}": v for k, v in outcome.metrics.items()
+                                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
     metrics["wall_s"] = round(time.time() - started, 1)
     write_final_metrics(run_dir, metrics)
     say(f"run directory: {run_dir}  (steps {progress.step}, valid loss {valid_loss}, "
@@ -222,9 +240,20 @@ def _record_stop(run: _Run, stopped: dict) -> None:
         write_run_record(run.run_dir, replace(run.record, stopped=stopped))
 
 
-def _stop_line(reason: str, progress: Progress, cfg) -> str:
+def _stop_line(reason: str, progress: Progress, cfg, run_dir: Path) -> str:
     if reason == "max_steps":
         return f"stopped at step {progress.step}: reached train.max_steps = {cfg.max_steps}"
+    if reason == "patience":
+        criterion = Criterion.of(cfg.validate_bleu)
+        what = "BLEU" if cfg.validate_bleu else "loss"
+        line = (f"stopped at step {progress.step}: no better validation {what} in {cfg.patience} validations "
+                f"(train.patience = {cfg.patience})")
+        if progress.best.best is not None:
+            step, value = progress.best.best
+            line += f"; the best, {criterion.metric} {value:g} at step {step}"
+            if cfg.keep_best:
+                line += f", is {best_checkpoint(run_dir, step)}"
+        return line
     return (f"stopped at step {progress.step}: reached train.max_minutes = {cfg.max_minutes:g} "
             f"({progress.train_seconds:.0f} s of training, counted over resumptions)")
 
@@ -261,7 +290,7 @@ def _users_vocab(path: Path, run_dir: Path) -> bytes:
 # --- training ----------------------------------------------------------------------------------
 
 def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
-                 options: RunOptions) -> Trainer:
+                 options: RunOptions, log: RunLog) -> Trainer:
     """The model and its loss, spread over the processes (and compiled, if asked), with Adam and the
     eq. 3 schedule: everything the loop needs."""
     cfg = spec.train
@@ -273,7 +302,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped
     return Trainer(spec, run_dir, context, precision, step, wrapped, runner, optimizer,
                    make_scheduler(optimizer, cfg, spec.model_dim), corpus.train, corpus.valid, vocab, Progress(),
-                   options.progress, precision.grad_scaler())
+                   log, precision.grad_scaler())
 
 
 def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module:
@@ -286,6 +315,21 @@ def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module:
     if model is not None:
         model.load_state_dict(tensors)
     return model
+
+
+def _validation_bleu(spec, task: Task, trainer: Trainer):
+    """train.validate_bleu: the validation split translated by rank 0 (the model gathered whole when it is
+    sharded), its BLEU sent to every process."""
+    context = trainer.context
+
+    def bleu() -> float:
+        model = _decoding_model(spec, trainer)
+        value = task.validation_bleu(model, trainer.vocab, context.device) if context.is_main else 0.0
+        trainer.wrapped.train()                     # decoding left the model in eval mode
+        total = torch.tensor([value], dtype=torch.float64, device=context.device)
+        return distributed.all_sum_tensor(context, total).item()
+
+    return bleu
 
 
 def _diverged(run: _Run, progress: Progress, diverged: Diverged) -> None:

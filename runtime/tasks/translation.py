@@ -58,6 +58,13 @@ class Translation:
         valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True) if "valid" in self.texts else None
         return Corpus(train, valid)
 
+    def validation_bleu(self, model: torch.nn.Module, vocab: Vocab, device: torch.device) -> float:
+        """train.validate_bleu: the validation split translated with the spec's decode settings, scored
+        with sacreBLEU."""
+        valid = self.texts["valid"]
+        translator = Translator(model, vocab, self.spec.decode, device, max_sequence_tokens(self.spec))
+        return score(translator.translate(valid.source), valid.target).bleu
+
     def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
                  progress: bool) -> Optional[Outcome]:
         """§6.1: beam search on the test split (or the validation split when there is none), scored with

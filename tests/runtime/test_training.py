@@ -57,7 +57,7 @@ def test_run_directory_and_final_metrics(small_corpus, tmp_path):
 
 def test_the_training_state_is_safetensors(small_corpus, tmp_path):
     _train(toy_spec(max_steps=4), small_corpus, tmp_path / "run")
-    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.is_file())
     assert names == ["step-00000004.safetensors", "step-00000004.state.safetensors"]
     state = tmp_path / "run" / "checkpoints" / names[1]
     with safe_open(str(state), "pt") as f:
@@ -73,7 +73,8 @@ def test_files_get_the_umask_permissions(small_corpus, tmp_path):
         os.umask(previous)
     run = tmp_path / "run"
     written = [run / "spec.xspec", run / "run.json", run / "sentencepiece.model", run / "metrics.json",
-               run / "metrics.jsonl", run / "test.hyp", *(run / "checkpoints").iterdir()]
+               run / "metrics.jsonl", run / "train.log", run / "test.hyp", *(run / "checkpoints").glob("**/*.*"),
+               *(run / "tensorboard").iterdir()]
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == {p.name: "0o640" for p in written}
 
 

@@ -70,7 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist-timeout", type=float_at_least(1), default=60, metavar="MINUTES",
                         help="with torchrun: how long a process waits for the others, e.g. while rank 0 "
                              "trains the vocabulary (default: 60)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="a progress bar when stderr is a terminal (otherwise, plain lines every "
+                             "train.report_every_steps updates); default: on")
+    parser.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                        help="write TensorBoard event files into RUN/tensorboard (default: on)")
     parser.add_argument("--no-test", action="store_true", help="skip decoding the test split at the end")
 
 
@@ -201,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.resume) if args.resume else Path(args.out) if args.out else default_run_dir(spec.name)
     check_output_dir(out, "--resume" if args.resume else "--out")
     options = RunOptions(out_dir=out, data=data, device=args.device, compile=args.compile,
-                         resume=bool(args.resume), truncate=args.truncate, progress=not args.no_progress,
+                         resume=bool(args.resume), truncate=args.truncate, progress=args.progress, tensorboard=args.tensorboard,
                          evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout,
                          vocab_file=_vocab_file(args, spec, spec_dir))
     train(spec, options)
