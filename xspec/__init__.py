@@ -12,7 +12,8 @@ See docs/model-interface.md for the model's interface.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+import os
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from xspec.errors import SpecError, UserError
 
@@ -23,13 +24,13 @@ if TYPE_CHECKING:
 __all__ = ["compile", "compile_source", "load", "CompiledSpec", "SpecError", "UserError"]
 
 
-def compile(path: str, overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
+def compile(path: Union[str, os.PathLike], overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
     """Parse, resolve, build the graph, validate and lower the spec at `path`.
 
     `overrides` sets parameters (`{"heads": 16}`) or section keys (`{"train.warmup_steps": 400}`);
     string values are parsed as spec expressions. Raises SpecError with every diagnostic found.
     """
-    return _compile(path, overrides, None)
+    return _compile(os.fspath(path), overrides, None)
 
 
 def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[str, Any]] = None,
