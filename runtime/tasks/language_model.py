@@ -103,4 +103,3 @@ class LanguageModelling:
                      f"bits per token, {scores.bits_per_byte:.3f} bits per byte, {sum(scores.tokens):,} tokens; "
                      f"a unigram model of the training data: {unigram:.2f})")
         return Outcome(metrics, lines)
-
