@@ -10,6 +10,7 @@ import pytest
 from xspec.runtime.demo_data import generate_split
 
 from xspec.cli import main
+from xspec.plot import DEFAULT_SIZE, load_curves
 from xspec.sweep import find_variants, row_label
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -77,6 +78,17 @@ def test_markdown_report_starts_with_its_command(swept):
     heads_row = next(line for line in text.splitlines() if "| A_heads2 |" in line)
     cells = [c.strip() for c in heads_row.strip("|").split("|")]
     assert cells[2:11] == ["", "", "", "2", "64", "64", "", "", ""]   # blank: as base
+
+
+def test_report_has_the_training_curves_of_every_run(swept):
+    png = (swept / "report" / "curves.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")   # the IHDR chunk
+    assert (width, height) == DEFAULT_SIZE
+    names = ("tiny", "A_heads2", "C_layers1")
+    curves = load_curves([swept / "runs" / "runs" / name for name in names])
+    assert [(c.label, c.last_step, len(c.loss.x)) for c in curves] == [(name, 3, 3) for name in names]
+    assert "![Training curves of every run](curves.png)" in (swept / "report" / "table3.md").read_text()
 
 
 def test_a_second_run_retrains_nothing(swept, variants, corpus, capsys):

@@ -15,8 +15,9 @@ variant specs on whatever corpus is given, at whatever scale fits the machine:
 
 Each variant trains through the runtime (`xspec.runtime.train.train`) in its own run directory
 `OUT/runs/NAME`. A variant whose run has `metrics.json` is finished and is not retrained; one with
-checkpoints but no `metrics.json` resumes from its last checkpoint. The report is rewritten after
-every variant, so an interrupted sweep leaves a partial but valid table.
+checkpoints but no `metrics.json` resumes from its last checkpoint. The report (table3.md, table3.csv
+and curves.png, the runs' training curves) is rewritten after every variant, so an interrupted sweep
+leaves a partial but valid table.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from xspec.files import read_regular_file, write_atomically, write_bytes_atomica
 from xspec.stats.architecture import PAPER_NAMES, architecture
 
 CONFIG_FILE = "sweep.json"
+CURVES_FILE = "curves.png"
 WIDTHS = ("d_model", "d_ff", "d_k", "d_v")
 # Table 3 of the paper (EN-DE dev set, newstest2013): (PPL, BLEU) by variant file, in the paper's row order.
 PAPER_TABLE3: dict[str, tuple[float, float]] = {
@@ -311,9 +313,20 @@ def _ppl(metrics: dict[str, Any]) -> str:
 # --- the report ----------------------------------------------------------------------------------
 
 def write_report(rows: list[Row], config: SweepConfig, corpus: Corpus) -> tuple[Path, Path]:
-    markdown = write_atomically(config.report_dir / "table3.md", render_markdown(rows, config, corpus))
+    curves = write_curves(rows, config)
+    markdown = write_atomically(config.report_dir / "table3.md", render_markdown(rows, config, corpus, curves))
     table = write_atomically(config.report_dir / "table3.csv", render_csv(rows))
     return markdown, table
+
+
+def write_curves(rows: list[Row], config: SweepConfig) -> Path | None:
+    """The training curves of every run that has logged steps, in the table's order; None before any has."""
+    from xspec.plot import plot_runs       # matplotlib: only once there is something to draw
+
+    path = config.report_dir / CURVES_FILE
+    run_dirs = [config.out_dir / "runs" / row.name for row in paper_order(rows)]
+    drawn = plot_runs(run_dirs, path, title=f"Table 3 sweep: {config.steps} steps per model", skip_empty=True)
+    return path if drawn else None
 
 
 def _fmt(value: Any) -> str:
@@ -322,7 +335,7 @@ def _fmt(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def render_markdown(rows: list[Row], config: SweepConfig, corpus: Corpus) -> str:
+def render_markdown(rows: list[Row], config: SweepConfig, corpus: Corpus, curves: Path | None = None) -> str:
     header = ["row", "spec", *(PAPER_NAMES[c] for c in COLUMNS), "train steps", "PPL (dev)", "BLEU (dev)",
               "params (spec)", "params (trained)", "paper: PPL", "paper: BLEU"]
     finished = [r for r in rows if r.finished]
@@ -354,6 +367,8 @@ def render_markdown(rows: list[Row], config: SweepConfig, corpus: Corpus) -> str
         "|" + "---|" * len(header),
     ]
     lines += ["| " + " | ".join(_markdown_cells(row, rows[0])) + " |" for row in paper_order(rows)]
+    if curves is not None:
+        lines += ["", f"![Training curves of every run]({curves.name})"]
     failures = [f"- {r.name} failed: {r.error}" for r in rows if r.error]
     if failures:
         lines += ["", *failures]

@@ -11,10 +11,11 @@ from xspec.commands.train import parse_overrides
 from xspec.files import check_output_dir
 
 NAME = "sweep"
-HELP = "train a folder of variant specs with the same budget; write a Table 3 report (Markdown and CSV)"
+HELP = "train a folder of variant specs with the same budget; write a Table 3 report (Markdown, CSV, curves)"
 DESCRIPTION = """\
 Trains the base spec and every .xspec in DIR with the same step budget and the same overrides,
-then writes REPORT/table3.md and REPORT/table3.csv: the columns each variant changes, train steps,
+then writes REPORT/table3.md, REPORT/table3.csv and REPORT/curves.png (every run's training curves,
+as `xspec plot` draws them). The table has the columns each variant changes, train steps,
 dev perplexity, dev BLEU (beam search, no checkpoint averaging) and parameters, as in Table 3 of
 the paper. Progress is printed per run. Runs live in OUT/runs/NAME; a finished run is not
 retrained, an interrupted one resumes, so re-running the same command continues the sweep.
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", default="runs/table3",
                         help="the sweep's run directories (default: runs/table3)")
     parser.add_argument("--report", metavar="DIR", default="docs/table3",
-                        help="where table3.md and table3.csv go (default: docs/table3)")
+                        help="where table3.md, table3.csv and curves.png go (default: docs/table3)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
     parser.add_argument("--threads", type=int_at_least(1), metavar="N",
                         help="CPU threads for torch (default: torch's); on a busy machine 1 can be much faster")
@@ -91,5 +92,6 @@ def run(args: argparse.Namespace) -> int:
         dev_lines=args.dev_lines, out_dir=Path(args.out), report_dir=Path(args.report),
         command=command_line(args), device=args.device, threads=args.threads, progress=args.progress)
     rows = run_sweep(config)
-    print(f"report: {config.report_dir / 'table3.md'}, {config.report_dir / 'table3.csv'} ({len(rows)} models)")
+    print(f"report: {config.report_dir / 'table3.md'}, {config.report_dir / 'table3.csv'}, "
+          f"{config.report_dir / 'curves.png'} ({len(rows)} models)")
     return 0
