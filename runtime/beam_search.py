@@ -11,7 +11,8 @@ With beam 1 this is greedy decoding: a sentence stops at its first argmax EOS.
 
 The search is the same for both kinds of model; what it extends differs: a translation model's
 hypotheses read the encoder's output of their sentence (`EncoderDecoderSteps`), a language model's
-continue their prompt (`LanguageModelSteps`).
+continue their prompt (`LanguageModelSteps`). Several models with one vocabulary search as an ensemble
+(a list of models for `model`): their steps are averaged by `EnsembleSteps` (runtime/ensemble.py).
 
 A step waits for the device once, to learn which sentences are done (and, when some are, once more per
 tensor it reads their hypotheses from).
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from xspec.runtime.ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 
@@ -38,29 +40,33 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
 
 
 @torch.no_grad()
-def beam_search(model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, alpha: float,
+def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Tensor, beam: int, alpha: float,
                 max_len_a: float, max_len_b: int, nbest: int = 1, use_cache: bool = True,
                 max_positions: int | None = None) -> list[list[Hypothesis]]:
-    """Best `nbest` translations of each sentence of `src` [B, S], best first.
+    """Best `nbest` translations of each sentence of `src` [B, S], best first, by a model or an ensemble
+    (a list of models).
 
     `max_positions` caps the output length where the model's positions end.
     """
     # Longest output (EOS included): a * source length (EOS included) + b.
     max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
-    steps = EncoderDecoderSteps(model, src, src_padding, beam, use_cache)
+    steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache) for m in members(model)])
     return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest)
 
 
 @torch.no_grad()
-def continue_prompts(model, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int, nbest: int = 1,
-                     use_cache: bool = True, max_positions: int | None = None) -> list[list[Hypothesis]]:
-    """Best `nbest` continuations of each prompt of a decoder-only model, `prompts` [B, P] (each starting
-    with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where the positions end)."""
+def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int,
+                     nbest: int = 1, use_cache: bool = True, max_positions: int | None = None
+                     ) -> list[list[Hypothesis]]:
+    """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
+    [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
+    the positions end)."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
-    return search(LanguageModelSteps(model, prompts, beam, use_cache), prompts.size(0), beam, alpha, max_lens, nbest)
+    steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache) for m in members(model)])
+    return search(steps, prompts.size(0), beam, alpha, max_lens, nbest)
 
 
 class EncoderDecoderSteps:
@@ -74,6 +80,7 @@ class EncoderDecoderSteps:
         # Without padding, attention over the memory needs no mask (one check per batch, not per step).
         self.memory_padding = src_padding[rows] if bool(src_padding.any()) else None
         self.cache = model.new_cache() if use_cache else None
+        self.cached = use_cache
 
     def __call__(self, sequences: torch.Tensor) -> torch.Tensor:
         """[R, t] hypotheses (BOS first) -> [R, V] logits of their next token."""
@@ -81,11 +88,20 @@ class EncoderDecoderSteps:
             return self.model.decode(sequences, self.memory, self.memory_padding)[:, -1]
         return self.model.decode(sequences[:, -1:], self.memory, self.memory_padding, cache=self.cache)[:, -1]
 
+    def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[R, t] hypotheses -> [R, V] log-probabilities (float32) of their next token."""
+        return torch.log_softmax(self(sequences).float(), dim=-1)
+
     def keep(self, rows: torch.Tensor) -> None:
         """Only these rows stay (sentences left the batch). The beams of a sentence share its memory
         rows: they are copied only here."""
         self.memory = self.memory[rows]
         self.memory_padding = self.memory_padding[rows] if self.memory_padding is not None else None
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Each row of the cache becomes the given old row (beams follow their origin)."""
+        if self.cache is not None:
+            self.cache.reorder(rows)
 
 
 class LanguageModelSteps:
@@ -96,6 +112,7 @@ class LanguageModelSteps:
         self.model = model
         self.prompts = prompts.repeat_interleave(beam, dim=0)                  # [B*K, P]
         self.cache = model.new_cache() if use_cache else None
+        self.cached = use_cache
         self.started = False
 
     def __call__(self, sequences: torch.Tensor) -> torch.Tensor:
@@ -106,17 +123,25 @@ class LanguageModelSteps:
         self.started = True
         return self.model.decode(inputs, cache=self.cache)[:, -1]
 
+    def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[R, t] hypotheses -> [R, V] log-probabilities (float32) of their next token."""
+        return torch.log_softmax(self(sequences).float(), dim=-1)
+
     def keep(self, rows: torch.Tensor) -> None:
         self.prompts = self.prompts[rows]
 
+    def reorder(self, rows: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache.reorder(rows)
+
 
 @torch.no_grad()
-def search(steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: int = 1) -> list[list[Hypothesis]]:
-    """The beam search itself, over `steps` (EncoderDecoderSteps or LanguageModelSteps) for B sentences;
-    `max_lens` [B]: each one's longest output, EOS included."""
+def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: int = 1
+           ) -> list[list[Hypothesis]]:
+    """The beam search itself, over `steps` (EncoderDecoderSteps, LanguageModelSteps or an ensemble of
+    either) for B sentences; `max_lens` [B]: each one's longest output, EOS included."""
     device = max_lens.device
     greedy = K == 1
-    cache = steps.cache
     sentence = list(range(B))                                            # original index of each active one
     alive = torch.full((B, K, 1), BOS, dtype=torch.long, device=device)  # [A, K, t]
     alive_logp = torch.full((B, K), float("-inf"), device=device)
@@ -130,7 +155,7 @@ def search(steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: i
     while sentence:
         step += 1
         A, t = alive.shape[0], alive.shape[2]
-        logp = torch.log_softmax(steps(alive.view(A * K, t)).float(), dim=-1)   # [A*K, V]
+        logp = steps.log_probs(alive.view(A * K, t))                            # [A*K, V]
         V = logp.size(-1)
         logp[:, PAD] = float("-inf")
         logp[:, BOS] = float("-inf")
@@ -186,9 +211,9 @@ def search(steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: i
             steps.keep((active[:, None] * K + torch.arange(K, device=device)).view(-1))
         else:
             active = torch.arange(A, device=device)
-        if cache is not None and sentence and not (greedy and len(sentence) == A):
+        if steps.cached and sentence and not (greedy and len(sentence) == A):
             # Rows follow their beams (greedy rows follow none: they move only when a sentence leaves).
-            cache.reorder((active[:, None] * K + beam_origin).view(-1))          # [A'*K] rows of the old batch
+            steps.reorder((active[:, None] * K + beam_origin).view(-1))          # [A'*K] rows of the old batch
     return results
 
 

@@ -1,4 +1,5 @@
 """A trained run or checkpoint, loaded for use (`xspec.load`): everything comes from the checkpoint itself.
+Several, with one vocabulary, load as an ensemble that translates and scores as one (`load_ensemble`).
 
 A checkpoint is untrusted data: its spec goes through the compiler's checks like any spec file and
 may not import other files, its vocabulary must parse and fit the model, and its tensors must
@@ -8,7 +9,7 @@ match the model the spec builds (checkpoint.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import torch
 from pydantic import ValidationError
@@ -21,6 +22,7 @@ from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.corpus import EncodedPairs, encode_source
 from xspec.runtime.distributed import pick_device
 from xspec.runtime.generation import Generator
+from xspec.runtime.ensemble import ModelOrEnsemble
 from xspec.runtime.scoring import LineScores, example_log_probs, score_lines
 from xspec.runtime.tasks import max_sequence_tokens
 from xspec.runtime.translation import Translator
@@ -118,23 +120,96 @@ class TrainedModel:
             if targets is not None:
                 raise UserError("a language model scores texts alone; targets are for translation models")
             return self.score_lines(texts).log_probs
-        if targets is None or len(targets) != len(texts):
-            raise UserError("a translation model scores targets given their sources: score(sources, targets) "
-                            "with one target per source")
-        sources, too_long = encode_source(texts, self.tokenizer, self.max_tokens)
-        encoded = self.tokenizer.encode(targets)
-        longer = [i for i, ids in enumerate(encoded) if len(ids) + 1 > self.max_tokens]
-        if too_long or longer:
-            line = (too_long[0][0] if too_long else longer[0]) + 1
-            raise UserError(f"line {line}: longer than the model's {self.max_tokens} positions")
-        return example_log_probs(self.model, EncodedPairs(sources, encoded), self.device)
+        return score_pairs(self.model, self.tokenizer, self.max_tokens, self.device, texts, targets)
 
-    def score_lines(self, lines: list[str]) -> LineScores:
+    def score_lines(self, lines: list[str], batch_tokens: int = 4000) -> LineScores:
         """A language model's log-probability of each line, with perplexity over them all."""
         if not self.is_language_model:
             raise UserError(f"{self.path}: perplexity of text is for language models; a translation model "
                             "is scored with score(sources, targets) or BLEU")
-        return score_lines(self.model, self.tokenizer, lines, self.device, self.max_tokens)
+        return score_lines(self.model, self.tokenizer, lines, self.device, self.max_tokens, batch_tokens)
+
+
+class TrainedEnsemble:
+    """Trained models with one vocabulary that translate and score as one (runtime/ensemble.py):
+    `load_ensemble(["runs/a", "runs/b"])`.
+
+        ensemble.translate(["a sentence"], beam=4)    # each step mixes the models' next-token distributions
+        ensemble.score(sources, targets)              # log P(target | source), the same mixture token by token
+        ensemble.score_lines(lines).perplexity        # language models
+
+    `models` are the TrainedModels; the decode settings are the first one's spec's, and the longest
+    sequence (`max_tokens`) is the smallest model's.
+    """
+
+    def __init__(self, models: list[TrainedModel], names: list[str]) -> None:
+        assert len(models) > 1 and len(names) == len(models), "an ensemble of one is its model"
+        self.models, self.names = models, names
+        self.tokenizer, self.device = models[0].tokenizer, models[0].device
+
+    @property
+    def is_language_model(self) -> bool:
+        return self.models[0].is_language_model
+
+    @property
+    def max_tokens(self) -> int:
+        return min(m.max_tokens for m in self.models)
+
+    @property
+    def members(self) -> tuple[torch.nn.Module, ...]:
+        """The torch modules, as decoding and scoring take an ensemble."""
+        return tuple(m.model for m in self.models)
+
+    @property
+    def name(self) -> str:
+        return " + ".join(self.names)
+
+    def __repr__(self) -> str:
+        return f"<TrainedEnsemble of {len(self.models)}: {', '.join(repr(m) for m in self.models)}>"
+
+    def decode_settings(self, **overrides) -> DecodeSection:
+        return self.models[0].decode_settings(**overrides)
+
+    def translator(self, batch_tokens: int = 4000, **overrides) -> Translator:
+        if self.is_language_model:
+            raise UserError(f"{self.name}: language models (no encoder) do not translate")
+        return Translator(self.members, self.tokenizer, self.decode_settings(**overrides),
+                          self.device, self.max_tokens, batch_tokens)
+
+    def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
+                  max_len_b: Optional[int] = None) -> list[str]:
+        """Each line translated by the ensemble with beam search (the first spec's decode settings unless given)."""
+        return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
+
+    def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
+        """The ensemble's log P (nats) of each text (language models), or of each target given its source."""
+        if self.is_language_model:
+            if targets is not None:
+                raise UserError("a language model scores texts alone; targets are for translation models")
+            return self.score_lines(texts).log_probs
+        return score_pairs(self.members, self.tokenizer, self.max_tokens, self.device, texts, targets)
+
+    def score_lines(self, lines: list[str], batch_tokens: int = 4000) -> LineScores:
+        """The ensemble's log-probability of each line (in windows of the smallest model's positions)."""
+        if not self.is_language_model:
+            raise UserError(f"{self.name}: perplexity of text is for language models; translation models are "
+                            "scored with score(sources, targets) or BLEU")
+        return score_lines(self.members, self.tokenizer, lines, self.device, self.max_tokens, batch_tokens)
+
+
+def score_pairs(model: ModelOrEnsemble, tokenizer: Vocab, max_tokens: int, device: torch.device, sources: list[str],
+                targets: Optional[list[str]]) -> list[float]:
+    """log P (nats) of each target given its source, under a translation model or an ensemble of them."""
+    if targets is None or len(targets) != len(sources):
+        raise UserError("a translation model scores targets given their sources: score(sources, targets) "
+                        "with one target per source")
+    encoded_sources, too_long = encode_source(sources, tokenizer, max_tokens)
+    encoded = tokenizer.encode(targets)
+    longer = [i for i, ids in enumerate(encoded) if len(ids) + 1 > max_tokens]
+    if too_long or longer:
+        line = (too_long[0][0] if too_long else longer[0]) + 1
+        raise UserError(f"line {line}: longer than the model's {max_tokens} positions")
+    return example_log_probs(model, EncodedPairs(encoded_sources, encoded), device)
 
 
 def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, None] = None,
@@ -148,3 +223,27 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     if use_compile(compile, chosen):
         model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats
     return TrainedModel(spec, model, vocab, chosen, checkpoint.path)
+
+
+def load_ensemble(runs: Sequence[Union[str, Path]], device: Union[str, torch.device, None] = None,
+                  compile: str = "off") -> Union[TrainedModel, TrainedEnsemble]:
+    """One run or checkpoint: `load`'s model. Several: an ensemble of them, which must share one vocabulary
+    (the same sentencepiece model) and one task (all translation models, or all language models); their
+    architectures may differ."""
+    if not runs:
+        raise UserError("no run or checkpoint to load")
+    first = load(runs[0], device, compile)
+    if len(runs) == 1:
+        return first
+    models = [first]
+    for run in runs[1:]:
+        model = load(run, first.device, compile)
+        if model.tokenizer.model_proto != first.tokenizer.model_proto:
+            raise UserError(f"{runs[0]} and {run} have different vocabularies (their sentencepiece models differ); "
+                            "the models of an ensemble must share one")
+        if model.is_language_model != first.is_language_model:
+            kinds = ["a language model" if m.is_language_model else "a translation model" for m in (first, model)]
+            raise UserError(f"{runs[0]} is {kinds[0]} but {run} is {kinds[1]}; the models of an ensemble do "
+                            "one task")
+        models.append(model)
+    return TrainedEnsemble(models, [str(run) for run in runs])

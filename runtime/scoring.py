@@ -3,7 +3,8 @@
 A language model scores a line as a document: its tokens and the EOS that ends it, each predicted from
 what comes before it after the document's starting EOS. A line longer than the model's positions is
 scored in windows (runtime/documents.py): the tokens of a later window are predicted without the
-earlier ones as context. A translation model scores a target given its source.
+earlier ones as context. A translation model scores a target given its source. An ensemble (a list of
+models) predicts each token with the mixture its decoding takes (runtime/ensemble.py).
 """
 
 from __future__ import annotations
@@ -16,24 +17,32 @@ import torch.nn.functional as F
 
 from xspec.runtime.batching import micro_batches
 from xspec.runtime.documents import EncodedText, document_sequence, windows
+from xspec.runtime.ensemble import ModelOrEnsemble, members, mixture_log_probs
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.vocab import PAD, Vocab
 
 
 @torch.no_grad()
-def example_log_probs(model, examples, device: torch.device, batch_tokens: int = 4000) -> list[float]:
+def example_log_probs(model: ModelOrEnsemble, examples, device: torch.device, batch_tokens: int = 4000) -> list[float]:
     """log P (nats) of each example's labels given its inputs (`examples`: EncodedText or EncodedPairs)."""
+    models = members(model)
     totals = [0.0] * len(examples)
-    model.eval()
+    for m in models:
+        m.eval()
     for indices in micro_batches(examples.src_lens, examples.tgt_lens, batch_tokens):
         batch = examples.collate(indices).to(device)
-        with choose_precision(device).autocast():
-            logits = model(*batch.inputs)                                   # [B, T, V]
-        loss = F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=PAD,
-                               reduction="none")                            # [B, T]
-        for i, value in zip(indices, loss.sum(dim=1).tolist()):
-            totals[i] = -value
+        each = [_label_log_probs(m, batch, device) for m in models]       # M x [B, T]
+        token_log_probs = each[0] if len(each) == 1 else mixture_log_probs(each)
+        for i, value in zip(indices, token_log_probs.sum(dim=1).tolist()):
+            totals[i] = value
     return totals
+
+
+def _label_log_probs(model: torch.nn.Module, batch, device: torch.device) -> torch.Tensor:
+    """[B, T] log-probability of each label (0 at padding)."""
+    with choose_precision(device).autocast():
+        logits = model(*batch.inputs)                                       # [B, T, V]
+    return -F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=PAD, reduction="none")
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ class LineScores:
         return -sum(self.log_probs) / math.log(2) / max(self.bytes, 1)
 
 
-def score_lines(model, vocab: Vocab, lines: list[str], device: torch.device, max_positions: int,
+def score_lines(model: ModelOrEnsemble, vocab: Vocab, lines: list[str], device: torch.device, max_positions: int,
                 batch_tokens: int = 4000) -> LineScores:
     """Each line's log-probability under a decoder-only model (windows of at most `max_positions`)."""
     pieces, owner = [], []
@@ -76,3 +85,4 @@ def score_lines(model, vocab: Vocab, lines: list[str], device: torch.device, max
     for line, piece in zip(owner, pieces):
         tokens[line] += len(piece) - 1
     return LineScores(log_probs, tokens, sum(len(line.encode("utf-8")) + 1 for line in lines))
+

@@ -1,4 +1,5 @@
-"""Translating many sentences: sorted by length into batches, beam search, original order restored."""
+"""Translating many sentences: sorted by length into batches, beam search, original order restored.
+The model may be an ensemble: a list of models sharing the vocabulary (runtime/ensemble.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,19 @@ from xspec.runtime.batching import pad
 from xspec.runtime.beam_search import Hypothesis, beam_search
 from xspec.runtime.corpus import encode_source
 from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
+from xspec.runtime.ensemble import ModelOrEnsemble, members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.vocab import PAD, Vocab
 
 
 @dataclass(frozen=True)
 class Translator:
-    model: torch.nn.Module
+    model: ModelOrEnsemble          # a model, or a list of models decoding as an ensemble
     vocab: Vocab
     decode: DecodeSection
     device: torch.device
-    max_tokens: int                 # the model's longest sequence (its positions), source and output
+    max_tokens: int                 # the model's longest sequence (its positions), source and output; an
+                                    # ensemble's is its smallest model's
     batch_tokens: int = 4000        # source tokens per beam-search batch (times the beam in memory)
 
     def with_batch_tokens(self, batch_tokens: int) -> "Translator":
@@ -57,7 +60,8 @@ class Translator:
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
                                    max_positions=self.max_tokens)
 
-        self.model.eval()
+        for model in members(self.model):
+            model.eval()
         # Empty lines translate to empty lines (and cost nothing).
         results: list[Optional[list[Hypothesis]]] = [None if line.strip() else [] for line in lines]
         chunks = length_sorted_chunks((i for i, line in enumerate(lines) if line.strip()),

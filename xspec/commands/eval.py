@@ -21,8 +21,13 @@ cross entropy in bits per token and in bits per byte (of the UTF-8 text, a newli
 across vocabularies), and the token count. A line longer than the model's positions is scored in
 windows, each without the earlier ones as context.
 
+Several runs or checkpoints with one vocabulary are scored as an ensemble (see `xspec translate`):
+translation models by BLEU of the ensemble's translations; language models by the perplexity of the
+mixture ensemble decoding takes: each token's probability is the mean of the models' probabilities.
+
 examples:
   xspec eval runs/tiny --src test.en --ref test.de
+  xspec eval runs/tiny runs/tiny-seed2 --src test.en --ref test.de     # an ensemble of two
   xspec eval runs/lm --text test.txt
 """
 
@@ -36,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xspec.runtime.inference import load
+    from xspec.runtime.inference import load_ensemble
 
     if args.text is not None and (args.src or args.ref or args.output):
         raise UserError("--text scores a language model's text; --src, --ref and --output are for translation")
@@ -45,11 +50,12 @@ def run(args: argparse.Namespace) -> int:
                         "language model")
     if args.output:
         check_output_file(Path(args.output), "--output")
-    trained = load(Path(args.model), args.device, args.compile)
+    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile)
+    name = " + ".join(args.models)
     if args.text is not None:
-        return _perplexity(trained, Path(args.text), args.batch_tokens)
+        return _perplexity(trained, name, Path(args.text), args.batch_tokens)
     if trained.is_language_model:
-        raise UserError(f"{args.model}: a language model; score its text with --text FILE")
+        raise UserError(f"{name}: a language model; score its text with --text FILE")
     return _bleu(trained, args)
 
 
@@ -69,15 +75,13 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     return 0
 
 
-def _perplexity(trained, path: Path, batch_tokens: int) -> int:
+def _perplexity(trained, name: str, path: Path, batch_tokens: int) -> int:
     from xspec.runtime.documents import read_documents
-    from xspec.runtime.scoring import score_lines
 
     if not trained.is_language_model:
-        raise UserError(f"{trained.path}: a translation model; score it with --src FILE --ref FILE")
+        raise UserError(f"{name}: a translation model; score it with --src FILE --ref FILE")
     documents = read_documents(path)
-    scores = score_lines(trained.model, trained.tokenizer, documents.lines, trained.device, trained.max_tokens,
-                         batch_tokens)
+    scores = trained.score_lines(documents.lines, batch_tokens)
     print(f"{path}: perplexity {scores.perplexity:.3f}, {scores.bits_per_token:.4f} bits per token, "
           f"{scores.bits_per_byte:.4f} bits per byte ({len(documents.lines):,} lines, "
           f"{sum(scores.tokens):,} tokens)")

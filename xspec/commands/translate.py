@@ -20,15 +20,22 @@ e.g. an average written by `xspec average`). Beam search as in the paper: beam 4
 Translations stream: each is written (in input order) as soon as it and the lines before it are
 done, so `xspec translate RUN` answers lines as they are typed, and works inside pipes.
 
+Several runs or checkpoints translate as an ensemble: at each step of the search, a token's
+probability is the mean of the models' probabilities (a mixture, as fairseq's ensembles take it).
+They must share one vocabulary (the same sentencepiece model); their architectures may differ. The
+decode settings are the first run's, and the output length is capped by the smallest model's positions.
+
 examples:
   xspec translate runs/tiny < input.en > output.de
   xspec translate runs/tiny/averaged.safetensors --input input.en --beam 1
   xspec translate runs/tiny --nbest 4 < input.en      # "LINE ||| translation ||| score" lines
+  xspec translate runs/tiny runs/tiny-seed2 < input.en > output.de   # an ensemble of two
 """
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser)
+    """The model (one, or several as an ensemble: `args.models`) and the beam search's flags."""
+    add_model_arguments(parser, ensemble=True)
     parser.add_argument("--beam", type=int_at_least(1), help="beam size (1: greedy)")
     parser.add_argument("--alpha", type=float_at_least(0), help="length penalty alpha, lp(Y) = ((5 + |Y|) / 6)^alpha")
     parser.add_argument("--max-len-b", type=int_at_least(0), help="output length limit: input length + this")
@@ -36,9 +43,14 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="source tokens per decoding batch (default 4000)")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """RUN_OR_CHECKPOINT, --device and --compile: what every command that loads a trained model takes."""
-    parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
+def add_model_arguments(parser: argparse.ArgumentParser, ensemble: bool = False) -> None:
+    """RUN_OR_CHECKPOINT, --device and --compile: what every command that loads a trained model takes.
+    `ensemble`: one or more (`args.models`, a list) instead of one (`args.model`)."""
+    if ensemble:
+        parser.add_argument("models", metavar="RUN_OR_CHECKPOINT", nargs="+",
+                            help="a run directory or a checkpoint file; several decode as an ensemble")
+    else:
+        parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
     parser.add_argument("--device", help="cpu, cuda, ... (default: CUDA when available)")
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                         help="torch.compile the decoder step (auto: on for CUDA, off on CPU)")
@@ -60,12 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xspec.runtime.inference import load
+    from xspec.runtime.inference import load_ensemble
 
     if args.output:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
-    trained = load(Path(args.model), args.device, args.compile)
+    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile)
     translator = trained.translator(args.batch_tokens, **decode_overrides(args, args.nbest))
 
     def translate(window: list[str], first: int, name: str) -> Iterator[str]:
