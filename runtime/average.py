@@ -1,13 +1,17 @@
-"""Checkpoint averaging (§6.1: "averaging the last 5 checkpoints" for base models, the last 20 for big)."""
+"""Checkpoint averaging (§6.1: "averaging the last 5 checkpoints" for base models, the last 20 for big), or
+of the best-validated checkpoints a run kept (train.keep_best)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
+from xspec.runtime.best import Criterion, best_dir
+from xspec.runtime.run_dir import METRICS_LOG, read_metrics_log
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -28,20 +32,42 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {k: (v / len(paths)).to(first.tensors[k].dtype) for k, v in sums.items()}
 
 
-def average_run(run_dir: Path, last: int, output: Path) -> list[Path]:
-    """Writes the average of the run's last `last` checkpoints to `output` (safetensors, whatever its
-    name); returns the checkpoints averaged."""
+def average_run(run_dir: Path, output: Path, last: Optional[int] = None, best: Optional[int] = None) -> list[Path]:
+    """Writes the average of the run's `last` latest checkpoints, or of its `best` best-validated ones
+    (RUN/checkpoints/best/, ranked by what the run logged), to `output` (safetensors, whatever its name);
+    returns the checkpoints averaged."""
+    assert (last is None) != (best is None), "average the last N or the best N"
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
-    found = ckpt.list_checkpoints(run_dir)
-    if not found:
-        raise UserError(f"{run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
-    if last > len(found):
-        raise UserError(f"{run_dir}: --last {last}, but the run kept only {len(found)} checkpoints")
+    if best is not None:
+        found = best_checkpoints(run_dir)
+        if best > len(found):
+            raise UserError(f"{run_dir}: --best {best}, but the run kept the best {len(found)} "
+                            f"(train.keep_best) in {best_dir(run_dir)}")
+        chosen = found[:best]
+    else:
+        found = ckpt.list_checkpoints(run_dir)
+        if not found:
+            raise UserError(f"{run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
+        if last > len(found):
+            raise UserError(f"{run_dir}: --last {last}, but the run kept only {len(found)} checkpoints")
+        chosen = found[-last:]
     if output.resolve() in {p.resolve() for p in found}:
         raise UserError(f"--output {output}: is one of the run's checkpoints; write the average elsewhere")
-    chosen = found[-last:]
-    newest = ckpt.load_weights(chosen[-1])
+    newest = ckpt.load_weights(max(chosen, key=ckpt.step_of))
     tensors = average_checkpoints(chosen)
     ckpt.save_weights(output, tensors, newest.spec_source, newest.params, newest.vocab_proto, newest.step)
     return chosen
+
+
+def best_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's best-validated checkpoints, best first: ranked by the validation figure metrics.jsonl
+    logged at their step (BLEU when the run validated it, else the loss)."""
+    kept = {ckpt.step_of(p): p for p in ckpt.checkpoints_in(best_dir(run_dir))}
+    logged = {r["step"]: r for r in read_metrics_log(run_dir) if "valid_loss" in r}
+    missing = sorted(step for step in kept if step not in logged)
+    if missing:
+        raise UserError(f"{kept[missing[0]]}: {run_dir / METRICS_LOG} logged no validation at step {missing[0]}")
+    criterion = Criterion.of(validate_bleu=any("valid_bleu" in logged[step] for step in kept))
+    sign = -1.0 if criterion.higher_is_better else 1.0
+    return [kept[step] for step in sorted(kept, key=lambda s: (sign * logged[s][criterion.metric], s))]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from xspec.runtime.checkpoint import CHECKPOINT_DIR
+from xspec.runtime.checkpoint import CHECKPOINT_DIR, checkpoints_in, step_of
 
 BEST_DIR = "best"
 
@@ -95,8 +95,6 @@ def best_checkpoint(run_dir: Path, step: int) -> Path:
 def remove_unkept(run_dir: Path, kept: list[int]) -> None:
     """Deletes best checkpoints of steps not in `kept`: a resumed run redoes the steps after its checkpoint,
     and their validations with them."""
-    directory = best_dir(run_dir)
-    if directory.is_dir():
-        for path in directory.glob("step-*.safetensors"):
-            if path not in {best_checkpoint(run_dir, step) for step in kept}:
-                path.unlink(missing_ok=True)
+    for path in checkpoints_in(best_dir(run_dir)):
+        if step_of(path) not in kept:
+            path.unlink(missing_ok=True)

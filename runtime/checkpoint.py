@@ -174,9 +174,20 @@ def state_path(weights: Path) -> Path:
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """The run's checkpoints, oldest first."""
-    directory = run_dir / CHECKPOINT_DIR
+    return checkpoints_in(run_dir / CHECKPOINT_DIR)
+
+
+def checkpoints_in(directory: Path) -> list[Path]:
+    """The step-N.safetensors files in `directory`, by step."""
     found = [(int(m.group(1)), p) for p in directory.glob("step-*.safetensors") if (m := _STEP_FILE.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
+
+
+def step_of(path: Path) -> int:
+    """The step in a checkpoint's file name (step-N.safetensors)."""
+    match = _STEP_FILE.fullmatch(path.name)
+    assert match is not None, f"not a checkpoint file name: {path.name}"
+    return int(match.group(1))
 
 
 def resolve(run_or_checkpoint: Path) -> Path:

@@ -143,7 +143,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     _record_stop(run, stopped)
 
     valid_loss = trainer.validate() if corpus.valid is not None else None
-    if progress.last_checkpoint is None or _checkpoint_step(progress.last_checkpoint) != progress.step:
+    if progress.last_checkpoint is None or ckpt.step_of(progress.last_checkpoint) != progress.step:
         trainer.save_checkpoint()
     model = _decoding_model(spec, trainer)
     if not context.is_main:
@@ -342,10 +342,6 @@ def _diverged(run: _Run, progress: Progress, diverged: Diverged) -> None:
 
 
 # --- checkpoints -------------------------------------------------------------------------------
-
-def _checkpoint_step(path: Path) -> int:
-    return int(path.name.split("-")[1].split(".")[0])
-
 
 def model_params(params: dict) -> dict:
     """The parameters that shape the model (section settings such as train.max_steps may change on resume)."""

@@ -152,3 +152,21 @@ def test_a_language_model_has_no_validation_bleu(tmp_path):
     with pytest.raises(UserError, match="train.validate_bleu: transformer_lm is a language model, which has no BLEU"):
         train(spec, RunOptions(tmp_path / "run", None, device="cpu"))
     assert not (tmp_path / "run").exists()
+
+
+def test_average_best_takes_the_best_validated_checkpoints(small_corpus, tmp_path, scripted_validation, capsys):
+    from xspec.cli import main
+
+    scripted_validation += [5.0, 4.0, 3.0, 3.5, 3.2, 3.1, 2.0, 1.0]
+    run = tmp_path / "run"
+    _train(toy_spec(max_steps=12, validate_every_steps=2, checkpoint_every_steps=2, keep_checkpoints=10,
+                    keep_best=3), small_corpus, run)
+    capsys.readouterr()
+    assert main(["average", str(run), "--best", "2", "-o", str(tmp_path / "best2.safetensors")]) == 0
+    assert "step-00000006.safetensors ... step-00000012.safetensors" in capsys.readouterr().out   # 3.0 and 3.1
+    averaged = _weights(tmp_path / "best2.safetensors")
+    kept = [_weights(run / "checkpoints" / f"step-{s:08d}.safetensors") for s in (6, 12)]
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor, (kept[0][name] + kept[1][name]) / 2, rtol=1e-6, atol=1e-7)
+    assert main(["average", str(run), "--best", "4", "-o", str(tmp_path / "best4.safetensors")]) == 1
+    assert "--best 4, but the run kept the best 3 (train.keep_best)" in capsys.readouterr().err

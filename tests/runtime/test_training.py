@@ -245,7 +245,7 @@ def test_average_is_the_mean_of_the_last_checkpoints(small_corpus, tmp_path):
     _train(toy_spec(max_steps=12), small_corpus, tmp_path / "run")
     found = ckpt.list_checkpoints(tmp_path / "run")
     assert len(found) == 3
-    chosen = average_run(tmp_path / "run", 2, tmp_path / "averaged.safetensors")
+    chosen = average_run(tmp_path / "run", tmp_path / "averaged.safetensors", last=2)
     assert chosen == found[-2:]
     averaged = ckpt.load_weights(tmp_path / "averaged.safetensors")
     a, b = (ckpt.load_weights(p).tensors for p in found[-2:])
@@ -254,14 +254,14 @@ def test_average_is_the_mean_of_the_last_checkpoints(small_corpus, tmp_path):
         assert torch.equal(tensor, ((a[name].double() + b[name].double()) / 2).float())
     assert averaged.step == 12 and averaged.params == ckpt.load_weights(found[-1]).params
     with pytest.raises(UserError, match="kept only 3 checkpoints"):
-        average_run(tmp_path / "run", 5, tmp_path / "avg5.safetensors")
+        average_run(tmp_path / "run", tmp_path / "avg5.safetensors", last=5)
     with pytest.raises(UserError, match="is one of the run's checkpoints"):
-        average_run(tmp_path / "run", 2, found[-1])
+        average_run(tmp_path / "run", found[-1], last=2)
 
 
 def test_an_average_named_pt_is_still_safetensors(small_corpus, tmp_path):
     _train(toy_spec(max_steps=8), small_corpus, tmp_path / "run")
-    average_run(tmp_path / "run", 2, tmp_path / "averaged.pt")
+    average_run(tmp_path / "run", tmp_path / "averaged.pt", last=2)
     with safe_open(str(tmp_path / "averaged.pt"), "pt") as f:
         assert f.metadata()["xspec.step"] == "8"
     assert ckpt.load_weights(tmp_path / "averaged.pt").step == 8
