@@ -208,7 +208,7 @@ def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], diagnostics:
             diagnostics.error("type", COMMAND_LINE, f"--set: {printable(repr(key))[:200]} is not a parameter "
                               "or section key")
             continue
-        value = _override_expr(key, raw, diagnostics)
+        value = _override_expr(key, raw, merged.params, diagnostics)
         if value is None:
             continue
         section, _, entry_key = key.partition(".")
@@ -233,14 +233,18 @@ def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], diagnostics:
             merged.params[key] = ast.Param(old.name, value, old.span, is_override=True)
 
 
-def _override_expr(key: str, raw: Any, diagnostics: Diagnostics) -> Optional[ast.Expr]:
-    """An override as an expression: text is parsed as spec syntax, Python values are checked like literals."""
+def _override_expr(key: str, raw: Any, params: Mapping[str, ast.Param], diagnostics: Diagnostics
+                   ) -> Optional[ast.Expr]:
+    """An override as an expression. Text is read as a spec expression (`2 * d_model`, `d_k`, `true`), with
+    two kindnesses of the command line: True/False in any case are booleans, and any other bare word that
+    names no parameter is a string (`--set positions=learned`). Python values are checked like literals."""
     try:
         if isinstance(raw, str):
             check_value(raw, COMMAND_LINE)
+            if raw.strip().lower() in ("true", "false"):
+                return ast.Literal(raw.strip().lower() == "true", COMMAND_LINE)
             parsed = parse_expression(raw, "<command line>", Diagnostics())
-            # A bare word that is not an expression (`--set positions=learned`) is a string.
-            if parsed is None or isinstance(parsed, ast.Name):
+            if parsed is None or (isinstance(parsed, ast.Name) and parsed.id not in params):
                 return ast.Literal(raw, COMMAND_LINE)
             return _relocate(parsed)
         if isinstance(raw, (bool, int, float)):

@@ -11,7 +11,6 @@ is whatever `spec.build()` returns) or on the task (runtime/tasks: what the data
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -23,6 +22,7 @@ import torch
 
 from xspec.errors import UserError
 from xspec.files import read_regular_file, write_bytes_atomically
+from xspec.process import find_tcmalloc, uses_tcmalloc
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.compile_choice import use_compile
@@ -87,7 +87,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     existing = ckpt.list_checkpoints(run_dir)
     if existing and not options.resume:
         raise UserError(f"{run_dir} already holds checkpoints: continue it with --resume {run_dir}, "
-                        "or choose another --out")
+                        "or choose another --output")
     if options.resume and not existing:
         raise UserError(f"--resume {run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
     record = _resumed_record(run_dir, options) if options.resume else \
@@ -124,9 +124,11 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     if context.device.type == "cuda":
         where += f", {trainer.precision.name}"
     say(f"{spec.name}: {spec.parameters:,} parameters, vocabulary {len(vocab)}, {where}")
-    if context.device.type == "cpu" and "malloc" not in os.environ.get("LD_PRELOAD", ""):
-        say("note: CPU training runs several times faster with tcmalloc: "
-            "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 (Debian: libtcmalloc-minimal4)")
+    if context.device.type == "cpu" and not uses_tcmalloc():
+        library = find_tcmalloc()
+        say("note: CPU training runs several times faster with tcmalloc: " +
+            ("install it (Debian/Ubuntu: apt-get install libtcmalloc-minimal4); xspec then uses it" if library is None
+             else f"the xspec command uses it unless --no-tcmalloc; from Python, LD_PRELOAD={library}"))
 
     run = _Run(spec, run_dir, record, context, options)
     with _stop_on_signals() as stop_requested:

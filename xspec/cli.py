@@ -13,8 +13,11 @@ from xspec.commands import eval as eval_command
 from xspec.commands import stats as stats_command
 from xspec.commands import sweep
 from xspec.errors import SpecError, UserError
+from xspec.commands.arguments import add_process_arguments
+from xspec.process import apply_threads, reexec_with_tcmalloc
 
-# Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status.
+# Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status, and
+# COMPUTES = True when it runs models (it then takes --threads and --tcmalloc, xspec/process.py).
 # Importing them must stay cheap (torch and the like are imported inside run()): `xspec --help` and
 # argument errors should answer at once.
 COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, eval_command, average, viz,
@@ -42,13 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                          help="show a Python traceback on errors")
         command.add_arguments(sub)
+        if getattr(command, "COMPUTES", False):
+            add_process_arguments(sub)
         sub.set_defaults(run=command.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `xspec` program (argv None: sys.argv), or a command run from Python (`main(["train", ...])`)."""
     args = build_parser().parse_args(argv)
+    if argv is None:
+        reexec_with_tcmalloc(args)       # returns when it does not apply
     try:
+        apply_threads(args)
         return args.run(args)
     except UserError as error:
         if args.debug:

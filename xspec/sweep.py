@@ -290,7 +290,7 @@ def _check_or_record(config: SweepConfig) -> None:
         if recorded != json.loads(json.dumps(wanted)):
             differing = sorted(k for k in wanted if recorded.get(k) != json.loads(json.dumps(wanted[k])))
             raise UserError(f"{config.out_dir} holds a sweep with different settings ({', '.join(differing)}); "
-                            "use another --out, or the same settings to continue it")
+                            "use another --output, or the same settings to continue it")
     else:
         write_atomically(path, json.dumps(wanted, indent=2) + "\n")
 

@@ -258,7 +258,7 @@ def test_output_paths_are_checked_first(capsys, tmp_path):
     line = _error(capsys, "average", nowhere, "-o", str(tmp_path))
     assert "--output" in line and "is a directory" in line
     line = _error(capsys, "train", TINY, "--out", str(blocker))
-    assert line == f"xspec: error: --out {blocker}: {blocker} is not a directory"
+    assert line == f"xspec: error: --output {blocker}: {blocker} is not a directory"
     line = _error(capsys, "sweep", nowhere, "--steps", "1", "--data", "demo", "--report", str(blocker / "r"))
     assert line == f"xspec: error: --report {blocker / 'r'}: {blocker} is not a directory"
 

@@ -7,6 +7,8 @@ import argparse
 import math
 from typing import Callable
 
+from xspec.errors import UserError
+
 # Counts and sizes on the command line: beyond this they are mistakes, not requests.
 LARGEST_COUNT = 2**31 - 1
 
@@ -47,3 +49,37 @@ def float_at_least(least: float, most: float = math.inf) -> Callable[[str], floa
 
     parse.__name__ = "number"
     return parse
+
+
+def add_set_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """--set KEY=VALUE, repeatable, the same in every command: `args.overrides`, read by parse_overrides."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a parameter (heads=16) or a section key (train.warmup_steps=400)" + what +
+                             "; VALUE is a spec expression (2 * d_model, d_k, true); repeatable; "
+                             "`xspec keys` lists the section keys")
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """KEY=VALUE pairs; the compiler reads each VALUE as a spec expression, where the key is defined."""
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UserError(f"--set {pair}: expected KEY=VALUE, e.g. --set heads=16")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def add_device_argument(parser: argparse.ArgumentParser, note: str = "") -> None:
+    """--device, with the same default in every command: CUDA when available, else the CPU."""
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: CUDA when available)" + note)
+
+
+def add_process_arguments(parser: argparse.ArgumentParser) -> None:
+    """--threads and --tcmalloc/--no-tcmalloc: what every command that computes takes (xspec/process.py)."""
+    parser.add_argument("--threads", type=int_at_least(1), metavar="N",
+                        help="CPU threads for torch (default: torch's, one per core); on a busy machine 1 can be "
+                             "much faster")
+    parser.add_argument("--tcmalloc", action=argparse.BooleanOptionalAction, default=True,
+                        help="on a CPU, run with tcmalloc when it is installed (several times faster than glibc's "
+                             "malloc here; default: on)")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import xspec
-from xspec.errors import UserError
+from xspec.commands.arguments import add_set_argument, parse_overrides
 from xspec.files import write_atomically
 from xspec.summary import render_table
 
@@ -32,31 +32,16 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="the .xspec file")
     add_set_argument(parser)
-    parser.add_argument("-o", "--out", metavar="OUTDIR",
+    parser.add_argument("-o", "--output", "--out", metavar="OUTDIR", dest="output",
                         help="where to write model.py, graph.json and spec.xspec (default: out/<spec name>)")
     parser.add_argument("--emit", choices=("summary", "python", "graph"), default="summary",
                         help="what to print: the summary (default), the generated Python, or the graph as JSON")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
-def add_set_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a parameter (heads=16) or a section key (train.warmup_steps=400); repeatable")
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, str]:
-    overrides: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise UserError(f"--set {pair}: expected KEY=VALUE, e.g. --set heads=16")
-        overrides[key.strip()] = value.strip()
-    return overrides
-
-
 def run(args: argparse.Namespace) -> int:
-    spec = xspec.compile(args.spec, overrides=parse_overrides(args.set))
-    out = Path(args.out) if args.out else Path("out") / Path(args.spec).stem
+    spec = xspec.compile(args.spec, overrides=parse_overrides(args.overrides))
+    out = Path(args.output) if args.output else Path("out") / Path(args.spec).stem
     written = [write_atomically(out / "model.py", spec.python_source),
                write_atomically(out / "graph.json", spec.graph_json()),
                write_atomically(out / "spec.xspec", spec.resolved_source)]

@@ -4,6 +4,7 @@ chrF, with signatures), a language model by perplexity."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from xspec.commands.translate import add_decode_arguments, decode_overrides
@@ -11,6 +12,7 @@ from xspec.errors import UserError
 from xspec.files import check_output_file, write_atomically
 
 NAME = "eval"
+COMPUTES = True
 HELP = "score a model: translate --src against --ref (BLEU, chrF), or a language model's --text (perplexity)"
 DESCRIPTION = """\
 A translation model: translates --src with beam search and prints sacreBLEU's chrF and BLEU lines,
@@ -37,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src", metavar="FILE", help="source text, one sentence a line (translation)")
     parser.add_argument("--ref", metavar="FILE", help="reference translations, aligned with --src")
     parser.add_argument("--text", metavar="FILE", help="text to score, one document a line (language model)")
-    parser.add_argument("--output", "-o", metavar="FILE", help="also write the translations here")
+    parser.add_argument("-o", "--output", metavar="FILE", help="also write the translations here")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="a progress bar while translating, when stderr is a terminal (default: on)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +70,7 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    hypotheses = trained.translator(args.batch_tokens, **decode_overrides(args)).translate(sources, progress=True)
+    hypotheses = trained.translator(args.batch_tokens, **decode_overrides(args)).translate(sources, progress=args.progress and sys.stderr.isatty())
     if args.output:
         write_atomically(Path(args.output), "".join(h + "\n" for h in hypotheses))
     scores = score(hypotheses, references)

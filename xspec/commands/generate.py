@@ -13,6 +13,7 @@ from xspec.errors import UserError
 from xspec.files import check_output_file, write_atomically
 
 NAME = "generate"
+COMPUTES = True
 HELP = "continue prompts with a language model (stdin, --input or --prompt)"
 DESCRIPTION = """\
 Continues each prompt (one a line, from stdin or --input; or --prompt TEXT) with the latest checkpoint
@@ -34,8 +35,8 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--prompt", metavar="TEXT", help="continue this text (instead of lines of stdin / --input)")
-    parser.add_argument("--input", "-i", metavar="FILE", help="prompts, one a line (default: stdin)")
-    parser.add_argument("--output", "-o", metavar="FILE", help="where to write continuations (default: stdout)")
+    parser.add_argument("-i", "--input", metavar="FILE", help="prompts, one a line (default: stdin)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="where to write continuations (default: stdout)")
     parser.add_argument("--max-new-tokens", type=int_at_least(1), help="tokens to add at most")
     parser.add_argument("--sample", action=argparse.BooleanOptionalAction, default=None,
                         help="sample tokens (--no-sample: beam search / greedy)")

@@ -6,8 +6,7 @@ import argparse
 import json
 
 import xspec
-from xspec.commands.arguments import int_at_least
-from xspec.commands.compile import add_set_argument, parse_overrides
+from xspec.commands.arguments import add_set_argument, int_at_least, parse_overrides
 
 NAME = "stats"
 HELP = "parameters per block, forward FLOPs per token, training memory, and Table 1 at the spec's n and d"
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from xspec.stats import compute
     from xspec.stats.render import render
 
-    spec = xspec.compile(args.spec, overrides=parse_overrides(args.set))
+    spec = xspec.compile(args.spec, overrides=parse_overrides(args.overrides))
     stats = compute(spec, length=args.length, batch=args.batch, kernel=args.kernel,
                     neighbourhood=args.neighbourhood)
     print(json.dumps(stats.to_json(), indent=2) if args.json else render(stats))

@@ -6,11 +6,11 @@ import argparse
 import shlex
 from pathlib import Path
 
-from xspec.commands.arguments import int_at_least
-from xspec.commands.train import parse_overrides
+from xspec.commands.arguments import add_device_argument, add_set_argument, int_at_least, parse_overrides
 from xspec.files import check_output_dir
 
 NAME = "sweep"
+COMPUTES = True
 HELP = "train a folder of variant specs with the same budget; write a Table 3 report (Markdown, CSV, curves)"
 DESCRIPTION = """\
 Trains the base spec and every .xspec in DIR with the same step budget and the same overrides,
@@ -29,7 +29,7 @@ val.SRC, val.TGT (or valid.* / dev.*), SRC and TGT from --src-lang / --tgt-lang.
 examples:
   xspec sweep specs/table3/ --steps 100000 --data wmt14-en-de/ --src-lang en --tgt-lang de
   xspec sweep specs/table3/ --steps 150 --data ../shared/data/multi30k-en-de --dev-lines 200 \\
-      --width-divisor 4 --set vocab=2000 --set train.warmup_steps=100 --out runs/table3
+      --width-divisor 4 --set vocab=2000 --set train.warmup_steps=100 --output runs/table3
 """
 
 
@@ -45,16 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use only the first N dev sentences for perplexity and BLEU")
     parser.add_argument("--width-divisor", type=int_at_least(1), default=1, metavar="K",
                         help="train every model at 1/K of its widths (default: 1, the spec's own size)")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
-                        help="override a parameter or section key in every model, e.g. --set vocab=2000")
-    parser.add_argument("--out", metavar="DIR", default="runs/table3",
+    add_set_argument(parser, " in every model")
+    parser.add_argument("-o", "--output", "--out", metavar="DIR", default="runs/table3", dest="output",
                         help="the sweep's run directories (default: runs/table3)")
     parser.add_argument("--report", metavar="DIR", default="docs/table3",
                         help="where table3.md, table3.csv and curves.png go (default: docs/table3)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default: cpu)")
-    parser.add_argument("--threads", type=int_at_least(1), metavar="N",
-                        help="CPU threads for torch (default: torch's); on a busy machine 1 can be much faster")
-    parser.add_argument("--progress", action="store_true", help="show each run's progress bar")
+    add_device_argument(parser)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False,
+                        help="each run's progress bar, when stderr is a terminal (default: off)")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -71,8 +69,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--width-divisor", str(args.width_divisor)]
     for item in args.overrides:
         parts += ["--set", item]
-    parts += ["--out", args.out, "--report", args.report]
-    if args.device != "cpu":
+    parts += ["--output", args.output, "--report", args.report]
+    if args.device is not None:
         parts += ["--device", args.device]
     if args.threads is not None:
         parts += ["--threads", str(args.threads)]
@@ -80,17 +78,18 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from xspec.runtime.distributed import pick_device
     from xspec.sweep import SweepConfig, find_variants, run_sweep
 
-    check_output_dir(Path(args.out), "--out")
+    check_output_dir(Path(args.output), "--output")
     check_output_dir(Path(args.report), "--report")
     variants_dir = Path(args.variants)
     base = Path(args.base) if args.base else variants_dir.resolve().parent / "base.xspec"
     config = SweepConfig(
         variants=find_variants(variants_dir, base), steps=args.steps, overrides=parse_overrides(args.overrides),
         width_divisor=args.width_divisor, data=args.data, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
-        dev_lines=args.dev_lines, out_dir=Path(args.out), report_dir=Path(args.report),
-        command=command_line(args), device=args.device, threads=args.threads, progress=args.progress)
+        dev_lines=args.dev_lines, out_dir=Path(args.output), report_dir=Path(args.report),
+        command=command_line(args), device=str(pick_device(args.device)), threads=args.threads, progress=args.progress)
     rows = run_sweep(config)
     print(f"report: {config.report_dir / 'table3.md'}, {config.report_dir / 'table3.csv'}, "
           f"{config.report_dir / 'curves.png'} ({len(rows)} models)")

@@ -6,11 +6,12 @@ import argparse
 from pathlib import Path
 
 import xspec
-from xspec.commands.arguments import float_at_least
+from xspec.commands.arguments import add_device_argument, add_set_argument, float_at_least, parse_overrides
 from xspec.errors import UserError
 from xspec.files import check_output_dir
 
 NAME = "train"
+COMPUTES = True
 HELP = "train a spec (with no data given: the built-in demo task)"
 DESCRIPTION = """\
 Trains a compiled spec with the paper's recipe (§5): shared sentencepiece BPE vocabulary, batches by
@@ -28,7 +29,7 @@ generated artificial language pair (a language model: its English-like side).
 --resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
 with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
 values may change (--set train.max_steps=...); the model's parameters may not. --resume auto, with
---out, continues --out if it has checkpoints and starts it otherwise: the one command a restarting
+--output, continues --output if it has checkpoints and starts it otherwise: the one command a restarting
 launcher (torchrun --max-restarts) can repeat.
 
 Several processes: torchrun starts one per GPU (or CPU process); each update is split among them, and
@@ -37,11 +38,11 @@ machine needs the data files at the same paths; checkpoints are written by rank 
 
 examples:
   xspec train specs/tiny.xspec
-  xspec train specs/lm.xspec --train train.txt --valid valid.txt --test test.txt --out runs/lm
+  xspec train specs/lm.xspec --train train.txt --valid valid.txt --test test.txt -o runs/lm
   xspec train specs/base.xspec --train-src train.en --train-tgt train.de \\
-      --valid-src valid.en --valid-tgt valid.de --test-src test.en --test-tgt test.de --out runs/base
+      --valid-src valid.en --valid-tgt valid.de --test-src test.en --test-tgt test.de -o runs/base
   xspec train --resume runs/base
-  torchrun --nproc_per_node=8 -m xspec train specs/big.xspec --out runs/big --resume auto ...
+  torchrun --nproc_per_node=8 -m xspec train specs/big.xspec -o runs/big --resume auto ...
 """
 
 
@@ -55,13 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"language model: {split} text, one document a line")
     parser.add_argument("--vocab", metavar="FILE",
                         help="a sentencepiece model to use instead of training one (ids 0-3: pad, unk, bos, eos)")
-    parser.add_argument("--out", metavar="DIR", help="run directory (default: runs/NAME-DATE-TIME)")
+    parser.add_argument("-o", "--output", "--out", metavar="DIR", dest="output",
+                        help="the run directory (default: runs/NAME-DATE-TIME)")
     parser.add_argument("--resume", metavar="RUN|auto",
-                        help="continue RUN from its last checkpoint; 'auto' (with --out): continue --out if it "
+                        help="continue RUN from its last checkpoint; 'auto' (with --output): continue --output if it "
                              "has checkpoints, else start it (for torchrun --max-restarts)")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
-                        help="override a spec parameter or section value, e.g. --set train.warmup_steps=400")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: CUDA when available)")
+    add_set_argument(parser)
+    add_device_argument(parser)
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                         help="torch.compile the training step (auto: on for CUDA, off on CPU)")
     # None when not given: a resumed run then truncates as it was started.
@@ -76,28 +77,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                         help="write TensorBoard event files into RUN/tensorboard (default: on)")
     parser.add_argument("--no-test", action="store_true", help="skip decoding the test split at the end")
-
-
-def parse_overrides(items: list[str]) -> dict[str, object]:
-    """`KEY=VALUE` pairs; values read as int, float, true/false or a string."""
-    overrides: dict[str, object] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set {item}: expected KEY=VALUE, e.g. --set train.warmup_steps=400")
-        overrides[key.strip()] = _parse_value(text.strip())
-    return overrides
-
-
-def _parse_value(text: str) -> object:
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
@@ -167,16 +146,16 @@ def _absolute(base: Path, path: str, where: str) -> Path:
 
 
 def _resumed_run(args: argparse.Namespace) -> str | None:
-    """The run to continue: --resume RUN, or with --resume auto, --out when it holds checkpoints."""
+    """The run to continue: --resume RUN, or with --resume auto, --output when it holds checkpoints."""
     if args.resume != "auto":
         return args.resume
     from xspec.runtime.checkpoint import list_checkpoints
 
-    if not args.out:
-        raise UserError("--resume auto needs --out DIR: the run to continue if it has checkpoints, else to start")
+    if not args.output:
+        raise UserError("--resume auto needs --output DIR: the run to continue if it has checkpoints, else to start")
     if not args.spec:
-        raise UserError("--resume auto needs the spec, to start the run when --out has no checkpoints yet")
-    return args.out if list_checkpoints(Path(args.out)) else None
+        raise UserError("--resume auto needs the spec, to start the run when --output has no checkpoints yet")
+    return args.output if list_checkpoints(Path(args.output)) else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume)
         if not (run_dir / SPEC_FILE).is_file():
             raise UserError(f"--resume {run_dir}: no {SPEC_FILE} there; not an xspec run directory")
-        if args.out and Path(args.out).resolve() != run_dir.resolve():
-            raise UserError("--resume continues in the run's own directory; drop --out")
+        if args.output and Path(args.output).resolve() != run_dir.resolve():
+            raise UserError("--resume continues in the run's own directory; drop --output")
     if args.spec:
         spec = xspec.compile(args.spec, overrides=overrides)
         spec_dir = Path(args.spec).resolve().parent
@@ -202,8 +181,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise UserError("which spec? e.g. xspec train specs/tiny.xspec (or --resume RUN)")
     data = _data_files(args, spec, spec_dir)
-    out = Path(args.resume) if args.resume else Path(args.out) if args.out else default_run_dir(spec.name)
-    check_output_dir(out, "--resume" if args.resume else "--out")
+    out = Path(args.resume) if args.resume else Path(args.output) if args.output else default_run_dir(spec.name)
+    check_output_dir(out, "--resume" if args.resume else "--output")
     options = RunOptions(out_dir=out, data=data, device=args.device, compile=args.compile,
                          resume=bool(args.resume), truncate=args.truncate, progress=args.progress, tensorboard=args.tensorboard,
                          evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout,

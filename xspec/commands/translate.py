@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
-from xspec.commands.arguments import float_at_least, int_at_least
+from xspec.commands.arguments import add_device_argument, float_at_least, int_at_least
 from xspec.files import check_output_file, write_atomically
 
 NAME = "translate"
+COMPUTES = True
 HELP = "translate text, one sentence a line (stdin or --input), with beam search"
 DESCRIPTION = """\
 Translates one sentence per line with the latest checkpoint of RUN (or the given checkpoint file,
@@ -51,7 +52,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, ensemble: bool = False)
                             help="a run directory or a checkpoint file; several decode as an ensemble")
     else:
         parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: CUDA when available)")
+    add_device_argument(parser)
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                         help="torch.compile the decoder step (auto: on for CUDA, off on CPU)")
 
@@ -62,8 +63,8 @@ def decode_overrides(args: argparse.Namespace, nbest: int | None = None) -> dict
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decode_arguments(parser)
-    parser.add_argument("--input", "-i", metavar="FILE", help="source text (default: stdin)")
-    parser.add_argument("--output", "-o", metavar="FILE", help="where to write translations (default: stdout)")
+    parser.add_argument("-i", "--input", metavar="FILE", help="source text (default: stdin)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="where to write translations (default: stdout)")
     parser.add_argument("--nbest", type=int_at_least(1),
                         help="write the N best translations of each line, with scores")
     parser.add_argument("--window", type=int_at_least(1), default=1000,

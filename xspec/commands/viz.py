@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 import xspec
-from xspec.commands.arguments import int_at_least
-from xspec.commands.compile import add_set_argument, parse_overrides
+from xspec.commands.arguments import add_set_argument, int_at_least, parse_overrides
 from xspec.errors import UserError
 
 NAME = "viz"
@@ -72,7 +71,7 @@ def _diagram(args: argparse.Namespace) -> int:
 
     output = Path(args.output)
     output_format(output)  # a wrong extension fails before compiling
-    overrides = parse_overrides(args.set)
+    overrides = parse_overrides(args.overrides)
     spec = xspec.compile(args.spec, overrides=overrides)
     other = xspec.compile(args.diff) if args.diff else None
     write_diagram(architecture_dot(spec, args.depth, other), output)
@@ -92,7 +91,7 @@ def _reject_attention_options(args: argparse.Namespace) -> None:
 def _attention(args: argparse.Namespace) -> int:
     from xspec.viz.attention import check_plot_format, collect_maps, load_trained, plot
 
-    if args.spec or args.diff or args.set:
+    if args.spec or args.diff or args.overrides:
         raise UserError("--attention draws a trained model: it takes no SPEC, --diff or --set")
     if not args.sentence or not args.sentence.strip():
         raise UserError("--attention needs --sentence \"...\" (the source sentence to look at)")
