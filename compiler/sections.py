@@ -19,52 +19,53 @@ class _Section(BaseModel):
 class TrainSection(_Section):
     """Optimizer, schedule, batching and checkpointing (§5)."""
 
-    # §5.3: Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9.
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = Field(1e-9, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    # §5.3, eq. 3: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
-    # "constant" uses `lr` for every step.
-    lr_schedule: Literal["inverse_sqrt", "constant"] = "inverse_sqrt"
-    lr_scale: float = Field(1.0, gt=0)
-    lr: float = Field(1e-4, gt=0)
-    warmup_steps: int = Field(4000, ge=1)
-    # §5.1: about 25000 source and 25000 target tokens per update. An update is split into
-    # `update_parts` forward passes (default: one per process), each capped at `max_batch_tokens`
-    # padded tokens (what fits in memory); smaller caps accumulate gradients over more passes.
-    batch_tokens: int = Field(25000, ge=1)
-    max_batch_tokens: Optional[int] = Field(None, ge=1)
-    update_parts: Optional[int] = Field(None, ge=1, le=4096)
-    # §5.4: label smoothing eps_ls = 0.1.
-    label_smoothing: float = Field(0.1, ge=0, lt=1)
-    clip_norm: Optional[float] = Field(None, gt=0)
-    max_steps: int = Field(100_000, ge=1)
-    max_minutes: Optional[float] = Field(None, gt=0)
-    # §6.1: checkpoints every 10 minutes; the last 5 (base) or 20 (big) are averaged.
-    checkpoint_every_minutes: Optional[float] = Field(10.0, gt=0)
-    checkpoint_every_steps: Optional[int] = Field(None, ge=1)
-    keep_checkpoints: int = Field(20, ge=1)
-    average_last: int = Field(5, ge=1)
-    validate_every_steps: int = Field(1000, ge=1)
-    # The best `keep_best` validations keep their weights in RUN/checkpoints/best/ (by validation loss,
-    # or BLEU with validate_bleu, which decodes the validation split with the decode section's beam
-    # search at every validation); `patience` stops training after that many validations in a row
-    # without a new best.
-    keep_best: int = Field(1, ge=0)
-    patience: Optional[int] = Field(None, ge=1)
-    validate_bleu: bool = False
-    # A line in RUN/train.log (and on a console that is not a terminal) every this many updates.
-    report_every_steps: int = Field(100, ge=1)
-    # Losses are read back from the device every this many updates (default: 1 on CPU, 10 on GPUs,
-    # where each read waits for the GPU to finish).
-    log_every_steps: Optional[int] = Field(None, ge=1)
-    seed: int = 1
-    # Computation: "auto" is bf16 autocast on GPUs that support it, fp16 with loss scaling on older
-    # ones, float32 on CPUs.
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
-    # "fsdp" shards parameters, gradients and optimizer state over the processes (torch's fully_shard),
-    # for models that do not fit one device; "none" replicates the model (DistributedDataParallel).
-    sharding: Literal["none", "fsdp"] = "none"
+    adam_betas: tuple[float, float] = Field((0.9, 0.98), description="Adam's beta1, beta2 (§5.3)")
+    adam_eps: float = Field(1e-9, gt=0, description="Adam's epsilon (§5.3)")
+    weight_decay: float = Field(0.0, ge=0, description="L2 penalty added to the gradients (Adam's weight_decay); "
+                                                       "the paper has none")
+    lr_schedule: Literal["inverse_sqrt", "constant"] = Field(
+        "inverse_sqrt", description="inverse_sqrt: eq. 3, lr_scale * d_model^-0.5 * min(step^-0.5, step * "
+                                    "warmup_steps^-1.5); constant: `lr` at every step")
+    lr_scale: float = Field(1.0, gt=0, description="a factor on eq. 3's learning rate")
+    lr: float = Field(1e-4, gt=0, description="the learning rate of the constant schedule")
+    warmup_steps: int = Field(4000, ge=1, description="eq. 3's warmup (§5.3)")
+    batch_tokens: int = Field(25000, ge=1, description="target tokens per update (§5.1: about 25000 source and "
+                                                       "25000 target tokens)")
+    max_batch_tokens: Optional[int] = Field(
+        None, ge=1, description="padded tokens per forward pass at most (what fits in memory); an update's "
+                                "gradients accumulate over more passes")
+    update_parts: Optional[int] = Field(
+        None, ge=1, le=4096, description="forward passes an update is split into (default: one per process); "
+                                         "fixed, an update is the same sentences on any number of processes")
+    label_smoothing: float = Field(0.1, ge=0, lt=1, description="eps_ls (§5.4)")
+    clip_norm: Optional[float] = Field(None, gt=0, description="clip the gradient norm to this (the paper does not)")
+    max_steps: int = Field(100_000, ge=1, description="stop after this many updates (§5.2: 100K base, 300K big)")
+    max_minutes: Optional[float] = Field(None, gt=0, description="stop after this much training time (counted "
+                                                                 "over resumptions)")
+    checkpoint_every_minutes: Optional[float] = Field(10.0, gt=0, description="a checkpoint at this interval "
+                                                                              "(§6.1: 10 minutes)")
+    checkpoint_every_steps: Optional[int] = Field(None, ge=1, description="a checkpoint every this many updates")
+    keep_checkpoints: int = Field(20, ge=1, description="the last this many checkpoints are kept")
+    average_last: int = Field(5, ge=1, description="`xspec average RUN` averages the last this many "
+                                                   "(§6.1: 5 base, 20 big)")
+    validate_every_steps: int = Field(1000, ge=1, description="validation loss every this many updates")
+    keep_best: int = Field(1, ge=0, description="the best this many validations keep their weights in "
+                                                "RUN/checkpoints/best/ (`xspec average --best N`)")
+    patience: Optional[int] = Field(None, ge=1, description="stop after this many validations in a row "
+                                                            "without a new best")
+    validate_bleu: bool = Field(False, description="also translate the validation split at each validation; "
+                                                   "BLEU then ranks the best checkpoints (translation)")
+    report_every_steps: int = Field(100, ge=1, description="a line in RUN/train.log (and on a console that is not "
+                                                           "a terminal) every this many updates")
+    log_every_steps: Optional[int] = Field(None, ge=1, description="losses read back from the device every this "
+                                                                   "many updates (default: 1 on CPUs, 10 on GPUs)")
+    seed: int = Field(1, description="seeds the batches' order, dropout and initialisation")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="auto: bf16 autocast on GPUs that have it, fp16 with loss scaling on older ones, "
+                            "float32 on CPUs")
+    sharding: Literal["none", "fsdp"] = Field(
+        "none", description="fsdp: parameters, gradients and optimizer state sharded over the processes; "
+                            "none: the model replicated (DDP)")
 
     @model_validator(mode="after")
     def _average_within_kept(self) -> "TrainSection":
@@ -82,46 +83,42 @@ class DataSection(_Section):
     A translation model reads aligned `*_src` / `*_tgt` files; a language model (a spec without an
     encoder) reads `*_text` files, one document (or sentence) a line."""
 
-    vocab_size: int = Field(37000, ge=8)
-    vocab_model: Literal["bpe", "unigram"] = "bpe"
-    # A sentencepiece model of the user's instead of one trained on the training data (its pad, unk,
-    # bos and eos ids must be 0, 1, 2, 3).
-    vocab_file: Optional[str] = None
-    train_src: Optional[str] = None
-    train_tgt: Optional[str] = None
-    valid_src: Optional[str] = None
-    valid_tgt: Optional[str] = None
-    test_src: Optional[str] = None
-    test_tgt: Optional[str] = None
-    train_text: Optional[str] = None
-    valid_text: Optional[str] = None
-    test_text: Optional[str] = None
-    # Sentences longer than this many subword tokens are skipped (or truncated, if asked).
-    max_tokens: int = Field(256, ge=1)
-    # Language models: "blocks" concatenates the documents, each after an EOS, and cuts the stream into
-    # blocks of `block_size` tokens (default: max_tokens, within the model's positions), every token
-    # predicted; "lines" makes each line an example of its own, padded, as long as max_tokens allows.
-    examples: Literal["blocks", "lines"] = "blocks"
-    block_size: Optional[int] = Field(None, ge=1)
+    vocab_size: int = Field(37000, ge=8, description="pieces of the shared vocabulary (§5.1: about 37000)")
+    vocab_model: Literal["bpe", "unigram"] = Field("bpe", description="the sentencepiece algorithm")
+    vocab_file: Optional[str] = Field(None, description="a sentencepiece model of your own instead of one trained "
+                                                        "on the data (pad, unk, bos, eos: ids 0-3)")
+    train_src: Optional[str] = Field(None, description="translation: training source text, a sentence a line")
+    train_tgt: Optional[str] = Field(None, description="translation: training target text, aligned")
+    valid_src: Optional[str] = Field(None, description="translation: validation source text")
+    valid_tgt: Optional[str] = Field(None, description="translation: validation target text")
+    test_src: Optional[str] = Field(None, description="translation: test source text (BLEU at the end)")
+    test_tgt: Optional[str] = Field(None, description="translation: test target text")
+    train_text: Optional[str] = Field(None, description="language model: training text, a document a line")
+    valid_text: Optional[str] = Field(None, description="language model: validation text")
+    test_text: Optional[str] = Field(None, description="language model: test text (perplexity at the end)")
+    max_tokens: int = Field(256, ge=1, description="sentences longer than this many tokens are skipped "
+                                                   "(or truncated with --truncate)")
+    examples: Literal["blocks", "lines"] = Field(
+        "blocks", description="language model: blocks, documents after each other cut into blocks of block_size; "
+                              "lines, a line an example, padded")
+    block_size: Optional[int] = Field(None, ge=1, description="tokens a block predicts (default: max_tokens, "
+                                                              "within the model's positions)")
 
 
 class DecodeSection(_Section):
-    """Beam search (§6.1): beam 4, length penalty alpha 0.6, output length up to input length + 50.
+    """Beam search (§6.1) and, for language models, sampling."""
 
-    A language model continues a prompt by up to `max_new_tokens` tokens, with beam search (beam 1:
-    greedy) or, with `sample = true`, by sampling: logits divided by `temperature`, then only the
-    `top_k` most likely tokens and the smallest set whose probability reaches `top_p` kept."""
-
-    beam: int = Field(4, ge=1)
-    length_penalty: float = Field(0.6, ge=0)
-    max_len_a: float = Field(1.0, ge=0)
-    max_len_b: int = Field(50, ge=0)
-    nbest: int = Field(1, ge=1)
-    max_new_tokens: int = Field(100, ge=1)
-    sample: bool = False
-    temperature: float = Field(1.0, gt=0)
-    top_k: Optional[int] = Field(None, ge=1)
-    top_p: float = Field(1.0, gt=0, le=1)
+    beam: int = Field(4, ge=1, description="beam size (§6.1: 4; 1: greedy)")
+    length_penalty: float = Field(0.6, ge=0, description="alpha of lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6)")
+    max_len_a: float = Field(1.0, ge=0, description="output length at most a * input length + b")
+    max_len_b: int = Field(50, ge=0, description="... + b (§6.1: input length + 50)")
+    nbest: int = Field(1, ge=1, description="hypotheses written per input (at most beam)")
+    max_new_tokens: int = Field(100, ge=1, description="language model: tokens a continuation adds at most")
+    sample: bool = Field(False, description="language model: sample continuations instead of beam search")
+    temperature: float = Field(1.0, gt=0, description="sampling: logits divided by this")
+    top_k: Optional[int] = Field(None, ge=1, description="sampling: among the k likeliest tokens only")
+    top_p: float = Field(1.0, gt=0, le=1, description="sampling: among the smallest likeliest set whose "
+                                                      "probability reaches p")
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> "DecodeSection":

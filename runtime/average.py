@@ -33,10 +33,10 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
 
 
 def average_run(run_dir: Path, output: Path, last: Optional[int] = None, best: Optional[int] = None) -> list[Path]:
-    """Writes the average of the run's `last` latest checkpoints, or of its `best` best-validated ones
-    (RUN/checkpoints/best/, ranked by what the run logged), to `output` (safetensors, whatever its name);
-    returns the checkpoints averaged."""
-    assert (last is None) != (best is None), "average the last N or the best N"
+    """Writes the average of the run's `last` latest checkpoints (None: its spec's train.average_last), or
+    of its `best` best-validated ones (RUN/checkpoints/best/, ranked by what the run logged), to `output`
+    (safetensors, whatever its name); returns the checkpoints averaged."""
+    assert last is None or best is None, "average the last N or the best N"
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     if best is not None:
@@ -49,6 +49,10 @@ def average_run(run_dir: Path, output: Path, last: Optional[int] = None, best: O
         found = ckpt.list_checkpoints(run_dir)
         if not found:
             raise UserError(f"{run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
+        if last is None:        # the spec's train.average_last (§6.1: 5 base, 20 big)
+            from xspec.runtime.inference import compile_checkpoint_spec
+
+            last = compile_checkpoint_spec(ckpt.load_weights(found[-1])).train.average_last
         if last > len(found):
             raise UserError(f"{run_dir}: --last {last}, but the run kept only {len(found)} checkpoints")
         chosen = found[-last:]

@@ -137,3 +137,20 @@ def test_threads_sets_torch_threads(monkeypatch, tmp_path, capsys):
     finally:
         torch.set_num_threads(before)
     capsys.readouterr()
+
+
+# --- the section keys --------------------------------------------------------------------------------
+
+def test_every_section_key_is_listed_with_its_meaning_and_the_docs_hold_the_listing(capsys):
+    from xspec.compiler.sections import SECTIONS
+
+    assert cli.main(["keys", "--markdown"]) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == sum(len(schema.model_fields) for schema in SECTIONS.values())
+    assert "| `train.warmup_steps` | int >= 1 | `4000` | eq. 3's warmup (§5.3) |" in rows
+    assert '| `data.examples` | "blocks" &#124; "lines" | `"blocks"` |' in table
+    assert table in (ROOT / "docs" / "keys.md").read_text(), "docs/keys.md: regenerate with xspec keys --markdown"
+    assert cli.main(["keys", "decode"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("decode.beam") and "train." not in text

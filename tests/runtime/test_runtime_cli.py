@@ -41,7 +41,8 @@ def _xspec(capsys, *argv: str) -> tuple[int, str, str]:
 def trained_run(small_corpus, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("cli") / "run"
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        code = main(["train", TINY, *SHRINK, "--set", "train.max_steps=12", *_data_args(small_corpus),
+        code = main(["train", TINY, *SHRINK, "--set", "train.max_steps=12", "--set", "train.average_last=3",
+                     *_data_args(small_corpus),
                      "--out", str(run), "--no-progress", "--device", "cpu"])
     assert code == 0
     (run / "stdout.txt").write_text(out.getvalue())
@@ -145,6 +146,8 @@ def test_average_then_eval(trained_run, small_corpus, tmp_path, capsys):
     averaged = tmp_path / "averaged.safetensors"
     code, out, _ = _xspec(capsys, "average", str(trained_run), "--last", "2", "-o", str(averaged))
     assert code == 0 and "averaged 2 checkpoints" in out
+    code, out, _ = _xspec(capsys, "average", str(trained_run), "-o", str(tmp_path / "spec_default.safetensors"))
+    assert code == 0 and "averaged 3 checkpoints" in out        # the run's train.average_last
     code, out, _ = _xspec(capsys, "eval", str(averaged), "--src", str(small_corpus.test.src),
                           "--ref", str(small_corpus.test.tgt))
     assert code == 0 and out.strip().splitlines()[-1].startswith("BLEU|")
