@@ -101,6 +101,10 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     data = record.data
     task.read(data)                        # every file checked before any work is done
     vocab = _vocab(spec, task, run_dir, context, options.vocab_file)
+    if len(vocab) != spec.data.vocab_size:
+        # A corpus too small for data.vocab_size pieces, or a sentencepiece model of the user's: the spec
+        # saved into the run and its checkpoints says the vocabulary the model is trained with.
+        spec = spec.with_overrides({"data.vocab_size": len(vocab)})
     corpus = task.encode(vocab, bool(record.truncate))
     say(corpus.train.summary(f"train ({', '.join(f.name for f in data.train.files)})"))
     if corpus.valid is not None:

@@ -9,7 +9,7 @@ import os
 import sys
 import types
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from xspec.errors import UserError
 
@@ -185,6 +185,13 @@ class CompiledSpec:
         """The spec as one self-contained text that compiles to this same model (run directories and
         checkpoints keep it)."""
         return self._compilation.resolved_source
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "CompiledSpec":
+        """This spec with some parameters or section keys set otherwise, compiled from its resolved source
+        (e.g. {"data.vocab_size": 8000})."""
+        import xspec
+
+        return xspec.compile_source(self.resolved_source, name=self.path, overrides=overrides, allow_imports=False)
 
 
 def _size(n: int) -> str:

@@ -303,3 +303,20 @@ def test_command_modules_import_nothing_heavy():
             "print(sorted(m for m in sys.modules for h in heavy if m == h or m.startswith(h + '.')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_spec_saved_into_a_run_is_the_spec_trained(trained_run):
+    """The corpus is too small for the spec's data.vocab_size = 1000 pieces: the run's spec and its
+    checkpoints' say how many the model was trained with."""
+    import sentencepiece as spm
+
+    import xspec
+
+    from xspec.runtime import checkpoint as ckpt
+    from xspec.runtime.inference import compile_checkpoint_spec
+
+    pieces = spm.SentencePieceProcessor(model_file=str(trained_run / "sentencepiece.model")).get_piece_size()
+    assert pieces < 1000
+    saved = xspec.compile(trained_run / "spec.xspec")
+    assert saved.data.vocab_size == pieces
+    assert compile_checkpoint_spec(ckpt.load_weights(ckpt.resolve(trained_run))).data.vocab_size == pieces

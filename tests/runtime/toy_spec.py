@@ -6,6 +6,7 @@ batching, checkpoints). End-to-end tests use the real `specs/tiny.xspec`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -98,6 +99,14 @@ class ToySpec:
     @property
     def parameters(self) -> int:
         return sum(p.numel() for p in self.build().parameters())
+
+    def with_overrides(self, overrides: dict) -> "ToySpec":
+        """Section keys only (what the runtime sets): {"data.vocab_size": 150}."""
+        sections = {"train": self.train, "data": self.data, "decode": self.decode}
+        for key, value in overrides.items():
+            section, _, name = key.partition(".")
+            sections[section] = sections[section].model_copy(update={name: value})
+        return dataclasses.replace(self, **sections)
 
     def build(self, device=None, compile: bool = False) -> ToyTransformer:
         model = ToyTransformer(self.vocab_size, self.d_model, dropout=self.dropout, max_positions=self.max_positions)
