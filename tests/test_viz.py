@@ -290,3 +290,10 @@ def test_attention_maps_of_a_trained_model(trained_run, tmp_path, capsys):
     assert out.read_bytes().startswith(b"\x89PNG")
     assert main(["viz", "--attention", str(trained_run), "--sentence", sentence, "-o", str(out), "--head", "3"]) != 0
     assert "--head 3: the model's attention has heads 1 to 2" in capsys.readouterr().err
+
+
+def test_the_title_names_the_overrides():
+    plain = architecture_dot(xspec.compile(TINY)).source
+    assert "with --set" not in plain
+    source = architecture_dot(xspec.compile(TINY, overrides={"heads": "8", "norm_first": "true"})).source
+    assert "with --set heads = 8, norm_first = true" in source

@@ -61,7 +61,7 @@ def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional
     from xspec.spec import CompiledSpec
 
     try:
-        return CompiledSpec(compile_spec(path, overrides, source, allow_imports))
+        return CompiledSpec(compile_spec(path, overrides, source, allow_imports), overrides)
     except CompileFailed as failure:
         raise SpecError(failure.diagnostics.render(), failure.diagnostics.records) from None
     except FileNotFoundError as error:

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 class CompiledSpec:
     """A validated spec: its graph, parameter count, generated source, and runtime sections."""
 
-    def __init__(self, compilation: Compilation) -> None:
+    def __init__(self, compilation: Compilation, overrides: Optional[Mapping[str, Any]] = None) -> None:
         self._compilation = compilation
+        # What the command line or the caller set over the spec file (--set), as given.
+        self.overrides: dict[str, Any] = dict(overrides or {})
         model, validated = compilation.model, compilation.validated
         self.name: str = model.name
         self.path: str = model.span.file
@@ -191,7 +193,9 @@ class CompiledSpec:
         (e.g. {"data.vocab_size": 8000})."""
         import xspec
 
-        return xspec.compile_source(self.resolved_source, name=self.path, overrides=overrides, allow_imports=False)
+        changed = xspec.compile_source(self.resolved_source, name=self.path, overrides=overrides, allow_imports=False)
+        changed.overrides = {**self.overrides, **overrides}
+        return changed
 
 
 def _size(n: int) -> str:

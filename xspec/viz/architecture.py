@@ -80,6 +80,10 @@ def draw(view: View, diff: Optional["Diff"] = None) -> graphviz.Digraph:
 
 def _title(view: View, diff: Optional["Diff"]) -> str:
     rows = [f"<B>{escape(view.spec.name)}</B>  ({format_count(view.spec.parameters)} parameters)"]
+    if view.spec.overrides:
+        settings = ", ".join(f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
+                             for key, value in view.spec.overrides.items())
+        rows.append(f'<FONT POINT-SIZE="12">with --set {escape(settings)}</FONT>')
     if diff is not None:
         keys = " ".join(f'<FONT COLOR="{DIFF_COLOR[k]}"><B>{k}</B></FONT>' for k in ("changed", "added", "removed"))
         rows.append(f'<FONT POINT-SIZE="12">compared with {escape(diff.other.name)} '
