@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import select
 import shutil
 import subprocess
@@ -320,3 +321,23 @@ def test_the_spec_saved_into_a_run_is_the_spec_trained(trained_run):
     saved = xspec.compile(trained_run / "spec.xspec")
     assert saved.data.vocab_size == pieces
     assert compile_checkpoint_spec(ckpt.load_weights(ckpt.resolve(trained_run))).data.vocab_size == pieces
+
+
+def test_show_describes_the_run_and_what_to_run_next(trained_run, small_corpus, capsys, tmp_path):
+    code, out, _ = _xspec(capsys, "show", str(trained_run))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"run {trained_run}"
+    assert re.match(r"  spec        transformer_tiny \(translation\), [\d,]+ parameters$", lines[1])
+    assert f"  data        train: {small_corpus.train.src.resolve()}, {small_corpus.train.tgt.resolve()}" in lines
+    assert "  stopped     reached train.max_steps at step 12" in lines
+    assert any(re.match(r"  validation  last: loss [\d.]+ \(ppl [\d.]+\) at step 12$", line) for line in lines)
+    assert any(line.startswith("  test        bleu ") for line in lines)
+    assert f"  resume      xspec train --resume {trained_run} --set train.max_steps=24" in lines
+    assert (f"  evaluate    xspec eval {trained_run} --src {small_corpus.test.src.resolve()} "
+            f"--ref {small_corpus.test.tgt.resolve()}") in lines
+    code, out, _ = _xspec(capsys, "show", str(trained_run), "--json")
+    shown = json.loads(out)
+    assert shown["training"]["steps"] == 12 and shown["stopped"]["reason"] == "max_steps"
+    assert shown["checkpoints"]["kept"][-1] == "step-00000012.safetensors"
+    assert _error(capsys, "show", str(tmp_path)) == f"xspec: error: {tmp_path}: not an xspec run directory (no run.json)"
