@@ -1,6 +1,5 @@
 """The compiled paper models compute what torch.nn.Transformer computes with the same weights."""
 
-import pytest
 import torch
 import torch.nn as nn
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import xspec
 from xspec.compiler.codecheck import GeneratedCodeError, check_module, compile_checked
