@@ -51,7 +51,57 @@ def build_from_checkpoint(checkpoint: ckpt.Checkpoint, spec, device: torch.devic
     return model.eval(), vocab
 
 
-class TrainedModel:
+class _Scoring:
+    """What a trained model and an ensemble share: translating and scoring through their `members` (one
+    module, or a tuple of them, runtime/ensemble.py), `tokenizer`, `device`, `max_tokens` and `label`."""
+
+    tokenizer: Vocab
+    device: torch.device
+
+    @property
+    def members(self) -> ModelOrEnsemble: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def is_language_model(self) -> bool: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    def decode_settings(self, **overrides) -> DecodeSection: ...
+
+    def translator(self, batch_tokens: int = 4000, **overrides) -> Translator:
+        if self.is_language_model:
+            raise UserError(f"{self.label}: a language model (no encoder) does not translate; use generate")
+        return Translator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
+                          self.max_tokens, batch_tokens)
+
+    def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
+                  max_len_b: Optional[int] = None) -> list[str]:
+        """Each line translated with beam search (the spec's decode settings unless given)."""
+        return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
+
+    def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
+        """log P (nats) of each text under a language model, or of each target given its source text
+        under a translation model."""
+        if self.is_language_model:
+            if targets is not None:
+                raise UserError("a language model scores texts alone; targets are for translation models")
+            return self.score_lines(texts).log_probs
+        return score_pairs(self.members, self.tokenizer, self.max_tokens, self.device, texts, targets)
+
+    def score_lines(self, lines: list[str], batch_tokens: int = 4000) -> LineScores:
+        """A language model's log-probability of each line (in windows of its positions), with perplexity
+        over them all."""
+        if not self.is_language_model:
+            raise UserError(f"{self.label}: perplexity of text is for language models; a translation model "
+                            "is scored with score(sources, targets) or BLEU")
+        return score_lines(self.members, self.tokenizer, lines, self.device, self.max_tokens, batch_tokens)
+
+
+class TrainedModel(_Scoring):
     """A trained model with its vocabulary and spec: `xspec.load("runs/tiny")`.
 
         trained = xspec.load("runs/lm", device="cpu")
@@ -67,6 +117,14 @@ class TrainedModel:
         self.spec, self.model, self.tokenizer, self.device, self.path = spec, model, vocab, device, path
 
     @property
+    def members(self) -> torch.nn.Module:
+        return self.model
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    @property
     def is_language_model(self) -> bool:
         return not self.spec.has_encoder
 
@@ -78,7 +136,6 @@ class TrainedModel:
         kind = "language model" if self.is_language_model else "translation model"
         return f"<TrainedModel {self.spec.name} ({kind}, {self.spec.parameters:,} parameters) from {self.path}>"
 
-    # --- configured decoders, as the command line uses them --------------------------------------------
     def decode_settings(self, **overrides) -> DecodeSection:
         """The spec's `decode` section with `overrides` (None values ignored) checked like the spec's own."""
         chosen = {k: v for k, v in overrides.items() if v is not None}
@@ -88,23 +145,11 @@ class TrainedModel:
             message = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
             raise UserError(f"decoding options: {message}") from None
 
-    def translator(self, batch_tokens: int = 4000, **overrides) -> Translator:
-        if self.is_language_model:
-            raise UserError(f"{self.path}: a language model (no encoder) does not translate; use generate")
-        return Translator(self.model, self.tokenizer, self.decode_settings(**overrides), self.device,
-                          self.max_tokens, batch_tokens)
-
     def generator(self, batch_tokens: int = 4000, seed: int = 0, **overrides) -> Generator:
         if not self.is_language_model:
             raise UserError(f"{self.path}: a translation model continues no prompts; use translate")
         return Generator(self.model, self.tokenizer, self.decode_settings(**overrides), self.device,
                          self.max_tokens, batch_tokens, seed)
-
-    # --- one call each ------------------------------------------------------------------------------
-    def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
-                  max_len_b: Optional[int] = None) -> list[str]:
-        """Each line translated with beam search (the spec's decode settings unless given)."""
-        return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
 
     def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
@@ -113,24 +158,8 @@ class TrainedModel:
         return self.generator(seed=seed, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
                               top_k=top_k, top_p=top_p, beam=beam).generate(prompts)
 
-    def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
-        """log P (nats) of each text under a language model, or of each target given its source text
-        under a translation model."""
-        if self.is_language_model:
-            if targets is not None:
-                raise UserError("a language model scores texts alone; targets are for translation models")
-            return self.score_lines(texts).log_probs
-        return score_pairs(self.model, self.tokenizer, self.max_tokens, self.device, texts, targets)
 
-    def score_lines(self, lines: list[str], batch_tokens: int = 4000) -> LineScores:
-        """A language model's log-probability of each line, with perplexity over them all."""
-        if not self.is_language_model:
-            raise UserError(f"{self.path}: perplexity of text is for language models; a translation model "
-                            "is scored with score(sources, targets) or BLEU")
-        return score_lines(self.model, self.tokenizer, lines, self.device, self.max_tokens, batch_tokens)
-
-
-class TrainedEnsemble:
+class TrainedEnsemble(_Scoring):
     """Trained models with one vocabulary that translate and score as one (runtime/ensemble.py):
     `load_ensemble(["runs/a", "runs/b"])`.
 
@@ -148,6 +177,15 @@ class TrainedEnsemble:
         self.tokenizer, self.device = models[0].tokenizer, models[0].device
 
     @property
+    def members(self) -> tuple[torch.nn.Module, ...]:
+        """The torch modules, as decoding and scoring take an ensemble."""
+        return tuple(m.model for m in self.models)
+
+    @property
+    def label(self) -> str:
+        return " + ".join(self.names)
+
+    @property
     def is_language_model(self) -> bool:
         return self.models[0].is_language_model
 
@@ -155,46 +193,11 @@ class TrainedEnsemble:
     def max_tokens(self) -> int:
         return min(m.max_tokens for m in self.models)
 
-    @property
-    def members(self) -> tuple[torch.nn.Module, ...]:
-        """The torch modules, as decoding and scoring take an ensemble."""
-        return tuple(m.model for m in self.models)
-
-    @property
-    def name(self) -> str:
-        return " + ".join(self.names)
-
     def __repr__(self) -> str:
         return f"<TrainedEnsemble of {len(self.models)}: {', '.join(repr(m) for m in self.models)}>"
 
     def decode_settings(self, **overrides) -> DecodeSection:
         return self.models[0].decode_settings(**overrides)
-
-    def translator(self, batch_tokens: int = 4000, **overrides) -> Translator:
-        if self.is_language_model:
-            raise UserError(f"{self.name}: language models (no encoder) do not translate")
-        return Translator(self.members, self.tokenizer, self.decode_settings(**overrides),
-                          self.device, self.max_tokens, batch_tokens)
-
-    def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
-                  max_len_b: Optional[int] = None) -> list[str]:
-        """Each line translated by the ensemble with beam search (the first spec's decode settings unless given)."""
-        return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
-
-    def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
-        """The ensemble's log P (nats) of each text (language models), or of each target given its source."""
-        if self.is_language_model:
-            if targets is not None:
-                raise UserError("a language model scores texts alone; targets are for translation models")
-            return self.score_lines(texts).log_probs
-        return score_pairs(self.members, self.tokenizer, self.max_tokens, self.device, texts, targets)
-
-    def score_lines(self, lines: list[str], batch_tokens: int = 4000) -> LineScores:
-        """The ensemble's log-probability of each line (in windows of the smallest model's positions)."""
-        if not self.is_language_model:
-            raise UserError(f"{self.name}: perplexity of text is for language models; translation models are "
-                            "scored with score(sources, targets) or BLEU")
-        return score_lines(self.members, self.tokenizer, lines, self.device, self.max_tokens, batch_tokens)
 
 
 def score_pairs(model: ModelOrEnsemble, tokenizer: Vocab, max_tokens: int, device: torch.device, sources: list[str],
