@@ -16,6 +16,8 @@ import xspec
 from xspec.cli import main
 from xspec.stats import compute
 from xspec.stats.cost import example_flops, flops, memory
+from xspec.stats.parameters import breakdown
+from xspec.stats.train_cost import PAPER_RUNS, paper_run, train_cost
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 BASE = dict(V=37000, d=512, dff=2048, h=8, dk=64, dv=64, N=6)
@@ -193,6 +195,7 @@ def test_cli_json(capsys):
     assert out["flops"]["forward_per_token"] == encoder + decoder
     assert out["memory_bytes"]["batch"] == 8
     assert out["table1"]["d"] == 256 and out["table1"]["n"] == 20
+    assert "train_cost" not in out                    # only when asked for
 
 
 def test_cli_text_names_the_comparison_rows(capsys):
@@ -200,3 +203,140 @@ def test_cli_text_names_the_comparison_rows(capsys):
     text = capsys.readouterr().out
     assert "Forward FLOPs per token at n = 16" in text
     assert "recurrent (comparison)" in text and "not layers of this spec" in text
+    assert "Training cost" not in text
+
+
+# --- parameters by component, and the paper's 65M / 213M (docs/stats.md) -------------------------
+
+def hand_components(V, d, dff, h, dk, dv, N, **_):
+    """Per layer: attention 2 d h d_k + 2 d h d_v weights (W^Q, W^K, W^V, W^O), 2 h d_k + h d_v + d biases;
+    FFN 2 d d_ff weights, d_ff + d biases; a LayerNorm per sublayer, 2 d each. Encoder layers have one
+    attention and two sublayers, decoder layers two and three."""
+    attention_w, attention_b = 2 * d * h * dk + 2 * d * h * dv, 2 * h * dk + h * dv + d
+    ffn_w, ffn_b, norm = 2 * d * dff, dff + d, 2 * d
+    layers = {"attention weights": attention_w, "attention biases": attention_b, "feed-forward weights": ffn_w,
+              "feed-forward biases": ffn_b}
+    encoder = {k: N * v for k, v in layers.items()} | {"layer norms": N * 2 * norm}
+    decoder = {k: N * v * (2 if k.startswith("attention") else 1) for k, v in layers.items()}
+    return {"encoder": {"token embeddings": V * d, **encoder}, "decoder": {**decoder, "layer norms": N * 3 * norm}}
+
+
+@pytest.mark.parametrize("spec_file, values, total", [("base.xspec", BASE, 63_082_496),
+                                                      ("big.xspec", {**BASE, "d": 1024, "dff": 4096, "h": 16},
+                                                       214_245_376)])
+def test_parameter_breakdown_by_hand(spec_file, values, total):
+    spec = xspec.compile(str(SPECS / spec_file))
+    parts = breakdown(spec)
+    assert parts == hand_components(**values)
+    assert sum(sum(stack.values()) for stack in parts.values()) == spec.parameters == total
+    V, d, dff, N = values["V"], values["d"], values["dff"], values["N"]
+    assert V * d + N * (12 * d * d + 4 * d * dff + 2 * dff + 24 * d) == total      # docs/stats.md's formula
+
+
+def test_parameter_breakdown_sums_to_the_compiled_count():
+    for spec_file in ("table3/E_learned_positions.xspec", "table3/B_dk16.xspec", "lm.xspec", "parsing.xspec"):
+        spec = xspec.compile(str(SPECS / spec_file))
+        assert sum(sum(stack.values()) for stack in breakdown(spec).values()) == spec.parameters, spec_file
+    learned = breakdown(xspec.compile(str(SPECS / "table3" / "E_learned_positions.xspec")))
+    assert learned["decoder"]["positional embeddings"] == 1024 * 512
+
+
+# Table 3's "params x 10^6" column, as printed in the paper.
+TABLE3_PARAMS = {"base.xspec": 65, "table3/B_dk16.xspec": 58, "table3/B_dk32.xspec": 60,
+                 "table3/C_layers2.xspec": 36, "table3/C_layers4.xspec": 50, "table3/C_layers8.xspec": 80,
+                 "table3/C_dmodel256.xspec": 28, "table3/C_dmodel1024.xspec": 168, "table3/C_dff1024.xspec": 53,
+                 "table3/C_dff4096.xspec": 90}
+
+
+@pytest.mark.parametrize("vocab", [40_932, 41_160])
+def test_table3_params_fit_a_larger_vocabulary_except_big(vocab):
+    """docs/stats.md: with a shared vocabulary of 40,932 to 41,160 every row of Table 3 but big rounds to the
+    paper's figure; big does not, for any vocabulary (it is 50.36M above row C's d_model 1024 in any count)."""
+    for spec_file, millions in TABLE3_PARAMS.items():
+        assert round(xspec.compile(str(SPECS / spec_file), overrides={"vocab": vocab}).parameters / 1e6) == millions
+    for vocab in (37_000, 41_000):
+        big = xspec.compile(str(SPECS / "big.xspec"), overrides={"vocab": vocab}).parameters
+        wide = xspec.compile(str(SPECS / "table3/C_dmodel1024.xspec"), overrides={"vocab": vocab}).parameters
+        assert big - wide == 12 * (2 * 1024 * 2048 + 2048)     # d_ff 2048 -> 4096 in 12 layers
+    assert round((168e6 + 50_356_224) / 1e6) == 218 != 213
+
+
+def test_no_vocabulary_gives_both_65m_and_213m():
+    """Tied three ways, parameters = vocab x d_model + the rest; solve each figure's rounding interval."""
+    rest = {name: xspec.compile(str(SPECS / f"{name}.xspec")).parameters - 37_000 * d
+            for name, d in (("base", 512), ("big", 1024))}
+    base = ((65e6 - 0.5e6 - rest["base"]) / 512, (65e6 + 0.5e6 - rest["base"]) / 512)
+    big = ((213e6 - 0.5e6 - rest["big"]) / 1024, (213e6 + 0.5e6 - rest["big"]) / 1024)
+    assert (math.ceil(base[0]), math.floor(base[1])) == (39_769, 41_721)
+    assert (math.ceil(big[0]), math.floor(big[1])) == (35_296, 36_272)
+    assert big[1] < base[0]
+
+
+# --- training cost (Table 2) ---------------------------------------------------------------------
+
+def test_train_cost_by_hand(base):
+    """Base at n = 25: 100,000 steps x 3 (forward + backward) x 25,000 tokens x the forward FLOPs per token."""
+    encoder, decoder = hand_flops_per_token(25, **BASE)
+    cost = train_cost(base)
+    assert (cost.steps, cost.batch_tokens, cost.length) == (100_000, 25_000, 25)
+    assert cost.forward_per_token == encoder + decoder == 126_889_984
+    assert cost.forward_per_step == 25_000 * (encoder + decoder)
+    assert cost.total == 100_000 * 3 * 25_000 * 126_889_984
+    # a token costs the linear layers once, plus QK^T and AV over n keys in 18 attention layers
+    assert cost.per_token_slope == 2 * 18 * 8 * (64 + 64)
+    assert cost.per_token_fixed + cost.per_token_slope * 25 == cost.forward_per_token
+    assert train_cost(base, steps=10, length=50).total == 10 * 3 * 25_000 * sum(hand_flops_per_token(50, **BASE))
+
+
+def test_a_training_step_is_what_torch_counts_forward_and_backward():
+    """backward = 2 x forward: torch's counter over a real forward and backward pass of tiny."""
+    n, batch = 9, 2
+    spec = xspec.compile(str(SPECS / "tiny.xspec"), overrides={"train.batch_tokens": n * batch})
+    model = spec.build(device="cpu").train()
+    src = torch.randint(4, spec.vocab_size, (batch, n))
+    tgt = torch.randint(4, spec.vocab_size, (batch, n))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, tgt, torch.zeros(batch, n, dtype=torch.bool)).sum().backward()
+    cost = train_cost(spec, steps=7, length=n)
+    assert counter.get_total_flops() == cost.per_step and cost.total == 7 * cost.per_step
+
+
+def test_the_papers_estimates_reproduced():
+    """Footnote 5: hours x 8 GPUs x 9.5 TFLOPS (P100); 12 hours for base, 3.5 days for big (§5.2)."""
+    base_run, big_run = PAPER_RUNS
+    assert base_run.estimate == pytest.approx(12 * 3600 * 8 * 9.5e12) == pytest.approx(3.2832e18)
+    assert big_run.estimate == pytest.approx(84 * 3600 * 8 * 9.5e12) == pytest.approx(2.29824e19)
+    assert float(f"{base_run.estimate:.1e}") == base_run.table2 == 3.3e18
+    assert float(f"{big_run.estimate:.1e}") == big_run.table2 == 2.3e19
+
+
+def test_specs_are_matched_to_the_papers_models(base):
+    assert paper_run(base).model == "base"
+    assert paper_run(xspec.compile(str(SPECS / "big.xspec"))).model == "big"
+    assert paper_run(xspec.compile(str(SPECS / "table3" / "big_enfr.xspec"))).model == "big"
+    assert paper_run(xspec.compile(str(SPECS / "table3" / "A_heads16.xspec"))) is None
+    assert paper_run(xspec.compile(str(SPECS / "tiny.xspec"))) is None
+
+
+def test_cli_train_cost(capsys):
+    assert main(["stats", str(SPECS / "base.xspec"), "--train-cost"]) == 0
+    text = capsys.readouterr().out
+    assert "Forward FLOPs per token at n = 256" in text           # the usual report, unchanged, first
+    assert "Training cost (Table 2): 100,000 steps x 25,000 target tokens" in text
+    assert "forward, per token = 125,968,384 + 36,864 n  126,889,984" in text
+    assert "total, 100,000 steps                           9.517e+17" in text
+    assert "12 h x 8 P100     3.283e+18  3.3e+18   9.517e+17   0.29" in text
+    assert "84 h x 8 P100     2.298e+19  2.3e+19           -      -" in text
+
+    assert main(["stats", str(SPECS / "big.xspec"), "--train-cost", "--steps", "1000", "-n", "40", "--json"]) == 0
+    cost = json.loads(capsys.readouterr().out)["train_cost"]
+    assert (cost["steps"], cost["length"], cost["paper_model"]) == (1000, 40, "big")
+    big = xspec.compile(str(SPECS / "big.xspec"))
+    assert cost["total"] == 1000 * 3 * flops(big, 40).total * 25_000 // 40
+    assert cost["ratio_to_table2"] == cost["total"] / 2.3e19
+    assert [run["estimate"] for run in cost["paper"]] == [pytest.approx(3.2832e18), pytest.approx(2.29824e19)]
+
+
+def test_cli_steps_needs_train_cost(capsys):
+    assert main(["stats", str(SPECS / "tiny.xspec"), "--steps", "10"]) == xspec.UserError.exit_code
+    assert "--steps is the schedule of --train-cost" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 
 import xspec
 from xspec.commands.arguments import add_set_argument, int_at_least, parse_overrides
+from xspec.errors import UserError
 
 NAME = "stats"
 HELP = "parameters per block, forward FLOPs per token, training memory, and Table 1 at the spec's n and d"
@@ -19,16 +20,19 @@ Reads the compiled graph of SPEC and reports:
     Adam's two moments, and an estimate of the activations kept for the backward pass;
   - Table 1 of the paper (complexity per layer, sequential operations, maximum path length) for
     the spec's attention layers, with recurrent, convolutional (kernel k) and restricted
-    self-attention (neighbourhood r) rows from the paper's formulas for comparison.
+    self-attention (neighbourhood r) rows from the paper's formulas for comparison;
+  - with --train-cost, the FLOPs of training on the spec's schedule (train.max_steps updates of
+    train.batch_tokens tokens, forward and backward), beside Table 2's 3.3e18 (base) and 2.3e19 (big).
 
 n defaults to the longest sequence the spec trains on (data.max_tokens, within the positional
-encodings); B to the train section's tokens per forward pass divided by n. docs/stats.md has the
-conventions.
+encodings); B to the train section's tokens per forward pass divided by n. The training cost takes
+sentences of n tokens, n defaulting to a typical sentence (25). docs/stats.md has the conventions.
 
 examples:
   xspec stats specs/base.xspec
   xspec stats specs/table3/C_dmodel1024.xspec --length 25 --batch 64
   xspec stats specs/big.xspec --json
+  xspec stats specs/base.xspec --train-cost
 """
 
 
@@ -36,23 +40,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="the .xspec file")
     add_set_argument(parser)
     parser.add_argument("-n", "--length", type=int_at_least(1), metavar="N",
-                        help="sequence length n (source and target)")
+                        help="sequence length n (source and target); for --train-cost, default 25")
     parser.add_argument("-b", "--batch", type=int_at_least(1), metavar="B",
                         help="sentences per batch, for activation memory")
     parser.add_argument("-k", "--kernel", type=int_at_least(2), default=3, metavar="K",
                         help="convolution kernel width for Table 1's comparison row (default: 3)")
     parser.add_argument("-r", "--neighbourhood", type=int_at_least(1), default=16, metavar="R",
                         help="neighbourhood size for Table 1's restricted self-attention row (default: 16)")
+    parser.add_argument("--train-cost", action="store_true",
+                        help="also the training FLOPs of the spec's schedule, beside the paper's Table 2")
+    parser.add_argument("--steps", type=int_at_least(1), metavar="S",
+                        help="updates for --train-cost (default: the spec's train.max_steps)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: the statistics need the compiler's graph modules, which `xspec --help` does not.
     from xspec.stats import compute
-    from xspec.stats.render import render
+    from xspec.stats.render import render, render_train_cost
+    from xspec.stats.train_cost import train_cost
 
+    if args.steps is not None and not args.train_cost:
+        raise UserError("--steps is the schedule of --train-cost; add --train-cost")
     spec = xspec.compile(args.spec, overrides=parse_overrides(args.overrides))
     stats = compute(spec, length=args.length, batch=args.batch, kernel=args.kernel,
                     neighbourhood=args.neighbourhood)
-    print(json.dumps(stats.to_json(), indent=2) if args.json else render(stats))
+    cost = train_cost(spec, steps=args.steps, length=args.length) if args.train_cost else None
+    if args.json:
+        print(json.dumps({**stats.to_json(), **({"train_cost": cost.to_json()} if cost else {})}, indent=2))
+    else:
+        print(render(stats) + ("\n\n" + render_train_cost(cost) if cost else ""))
     return 0

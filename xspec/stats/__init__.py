@@ -1,5 +1,6 @@
 """Statistics of a compiled spec, read off its graph: the Table 3 hyperparameters, parameter counts,
-forward FLOPs, training memory, and the paper's Table 1 view (`xspec stats`; docs/stats.md)."""
+forward FLOPs, training memory, and the paper's Table 1 view (`xspec stats`; docs/stats.md). Beside them:
+training cost against Table 2 (train_cost.py) and parameters by component (parameters.py)."""
 
 from __future__ import annotations
 

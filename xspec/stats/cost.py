@@ -82,7 +82,7 @@ def _positions(shape: TensorType, length: Lengths) -> int:
     return count
 
 
-def _is_generator(graph, node: str) -> bool:
+def is_generator(graph, node: str) -> bool:
     """§3.4: the pre-softmax projection is the linear that produces the model's logits."""
     return any(OPS[graph.nodes[s]["op"]].family == "io" for s in graph.successors(node))
 
@@ -97,7 +97,7 @@ def _node_positions(graph, node: str, length: Lengths) -> tuple[int, dict[str, i
 def node_flops(graph, node: str, length: Lengths) -> dict[str, int]:
     data = graph.nodes[node]
     counts = OPS[data["op"]].flops(data["attrs"], data["inferred"], *_node_positions(graph, node, length))
-    if _is_generator(graph, node):
+    if is_generator(graph, node):
         return {"generator" if category == "feed_forward" else category: n for category, n in counts.items()}
     return counts
 

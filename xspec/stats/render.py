@@ -1,10 +1,12 @@
-"""`xspec stats` as text: four short tables a person reads top to bottom."""
+"""`xspec stats` as text: four short tables a person reads top to bottom, and with `--train-cost` the
+training cost beside Table 2's."""
 
 from __future__ import annotations
 
 from xspec.stats import SpecStats
 from xspec.stats.architecture import PAPER_NAMES
 from xspec.stats.cost import CATEGORIES
+from xspec.stats.train_cost import GPU_TFLOPS, PAPER_RUNS, TrainCost
 
 CATEGORY_LABELS = {
     "attention_qkv": "attention: Q, K, V projections",
@@ -75,3 +77,37 @@ def render(stats: SpecStats) -> str:
 
 def _value(value) -> str:
     return "/".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+
+
+def render_train_cost(cost: TrainCost) -> str:
+    sentences = cost.batch_tokens / cost.length
+    out = [f"Training cost (Table 2): {cost.steps:,} steps x {cost.batch_tokens:,} target tokens and as many "
+           "source tokens,",
+           f"as {sentences:,.4g} sentence pairs of n = {cost.length} tokens (-n); matrix products only, "
+           "2 FLOPs per multiply-add,",
+           "backward = 2 x forward (softmax, LayerNorm, elementwise ops, loss and optimizer not counted)"]
+    per_token = "forward, per token"
+    if cost.per_token_slope is not None:
+        per_token += f" = {cost.per_token_fixed:,} + {cost.per_token_slope:,} n"
+    rows = [[per_token, f"{cost.forward_per_token:,.0f}"], ["forward, per step", f"{cost.forward_per_step:.3e}"],
+            ["forward + backward, per step", f"{cost.per_step:.3e}"],
+            [f"total, {cost.steps:,} steps", f"{cost.total:.3e}"]]
+    out += _table(["", "FLOPs"], rows, right={1}) + [""]
+
+    out += ["Table 2's method: training time x GPUs x sustained single-precision FLOPS per GPU "
+            f"(P100: {GPU_TFLOPS['P100']} TFLOPS)"]
+    rows = []
+    for run in PAPER_RUNS:
+        ours = cost.paper is run
+        rows.append([run.model, f"{run.steps:,}", f"{run.hours:g} h x {run.gpus} {run.gpu}", f"{run.estimate:.3e}",
+                     f"{run.table2:.1e}", f"{cost.total:.3e}" if ours else "-",
+                     f"{cost.total / run.table2:.2g}" if ours else "-"])
+    out += _table(["paper model", "steps", "GPU time", "that product", "Table 2", "this count", "ratio"], rows,
+                  right={1, 3, 4, 5, 6})
+    if cost.paper is None:
+        out.append("This spec's layers are neither of the paper's two models: their figures are for reference.")
+    elif cost.steps != cost.paper.steps:
+        out.append(f"This count is for {cost.steps:,} steps, the paper's for {cost.paper.steps:,}.")
+    out += ["Table 2 counts GPU time at peak rate, including any time not spent at that rate; this count is the",
+            "arithmetic the steps need, so the ratio is the fraction of peak the paper's training implies."]
+    return "\n".join(out)
