@@ -127,7 +127,8 @@ def _commands(run_dir: Path, spec, record, language_model: bool, best: list[Path
         else:
             commands["evaluate"] = f"xspec eval {run} --src TEST.src --ref TEST.tgt"
     averaged = shlex.quote(str(run_dir / "averaged.safetensors"))
-    commands["average"] = f"xspec average {run} --last {spec.train.average_last} -o {averaged}"
+    last = min(spec.train.average_last, len(ckpt.list_checkpoints(run_dir))) or spec.train.average_last
+    commands["average"] = f"xspec average {run} --last {last} -o {averaged}"
     if len(best) > 1:
         commands["average"] += f"   # or --best {len(best)}"
     commands["plot"] = f"xspec plot {run} -o {shlex.quote(str(run_dir / 'curves.png'))}"
