@@ -169,3 +169,50 @@ def test_variant_files_are_a_few_lines(path):
     code = [line for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#")]
     assert len(code) <= 12
     assert re.match(r'import "\.\./(base|big)\.xspec"|import "base\.xspec"', code[0])
+
+
+# --- the sweep's view of Table 3 (xspec/sweep.py) and its committed page (docs/table3/) ------------
+
+ROOT = SPECS.parent
+PAGE = ROOT / "docs" / "table3"
+
+
+def test_every_table3_row_has_the_papers_numbers_and_direction():
+    """big_enfr is §6.1's EN-FR model, not a row of Table 3: it is trained but not judged."""
+    from xspec.sweep import PAPER_DIRECTIONS, PAPER_TABLE3
+
+    assert set(PAPER_TABLE3) == set(ROWS) - {"big_enfr"} | {"base"}
+    assert set(PAPER_DIRECTIONS) == set(PAPER_TABLE3) - {"base"}
+    assert all(set(d) <= {"better", "worse", "same"} for d in PAPER_DIRECTIONS.values())
+    # §6.2 and §5.4 in words: one head worse, smaller d_k worse, bigger better, no dropout worse, label
+    # smoothing hurts perplexity but helps BLEU, learned positions the same.
+    assert PAPER_DIRECTIONS["A_heads1"] == PAPER_DIRECTIONS["B_dk16"] == PAPER_DIRECTIONS["D_drop0"] == ("worse",) * 2
+    assert PAPER_DIRECTIONS["C_dmodel1024"] == PAPER_DIRECTIONS["C_layers8"] == ("better",) * 2
+    assert PAPER_DIRECTIONS["D_ls0"] == ("better", "worse")
+    assert PAPER_DIRECTIONS["E_learned_positions"] == PAPER_DIRECTIONS["A_heads16"] == ("same",) * 2
+
+
+@pytest.mark.parametrize("path", [SPECS / "base.xspec", *sorted((SPECS / "table3").glob("*.xspec"))],
+                         ids=lambda p: p.stem)
+def test_every_row_trains_at_half_width(path):
+    """bench/table3.sh trains every row at --width-divisor 2: each width must halve (A_heads32: d_k 16 -> 8)."""
+    from xspec.sweep import shrink
+
+    assert "--width-divisor \"$DIVISOR\"" in (ROOT / "bench" / "table3.sh").read_text()
+    shrunk = shrink(path, {}, 2)
+    assert shrunk["d_model"] == compiled(path).params["d_model"] // 2
+
+
+def test_the_committed_page_publishes_no_unlearned_numbers():
+    """Until the sweep has run at a scale at which its models learn, docs/table3 gives the command, explains the
+    verdicts and keeps the paper's Table 3: no table, CSV or curves from models that did not learn."""
+    from xspec.sweep import PAPER_TABLE3
+
+    assert sorted(p.name for p in PAGE.iterdir()) == ["table3.md"]
+    text = (PAGE / "table3.md").read_text(encoding="utf-8")
+    assert "has not been run at a scale at which its models learn" in text
+    assert "bench/table3.sh" in text.split("```")[1]
+    for phrase in ("noise band", "above noise", "within noise", "did not learn", "agrees", "disagrees", "cannot tell"):
+        assert phrase in text.lower()
+    for name, (ppl, bleu) in PAPER_TABLE3.items():        # the paper's table, for reference
+        assert re.search(rf"\| {ppl:.2f} \| {bleu:.1f} \|", text), name

@@ -7,11 +7,16 @@ import shlex
 from pathlib import Path
 
 from xspec.commands.arguments import add_device_argument, add_set_argument, int_at_least, parse_overrides
+from xspec.errors import UserError
 from xspec.files import check_output_dir
+
+# Kept here rather than imported from xspec.sweep: importing the command must stay cheap (xspec/cli.py).
+DEFAULT_SEEDS = 3
 
 NAME = "sweep"
 COMPUTES = True
-HELP = "train a folder of variant specs with the same budget; write a Table 3 report (Markdown, CSV, curves)"
+HELP = ("train a folder of variant specs with the same budget; write a Table 3 report with noise-band verdicts "
+        "(Markdown, CSV, curves)")
 DESCRIPTION = """\
 Trains the base spec and every .xspec in DIR with the same step budget and the same overrides,
 then writes REPORT/table3.md, REPORT/table3.csv and REPORT/curves.png (every run's training curves,
@@ -20,6 +25,19 @@ dev perplexity, dev BLEU (beam search, no checkpoint averaging) and parameters, 
 the paper. Progress is printed per run. Runs live in OUT/runs/NAME; a finished run is not
 retrained, an interrupted one resumes, so re-running the same command continues the sweep.
 
+Effects are told from noise (Table 3, §6.2): the base model trains with --seeds N seeds (default 3;
+the k-th in OUT/runs/base-seedK, with train.seed one more per seed), and its spread, mean ± 2 sample
+standard deviations, is the noise band. Each row's difference from base's mean is "above noise" or
+"within noise", and set beside the paper's direction of effect for that row: agrees, disagrees or
+cannot tell. --seeds-all trains every row with N seeds (N times the cost).
+
+A table from models that did not learn is no result: a run learned when its dev perplexity is at
+most the square root of the dev targets' unigram perplexity (half the cross entropy) and its dev
+BLEU at least 5. Rows that did not learn are marked so and not judged. When a base run did not
+learn, the variants are not trained (--keep-going trains them anyway: their rows are then marked),
+the report says so at the top and has no verdicts, and the command exits with status 1 after
+writing it.
+
 --width-divisor K trains every model at 1/K of its widths (d_model, d_ff, d_k, d_v), keeping each
 row's ratios to the base model, for budgets far below the paper's (a CPU).
 
@@ -27,9 +45,12 @@ row's ratios to the base model, for budgets far below the paper's (a CPU).
 val.SRC, val.TGT (or valid.* / dev.*), SRC and TGT from --src-lang / --tgt-lang.
 
 examples:
+  bench/table3.sh          # Multi30k at half width, a scale at which the models learn (resumable)
   xspec sweep specs/table3/ --steps 100000 --data wmt14-en-de/ --src-lang en --tgt-lang de
+  # a quick look at the pipeline end to end; these models do not learn (exit status 1)
   xspec sweep specs/table3/ --steps 150 --data ../shared/data/multi30k-en-de --dev-lines 200 \\
-      --width-divisor 4 --set vocab=2000 --set train.warmup_steps=100 --output runs/table3
+      --width-divisor 4 --seeds 2 --keep-going --set vocab=2000 --set train.warmup_steps=100 \\
+      --output runs/table3-quick --report runs/table3-quick/report
 """
 
 
@@ -45,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use only the first N dev sentences for perplexity and BLEU")
     parser.add_argument("--width-divisor", type=int_at_least(1), default=1, metavar="K",
                         help="train every model at 1/K of its widths (default: 1, the spec's own size)")
+    parser.add_argument("--seeds", type=int_at_least(1), default=DEFAULT_SEEDS, metavar="N",
+                        help=f"seeds of the base model; their spread is the noise band (default: {DEFAULT_SEEDS})")
+    parser.add_argument("--seeds-all", action="store_true",
+                        help="train every row with --seeds seeds, not only base (N times the cost)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="train the variants even after a base run that did not learn (default: stop there, "
+                             "since nothing could be compared with base)")
     add_set_argument(parser, " in every model")
     parser.add_argument("-o", "--output", "--out", metavar="DIR", default="runs/table3", dest="output",
                         help="the sweep's run directories (default: runs/table3)")
@@ -67,6 +95,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--dev-lines", str(args.dev_lines)]
     if args.width_divisor != 1:
         parts += ["--width-divisor", str(args.width_divisor)]
+    parts += ["--seeds", str(args.seeds)] + (["--seeds-all"] if args.seeds_all else [])
+    parts += ["--keep-going"] if args.keep_going else []
     for item in args.overrides:
         parts += ["--set", item]
     parts += ["--output", args.output, "--report", args.report]
@@ -79,7 +109,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from xspec.runtime.distributed import pick_device
-    from xspec.sweep import SweepConfig, find_variants, run_sweep
+    from xspec.sweep import SweepConfig, base_problem, find_variants, run_sweep
 
     check_output_dir(Path(args.output), "--output")
     check_output_dir(Path(args.report), "--report")
@@ -89,8 +119,15 @@ def run(args: argparse.Namespace) -> int:
         variants=find_variants(variants_dir, base), steps=args.steps, overrides=parse_overrides(args.overrides),
         width_divisor=args.width_divisor, data=args.data, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
         dev_lines=args.dev_lines, out_dir=Path(args.output), report_dir=Path(args.report),
-        command=command_line(args), device=str(pick_device(args.device)), threads=args.threads, progress=args.progress)
+        command=command_line(args), device=str(pick_device(args.device)), threads=args.threads, progress=args.progress,
+        seeds=args.seeds, seeds_all=args.seeds_all, keep_going=args.keep_going)
     rows = run_sweep(config)
-    print(f"report: {config.report_dir / 'table3.md'}, {config.report_dir / 'table3.csv'}, "
-          f"{config.report_dir / 'curves.png'} ({len(rows)} models)")
+    report = config.report_dir / "table3.md"
+    print(f"report: {report}, {config.report_dir / 'table3.csv'}, {config.report_dir / 'curves.png'} "
+          f"({len(rows)} models)")
+    problem = base_problem(rows)
+    if problem is not None:
+        # After the report: a script running the sweep must notice that its table is no result.
+        raise UserError(f"{problem}; {report} marks it and has no verdicts: train longer (--steps) or wider "
+                        "(a smaller --width-divisor)")
     return 0
