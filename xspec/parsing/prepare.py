@@ -1,0 +1,72 @@
+"""`xspec treebank prepare`: a treebank (one tree a line) and its file ids (one a line, aligned) to the
+files `xspec train` and `xspec treebank score` read, per split:
+
+    SPLIT.words  the sentence, words separated by spaces       (`xspec train --train-src`)
+    SPLIT.trees  the linearised tree (xspec/parsing/linearise)  (`xspec train --train-tgt`)
+    SPLIT.gold   the normalised tree, with its tags and words   (`xspec treebank score --gold`)
+
+Line i of the three files is the same sentence. The treebank's own files are only read: its terms may
+not allow copies, and the output folder is the user's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xspec.errors import UserError
+from xspec.files import write_atomically
+from xspec.parsing.linearise import linearise
+from xspec.parsing.normalise import normalise
+from xspec.parsing.reader import parse_tree
+from xspec.parsing.split import SPLIT_NAMES, describe, split_of
+from xspec.parsing.textfile import read_lines
+from xspec.parsing.tree import to_bracketed, words
+
+SUFFIXES = ("words", "trees", "gold")
+
+
+@dataclass
+class Prepared:
+    """What was written: sentences per split, and the trees left out."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    words: dict[str, int] = field(default_factory=dict)
+    outside: int = 0          # trees from files no split takes (the `wsj` scheme's sections 00, 01, 24)
+    empty: int = 0            # trees of empty elements only: no sentence to parse
+    files: list[Path] = field(default_factory=list)
+
+
+def prepare(tree_file: Path, fileids_file: Path, output: Path, scheme: str) -> Prepared:
+    tree_lines, ids = read_lines(tree_file), read_lines(fileids_file)
+    if len(tree_lines) != len(ids):
+        raise UserError(f"{fileids_file}: {len(ids)} lines, but {tree_file} has {len(tree_lines)}: the file ids "
+                        "must be one a line, aligned with the trees")
+    lines: dict[str, dict[str, list[str]]] = {name: {suffix: [] for suffix in SUFFIXES} for name in SPLIT_NAMES}
+    result = Prepared(counts=dict.fromkeys(SPLIT_NAMES, 0), words=dict.fromkeys(SPLIT_NAMES, 0))
+    for number, (text, file_id) in enumerate(zip(tree_lines, ids), 1):
+        tree = parse_tree(text, f"{tree_file}:{number}")    # every line is checked, even ones left out
+        name = split_of(file_id, scheme, f"{fileids_file}:{number}")
+        normal = normalise(tree)
+        if name is None:
+            result.outside += 1
+            continue
+        if normal is None:
+            result.empty += 1
+            continue
+        sentence = words(normal)
+        lines[name]["words"].append(" ".join(sentence))
+        lines[name]["trees"].append(" ".join(linearise(normal)))
+        lines[name]["gold"].append(to_bracketed(normal))
+        result.counts[name] += 1
+        result.words[name] += len(sentence)
+    missing = [name for name in SPLIT_NAMES if not result.counts[name]]
+    if missing:
+        raise UserError(f"{tree_file}: no trees for the {' and '.join(missing)} split(s) of --split {scheme} "
+                        f"({describe(scheme)})")
+    for name in SPLIT_NAMES:
+        for suffix in SUFFIXES:
+            path = output / f"{name}.{suffix}"
+            write_atomically(path, "".join(line + "\n" for line in lines[name][suffix]))
+            result.files.append(path)
+    return result
