@@ -17,6 +17,7 @@ Read in this order:
     sampling.py     sampling a language model's continuations (temperature, top-k, top-p)
     generation.py   continuing many prompts in batches
     scoring.py      log-probabilities and perplexity
+    unigram.py      the perplexity a model that knows only token frequencies reaches
     inference.py    loading a run or checkpoint for use (xspec.load)
     evaluate.py     sacreBLEU BLEU and chrF
     average.py      checkpoint averaging (§6.1)

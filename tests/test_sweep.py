@@ -15,9 +15,10 @@ from xspec.runtime.demo_data import generate_split
 from xspec.cli import main
 from xspec.commands import sweep as sweep_command
 from xspec.plot import DEFAULT_SIZE, load_curves
+from xspec.runtime.unigram import token_counts, unigram_perplexity
 from xspec.sweep import (DEFAULT_SEEDS, MIN_BLEU, Corpus, Row, Run, SweepConfig, agreement, base_problem,
                          compare, find_variants, judge, learned, learning_threshold, noise_band, render_csv,
-                         render_markdown, row_label, seed_runs, unigram_perplexity)
+                         render_markdown, row_label, seed_runs)
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 NAMES = ("tiny", "A_heads2", "C_layers1")
@@ -257,9 +258,9 @@ def test_seed_runs_name_the_first_after_the_row_and_count_seeds_from_the_specs()
 
 def test_unigram_perplexity_is_of_the_training_frequencies_add_one_smoothed():
     # Counts 0: 3, 1: 1 over a vocabulary of 4 -> p(0) = 4/8, p(1) = 2/8.
-    assert unigram_perplexity([[0, 0, 1], [0]], [[0]], 4) == pytest.approx(2.0)
-    assert unigram_perplexity([[0, 0, 1], [0]], [[0], [1]], 4) == pytest.approx(math.sqrt(2 * 4))
-    assert unigram_perplexity([[0]], [[3]], 4) == pytest.approx(5.0)        # unseen: one count in 1 + 4
+    assert unigram_perplexity(token_counts([[0, 0, 1], [0]]), [[0]], 4) == pytest.approx(2.0)
+    assert unigram_perplexity(token_counts([[0, 0, 1], [0]]), [[0], [1]], 4) == pytest.approx(math.sqrt(2 * 4))
+    assert unigram_perplexity(token_counts([[0]]), [[3]], 4) == pytest.approx(5.0)        # unseen: one count in 1 + 4
 
 
 def test_learned_is_half_the_unigram_cross_entropy_and_some_bleu():

@@ -46,7 +46,6 @@ import math
 import re
 import statistics
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +54,7 @@ from typing import Any, Literal
 import xspec
 from xspec.errors import UserError
 from xspec.files import read_regular_file, write_atomically, write_bytes_atomically
+from xspec.runtime.unigram import token_counts, unigram_perplexity
 from xspec.stats.architecture import PAPER_NAMES, architecture
 
 CONFIG_FILE = "sweep.json"
@@ -233,18 +233,6 @@ class Row:
 
 # --- did it learn? -------------------------------------------------------------------------------
 
-def unigram_perplexity(train: Sequence[Sequence[int]], dev: Sequence[Sequence[int]], vocab_size: int) -> float:
-    """Perplexity of the dev sentences under the training sentences' token frequencies (add-one smoothed
-    over the vocabulary): what a model that learned frequencies and nothing else would score. Each
-    sentence is its token ids as the loss counts them (the runtime's targets end with EOS)."""
-    counts = Counter(token for sentence in train for token in sentence)
-    total = sum(counts.values()) + vocab_size
-    tokens = [token for sentence in dev for token in sentence]
-    if not tokens:
-        raise UserError("the dev targets are empty: there is no perplexity to judge a model by")
-    return math.exp(-statistics.fmean(math.log((counts[t] + 1) / total) for t in tokens))
-
-
 def learning_threshold(unigram_ppl: float) -> float:
     """The highest dev PPL a model that learned may have: half the unigram model's cross entropy."""
     return math.sqrt(unigram_ppl)
@@ -283,7 +271,8 @@ class UnigramFloors:
         def encoded(path: Path) -> list[list[int]]:
             return [ids + [EOS] for ids in vocab.encode([line for line in read_lines(path) if line.strip()])]
 
-        return unigram_perplexity(encoded(self.corpus.train_tgt), encoded(self.corpus.dev_tgt), len(vocab))
+        return unigram_perplexity(token_counts(encoded(self.corpus.train_tgt)), encoded(self.corpus.dev_tgt),
+                                  len(vocab))
 
 
 # --- noise band and verdicts ---------------------------------------------------------------------

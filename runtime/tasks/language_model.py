@@ -4,7 +4,6 @@ continuations."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Optional
@@ -20,6 +19,7 @@ from xspec.runtime.generation import Generator
 from xspec.runtime.run_dir import DATA_DIR, SAMPLES, DataFiles, Split
 from xspec.runtime.scoring import score_lines
 from xspec.runtime.tasks import Corpus, Outcome, max_sequence_tokens
+from xspec.runtime.unigram import token_counts, unigram_perplexity
 from xspec.runtime.vocab import EOS, Vocab
 
 SAMPLE_PROMPTS = 3          # test documents whose first words are continued at the end of a run
@@ -67,18 +67,10 @@ class LanguageModelling:
         if not len(train):
             raise UserError(f"{self.texts['train'].path}: every line is longer than {size} tokens; "
                             "raise data.max_tokens or pass --truncate")
-        self.train_counts = Counter(t for sequence in train.sequences for t in sequence[1:])
+        self.train_counts = token_counts(sequence[1:] for sequence in train.sequences)
         valid = encode_documents(self.texts["valid"], vocab, mode, size, truncate=True) \
             if "valid" in self.texts else None
         return Corpus(train, valid)
-
-    def unigram_perplexity(self, vocab: Vocab, lines: list[str]) -> float:
-        """The perplexity of `lines` (each token and the EOS after each line) under the training data's
-        token frequencies, add-one smoothed: the figure a model that ignores context reaches."""
-        total, size = sum(self.train_counts.values()), len(vocab)
-        tokens = [t for ids in vocab.encode(lines) for t in (*ids, EOS)]
-        nats = -sum(math.log((self.train_counts[t] + 1) / (total + size)) for t in tokens)
-        return math.exp(nats / max(len(tokens), 1))
 
     def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
                  progress: bool) -> Optional[Outcome]:
@@ -90,7 +82,8 @@ class LanguageModelling:
             return None
         longest = max_sequence_tokens(self.spec)
         scores = score_lines(model, vocab, test.lines, context.device, longest)
-        unigram = self.unigram_perplexity(vocab, test.lines)
+        # each line as a document: its tokens and the EOS after them (the first EOS is context, not predicted)
+        unigram = unigram_perplexity(self.train_counts, ([*ids, EOS] for ids in vocab.encode(test.lines)), len(vocab))
         prompts = [" ".join(line.split()[:PROMPT_WORDS]) for line in test.lines[:SAMPLE_PROMPTS]] + [""]
         generator = Generator(model, vocab, self.spec.decode, context.device, longest, seed=self.spec.train.seed)
         continuations = generator.generate(prompts)
