@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from xspec.runtime.checkpoint import CHECKPOINT_DIR, checkpoints_in, step_of
+from xspec.runtime.checkpoint import CHECKPOINT_DIR, checkpoints_in, step_of, weights_file
 
 BEST_DIR = "best"
 
@@ -89,7 +89,7 @@ def best_dir(run_dir: Path) -> Path:
 
 
 def best_checkpoint(run_dir: Path, step: int) -> Path:
-    return best_dir(run_dir) / f"step-{step:08d}.safetensors"
+    return weights_file(best_dir(run_dir), step)
 
 
 def remove_unkept(run_dir: Path, kept: list[int]) -> None:

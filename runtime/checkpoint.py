@@ -183,6 +183,11 @@ def checkpoints_in(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def weights_file(directory: Path, step: int) -> Path:
+    """The weights of `step` in `directory`: step-N.safetensors (N zero-padded, so names sort by step)."""
+    return directory / f"step-{step:08d}.safetensors"
+
+
 def step_of(path: Path) -> int:
     """The step in a checkpoint's file name (step-N.safetensors)."""
     match = _STEP_FILE.fullmatch(path.name)

@@ -3,7 +3,7 @@ padding, so no mask), beam search or sampling, results in input order as soon as
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -25,9 +25,6 @@ class Generator:
     max_tokens: int                 # the model's positions: prompt and continuation together
     batch_tokens: int = 4000        # prompt tokens per batch
     seed: int = 0
-
-    def with_options(self, **changes) -> "Generator":
-        return replace(self, **changes)
 
     @property
     def sampling(self) -> Optional[Sampling]:

@@ -322,10 +322,7 @@ class Trainer:
         steps (no longer among the best) deleted. Every process takes part in gathering sharded state."""
         tensors = state_dicts.model_state(self.step, self.wrapped, self.sharded)
         if self.context.is_main:
-            path = best_checkpoint(self.run_dir, self.progress.step)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            ckpt.save_weights(path, tensors, self.spec.resolved_source, self.spec.params, self.vocab.model_proto,
-                              self.progress.step)
+            self._write_weights(best_checkpoint(self.run_dir, self.progress.step), tensors)
             for step in dropped:
                 best_checkpoint(self.run_dir, step).unlink(missing_ok=True)
 
@@ -335,15 +332,20 @@ class Trainer:
         progress, context, spec = self.progress, self.context, self.spec
         tensors = state_dicts.model_state(self.step, self.wrapped, self.sharded)
         optimizer = state_dicts.optimizer_state(self.wrapped, self.optimizer, self.sharded)
-        path = self.run_dir / ckpt.CHECKPOINT_DIR / f"step-{progress.step:08d}.safetensors"
+        path = ckpt.weights_file(self.run_dir / ckpt.CHECKPOINT_DIR, progress.step)
         if context.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
             ckpt.save_state(ckpt.state_path(path), {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
                                                     "progress": progress.state()})
-            ckpt.save_weights(path, tensors, spec.resolved_source, spec.params, self.vocab.model_proto,
-                              progress.step)
+            self._write_weights(path, tensors)      # last: a checkpoint exists once its weights do
             ckpt.prune(self.run_dir, spec.train.keep_checkpoints)
         progress.last_checkpoint = path
+
+    def _write_weights(self, path: Path, tensors: dict[str, torch.Tensor]) -> None:
+        """A self-contained checkpoint of the model at this step (its spec, parameters and vocabulary)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ckpt.save_weights(path, tensors, self.spec.resolved_source, self.spec.params, self.vocab.model_proto,
+                          self.progress.step)
 
     def resume(self, checkpoint: ckpt.Checkpoint) -> None:
         """The model, optimizer and scheduler as the checkpoint left them; where training stands."""

@@ -3,7 +3,7 @@ The model may be an ensemble: a list of models sharing the vocabulary (runtime/e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -28,9 +28,6 @@ class Translator:
     max_tokens: int                 # the model's longest sequence (its positions), source and output; an
                                     # ensemble's is its smallest model's
     batch_tokens: int = 4000        # source tokens per beam-search batch (times the beam in memory)
-
-    def with_batch_tokens(self, batch_tokens: int) -> "Translator":
-        return replace(self, batch_tokens=batch_tokens)
 
     @torch.no_grad()
     def nbest(self, lines: list[str], progress: bool = False) -> list[list[Hypothesis]]:

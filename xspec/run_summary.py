@@ -83,7 +83,7 @@ def summarize(run_dir: Path) -> RunSummary:
     checkpoints = {"kept": [p.name for p in kept], "best": [str(p.relative_to(run_dir)) for p in best]}
     summary = RunSummary(run_dir, {"name": spec.name, "parameters": spec.parameters,
                                    "kind": "language model" if language_model else "translation",
-                                   "params": _model_params(spec.params)},
+                                   "params": spec.params},
                          data, demo, training, record.stopped, validation, test, checkpoints)
     summary.commands = _commands(run_dir, spec, record, language_model, best)
     return summary
@@ -100,10 +100,6 @@ def _final_metrics(run_dir: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UserError(f"{path}: not the final figures xspec writes")
     return value
-
-
-def _model_params(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if not k.startswith(("train.", "data.", "decode."))}
 
 
 def _commands(run_dir: Path, spec, record, language_model: bool, best: list[Path]) -> dict[str, str]:

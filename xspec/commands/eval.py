@@ -70,7 +70,8 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    hypotheses = trained.translator(args.batch_tokens, **decode_overrides(args)).translate(sources, progress=args.progress and sys.stderr.isatty())
+    translator = trained.translator(args.batch_tokens, **decode_overrides(args))
+    hypotheses = translator.translate(sources, progress=args.progress and sys.stderr.isatty())
     if args.output:
         write_atomically(Path(args.output), "".join(h + "\n" for h in hypotheses))
     scores = score(hypotheses, references)
