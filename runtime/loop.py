@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from xspec.errors import UserError
+from xspec.files import link_atomically
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, plan_epoch, shard
@@ -124,6 +125,8 @@ class Trainer:
     scaler: Optional[torch.amp.GradScaler] = field(default=None)
     # BLEU of the validation split (train.validate_bleu): called on every process, returns it on every one.
     bleu: Optional[Callable[[], float]] = None
+    # The step whose weights save_best wrote last: a checkpoint of the same step links that file.
+    best_written_at: Optional[int] = None
 
     @property
     def sharded(self) -> bool:
@@ -325,19 +328,26 @@ class Trainer:
             self._write_weights(best_checkpoint(self.run_dir, self.progress.step), tensors)
             for step in dropped:
                 best_checkpoint(self.run_dir, step).unlink(missing_ok=True)
+        self.best_written_at = self.progress.step
 
     def save_checkpoint(self) -> None:
         """§6.1: checkpoints at intervals; the last K kept. Every process takes part in gathering sharded
         state; rank 0 writes."""
         progress, context, spec = self.progress, self.context, self.spec
-        tensors = state_dicts.model_state(self.step, self.wrapped, self.sharded)
+        # The same step's best checkpoint holds these very weights (every process knows, so none gathers).
+        same_as_best = self.best_written_at == progress.step
+        tensors = None if same_as_best else state_dicts.model_state(self.step, self.wrapped, self.sharded)
         optimizer = state_dicts.optimizer_state(self.wrapped, self.optimizer, self.sharded)
         path = ckpt.weights_file(self.run_dir / ckpt.CHECKPOINT_DIR, progress.step)
         if context.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
             ckpt.save_state(ckpt.state_path(path), {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
                                                     "progress": progress.state()})
-            self._write_weights(path, tensors)      # last: a checkpoint exists once its weights do
+            # Last: a checkpoint exists once its weights do.
+            if same_as_best:
+                link_atomically(best_checkpoint(self.run_dir, progress.step), path)
+            else:
+                self._write_weights(path, tensors)
             ckpt.prune(self.run_dir, spec.train.keep_checkpoints)
         progress.last_checkpoint = path
 

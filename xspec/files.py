@@ -14,6 +14,7 @@ path.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -55,6 +56,20 @@ def write_atomically_with(path: Path, write: Callable[[Path], None]) -> Path:
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def link_atomically(source: Path, path: Path) -> Path:
+    """Makes `path` name the same file as `source` (a hard link; a copy where the filesystem has none),
+    atomically as `write_atomically_with` writes. The two names then outlive each other."""
+
+    def link(tmp: Path) -> None:
+        tmp.unlink()
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+
+    return write_atomically_with(path, link)
 
 
 def current_umask() -> int:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from xspec.errors import UserError
-from xspec.files import (check_output_dir, check_output_file, read_regular_file, write_atomically,
-                         write_atomically_with, write_bytes_atomically)
+from xspec.files import (check_output_dir, check_output_file, link_atomically, read_regular_file,
+                         write_atomically, write_atomically_with, write_bytes_atomically)
 
 
 @contextmanager
@@ -65,6 +65,20 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         write_atomically_with(path, lambda tmp: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert path.read_text() == "kept"
     assert _leftovers(tmp_path) == []
+
+
+def test_a_link_names_the_same_file_and_outlives_its_source(tmp_path, monkeypatch):
+    source = write_atomically(tmp_path / "a" / "source", "weights")
+    write_atomically(tmp_path / "b" / "linked", "older")
+    linked = link_atomically(source, tmp_path / "b" / "linked")
+    assert linked.samefile(source)
+    source.unlink()
+    assert linked.read_text() == "weights"
+    assert _leftovers(tmp_path / "b") == []
+    # where the filesystem refuses hard links, a copy
+    monkeypatch.setattr(os, "link", lambda *_: (_ for _ in ()).throw(OSError("not supported")))
+    copied = link_atomically(linked, tmp_path / "c" / "copied")
+    assert copied.read_text() == "weights" and not copied.samefile(linked)
 
 
 def test_writing_over_a_directory_fails_and_cleans_up(tmp_path):

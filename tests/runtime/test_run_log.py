@@ -114,6 +114,10 @@ def test_patience_stops_at_the_expected_step_and_the_best_checkpoint_is_the_lowe
         kept, regular = _weights(run / "checkpoints" / "best" / f"step-{step:08d}.safetensors"), \
             _weights(run / "checkpoints" / f"step-{step:08d}.safetensors")
         assert all(torch.equal(kept[k], regular[k]) for k in regular)
+        # written once: the regular checkpoint names the best one's file
+        assert (run / "checkpoints" / "best" / f"step-{step:08d}.safetensors").samefile(
+            run / "checkpoints" / f"step-{step:08d}.safetensors")
+    assert (run / "checkpoints" / "step-00000008.safetensors").stat().st_nlink == 1
     assert "no better validation loss in 3 validations (train.patience = 3)" in (run / "train.log").read_text()
     assert json.loads((run / "run.json").read_text())["stopped"]["reason"] == "patience"
 
