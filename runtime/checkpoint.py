@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 from dataclasses import dataclass
 from itertools import chain
@@ -38,6 +39,7 @@ CHECKPOINT_DIR = "checkpoints"
 _STEP_FILE = re.compile(r"step-(\d+)\.safetensors")
 SPEC_KEY, PARAMS_KEY, VOCAB_KEY, STEP_KEY = "xspec.spec", "xspec.params", "xspec.sentencepiece", "xspec.step"
 STATE_KEY = "xspec.state"
+SCALER_KEY = "scaler"                     # the fp16 loss scaler's state, in the training state
 MAX_VOCAB_BYTES = 64 << 20           # a 37000-piece sentencepiece model is under 1 MiB
 _STEP = re.compile(r"[0-9]{1,15}")
 _ZIP, _PICKLE = b"PK\x03\x04", b"\x80"   # torch.save's archive; a bare pickle (protocol 2 and later)
@@ -256,28 +258,44 @@ def _same_kind(expected: torch.dtype, found: torch.dtype) -> bool:
 
 
 def restore_training_state(path: Path, state, optimizer: torch.optim.Optimizer, scheduler,
-                           load_optimizer: Callable[[dict], None] | None = None) -> dict:
-    """Loads the optimizer's (through `load_optimizer`, for sharded parameters) and the scheduler's
-    state from `state` (read by `load_state(path)`) and returns its progress record. A state of another
-    form is refused before anything is loaded."""
-    problem = _state_problem(state, optimizer, scheduler)
+                           load_optimizer: Callable[[dict], None] | None = None,
+                           scaler: torch.amp.GradScaler | None = None) -> dict:
+    """Loads the optimizer's (through `load_optimizer`, for sharded parameters), the scheduler's and the
+    fp16 loss scaler's state from `state` (read by `load_state(path)`) and returns its progress record. A
+    state of another form is refused before anything is loaded. A saved loss scale is ignored by a run
+    without a scaler (resumed in another precision); a run with one, resumed from a state without, starts
+    from the scaler's initial scale, as a new run does."""
+    problem = _state_problem(state, optimizer, scheduler, scaler)
     if problem:
         raise UserError(f"{path}: unusable training state ({problem})")
     try:
         (load_optimizer or optimizer.load_state_dict)(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and SCALER_KEY in state:
+            scaler.load_state_dict(state[SCALER_KEY])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UserError(f"{path}: unusable training state ({error})") from None
     return state["progress"]
 
 
-def _state_problem(state, optimizer: torch.optim.Optimizer, scheduler) -> str | None:
-    if not isinstance(state, dict) or set(state) != {"optimizer", "scheduler", "progress"}:
-        return "expected the optimizer's, the scheduler's and the progress record"
+def _state_problem(state, optimizer: torch.optim.Optimizer, scheduler, scaler) -> str | None:
+    if not isinstance(state, dict) or not {"optimizer", "scheduler", "progress"} <= set(state) <= \
+            {"optimizer", "scheduler", "progress", SCALER_KEY}:
+        return "expected the optimizer's, the scheduler's and the progress record (and the loss scaler's)"
     if not isinstance(state["progress"], dict):
         return "progress: expected a dict"
     return _optimizer_problem(optimizer, state["optimizer"]) or \
-        nested_state.mismatch(scheduler.state_dict(), state["scheduler"], ("scheduler",))
+        nested_state.mismatch(scheduler.state_dict(), state["scheduler"], ("scheduler",)) or \
+        (_scaler_problem(scaler, state[SCALER_KEY]) if scaler is not None and SCALER_KEY in state else None)
+
+
+def _scaler_problem(scaler: torch.amp.GradScaler, saved) -> str | None:
+    problem = nested_state.mismatch(scaler.state_dict(), saved, (SCALER_KEY,))
+    if problem:
+        return problem
+    if not all(math.isfinite(v) and v >= 0 for v in saved.values()) or saved["scale"] <= 0:
+        return f"{SCALER_KEY}: expected a positive, finite scale and finite, non-negative settings"
+    return None
 
 
 def _optimizer_problem(optimizer: torch.optim.Optimizer, saved) -> str | None:

@@ -341,8 +341,10 @@ class Trainer:
         path = ckpt.weights_file(self.run_dir / ckpt.CHECKPOINT_DIR, progress.step)
         if context.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
-            ckpt.save_state(ckpt.state_path(path), {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
-                                                    "progress": progress.state()})
+            state = {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "progress": progress.state()}
+            if self.scaler is not None:     # fp16: the loss scale it has found, so a resumed run goes on with it
+                state[ckpt.SCALER_KEY] = self.scaler.state_dict()
+            ckpt.save_state(ckpt.state_path(path), state)
             # Last: a checkpoint exists once its weights do.
             if same_as_best:
                 link_atomically(best_checkpoint(self.run_dir, progress.step), path)
@@ -358,13 +360,15 @@ class Trainer:
                           self.progress.step)
 
     def resume(self, checkpoint: ckpt.Checkpoint) -> None:
-        """The model, optimizer and scheduler as the checkpoint left them; where training stands."""
+        """The model, optimizer, scheduler (and fp16 loss scaler) as the checkpoint left them; where training
+        stands."""
         ckpt.load_into(self.step.model, checkpoint,
                        lambda tensors: state_dicts.load_model_state(self.step, self.wrapped, self.sharded, tensors))
         path = ckpt.state_path(checkpoint.path)
         record = ckpt.restore_training_state(
             path, ckpt.load_state(path), self.optimizer, self.scheduler,
-            lambda state: state_dicts.load_optimizer_state(self.wrapped, self.optimizer, self.sharded, state))
+            lambda state: state_dicts.load_optimizer_state(self.wrapped, self.optimizer, self.sharded, state),
+            self.scaler)
         self.progress = Progress.from_state(record, path)
         if self.progress.step != checkpoint.step:
             raise UserError(f"{path}: the training state of step {self.progress.step}, beside the weights of "

@@ -198,13 +198,23 @@ def _break_top(state):
     del state["progress"]
 
 
+def _break_scaler_kind(state):
+    state["scaler"] = {**torch.amp.GradScaler("cpu").state_dict(), "scale": "huge"}
+
+
+def _break_scaler_value(state):
+    state["scaler"] = {**torch.amp.GradScaler("cpu").state_dict(), "scale": float("inf")}
+
+
 @pytest.mark.parametrize("damage, message", [
     (_break_scheduler, "scheduler: unexpected key 'optimizer'"),
     (_break_group, "optimizer/param_groups/0/lr: expected a float, found a string"),
     (_break_shape, r"optimizer/state/0/exp_avg: shape \(5, 5\), the parameter's is \(2, 3\)"),
     (_break_index, "optimizer/state/7: not the state of one of the optimizer's parameters"),
     (_break_kind, "optimizer/state/0/exp_avg: expected a floating-point tensor"),
-    (_break_top, "expected the optimizer's, the scheduler's and the progress record"),
+    (_break_top, r"expected the optimizer's, the scheduler's and the progress record \(and the loss scaler's\)"),
+    (_break_scaler_kind, "scaler/scale: expected a float, found a string"),
+    (_break_scaler_value, "scaler: expected a positive, finite scale and finite, non-negative settings"),
 ])
 def test_a_training_state_of_another_form_is_refused_before_loading(tmp_path, damage, message):
     path, state = _saved_state(tmp_path)
@@ -212,8 +222,30 @@ def test_a_training_state_of_another_form_is_refused_before_loading(tmp_path, da
     optimizer, scheduler = _optimizer_and_scheduler()
     before = optimizer.state_dict()["param_groups"][0]["lr"]
     with pytest.raises(UserError, match=rf"state\.safetensors: unusable training state \({message}\)"):
-        ckpt.restore_training_state(path, state, optimizer, scheduler)
+        ckpt.restore_training_state(path, state, optimizer, scheduler, scaler=torch.amp.GradScaler("cpu"))
     assert optimizer.state_dict()["param_groups"][0]["lr"] == before
+
+
+def test_the_fp16_loss_scale_travels_with_the_training_state(tmp_path):
+    """fp16 training's GradScaler has found its scale by halving on overflows and doubling after quiet
+    stretches; a resumed run goes on from there, not from the initial 65536."""
+    optimizer, scheduler = _optimizer_and_scheduler()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=100)
+    scaler.load_state_dict({**scaler.state_dict(), "scale": 512.0, "_growth_tracker": 37})
+    path = tmp_path / "step-00000001.state.safetensors"
+    ckpt.save_state(path, {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                           "progress": {"step": 1}, "scaler": scaler.state_dict()})
+    state = ckpt.load_state(path)
+    fresh = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=100)
+    optimizer, scheduler = _optimizer_and_scheduler()
+    assert ckpt.restore_training_state(path, state, optimizer, scheduler, scaler=fresh) == {"step": 1}
+    assert fresh.state_dict() == scaler.state_dict() and fresh.get_scale() == 512.0
+    # another precision (no scaler) ignores it; a state without one leaves the scaler as it starts
+    assert ckpt.restore_training_state(path, state, optimizer, scheduler) == {"step": 1}
+    del state["scaler"]
+    untouched = torch.amp.GradScaler("cpu")
+    ckpt.restore_training_state(path, state, optimizer, scheduler, scaler=untouched)
+    assert untouched.get_scale() == 2.0 ** 16
 
 
 def test_a_checkpoint_whose_header_length_starts_like_a_pickle_loads(tmp_path):
