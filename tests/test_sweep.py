@@ -16,9 +16,11 @@ from xspec.cli import main
 from xspec.commands import sweep as sweep_command
 from xspec.plot import DEFAULT_SIZE, load_curves
 from xspec.runtime.unigram import token_counts, unigram_perplexity
-from xspec.sweep import (DEFAULT_SEEDS, MIN_BLEU, Corpus, Row, Run, SweepConfig, agreement, base_problem,
-                         compare, find_variants, judge, learned, learning_threshold, noise_band, render_csv,
-                         render_markdown, row_label, seed_runs)
+from xspec.sweep.report import render_csv, render_markdown
+from xspec.sweep.rows import (DEFAULT_SEEDS, MIN_BLEU, Corpus, Row, Run, SweepConfig, learned, learning_threshold,
+                             seed_runs)
+from xspec.sweep.runner import find_variants, row_label
+from xspec.sweep.verdicts import agreement, base_problem, compare, judge, noise_band
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 NAMES = ("tiny", "A_heads2", "C_layers1")

@@ -171,7 +171,7 @@ def test_variant_files_are_a_few_lines(path):
     assert re.match(r'import "\.\./(base|big)\.xspec"|import "base\.xspec"', code[0])
 
 
-# --- the sweep's view of Table 3 (xspec/sweep.py) and its committed page (docs/table3/) ------------
+# --- the sweep's view of Table 3 (xspec/sweep/) and its committed page (docs/table3/) ------------
 
 ROOT = SPECS.parent
 PAGE = ROOT / "docs" / "table3"
@@ -179,7 +179,7 @@ PAGE = ROOT / "docs" / "table3"
 
 def test_every_table3_row_has_the_papers_numbers_and_direction():
     """big_enfr is §6.1's EN-FR model, not a row of Table 3: it is trained but not judged."""
-    from xspec.sweep import PAPER_DIRECTIONS, PAPER_TABLE3
+    from xspec.sweep.paper import PAPER_DIRECTIONS, PAPER_TABLE3
 
     assert set(PAPER_TABLE3) == set(ROWS) - {"big_enfr"} | {"base"}
     assert set(PAPER_DIRECTIONS) == set(PAPER_TABLE3) - {"base"}
@@ -196,7 +196,7 @@ def test_every_table3_row_has_the_papers_numbers_and_direction():
                          ids=lambda p: p.stem)
 def test_every_row_trains_at_half_width(path):
     """bench/table3.sh trains every row at --width-divisor 2: each width must halve (A_heads32: d_k 16 -> 8)."""
-    from xspec.sweep import shrink
+    from xspec.sweep.runner import shrink
 
     assert "--width-divisor \"$DIVISOR\"" in (ROOT / "bench" / "table3.sh").read_text()
     shrunk = shrink(path, {}, 2)
@@ -206,7 +206,7 @@ def test_every_row_trains_at_half_width(path):
 def test_the_committed_page_publishes_no_unlearned_numbers():
     """Until the sweep has run at a scale at which its models learn, docs/table3 gives the command, explains the
     verdicts and keeps the paper's Table 3: no table, CSV or curves from models that did not learn."""
-    from xspec.sweep import PAPER_TABLE3
+    from xspec.sweep.paper import PAPER_TABLE3
 
     assert sorted(p.name for p in PAGE.iterdir()) == ["table3.md"]
     text = (PAGE / "table3.md").read_text(encoding="utf-8")

@@ -109,7 +109,9 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from xspec.runtime.distributed import pick_device
-    from xspec.sweep import SweepConfig, base_problem, find_variants, run_sweep
+    from xspec.sweep.rows import SweepConfig
+    from xspec.sweep.runner import find_variants, run_sweep
+    from xspec.sweep.verdicts import base_problem
 
     check_output_dir(Path(args.output), "--output")
     check_output_dir(Path(args.report), "--report")
