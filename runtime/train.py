@@ -40,9 +40,17 @@ from xspec.runtime.vocab import MODEL_FILE, Vocab, load_or_train_vocab
 
 
 class Interrupted(UserError):
-    """Ctrl-C (or SIGTERM): a checkpoint was written, the run can be resumed."""
+    """Ctrl-C (or SIGTERM): a checkpoint was written, the run can be resumed. `str(error)` says how;
+    `continued_by` rewords that advice for a command that drives the run (a sweep)."""
 
     exit_code = 130
+
+    def __init__(self, step: int, checkpoint: Path | None, run_dir: Path) -> None:
+        self.step, self.checkpoint = step, checkpoint
+        super().__init__(self.continued_by(f"xspec train --resume {run_dir}"))
+
+    def continued_by(self, command: str) -> str:
+        return f"interrupted at step {self.step}; checkpoint {self.checkpoint} written; continue with: {command}"
 
 
 @dataclass(frozen=True)
@@ -140,8 +148,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
             reason = trainer.run(stop_requested)
         except StopRequested:
             _record_stop(run, _stop_record("interrupted", progress))
-            raise Interrupted(f"interrupted at step {progress.step}; checkpoint {progress.last_checkpoint} "
-                              f"written; continue with: xspec train --resume {run_dir}") from None
+            raise Interrupted(progress.step, progress.last_checkpoint, run_dir) from None
         except Diverged as diverged:
             _diverged(run, progress, diverged)
     stopped = _stop_record(reason, progress)

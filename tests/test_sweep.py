@@ -210,6 +210,20 @@ def test_without_keep_going_nothing_trains_after_a_base_run_that_did_not_learn(v
     assert cells_of(text, "A_heads2")[11:14] == ["(not yet)", "0/1", ""]
 
 
+def test_an_interrupted_sweep_says_to_run_the_same_command_again(variants, corpus, tmp_path, capsys, monkeypatch):
+    from xspec.runtime.train import Interrupted
+    from xspec.sweep import runner
+
+    def interrupted(spec, corpus, vocab_file, run_dir, config):
+        raise Interrupted(7, run_dir / "checkpoints" / "step-00000007.safetensors", run_dir)
+
+    monkeypatch.setattr(runner, "train_variant", interrupted)
+    assert main(sweep_args(variants, corpus, tmp_path)) == 130
+    error = capsys.readouterr().err
+    assert "[1/4] tiny: interrupted at step 7; checkpoint " in error and "step-00000007.safetensors written" in error
+    assert "continue with: the same command (xspec sweep " in error and "xspec train --resume" not in error
+
+
 def test_a_different_budget_is_refused(swept, variants, corpus, capsys):
     assert main(sweep_args(variants, corpus, swept[0], steps=5)) == 1
     assert "holds a sweep with different settings (steps)" in capsys.readouterr().err

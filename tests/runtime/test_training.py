@@ -103,6 +103,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_matches(small_corpus, tmp_path):
         _train(spec, small_corpus, tmp_path / "run")
     step = ckpt.load_weights(ckpt.resolve(tmp_path / "run")).step
     assert 1 <= step < 8 and f"interrupted at step {step}" in str(error.value)
+    assert str(error.value).endswith(f"written; continue with: xspec train --resume {tmp_path / 'run'}")
     assert error.value.exit_code == 130
     stopped = _run_json(tmp_path / "run")["stopped"]
     assert (stopped["reason"], stopped["step"]) == ("interrupted", step)

@@ -233,8 +233,10 @@ def _train_run(run: Run, spec, run_dir: Path, vocab: Path | None, tag: str, corp
     started = time.time()
     try:
         run.metrics = train_variant(seeded, corpus, vocab, run_dir, config)
-    except Interrupted:
-        raise                           # Ctrl-C: the run wrote a checkpoint; the sweep stops here
+    except Interrupted as interrupted:
+        # Ctrl-C: the run wrote a checkpoint; the sweep stops here, and goes on from it when run again.
+        interrupted.args = (f"{tag}: " + interrupted.continued_by(f"the same command ({config.command})"),)
+        raise
     except UserError as error:
         # One run that diverges (or lacks memory) must not cost the others theirs; the report shows it,
         # and re-running the sweep tries it again.
