@@ -11,6 +11,7 @@ import torch
 from xspec.compiler.sections import DecodeSection
 from xspec.runtime.beam_search import continue_prompts
 from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
+from xspec.runtime.ensemble import ModelOrEnsemble, members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.sampling import Sampling, sample
 from xspec.runtime.vocab import EOS, Vocab
@@ -18,7 +19,7 @@ from xspec.runtime.vocab import EOS, Vocab
 
 @dataclass(frozen=True)
 class Generator:
-    model: torch.nn.Module
+    model: ModelOrEnsemble          # one model, or several as an ensemble (runtime/ensemble.py)
     vocab: Vocab
     decode: DecodeSection
     device: torch.device
@@ -61,7 +62,8 @@ class Generator:
             batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
             return self._continue(batch, [first + i for i in chunk], follow)
 
-        self.model.eval()
+        for model in members(self.model):
+            model.eval()
         chunks = length_sorted_chunks(range(len(lines)), [len(p) for p in prompts], self.batch_tokens,
                                       equal_length=True)
         yield from in_input_order([None] * len(lines), chunks, continue_chunk)

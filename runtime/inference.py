@@ -52,8 +52,9 @@ def build_from_checkpoint(checkpoint: ckpt.Checkpoint, spec, device: torch.devic
 
 
 class _Scoring:
-    """What a trained model and an ensemble share: translating and scoring through their `members` (one
-    module, or a tuple of them, runtime/ensemble.py), `tokenizer`, `device`, `max_tokens` and `label`."""
+    """What a trained model and an ensemble share: translating, generating and scoring through their
+    `members` (one module, or a tuple of them, runtime/ensemble.py), `tokenizer`, `device`, `max_tokens`
+    and `label`."""
 
     tokenizer: Vocab
     device: torch.device
@@ -82,6 +83,19 @@ class _Scoring:
                   max_len_b: Optional[int] = None) -> list[str]:
         """Each line translated with beam search (the spec's decode settings unless given)."""
         return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
+
+    def generator(self, batch_tokens: int = 4000, seed: int = 0, **overrides) -> Generator:
+        if not self.is_language_model:
+            raise UserError(f"{self.label}: a translation model continues no prompts; use translate")
+        return Generator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
+                         self.max_tokens, batch_tokens, seed)
+
+    def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
+                 temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 beam: Optional[int] = None, seed: int = 0) -> list[str]:
+        """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text."""
+        return self.generator(seed=seed, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
+                              top_k=top_k, top_p=top_p, beam=beam).generate(prompts)
 
     def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
         """log P (nats) of each text under a language model, or of each target given its source text
@@ -145,25 +159,13 @@ class TrainedModel(_Scoring):
             message = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
             raise UserError(f"decoding options: {message}") from None
 
-    def generator(self, batch_tokens: int = 4000, seed: int = 0, **overrides) -> Generator:
-        if not self.is_language_model:
-            raise UserError(f"{self.path}: a translation model continues no prompts; use translate")
-        return Generator(self.model, self.tokenizer, self.decode_settings(**overrides), self.device,
-                         self.max_tokens, batch_tokens, seed)
-
-    def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
-                 temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 beam: Optional[int] = None, seed: int = 0) -> list[str]:
-        """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text."""
-        return self.generator(seed=seed, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
-                              top_k=top_k, top_p=top_p, beam=beam).generate(prompts)
-
 
 class TrainedEnsemble(_Scoring):
-    """Trained models with one vocabulary that translate and score as one (runtime/ensemble.py):
+    """Trained models with one vocabulary that translate, generate and score as one (runtime/ensemble.py):
     `load_ensemble(["runs/a", "runs/b"])`.
 
         ensemble.translate(["a sentence"], beam=4)    # each step mixes the models' next-token distributions
+        ensemble.generate(["the cat"], sample=True)   # language models: sampling draws from the mixture
         ensemble.score(sources, targets)              # log P(target | source), the same mixture token by token
         ensemble.score_lines(lines).perplexity        # language models
 

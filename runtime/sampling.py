@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 import torch
 
+from xspec.runtime.beam_search import LanguageModelSteps
+from xspec.runtime.ensemble import ModelOrEnsemble, ensemble_steps, members
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 
@@ -51,25 +53,26 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def sample(model, prompts: torch.Tensor, max_new_tokens: int, sampling: Optional[Sampling], seed: int = 0,
-           indices: Optional[list[int]] = None,
+def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, sampling: Optional[Sampling],
+           seed: int = 0, indices: Optional[list[int]] = None,
            on_tokens: Optional[Callable[[list[int], list[int]], None]] = None) -> list[list[int]]:
     """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
-    tokens; `sampling` None is greedy. `indices` number the prompts for their random streams (default
-    0..B-1). `on_tokens(rows, tokens)` hears each step's new tokens of the rows still going."""
+    tokens, by a model or an ensemble (a list of models: their mixture, runtime/ensemble.py); `sampling`
+    None is greedy. `indices` number the prompts for their random streams (default 0..B-1).
+    `on_tokens(rows, tokens)` hears each step's new tokens of the rows still going."""
     B = prompts.size(0)
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
-    cache = model.new_cache()
-    logits = model.decode(prompts, cache=cache)[:, -1]                      # [A, V]
+    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, use_cache=True) for m in members(model)])
+    log_probs = steps.log_probs(prompts[:, -1:])                            # [A, V]: the first call reads the prompts
     going = list(range(B))                                                  # the prompt of each active row
     results: list[list[int]] = [[] for _ in range(B)]
     for step in range(max_new_tokens):
         if sampling is None:
-            logits = logits.float()
-            logits[:, PAD] = logits[:, BOS] = float("-inf")
-            tokens = logits.argmax(dim=-1)
+            log_probs[:, PAD] = log_probs[:, BOS] = float("-inf")
+            tokens = log_probs.argmax(dim=-1)
         else:
-            tokens = draw(filtered_probabilities(logits, sampling), [streams[b].random() for b in going])
+            # Log-probabilities are logits of the same distribution (softmax(log p / T) is p tempered).
+            tokens = draw(filtered_probabilities(log_probs, sampling), [streams[b].random() for b in going])
         chosen = tokens.tolist()                                            # the step's one wait for the device
         ended = [t == EOS for t in chosen]
         for b, token, end in zip(going, chosen, ended):
@@ -84,7 +87,8 @@ def sample(model, prompts: torch.Tensor, max_new_tokens: int, sampling: Optional
             if not kept:
                 break
             rows = torch.tensor(kept, device=prompts.device)
-            cache.reorder(rows)
+            steps.keep(rows)
+            steps.reorder(rows)
             tokens, going = tokens[rows], [going[a] for a in kept]
-        logits = model.decode(tokens[:, None], cache=cache)[:, -1]
+        log_probs = steps.log_probs(tokens[:, None])                       # [A, V]
     return results

@@ -1,6 +1,6 @@
 """Ensembles: each step mixes the models' next-token distributions (the mean probability); an ensemble of a
-model with itself is the model; runs with different vocabularies or tasks are refused; `xspec translate` / `xspec eval` with several
-runs end to end."""
+model with itself is the model; runs with different vocabularies or tasks are refused; `xspec translate`,
+`xspec eval` and `xspec generate` with several runs end to end."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from xspec.runtime.beam_search import EncoderDecoderSteps, beam_search, continue
 from xspec.runtime.ensemble import EnsembleSteps
 from xspec.runtime.inference import TrainedEnsemble, load, load_ensemble
 from xspec.runtime.run_dir import DataFiles
+from xspec.runtime.sampling import Sampling, sample
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,6 +119,20 @@ def test_a_model_with_itself_is_the_model(beam):
     alone = continue_prompts(lm, prompts, beam=beam, alpha=0.6, max_new_tokens=6, nbest=beam)
     twice = continue_prompts([lm, lm], prompts, beam=beam, alpha=0.6, max_new_tokens=6, nbest=beam)
     assert [[h.tokens for h in hyps] for hyps in alone] == [[h.tokens for h in hyps] for hyps in twice]
+    if beam == 1:       # greedy and sampling, through `sample`
+        for sampling in (None, Sampling(temperature=0.8, top_p=0.9)):
+            assert sample([lm, lm], prompts, 6, sampling, seed=3) == sample(lm, prompts, 6, sampling, seed=3)
+
+
+@torch.no_grad()
+def test_greedy_generation_follows_the_mixture():
+    models = [_model(5, spec=LM, max_len=40), _model(6, spec=LM, max_len=40)]
+    prompts = torch.cat([torch.full((4, 1), EOS), torch.randint(4, VOCAB, (4, 3))], 1)   # [4, 4]
+    tokens = torch.cat([prompts, torch.tensor(sample(models, prompts, 3, None))], 1)    # [4, 7]; no EOS drawn
+    assert tokens.size(1) == 7
+    mixed = torch.stack([torch.softmax(m.decode(tokens).double(), -1) for m in models]).mean(0)  # [4, 7, V]
+    mixed[..., PAD] = mixed[..., BOS] = 0
+    assert torch.equal(mixed[:, 3:6].argmax(-1), tokens[:, 4:7])
 
 
 # --- trained runs and the commands ---------------------------------------------------------------
@@ -250,4 +265,16 @@ def test_the_run_arguments_of_translate_and_eval():
     args = parser.parse_args(["translate", "r1", "r2", "--beam", "2", "--input", "x"])
     assert args.models == ["r1", "r2"] and args.beam == 2 and args.input == "x"
     assert parser.parse_args(["eval", "r1", "--src", "s", "--ref", "t"]).models == ["r1"]
-    assert parser.parse_args(["generate", "r1"]).model == "r1"
+    assert parser.parse_args(["generate", "r1", "r2"]).models == ["r1", "r2"]
+
+
+def test_language_models_generate_as_an_ensemble(runs, capsys):
+    lm, lm2 = str(runs["lm"]), str(runs["lm2"])
+    for how in (["--beam", "2"], ["--sample", "--seed", "4"]):
+        argv = ["--prompt", "the", "--max-new-tokens", "6", *how]
+        alone = _xspec(capsys, "generate", lm, *argv)
+        assert alone[0] == 0 and alone[1] and _xspec(capsys, "generate", lm, lm, *argv) == alone
+        code, out, _ = _xspec(capsys, "generate", lm, lm2, *argv)
+        assert code == 0 and len(out.splitlines()) == 1
+    line = _error(capsys, "generate", lm, str(runs["a"]), "--prompt", "the")
+    assert "have different vocabularies" in line or "is a language model but" in line

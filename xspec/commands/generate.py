@@ -19,6 +19,8 @@ DESCRIPTION = """\
 Continues each prompt (one a line, from stdin or --input; or --prompt TEXT) with the latest checkpoint
 of a language model's RUN (or the given checkpoint file), and writes one continuation a line, in input
 order, each as soon as it is done (a single prompt token by token). An empty prompt starts a document.
+Several runs or checkpoints with one vocabulary continue as an ensemble: each token is chosen from the
+mean of the models' probabilities (see `xspec translate`), by beam search or sampling alike.
 
 How tokens are chosen (the spec's `decode` section; the flags override it): beam search (--beam N;
 1 is greedy), or sampling (--sample, or any of --temperature, --top-k, --top-p). Each prompt draws
@@ -29,11 +31,12 @@ examples:
   xspec generate runs/lm --prompt "the cat" --max-new-tokens 30
   xspec generate runs/lm --sample --top-p 0.9 --temperature 0.8 --seed 7 < prompts.txt
   xspec generate runs/lm --beam 4 --input prompts.txt --output continuations.txt
+  xspec generate runs/lm runs/lm-seed2 --prompt "the cat"              # an ensemble of two
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser)
+    add_model_arguments(parser, ensemble=True)
     parser.add_argument("--prompt", metavar="TEXT", help="continue this text (instead of lines of stdin / --input)")
     parser.add_argument("-i", "--input", metavar="FILE", help="prompts, one a line (default: stdin)")
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write continuations (default: stdout)")
@@ -68,14 +71,14 @@ def settings(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xspec.runtime.inference import load
+    from xspec.runtime.inference import load_ensemble
 
     if args.prompt is not None and args.input:
         raise UserError("--prompt or --input, not both")
     if args.output:
         check_output_file(Path(args.output), "--output")
     chosen = settings(args)
-    trained = load(Path(args.model), args.device, args.compile)
+    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile)
     generator = trained.generator(args.batch_tokens, args.seed, **chosen)
     decode = trained.tokenizer.decode
 
