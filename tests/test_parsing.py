@@ -18,8 +18,10 @@ from xspec.commands import treebank as treebank_command
 from xspec.errors import UserError
 from xspec.parsing import compare, delinearise, linearise, normalise, parse_tree, score, to_bracketed, words
 from xspec.parsing.evalb import sentence_brackets
+from xspec.parsing.prepare import tree_symbols
 from xspec.parsing.split import split_of
 from xspec.parsing.tree import Tree, spans, tags
+from xspec.runtime.vocab import Vocab
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb-sample-nltk"
 
@@ -318,6 +320,10 @@ def test_prepare_then_score(tmp_path, capsys):
     assert (out / "test.trees").read_text().splitlines()[1] == \
         "(S (NP XX )NP (VP XX (ADVP|PRT XX )ADVP|PRT (NP XX )NP )VP XX )S"
     assert (out / "train.gold").read_text().splitlines()[1] == to_bracketed(tree(TREEBANK[1]))
+    # the vocabulary: every symbol of a training tree is one piece (sentencepiece alone cuts "(NP" in two)
+    vocab = Vocab.load(out / "sentencepiece.model")
+    for line in (out / "train.trees").read_text().splitlines():
+        assert len(vocab.encode([line])[0]) == len(line.split()) and vocab.decode(vocab.encode([line])[0]) == line
 
     # the gold sequences score 100; a flat guess for the second sentence loses its brackets
     assert cli.main(["treebank", "score", "--gold", str(out / "test.gold"), "--hyp", str(out / "test.trees")]) == 0
@@ -335,6 +341,13 @@ def test_prepare_then_score(tmp_path, capsys):
     assert figures["all"]["f1"] == pytest.approx(66.667, abs=1e-3) and figures["all"]["complete_matches"] == 1
     assert figures["repaired_outputs"] == 1 and figures["repairs"]["missing_leaves"] == 3
     assert parsed.read_text().splitlines()[1] == "(TOP (S (PRP They) (VBD sold) (RB off) (PRP it) (. .)))"
+
+
+def test_tree_symbols_are_the_most_frequent_within_a_quarter_of_the_vocabulary():
+    trees = ["(S (NP XX )NP (VP XX )VP )S", "(S (NP XX XX )NP (A,B XX )A,B )S"]
+    assert tree_symbols(trees, 1000)[:3] == ["XX", "(S", "(NP"]
+    assert set(tree_symbols(trees, 1000)) == {"XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP"}  # no comma
+    assert tree_symbols(trees, 8) == ["XX", "(S"]
 
 
 @pytest.mark.parametrize("lines, ids, message", [
@@ -385,8 +398,10 @@ def test_the_modes_spell_options_as_every_command_does():
 def test_the_shared_sample_round_trips_and_splits_as_documented(tmp_path, capsys):
     trees_file, ids_file = SHARED / "wsj_0001-0199.trees.oneline.txt", SHARED / "wsj_0001-0199.trees.fileids.txt"
     assert cli.main(["treebank", "prepare", str(trees_file), "--fileids", str(ids_file), "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
     assert "train 3396 sentences (81793 words), valid 273 sentences (6327 words), test 245 sentences (5964 words)" \
-        in capsys.readouterr().out
+        in out
+    assert "vocabulary: 16000 pieces" in out and "each of the 53 tree symbols one piece" in out
     for name in ("valid", "test"):     # 518 trees; prepare has read and normalised all 3914
         gold = (tmp_path / f"{name}.gold").read_text().splitlines()
         sequences = (tmp_path / f"{name}.trees").read_text().splitlines()

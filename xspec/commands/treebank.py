@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from xspec.commands.arguments import int_at_least
 from xspec.files import check_output_dir, check_output_file
 
 NAME = "treebank"
@@ -16,10 +17,11 @@ Parsing as translation, as in the paper's §6.3 (after Vinyals, Kaiser et al. 20
 the sentence's words, the target its tree as a bracket sequence with every part-of-speech tag written
 XX, e.g. `(S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S`.
 
-  prepare TREES --fileids FILE -o DIR
+  prepare TREES --fileids FILE -o DIR [--vocab-size N]
       TREES has one bracketed tree a line, FILE the treebank file of each (wsj_0001.mrg, ...). Writes
       DIR/{train,valid,test}.{words,trees,gold}: sentences, linearised trees, normalised gold trees
-      (empty elements removed, function tags stripped), split by file (--split).
+      (empty elements removed, function tags stripped), split by file (--split); and
+      DIR/sentencepiece.model, the vocabulary for `xspec train --vocab`, each tree symbol one piece.
   score --gold GOLD --hyp OUTPUT [-o TREES]
       De-linearises each line of OUTPUT over the words of the gold tree on the same line (always a
       tree: unbalanced brackets and wrong leaf counts are repaired and counted), then prints labelled
@@ -30,7 +32,8 @@ examples:
   D=../shared/data/ptb-sample-nltk
   xspec treebank prepare $D/wsj_0001-0199.trees.oneline.txt --fileids $D/wsj_0001-0199.trees.fileids.txt -o ptb
   xspec train specs/parsing.xspec --train-src ptb/train.words --train-tgt ptb/train.trees \\
-      --valid-src ptb/valid.words --valid-tgt ptb/valid.trees --no-test -o runs/parsing
+      --valid-src ptb/valid.words --valid-tgt ptb/valid.trees --vocab ptb/sentencepiece.model \\
+      --no-test -o runs/parsing
   xspec translate runs/parsing -i ptb/test.words -o test.hyp
   xspec treebank score --gold ptb/test.gold --hyp test.hyp -o test.parsed
   bench/parsing.sh        # all of the above, a CPU-sized model
@@ -50,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prepare.add_argument("--fileids", required=True, metavar="FILE",
                          help="the treebank file of each tree (wsj_0001.mrg, ...), one a line, aligned with TREES")
     prepare.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write the splits to")
+    prepare.add_argument("--vocab-size", type=int_at_least(8), default=16000, metavar="N",
+                         help="pieces of DIR/sentencepiece.model, the shared BPE vocabulary of the training "
+                              "split, every tree symbol one piece (default 16000, the paper's for WSJ)")
     prepare.add_argument("--split", choices=tuple(SCHEMES), default="sample",
                          help=f"sample: {describe('sample')} (NLTK's WSJ sample, the default); wsj: sections "
                               "02-21, 22, 23 of the full treebank")
@@ -80,11 +86,13 @@ def _prepare(args: argparse.Namespace) -> int:
     from xspec.parsing.split import describe
 
     output = check_output_dir(Path(args.output), "--output")
-    done = prepare(Path(args.trees), Path(args.fileids), output, args.split)
+    done = prepare(Path(args.trees), Path(args.fileids), output, args.split, args.vocab_size)
     counts = ", ".join(f"{name} {count} sentences ({done.words[name]} words)" for name, count in done.counts.items())
     print(f"split by file ({describe(args.split)}): {counts}")
     if done.outside or done.empty:
         print(f"left out: {done.outside} trees from files outside the splits, {done.empty} trees with no words")
+    print(f"vocabulary: {done.pieces} pieces (BPE over both sides of the training split), each of the "
+          f"{done.symbols} tree symbols one piece")
     print(f"wrote {len(done.files)} files to {output}/")
     return 0
 

@@ -5,12 +5,15 @@ files `xspec train` and `xspec treebank score` read, per split:
     SPLIT.trees  the linearised tree (xspec/parsing/linearise)  (`xspec train --train-tgt`)
     SPLIT.gold   the normalised tree, with its tags and words   (`xspec treebank score --gold`)
 
-Line i of the three files is the same sentence. The treebank's own files are only read: its terms may
+Line i of the three files is the same sentence. Beside them, `sentencepiece.model`: the shared BPE
+vocabulary (§5.1) of the training split's two sides, in which every symbol of the linearised trees
+(`(NP`, `)NP`, `XX`, ...) is one piece (`xspec train --vocab`). The treebank's own files are only read: its terms may
 not allow copies, and the output folder is the user's.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from xspec.parsing.reader import parse_tree
 from xspec.parsing.split import SPLIT_NAMES, describe, split_of
 from xspec.parsing.textfile import read_lines
 from xspec.parsing.tree import to_bracketed, words
+from xspec.runtime.vocab import MODEL_FILE, train_vocab
 
 SUFFIXES = ("words", "trees", "gold")
 
@@ -35,9 +39,11 @@ class Prepared:
     outside: int = 0          # trees from files no split takes (the `wsj` scheme's sections 00, 01, 24)
     empty: int = 0            # trees of empty elements only: no sentence to parse
     files: list[Path] = field(default_factory=list)
+    pieces: int = 0           # the vocabulary's size
+    symbols: int = 0          # tree symbols made pieces of their own
 
 
-def prepare(tree_file: Path, fileids_file: Path, output: Path, scheme: str) -> Prepared:
+def prepare(tree_file: Path, fileids_file: Path, output: Path, scheme: str, vocab_size: int) -> Prepared:
     tree_lines, ids = read_lines(tree_file), read_lines(fileids_file)
     if len(tree_lines) != len(ids):
         raise UserError(f"{fileids_file}: {len(ids)} lines, but {tree_file} has {len(tree_lines)}: the file ids "
@@ -69,4 +75,19 @@ def prepare(tree_file: Path, fileids_file: Path, output: Path, scheme: str) -> P
             path = output / f"{name}.{suffix}"
             write_atomically(path, "".join(line + "\n" for line in lines[name][suffix]))
             result.files.append(path)
+    train = lines["train"]
+    symbols = tree_symbols(train["trees"], vocab_size)
+    vocab = train_vocab(train["words"] + train["trees"], vocab_size, "bpe", output, symbols)
+    result.files.append(output / MODEL_FILE)
+    result.pieces, result.symbols = len(vocab), len(symbols)
     return result
+
+
+def tree_symbols(trees: list[str], vocab_size: int) -> list[str]:
+    """The symbols of the linearised trees, most frequent first, to be pieces of their own: whole, a
+    target is one piece per symbol, as the linearisation means it, not two (sentencepiece cuts `(NP` at
+    the change of script). A symbol with a comma is left out (sentencepiece reads the list comma-separated),
+    and at most a quarter of the vocabulary goes to symbols (a treebank with thousands of labels still
+    leaves room for the words)."""
+    counts = Counter(symbol for tree in trees for symbol in tree.split())
+    return [symbol for symbol, _ in counts.most_common() if "," not in symbol][:vocab_size // 4]
