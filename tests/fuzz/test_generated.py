@@ -7,8 +7,8 @@ from .config import cases, fuzz_settings
 from .oracle import check
 from .tally import counts, record
 
-MODELS = 2800
-FREE_FORM = 3600
+MODELS = 2000
+FREE_FORM = 2400
 DERIVED = 120
 
 
