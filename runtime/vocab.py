@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -53,23 +54,32 @@ class Vocab:
 
 
 def train_vocab(sentences: Iterable[str], size: int, model_type: str, out_dir: Path,
-                symbols: Sequence[str] = ()) -> Vocab:
+                symbols: Sequence[str] = (), setting: str = "data.vocab_size") -> Vocab:
     """Trains on the training corpus (both sides) and writes `out_dir/sentencepiece.model` atomically.
 
     `hard_vocab_limit=False`: a corpus too small for `size` pieces (the demo task with the paper's
     37000) gets the largest vocabulary it supports instead of an error.
     `symbols`: words that are always one piece each, wherever they stand between spaces (a treebank's
     `(NP`, which sentencepiece would otherwise cut where the script changes, into `▁(` and `NP`).
+    `setting`: what the user set `size` with, for the error when it is too small.
     """
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, model_type=model_type,
-        pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, hard_vocab_limit=False,
-        character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
-        # With the word-initial space marker, so that " (NP" is one piece, not "▁" and "(NP".
-        user_defined_symbols=[SPACE + symbol for symbol in symbols],
-        num_threads=2, minloglevel=2,
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, model_type=model_type,
+            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, hard_vocab_limit=False,
+            character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
+            # With the word-initial space marker, so that " (NP" is one piece, not "▁" and "(NP".
+            user_defined_symbols=[SPACE + symbol for symbol in symbols],
+            num_threads=2, minloglevel=2,
+        )
+    except RuntimeError as error:
+        # character_coverage=1.0 makes every character of the text a piece: a smaller size cannot be met.
+        needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error))
+        if needed is None:
+            raise
+        raise UserError(f"{setting} {size}: too few pieces for the training text, whose characters and the "
+                        f"special pieces need {needed.group(1)}; ask for at least that many") from None
     write_bytes_atomically(out_dir / MODEL_FILE, model.getvalue())
     return Vocab(model.getvalue())
 

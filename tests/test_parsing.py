@@ -365,6 +365,16 @@ def test_prepare_refuses_bad_input_naming_the_file_and_line(tmp_path, capsys, li
     assert not (tmp_path / "out").exists()
 
 
+def test_prepare_refuses_a_vocabulary_too_small_for_the_text_before_writing(tmp_path, capsys):
+    trees_file, ids_file = write_treebank(tmp_path)
+    assert cli.main(["treebank", "prepare", str(trees_file), "--fileids", str(ids_file), "--vocab-size", "8",
+                     "-o", str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("xspec: error: --vocab-size 8: too few pieces for the training text") and \
+        "need 42; ask for at least that many" in error, error   # 36 characters, special pieces, 2 symbols
+    assert not (tmp_path / "out").exists()
+
+
 def test_score_refuses_misaligned_or_malformed_files(tmp_path, capsys):
     gold, hyp = tmp_path / "gold.txt", tmp_path / "hyp.txt"
     gold.write_text(TREEBANK[0] + "\n" + TREEBANK[1] + "\n")

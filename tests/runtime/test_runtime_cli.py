@@ -210,6 +210,15 @@ def test_invalid_utf8(capsys, tmp_path):
     assert "a.de:2: invalid UTF-8" in line
 
 
+def test_a_vocabulary_smaller_than_the_text_s_characters(capsys, tmp_path):
+    (tmp_path / "a.en").write_text("abc def\nghi\n")
+    (tmp_path / "a.de").write_text("jkl\nmno pqr\n")
+    line = _error(capsys, "train", TINY, "--set", "data.vocab_size=10", "--train-src", str(tmp_path / "a.en"),
+                  "--train-tgt", str(tmp_path / "a.de"), "--out", str(tmp_path / "r"))
+    # 18 letters, the word mark and 4 special pieces: sentencepiece's count
+    assert "data.vocab_size 10: too few pieces for the training text" in line and "need 23;" in line, line
+
+
 def test_only_one_side_given(capsys, tmp_path):
     line = _error(capsys, "train", TINY, "--train-src", "x.en", "--out", str(tmp_path / "r"))
     assert "--train-src and --train-tgt go together" in line

@@ -70,16 +70,17 @@ def prepare(tree_file: Path, fileids_file: Path, output: Path, scheme: str, voca
     if missing:
         raise UserError(f"{tree_file}: no trees for the {' and '.join(missing)} split(s) of --split {scheme} "
                         f"({describe(scheme)})")
+    # The vocabulary first: a --vocab-size too small for the text stops prepare before it writes anything.
+    train = lines["train"]
+    symbols = tree_symbols(train["trees"], vocab_size)
+    vocab = train_vocab(train["words"] + train["trees"], vocab_size, "bpe", output, symbols, setting="--vocab-size")
+    result.files.append(output / MODEL_FILE)
+    result.pieces, result.symbols = len(vocab), len(symbols)
     for name in SPLIT_NAMES:
         for suffix in SUFFIXES:
             path = output / f"{name}.{suffix}"
             write_atomically(path, "".join(line + "\n" for line in lines[name][suffix]))
             result.files.append(path)
-    train = lines["train"]
-    symbols = tree_symbols(train["trees"], vocab_size)
-    vocab = train_vocab(train["words"] + train["trees"], vocab_size, "bpe", output, symbols)
-    result.files.append(output / MODEL_FILE)
-    result.pieces, result.symbols = len(vocab), len(symbols)
     return result
 
 
