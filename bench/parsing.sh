@@ -9,9 +9,10 @@
 #
 # The model keeps the parsing model's shape in spirit, 4 layers that are wide for their depth, at a size
 # that learns something on a CPU in minutes: d_model 256, d_ff 1024, 4 heads, 4 layers, a joint BPE
-# vocabulary of 4000 (the paper: 16K for ~40K sentences; we have 3396), ~4000 target tokens per update,
-# the warmup shortened to fit the budget. Sentences whose linearised tree is over 256 subword tokens (22
-# of the 3396) are skipped in training, as `xspec train` reports.
+# vocabulary of 4000 written by `treebank prepare`, every tree symbol one piece (the paper: 16K for ~40K
+# sentences; we have 3396), ~1000 target tokens per update (more updates in the time: with 4000 the model
+# still ignored the sentence after 2 hours, docs/parsing.md), warmup 4000 steps. Sentences whose
+# linearised tree is over 256 pieces (2 of the 3396) are skipped in training, as `xspec train` reports.
 #
 #   bench/parsing.sh                        # 30 minutes of training
 #   MINUTES=2 BEAM=1 bench/parsing.sh       # a smoke test of the whole pipeline, ~5 minutes (F1 near 0)
@@ -21,8 +22,8 @@
 #
 # Training resumes (`--resume auto`): run the script again with the same OUT and a larger MINUTES (the
 # training time counted over all sittings) to train on; a stopped run (Ctrl-C) continues the same way.
-# docs/parsing.md has the figures measured so far: after 60-100 minutes here the model has learned the
-# trees' language but not yet to read the sentence (a handful of generic trees for every input, F1 ~10).
+# docs/parsing.md has the figures measured so far: after 45-90 minutes here the model has learned the
+# trees' language and writes trees whose size follows the sentence, but does not parse yet (F1 11-13).
 #
 # THREADS sets torch's CPU threads (`--threads`). With two threads competing with another process for two
 # cores, decoding here ran several times slower than with one (beam 21 on the 245 test sentences: stopped
@@ -32,7 +33,8 @@ cd "$(dirname "$0")/.."
 
 DATA=${DATA:-../shared/data/ptb-sample-nltk}
 MINUTES=${MINUTES:-30}
-WARMUP=${WARMUP:-1200}     # with 400 the validation loss rose once the rate passed 2e-3 (docs/parsing.md)
+BATCH=${BATCH:-1000}        # target tokens per update
+WARMUP=${WARMUP:-4000}     # a peak rate of 1e-3 (eq. 3 with d_model 256)
 BEAM=${BEAM:-21}
 THREADS=${THREADS:-}
 OUT=${OUT:-runs/parsing-$(date +%Y%m%d-%H%M%S)}
@@ -48,15 +50,16 @@ fi
 # The splits go under the run's folder (runs/ is not tracked): the treebank's terms allow no copies in
 # the project.
 python -m xspec treebank prepare "$DATA/wsj_0001-0199.trees.oneline.txt" \
-  --fileids "$DATA/wsj_0001-0199.trees.fileids.txt" -o "$OUT/data"
+  --fileids "$DATA/wsj_0001-0199.trees.fileids.txt" --vocab-size 4000 -o "$OUT/data"
 
 # --no-test: the test split is parsed below, once, with the averaged weights (BLEU means nothing here).
 python -m xspec train specs/parsing.xspec --out "$OUT/run" --resume auto --no-progress --no-test \
   ${THREADS:+--threads "$THREADS"} \
   --set vocab=4000 --set data.vocab_size=4000 --set d_model=256 --set d_ff=1024 --set heads=4 --set layers=4 \
-  --set train.batch_tokens=4000 --set train.warmup_steps="$WARMUP" \
+  --set train.batch_tokens="$BATCH" --set train.warmup_steps="$WARMUP" \
   --set train.max_steps=1000000 --set train.max_minutes="$MINUTES" \
-  --set train.checkpoint_every_minutes="$EVERY" --set train.validate_every_steps=100 \
+  --set train.checkpoint_every_minutes="$EVERY" --set train.validate_every_steps=400 \
+  --vocab "$OUT/data/sentencepiece.model" \
   --train-src "$OUT/data/train.words" --train-tgt "$OUT/data/train.trees" \
   --valid-src "$OUT/data/valid.words" --valid-tgt "$OUT/data/valid.trees"
 
