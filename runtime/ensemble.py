@@ -25,6 +25,11 @@ def members(model: ModelOrEnsemble) -> list[torch.nn.Module]:
     return list(model) if isinstance(model, (list, tuple)) else [model]
 
 
+def eval_members(model: ModelOrEnsemble) -> list[torch.nn.Module]:
+    """The models of `model` (`members`), each put in evaluation mode (no dropout) for decoding or scoring."""
+    return [m.eval() for m in members(model)]
+
+
 def mixture_log_probs(log_probs: Sequence[torch.Tensor]) -> torch.Tensor:
     """The ensemble's log-probabilities from each model's (tensors of one shape): log of the mean probability."""
     stacked = torch.stack(list(log_probs))                                   # [M, ...]

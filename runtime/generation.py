@@ -11,7 +11,7 @@ import torch
 from xspec.compiler.sections import DecodeSection
 from xspec.runtime.beam_search import continue_prompts
 from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
-from xspec.runtime.ensemble import ModelOrEnsemble, members
+from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.sampling import Sampling, sample
 from xspec.runtime.vocab import EOS, Vocab
@@ -62,8 +62,7 @@ class Generator:
             batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
             return self._continue(batch, [first + i for i in chunk], follow)
 
-        for model in members(self.model):
-            model.eval()
+        eval_members(self.model)
         chunks = length_sorted_chunks(range(len(lines)), [len(p) for p in prompts], self.batch_tokens,
                                       equal_length=True)
         yield from in_input_order([None] * len(lines), chunks, continue_chunk)

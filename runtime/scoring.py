@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from xspec.runtime.batching import micro_batches
 from xspec.runtime.documents import EncodedText, document_sequence, windows
-from xspec.runtime.ensemble import ModelOrEnsemble, members, mixture_log_probs
+from xspec.runtime.ensemble import ModelOrEnsemble, eval_members, mixture_log_probs
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.vocab import PAD, Vocab
 
@@ -25,10 +25,8 @@ from xspec.runtime.vocab import PAD, Vocab
 @torch.no_grad()
 def example_log_probs(model: ModelOrEnsemble, examples, device: torch.device, batch_tokens: int = 4000) -> list[float]:
     """log P (nats) of each example's labels given its inputs (`examples`: EncodedText or EncodedPairs)."""
-    models = members(model)
+    models = eval_members(model)
     totals = [0.0] * len(examples)
-    for m in models:
-        m.eval()
     for indices in micro_batches(examples.src_lens, examples.tgt_lens, batch_tokens):
         batch = examples.collate(indices).to(device)
         each = [_label_log_probs(m, batch, device) for m in models]       # M x [B, T]

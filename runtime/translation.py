@@ -14,7 +14,7 @@ from xspec.runtime.batching import pad
 from xspec.runtime.beam_search import Hypothesis, beam_search
 from xspec.runtime.corpus import encode_source
 from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
-from xspec.runtime.ensemble import ModelOrEnsemble, members
+from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.vocab import PAD, Vocab
 
@@ -57,8 +57,7 @@ class Translator:
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
                                    max_positions=self.max_tokens)
 
-        for model in members(self.model):
-            model.eval()
+        eval_members(self.model)
         # Empty lines translate to empty lines (and cost nothing).
         results: list[Optional[list[Hypothesis]]] = [None if line.strip() else [] for line in lines]
         chunks = length_sorted_chunks((i for i, line in enumerate(lines) if line.strip()),
