@@ -36,6 +36,7 @@ import xspec
 from xspec.runtime import distributed
 from xspec.runtime.corpus import EncodedPairs
 from xspec.runtime.run_dir import DataFiles
+from xspec.runtime.run_log import RunLog
 from xspec.runtime.tasks import Corpus
 from xspec.runtime.train import RunOptions, make_trainer
 from xspec.runtime.vocab import EOS
@@ -99,7 +100,8 @@ def measure(spec_name: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         options = RunOptions(Path(run_dir), DataFiles(), compile=args.compile, progress=False, evaluate=False)
         # No validation set and no checkpoint: the trainer never needs a vocabulary here.
-        trainer = make_trainer(spec, Path(run_dir), context, Corpus(data, None), None, options)
+        trainer = make_trainer(spec, Path(run_dir), context, Corpus(data, None), None, options,
+                               RunLog(enabled=False))
         cuda = context.device.type == "cuda"
 
         started = time.perf_counter()

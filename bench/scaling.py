@@ -97,7 +97,7 @@ def old_plan(corpus: Corpus, batch_tokens: int, world_size: int, seed: int, epoc
 
 
 def cap_only_plan(corpus: Corpus, batch_tokens: int, world_size: int, seed: int, epoch: int) -> list:
-    batches = micro_batches(corpus.src_lens, corpus.tgt_lens, micro_batch_cap(batch_tokens, None, world_size))
+    batches = micro_batches(corpus.src_lens, corpus.tgt_lens, micro_batch_cap(batch_tokens, world_size))
     return plan_epoch(batches, corpus.tgt_lens, batch_tokens, seed, epoch)
 
 
@@ -105,7 +105,7 @@ def random_passes_plan(corpus: Corpus, batch_tokens: int, world_size: int, seed:
     """Micro-batches in random order, cut into passes of W, passes taken while they bring an update
     closer to batch_tokens."""
     tgt_lens = corpus.tgt_lens
-    batches = micro_batches(corpus.src_lens, tgt_lens, micro_batch_cap(batch_tokens, None, world_size))
+    batches = micro_batches(corpus.src_lens, tgt_lens, micro_batch_cap(batch_tokens, world_size))
     random.Random(seed * 100_003 + epoch).shuffle(batches)
     updates, current, tokens = [], [], 0
     for start in range(0, len(batches), world_size):
@@ -120,12 +120,12 @@ def random_passes_plan(corpus: Corpus, batch_tokens: int, world_size: int, seed:
 
 
 def new_plan(corpus: Corpus, batch_tokens: int, world_size: int, seed: int, epoch: int) -> list:
-    batches = micro_batches(corpus.src_lens, corpus.tgt_lens, micro_batch_cap(batch_tokens, None, world_size))
+    batches = micro_batches(corpus.src_lens, corpus.tgt_lens, micro_batch_cap(batch_tokens, world_size))
     return plan_epoch(batches, corpus.tgt_lens, batch_tokens, seed, epoch, parts=world_size)
 
 
 def new_plan_with_sources(corpus: Corpus, batch_tokens: int, world_size: int, seed: int, epoch: int) -> list:
-    batches = micro_batches(corpus.src_lens, corpus.tgt_lens, micro_batch_cap(batch_tokens, None, world_size))
+    batches = micro_batches(corpus.src_lens, corpus.tgt_lens, micro_batch_cap(batch_tokens, world_size))
     return plan_epoch(batches, corpus.tgt_lens, batch_tokens, seed, epoch, parts=world_size,
                       src_lens=corpus.src_lens)
 
@@ -201,7 +201,7 @@ def print_table(corpus: Corpus, batch_tokens: int, seed: int, epochs: int) -> No
         for name, plan in PLANS.items():
             if world_size == 1 and name != "old":
                 continue                     # with one rank every plan is the old one
-            cap = batch_tokens if name == "old" else micro_batch_cap(batch_tokens, None, world_size)
+            cap = batch_tokens if name == "old" else micro_batch_cap(batch_tokens, world_size)
             f = figures(plan, corpus, batch_tokens, world_size, seed, epochs)
             headline[world_size, name] = f.useful
             print(f"{world_size:>2}  {name:<15} {cap:>6} {f.useful:>7.1%} {f.balance_mean:>8.2f} "

@@ -214,10 +214,14 @@ def _attention_flops(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, i
 
 
 def _attention_saved(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> int:
-    """Q, K, V, the softmax probabilities and the per-head context."""
+    """What SDPA keeps for backward: Q, K, V, the per-head context and each query's log-sum-exp. Where it
+    falls back to its plain path (measured on CPUs: dropout on the weights, or ALiBi's additive bias), the
+    n_q x n_k weights too: before and after dropout, and dropout's mask."""
     n_k = n_in["key"]
-    return (n_q * a.heads * a.d_k + n_k * a.key_heads * (a.d_k + a.d_v) + a.heads * n_q * n_k
-            + n_q * a.heads * a.d_v)
+    kept = n_q * a.heads * (a.d_k + a.d_v + 1) + n_k * a.key_heads * (a.d_k + a.d_v)
+    if a.dropout or a.alibi:
+        kept += (3 if a.dropout else 2) * a.heads * n_q * n_k
+    return kept
 
 
 def _attention_check(a: AttentionAttrs) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ the paper did. Every key can be set in the spec or from the command line (`--set
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -31,9 +31,10 @@ class TrainSection(_Section):
     warmup_steps: int = Field(4000, ge=1, description="eq. 3's warmup (§5.3)")
     batch_tokens: int = Field(25000, ge=1, description="target tokens per update (§5.1: about 25000 source and "
                                                        "25000 target tokens)")
-    max_batch_tokens: Optional[int] = Field(
-        None, ge=1, description="padded tokens per forward pass at most (what fits in memory); an update's "
-                                "gradients accumulate over more passes")
+    max_batch_tokens: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = Field(
+        "auto", description="padded tokens per forward pass at most; an update's gradients accumulate over its "
+                            "passes. auto: as many as fit in the memory the device has free, by the spec's "
+                            "memory estimate (runtime/memory_plan.py)")
     update_parts: Optional[int] = Field(
         None, ge=1, le=4096, description="forward passes an update is split into (default: one per process); "
                                          "fixed, an update is the same sentences on any number of processes")

@@ -1,20 +1,23 @@
 """Batches by token count (§5.1: "sentence pairs were batched together by approximate sequence length.
 Each training batch contained ... approximately 25000 source tokens and 25000 target tokens").
 
-Three levels:
-- a *micro-batch* is one forward pass: sentences of similar length, at most `micro_batch_cap(...)`
-  padded tokens: one of `parts` equal shares of an update, or less when `train.max_batch_tokens`
-  (what fits in memory) says so;
-- a *pass* of an update is `parts` micro-batches of similar padded size that the ranks sharing the
+Four levels:
+- a *micro-batch* is sentences of similar length, at most one of `parts` equal shares of an update in
+  padded tokens (sentences x longest side);
+- a *pass* is what one forward pass holds: a micro-batch, or, when that is more than fits in memory
+  (`train.max_batch_tokens`, planned by runtime/memory_plan.py), each run of its sentences that does;
+- a *round* of an update is `parts` micro-batches of similar padded size that the ranks sharing the
   update run side by side, one each, so that they finish together;
-- an *update* is one optimizer step: whole passes (in shuffled order) whose target tokens add up to
+- an *update* is one optimizer step: whole rounds (in shuffled order) whose target tokens add up to
   about `batch_tokens`; their gradients are accumulated.
 
 `parts` is the number of ranks sharing an update: the world size, or `train.update_parts` when the
 spec sets it. The plan of an epoch depends only on (data, seed, epoch, parts), never on the number of
 processes that run it: each rank takes every world_size-th micro-batch of an update (`shard`), so with
 a fixed `train.update_parts` an update is the same sentences on one process or on eight, and a run
-resumes at (epoch, update index). `bench/scaling.py` measures what this buys (docs/runtime.md).
+resumes at (epoch, update index). Nor does it depend on the memory of the machine: a pass only splits a
+micro-batch, so an update is the same sentences whatever `train.max_batch_tokens` is. `bench/scaling.py`
+measures what this buys (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -29,29 +32,37 @@ import torch
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 
+def padded_lengths(src_lens: list[int], tgt_lens: list[int]) -> list[int]:
+    """Each example's length in a padded batch: its longer side, the target with BOS (input) / EOS (labels)."""
+    return [max(s, t + 1) for s, t in zip(src_lens, tgt_lens)]
+
+
 def micro_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int) -> list[list[int]]:
     """Sentence indices grouped by similar length; padded size (sentences x longest side) <= max_tokens."""
     order = sorted(range(len(src_lens)), key=lambda i: (tgt_lens[i], src_lens[i]))
+    return _pack(order, padded_lengths(src_lens, tgt_lens), max_tokens)
+
+
+def _pack(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """`indices` in order, cut into runs whose padded size (sentences x longest) is at most `max_tokens`;
+    a sentence longer than that alone."""
     batches, current, longest = [], [], 0
-    for i in order:
-        length = max(src_lens[i], tgt_lens[i] + 1)         # the target gets BOS (input) / EOS (labels)
-        if current and (len(current) + 1) * max(longest, length) > max_tokens:
+    for i in indices:
+        if current and (len(current) + 1) * max(longest, lengths[i]) > max_tokens:
             batches.append(current)
             current, longest = [], 0
         current.append(i)
-        longest = max(longest, length)
+        longest = max(longest, lengths[i])
     if current:
         batches.append(current)
     return batches
 
 
-def micro_batch_cap(batch_tokens: int, max_batch_tokens: int | None, parts: int) -> int:
-    """Padded tokens per forward pass: one of `parts` equal shares of an update, or less when
-    max_batch_tokens (what fits in memory) says so."""
+def micro_batch_cap(batch_tokens: int, parts: int) -> int:
+    """Padded tokens per micro-batch: one of `parts` equal shares of an update."""
     if parts < 1:
         raise ValueError(f"an update is shared by at least one rank, got parts={parts}")
-    share = max(1, batch_tokens // parts)
-    return share if max_batch_tokens is None else min(share, max_batch_tokens)
+    return max(1, batch_tokens // parts)
 
 
 def plan_epoch(batches: list[list[int]], tgt_lens: list[int], batch_tokens: int, seed: int, epoch: int,
@@ -61,10 +72,10 @@ def plan_epoch(batches: list[list[int]], tgt_lens: list[int], batch_tokens: int,
     similar size so that `parts` ranks, each taking every parts-th one (shard), finish together.
 
     The grouping, chosen by measurement (bench/scaling.py, 25000-token updates, WMT-like lengths):
-    micro-batches sorted by padded size (ties in an order shuffled per epoch) and cut into passes of
-    `parts` consecutive ones; passes shuffled, then taken in turn while they bring an update closer
-    to `batch_tokens`. Sorted passes kept 90.9 / 92.8 / 93.1% of the ranks' work useful at 2 / 4 / 8
-    ranks, against 89.1 / 91.3 / 91.3% for passes of micro-batches in random order, whose per-rank
+    micro-batches sorted by padded size (ties in an order shuffled per epoch) and cut into rounds of
+    `parts` consecutive ones; rounds shuffled, then taken in turn while they bring an update closer
+    to `batch_tokens`. Sorted rounds kept 90.9 / 92.8 / 93.1% of the ranks' work useful at 2 / 4 / 8
+    ranks, against 89.1 / 91.3 / 91.3% for rounds of micro-batches in random order, whose per-rank
     tokens also varied more (worst update: a rank idle). The size is sentences x longest target; with
     `src_lens` it adds the longest source, what a rank actually pays: 91.7 / 95.2 / 97.2%. Updates
     stay mixed: micro-batches fill the same cap whatever their sentences' length, so one size joins
@@ -74,7 +85,7 @@ def plan_epoch(batches: list[list[int]], tgt_lens: list[int], batch_tokens: int,
     Every sentence is in exactly one update. When the number of micro-batches is not a multiple of
     `parts`, those with the most sentences are halved until it is (at most parts - 1 halvings; a half
     pads to no more than the whole). Only with fewer sentences than the next multiple of `parts`
-    (a tiny corpus, or too few sentences beside ones each longer than the cap) does one pass stay
+    (a tiny corpus, or too few sentences beside ones each longer than the cap) does one round stay
     short; it ends its update, where the ranks past its end run a filler pass (`shard`).
 
     With parts=1 this is the plan of earlier versions (micro-batches shuffled, then grouped greedily):
@@ -82,11 +93,11 @@ def plan_epoch(batches: list[list[int]], tgt_lens: list[int], batch_tokens: int,
     """
     rng = random.Random(seed * 100_003 + epoch)
     if parts == 1:
-        passes = [[b] for b in batches]
+        rounds = [[b] for b in batches]
     else:
-        passes = _passes(_split_to_multiple(batches, parts), tgt_lens, src_lens, parts, rng)
-    rng.shuffle(passes)
-    return [_interleave(update) for update in _fill_updates(passes, tgt_lens, batch_tokens)]
+        rounds = _rounds(_split_to_multiple(batches, parts), tgt_lens, src_lens, parts, rng)
+    rng.shuffle(rounds)
+    return [_interleave(update) for update in _fill_updates(rounds, tgt_lens, batch_tokens)]
 
 
 def _split_to_multiple(batches: list[list[int]], parts: int) -> list[list[int]]:
@@ -111,7 +122,7 @@ def _padded_size(batch: list[int], tgt_lens: list[int], src_lens: list[int] | No
     return len(batch) * longest
 
 
-def _passes(batches: list[list[int]], tgt_lens: list[int], src_lens: list[int] | None, parts: int,
+def _rounds(batches: list[list[int]], tgt_lens: list[int], src_lens: list[int] | None, parts: int,
             rng: random.Random) -> list[list[list[int]]]:
     """Groups of `parts` micro-batches of similar padded size, each largest first; a short group
     (see plan_epoch) holds the smallest."""
@@ -121,14 +132,14 @@ def _passes(batches: list[list[int]], tgt_lens: list[int], src_lens: list[int] |
     return [[batches[b] for b in order[i:i + parts]] for i in range(0, len(order), parts)]
 
 
-def _fill_updates(passes: list[list[list[int]]], tgt_lens: list[int], batch_tokens: int) -> list[list[list[list[int]]]]:
-    """Consecutive passes grouped so that each update's target tokens (with EOS) come as close to
-    `batch_tokens` as whole passes allow."""
+def _fill_updates(rounds: list[list[list[int]]], tgt_lens: list[int], batch_tokens: int) -> list[list[list[list[int]]]]:
+    """Consecutive rounds grouped so that each update's target tokens (with EOS) come as close to
+    `batch_tokens` as whole rounds allow."""
     updates, current, tokens = [], [], 0
-    for group in passes:
+    for group in rounds:
         size = sum(tgt_lens[i] + 1 for b in group for i in b)
         if current and abs(tokens + size - batch_tokens) >= abs(tokens - batch_tokens):
-            updates.append(current)             # adding this pass would overshoot more than stopping
+            updates.append(current)             # adding this round would overshoot more than stopping
             current, tokens = [], 0
         current.append(group)
         tokens += size
@@ -137,23 +148,47 @@ def _fill_updates(passes: list[list[list[int]]], tgt_lens: list[int], batch_toke
     return updates
 
 
-def _interleave(passes: list[list[list[int]]]) -> list[list[int]]:
-    """An update's micro-batches, pass after pass, so that `shard` gives rank r the r-th micro-batch
-    of every pass. Every other pass runs smallest first, so no rank takes the largest of each; a short
-    pass goes last, where it leaves the others' alignment alone."""
-    ordered = sorted(passes, key=len, reverse=True)          # stable: only a short pass moves
+def _interleave(rounds: list[list[list[int]]]) -> list[list[int]]:
+    """An update's micro-batches, round after round, so that `shard` gives rank r the r-th micro-batch
+    of every round. Every other round runs smallest first, so no rank takes the largest of each; a short
+    round goes last, where it leaves the others' alignment alone."""
+    ordered = sorted(rounds, key=len, reverse=True)          # stable: only a short round moves
     return [b for j, group in enumerate(ordered) for b in (group if j % 2 == 0 else group[::-1])]
 
 
 def shard(update: list[list[int]], rank: int, world_size: int) -> list[tuple[list[int], bool]]:
     """This rank's micro-batches of an update, as (indices, counts). Every rank makes the same number
-    of passes (DDP synchronises on the last one); a rank short of micro-batches repeats one with
+    of them (DDP synchronises on the last pass); a rank short of micro-batches repeats one with
     `counts=False`, i.e. with zero weight in the loss. A plan made with parts = world_size needs no
-    filler (but for the short pass plan_epoch describes)."""
+    filler (but for the short round plan_epoch describes)."""
     mine = update[rank::world_size]
-    passes = -(-len(update) // world_size)
-    filler = [(update[0], False)] * (passes - len(mine))
+    each = -(-len(update) // world_size)
+    filler = [(update[0], False)] * (each - len(mine))
     return [(b, True) for b in mine] + filler
+
+
+def rank_passes(update: list[list[int]], rank: int, world_size: int, lengths: list[int],
+                cap: int) -> list[tuple[list[int], bool]]:
+    """This rank's forward passes of an update, as (indices, counts): its micro-batches (`shard`), each cut
+    into runs of consecutive sentences of at most `cap` padded tokens (`lengths`: padded_lengths). Every
+    rank makes as many passes as the rank that needs most, since DDP and FSDP synchronise the ranks at
+    each pass: a rank with fewer halves its widest passes, or, with none left to halve, runs one-sentence
+    fillers with zero weight."""
+    def cut(r: int) -> list[tuple[list[int], bool]]:
+        return [(run, True) for indices, counts in shard(update, r, world_size) if counts
+                for run in _pack(indices, lengths, cap)]
+
+    mine = cut(rank)
+    needed = max(len(cut(r)) if r != rank else len(mine) for r in range(world_size))
+    while len(mine) < needed:
+        halvable = [j for j, (run, _) in enumerate(mine) if len(run) > 1]
+        if not halvable:
+            mine += [([update[0][0]], False)] * (needed - len(mine))
+            break
+        j = max(halvable, key=lambda k: len(mine[k][0]) * max(lengths[i] for i in mine[k][0]))
+        run = mine[j][0]
+        mine[j:j + 1] = [(run[:len(run) // 2], True), (run[len(run) // 2:], True)]
+    return mine
 
 
 @dataclass

@@ -75,6 +75,15 @@ def all_sum_tensor(context: Context, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def all_min_int(context: Context, value: int) -> int:
+    """The smallest of every rank's `value` (e.g. the pass size that fits on every rank's device)."""
+    if not context.distributed:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=context.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return int(tensor.item())
+
+
 def share_bytes(context: Context, data: bytes | None) -> bytes:
     """Rank 0's `data` on every rank (e.g. the vocabulary it trained): sent over the process group, so
     other nodes need no shared filesystem to read it."""

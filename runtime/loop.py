@@ -24,7 +24,7 @@ from xspec.errors import UserError
 from xspec.files import link_atomically
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
-from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, plan_epoch, shard
+from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, padded_lengths, plan_epoch, rank_passes, shard
 from xspec.runtime.precision import Precision
 from xspec.runtime.prefetch import Prefetcher
 from xspec.runtime.best import BestRecord, Criterion, best_checkpoint, remove_unkept
@@ -122,6 +122,7 @@ class Trainer:
     vocab: Vocab
     progress: Progress
     log: RunLog
+    pass_tokens: int                    # padded tokens of one forward pass at most (runtime/memory_plan.py)
     scaler: Optional[torch.amp.GradScaler] = field(default=None)
     # BLEU of the validation split (train.validate_bleu): called on every process, returns it on every one.
     bleu: Optional[Callable[[], float]] = None
@@ -179,7 +180,7 @@ class Trainer:
         cfg = self.spec.train
         parts = cfg.update_parts or self.context.world_size
         tgt_lens, src_lens = self._target_lengths, self.examples.src_lens
-        batches = micro_batches(src_lens, tgt_lens, micro_batch_cap(cfg.batch_tokens, cfg.max_batch_tokens, parts))
+        batches = micro_batches(src_lens, tgt_lens, micro_batch_cap(cfg.batch_tokens, parts))
         epoch, index = self.progress.epoch, self.progress.update
         while True:
             plan = plan_epoch(batches, tgt_lens, cfg.batch_tokens, cfg.seed, epoch, parts, src_lens=src_lens)
@@ -191,13 +192,18 @@ class Trainer:
     def _target_lengths(self) -> list[int]:
         return self.examples.tgt_lens
 
+    @cached_property
+    def _padded_lengths(self) -> list[int]:
+        return padded_lengths(self.examples.src_lens, self._target_lengths)
+
     def _prepare(self, planned: tuple[int, int, list[list[int]]]) -> Prepared:
         """Collates this process's passes of an update and moves them to the device (from pinned memory
         on a GPU, so the copy does not wait)."""
         epoch, index, update = planned
         context = self.context
         passes = [(_to_device(self.examples.collate(indices), context.device), counts)
-                  for indices, counts in shard(update, context.rank, context.world_size)]
+                  for indices, counts in rank_passes(update, context.rank, context.world_size,
+                                                     self._padded_lengths, self.pass_tokens)]
         tokens = sum(self._target_lengths[i] + 1 for micro_batch in update for i in micro_batch)
         return Prepared(epoch, index, passes, tokens)
 
@@ -305,8 +311,8 @@ class Trainer:
         batches shared among the processes."""
         assert self.valid is not None
         valid, context = self.valid, self.context
-        cap = self.spec.train.max_batch_tokens or 4000
-        batches = micro_batches(valid.src_lens, valid.tgt_lens, cap)
+        # Without gradients a pass holds less than in training: the training pass size fits.
+        batches = micro_batches(valid.src_lens, valid.tgt_lens, self.pass_tokens)
         totals = torch.zeros(2, dtype=torch.float64, device=context.device)  # loss, target tokens
         self.wrapped.eval()
         for indices, counts in shard(batches, context.rank, context.world_size):

@@ -27,7 +27,9 @@ from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.best import Criterion, best_checkpoint
+from xspec.runtime.batching import padded_lengths
 from xspec.runtime.loop import Diverged, Progress, StopRequested, Trainer, torch_seed
+from xspec.runtime.memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.run_log import RunLog
 from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, DataFiles, RunRecord, Split, read_metrics_log,
@@ -303,11 +305,13 @@ def _users_vocab(path: Path, run_dir: Path) -> bytes:
 # --- training ----------------------------------------------------------------------------------
 
 def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
-                 options: RunOptions, log: RunLog) -> Trainer:
+                 options: RunOptions, log: RunLog, free: FreeMemory | None = None) -> Trainer:
     """The model and its loss, spread over the processes (and compiled, if asked), with Adam and the
-    eq. 3 schedule: everything the loop needs."""
+    eq. 3 schedule: everything the loop needs. Before any of it is allocated, the memory plan: how many
+    tokens a forward pass may hold on this device (`free`: what it has free, measured when not given)."""
     cfg = spec.train
     precision = choose_precision(context.device, cfg.precision)
+    plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log)
     torch.manual_seed(torch_seed(cfg.seed))
     step = TrainingStep(spec.build(device=str(context.device)), cfg.label_smoothing)
     wrapped = distribute(step, context, cfg.sharding)
@@ -315,7 +319,25 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped
     return Trainer(spec, run_dir, context, precision, step, wrapped, runner, optimizer,
                    make_scheduler(optimizer, cfg, spec.model_dim), corpus.train, corpus.valid, vocab, Progress(),
-                   log, precision.grad_scaler())
+                   log, plan.cap, precision.grad_scaler())
+
+
+def _memory_plan(spec, context: distributed.Context, precision, corpus: Corpus, free: FreeMemory,
+                 log: RunLog) -> MemoryPlan:
+    """The pass cap every rank uses: the smallest that the ranks' devices plan (runtime/memory_plan.py)."""
+    examples = corpus.train
+    longest = max(padded_lengths(examples.src_lens, examples.tgt_lens))
+    parts = spec.train.update_parts or context.world_size
+    plan = plan_memory(spec, Layout.of(context, precision, spec.train.sharding), parts, longest, free)
+    cap = distributed.all_min_int(context, plan.cap)
+    if cap != plan.cap:
+        plan = replace(plan, cap=cap)
+    log.message(f"{'train.max_batch_tokens' if plan.explicit else 'memory plan'}: {plan.describe()}")
+    if not plan.fits:
+        log.message(f"warning: train.max_batch_tokens = {spec.train.max_batch_tokens}: the estimated peak is more "
+                    f"than {USABLE_SHARE:.0%} of the free memory, so the run may run out of it; "
+                    "train.max_batch_tokens = \"auto\" plans passes that fit")
+    return plan
 
 
 def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module:

@@ -121,11 +121,11 @@ def test_example_flops_with_a_source_and_target_of_their_own_lengths():
 # --- memory --------------------------------------------------------------------------------------
 
 def hand_activations(B, n, V, d, dff, h, dk, dv, N, **_):
-    """The convention of docs/stats.md: every op's output, plus each attention's Q, K, V, softmax
-    probabilities and per-head context."""
+    """The convention of docs/stats.md: every op's output, plus what each attention's SDPA keeps: Q, K,
+    V, the per-head context and a log-sum-exp per query and head."""
     tokens = B * n
     embed = 3 * tokens * d + n * d                    # embedding, + positions (no batch), dropout
-    attention = tokens * d + tokens * h * (2 * dk + 2 * dv) + B * h * n * n
+    attention = tokens * d + tokens * h * (2 * dk + 2 * dv + 1)
     sublayer = 3 * tokens * d                         # dropout, residual add, LayerNorm
     ffn = 2 * tokens * dff + tokens * d               # w_1, relu, w_2
     encoder_layer = attention + ffn + 2 * sublayer
@@ -138,7 +138,8 @@ def test_base_memory_by_hand(base):
     P = 63_082_496
     assert (m.weights, m.gradients, m.adam) == (4 * P, 4 * P, 8 * P)     # float32; Adam: 2 moments
     assert m.activations == 4 * hand_activations(B=3, n=10, **BASE)
-    assert m.total == 16 * P + m.activations
+    assert m.loss == 2 * 4 * (3 * 10) * 37000          # log-probabilities and their gradient, float32
+    assert m.total == 16 * P + m.activations + m.loss
 
 
 def test_activation_estimate_is_near_what_autograd_keeps():
@@ -151,7 +152,7 @@ def test_activation_estimate_is_near_what_autograd_keeps():
         saved[(t.data_ptr(), tuple(t.shape), t.dtype)] = t.numel() * t.element_size()
         return t
 
-    with sdpa_kernel(SDPBackend.MATH), torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):    # SDPA's kernels, as in training
         model(torch.randint(4, 1000, (batch, n)), torch.randint(4, 1000, (batch, n)),
               torch.zeros(batch, n, dtype=torch.bool))
     weights = {p.data_ptr() for p in model.parameters()}
@@ -196,6 +197,8 @@ def test_cli_json(capsys):
     assert out["memory_bytes"]["batch"] == 8
     assert out["table1"]["d"] == 256 and out["table1"]["n"] == 20
     assert "train_cost" not in out                    # only when asked for
+    plan = out["memory_plan"]                         # what `xspec train` would plan on this machine's CPU
+    assert plan["fits"] and plan["plan"].startswith("update of 25,000 tokens ") and 20 <= plan["pass_tokens"] <= 25000
 
 
 def test_cli_text_names_the_comparison_rows(capsys):
@@ -204,6 +207,7 @@ def test_cli_text_names_the_comparison_rows(capsys):
     assert "Forward FLOPs per token at n = 16" in text
     assert "recurrent (comparison)" in text and "not layers of this spec" in text
     assert "Training cost" not in text
+    assert "xspec train here (float32, n = 16): update of 4,096 tokens in one pass; estimated peak " in text
 
 
 # --- parameters by component, and the paper's 65M / 213M (docs/stats.md) -------------------------

@@ -27,18 +27,24 @@ def section_keys() -> list[Key]:
 
 
 def _type(field: FieldInfo) -> str:
-    bounds = [f"{symbol} {_literal(getattr(m, attr))}" for m in field.metadata
-              for kind, symbol, attr in ((Ge, ">=", "ge"), (Gt, ">", "gt"), (Le, "<=", "le"), (Lt, "<", "lt"))
-              if isinstance(m, kind)]
-    return " ".join([_annotation(field.annotation), *bounds])
+    return " ".join([_annotation(field.annotation), *_bounds(field.metadata)])
+
+
+def _bounds(metadata: list) -> list[str]:
+    return [f"{symbol} {_literal(getattr(m, attr))}" for m in metadata
+            for kind, symbol, attr in ((Ge, ">=", "ge"), (Gt, ">", "gt"), (Le, "<=", "le"), (Lt, "<", "lt"))
+            if isinstance(m, kind)]
 
 
 def _annotation(annotation: Any) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Literal:
         return " | ".join(f'"{a}"' for a in args)
-    if origin is typing.Union and type(None) in args:
-        return " | ".join(_annotation(a) for a in args if a is not type(None)) + " | none"
+    if origin is typing.Annotated:
+        return " ".join([_annotation(args[0]), *_bounds([b for m in args[1:] for b in getattr(m, "metadata", [m])])])
+    if origin is typing.Union:
+        named = " | ".join(_annotation(a) for a in args if a is not type(None))
+        return named + " | none" if type(None) in args else named
     if origin is tuple:
         return "(" + ", ".join(_annotation(a) for a in args) + ")"
     return getattr(annotation, "__name__", str(annotation))

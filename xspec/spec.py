@@ -89,6 +89,14 @@ class CompiledSpec:
         projection = self.ops[self.ops[LOGITS.node].inputs["x"]]
         return int(projection.inferred.get("in_features", projection.shape.last))
 
+    def training_memory(self, batch: int, length: int, *, activation_bytes: int = 4, shards: int = 1,
+                        replicas: int = 1):
+        """Estimated bytes a training pass of `batch` sequences of `length` tokens holds at its peak
+        (xspec.stats.cost.Memory: weights, gradients, Adam's moments, activations, the loss's tensors)."""
+        from xspec.stats.cost import memory
+
+        return memory(self, batch, length, activation_bytes=activation_bytes, shards=shards, replicas=replicas)
+
     @property
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every learned tensor by its state_dict name (tied copies included)."""

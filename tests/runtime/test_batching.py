@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from xspec.runtime.batching import collate, micro_batch_cap, micro_batches, pad, plan_epoch, shard
+from xspec.runtime.batching import collate, micro_batch_cap, micro_batches, pad, plan_epoch, rank_passes, shard
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 
@@ -80,15 +80,39 @@ def test_collate_shifts_the_target_and_masks_padding():
     assert batch.target_tokens == 5
 
 
-def test_the_cap_is_a_share_of_the_update_within_what_fits_in_memory():
-    assert micro_batch_cap(25000, None, 1) == 25000
-    assert micro_batch_cap(25000, None, 8) == 3125
-    assert micro_batch_cap(25000, 2000, 8) == 2000          # memory allows less than a share
-    assert micro_batch_cap(25000, 8000, 4) == 6250          # a share is less than what fits
-    assert micro_batch_cap(25000, 30000, 1) == 25000
-    assert micro_batch_cap(5, None, 8) == 1                 # never zero: one sentence per pass at least
+def test_a_micro_batch_is_a_share_of_the_update():
+    assert micro_batch_cap(25000, 1) == 25000
+    assert micro_batch_cap(25000, 8) == 3125
+    assert micro_batch_cap(5, 8) == 1                       # never zero: one sentence per pass at least
     with pytest.raises(ValueError):
-        micro_batch_cap(25000, None, 0)
+        micro_batch_cap(25000, 0)
+
+
+def test_passes_cut_a_micro_batch_to_what_fits_and_keep_every_sentence_once():
+    lengths = [10, 10, 10, 12, 12, 30, 30, 30]
+    update = [[0, 1, 2, 3, 4], [5, 6, 7]]                   # 60 and 90 padded tokens
+    passes = rank_passes(update, 0, 1, lengths, cap=40)
+    assert passes == [([0, 1, 2], True), ([3, 4], True), ([5], True), ([6], True), ([7], True)]
+    assert all(len(run) * max(lengths[i] for i in run) <= 40 or len(run) == 1 for run, _ in passes)
+    # A cap the micro-batches fit in leaves them whole; a sentence longer than the cap goes alone.
+    assert rank_passes(update, 0, 1, lengths, cap=90) == [(b, True) for b in update]
+    assert rank_passes([[5, 6]], 0, 1, lengths, cap=20) == [([5], True), ([6], True)]
+
+
+def test_every_rank_makes_as_many_passes_as_the_rank_that_needs_most():
+    lengths = [10] * 6 + [40] * 4
+    update = [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9]]             # rank 0: 60 padded tokens, rank 1: 160
+    r0, r1 = rank_passes(update, 0, 2, lengths, cap=80), rank_passes(update, 1, 2, lengths, cap=80)
+    assert r1 == [([6, 7], True), ([8, 9], True)]
+    assert r0 == [([0, 1, 2], True), ([3, 4, 5], True)]     # halved to match, no filler
+    # Nothing left to halve: a one-sentence filler with zero weight.
+    r0, r1 = rank_passes([[0], [6, 7, 8, 9]], 0, 2, lengths, cap=40), rank_passes([[0], [6, 7, 8, 9]], 1, 2, lengths, 40)
+    assert len(r0) == len(r1) == 4 and r0[0] == ([0], True) and r0[1:] == [([0], False)] * 3
+    # Every counted sentence of the update is in exactly one rank's counted passes.
+    update = [[0, 1, 2], [3, 4, 5, 6], [7, 8], [9]]
+    counted = sorted(i for r in range(2) for run, counts in rank_passes(update, r, 2, lengths, 50) if counts
+                     for i in run)
+    assert counted == list(range(10))
 
 
 def _sentences(plan: list[list[list[int]]]) -> list[int]:
@@ -165,7 +189,7 @@ def test_one_part_is_the_earlier_plan_so_earlier_runs_resume_unchanged():
 def test_updates_come_near_the_token_budget_with_several_parts():
     src, tgt = _long_tailed_lengths()
     for parts in (2, 4, 8):
-        batches = micro_batches(src, tgt, micro_batch_cap(8000, None, parts))
+        batches = micro_batches(src, tgt, micro_batch_cap(8000, parts))
         totals = [sum(tgt[i] + 1 for b in u for i in b) for u in plan_epoch(batches, tgt, 8000, 1, 0, parts)]
         assert 0.8 * 8000 < statistics.mean(totals[:-1]) < 1.2 * 8000
 
@@ -181,7 +205,7 @@ def test_the_ranks_sharing_an_update_do_similar_work(sources_known):
         def padded(b: list[int]) -> int:
             return len(b) * (max(tgt[i] for i in b) + 1 + (max(src[i] for i in b) if sources_known else 0))
 
-        batches = micro_batches(src, tgt, micro_batch_cap(8000, None, parts))
+        batches = micro_batches(src, tgt, micro_batch_cap(8000, parts))
         processed = own = 0
         spread = []
         for epoch in range(3):

@@ -100,6 +100,17 @@ class ToySpec:
     def parameters(self) -> int:
         return sum(p.numel() for p in self.build().parameters())
 
+    def training_memory(self, batch: int, length: int, *, activation_bytes: int = 4, shards: int = 1,
+                        replicas: int = 1):
+        """A rough stand-in for the compiled spec's estimate: 16 bytes a parameter (weights, gradients, Adam),
+        and per token 64 activations of d_model plus the loss's two rows of the vocabulary."""
+        from xspec.stats.cost import Memory
+
+        weights = 4 * self.parameters // shards
+        tokens = batch * length
+        return Memory(batch, length, weights, weights, 2 * weights,
+                      64 * tokens * self.d_model * activation_bytes, 2 * tokens * self.vocab_size * 4)
+
     def with_overrides(self, overrides: dict) -> "ToySpec":
         """Section keys only (what the runtime sets): {"data.vocab_size": 150}."""
         sections = {"train": self.train, "data": self.data, "decode": self.decode}

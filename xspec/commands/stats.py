@@ -17,7 +17,9 @@ Reads the compiled graph of SPEC and reports:
   - parameters, in total and per block (tied weights counted once);
   - forward FLOPs per token at sequence length n (2 per multiply-add, matrix products only);
   - float32 training memory at a batch of B sentences of n tokens: weights, gradients,
-    Adam's two moments, and an estimate of the activations kept for the backward pass;
+    Adam's two moments, and an estimate of the activations kept for the backward pass and of the
+    loss's tensors; then how `xspec train` would cut an update into passes on this machine's CPU
+    memory (train.max_batch_tokens = "auto", runtime/memory_plan.py);
   - Table 1 of the paper (complexity per layer, sequential operations, maximum path length) for
     the spec's attention layers, with recurrent, convolutional (kernel k) and restricted
     self-attention (neighbourhood r) rows from the paper's formulas for comparison;
@@ -66,8 +68,26 @@ def run(args: argparse.Namespace) -> int:
     stats = compute(spec, length=args.length, batch=args.batch, kernel=args.kernel,
                     neighbourhood=args.neighbourhood)
     cost = train_cost(spec, steps=args.steps, length=args.length) if args.train_cost else None
+    plan = _plan_here(spec, stats.memory.length)
     if args.json:
-        print(json.dumps({**stats.to_json(), **({"train_cost": cost.to_json()} if cost else {})}, indent=2))
+        print(json.dumps({**stats.to_json(), "memory_plan": plan,
+                          **({"train_cost": cost.to_json()} if cost else {})}, indent=2))
     else:
-        print(render(stats) + ("\n\n" + render_train_cost(cost) if cost else ""))
+        print(render(stats, f"xspec train here (float32, n = {stats.memory.length}): {plan['plan']}") +
+              ("\n\n" + render_train_cost(cost) if cost else ""))
     return 0
+
+
+def _plan_here(spec, length: int) -> dict:
+    """What `xspec train` would plan on this machine's CPU, in float32, for sequences of `length` tokens."""
+    import torch
+
+    from xspec.runtime.memory_plan import Layout, free_memory, plan_memory
+
+    free = free_memory(torch.device("cpu"))
+    try:
+        plan = plan_memory(spec, Layout("cpu", 4, 1, 1), 1, length, free)
+    except UserError as error:
+        return {"fits": False, "plan": str(error), "free_bytes": free.bytes}
+    return {"fits": plan.fits, "plan": plan.describe(), "pass_tokens": plan.cap, "estimated_peak_bytes": plan.estimate,
+            "free_bytes": free.bytes}

@@ -60,8 +60,10 @@ def default_length(spec: CompiledSpec) -> int:
 
 
 def default_batch(spec: CompiledSpec, length: int) -> int:
-    """Sentences in one forward pass of `length` tokens: the train section's tokens per pass (§5.1)."""
-    return max(1, (spec.train.max_batch_tokens or spec.train.batch_tokens) // length)
+    """Sentences in one forward pass of `length` tokens: train.max_batch_tokens when the spec gives a number,
+    else the whole update (§5.1), which "auto" may cut into passes on a machine with less memory."""
+    tokens = spec.train.max_batch_tokens
+    return max(1, (tokens if isinstance(tokens, int) else spec.train.batch_tokens) // length)
 
 
 def compute(spec: CompiledSpec, length: int | None = None, batch: int | None = None,

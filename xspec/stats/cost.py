@@ -9,9 +9,11 @@ Conventions (docs/stats.md):
   of the n_k encoder positions.
 - Sequences are evaluated at one length n for every symbolic length (src_len = tgt_len = n), so
   "per token" means per target token with its matching source token (the paper's training pair).
-- Memory: float32 weights, gradients and Adam's two moments (§5.3); activations are what autograd
-  keeps for the backward pass, estimated as every op's output plus each attention's Q, K, V,
-  softmax probabilities and per-head context. An estimate, not a measurement.
+- Memory: float32 weights, gradients and Adam's two moments (§5.3), each divided among the ranks
+  that shard them; activations are what autograd keeps for the backward pass, estimated as every
+  op's output plus what each op keeps besides (an attention: what SDPA keeps); the loss adds its
+  float32 log-probabilities and, at the start of backward, their gradient and the logits'. An
+  estimate, checked against measured peaks by bench/memory.py (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -49,16 +51,29 @@ class Flops:
 
 @dataclass(frozen=True)
 class Memory:
+    """Bytes one training pass of `batch` sequences of `length` tokens holds at its peak."""
+
     batch: int
     length: int
-    weights: int                        # bytes
+    weights: int
     gradients: int
     adam: int
-    activations: int
+    activations: int                    # kept by autograd for the backward pass
+    loss: int                           # the loss's [tokens x vocab] float32 tensors besides the logits
+
+    @property
+    def fixed(self) -> int:
+        """What the run holds whatever its passes: weights, gradients and optimizer state."""
+        return self.weights + self.gradients + self.adam
+
+    @property
+    def per_pass(self) -> int:
+        """What a pass adds, in proportion to its sequences."""
+        return self.activations + self.loss
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.adam + self.activations
+        return self.fixed + self.per_pass
 
 
 def _size(shape: TensorType, batch: int, length: int) -> int:
@@ -138,7 +153,37 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
     return total
 
 
-def memory(spec: CompiledSpec, batch: int, length: int) -> Memory:
-    weights = spec.parameters * BYTES_FLOAT32
-    return Memory(batch=batch, length=length, weights=weights, gradients=weights, adam=ADAM_MOMENTS * weights,
-                  activations=activation_elements(spec, batch, length) * BYTES_FLOAT32)
+LOSS_TENSORS = 2     # float32 [tokens x vocab]: log-probabilities kept for backward, then their gradient
+                     # beside the logits' (the logits themselves count among the activations)
+
+
+def memory(spec: CompiledSpec, batch: int, length: int, *, activation_bytes: int = BYTES_FLOAT32,
+           shards: int = 1, replicas: int = 1) -> Memory:
+    """Training memory of one pass (see the module docstring). `activation_bytes`: 2 under bf16/fp16
+    autocast; `shards`: ranks that share weights, gradients and Adam's moments (FSDP), each of which
+    also gathers whole the largest unit it shards, twice (one prefetched); `replicas`: ranks that each
+    hold the whole model (DDP, whose gradient buckets are a second copy of the gradients)."""
+    weights = spec.parameters * BYTES_FLOAT32 // shards
+    gathered = 2 * _largest_shard_unit(spec) * BYTES_FLOAT32 if shards > 1 else 0
+    gradients = weights * (2 if replicas > 1 and shards == 1 else 1)
+    tokens = batch * length
+    return Memory(batch=batch, length=length, weights=weights + gathered, gradients=gradients,
+                  adam=ADAM_MOMENTS * weights,
+                  activations=activation_elements(spec, batch, length) * activation_bytes,
+                  loss=LOSS_TENSORS * tokens * spec.vocab_size * BYTES_FLOAT32)
+
+
+def _largest_shard_unit(spec: CompiledSpec) -> int:
+    """Parameters of the largest unit FSDP shards (runtime/step.py): one layer of a repeated stack, or what
+    lies outside the stacks (embeddings, output projection). Layers tied to others count with the rest."""
+    layers: list[int] = []
+
+    def visit(instance) -> None:
+        for child in instance.children.values():
+            if child.kind == "stack" and not spec.all_tied_under(child.path):
+                layers.extend(spec.count_under(layer.path) for layer in child.children.values())
+            else:
+                visit(child)
+
+    visit(spec.instances)
+    return max([spec.parameters - sum(layers), *layers])

@@ -40,7 +40,7 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
     return [line(header), "-" * len(line(header)), *(line(r) for r in rows)]
 
 
-def render(stats: SpecStats) -> str:
+def render(stats: SpecStats, plan_line: str = "") -> str:
     arch = stats.architecture.as_dict()
     out = [f"{stats.name} ({stats.file})", "",
            "  ".join(f"{PAPER_NAMES[k]}={_value(v)}" for k, v in arch.items()), ""]
@@ -62,8 +62,11 @@ def render(stats: SpecStats) -> str:
     out += [f"Training memory at batch {m.batch} x n = {m.length} (float32, Adam; activations estimated)"]
     rows = [["weights", _bytes(m.weights)], ["gradients", _bytes(m.gradients)],
             ["Adam moments (2 per parameter)", _bytes(m.adam)], ["activations kept for backward", _bytes(m.activations)],
+            ["loss: log-probabilities and gradients over the vocabulary", _bytes(m.loss)],
             ["total", _bytes(m.total)]]
-    out += _table(["", "bytes"], rows, right={1}) + [""]
+    out += _table(["", "bytes"], rows, right={1})
+    out += [plan_line] if plan_line else []
+    out += [""]
 
     out += [f"Table 1 (§4) at n = {f.length}, d = {stats.d}: the spec's attention layers; "
             "comparison rows are the paper's formulas, not layers of this spec"]

@@ -1,0 +1,102 @@
+"""The memory plan (runtime/memory_plan.py): with a given free-memory figure, an update that does not fit
+is cut into passes that do, one that cannot fit at all is refused with the numbers, an explicit
+train.max_batch_tokens is kept and checked, and training in many passes takes the same steps as in one."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+import xspec
+import xspec.runtime.train as train_module
+from toy_spec import toy_spec
+from xspec.errors import UserError
+from xspec.runtime.memory_plan import USABLE_SHARE, FreeMemory, Layout, estimate_peak, plan_memory
+from xspec.runtime.run_dir import read_metrics_log
+from xspec.runtime.train import RunOptions, train
+
+SPECS = Path(__file__).resolve().parent.parent.parent / "specs"
+CPU = Layout("cpu", 4, 1, 1)
+LONGEST = 60
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return xspec.compile(str(SPECS / "tiny.xspec"))
+
+
+def test_an_update_that_does_not_fit_is_cut_into_passes_that_do(tiny):
+    whole = estimate_peak(tiny, tiny.train.batch_tokens // LONGEST, LONGEST, CPU)
+    free = FreeMemory(int(whole * 0.8), "test")
+    plan = plan_memory(tiny, CPU, 1, LONGEST, free)
+    assert not plan.explicit and plan.share == 4096 and LONGEST <= plan.cap < plan.share
+    usable = USABLE_SHARE * free.bytes
+    assert plan.estimate <= usable and plan.fits
+    # As large as fits, within the rounding to 64 tokens (about one sentence here), plus one sentence.
+    assert estimate_peak(tiny, plan.cap // LONGEST + 3, LONGEST, CPU) > usable
+    assert plan.passes == math.ceil(4096 / plan.cap) >= 2
+    assert re.fullmatch(rf"update of 4,096 tokens as about {plan.passes} passes of <= {plan.cap:,} tokens; "
+                        rf"estimated peak \d+ MiB of \d+ MiB free \(test\)", plan.describe())
+
+
+def test_plenty_of_memory_takes_the_update_in_one_pass(tiny):
+    plan = plan_memory(tiny, CPU, 1, LONGEST, FreeMemory(64 * 2**30, "CPU RAM"))
+    assert plan.cap == plan.share == 4096 and plan.passes == 1
+    assert plan.describe().startswith("update of 4,096 tokens in one pass; estimated peak ")
+    # Shared by 4 ranks, each pass holds a quarter at most.
+    assert plan_memory(tiny, CPU, 4, LONGEST, FreeMemory(64 * 2**30, "CPU RAM")).cap == 1024
+
+
+def test_a_model_whose_one_sequence_does_not_fit_is_refused_with_the_numbers(tiny):
+    fixed = estimate_peak(tiny, 0, 256, CPU)
+    with pytest.raises(UserError) as error:
+        plan_memory(tiny, CPU, 1, 256, FreeMemory(fixed, "cuda:0"))
+    message = str(error.value)
+    assert message.startswith("train: not enough memory on cuda:0: the model's weights, gradients and Adam "
+                              "moments take ")
+    assert "one sequence of 256 tokens (the longest in the training data)" in message
+    assert f"but {fixed / 2**20:.0f} MiB is free (90% usable)" in message
+    assert "data.max_tokens" in message and 'train.sharding = "fsdp"' in message
+
+
+def test_an_explicit_max_batch_tokens_is_kept_and_checked(tiny):
+    spec = tiny.with_overrides({"train.max_batch_tokens": 1000})
+    plenty = plan_memory(spec, CPU, 1, LONGEST, FreeMemory(64 * 2**30, "CPU RAM"))
+    assert (plenty.cap, plenty.explicit, plenty.fits) == (1000, True, True)
+    little = plan_memory(spec, CPU, 1, LONGEST, FreeMemory(estimate_peak(spec, 1, LONGEST, CPU), "CPU RAM"))
+    assert (little.cap, little.explicit, little.fits) == (1000, True, False)     # kept: a warning, not a refusal
+
+
+def test_sharding_and_half_precision_lower_the_estimate(tiny):
+    full = tiny.training_memory(16, 64)
+    assert tiny.training_memory(16, 64, activation_bytes=2).activations * 2 == full.activations
+    sharded = tiny.training_memory(16, 64, shards=4)
+    assert sharded.adam == full.adam // 4 and sharded.gradients == full.gradients // 4
+    assert tiny.training_memory(16, 64, replicas=2).gradients == 2 * full.gradients      # DDP's buckets
+
+
+def _losses(run: Path) -> list[float]:
+    return [r["loss"] for r in read_metrics_log(run) if "loss" in r]
+
+
+def test_training_in_many_passes_takes_the_same_steps_as_in_one(small_corpus, tmp_path, monkeypatch, capsys):
+    """The plan only cuts an update into passes: the same sentences, the gradients accumulated."""
+    spec = dataclasses.replace(toy_spec(max_steps=6, max_batch_tokens="auto", checkpoint_every_steps=None),
+                               dropout=0.0)
+    options = dict(device="cpu", progress=False, evaluate=False, tensorboard=False)
+    train(spec, RunOptions(tmp_path / "one", small_corpus, **options))
+    assert "memory plan: update of 600 tokens in one pass" in capsys.readouterr().out
+
+    layout = Layout("cpu", 4, 1, 1)
+    little = int(estimate_peak(spec, 1, 101, layout) / USABLE_SHARE) + 1       # one longest sentence a pass
+    monkeypatch.setattr(train_module, "free_memory", lambda device: FreeMemory(little, "CPU RAM"))
+    train(spec, RunOptions(tmp_path / "many", small_corpus, **options))
+    planned = re.search(r"memory plan: update of 600 tokens as about (\d+) passes of <= (\d+) tokens",
+                        capsys.readouterr().out)
+    assert planned and int(planned[1]) >= 6 and int(planned[2]) <= 101
+    assert _losses(tmp_path / "many") == pytest.approx(_losses(tmp_path / "one"), rel=1e-4)
+    assert len(_losses(tmp_path / "one")) == 6
