@@ -2,8 +2,9 @@
 
     RUN/metrics.jsonl     every update and every validation, one JSON record each (for programs)
     RUN/train.log         timestamped lines (for people): messages, and every `train.report_every_steps`
-                          updates their mean loss, perplexity, learning rate, tokens/s, gradient norm,
-                          memory and the time left
+                          updates (and at least every REPORT_SECONDS, from the first update on) their
+                          mean loss, perplexity, learning rate, tokens/s, time per update, gradient
+                          norm, memory and the time left
     RUN/tensorboard/      the same scalars as TensorBoard event files (`tensorboard --logdir runs`)
     the terminal          a progress bar when stderr is a terminal; otherwise (a redirected log, a
                           batch job) the train.log lines, without carriage returns
@@ -29,6 +30,9 @@ from xspec.runtime.run_dir import append_metrics
 
 TRAIN_LOG = "train.log"
 TENSORBOARD_DIR = "tensorboard"
+# A report line at least this often, whatever train.report_every_steps says: a large model on a small
+# machine takes minutes an update, and its user should not wait for the 100th to learn the pace.
+REPORT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class RunLog:
         self._writer = None
         self._bar: Optional[tqdm] = None
         self._window: list[StepFigures] = []
+        self._max_steps = 0
+        self._last_report: Optional[float] = None      # None: no report yet in this sitting
 
     # --- lifetime -----------------------------------------------------------------------------------
     def open(self, run_dir: Path, step: int, max_steps: int, resumed: bool) -> None:
@@ -60,7 +66,7 @@ class RunLog:
         a resumed run will redo are dropped) and the progress bar at `step` of `max_steps`."""
         if not self.enabled:
             return
-        self.run_dir = run_dir
+        self.run_dir, self._max_steps = run_dir, max_steps
         self._file = open(run_dir / TRAIN_LOG, "a" if resumed else "w", encoding="utf-8")
         for line in self._buffered:
             self._file.write(line)
@@ -98,7 +104,8 @@ class RunLog:
 
     def steps(self, figures: list[StepFigures], eta_seconds: float) -> None:
         """Updates just read back: each into metrics.jsonl and TensorBoard; a train.log line (and, without
-        a bar, a terminal line) for every `report_every` of them."""
+        a bar, a terminal line) for every `report_every` of them, for the first one, and after
+        REPORT_SECONDS without one."""
         if not self.enabled or not figures:
             return
         now = time.time()
@@ -109,8 +116,10 @@ class RunLog:
             self._scalars(f.step, {"train/loss": f.loss, "train/lr": f.lr, "train/tokens_per_s": f.tokens_per_s,
                                    "train/grad_norm": f.grad_norm})
             self._window.append(f)
-            if f.step % self.report_every == 0:
+            if f.step % self.report_every == 0 or self._last_report is None or \
+                    now - self._last_report >= REPORT_SECONDS:
                 self._report(eta_seconds)
+                self._last_report = now
         last = figures[-1]
         if self._bar is not None:
             self._bar.set_postfix_str(f"loss={last.loss:.3f} lr={last.lr:.2e} tok/s={last.tokens_per_s:,.0f} "
@@ -142,10 +151,11 @@ class RunLog:
         tokens = sum(f.tokens for f in window)
         loss = sum(f.loss * f.tokens for f in window) / max(tokens, 1)
         last = window[-1]
-        line = (f"step {last.step}: loss {loss:.4f} ppl {math.exp(min(loss, 700.0)):.2f} lr {last.lr:.3e} "
-                f"{sum(f.tokens_per_s for f in window) / len(window):,.0f} tok/s grad norm "
-                f"{sum(f.grad_norm for f in window) / len(window):.3f} memory {memory_mib():,.0f} MiB "
-                f"eta {_duration(eta_seconds)}")
+        seconds = sum(f.tokens / max(f.tokens_per_s, 1e-9) for f in window) / len(window)
+        line = (f"step {last.step}/{self._max_steps}: loss {loss:.4f} ppl {math.exp(min(loss, 700.0)):.2f} "
+                f"lr {last.lr:.3e} {sum(f.tokens_per_s for f in window) / len(window):,.0f} tok/s "
+                f"{_per_update(seconds)} grad norm {sum(f.grad_norm for f in window) / len(window):.3f} "
+                f"memory {memory_mib():,.0f} MiB eta {_duration(eta_seconds)}")
         if self._bar is None:
             print(line, flush=True)
         self._log_line(line)
@@ -173,6 +183,10 @@ def memory_mib() -> float:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
+
+
+def _per_update(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms/update" if seconds < 1 else f"{seconds:.1f} s/update"
 
 
 def _duration(seconds: float) -> str:

@@ -24,21 +24,37 @@ def _train(spec, corpus, out: Path, resume: bool = False, tensorboard: bool = Tr
                                   tensorboard=tensorboard))
 
 
+def test_slow_updates_are_reported_at_least_every_report_seconds(small_corpus, tmp_path, capsys, monkeypatch):
+    """A model that takes minutes an update reports its pace without waiting for report_every_steps."""
+    import xspec.runtime.run_log as run_log
+
+    monkeypatch.setattr(run_log, "REPORT_SECONDS", 0.0)
+    _train(toy_spec(max_steps=6, report_every_steps=100, validate_every_steps=100), small_corpus, tmp_path / "run",
+           tensorboard=False)
+    reports = [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if re.match(r"step \d+/6: ", line)]
+    assert reports == [f"step {n}/6" for n in range(1, 7)]
+
+
 def test_a_run_writes_its_log_and_tensorboard_events(small_corpus, tmp_path, capsys):
     run = tmp_path / "run"
     _train(toy_spec(max_steps=20, report_every_steps=5, validate_every_steps=10), small_corpus, run)
     out = capsys.readouterr().out
     assert "\r" not in out                              # not a terminal: plain lines, no bar
-    reports = [line for line in out.splitlines() if re.match(r"step \d+: loss ", line)]
-    assert [line.split(":")[0] for line in reports] == ["step 5", "step 10", "step 15", "step 20"]
-    assert re.fullmatch(r"step 5: loss [\d.]+ ppl [\d.]+ lr [\d.e+-]+ [\d,]+ tok/s grad norm [\d.]+ "
-                        r"memory [\d,]+ MiB eta \d+:\d\d", reports[0])
+    reports = [line for line in out.splitlines() if re.match(r"step \d+/20: loss ", line)]
+    # The first update at once (the pace is known from it), then every train.report_every_steps.
+    assert [line.split(":")[0] for line in reports] == ["step 1/20", "step 5/20", "step 10/20", "step 15/20",
+                                                        "step 20/20"]
+    assert re.fullmatch(r"step 5/20: loss [\d.]+ ppl [\d.]+ lr [\d.e+-]+ [\d,]+ tok/s \d+ ms/update grad norm "
+                        r"[\d.]+ memory [\d,]+ MiB eta \d+:\d\d", reports[1])
 
     log = (run / "train.log").read_text().splitlines()
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", line) for line in log)
     texts = [line[20:] for line in log]
     assert texts[0].startswith("train (train.src, train.tgt): 356 sentence pairs")
-    assert reports == [t for t in texts if re.match(r"step \d+: loss ", t)]
+    assert any(re.fullmatch(r"train.max_batch_tokens: update of 600 tokens as about 2 passes of <= 300 tokens; "
+                            r"estimated peak \d+ MiB of "
+                            r"[\d.]+ GiB free \(CPU RAM\)", t) for t in texts)
+    assert reports == [t for t in texts if re.match(r"step \d+/20: loss ", t)]
     assert any(t.startswith("step 10: valid loss ") for t in texts)
     assert texts[-2].startswith("stopped at step 20")
 
