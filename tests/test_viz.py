@@ -217,6 +217,16 @@ def test_renders_real_files(tmp_path, capsys, suffix):
         assert data.startswith(b"\x89PNG") and len(data) > 50_000
 
 
+@needs_dot
+def test_without_output_the_diagram_goes_beside_compiles_output(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["viz", BASE]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {Path('out') / 'base' / 'base.svg'}"
+    assert b"<svg" in (tmp_path / "out" / "base" / "base.svg").read_bytes()
+    assert main(["viz", BASE, "--depth", "full", "--diff", str(ROOT / "specs" / "big.xspec")]) == 0
+    assert (tmp_path / "out" / "base" / "base-full-vs-big.svg").is_file()
+
+
 def test_dot_needs_no_graphviz_program_and_rendering_says_how_to_install(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("xspec.viz.render.shutil.which", lambda name: None)
     assert main(["viz", BASE, "-o", str(tmp_path / "base.dot")]) == 0
@@ -233,6 +243,7 @@ def test_dot_needs_no_graphviz_program_and_rendering_says_how_to_install(tmp_pat
     (["viz", BASE, "-o", "x.svg", "--layer", "2"], "--layer goes with --attention"),
     (["viz", "-o", "x.svg"], "give a SPEC"),
     (["viz", "--attention", "no/such/run", "-o", "a.png"], "--sentence"),
+    (["viz", "--attention", "no/such/run", "--sentence", "hi"], "--attention needs -o FILE"),
     (["viz", "--attention", "no/such/run", "--sentence", "hi", "-o", "a.png"], "no such run directory"),
 ])
 def test_user_mistakes_are_one_line(capsys, argv, message):

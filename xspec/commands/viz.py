@@ -17,7 +17,9 @@ Draws SPEC as the paper's Figure 1: encoder and decoder stacks side by side, eac
 once with its "N×", every sublayer with its residual connection and "Add & Norm", the encoder
 output feeding the decoder's attention, embeddings, positional encodings, tied weights, the output
 projection and softmax. The output format follows OUTPUT's extension: .svg, .png, .pdf (these
-need graphviz's `dot` program) or .dot.
+need graphviz's `dot` program) or .dot. Without -o, the diagram goes beside what `xspec compile`
+writes: out/NAME/NAME.svg for specs/NAME.xspec (out/NAME/NAME-full.svg with --depth full,
+out/NAME/NAME-vs-OTHER.svg with --diff OTHER).
 
   --depth 1     blocks: embeddings, the repeated stacks, the output projection
   --depth 2     sublayers, the level of Figure 1 (default)
@@ -31,6 +33,7 @@ paper's Figures 3-5): one heatmap per attention, layer and head, tokens on the a
 side is the model's greedy translation unless --target gives one. Layers and heads count from 1.
 
 examples:
+  xspec viz specs/base.xspec                         # writes out/base/base.svg
   xspec viz specs/base.xspec -o base.svg
   xspec viz specs/base.xspec --depth full -o base_full.png
   xspec viz specs/base.xspec --set norm_first=true -o prenorm.svg
@@ -41,8 +44,9 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", nargs="?", help="the .xspec file to draw (not with --attention)")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE",
-                        help="where to write: .svg, .png, .pdf or .dot (attention maps: .png, .svg, .pdf)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="where to write: .svg, .png, .pdf or .dot (attention maps: .png, .svg, .pdf); default "
+                             "for a diagram: out/NAME/NAME.svg, beside `xspec compile`'s output")
     parser.add_argument("--depth", choices=("1", "2", "full"), default="2",
                         help="level of detail: 1 blocks, 2 sublayers (default), full every op")
     add_set_argument(parser)
@@ -69,7 +73,7 @@ def _diagram(args: argparse.Namespace) -> int:
     from xspec.viz.diff import Diff
     from xspec.viz.render import output_format, write_diagram
 
-    output = Path(args.output)
+    output = Path(args.output) if args.output else default_output(args.spec, args.depth, args.diff)
     output_format(output)  # a wrong extension fails before compiling
     overrides = parse_overrides(args.overrides)
     spec = xspec.compile(args.spec, overrides=overrides)
@@ -79,6 +83,13 @@ def _diagram(args: argparse.Namespace) -> int:
         print(f"{args.spec} and {args.diff} draw the same graph")
     print(f"wrote {output}")
     return 0
+
+
+def default_output(spec: str, depth: str, other: str | None) -> Path:
+    """out/NAME/NAME[-depth][-vs-OTHER].svg: beside `xspec compile`'s out/NAME/, one file per view."""
+    name = Path(spec).stem
+    suffix = {"1": "-depth1", "2": "", "full": "-full"}[depth] + (f"-vs-{Path(other).stem}" if other else "")
+    return Path("out") / name / f"{name}{suffix}.svg"
 
 
 def _reject_attention_options(args: argparse.Namespace) -> None:
@@ -95,6 +106,8 @@ def _attention(args: argparse.Namespace) -> int:
         raise UserError("--attention draws a trained model: it takes no SPEC, --diff or --set")
     if not args.sentence or not args.sentence.strip():
         raise UserError("--attention needs --sentence \"...\" (the source sentence to look at)")
+    if not args.output:
+        raise UserError("--attention needs -o FILE (.png, .svg or .pdf): where to draw the maps")
     output = Path(args.output)
     check_plot_format(output)
     spec, model, vocab, step = load_trained(Path(args.attention))
