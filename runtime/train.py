@@ -154,7 +154,8 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         except Diverged as diverged:
             _diverged(run, progress, diverged)
     stopped = _stop_record(reason, progress)
-    say(_stop_line(reason, progress, cfg, run_dir))
+    unfinished = _unfinished(reason, progress, cfg, run_dir) if context.is_main else None
+    say(_stop_line(reason, progress, cfg, run_dir) + (f": {unfinished}" if unfinished else ""))
     _record_stop(run, stopped)
 
     valid_loss = trainer.validate() if corpus.valid is not None else None
@@ -181,6 +182,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         f"{metrics['train_tokens_per_s']} target tokens/s, {metrics['wall_s']} s)")
     for line in outcome.lines if outcome is not None else ():
         say(line)
+    if unfinished:
+        say(f"note: these figures are of a model stopped by train.max_minutes at step {progress.step} of "
+            f"{cfg.max_steps}: {unfinished}")
     return metrics
 
 
@@ -255,6 +259,26 @@ def _record_stop(run: _Run, stopped: dict) -> None:
         write_run_record(run.run_dir, replace(run.record, stopped=stopped))
 
 
+# A validation loss that fell by less than this (relative) since the one before has settled.
+SETTLED = 0.01
+
+
+def _unfinished(reason: str, progress: Progress, cfg, run_dir: Path) -> str | None:
+    """Said of a run that train.max_minutes stopped before train.max_steps, unless its validation loss had
+    settled: the same spec trains further on a faster or quieter machine, and its figures would differ."""
+    if reason != "max_minutes" or progress.step >= cfg.max_steps:
+        return None
+    losses = [r["valid_loss"] for r in read_metrics_log(run_dir) if isinstance(r.get("valid_loss"), (int, float))]
+    advice = "raise train.max_minutes, or run on a quieter machine"
+    if len(losses) < 2:
+        return f"too few validations to tell whether the model had finished learning; {advice}"
+    before, last = losses[-2:]
+    if last < before * (1 - SETTLED):
+        return (f"the model has not finished learning (validation loss {before:.3f} -> {last:.3f} at the last two "
+                f"validations); {advice}")
+    return None
+
+
 def _stop_line(reason: str, progress: Progress, cfg, run_dir: Path) -> str:
     if reason == "max_steps":
         return f"stopped at step {progress.step}: reached train.max_steps = {cfg.max_steps}"
@@ -269,7 +293,7 @@ def _stop_line(reason: str, progress: Progress, cfg, run_dir: Path) -> str:
             if cfg.keep_best:
                 line += f", is {best_checkpoint(run_dir, step)}"
         return line
-    return (f"stopped at step {progress.step}: reached train.max_minutes = {cfg.max_minutes:g} "
+    return (f"stopped at step {progress.step} of {cfg.max_steps}: reached train.max_minutes = {cfg.max_minutes:g} "
             f"({progress.train_seconds:.0f} s of training, counted over resumptions)")
 
 

@@ -168,11 +168,34 @@ def test_max_minutes_stops_and_counts_over_resumptions(small_corpus, tmp_path, c
     spec = toy_spec(max_steps=1000, max_minutes=1e-6, checkpoint_every_steps=None)
     metrics = _train(spec, small_corpus, tmp_path / "run")
     assert metrics["steps"] == 1 and metrics["stopped"]["reason"] == "max_minutes"
-    assert "stopped at step 1: reached train.max_minutes = 1e-06" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "stopped at step 1 of 1000: reached train.max_minutes = 1e-06 (" in out
+    assert "s of training, counted over resumptions): too few validations to tell whether the model had " \
+           "finished learning; raise train.max_minutes, or run on a quieter machine" in out
+    assert out.rstrip().splitlines()[-1].startswith("note: these figures are of a model stopped by "
+                                                    "train.max_minutes at step 1 of 1000: too few validations")
     assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["step-00000001.safetensors"]
     # Resumed with the same budget, already spent: no further step.
     assert _train(spec, small_corpus, tmp_path / "run", resume=True)["steps"] == 1
     assert _run_json(tmp_path / "run")["stopped"]["reason"] == "max_minutes"
+
+
+def test_a_run_stopped_by_time_says_whether_its_validation_loss_had_settled(tmp_path):
+    from xspec.runtime.loop import Progress
+    from xspec.runtime.run_dir import rewrite_metrics_log
+    from xspec.runtime.train import _unfinished
+
+    cfg, progress = toy_spec(max_steps=900).train, Progress(step=174)
+
+    def said(*losses: float, reason: str = "max_minutes") -> str | None:
+        rewrite_metrics_log(tmp_path, [{"step": 10 * (i + 1), "valid_loss": v} for i, v in enumerate(losses)])
+        return _unfinished(reason, progress, cfg, tmp_path)
+
+    assert said(4.0, 3.2, 2.871) == ("the model has not finished learning (validation loss 3.200 -> 2.871 at the "
+                                     "last two validations); raise train.max_minutes, or run on a quieter machine")
+    assert said(3.2, 2.50, 2.49) is None                       # settled: within 1% of the one before
+    assert said(2.5).startswith("too few validations to tell")
+    assert said(4.0, 3.0, reason="max_steps") is None
 
 
 @pytest.mark.parametrize("seed", [-5, 2**70])
