@@ -36,3 +36,18 @@ def test_the_verb_moves_to_the_end_and_agrees_with_its_subject():
         assert words.index(verb) < len(words) - 1    # in the source it is not last (an object follows)
         checked += 1
     assert checked > 100
+
+
+def test_the_demos_are_budgeted_in_steps_with_time_only_as_a_safety_net():
+    """The README's main job (and the language-model demo) end at train.max_steps wherever they run:
+    at the pace measured on 2 quiet cores (0.27 s an update for tiny, 0.16 s for lm), train.max_minutes
+    leaves room for a machine ten times slower."""
+    from pathlib import Path
+
+    import xspec
+
+    specs = Path(__file__).resolve().parent.parent.parent / "specs"
+    for name, steps, seconds_per_update in (("tiny", 1000, 0.27), ("lm", 1500, 0.16)):
+        train = xspec.compile(str(specs / f"{name}.xspec")).train
+        assert train.max_steps == steps
+        assert train.max_minutes * 60 >= 10 * steps * seconds_per_update
