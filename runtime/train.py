@@ -348,12 +348,22 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
 
 def _memory_plan(spec, context: distributed.Context, precision, corpus: Corpus, free: FreeMemory,
                  log: RunLog) -> MemoryPlan:
-    """The pass cap every rank uses: the smallest that the ranks' devices plan (runtime/memory_plan.py)."""
+    """The pass cap every rank uses: the smallest that the ranks' devices plan (runtime/memory_plan.py).
+    A rank where nothing fits stops them all (the others learn it from the agreed cap, 0)."""
     examples = corpus.train
     longest = max(padded_lengths(examples.src_lens, examples.tgt_lens))
     parts = spec.train.update_parts or context.world_size
-    plan = plan_memory(spec, Layout.of(context, precision, spec.train.sharding), parts, longest, free)
-    cap = distributed.all_min_int(context, plan.cap)
+    plan, refusal = None, None
+    try:
+        plan = plan_memory(spec, Layout.of(context, precision, spec.train.sharding), parts, longest, free)
+    except UserError as error:
+        refusal = error
+    cap = distributed.all_min_int(context, plan.cap if plan is not None else 0)
+    if refusal is not None:
+        raise refusal
+    if plan is None or cap == 0:
+        raise UserError("train: another process has not enough memory for one sequence of the training data "
+                        "(its error says how much it needs)")
     if cap != plan.cap:
         plan = replace(plan, cap=cap)
     log.message(f"{'train.max_batch_tokens' if plan.explicit else 'memory plan'}: {plan.describe()}")

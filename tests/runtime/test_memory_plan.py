@@ -100,3 +100,19 @@ def test_training_in_many_passes_takes_the_same_steps_as_in_one(small_corpus, tm
     assert planned and int(planned[1]) >= 6 and int(planned[2]) <= 101
     assert _losses(tmp_path / "many") == pytest.approx(_losses(tmp_path / "one"), rel=1e-4)
     assert len(_losses(tmp_path / "one")) == 6
+
+
+def test_an_explicit_cap_beyond_the_free_memory_trains_with_a_warning(small_corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_module, "free_memory", lambda device: FreeMemory(2**20, "CPU RAM"))
+    spec = toy_spec(max_steps=2, max_batch_tokens=300)
+    assert train(spec, RunOptions(tmp_path / "run", small_corpus, device="cpu", progress=False, evaluate=False,
+                                  tensorboard=False))["steps"] == 2
+    out = capsys.readouterr().out
+    assert "train.max_batch_tokens: update of 600 tokens as about 2 passes of <= 300 tokens; estimated peak " in out
+    assert "warning: train.max_batch_tokens = 300: the estimated peak is more than 90% of the free memory, so the " \
+           "run may run out of it; train.max_batch_tokens = \"auto\" plans passes that fit" in out
+    # With "auto", the same machine refuses before building anything.
+    with pytest.raises(UserError, match="not enough memory on CPU RAM"):
+        train(toy_spec(max_steps=2, max_batch_tokens="auto"),
+              RunOptions(tmp_path / "auto", small_corpus, device="cpu", progress=False, evaluate=False, tensorboard=False))
+    assert not (tmp_path / "auto" / "checkpoints").exists()
