@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = {"tiny": "specs/tiny.xspec", "base": "specs/base.xspec", "big": "specs/big.xspec", "lm": "specs/lm.xspec"}
+SPECS = {"tiny": "specs/tiny.xspec", "base": "specs/base.xspec", "big": "specs/big.xspec", "lm": "specs/lm.xspec",
+         **{name: f"specs/modern/{name}.xspec" for name in (
+             "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "phi3", "mixtral", "qwen3_moe",
+             "gpt_oss")}}
 
 
 def _status_bytes(field: str) -> int:
@@ -77,7 +80,8 @@ def measure(spec_path: str, sentences: int, length: int, device: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--specs", nargs="+", default=list(SPECS), choices=list(SPECS))
+    parser.add_argument("--specs", nargs="+", default=["tiny", "base", "big", "lm"], choices=list(SPECS),
+                        help="tiny base big lm by default; the 2024-25 family's small specs by name")
     parser.add_argument("--sizes", nargs="+", default=["16x64", "32x128"], metavar="SENTENCESxTOKENS")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON lines")

@@ -5,7 +5,7 @@ docstrings and comments; this check makes that a verified property rather than a
 may contain only what the code generator emits:
 
   - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F`;
-  - classes copied from prelude.py, identical to the prelude's own (compared as ASTs);
+  - classes copied from the prelude files (PRELUDES), identical to the prelude's own (compared as ASTs);
   - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
     same statements) and return, over names they bind themselves, the module's classes, and
     `range`/`super` — no other builtin, and neither `torch` nor `math`; attributes only public ones
@@ -26,7 +26,9 @@ import math
 from pathlib import Path
 from types import CodeType
 
-PRELUDE = Path(__file__).with_name("prelude.py")
+# The files whose classes generated code may copy (compared as ASTs), in the order a module defines them.
+PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_attention.py",
+                                                              "prelude_experts.py"))
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 BUILTINS = frozenset({"range", "super"})
 LIBRARIES = frozenset({"nn", "F"})  # generated classes call nn.Linear, F.dropout...; torch and math: prelude only
@@ -41,8 +43,11 @@ class GeneratedCodeError(Exception):
 @functools.cache
 def prelude_classes() -> dict[str, str]:
     """Prelude class name -> its AST dump, for comparison with the copies in generated modules."""
-    tree = ast.parse(PRELUDE.read_text(encoding="utf-8"))
-    return {node.name: ast.dump(node) for node in tree.body if isinstance(node, ast.ClassDef)}
+    classes = {}
+    for path in PRELUDES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes |= {node.name: ast.dump(node) for node in tree.body if isinstance(node, ast.ClassDef)}
+    return classes
 
 
 def compile_checked(source: str, filename: str) -> CodeType:

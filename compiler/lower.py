@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import ast as pyast
 import functools
-from pathlib import Path as FilePath
+import re
 
-from .codecheck import check_module
+from .codecheck import PRELUDES, check_module
 from .diagnostics import printable
 from .entries import DECODER, ENCODER
 from .forward import file_label, forward_lines, identifier, where
@@ -27,15 +27,26 @@ from .resolve import ResolvedModel
 from .validate import ValidatedModel
 
 INDENT = "    "
-PRELUDE = FilePath(__file__).with_name("prelude.py")
 
 
 @functools.cache
 def _prelude_classes() -> dict[str, str]:
-    """Class name -> source, read from prelude.py as text (compiling a spec does not import torch)."""
-    text = PRELUDE.read_text()
-    return {node.name: pyast.get_source_segment(text, node) or ""
-            for node in pyast.parse(text).body if isinstance(node, pyast.ClassDef)}
+    """Class name -> source, read from the prelude files as text (compiling a spec does not import torch)."""
+    classes = {}
+    for path in PRELUDES:
+        text = path.read_text()
+        classes |= {node.name: pyast.get_source_segment(text, node) or ""
+                    for node in pyast.parse(text).body if isinstance(node, pyast.ClassDef)}
+    return classes
+
+
+def _preludes_used(code: str, always: set[str]) -> list[str]:
+    """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`), in the prelude's
+    order. Prelude classes construct none of each other (an attention's rotary embedding is built by the
+    generated code and passed in), so these are all the file needs."""
+    classes = _prelude_classes()
+    return [source for name, source in classes.items()
+            if name in always or re.search(rf"(?<![\w.]){name}\b", code)]
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> str:
@@ -64,10 +75,10 @@ class _Lowering:
         root = self.validated.graph.root
         for child in root.children.values():
             self._define(child, child.name)
-        used = "".join(self.order)
-        preludes = [source for name, source in _prelude_classes().items()
-                    if f"{name}(" in used or (name == "DecoderCache" and DECODER in root.children)]
-        parts = [self._header(), *preludes, *self.order, self._model_class()]
+        model_class = self._model_class()
+        preludes = _preludes_used("".join(self.order) + model_class,
+                                  {"DecoderCache"} if DECODER in root.children else set())
+        parts = [self._header(), *preludes, *self.order, model_class]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
@@ -170,6 +181,11 @@ class _Lowering:
                       f"{INDENT * 3}cache.length += tgt_tokens.size(1)",
                       f"{INDENT * 2}return logits",
                       "", f"{INDENT}@staticmethod", f"{INDENT}def new_cache():", f"{INDENT * 2}return DecoderCache()"]
+        losses = sorted({OPS[node.op].auxiliary_loss for node in self.validated.graph.graph} - {""})
+        if losses:  # e.g. a mixture of experts' load balancing, which the trainer adds to the loss
+            lines += ["", f"{INDENT}def auxiliary_loss(self):",
+                      f'{INDENT * 2}"""The training loss the model adds to its own, from its last forward."""',
+                      f"{INDENT * 2}return {' + '.join(f'{identifier(c)}.auxiliary_loss(self)' for c in losses)}"]
         if has_encoder and has_decoder:
             forward = ["def forward(self, src_tokens, tgt_tokens, src_padding_mask=None):",
                        f"{INDENT}memory = self.encode(src_tokens, src_padding_mask)",

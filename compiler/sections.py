@@ -39,6 +39,9 @@ class TrainSection(_Section):
         None, ge=1, le=4096, description="forward passes an update is split into (default: one per process); "
                                          "fixed, an update is the same sentences on any number of processes")
     label_smoothing: float = Field(0.1, ge=0, lt=1, description="eps_ls (§5.4)")
+    router_aux_loss_coef: float = Field(0.01, ge=0, description="the weight of a mixture of experts' load-balancing "
+                                                               "loss in the training loss (Switch: 0.01); models "
+                                                               "without experts have none")
     clip_norm: Optional[float] = Field(None, gt=0, description="clip the gradient norm to this (the paper does not)")
     max_steps: int = Field(100_000, ge=1, description="stop after this many updates (§5.2: 100K base, 300K big)")
     max_minutes: Optional[float] = Field(None, gt=0, description="stop after this much training time (counted "

@@ -194,6 +194,13 @@ def plan(trained: TrainedModel) -> Plan:
     if not self_attention:
         raise UserError(f"{spec.name}: its decoder has no self-attention whose keys and values a step could "
                         "carry; export writes decoding steps with their cache")
+    windowed = [name for name, module in self_attention if getattr(module, "window", None) is not None]
+    if windowed:  # a step would carry a ring of `window` positions, which the exported cache does not model
+        raise UserError(f"{spec.name}: export does not yet write sliding-window attention ({windowed[0]}); its "
+                        "decoding cache keeps a ring of the last positions, which the exported steps do not carry")
+    if any(type(module).__name__ == "MixtureOfExperts" for module in model.modules()):
+        raise UserError(f"{spec.name}: export does not yet write a mixture of experts: the experts' token counts "
+                        "depend on the routing, which torch.export's static graphs cannot follow")
     longest = trained.max_tokens
     if longest <= EXAMPLE_PAST + 1:
         raise UserError(f"{spec.name}: {longest} positions are too few to export (at least {EXAMPLE_PAST + 2})")

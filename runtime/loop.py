@@ -101,6 +101,7 @@ class _Pending:
     tokens: int
     loss_sum: torch.Tensor
     grad_norm: torch.Tensor
+    aux_sum: Optional[torch.Tensor] = None  # the model's auxiliary loss (MoE load balancing), token-summed
 
 
 @dataclass
@@ -220,7 +221,7 @@ class Trainer:
         progress.step += 1
         progress.epoch, progress.update = update.epoch, update.index + 1
         progress.train_tokens += update.tokens
-        return _Pending(progress.step, lr, update.tokens, loss_sum, grad_norm)
+        return _Pending(progress.step, lr, update.tokens, loss_sum, grad_norm, self.step.take_auxiliary_loss())
 
     def _accumulate(self, update: Prepared) -> torch.Tensor:
         """Forward/backward over this process's passes of an update; its summed token loss (on the device).
@@ -273,9 +274,14 @@ class Trainer:
         """The pending updates' losses summed over processes, their gradient norms (the same on every
         process), and each flag as any process set it: one transfer."""
         n, world = len(pending), self.context.world_size
-        values = torch.cat([torch.stack([p.loss_sum for p in pending]), torch.stack([p.grad_norm for p in pending]),
+        # A model's auxiliary losses ride along after the losses (summed over processes, as they are).
+        losses = [p.loss_sum for p in pending] + [p.aux_sum for p in pending if p.aux_sum is not None]
+        values = torch.cat([torch.stack(losses), torch.stack([p.grad_norm for p in pending]),
                             torch.tensor([float(f) for f in flags], device=self.context.device)])
         values = distributed.all_sum_tensor(self.context, values.double()).tolist()
+        auxiliary, values = values[n:len(losses)], values[:n] + values[len(losses):]
+        for update, aux in zip([p for p in pending if p.aux_sum is not None], auxiliary):
+            update.aux_sum = aux
         return values[:n], [v / world for v in values[n:2 * n]], [v > 0 for v in values[2 * n:]]
 
     def _log_steps(self, pending: list[_Pending], losses: list[float], norms: list[float], seconds: float) -> None:
@@ -286,7 +292,8 @@ class Trainer:
             if not math.isfinite(loss):
                 self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
                 raise Diverged(update.step, loss)
-            figures.append(StepFigures(update.step, loss, update.lr, update.tokens, tokens_per_s, norm))
+            aux = update.aux_sum / update.tokens if update.aux_sum is not None else None
+            figures.append(StepFigures(update.step, loss, update.lr, update.tokens, tokens_per_s, norm, aux))
         self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
 
     # --- validation and checkpoints -----------------------------------------------------------------

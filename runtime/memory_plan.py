@@ -28,6 +28,11 @@ from xspec.runtime.precision import Precision
 # Beyond its tensors, a CPU process that trains holds the allocator's arenas and per-thread caches and
 # torch's own working memory: 85-180 MiB measured here over the specs of bench/memory.py.
 CPU_RUNTIME_BYTES = 128 * 2**20
+# And what a pass allocates grows by more than its tensors on a CPU: glibc's malloc keeps freed blocks of
+# one size that the next sizes cannot reuse, and backward's transients (gradients of the attention
+# weights, of the experts' intermediates) come and go beside what autograd keeps. Measured by
+# bench/memory.py: without it, the 2024-25 specs' larger passes were up to 20% above the estimate.
+CPU_PASS_FACTOR = 1.25
 # The share of free memory a plan may fill: the rest is for what the estimate leaves out (allocator
 # fragmentation, kernels' workspaces) and for the machine's other programs.
 USABLE_SHARE = 0.9
@@ -99,7 +104,9 @@ def estimate_peak(spec, sentences: int, length: int, layout: Layout) -> int:
     """Estimated peak bytes of training with passes of `sentences` sequences of `length` tokens."""
     memory = spec.training_memory(sentences, length, activation_bytes=layout.activation_bytes,
                                   shards=layout.shards, replicas=layout.replicas)
-    return memory.total + (CPU_RUNTIME_BYTES if layout.device_type == "cpu" else 0)
+    if layout.device_type == "cpu":
+        return memory.fixed + int(memory.per_pass * CPU_PASS_FACTOR) + CPU_RUNTIME_BYTES
+    return memory.total
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ class StepFigures:
     tokens: int                 # target tokens of the update, over all processes
     tokens_per_s: float
     grad_norm: float            # before clipping
+    aux_loss: Optional[float] = None  # a mixture of experts' load-balancing loss, per target token (unweighted)
 
 
 class RunLog:
@@ -110,11 +111,12 @@ class RunLog:
             return
         now = time.time()
         for f in figures:
-            self._record({"step": f.step, "loss": round(f.loss, 5), "lr": f.lr, "target_tokens": f.tokens,
+            aux = {} if f.aux_loss is None else {"aux_loss": round(f.aux_loss, 5)}
+            self._record({"step": f.step, "loss": round(f.loss, 5), **aux, "lr": f.lr, "target_tokens": f.tokens,
                           "tokens_per_s": round(f.tokens_per_s, 1), "grad_norm": round(f.grad_norm, 4),
                           "time": round(now, 3)})
             self._scalars(f.step, {"train/loss": f.loss, "train/lr": f.lr, "train/tokens_per_s": f.tokens_per_s,
-                                   "train/grad_norm": f.grad_norm})
+                                   "train/grad_norm": f.grad_norm, **{f"train/{k}": v for k, v in aux.items()}})
             self._window.append(f)
             if f.step % self.report_every == 0 or self._last_report is None or \
                     now - self._last_report >= REPORT_SECONDS:
@@ -152,8 +154,10 @@ class RunLog:
         loss = sum(f.loss * f.tokens for f in window) / max(tokens, 1)
         last = window[-1]
         seconds = sum(f.tokens / max(f.tokens_per_s, 1e-9) for f in window) / len(window)
+        aux = [f.aux_loss for f in window if f.aux_loss is not None]
+        aux_text = f"aux loss {sum(aux) / len(aux):.4f} " if aux else ""
         line = (f"step {last.step}/{self._max_steps}: loss {loss:.4f} ppl {math.exp(min(loss, 700.0)):.2f} "
-                f"lr {last.lr:.3e} {sum(f.tokens_per_s for f in window) / len(window):,.0f} tok/s "
+                f"{aux_text}lr {last.lr:.3e} {sum(f.tokens_per_s for f in window) / len(window):,.0f} tok/s "
                 f"{_per_update(seconds)} grad norm {sum(f.grad_norm for f in window) / len(window):.3f} "
                 f"memory {memory_mib():,.0f} MiB eta {_duration(eta_seconds)}")
         if self._bar is None:

@@ -3,7 +3,9 @@
 `TrainingStep` is the model and its loss together (§5.4: label-smoothed cross entropy over the target
 tokens), so that DistributedDataParallel or FSDP wrap, and `torch.compile` compiles, both: the loss over
 the [tokens x vocab] logits is then fused into the compiled graph instead of running eagerly on a
-float32 copy of them. Checkpoints, validation and decoding use the model itself (`step.model`).
+float32 copy of them. A model with a loss of its own (a mixture of experts' load balancing: the generated
+model's `auxiliary_loss()`) has it added, weighted by `train.router_aux_loss_coef`, and kept apart for the
+log. Checkpoints, validation and decoding use the model itself (`step.model`).
 """
 
 from __future__ import annotations
@@ -17,18 +19,37 @@ from xspec.runtime.vocab import PAD
 
 
 class TrainingStep(nn.Module):
-    def __init__(self, model: nn.Module, label_smoothing: float) -> None:
+    def __init__(self, model: nn.Module, label_smoothing: float, aux_loss_coef: float = 0.0) -> None:
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
+        self.aux_loss_coef = aux_loss_coef
+        self.has_auxiliary_loss = hasattr(model, "auxiliary_loss")
+        # The auxiliary loss of the passes since it was last taken, each times its target tokens (as the
+        # token loss is summed): a tensor on the device, so reading it waits for nothing until the log does.
+        self.register_buffer("auxiliary_sum", torch.zeros(()), persistent=False)
 
     def forward(self, labels: torch.Tensor, *inputs: torch.Tensor, smoothed: bool = True) -> torch.Tensor:
         """The summed token loss of a batch (`inputs`: the model's arguments, runtime/batching.Batch):
         label-smoothed for training, plain cross entropy (nats) for validation. Padding positions (PAD
-        labels) are ignored."""
+        labels) are ignored. In training, a model's auxiliary loss (per token, as Switch and Mixtral add
+        it to the mean token loss) is added for each target token, times `aux_loss_coef`."""
         logits = self.model(*inputs)  # [B, T, V]
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=PAD,
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=PAD,
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
+        if smoothed and self.has_auxiliary_loss:
+            weighted = self.model.auxiliary_loss() * (labels != PAD).sum()
+            self.auxiliary_sum += weighted.detach()
+            loss = loss + self.aux_loss_coef * weighted
+        return loss
+
+    def take_auxiliary_loss(self) -> torch.Tensor | None:
+        """The auxiliary loss summed over target tokens since the last call (None: the model has none)."""
+        if not self.has_auxiliary_loss:
+            return None
+        taken = self.auxiliary_sum.clone()
+        self.auxiliary_sum.zero_()
+        return taken
 
 
 def distribute(step: TrainingStep, context: Context, sharding: str) -> nn.Module:

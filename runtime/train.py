@@ -337,7 +337,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     precision = choose_precision(context.device, cfg.precision)
     plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log)
     torch.manual_seed(torch_seed(cfg.seed))
-    step = TrainingStep(spec.build(device=str(context.device)), cfg.label_smoothing)
+    step = TrainingStep(spec.build(device=str(context.device)), cfg.label_smoothing, cfg.router_aux_loss_coef)
     wrapped = distribute(step, context, cfg.sharding)
     optimizer = make_optimizer(wrapped.parameters(), cfg)
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped

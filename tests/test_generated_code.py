@@ -120,3 +120,12 @@ def test_a_source_edited_after_compiling_does_not_run(tmp_path: Path):
     spec.python_source = spec.python_source.replace("import math", "import os")
     with pytest.raises(GeneratedCodeError):
         spec.build("cpu")
+
+
+def test_a_generated_module_copies_only_the_prelude_classes_it_uses():
+    import re
+
+    classes = lambda path: set(re.findall(r"^class (\w+)", xspec.compile(path).python_source, re.M))  # noqa: E731
+    assert not classes("specs/base.xspec") & {"RotaryEmbedding", "RMSNorm", "MixtureOfExperts"}
+    assert {"RotaryEmbedding", "MixtureOfExperts"} <= classes("specs/modern/mixtral.xspec")
+    assert "RMSNorm" in classes("specs/modern/gemma2.xspec") and "RMSNorm" not in classes("specs/modern/llama.xspec")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import xspec
-from xspec.compiler.prelude import MultiHeadAttention
+from xspec.compiler.prelude import MultiHeadAttention, RotaryEmbedding
 from float32 import assert_close
 
 LLAMA = "specs/modern/llama.xspec"
@@ -18,6 +18,8 @@ alibi_slopes = MultiHeadAttention.alibi_slopes
 
 def only_attention(**kwargs) -> MultiHeadAttention:
     torch.manual_seed(0)
+    if kwargs.get("rotary") is True:
+        kwargs["rotary"] = RotaryEmbedding(8)
     return MultiHeadAttention(32, heads=4, d_k=8, d_v=8, bias=False, self_attention=True, **kwargs).eval()
 
 
@@ -53,15 +55,15 @@ def rotate_by_pairs(x: torch.Tensor, start: int, base: float = 10000.0) -> torch
 def test_rotary_positions_rotate_each_feature_pair_by_its_angle():
     attention = only_attention(rotary=True)
     x = torch.randn(2, 4, 6, 8)
-    assert_close(attention._rotate(x, start=3), rotate_by_pairs(x, start=3))
+    assert_close(attention.rotary(x, start=3), rotate_by_pairs(x, start=3))
 
 
 @torch.no_grad()
 def test_rotary_scores_depend_on_relative_positions_only():
     attention = only_attention(rotary=True)
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
-    near = attention._rotate(q, 7) @ attention._rotate(k, 5).transpose(-2, -1)
-    far = attention._rotate(q, 107) @ attention._rotate(k, 105).transpose(-2, -1)
+    near = attention.rotary(q, 7) @ attention.rotary(k, 5).transpose(-2, -1)
+    far = attention.rotary(q, 107) @ attention.rotary(k, 105).transpose(-2, -1)
     assert_close(near, far)
 
 

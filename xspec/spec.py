@@ -86,7 +86,11 @@ class CompiledSpec:
 
         if LOGITS.node not in self.ops:
             return int(self.ops[MEMORY.node].shape.last)
+        from xspec.compiler.ops import OPS
+
         projection = self.ops[self.ops[LOGITS.node].inputs["x"]]
+        while OPS[projection.op].elementwise and list(projection.inputs) == ["x"]:  # a soft cap on the logits
+            projection = self.ops[projection.inputs["x"]]
         return int(projection.inferred.get("in_features", projection.shape.last))
 
     def training_memory(self, batch: int, length: int, *, activation_bytes: int = 4, shards: int = 1,

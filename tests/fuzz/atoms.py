@@ -27,7 +27,7 @@ MISSPELLED_NAMES = ("atention", "lienar", "layer_nrom", "dropuot", "embeding", "
                     "sinusoidal_position", "learned_positons", "encdoer", "decodr", "sublyer", "feed_foward")
 
 OPS = ("embedding", "sinusoidal_positions", "learned_positions", "attention", "linear", "layer_norm",
-       "rms_norm", "dropout", "relu", "gelu", "silu", "sigmoid", "tanh")
+       "rms_norm", "dropout", "relu", "gelu", "silu", "sigmoid", "tanh", "gelu_tanh", "softcap", "moe")
 MATH_FUNCTIONS = ("sqrt", "exp", "log", "min", "max", "abs", "int", "float", "round")
 # Internal op names that a spec may not call, but may name a block or a value after.
 INTERNAL_OPS = ("add", "sub", "mul", "scale", "input", "output")

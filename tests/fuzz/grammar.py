@@ -292,7 +292,13 @@ class _Writer:
             extra.append(f"kv_heads = {self.pick(('1', 'heads', 'heads / 2', '2'))}")
         if self.chance(0.3):
             extra.append(self.pick(("rotary = true", "alibi = true", "rotary = true, rotary_base = 500.0",
-                                    "rotary = true, alibi = true")))
+                                    "rotary = true, alibi = true", "rotary = true, rotary_fraction = 0.5",
+                                    'rotary = true, rotary_scaling = "yarn", rotary_factor = 4.0, '
+                                    "rotary_original_max_len = 4")))
+        if self.chance(0.25):  # the newer family's options, a window also where it is not causal (an error)
+            extra.append(self.pick(("window = 3", "window = 0", "softcap = 5.0", "sinks = true", "scale = 0.5",
+                                    'qk_norm = "head"', 'qk_norm = "projection", qk_norm_offset = 1.0',
+                                    "out_bias = false", "softcap = 2.0, sinks = true, window = 2")))
         return f"attention({', '.join(args + sizes + extra)}){self.label('attn')}"
 
     def cross_attention(self, query: str, memory: str, mask: Optional[str]) -> str:

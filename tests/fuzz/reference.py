@@ -18,6 +18,8 @@ FUNCTIONS = {
     "silu": lambda inputs, attrs: F.silu(inputs["x"]),
     "sigmoid": lambda inputs, attrs: torch.sigmoid(inputs["x"]),
     "tanh": lambda inputs, attrs: torch.tanh(inputs["x"]),
+    "gelu_tanh": lambda inputs, attrs: F.gelu(inputs["x"], approximate="tanh"),
+    "softcap": lambda inputs, attrs: attrs.cap * torch.tanh(inputs["x"] / attrs.cap),
     "sub": lambda inputs, attrs: inputs["a"] - inputs["b"],
     "mul": lambda inputs, attrs: inputs["a"] * inputs["b"],
     "dropout": lambda inputs, attrs: inputs["x"],
@@ -47,7 +49,7 @@ def graph_outputs(spec: Any, model: torch.nn.Module, inputs: dict[str, torch.Ten
             module = model.get_submodule(data["module"])
             values[node] = module(arguments["query"], arguments["key"], arguments["value"],
                                   padding_mask=arguments.get("mask"))
-        else:  # embedding, positions, linear, the norms: a module of one input
+        else:  # embedding, positions, linear, the norms, a mixture of experts: a module of one input
             (argument,) = arguments.values()
             values[node] = model.get_submodule(data["module"])(argument)
     return outputs

@@ -31,6 +31,7 @@ class SpecStats:
     file: str
     architecture: Architecture
     parameters: int
+    active_parameters: int              # used for one token: a mixture of experts' unchosen experts left out
     blocks: list[BlockCount]
     flops: Flops
     memory: Memory
@@ -41,7 +42,7 @@ class SpecStats:
         memory = {**asdict(self.memory), "total": self.memory.total}
         return {
             "name": self.name, "file": self.file, "architecture": self.architecture.as_dict(),
-            "parameters": {"total": self.parameters,
+            "parameters": {"total": self.parameters, "active_per_token": self.active_parameters,
                            "blocks": {b.path: b.parameters for b in self.blocks},
                            "tied": [b.path for b in self.blocks if b.tied]},
             "flops": {"convention": "2 per multiply-add; matrix products only; src_len = tgt_len = length",
@@ -52,6 +53,15 @@ class SpecStats:
             "table1": {"n": self.flops.length, "d": self.d,
                        "rows": [{**asdict(r), "formula": list(r.formula)} for r in self.table1]},
         }
+
+
+def active_parameters(spec: CompiledSpec) -> int:
+    """The parameters one token's forward uses: all, less the weights of the experts a mixture of experts
+    does not choose for it (each op entry says how many of its weights a token leaves unused)."""
+    from xspec.compiler.ops import OPS
+
+    unused = sum(OPS[node.op].inactive(node.attrs, node.inferred) for node in spec.ops)
+    return spec.parameters - unused
 
 
 def default_length(spec: CompiledSpec) -> int:
@@ -75,5 +85,5 @@ def compute(spec: CompiledSpec, length: int | None = None, batch: int | None = N
     blocks = [BlockCount(r["path"], r["label"], r["kind"], r["depth"], r["parameters"], r["tied"])
               for r in summarize(spec)["rows"]]
     return SpecStats(name=spec.name, file=spec.path, architecture=architecture(spec), parameters=spec.parameters,
-                     blocks=blocks, flops=flops(spec, n), memory=memory(spec, b, n),
+                     active_parameters=active_parameters(spec), blocks=blocks, flops=flops(spec, n), memory=memory(spec, b, n),
                      table1=table1(spec, n, spec.model_dim, kernel, neighbourhood), d=spec.model_dim)

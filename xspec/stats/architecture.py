@@ -69,6 +69,8 @@ def _ffn_widths(graph) -> list[int]:
         if OPS[data["op"]].family == "feed_forward" and any(OPS[graph.nodes[s]["op"]].family == "activation"
                                                             for s in graph.successors(node)):
             widths.append(data["attrs"].out)
+        widths += [width for key, width in OPS[data["op"]].facts(data["attrs"], data["inferred"]).items()
+                   if key == "d_ff"]  # a mixture of experts' experts
     return widths
 
 

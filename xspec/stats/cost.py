@@ -34,7 +34,7 @@ ADAM_MOMENTS = 2            # §5.3: Adam keeps a first and a second moment per 
 
 # FLOP categories, in the order of the paper's description of a layer.
 CATEGORIES = ("attention_qkv", "attention_scores", "attention_values", "attention_out", "feed_forward",
-              "generator")
+              "moe_router", "moe_experts", "generator")
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,17 @@ def _positions(shape: TensorType, length: Lengths) -> int:
 
 
 def is_generator(graph, node: str) -> bool:
-    """§3.4: the pre-softmax projection is the linear that produces the model's logits."""
-    return any(OPS[graph.nodes[s]["op"]].family == "io" for s in graph.successors(node))
+    """§3.4: the pre-softmax projection is the linear that produces the model's logits (through functions
+    that keep their shape, such as Gemma 2's soft cap)."""
+    pending = list(graph.successors(node))
+    while pending:
+        op = OPS[graph.nodes[pending[-1]]["op"]]
+        successor = pending.pop()
+        if op.family == "io":
+            return True
+        if op.elementwise and graph.in_degree(successor) == 1:
+            pending += graph.successors(successor)
+    return False
 
 
 def _node_positions(graph, node: str, length: Lengths) -> tuple[int, dict[str, int]]:

@@ -14,6 +14,8 @@ CATEGORY_LABELS = {
     "attention_values": "attention: softmax(.) V",
     "attention_out": "attention: output projection W^O",
     "feed_forward": "feed-forward (and other linear layers)",
+    "moe_router": "mixture of experts: router",
+    "moe_experts": "mixture of experts: the chosen experts",
     "generator": "pre-softmax projection to the vocabulary",
 }
 
@@ -48,11 +50,13 @@ def render(stats: SpecStats, plan_line: str = "") -> str:
     out += ["Parameters"]
     rows = [["  " * b.depth + b.label, b.kind, "tied" if b.tied else f"{b.parameters:,}"] for b in stats.blocks]
     rows.append(["total", "", f"{stats.parameters:,}"])
+    if stats.active_parameters != stats.parameters:  # a mixture of experts: a token uses top_k of them
+        rows.append(["active per token", "", f"{stats.active_parameters:,}"])
     out += _table(["module", "block/op", "parameters"], rows, right={2}) + [""]
 
     f = stats.flops
     out += [f"Forward FLOPs per token at n = {f.length} (2 per multiply-add, matrix products only; "
-            f"src_len = tgt_len = n)"]
+            f"src_len = tgt_len = n{'; a mixture of experts: its chosen experts only' if 'moe_experts' in f.by_category else ''})"]
     rows = [[CATEGORY_LABELS[c], f"{f.by_category[c]:,}"] for c in CATEGORIES if c in f.by_category]
     rows += [[f"{stack} (per token of its sequence)", f"{count:,}"] for stack, count in f.by_stack.items()]
     rows.append(["total per token", f"{f.per_token:,.0f}"])

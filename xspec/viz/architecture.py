@@ -28,6 +28,7 @@ MUTED = "#555555"
 FILL = {
     "attention": "#FCDDB4",
     "feed_forward": "#C6E6F5",
+    "experts": "#CDEBE3",
     "norm": "#F4F2B8",
     "embedding": "#F6CED6",
     "position": "#E2D7EE",
@@ -40,6 +41,7 @@ FILL = {
 BORDER = {
     "attention": "#C27C2C",
     "feed_forward": "#3F86B0",
+    "experts": "#2F8F7A",
     "norm": "#A29A2A",
     "embedding": "#B85B6F",
     "position": "#7E62A3",
@@ -123,13 +125,22 @@ class _Drawer:
     def _frame_attrs(self, frame: Frame) -> dict[str, str]:
         params = format_count(self.view.spec.count_under(frame.path))
         name = frame.path.rsplit(".", 1)[-1]
+        if frame.kind == "kind":  # one kind of layer of a stack whose layers differ
+            each = format_count(self.view.spec.count_under(frame.path))
+            label = (f'<<FONT POINT-SIZE="16"><B>{frame.count}×</B></FONT><BR/>'
+                     f'<FONT POINT-SIZE="10" COLOR="{MUTED}">layer{"s" if frame.count > 1 else ""} '
+                     f'{escape(frame.layers)}: {each} params{" each" if frame.count > 1 else ""}</FONT>>')
+            return {"label": label, "style": "rounded,dashed", "color": "#777777", "labeljust": "l", "labelloc": "b",
+                    "class": "kind", "id": f"frame:{frame.path}"}
         if frame.kind == "stack":
-            each = format_count(self.view.spec.count_under(f"{frame.path}.0"))
+            kinds = sum(1 for f in self.view.frames.values() if f.kind == "kind" and f.parent == frame.path)
+            each = (f"{kinds} kinds of layer" if kinds else
+                    f"{format_count(self.view.spec.count_under(f'{frame.path}.0'))} params each")
             change = self.diff.frame_change(frame.path) if self.diff else None
             extra = (f'<BR/><FONT POINT-SIZE="11" COLOR="{DIFF_COLOR["changed"]}"><B>{escape(change)}</B></FONT>'
                      if change else "")
             label = (f'<<FONT POINT-SIZE="22"><B>{frame.count}×</B></FONT><BR/>'
-                     f'<FONT POINT-SIZE="10" COLOR="{MUTED}">{escape(name)}: {each} params each</FONT>{extra}>')
+                     f'<FONT POINT-SIZE="10" COLOR="{MUTED}">{escape(name)}: {each}</FONT>{extra}>')
             return {"label": label, "style": "rounded,filled", "fillcolor": STACK_FILL,
                     "color": DIFF_COLOR["changed"] if change else "#777777", "penwidth": "2" if change else "1.2",
                     "labeljust": "l", "labelloc": "b", "class": "stack", "id": f"frame:{frame.path}"}
@@ -195,7 +206,7 @@ class _Drawer:
         original = self.view.spec.graph
         if module not in original:
             return None
-        node = canonical_node(module, original.nodes[module]["repeat"])
+        node = canonical_node(module, original.nodes[module]["repeat"], self.view.kinds)
         uid = self.view.unit_of.get(node)
         if uid in self.expanded:
             return f"{uid}/out"
@@ -279,7 +290,10 @@ def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, h
     data = view.graph.nodes[node]
     a, inferred = data["attrs"], data["inferred"]
     padded = any("mask" in e.ports for e in view.edges if e.dst == unit.id)
-    masks = (["causal"] if a.causal else []) + (["padding"] if padded else [])
+    window = getattr(a, "window", None)
+    masks = (["causal"] if a.causal else []) + ([f"window {window}"] if window else []) + (["padding"] if padded else [])
+    scale = f"Scale  {a.scale:.4g}" if getattr(a, "scale", None) is not None else f"Scale  1/√{a.d_k}"
+    softcap = getattr(a, "softcap", None)
 
     def n(part: str) -> str:
         return f"{node}/{part}"
@@ -299,14 +313,17 @@ def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, h
             sdpa.attr(label=f"Scaled Dot-Product Attention  (×{a.heads} heads)", fontsize="10", labelloc="b",
                       style="rounded,filled", fillcolor="white", color="#BBBBBB")
             sdpa.node(n("scores"), "MatMul  Q·Kᵀ", **inner)
-            sdpa.node(n("scale"), f"Scale  1/√{a.d_k}", **inner)
+            sdpa.node(n("scale"), scale, **inner)
+            if softcap is not None:
+                sdpa.node(n("softcap"), f"Soft-cap  {softcap:g}·tanh(·/{softcap:g})", **inner)
             if masks:
                 sdpa.node(n("mask"), f"Mask ({', '.join(masks)})", **inner)
-            sdpa.node(n("softmax"), "SoftMax", **inner)
+            sdpa.node(n("softmax"), "SoftMax (with sinks)" if getattr(a, "sinks", False) else "SoftMax", **inner)
             sdpa.node(n("weighted"), "MatMul  ·V", **inner)
         mha.node(n("concat"), "Concat", **inner)
         mha.node(n("out"), box("Linear", f"{a.heads}·{a.d_v} → {inferred['d_model']}"), **inner)
-    chain = ["scores", "scale"] + (["mask"] if masks else []) + ["softmax", "weighted", "concat", "out"]
+    chain = (["scores", "scale"] + (["softcap"] if softcap is not None else []) + (["mask"] if masks else [])
+             + ["softmax", "weighted", "concat", "out"])
     graph.edge(n("q"), n("scores"))
     graph.edge(n("k"), n("scores"))
     graph.edge(n("v"), n("weighted"))

@@ -102,7 +102,7 @@ def _activation_title(graph: nx.DiGraph, node: str) -> str:
 
 
 # The colour of a collapsed block: its most characteristic op family.
-_FAMILY_PRIORITY = ("attention", "feed_forward", "embedding", "position", "norm", "activation")
+_FAMILY_PRIORITY = ("attention", "experts", "feed_forward", "embedding", "position", "norm", "activation")
 _SUBLAYER_ENDS = ("Add & Norm", "Add")
 
 
@@ -149,6 +149,9 @@ def unit_label_title(view: View, unit: Unit) -> str:
 def _params(view: View, unit: Unit) -> Optional[str]:
     if unit.instance:
         total = view.spec.count_under(unit.instance)
+        if unit.kind == "stack" and len(set(view.kinds.get(unit.instance, {0: 0}).values())) > 1:
+            return f"{view.frames_count(unit.instance)} layers of {len(set(view.kinds[unit.instance].values()))} " \
+                   f"kinds, {format_count(total)} params"
         if unit.kind == "stack":
             each = view.spec.count_under(f"{unit.instance}.0")
             return f"{view.frames_count(unit.instance)} × {format_count(each)} = {format_count(total)} params"

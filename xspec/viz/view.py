@@ -10,7 +10,10 @@ Levels of detail (`--depth`):
          embeddings, positional encodings, output projection;
   "full" every op; architecture.py also opens each attention op into the paper's Figure 2.
 
-A repeated stack is drawn once, as its first layer, in a frame labelled "N×" (Figure 1).
+A repeated stack is drawn once, as its first layer, in a frame labelled "N×" (Figure 1). A stack whose
+layers differ by their index (Gemma 3's local and global attention, dense and mixture-of-experts
+feed-forwards) is drawn as one layer of each kind, each in a frame of its own inside the stack's, saying
+how many layers it stands for and which.
 """
 
 from __future__ import annotations
@@ -60,9 +63,10 @@ class Frame:
     """A drawn frame: an entry block, a repeated stack (with its count), or a block at depth full."""
 
     path: str
-    kind: str  # "entry", "stack" or "block"
+    kind: str  # "entry", "stack", "kind" (the first layer of a kind, in a stack of several) or "block"
     parent: Optional[str]
-    count: Optional[int] = None  # layers in a stack
+    count: Optional[int] = None  # layers in a stack, or of a kind
+    layers: str = ""  # a kind's layers: "0-4, 6-10"
 
 
 @dataclass
@@ -78,6 +82,7 @@ class View:
     instances: dict[str, "Instance"]
     hidden: set[str]  # units left out of the drawing (mask inputs, intermediate outputs)
     counts: dict[str, int]  # stack path -> number of layers
+    kinds: dict[str, dict[int, int]] = field(default_factory=dict)  # stack -> layer -> the first layer of its kind
 
     def frames_count(self, stack: str) -> int:
         return self.counts[stack]
@@ -89,14 +94,16 @@ class View:
 def build_view(spec: "CompiledSpec", depth: str) -> View:
     if depth not in DEPTHS:
         raise ValueError(f"depth must be one of {DEPTHS}, got {depth!r}")
-    graph = canonical_graph(spec.graph)
+    kinds = layer_kinds(spec.graph)
+    graph = canonical_graph(spec.graph, kinds)
     instances = _instances_by_path(spec.instances)
     unit_of, units = _assign_units(graph, instances, depth)
-    frames = _frames(graph, instances, depth, units)
+    frames = _frames(graph, instances, depth, units, kinds)
     frame_of = {uid: _innermost_frame(_location(unit, graph), frames) for uid, unit in units.items()}
     edges = _unit_edges(graph, unit_of, units)
     hidden = set() if depth == "full" else {uid for uid in units if _is_hidden_io(graph, uid)}
-    return View(spec, depth, graph, units, unit_of, edges, frames, frame_of, instances, hidden, stack_counts(graph))
+    return View(spec, depth, graph, units, unit_of, edges, frames, frame_of, instances, hidden, stack_counts(graph),
+                kinds)
 
 
 def family(graph: nx.DiGraph, node: str) -> str:
@@ -119,37 +126,88 @@ def _is_hidden_io(graph: nx.DiGraph, node: str) -> bool:
 # --- the first layer of each stack ---------------------------------------------------------
 
 
-def canonical_graph(graph: nx.DiGraph) -> nx.DiGraph:
-    """The graph with each repeated stack cut down to its first layer.
+Kinds = dict[str, dict[int, int]]  # stack path -> layer index -> the first layer of the same kind
 
-    Nodes of later layers map onto the same node in layer 0; edges that carry a value from one
-    layer to the next are dropped (the "N×" frame stands for them). The stack's output, read by
-    later ops (the encoder output feeding every decoder layer), then comes from layer 0's node.
+
+def layer_kinds(graph: nx.DiGraph) -> Kinds:
+    """Each stack's layers by kind: layers of one kind compute the same ops with the same attributes (the
+    paper's stacks are all of one kind; Gemma 3's has a local and a global kind)."""
+    ops: dict[str, dict[int, list]] = {}
+    for node, data in graph.nodes(data=True):
+        for stack, index, _ in data["repeat"]:
+            prefix = f"{stack}.{index}."
+            relative = node[len(prefix):] if node.startswith(prefix) else node
+            ops.setdefault(stack, {}).setdefault(index, []).append((relative, data["op"], data["attrs"]))
+    kinds: Kinds = {}
+    for stack, layers in ops.items():
+        first: dict[tuple, int] = {}
+        kinds[stack] = {index: first.setdefault(tuple(sorted(layer, key=lambda o: o[:2])), index)
+                        for index, layer in sorted(layers.items())}
+    return kinds
+
+
+def canonical_graph(graph: nx.DiGraph, kinds: Optional[Kinds] = None) -> nx.DiGraph:
+    """The graph with each repeated stack cut down to its first layer (of each kind, given `kinds`).
+
+    Nodes of later layers map onto the same node in the first layer of their kind; edges that carry a
+    value from one layer to the next are dropped (the "N×" frame stands for them), except from a kind to
+    one first met later (local to global attention). The stack's output, read by later ops (the encoder
+    output feeding every decoder layer), then comes from the first layer of its last layer's kind.
     """
     kept = nx.DiGraph()
     for node, data in graph.nodes(data=True):
-        if all(index == 0 for _, index, _ in data["repeat"]):
+        if all(index == _first(kinds, stack, index) for stack, index, _ in data["repeat"]):
             kept.add_node(node, **data)
     for src, dst, ports in graph.edges(data="ports"):
-        if _crosses_iterations(graph.nodes[src]["repeat"], graph.nodes[dst]["repeat"]):
+        src_frames, dst_frames = graph.nodes[src]["repeat"], graph.nodes[dst]["repeat"]
+        a, b = canonical_node(src, src_frames, kinds), canonical_node(dst, dst_frames, kinds)
+        if _crosses_iterations(src_frames, dst_frames) and not _into_a_later_kind(src_frames, dst_frames, kinds):
             continue
-        a, b = canonical_node(src, graph.nodes[src]["repeat"]), canonical_node(dst, graph.nodes[dst]["repeat"])
         if a in kept and b in kept:
             previous = kept.edges[a, b]["ports"] if kept.has_edge(a, b) else ()
             kept.add_edge(a, b, ports=previous + tuple(p for p in ports if p not in previous))
     return kept
 
 
-def canonical_node(node: str, frames: tuple) -> str:
-    """`encoder.layers.3.ffn.w_1` -> `encoder.layers.0.ffn.w_1`, for every enclosing `repeat`."""
+def _first(kinds: Optional[Kinds], stack: str, index: int) -> int:
+    return kinds[stack][index] if kinds is not None and stack in kinds else 0
+
+
+def _into_a_later_kind(src_frames: tuple, dst_frames: tuple, kinds: Optional[Kinds]) -> bool:
+    """An edge from one layer to the next whose kinds differ, the next's first met later than the first's."""
+    src_index = {stack: index for stack, index, _ in src_frames}
+    return any(stack in src_index and _first(kinds, stack, src_index[stack]) < _first(kinds, stack, index)
+               for stack, index, _ in dst_frames)
+
+
+def canonical_node(node: str, frames: tuple, kinds: Optional[Kinds] = None) -> str:
+    """`encoder.layers.3.ffn.w_1` -> `encoder.layers.0.ffn.w_1` (the first layer of layer 3's kind, given
+    `kinds`), for every enclosing `repeat`."""
     renamed: list[tuple[str, str]] = []
     for stack, index, _ in frames:  # outermost first; inner stack paths contain the outer index
+        first = _first(kinds, stack, index)
         for old, new in renamed:
             stack = stack.replace(old, new, 1)
-        old, new = f"{stack}.{index}.", f"{stack}.0."
+        old, new = f"{stack}.{index}.", f"{stack}.{first}."
         node = node.replace(old, new, 1) if node.startswith(old) else node
         renamed.append((old, new))
     return node
+
+
+def kind_layers(kinds: Kinds, stack: str, first: int) -> list[int]:
+    """The layers of the kind whose first layer is `first`."""
+    return [index for index, kind in kinds.get(stack, {}).items() if kind == first]
+
+
+def layer_ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 3, 4, 6, 7] -> "0-4, 6-7"."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _crosses_iterations(src_frames: tuple, dst_frames: tuple) -> bool:
@@ -308,7 +366,7 @@ def _unit_edges(graph: nx.DiGraph, unit_of: dict[str, str], units: dict[str, Uni
 # --- frames -----------------------------------------------------------------------------------
 
 
-def _frames(graph: nx.DiGraph, instances: dict, depth: str, units: dict[str, Unit]) -> dict[str, Frame]:
+def _frames(graph: nx.DiGraph, instances: dict, depth: str, units: dict[str, Unit], kinds: Kinds) -> dict[str, Frame]:
     collapsed = {u.instance for u in units.values() if u.instance}
     counts = stack_counts(graph)
     frames: dict[str, Frame] = {}
@@ -316,12 +374,16 @@ def _frames(graph: nx.DiGraph, instances: dict, depth: str, units: dict[str, Uni
         instance, parent = instances[path], _parent_frame(path, frames)
         if instance.kind == "op" or path in collapsed or any(path.startswith(c + ".") for c in collapsed):
             continue
+        stack, _, index = path.rpartition(".")
         if "." not in path:
             frames[path] = Frame(path, "entry", None)
         elif not _has_layer0_ops(graph, path):
-            continue  # a later layer of a stack: drawn as layer 0
+            continue  # a later layer of a stack: drawn as the first of its kind
         elif instance.kind == "stack" and depth != "1":
             frames[path] = Frame(path, "stack", parent, counts.get(path, len(instance.children)))
+        elif _is_stack_item(path, instances) and len(set(kinds.get(stack, {}).values())) > 1 and depth != "1":
+            layers = kind_layers(kinds, stack, int(index))
+            frames[path] = Frame(path, "kind", parent, len(layers), layer_ranges(layers))
         elif depth == "full" and instance.kind == "block" and not _is_stack_item(path, instances):
             frames[path] = Frame(path, "block", parent)
     return frames

@@ -1,0 +1,342 @@
+"""The attention op's entry in the op table: multi-head scaled dot-product attention (§3.2) and the options
+the newer Transformer family adds to it, each an attribute named after the checkpoint configuration's
+quantity it holds (docs/language.md):
+
+  kv_heads             grouped-query attention (num_key_value_heads)
+  rotary, rotary_*     rotary positions: base (rope_theta), the fraction of each head rotated
+                       (partial_rotary_factor), and the frequency scalings checkpoints declare (rope_type
+                       linear, llama3, yarn, with their parameters)
+  alibi                ALiBi's distance biases
+  window               sliding-window attention (sliding_window)
+  softcap              c * tanh(scores / c) before the mask (attn_logit_softcapping)
+  scale                the scores' scale instead of 1/sqrt(d_k) (query_pre_attn_scalar ** -0.5)
+  sinks                a learned logit per head that takes part in the softmax and is dropped after it
+  qk_norm, qk_norm_*   RMSNorm of queries and keys before the rotation, per head or over the projection
+  bias, out_bias       biases of the Q, K, V projections and of the output projection
+
+Everything about the op is here: schema, rules between arguments, shape rule, learned tensors and buffers,
+lowering (prelude_attention.py has the module), FLOPs, saved activations, and what diagrams say.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from .opdef import Attrs, Inferred, Input, OpDef, Shapes, keywords, linear_params, size
+from .shapes import ShapeError, TensorType, concrete_last, require
+
+# "default": none, the name checkpoints give it (rope_type).
+RotaryScaling = Literal["default", "linear", "llama3", "yarn"]
+QKNorm = Literal["none", "head", "projection"]
+
+
+class AttentionAttrs(Attrs):
+    heads: int = Field(gt=0)
+    d_k: int = Field(gt=0)
+    d_v: int = Field(gt=0)
+    causal: bool = False
+    dropout: float = Field(0.0, ge=0, lt=1)  # on attention weights; the paper's models use none
+    bias: bool = True
+    # Grouped-query attention (Ainslie et al., 2023): key/value heads, each shared by heads / kv_heads
+    # query heads; None: one per query head (§3.2.2), 1: multi-query attention (Shazeer, 2019).
+    kv_heads: Optional[int] = Field(None, gt=0)
+    rotary: bool = False  # rotary position embeddings on queries and keys (Su et al., 2021)
+    rotary_base: float = Field(10000.0, gt=1)
+    alibi: bool = False  # linear biases by distance, one slope per head (Press et al., 2022)
+    # The output projection's bias, where it differs from the Q, K, V projections' (Qwen2: none).
+    out_bias: Optional[bool] = None
+    scale: Optional[float] = None  # the scores' scale; None: 1 / sqrt(d_k) (§3.2.1)
+    window: Optional[int] = None  # sliding window: query i sees keys j <= i with i - j < window
+    softcap: Optional[float] = None  # scores soft-capped, c * tanh(s / c), before the mask (Gemma 2)
+    sinks: bool = False  # a learned logit per head in the softmax's denominator (gpt-oss)
+    qk_norm: QKNorm = "none"  # RMSNorm of queries and keys: per head (Qwen3, Gemma 3) or projection (OLMo 2)
+    qk_norm_eps: float = Field(1e-6, gt=0)
+    qk_norm_offset: float = 0.0  # the norms' weight is offset + w (Gemma: 1 + w, w starting at 0)
+    # Rotary variants: the fraction of each head's features rotated (the rest pass unchanged), and the
+    # frequency scaling a checkpoint declares, with its parameters.
+    rotary_fraction: float = 1.0
+    rotary_scaling: RotaryScaling = "default"
+    rotary_factor: float = 1.0
+    rotary_original_max_len: Optional[int] = None  # the context length the checkpoint was trained at
+    rotary_low_freq_factor: float = 1.0  # llama3
+    rotary_high_freq_factor: float = 4.0  # llama3
+    rotary_beta_fast: float = 32.0  # yarn
+    rotary_beta_slow: float = 1.0  # yarn
+    rotary_attention_factor: Optional[float] = None  # yarn: cos and sin scaled by it; None: 0.1 ln(factor) + 1
+    rotary_truncate: bool = True  # yarn: the correction range rounded to whole features
+
+    @property
+    def key_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.bias if self.out_bias is None else self.out_bias
+
+    @property
+    def rotary_dims(self) -> float:
+        """Features of each head the rotation turns: d_k, or its `rotary_fraction`."""
+        return self.d_k * self.rotary_fraction
+
+
+def _shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
+    q = require(shapes["query"], "the query", min_rank=3)
+    k = require(shapes["key"], "the key", min_rank=3)
+    v = require(shapes["value"], "the value", min_rank=3)
+    if k.dims[:-1] != v.dims[:-1]:
+        raise ShapeError(f"keys {k} and values {v} must have the same batch and length")
+    if q.dims[:-2] != k.dims[:-2]:
+        raise ShapeError(f"queries {q} and keys {k} must have the same batch dimensions")
+    if "mask" in shapes:
+        mask = require(shapes["mask"], "the mask", dtype="bool")
+        if mask.dims != k.dims[:-1]:
+            raise ShapeError(f"the padding mask {mask} must match the keys' {TensorType(k.dims[:-1])}")
+    inferred = {
+        "d_model": concrete_last(q, "the query"),
+        "kdim": concrete_last(k, "the key"),
+        "vdim": concrete_last(v, "the value"),
+    }
+    return q, inferred
+
+
+def _check(a: AttentionAttrs) -> list[tuple[str, str]]:
+    problems = []
+    if a.heads % a.key_heads:
+        problems.append(("kv_heads", f"kv_heads = {a.key_heads} must divide heads = {a.heads}: each key/value "
+                                     "head serves the same number of query heads"))
+    if a.rotary and a.alibi:
+        problems.append(("alibi", "rotary = true and alibi = true both encode positions: choose one"))
+    problems += _rotary_problems(a)
+    if a.window is not None:
+        if a.window < 1:
+            problems.append(("window", f"a sliding window of {a.window} positions: a query sees itself and the "
+                                       "window - 1 positions before it, so window must be at least 1"))
+        elif not a.causal:
+            problems.append(("window", "a sliding window looks back from each query: it needs causal = true"))
+        if a.alibi:
+            problems.append(("window", "window and alibi = true: ALiBi already fades distant keys; choose one"))
+    if a.softcap is not None and a.softcap <= 0:
+        problems.append(("softcap", f"softcap = {a.softcap} caps scores at +-softcap: it must be positive"))
+    if a.scale is not None and a.scale <= 0:
+        problems.append(("scale", f"scale = {a.scale}: the scores' scale must be positive"))
+    return problems
+
+
+def _rotary_problems(a: AttentionAttrs) -> list[tuple[str, str]]:
+    """Rotary positions rotate pairs of features: a whole, even number of them, with a scaling that is
+    complete (its parameters given and sensible)."""
+    problems = []
+    rotary_options = [name for name in ("rotary_fraction", "rotary_scaling")
+                      if getattr(a, name) != AttentionAttrs.model_fields[name].default]
+    if not a.rotary:
+        return [(name, f"{name} applies to rotary positions: it needs rotary = true") for name in rotary_options]
+    if not 0 < a.rotary_fraction <= 1:
+        return [("rotary_fraction", f"rotary_fraction = {a.rotary_fraction} is the share of each head's features "
+                                    "rotated: more than 0, at most 1")]
+    dims = a.rotary_dims
+    if a.rotary_fraction == 1 and a.d_k % 2:
+        problems.append(("d_k", f"rotary positions rotate pairs of features, so d_k must be even, got {a.d_k}"))
+    elif dims != int(dims) or int(dims) % 2:
+        problems.append(("rotary_fraction", f"rotary_fraction = {a.rotary_fraction} of d_k = {a.d_k} is {dims:g} "
+                                            "features, but rotary positions rotate pairs of features: it must be a "
+                                            "whole, even number"))
+    if a.rotary_scaling != "default" and a.rotary_factor <= 0:
+        problems.append(("rotary_factor", f"rotary_factor = {a.rotary_factor} divides the frequencies: it must be "
+                                          "positive"))
+    if a.rotary_scaling in ("llama3", "yarn") and a.rotary_original_max_len is None:
+        problems.append(("rotary_scaling", f"rotary_scaling = \"{a.rotary_scaling}\" needs rotary_original_max_len, "
+                                           "the context length the checkpoint was trained at"))
+    if a.rotary_original_max_len is not None and a.rotary_original_max_len < 1:
+        problems.append(("rotary_original_max_len", "rotary_original_max_len must be a length of at least 1"))
+    if a.rotary_scaling == "llama3" and a.rotary_high_freq_factor <= a.rotary_low_freq_factor:
+        problems.append(("rotary_high_freq_factor", f"rotary_high_freq_factor = {a.rotary_high_freq_factor} must "
+                                                    f"exceed rotary_low_freq_factor = {a.rotary_low_freq_factor}: "
+                                                    "the frequencies between them are interpolated"))
+    if a.rotary_scaling == "yarn" and a.rotary_beta_fast <= a.rotary_beta_slow:
+        problems.append(("rotary_beta_fast", f"rotary_beta_fast = {a.rotary_beta_fast} must exceed rotary_beta_slow "
+                                             f"= {a.rotary_beta_slow}: they bound the features YaRN blends"))
+    return problems
+
+
+def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
+    d_model, kdim, vdim = size(i, "d_model"), size(i, "kdim"), size(i, "vdim")
+    params = {
+        **linear_params("q_proj.", d_model, a.heads * a.d_k, a.bias),
+        **linear_params("k_proj.", kdim, a.key_heads * a.d_k, a.bias),
+        **linear_params("v_proj.", vdim, a.key_heads * a.d_v, a.bias),
+        **linear_params("out_proj.", a.heads * a.d_v, d_model, a.has_out_bias),
+    }
+    if a.qk_norm != "none":
+        q_size, k_size = _qk_norm_sizes(a)
+        params |= {"q_norm.weight": (q_size,), "k_norm.weight": (k_size,)}
+    if a.sinks:
+        params["sinks"] = (a.heads,)
+    return params
+
+
+def _qk_norm_sizes(a: AttentionAttrs) -> tuple[int, int]:
+    """The features each of the query and key norms normalizes: one head's, or the whole projection's."""
+    if a.qk_norm == "head":
+        return a.d_k, a.d_k
+    return a.heads * a.d_k, a.key_heads * a.d_k
+
+
+def _flops(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> dict[str, int]:
+    """§3.2.2: project Q, K, V per head, softmax(QK^T / sqrt(d_k)) V, concatenate, project with W^O.
+    The full n_q x n_k scores are computed, also where a causal mask or a sliding window discards some of
+    them (what SDPA and the plain path run)."""
+    n_k, d_model = n_in["key"], size(i, "d_model")
+    return {
+        "attention_qkv": 2 * (n_q * d_model * a.heads * a.d_k + n_k * size(i, "kdim") * a.key_heads * a.d_k
+                              + n_k * size(i, "vdim") * a.key_heads * a.d_v),
+        "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
+        "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
+        "attention_out": 2 * n_q * a.heads * a.d_v * d_model,
+    }
+
+
+SCORE_COPIES = 4      # n_q x n_k tensors the plain path keeps: scores, capped, masked, probabilities
+
+
+def _saved(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> int:
+    """What attention keeps for backward. SDPA's kernels: Q, K, V, the per-head context and each query's
+    log-sum-exp. Where the n_q x n_k weights are written out, several of them too (measured on CPUs):
+    SDPA's own fallback for dropout on the weights (3) or ALiBi's additive bias (2), and the plain path of
+    soft caps and sinks (SCORE_COPIES, one more with dropout)."""
+    n_k = n_in["key"]
+    kept = n_q * a.heads * (a.d_k + a.d_v + 1) + n_k * a.key_heads * (a.d_k + a.d_v)
+    if a.softcap is not None or a.sinks:
+        kept += (SCORE_COPIES + (1 if a.dropout else 0)) * a.heads * n_q * n_k
+    elif a.dropout or a.alibi:
+        kept += (3 if a.dropout else 2) * a.heads * n_q * n_k
+    return kept
+
+
+# --- lowering ----------------------------------------------------------------------------------
+
+
+def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
+    args = [inputs["query"], inputs["key"], inputs["value"]]
+    if "mask" in inputs:
+        args.append(f"padding_mask={inputs['mask']}")
+    if cache:
+        args.append("cache=cache")
+    return f"self.{target}({', '.join(args)})"
+
+
+def _norm(features: int, eps: float, offset: float) -> str:
+    if offset == 0:
+        return f"nn.RMSNorm({features!r}, eps={eps!r})"
+    return f"RMSNorm({features!r}, eps={eps!r}, offset={offset!r})"
+
+
+def rotary_module(a: AttentionAttrs) -> str:
+    """The RotaryEmbedding a rotary attention holds: its features, base, and scaling with the parameters
+    that scaling reads (only those, so the line says what applies)."""
+    options: dict[str, object] = {"base": a.rotary_base}
+    if a.rotary_scaling != "default":
+        options |= {"scaling": a.rotary_scaling, "factor": a.rotary_factor}
+    if a.rotary_scaling == "llama3":
+        options |= {"low_freq_factor": a.rotary_low_freq_factor, "high_freq_factor": a.rotary_high_freq_factor,
+                    "original_max_len": a.rotary_original_max_len}
+    if a.rotary_scaling == "yarn":
+        options |= {"original_max_len": a.rotary_original_max_len, "beta_fast": a.rotary_beta_fast,
+                    "beta_slow": a.rotary_beta_slow, "attention_factor": a.rotary_attention_factor,
+                    "truncate": a.rotary_truncate}
+    return f"RotaryEmbedding({int(a.rotary_dims)!r}, {keywords(**options)})"
+
+
+def _module(a: AttentionAttrs, i: Inferred) -> str:
+    options: dict[str, object] = {}
+    if a.has_out_bias != a.bias:
+        options["out_bias"] = a.has_out_bias
+    for name in ("window", "softcap", "scale"):
+        if getattr(a, name) is not None:
+            options[name] = getattr(a, name)
+    if a.sinks:
+        options["sinks"] = True
+    modules = []
+    if a.rotary:
+        modules.append(f"rotary={rotary_module(a)}")
+    if a.alibi:
+        options["alibi"] = True
+    if a.qk_norm != "none":
+        q_size, k_size = _qk_norm_sizes(a)
+        modules += [f"q_norm={_norm(q_size, a.qk_norm_eps, a.qk_norm_offset)}",
+                    f"k_norm={_norm(k_size, a.qk_norm_eps, a.qk_norm_offset)}"]
+    common = keywords(heads=a.heads, d_k=a.d_k, d_v=a.d_v, kdim=i["kdim"], vdim=i["vdim"], causal=a.causal,
+                      dropout=a.dropout, bias=a.bias, kv_heads=a.key_heads)
+    roles = keywords(kv_cache=i.get("kv_cache", "none"), self_attention=i.get("self_attention", False))
+    extra = ", ".join([*modules, *([keywords(**options)] if options else [])])
+    return f"MultiHeadAttention({i['d_model']!r}, {common}, {extra + ', ' if extra else ''}{roles})"
+
+
+def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
+    """Derived tables: rotary's inverse frequencies, ALiBi's slopes."""
+    buffers: dict[str, tuple[int, ...]] = {}
+    if a.rotary:
+        buffers["rotary.inverse_frequency"] = (int(a.rotary_dims) // 2,)
+    if a.alibi:
+        buffers["slopes"] = (a.heads,)
+    return buffers
+
+
+def _facts(a: AttentionAttrs, i: Inferred) -> dict[str, object]:
+    facts: dict[str, object] = {"heads": a.heads, "kv_heads": a.key_heads, "d_k": a.d_k, "d_v": a.d_v}
+    if a.rotary or a.alibi:
+        facts["positions"] = "rotary" if a.rotary else "alibi"
+    return facts
+
+
+_SCALING_NAMES = {"linear": "linear", "llama3": "Llama 3", "yarn": "YaRN"}
+
+
+def _details(a: AttentionAttrs, i: Inferred) -> list[str]:
+    heads = f"h = {a.heads}" + (f", kv heads {a.key_heads}" if a.key_heads != a.heads else "")
+    details = [f"{heads}, d_k = {a.d_k}, d_v = {a.d_v}"]
+    if a.rotary:
+        rotary = "rotary positions" + (f", base {a.rotary_base:g}" if a.rotary_base != 10000 else "")
+        if a.rotary_fraction != 1:
+            rotary += f", {int(a.rotary_dims)} of {a.d_k} features"
+        if a.rotary_scaling != "default":
+            rotary += f", {_SCALING_NAMES[a.rotary_scaling]} ×{a.rotary_factor:g}"
+        details.append(rotary)
+    if a.alibi:
+        details.append("ALiBi")
+    if a.window is not None:
+        details.append(f"sliding window {a.window}")
+    if a.qk_norm != "none":
+        details.append("QK-norm " + ("per head" if a.qk_norm == "head" else "over the projection"))
+    if a.softcap is not None:
+        details.append(f"scores soft-capped at {a.softcap:g}")
+    if a.scale is not None:
+        details.append(f"scale {a.scale:.4g}")
+    if a.sinks:
+        details.append("attention sinks")
+    if a.dropout:
+        details.append(f"attention dropout {a.dropout:g}")
+    return details
+
+
+ATTENTION = OpDef(
+    name="attention",
+    doc="multi-head scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1-3.2.2)",
+    family="attention",
+    inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True)),
+    attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
+    module=_module, call=_call, uses_cache=True, buffers=_buffers,
+    title="Multi-Head Attention", details=_details, facts=_facts,
+    flops=_flops, saved=_saved,
+)
+
+
+def positional(a: AttentionAttrs) -> list[str]:
+    """The options that relate a query to keys of its own sequence by position (they need self-attention)."""
+    return [name for name in ("rotary", "alibi", "window") if getattr(a, name) not in (False, None)]
+
+
+def score_scale(a: AttentionAttrs) -> float:
+    return a.scale if a.scale is not None else 1 / math.sqrt(a.d_k)

@@ -1,0 +1,136 @@
+"""The mixture-of-experts op's entry in the op table: a router and a bank of gated feed-forward experts, as
+one op (Shazeer et al., 2017; Switch, Fedus et al., 2022; Mixtral, Jiang et al., 2024).
+
+    moe(x, experts, top_k, d_ff, scoring = "softmax", normalize = true, routing_scale = 1.0,
+        router_bias = false, bias = false, activation = "silu", swiglu_limit = 7.0, swiglu_alpha = 1.702)
+
+Each token's router scores (softmax or sigmoid of x W_r) choose its `top_k` experts; their weights are
+renormalized to sum to 1 (`normalize`, a checkpoint's norm_topk_prob) and scaled by `routing_scale`; the
+token's output is the weighted sum of its experts' outputs. An expert is a gated feed-forward network,
+down(act(gate x) * up x): SwiGLU (`silu`), GeGLU (`gelu_tanh`), or gpt-oss's clamped SwiGLU
+(`clamped_swiglu`: gate clamped above at swiglu_limit, up to +-swiglu_limit, (up + 1) * gate * sigmoid(alpha
+gate)). A shared expert that every token uses is a feed-forward block added beside it in the spec.
+
+The module (prelude_experts.py) records, each forward, what the load-balancing loss needs; the model's
+`auxiliary_loss()` pools the records of every layer (Switch/Mixtral form) and the trainer adds it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from .opdef import Attrs, Inferred, Input, OpDef, Shapes, keywords, size
+from .shapes import TensorType, concrete_last, require
+
+GLU_NAMES = {"silu": "SwiGLU", "gelu_tanh": "GeGLU", "clamped_swiglu": "clamped SwiGLU"}
+
+
+class ExpertsAttrs(Attrs):
+    experts: int = Field(gt=0)  # num_local_experts
+    top_k: int = Field(gt=0)  # num_experts_per_tok
+    d_ff: int = Field(gt=0)  # each expert's inner width (moe_intermediate_size)
+    scoring: Literal["softmax", "sigmoid"] = "softmax"
+    normalize: bool = True  # the top-k weights renormalized to sum to 1 (norm_topk_prob)
+    routing_scale: float = 1.0  # the weights' scale (routed_scaling_factor)
+    router_bias: bool = False
+    bias: bool = False  # the experts' projections have biases (gpt-oss)
+    activation: Literal["silu", "gelu_tanh", "clamped_swiglu"] = "silu"
+    swiglu_limit: float = 7.0  # clamped_swiglu
+    swiglu_alpha: float = 1.702  # clamped_swiglu
+
+
+def _shape(shapes: Shapes, a: ExpertsAttrs) -> tuple[TensorType, Inferred]:
+    x = require(shapes["x"], "the input")
+    return x, {"d_model": concrete_last(x, "the input")}
+
+
+def _check(a: ExpertsAttrs) -> list[tuple[str, str]]:
+    problems = []
+    if a.top_k > a.experts:
+        problems.append(("top_k", f"top_k = {a.top_k} experts per token, but there are only {a.experts}"))
+    if a.routing_scale <= 0:
+        problems.append(("routing_scale", f"routing_scale = {a.routing_scale} scales the experts' weights: it "
+                                          "must be positive"))
+    if a.activation == "clamped_swiglu" and a.swiglu_limit <= 0:
+        problems.append(("swiglu_limit", f"swiglu_limit = {a.swiglu_limit} clamps to +-limit: it must be positive"))
+    return problems
+
+
+def _expert_params(a: ExpertsAttrs, d_model: int) -> dict[str, tuple[int, ...]]:
+    params: dict[str, tuple[int, ...]] = {"gate": (a.experts, a.d_ff, d_model), "up": (a.experts, a.d_ff, d_model),
+                                          "down": (a.experts, d_model, a.d_ff)}
+    if a.bias:
+        params |= {"gate_bias": (a.experts, a.d_ff), "up_bias": (a.experts, a.d_ff), "down_bias": (a.experts, d_model)}
+    return params
+
+
+def _params(a: ExpertsAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
+    d_model = size(i, "d_model")
+    router = {"router.weight": (a.experts, d_model), **({"router.bias": (a.experts,)} if a.router_bias else {})}
+    return {**router, **_expert_params(a, d_model)}
+
+
+def _inactive(a: ExpertsAttrs, i: Inferred) -> int:
+    """The weights of the experts a token does not choose: experts - top_k of them."""
+    per_expert = sum(_prod(shape[1:]) for shape in _expert_params(a, size(i, "d_model")).values())
+    return (a.experts - a.top_k) * per_expert
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def _flops(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> dict[str, int]:
+    """The router's scores for every expert, then each token through its top_k experts' three
+    projections (what runs: tokens are grouped by expert, one product per expert)."""
+    d_model = size(i, "d_model")
+    return {"moe_router": 2 * n * d_model * a.experts, "moe_experts": 2 * n * a.top_k * 3 * d_model * a.d_ff}
+
+
+EXPERT_INTERMEDIATES = 6
+
+
+def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
+    """The router's scores (logits, probabilities, the chosen ones' weights), and per chosen expert the
+    token's input gathered, weighted and scattered back, and the activation's intermediates: about
+    EXPERT_INTERMEDIATES of d_ff each (measured on CPUs over mixtral, qwen3_moe and gpt_oss: gate, up, the
+    activation's steps, their product)."""
+    return 3 * n * a.experts + n * a.top_k * (3 * size(i, "d_model") + EXPERT_INTERMEDIATES * a.d_ff)
+
+
+def _module(a: ExpertsAttrs, i: Inferred) -> str:
+    options = {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff, "scoring": a.scoring,
+               "normalize": a.normalize, "routing_scale": a.routing_scale, "router_bias": a.router_bias,
+               "bias": a.bias, "activation": a.activation}
+    if a.activation == "clamped_swiglu":
+        options |= {"swiglu_limit": a.swiglu_limit, "swiglu_alpha": a.swiglu_alpha}
+    return f"MixtureOfExperts({i['d_model']!r}, {keywords(**options)})"
+
+
+def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
+    return f"self.{target}({inputs['x']})"
+
+
+def _details(a: ExpertsAttrs, i: Inferred) -> list[str]:
+    router = f"router: {a.scoring}" + (", top-k renormalized" if a.normalize else "")
+    if a.routing_scale != 1:
+        router += f", × {a.routing_scale:g}"
+    total = sum(_prod(shape) for shape in _params(a, i).values())
+    return [f"{a.experts} experts, top-{a.top_k} per token", router,
+            f"{GLU_NAMES[a.activation]} experts, d_ff = {a.d_ff}" + (", biases" if a.bias else ""),
+            f"{total - _inactive(a, i):,} of {total:,} params active per token", "load-balancing loss (Switch)"]
+
+
+EXPERTS = OpDef(
+    name="moe", doc="a router choosing top_k of `experts` gated feed-forward experts per token, their outputs "
+                    "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
+    family="experts", inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
+    module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
+    inactive=_inactive, auxiliary_loss="MixtureOfExperts",
+    facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
+)

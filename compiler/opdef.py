@@ -1,0 +1,93 @@
+"""What an entry of the op table is (compiler/ops.py): the record every op fills in, and the small helpers
+entries share. Ops with much to own (attention, the mixture of experts) keep their entry in a module of
+their own, which imports this one; ops.py registers every entry in the one table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from .shapes import TensorType
+
+
+class Attrs(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class NoAttrs(Attrs):
+    pass
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    optional: bool = False
+
+
+Inferred = dict[str, object]  # facts the shape rule derives, e.g. {"in_features": 512}
+Shapes = dict[str, TensorType]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    doc: str  # what it computes, with the paper section
+    family: str  # for diagrams: attention, feed_forward, norm, embedding, position, ...
+    inputs: tuple[Input, ...]
+    attrs: type[Attrs]
+    infer: Callable[[Shapes, Attrs], tuple[TensorType, Inferred]]
+    params: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]]  # learned tensors, by attribute name
+    # Lowering. `module` builds the nn.Module (None: a plain function of its inputs); `call` is the
+    # forward expression, given the module's attribute name, the inputs' code and the cache's code.
+    module: Optional[Callable[[Attrs, Inferred], str]]
+    call: Callable[[str, dict[str, str], Attrs, Optional[str]], str]
+    uses_cache: bool = False  # positions and attention continue from the decoder cache
+    title: str = ""  # diagrams: the box's title (the paper's words where it has them, Figure 1)
+    details: Callable[[Attrs, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes
+    glu_title: str = ""  # an activation: the name of a gated linear unit it gates ("SwiGLU")
+    gates: bool = False  # multiplies two tensors: with an activation on one side, a gated linear unit
+    # Rules between arguments that their types cannot state: (argument, message) for each one broken.
+    check: Callable[[Attrs], list[tuple[str, str]]] = lambda a: []
+    # Cost (docs/stats.md), given the sequence positions of one example's output and of each input:
+    # forward FLOPs by category (matrix products only), and the values autograd keeps beyond the output.
+    flops: Callable[[Attrs, Inferred, int, dict[str, int]], dict[str, int]] = lambda a, i, n, n_in: {}
+    saved: Callable[[Attrs, Inferred, int, dict[str, int]], int] = lambda a, i, n, n_in: 0
+    # What the op says about the model's hyperparameters, by Table 3's column names (`xspec stats`).
+    facts: Callable[[Attrs, Inferred], dict[str, object]] = lambda a, i: {}
+    # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
+    buffers: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
+    # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
+    # active parameters per token are its parameters less these.
+    inactive: Callable[[Attrs, Inferred], int] = lambda a, i: 0
+    # The prelude class whose static `auxiliary_loss(model)` combines what this op's modules recorded in
+    # the last forward into a training loss of the model's own (a mixture of experts' load balancing); the
+    # generated model then has an `auxiliary_loss()` method.
+    auxiliary_loss: str = ""
+    # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
+    # the module that makes the logits (the pre-softmax projection) look through it.
+    elementwise: bool = False
+
+
+def size(inferred: Inferred, key: str) -> int:
+    """A size the shape rule inferred (`in_features`, `d_model`...): always a whole number."""
+    value = inferred[key]
+    assert isinstance(value, int), f"{key} = {value!r} is not a size"
+    return value
+
+
+def no_params(attrs: Attrs, inferred: Inferred) -> dict[str, tuple[int, ...]]:
+    return {}
+
+
+def linear_params(prefix: str, n_in: int, n_out: int, bias: bool) -> dict[str, tuple[int, ...]]:
+    params: dict[str, tuple[int, ...]] = {f"{prefix}weight": (n_out, n_in)}
+    if bias:
+        params[f"{prefix}bias"] = (n_out,)
+    return params
+
+
+def keywords(**values: object) -> str:
+    """`name=repr(value)` for each, joined: constructor arguments of generated code (only literals)."""
+    return ", ".join(f"{name}={value!r}" for name, value in values.items())

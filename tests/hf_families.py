@@ -1,0 +1,280 @@
+"""The shipped specs of the 2024-25 Transformer family beside Hugging Face's classes (a test-only oracle):
+for each, the spec, the class, the configuration a size combination gives, and the weight mapping from
+the class's state dict to the spec's modules. Sizes are given in the spec's parameters; the configuration
+names them as checkpoints do (vocab -> vocab_size, d_model -> hidden_size, d_ff -> intermediate_size,
+heads -> num_attention_heads, kv_heads -> num_key_value_heads, layers -> num_hidden_layers; the other
+parameters carry the configuration's names)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+RENAMED = {"vocab": "vocab_size", "d_model": "hidden_size", "d_ff": "intermediate_size",
+           "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "layers": "num_hidden_layers"}
+
+# Hugging Face names -> the spec's, for the parts every family shares.
+COMMON = [
+    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
+    (r"model\.norm\.weight", "decoder.norm.weight"),
+    (r"lm_head\.weight", "decoder.generator.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", r"decoder.layers.\1.self_attn.\2_proj.\3"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.(weight|bias)", r"decoder.layers.\1.self_attn.out_proj.\2"),
+    (r"model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"decoder.layers.\1.self_attn.\2_norm.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.sinks", r"decoder.layers.\1.self_attn.sinks"),
+    (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.(weight|bias)", r"decoder.layers.\1.ffn.\2.\3"),
+]
+PRE_NORM = [  # specs/modern/llama.xspec's sublayer: x + f(norm(x))
+    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
+    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
+]
+POST_NORM = [  # OLMo 2's: x + norm(f(x))
+    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
+    (r"model\.layers\.(\d+)\.post_feedforward_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
+]
+SANDWICH = [  # Gemma's four norms a layer
+    (rf"model\.layers\.(\d+)\.{hf}\.weight", rf"decoder.layers.\1.{ours}.weight")
+    for hf, ours in (("input_layernorm", "input_norm"), ("post_attention_layernorm", "post_attention_norm"),
+                     ("pre_feedforward_layernorm", "pre_feedforward_norm"),
+                     ("post_feedforward_layernorm", "post_feedforward_norm"))
+]
+
+
+def renamed(state: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    ours = {}
+    for name, tensor in state.items():
+        for pattern, target in rules:
+            if re.fullmatch(pattern, name):
+                ours[re.sub(pattern, target, name)] = tensor
+                break
+        else:
+            raise AssertionError(f"no rule maps {name}")
+    return ours
+
+
+def stacked_experts(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Mixtral's and Qwen3-MoE's experts: gate_up_proj [E, 2 d_ff, d] (gate first) and down_proj [E, d, d_ff],
+    the router mlp.gate.weight [E, d]: the spec's moe.router, moe.gate, moe.up, moe.down."""
+    ours, rest = {}, {}
+    for name, tensor in state.items():
+        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(gate\.weight|experts\.gate_up_proj|experts\.down_proj)", name)
+        if found is None:
+            rest[name] = tensor
+            continue
+        moe = f"decoder.layers.{found[1]}.ffn.moe."
+        if found[2] == "gate.weight":
+            ours[moe + "router.weight"] = tensor
+        elif found[2] == "experts.gate_up_proj":
+            ours[moe + "gate"], ours[moe + "up"] = tensor.chunk(2, dim=1)
+        else:
+            ours[moe + "down"] = tensor
+    return ours, rest
+
+
+def gpt_oss_experts(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """gpt-oss's experts: gate_up_proj [E, d, 2 d_ff] with gate and up interleaved (even, odd columns) and
+    its bias, down_proj [E, d_ff, d] and its bias, all multiplied from the left; the router with its bias."""
+    ours, rest = {}, {}
+    for name, tensor in state.items():
+        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(router\.weight|router\.bias|experts\.\w+)", name)
+        if found is None:
+            rest[name] = tensor
+            continue
+        moe, part = f"decoder.layers.{found[1]}.ffn.moe.", found[2]
+        if part.startswith("router"):
+            ours[moe + part] = tensor
+        elif part == "experts.gate_up_proj":
+            ours[moe + "gate"], ours[moe + "up"] = tensor[..., ::2].transpose(1, 2), tensor[..., 1::2].transpose(1, 2)
+        elif part == "experts.gate_up_proj_bias":
+            ours[moe + "gate_bias"], ours[moe + "up_bias"] = tensor[..., ::2], tensor[..., 1::2]
+        elif part == "experts.down_proj":
+            ours[moe + "down"] = tensor.transpose(1, 2)
+        else:
+            ours[moe + "down_bias"] = tensor
+    return ours, rest
+
+
+def phi3_fused(state: dict[str, torch.Tensor], heads: int, kv_heads: int) -> dict[str, torch.Tensor]:
+    """Phi-3's fused qkv_proj (Q, then K, then V rows) and gate_up_proj (gate, then up) as separate matrices."""
+    split = {}
+    for name, tensor in state.items():
+        if name.endswith("self_attn.qkv_proj.weight"):
+            head_dim = tensor.size(0) // (heads + 2 * kv_heads)
+            q, k, v = tensor.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
+            base = name.removesuffix("qkv_proj.weight")
+            split |= {f"{base}q_proj.weight": q, f"{base}k_proj.weight": k, f"{base}v_proj.weight": v}
+        elif name.endswith("mlp.gate_up_proj.weight"):
+            base = name.removesuffix("gate_up_proj.weight")
+            split[f"{base}gate_proj.weight"], split[f"{base}up_proj.weight"] = tensor.chunk(2)
+        else:
+            split[name] = tensor
+    return split
+
+
+@dataclass
+class Family:
+    spec: str
+    hf_class: str
+    config_class: str
+    sizes: list[dict]                    # the spec's parameters: the first also drives logits and generation
+    config: Callable[[dict], dict]       # extra configuration keys for a size combination
+    weights: Callable[[dict, dict], dict]  # Hugging Face state dict, sizes -> the spec's state dict
+    window: int = 0                      # the sliding window the first size combination has (sequences exceed it)
+    experts: bool = False
+    overrides: dict = field(default_factory=dict)  # parameters the spec is compiled with beside the sizes
+
+    @property
+    def name(self) -> str:
+        return self.spec.rsplit("/", 1)[-1].removesuffix(".xspec")
+
+    def hf_config(self, sizes: dict):
+        import transformers
+
+        values = {RENAMED.get(k, k): v for k, v in sizes.items()}
+        values |= {"max_position_embeddings": 256, "attn_implementation": "eager", "pad_token_id": 0,
+                   "eos_token_id": None, "bos_token_id": None, **self.config(sizes)}
+        return getattr(transformers, self.config_class)(**values)
+
+    def hf_model(self, sizes: dict, device: str = "cpu"):
+        import transformers
+
+        torch.manual_seed(1)
+        with torch.device(device):
+            model = getattr(transformers, self.hf_class)(self.hf_config(sizes))
+        if device != "meta":
+            with torch.no_grad():  # Hugging Face starts some tensors at zero (norm offsets, sinks, biases)
+                for parameter in model.parameters():
+                    parameter.add_(torch.randn_like(parameter) * 0.1)
+        return model.eval()
+
+
+def pre_norm_weights(state, sizes):
+    return renamed(state, COMMON + PRE_NORM)
+
+
+def tied_weights(state, sizes):
+    ours = renamed({k: v for k, v in state.items() if k != "lm_head.weight"}, COMMON + PRE_NORM)
+    return ours | {"decoder.generator.weight": ours["decoder.embedding.weight"]}
+
+
+def moe_weights(state, sizes):
+    experts, rest = stacked_experts(state)
+    return experts | renamed(rest, COMMON + PRE_NORM)
+
+
+def gpt_oss_weights(state, sizes):
+    experts, rest = gpt_oss_experts(state)
+    return experts | renamed(rest, COMMON + PRE_NORM)
+
+
+def gemma_weights(state, sizes):
+    ours = renamed({k: v for k, v in state.items() if k != "lm_head.weight"}, COMMON + SANDWICH)
+    return ours | {"decoder.generator.weight": ours["decoder.embedding.weight"]}  # tied
+
+
+def rope(theta: float, **scaling) -> dict:
+    return {"rope_parameters": {"rope_type": "default", "rope_theta": theta, **scaling}}
+
+
+BASE = {"vocab": 300, "d_model": 64, "layers": 3, "heads": 4, "kv_heads": 2, "d_ff": 96}
+ODD = {"vocab": 200, "d_model": 48, "layers": 2, "heads": 6, "kv_heads": 3, "d_ff": 80}
+WIDE = {"vocab": 500, "d_model": 96, "layers": 1, "heads": 2, "kv_heads": 1, "d_ff": 128}
+
+FAMILIES = [
+    Family("specs/modern/mistral.xspec", "MistralForCausalLM", "MistralConfig",
+           [{**BASE, "sliding_window": 6, "head_dim": 24}, {**ODD, "sliding_window": 4},
+            {**WIDE, "sliding_window": 9, "head_dim": 16}],
+           lambda s: {"sliding_window": s["sliding_window"], "rms_norm_eps": 1e-6, **rope(10000.0)},
+           pre_norm_weights, window=6),
+    Family("specs/modern/qwen2.xspec", "Qwen2ForCausalLM", "Qwen2Config",
+           [{**BASE, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1},
+            {**ODD, "use_sliding_window": False}, {**WIDE, "tie_word_embeddings": True}],
+           lambda s: {"use_sliding_window": s.get("use_sliding_window", False), "sliding_window": s.get("sliding_window", 8),
+                      "max_window_layers": s.get("max_window_layers", 1), "rms_norm_eps": 1e-6,
+                      "tie_word_embeddings": s.get("tie_word_embeddings", False), **rope(10000.0)},
+           lambda state, s: (tied_weights if s.get("tie_word_embeddings") else pre_norm_weights)(state, s),
+           window=6),
+    Family("specs/modern/qwen3.xspec", "Qwen3ForCausalLM", "Qwen3Config",
+           [{**BASE, "head_dim": 24, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1},
+            {**ODD, "head_dim": 16}, {**WIDE, "head_dim": 64}],
+           lambda s: {"head_dim": s["head_dim"], "use_sliding_window": s.get("use_sliding_window", False),
+                      "sliding_window": s.get("sliding_window", 8), "max_window_layers": s.get("max_window_layers", 1),
+                      "rms_norm_eps": 1e-6, "attention_bias": False, **rope(1000000.0)},
+           pre_norm_weights, window=6),
+    Family("specs/modern/gemma2.xspec", "Gemma2ForCausalLM", "Gemma2Config",
+           [{**BASE, "head_dim": 24, "sliding_window": 6, "query_pre_attn_scalar": 20},
+            {**ODD, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 8},
+            {**WIDE, "head_dim": 48, "sliding_window": 5, "query_pre_attn_scalar": 48}],
+           lambda s: {"head_dim": s["head_dim"], "sliding_window": s["sliding_window"],
+                      "query_pre_attn_scalar": s["query_pre_attn_scalar"], "attn_logit_softcapping": 2.0,
+                      "final_logit_softcapping": 3.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+                      **rope(10000.0)},
+           gemma_weights, window=6, overrides={"attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0}),
+    Family("specs/modern/gemma3.xspec", "Gemma3ForCausalLM", "Gemma3TextConfig",
+           [{**BASE, "head_dim": 24, "sliding_window": 6, "query_pre_attn_scalar": 20, "sliding_window_pattern": 2},
+            {**ODD, "heads": 4, "kv_heads": 2, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 8,
+             "sliding_window_pattern": 6},
+            {**WIDE, "head_dim": 48, "sliding_window": 5, "query_pre_attn_scalar": 48, "sliding_window_pattern": 3}],
+           lambda s: {"head_dim": s["head_dim"], "sliding_window": s["sliding_window"],
+                      "query_pre_attn_scalar": s["query_pre_attn_scalar"], "rms_norm_eps": 1e-6,
+                      "sliding_window_pattern": s["sliding_window_pattern"], "hidden_activation": "gelu_pytorch_tanh",
+                      "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+           gemma_weights, window=6),
+    Family("specs/modern/olmo2.xspec", "Olmo2ForCausalLM", "Olmo2Config", [BASE, ODD, WIDE],
+           lambda s: {"rms_norm_eps": 1e-5, **rope(500000.0)},
+           lambda state, s: renamed(state, COMMON + POST_NORM)),
+    Family("specs/modern/phi3.xspec", "Phi3ForCausalLM", "Phi3Config",
+           [{**BASE, "partial_rotary_factor": 0.75}, {**ODD, "partial_rotary_factor": 0.5},
+            {**WIDE, "partial_rotary_factor": 0.25}],
+           lambda s: {"partial_rotary_factor": s["partial_rotary_factor"], "rms_norm_eps": 1e-5,
+                      "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                          "partial_rotary_factor": s["partial_rotary_factor"]}},
+           lambda state, s: renamed(phi3_fused(state, s["heads"], s["kv_heads"]), COMMON + PRE_NORM)),
+    Family("specs/modern/mixtral.xspec", "MixtralForCausalLM", "MixtralConfig",
+           [{**BASE, "sliding_window": 6, "num_local_experts": 4, "num_experts_per_tok": 2},
+            {**ODD, "sliding_window": 5, "num_local_experts": 3, "num_experts_per_tok": 1},
+            {**WIDE, "sliding_window": 9, "num_local_experts": 8, "num_experts_per_tok": 3}],
+           lambda s: {"sliding_window": s["sliding_window"], "num_local_experts": s["num_local_experts"],
+                      "num_experts_per_tok": s["num_experts_per_tok"], "rms_norm_eps": 1e-6, **rope(10000.0)},
+           moe_weights, window=6, experts=True),
+    Family("specs/modern/qwen3_moe.xspec", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+           [{**BASE, "head_dim": 24, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 40,
+             "decoder_sparse_step": 2, "norm_topk_prob": True},
+            {**ODD, "head_dim": 16, "num_experts": 5, "num_experts_per_tok": 3, "moe_intermediate_size": 24,
+             "decoder_sparse_step": 1, "norm_topk_prob": False},
+            {**WIDE, "head_dim": 32, "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 64,
+             "decoder_sparse_step": 1, "norm_topk_prob": True}],
+           lambda s: {"head_dim": s["head_dim"], "num_experts": s["num_experts"],
+                      "num_experts_per_tok": s["num_experts_per_tok"], "moe_intermediate_size": s["moe_intermediate_size"],
+                      "decoder_sparse_step": s["decoder_sparse_step"], "norm_topk_prob": s["norm_topk_prob"],
+                      "mlp_only_layers": [], "rms_norm_eps": 1e-6, "attention_bias": False, **rope(1000000.0)},
+           moe_weights, experts=True),
+    Family("specs/modern/gpt_oss.xspec", "GptOssForCausalLM", "GptOssConfig",
+           [{**BASE, "head_dim": 16, "sliding_window": 6, "num_local_experts": 4, "num_experts_per_tok": 2,
+             "original_max_position_embeddings": 8},
+            {**ODD, "head_dim": 24, "sliding_window": 4, "num_local_experts": 3, "num_experts_per_tok": 2,
+             "original_max_position_embeddings": 16},
+            {**WIDE, "head_dim": 32, "sliding_window": 7, "num_local_experts": 6, "num_experts_per_tok": 4,
+             "original_max_position_embeddings": 32}],
+           lambda s: {"head_dim": s["head_dim"], "sliding_window": s["sliding_window"],
+                      "num_local_experts": s["num_local_experts"], "num_experts_per_tok": s["num_experts_per_tok"],
+                      "rms_norm_eps": 1e-5, "attention_bias": True,
+                      "max_position_embeddings": 32 * s["original_max_position_embeddings"],
+                      "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                                          "beta_slow": 1.0, "truncate": False,
+                                          "original_max_position_embeddings": s["original_max_position_embeddings"]}},
+           gpt_oss_weights, window=6, experts=True),
+    Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
+           [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
+            {**ODD, "original_max_position_embeddings": 16},
+            {**WIDE, "original_max_position_embeddings": 4}],
+           lambda s: {"rms_norm_eps": 1e-6, "rope_parameters": {
+               "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": s["original_max_position_embeddings"]}},
+           pre_norm_weights),
+]
+BY_NAME = {family.name: family for family in FAMILIES}

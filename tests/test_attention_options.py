@@ -1,0 +1,226 @@
+"""Attention's newer options against references written here from their definitions: biases, a head size
+of its own, QK-norm, soft-capping and the scale, sliding windows and their ring-buffer cache, sinks,
+partial rotary and the frequency scalings (against Hugging Face's rope functions, a test-only oracle), and
+FlexAttention against the plain path."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from xspec.compiler.prelude import DecoderCache, MultiHeadAttention, RMSNorm, RotaryEmbedding
+from float32 import assert_close
+
+# FlexAttention off CUDA runs its unfused reference implementation, and says so: these tests want exactly that.
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+def attention(**options) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    module = MultiHeadAttention(32, heads=4, d_k=8, d_v=6, kv_heads=2, bias=False, causal=True,
+                                self_attention=True, kv_cache="append", **options).eval()
+    with torch.no_grad():  # sinks and norms start at what makes them inert: move them
+        for name, parameter in module.named_parameters():
+            if "norm" in name or name == "sinks":
+                parameter.copy_(torch.randn_like(parameter))
+    return module
+
+
+def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Attention written from the options' definitions, one head at a time."""
+    T = x.size(1)
+    q = module.q_proj(x)
+    k = module.k_proj(x)
+    if module.q_norm is not None and not module.norm_per_head:
+        q, k = module.q_norm(q), module.k_norm(k)
+    q = q.unflatten(-1, (module.heads, module.d_k)).transpose(1, 2)
+    k = k.unflatten(-1, (module.kv_heads, module.d_k)).transpose(1, 2)
+    v = module.v_proj(x).unflatten(-1, (module.kv_heads, module.d_v)).transpose(1, 2)
+    if module.q_norm is not None and module.norm_per_head:
+        q, k = module.q_norm(q), module.k_norm(k)
+    if module.rotary is not None:
+        q, k = module.rotary(q, 0), module.rotary(k, 0)
+    heads = []
+    for h in range(module.heads):
+        kv = h // (module.heads // module.kv_heads)
+        scores = q[:, h] @ k[:, kv].transpose(-2, -1) * (module.scale or module.d_k ** -0.5)  # [B, T, T]
+        if module.softcap is not None:
+            scores = module.softcap * torch.tanh(scores / module.softcap)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        if module.sinks is not None:
+            sink = module.sinks[h].expand(x.size(0), T, 1)
+            weights = torch.cat([scores, sink], dim=-1).softmax(-1)[..., :T]
+        else:
+            weights = scores.softmax(-1)
+        heads.append(weights @ v[:, kv])
+    return module.out_proj(torch.cat(heads, dim=-1))
+
+
+def causal(T: int, window: int | None = None) -> torch.Tensor:
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (j <= i) & ((i - j < window) if window else True)
+
+
+OPTIONS = [
+    {},
+    {"window": 3},
+    {"softcap": 2.0},
+    {"scale": 0.05},
+    {"sinks": True},
+    {"q_norm": torch.nn.RMSNorm(8, eps=1e-6), "k_norm": torch.nn.RMSNorm(8, eps=1e-6)},            # per head
+    {"q_norm": torch.nn.RMSNorm(32, eps=1e-6), "k_norm": torch.nn.RMSNorm(16, eps=1e-6)},           # projection
+    {"q_norm": RMSNorm(8, offset=1.0), "k_norm": RMSNorm(8, offset=1.0), "rotary": RotaryEmbedding(8)},
+    {"rotary": RotaryEmbedding(4, base=500.0)},                                                      # partial
+    {"window": 4, "softcap": 3.0, "sinks": True, "rotary": RotaryEmbedding(8), "scale": 0.2},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "plain")
+@torch.no_grad()
+def test_each_option_computes_its_definition(options):
+    module = attention(**options)
+    x = torch.randn(2, 9, 32)
+    expected = reference(module, x, causal(9, options.get("window")))
+    assert_close(module(x, x, x), expected)
+    module.kernel = "plain"
+    assert_close(module(x, x, x), expected)
+    module.kernel = "flex_eager"  # FlexAttention's reference implementation: what CUDA runs compiled
+    assert_close(module(x, x, x), expected)
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "plain")
+@torch.no_grad()
+def test_cached_decoding_equals_full_decoding_past_the_window(options):
+    module = attention(**options)
+    x = torch.randn(2, 13, 32)
+    full = module(x, x, x)
+    cache = DecoderCache(capacity=2)
+    steps = [module(x[:, :5], x[:, :5], x[:, :5], cache=cache)]   # a prompt longer than a window of 3 or 4
+    for t in range(5, 13):
+        steps.append(module(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache))
+    assert_close(torch.cat(steps, dim=1), full)
+    held = cache.tensors[module][0].size(2)
+    assert held == options["window"] if "window" in options else held >= 13
+
+
+@torch.no_grad()
+def test_a_windowed_cache_holds_the_window_through_chunks_and_beam_reorders():
+    module = attention(window=4, rotary=RotaryEmbedding(8))
+    x = torch.randn(3, 20, 32)
+    cache = DecoderCache(capacity=2)
+    rows = torch.arange(3)
+    t = 0
+    for size, order in ((3, None), (1, [2, 0, 1]), (6, [1, 1, 0]), (1, None), (2, [0, 2, 2]), (1, None), (5, None)):
+        if order is not None:
+            cache.reorder(torch.tensor(order))
+            rows = rows[torch.tensor(order)]
+        chunk = x[rows, t:t + size]
+        step = module(chunk, chunk, chunk, cache=cache)
+        t += size
+        whole = x[rows, :t]
+        assert_close(step, module(whole, whole, whole)[:, t - size:])
+        assert cache.tensors[module][0].size(2) <= 4
+
+
+def test_the_window_is_a_sliding_window_of_keys():
+    module = attention(window=3)
+    x = torch.randn(1, 6, 32, requires_grad=True)
+    out = module(x, x, x)
+    out[0, 5].sum().backward()
+    reached = x.grad[0].abs().sum(-1) > 0
+    assert reached.tolist() == [False, False, False, True, True, True]
+
+
+@torch.no_grad()
+def test_the_attention_weights_diagrams_draw_include_caps_sinks_and_windows():
+    module = attention(window=3, softcap=2.0, sinks=True)
+    x = torch.randn(2, 7, 32)
+    weights = module.weights(x, x, x)
+    assert (weights.sum(-1) < 1).all()                          # the sinks take a share of each row
+    assert (weights[..., causal(7, 3).logical_not()] == 0).all()
+
+
+@pytest.mark.parametrize("per_head", [True, False])
+@torch.no_grad()
+def test_qk_norm_normalizes_before_the_rotation(per_head):
+    size = 8 if per_head else 32
+    module = attention(q_norm=torch.nn.RMSNorm(size), k_norm=torch.nn.RMSNorm(8 if per_head else 16),
+                       rotary=RotaryEmbedding(8))
+    x = torch.randn(1, 5, 32)
+    q = module.q_proj(x)
+    if not per_head:
+        q = q / q.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * module.q_norm.weight
+    q = q.unflatten(-1, (4, 8)).transpose(1, 2)
+    if per_head:
+        q = q / q.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * module.q_norm.weight
+    q = module.rotary(q, 0)
+    expected, _, _, _, _ = module._prepare(x, x, x, None, None)
+    assert_close(expected, q)
+
+
+def test_gemma_rms_norm_weights_by_one_plus_w():
+    norm = RMSNorm(16, eps=1e-6, offset=1.0)
+    assert (norm.weight == 0).all()                             # 1 + w starts at 1, as Gemma's
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(16))
+    x = torch.randn(3, 16)
+    assert_close(norm(x), x / x.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * (1 + norm.weight))
+
+
+# --- rotary positions: partial, and the frequency scalings, against Hugging Face's rope functions ------
+
+def hf_frequencies(scaling: dict, head_dim: int = 64, fraction: float = 1.0) -> tuple[torch.Tensor, float]:
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = transformers.LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim,
+                                      max_position_embeddings=8192,
+                                      rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": fraction,
+                                                       **scaling})
+    if scaling["rope_type"] == "default":
+        dim = int(head_dim * fraction)
+        return 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
+    return ROPE_INIT_FUNCTIONS[scaling["rope_type"]](config, "cpu")
+
+
+SCALINGS = [
+    ({"rope_type": "linear", "factor": 4.0}, {"scaling": "linear", "factor": 4.0}),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 256},
+     {"scaling": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_len": 256}),
+    ({"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 256, "beta_fast": 32.0,
+      "beta_slow": 1.0}, {"scaling": "yarn", "factor": 16.0, "original_max_len": 256}),
+    ({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 256, "beta_fast": 16.0,
+      "beta_slow": 2.0, "truncate": False, "attention_factor": 1.5},
+     {"scaling": "yarn", "factor": 32.0, "original_max_len": 256, "beta_fast": 16.0, "beta_slow": 2.0,
+      "truncate": False, "attention_factor": 1.5}),
+]
+
+
+@pytest.mark.parametrize("hf, ours", SCALINGS, ids=lambda s: s.get("rope_type", s.get("scaling")))
+@torch.no_grad()
+def test_rotary_scalings_turn_positions_beyond_the_original_context_as_hugging_face(hf, ours):
+    frequencies, factor = hf_frequencies(hf)
+    rotary = RotaryEmbedding(64, **ours)
+    assert_close(rotary.inverse_frequency, frequencies)
+    assert rotary.attention_factor == pytest.approx(factor)
+    x = torch.randn(1, 2, 3, 64)
+    position = 3000                                              # far past the original 256 positions
+    angles = position * frequencies
+    cos, sin = torch.cat([angles.cos()] * 2) * factor, torch.cat([angles.sin()] * 2) * factor
+    turned = x * cos + torch.cat([-x[..., 32:], x[..., :32]], -1) * sin
+    assert_close(rotary(x[:, :, :1], position), turned[:, :, :1])
+    # Dropping the scaling changes what a position far out becomes.
+    assert not torch.allclose(RotaryEmbedding(64)(x[:, :, :1], position), turned[:, :, :1], atol=1e-3)
+
+
+@torch.no_grad()
+def test_partial_rotary_turns_the_first_features_and_passes_the_rest():
+    frequencies, _ = hf_frequencies({"rope_type": "default"}, head_dim=16, fraction=0.5)
+    rotary = RotaryEmbedding(8)
+    assert_close(rotary.inverse_frequency, frequencies)
+    x = torch.randn(1, 1, 4, 16)
+    out = rotary(x, 5)
+    assert torch.equal(out[..., 8:], x[..., 8:])
+    assert_close(out[..., :8], RotaryEmbedding(8)(x[..., :8], 5))
