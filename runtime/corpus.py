@@ -11,6 +11,7 @@ from pathlib import Path
 from xspec.errors import UserError
 from xspec.files import read_regular_file
 from xspec.runtime.batching import Batch, collate
+from xspec.runtime.data_order import WholeCorpusWindows
 from xspec.runtime.vocab import EOS, Vocab
 
 
@@ -51,7 +52,7 @@ def read_parallel(src_path: Path, tgt_path: Path) -> ParallelText:
 
 
 @dataclass
-class EncodedPairs:
+class EncodedPairs(WholeCorpusWindows):
     """Token ids ready for batching: the source ends with EOS; the target without BOS/EOS."""
 
     source: list[list[int]]

@@ -16,6 +16,7 @@ from pathlib import Path
 from xspec.errors import UserError
 from xspec.runtime.batching import Batch, collate_sequences
 from xspec.runtime.corpus import read_lines
+from xspec.runtime.data_order import WholeCorpusWindows
 from xspec.runtime.vocab import EOS, Vocab
 
 
@@ -37,7 +38,7 @@ def read_documents(path: Path) -> Documents:
 
 
 @dataclass
-class EncodedText:
+class EncodedText(WholeCorpusWindows):
     """Sequences of at least 2 tokens: the inputs are a sequence but its last token, the labels it but its
     first. Batching reads them as targets (`tgt_lens`: predictions - 1) with empty sources."""
 

@@ -13,10 +13,10 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -24,7 +24,8 @@ from xspec.errors import UserError
 from xspec.files import link_atomically
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
-from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, padded_lengths, plan_epoch, rank_passes, shard
+from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
+from xspec.runtime.data_order import Window
 from xspec.runtime.precision import Precision
 from xspec.runtime.prefetch import Prefetcher
 from xspec.runtime.best import BestRecord, Criterion, best_checkpoint, remove_unkept
@@ -37,33 +38,48 @@ from xspec.runtime.vocab import Vocab
 
 @dataclass
 class Progress:
-    """Where training stands; saved in every checkpoint for exact resumption."""
+    """Where training stands; saved in every checkpoint for exact resumption.
+
+    The data position is (window, update): the next update of that window's plan (runtime/data_order.py;
+    for a corpus in memory a window is an epoch), planned for `parts` ranks sharing an update. A run
+    resumed with another number of ranks finishes that window as it was planned, then plans for its own."""
 
     step: int = 0
     epoch: int = 0
-    update: int = 0                     # next update of the epoch's plan
+    update: int = 0                     # next update of the window's plan
     train_tokens: int = 0
     train_seconds: float = 0.0
     best: BestRecord = field(default_factory=BestRecord)
     last_checkpoint: Path | None = None
+    window: int = 0
+    parts: int = 0                      # ranks the current window was planned for (0: not yet planned)
+    source_tokens: list[int] = field(default_factory=list)   # a mixture: training tokens from each corpus
 
     def state(self) -> dict:
-        return {"step": self.step, "epoch": self.epoch, "update": self.update,
-                "train_tokens": self.train_tokens, "train_seconds": self.train_seconds, "best": self.best.state()}
+        return {"step": self.step, "epoch": self.epoch, "update": self.update, "window": self.window,
+                "parts": self.parts, "train_tokens": self.train_tokens, "train_seconds": self.train_seconds,
+                "source_tokens": list(self.source_tokens), "best": self.best.state()}
 
     @classmethod
     def from_state(cls, state: dict, path: Path) -> "Progress":
         """The progress record of a training state file, checked: counts and a duration, none negative,
-        and the best validations (absent from the states of earlier versions)."""
+        and the best validations (absent from the states of earlier versions, as are the window, which
+        was then the epoch, the parts and the mixture's tokens)."""
         counts = ("step", "epoch", "update", "train_tokens")
+        later = {"window": state.get("epoch"), "parts": 0, "source_tokens": []}
+        state = {**later, **state}
         seconds = state.get("train_seconds")
         best = BestRecord.from_state(state["best"]) if "best" in state else BestRecord()
-        if set(state) - {"best"} != {*counts, "train_seconds"} or not all(_is_count(state[k]) for k in counts) or \
+        sources = state["source_tokens"]
+        if set(state) - {"best"} != {*counts, *later, "train_seconds"} or \
+                not all(_is_count(state[k]) for k in (*counts, "window", "parts")) or \
+                not isinstance(sources, list) or len(sources) > 64 or not all(_is_count(n) for n in sources) or \
                 isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
                 not 0 <= seconds < math.inf or best is None:
-            raise UserError(f"{path}: unusable training state (progress: expected {', '.join(counts)} as "
-                            "whole numbers, train_seconds, none negative, and the best validations)")
-        return cls(**{k: state[k] for k in counts}, train_seconds=float(seconds), best=best)
+            raise UserError(f"{path}: unusable training state (progress: expected {', '.join(counts)}, window and "
+                            "parts as whole numbers, train_seconds, none negative, and the best validations)")
+        return cls(**{k: state[k] for k in counts}, train_seconds=float(seconds), best=best, window=state["window"],
+                   parts=state["parts"], source_tokens=list(sources))
 
 
 def _is_count(value) -> bool:
@@ -86,10 +102,12 @@ class StopRequested(Exception):
 class Prepared:
     """One update, ready to run: this process's passes (on the device) and the update's target tokens."""
 
-    epoch: int
+    window: Window
     index: int
+    parts: int
     passes: list[tuple[Batch, bool]]   # (batch, counts): a filler pass has zero weight
     tokens: int                        # target tokens (with EOS) of the whole update, over all processes
+    source_tokens: list[int]           # a mixture: those tokens by corpus
 
 
 @dataclass
@@ -176,37 +194,37 @@ class Trainer:
                 return "max_steps" if at_limit else "max_minutes"
         raise AssertionError("the plan of updates never ends")
 
-    def planned_updates(self) -> Iterator[tuple[int, int, list[list[int]]]]:
-        """(epoch, index, micro-batches) of every update from where the run stands, epoch after epoch."""
-        cfg = self.spec.train
+    def planned_updates(self) -> Iterator[tuple[Window, int, int, list[list[int]]]]:
+        """(window, index, parts, micro-batches) of every update from where the run stands, window after
+        window (runtime/data_order.py); micro-batches in the window's local example ids."""
+        cfg, progress = self.spec.train, self.progress
         parts = cfg.update_parts or self.context.world_size
-        tgt_lens, src_lens = self._target_lengths, self.examples.src_lens
-        batches = micro_batches(src_lens, tgt_lens, micro_batch_cap(cfg.batch_tokens, parts))
-        epoch, index = self.progress.epoch, self.progress.update
+        number, index = progress.window, progress.update
+        window_parts = progress.parts or parts      # a window goes on as it was planned
         while True:
-            plan = plan_epoch(batches, tgt_lens, cfg.batch_tokens, cfg.seed, epoch, parts, src_lens=src_lens)
+            window = self.examples.window(number, cfg.seed)
+            batches = micro_batches(window.src_lens, window.tgt_lens, micro_batch_cap(cfg.batch_tokens, window_parts))
+            plan = plan_epoch(batches, window.tgt_lens, cfg.batch_tokens, cfg.seed, number, window_parts,
+                              src_lens=window.src_lens)
             for i in range(index, len(plan)):
-                yield epoch, i, plan[i]
-            epoch, index = epoch + 1, 0
+                yield window, i, window_parts, plan[i]
+            number, index, window_parts = number + 1, 0, parts
 
-    @cached_property
-    def _target_lengths(self) -> list[int]:
-        return self.examples.tgt_lens
-
-    @cached_property
-    def _padded_lengths(self) -> list[int]:
-        return padded_lengths(self.examples.src_lens, self._target_lengths)
-
-    def _prepare(self, planned: tuple[int, int, list[list[int]]]) -> Prepared:
+    def _prepare(self, planned: tuple[Window, int, int, list[list[int]]]) -> Prepared:
         """Collates this process's passes of an update and moves them to the device (from pinned memory
         on a GPU, so the copy does not wait)."""
-        epoch, index, update = planned
+        window, index, parts, update = planned
         context = self.context
-        passes = [(_to_device(self.examples.collate(indices), context.device), counts)
-                  for indices, counts in rank_passes(update, context.rank, context.world_size,
-                                                     self._padded_lengths, self.pass_tokens)]
-        tokens = sum(self._target_lengths[i] + 1 for micro_batch in update for i in micro_batch)
-        return Prepared(epoch, index, passes, tokens)
+        passes = [(_to_device(self.examples.collate(window.global_ids(indices)), context.device), counts)
+                  for indices, counts in rank_passes(update, context.rank, context.world_size, window.padded,
+                                                     self.pass_tokens)]
+        tokens = [window.tgt_lens[i] + 1 for micro_batch in update for i in micro_batch]
+        by_source = []
+        if window.source_of is not None:
+            sources = window.source_of[[i for micro_batch in update for i in micro_batch]]
+            by_source = np.bincount(sources, weights=tokens, minlength=int(window.source_of.max()) + 1)
+            by_source = [int(n) for n in by_source]
+        return Prepared(window, index, parts, passes, sum(tokens), by_source)
 
     def _update(self, update: Prepared) -> _Pending:
         """One optimizer step over one update (§5: gradients accumulated over its passes)."""
@@ -219,8 +237,12 @@ class Trainer:
         grad_norm = self._optimizer_step()
         self.scheduler.step()
         progress.step += 1
-        progress.epoch, progress.update = update.epoch, update.index + 1
+        progress.window, progress.epoch, progress.update = update.window.number, update.window.epoch, update.index + 1
+        progress.parts = update.parts
         progress.train_tokens += update.tokens
+        if update.source_tokens:
+            totals = progress.source_tokens + [0] * (len(update.source_tokens) - len(progress.source_tokens))
+            progress.source_tokens = [a + b for a, b in zip(totals, update.source_tokens)]
         return _Pending(progress.step, lr, update.tokens, loss_sum, grad_norm, self.step.take_auxiliary_loss())
 
     def _accumulate(self, update: Prepared) -> torch.Tensor:

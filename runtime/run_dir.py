@@ -15,7 +15,7 @@
                               best, steps, train_tokens_per_s, wall_s, stopped), written when a run finishes
     RUN/test.hyp              the final translations of the test split
 
-`run.json` stores data files as absolute paths, except files inside the run directory itself (the
+`run.json` stores data files (and prepared data directories) as absolute paths, except files inside the run directory itself (the
 demo task's), which are stored relative to it so that a run directory can be moved or copied.
 Every file here is written atomically (`xspec.files`), except `metrics.jsonl`, a log appended
 line by line (and rewritten atomically when a resumed run drops the steps it will redo).
@@ -69,14 +69,34 @@ class Split:
 
 
 @dataclass(frozen=True)
+class PreparedSplit:
+    """A split read from prepared data directories (`xspec data prepare`), several mixed by weight."""
+
+    dirs: tuple[Path, ...]
+    weights: tuple[float, ...]
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return self.dirs
+
+    def describe(self) -> str:
+        if len(self.dirs) == 1:
+            return str(self.dirs[0])
+        return ",".join(f"{d}:{w:g}" for d, w in zip(self.dirs, self.weights))
+
+    def to_json(self, run_dir: Path) -> dict[str, list]:
+        return {"prepared": [_stored(d, run_dir) for d in self.dirs], "weights": list(self.weights)}
+
+
+@dataclass(frozen=True)
 class DataFiles:
     """The corpus; a split that is None was not given (for `train`: the built-in demo task)."""
 
-    train: Split | None = None
-    valid: Split | None = None
-    test: Split | None = None
+    train: Split | PreparedSplit | None = None
+    valid: Split | PreparedSplit | None = None
+    test: Split | PreparedSplit | None = None
 
-    def splits(self) -> dict[str, Split | None]:
+    def splits(self) -> dict[str, Split | PreparedSplit | None]:
         return {"train": self.train, "valid": self.valid, "test": self.test}
 
 
@@ -133,8 +153,8 @@ def _record_problem(record: Any) -> str | None:
     for name in SPLITS:
         entry = record["data"].get(name)
         if entry is not None and not (isinstance(entry, dict) and set(entry) in _SPLIT_KEYS and
-                                      all(_is_path(v) for v in entry.values())):
-            return f"data.{name} is not a pair of file names or a text file name"
+                                      all(_is_path(v) for v in entry.values()) or _is_prepared(entry)):
+            return f"data.{name} is not a pair of file names, a text file name or prepared directories"
     if record["data"].get("train") is None:
         return "no training files"
     if record.get("truncate") not in (None, True, False):
@@ -152,9 +172,20 @@ def _is_path(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and "\0" not in value
 
 
-def _split(entry: dict | None, base: Path) -> Split | None:
+def _is_prepared(entry: Any) -> bool:
+    if not (isinstance(entry, dict) and set(entry) == {"prepared", "weights"}):
+        return False
+    dirs, weights = entry["prepared"], entry["weights"]
+    return isinstance(dirs, list) and isinstance(weights, list) and 1 <= len(dirs) == len(weights) <= 64 and \
+        all(_is_path(d) for d in dirs) and \
+        all(isinstance(w, (int, float)) and not isinstance(w, bool) and 0 < w < float("inf") for w in weights)
+
+
+def _split(entry: dict | None, base: Path) -> Split | PreparedSplit | None:
     if entry is None:
         return None
+    if "prepared" in entry:
+        return PreparedSplit(tuple(base / d for d in entry["prepared"]), tuple(float(w) for w in entry["weights"]))
     if "text" in entry:
         return Split(base / entry["text"])
     return Split(base / entry["src"], base / entry["tgt"])

@@ -27,7 +27,6 @@ from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.best import Criterion, best_checkpoint
-from xspec.runtime.batching import padded_lengths
 from xspec.runtime.loop import Diverged, Progress, StopRequested, Trainer, torch_seed
 from xspec.runtime.memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from xspec.runtime.precision import choose_precision
@@ -115,7 +114,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         # A corpus too small for data.vocab_size pieces, or a sentencepiece model of the user's: the spec
         # saved into the run and its checkpoints says the vocabulary the model is trained with.
         spec = spec.with_overrides({"data.vocab_size": len(vocab)})
-    corpus = task.encode(vocab, bool(record.truncate))
+    corpus = task.encode(vocab, bool(record.truncate), str(run_dir / MODEL_FILE))
     say(corpus.train.summary(f"train ({', '.join(f.name for f in data.train.files)})"))
     if corpus.valid is not None:
         say(corpus.valid.summary("valid"))
@@ -156,6 +155,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     stopped = _stop_record(reason, progress)
     unfinished = _unfinished(reason, progress, cfg, run_dir) if context.is_main else None
     say(_stop_line(reason, progress, cfg, run_dir) + (f": {unfinished}" if unfinished else ""))
+    mix = _mixture_line(corpus.train, progress)
+    if mix:
+        say(mix)
     _record_stop(run, stopped)
 
     valid_loss = trainer.validate() if corpus.valid is not None else None
@@ -208,7 +210,9 @@ def _resumed_record(run_dir: Path, options: RunOptions) -> RunRecord:
         was = recorded.data.splits()[name]
         if given is None:
             continue
-        if was is None or [f.resolve() for f in given.files] != [f.resolve() for f in was.files]:
+        if was is None or type(given) is not type(was) or \
+                [f.resolve() for f in given.files] != [f.resolve() for f in was.files] or \
+                getattr(given, "weights", None) != getattr(was, "weights", None):
             raise UserError(f"--resume {run_dir}: this run was started {_describe_split(name, was, run_dir)}; "
                             f"resuming with {given.describe()} would change the {_ROLES[name]}")
     if options.truncate is not None and recorded.truncate is not None and options.truncate != recorded.truncate:
@@ -225,7 +229,7 @@ _ROLES = {"train": "training data", "valid": "validation data", "test": "test da
 def _describe_split(name: str, split: Split | None, run_dir: Path) -> str:
     if split is None:
         return f"without {name} files"
-    if name == "train" and split.src.resolve().parent == (run_dir / DATA_DIR).resolve():
+    if name == "train" and isinstance(split, Split) and split.src.resolve().parent == (run_dir / DATA_DIR).resolve():
         return "on the built-in demo task"
     return f"with {name} files {split.describe()}"
 
@@ -257,6 +261,17 @@ def _record_stop(run: _Run, stopped: dict) -> None:
     """Why the run stopped, in run.json (and, for a run that finishes, in metrics.json)."""
     if run.context.is_main:
         write_run_record(run.run_dir, replace(run.record, stopped=stopped))
+
+
+def _mixture_line(examples, progress: Progress) -> str | None:
+    """Corpora mixed by weight: the share of the training tokens each one gave, against its weight."""
+    parts = getattr(examples, "parts", None)
+    if not parts or not progress.source_tokens:
+        return None
+    total = sum(progress.source_tokens) or 1
+    shares = ", ".join(f"{p.examples.prepared.path} {n / total:.1%} (weight {p.weight:.1%})"
+                       for p, n in zip(parts, progress.source_tokens))
+    return f"data mixture, share of the {total:,} training tokens so far: {shares}"
 
 
 # A validation loss that fell by less than this (relative) since the one before has settled.
@@ -304,9 +319,18 @@ def _vocab(spec, task: Task, run_dir: Path, context: distributed.Context, vocab_
     own sentencepiece model) and sent to the other processes (which wait up to the process group's
     timeout, `--dist-timeout`). A run keeps it as RUN/sentencepiece.model."""
     proto = None
+    prepared = task.prepared_vocab()
     if context.is_main:
-        proto = _users_vocab(vocab_file, run_dir) if vocab_file is not None else \
-            load_or_train_vocab(run_dir, task.vocab_text(), spec.data.vocab_size, spec.data.vocab_model).model_proto
+        if prepared is not None:
+            proto = _users_vocab(*prepared, run_dir)
+            if vocab_file is not None and Vocab.load(vocab_file).model_proto != proto:
+                raise UserError(f"--vocab {vocab_file}: not the vocabulary the prepared data was made with "
+                                f"({prepared[0]}); drop --vocab")
+        elif vocab_file is not None:
+            proto = _users_vocab(vocab_file, Vocab.load(vocab_file).model_proto, run_dir)
+        else:
+            proto = load_or_train_vocab(run_dir, task.vocab_text(), spec.data.vocab_size,
+                                        spec.data.vocab_model).model_proto
     vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / MODEL_FILE))
     if len(vocab) > spec.vocab_size:
         raise UserError(f"{run_dir / MODEL_FILE}: {len(vocab)} pieces, but the model's embedding "
@@ -314,10 +338,10 @@ def _vocab(spec, task: Task, run_dir: Path, context: distributed.Context, vocab_
     return vocab
 
 
-def _users_vocab(path: Path, run_dir: Path) -> bytes:
-    """The sentencepiece model at `path`, checked; a run resumed with another one than it started with
-    is refused (its token ids would mean other pieces)."""
-    proto = Vocab.load(path).model_proto
+def _users_vocab(path: Path, proto: bytes, run_dir: Path) -> bytes:
+    """A sentencepiece model given to the run (--vocab, or the prepared data's), read from `path`; a run
+    resumed with another one than it started with is refused (its token ids would mean other pieces)."""
+    Vocab.from_bytes(proto, str(path))
     kept = run_dir / MODEL_FILE
     if not kept.exists():
         write_bytes_atomically(kept, proto)
@@ -350,8 +374,7 @@ def _memory_plan(spec, context: distributed.Context, precision, corpus: Corpus, 
                  log: RunLog) -> MemoryPlan:
     """The pass cap every rank uses: the smallest that the ranks' devices plan (runtime/memory_plan.py).
     A rank where nothing fits stops them all (the others learn it from the agreed cap, 0)."""
-    examples = corpus.train
-    longest = max(padded_lengths(examples.src_lens, examples.tgt_lens))
+    longest = corpus.train.longest_padded
     parts = spec.train.update_parts or context.world_size
     plan, refusal = None, None
     try:

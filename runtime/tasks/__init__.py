@@ -13,6 +13,7 @@ models language.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Protocol
@@ -21,6 +22,7 @@ import torch
 
 from xspec.errors import UserError
 from xspec.runtime.batching import Batch
+from xspec.runtime.data_order import Window
 from xspec.runtime.distributed import Context
 from xspec.runtime.run_dir import DataFiles
 from xspec.runtime.vocab import Vocab
@@ -28,7 +30,10 @@ from xspec.runtime.vocab import Vocab
 
 class Examples(Protocol):
     """What the loop reads of a split: lengths to batch by (an example's target tokens, EOS excluded,
-    and its source tokens, 0 without a source) and the batch of some examples."""
+    and its source tokens, 0 without a source), the batch of some examples, and the training split's
+    windows (runtime/data_order.py). Held in memory (runtime/corpus.py, documents.py) or read from
+    prepared directories as needed (runtime/prepared/examples.py), where only a validation split's
+    `src_lens` and `tgt_lens` are ever asked for."""
 
     @property
     def src_lens(self) -> list[int]: ...
@@ -36,7 +41,12 @@ class Examples(Protocol):
     @property
     def tgt_lens(self) -> list[int]: ...
 
+    @property
+    def longest_padded(self) -> int: ...
+
     def __len__(self) -> int: ...
+
+    def window(self, number: int, seed: int) -> Window: ...
 
     def collate(self, indices: list[int]) -> Batch: ...
 
@@ -66,7 +76,9 @@ class Task(Protocol):
 
     def vocab_text(self) -> Iterable[str]: ...
 
-    def encode(self, vocab: Vocab, truncate: bool) -> Corpus: ...
+    def prepared_vocab(self) -> Optional[tuple[Path, bytes]]: ...
+
+    def encode(self, vocab: Vocab, truncate: bool, vocab_path: str = "") -> Corpus: ...
 
     def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
                  progress: bool) -> Optional[Outcome]: ...
@@ -80,6 +92,27 @@ def task_for(spec) -> Task:
         raise UserError(f"{spec.name}: an encoder-only model (no decoder, so no logits): xspec trains "
                         "translation models (encoder and decoder) and language models (a decoder alone)")
     return Translation(spec) if spec.has_encoder else LanguageModelling(spec)
+
+
+# Training text files are read into memory (about 15 bytes a byte of text); beyond these sizes a run says
+# to prepare them (`xspec data prepare`), which reads them as a stream, once.
+PLAIN_TEXT_NOTE_BYTES = 100 << 20
+PLAIN_TEXT_LIMIT_BYTES = 1 << 30
+
+
+def check_plain_size(files: tuple[Path, ...], split: str) -> None:
+    size = sum(f.stat().st_size for f in files if f.is_file())
+    if split != "train" or size <= PLAIN_TEXT_NOTE_BYTES:
+        return
+    what = " ".join(str(f) for f in files)
+    how = (f"xspec data prepare --src {files[0]} --tgt {files[1]} -o DIR" if len(files) == 2
+           else f"xspec data prepare {what} -o DIR")
+    if size > PLAIN_TEXT_LIMIT_BYTES:
+        raise UserError(f"{what}: {size / 2**30:.1f} GiB of training text, more than xspec train reads into memory "
+                        f"({PLAIN_TEXT_LIMIT_BYTES >> 30} GiB; about 15 bytes of memory a byte of text): prepare it "
+                        f"once ({how}), then train with --data DIR, in memory that does not grow with the corpus")
+    print(f"xspec: note: {what}: {size / 2**20:,.0f} MiB of training text is read into memory (about 15 bytes a byte) "
+          f"at every start and resume; {how}, then --data DIR, reads it once, as a stream", file=sys.stderr)
 
 
 def max_sequence_tokens(spec) -> int:

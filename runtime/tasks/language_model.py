@@ -16,9 +16,12 @@ from xspec.runtime.demo_data import write_demo_text
 from xspec.runtime.distributed import Context
 from xspec.runtime.documents import Documents, encode_documents, read_documents
 from xspec.runtime.generation import Generator
-from xspec.runtime.run_dir import DATA_DIR, SAMPLES, DataFiles, Split
+from xspec.runtime.prepared.format import PreparedDir
+from xspec.runtime.prepared.splits import (check_run_vocabulary, decoded_documents, open_split, shared_vocabulary,
+                                           train_text)
+from xspec.runtime.run_dir import DATA_DIR, SAMPLES, DataFiles, PreparedSplit, Split
 from xspec.runtime.scoring import score_lines
-from xspec.runtime.tasks import Corpus, Outcome, max_sequence_tokens
+from xspec.runtime.tasks import Corpus, Outcome, check_plain_size, max_sequence_tokens
 from xspec.runtime.unigram import token_counts, unigram_perplexity
 from xspec.runtime.vocab import EOS, Vocab
 
@@ -32,7 +35,10 @@ class LanguageModelling:
     def __init__(self, spec) -> None:
         self.spec = spec
         self.texts: dict[str, Documents] = {}
+        self.prepared: dict[str, list[PreparedDir]] = {}  # splits given as prepared directories
+        self.weights: tuple[float, ...] = ()
         self.train_counts: Counter[int] = Counter()     # token -> how often the training data predicts it
+        self.train_examples = None
 
     def demo_files(self, run_dir: Path) -> DataFiles:
         """The built-in demo's text: the English-like side of the demo language pair."""
@@ -43,6 +49,15 @@ class LanguageModelling:
         for name, split in data.splits().items():
             if split is None:
                 continue
+            if isinstance(split, PreparedSplit):
+                self.prepared[name] = open_split(split, "text", "--data" if name == "train" else f"--{name}")
+                if name == "train":
+                    self.weights = split.weights
+                else:
+                    self.texts[name] = Documents([line for line in decoded_documents(self.prepared[name]) if line],
+                                                 split.dirs[0])
+                continue
+            check_plain_size(split.files, name)
             if split.tgt is not None:
                 raise UserError(f"{split.src}, {split.tgt}: a language model trains on one text file per split "
                                 f"(--{name} FILE), not a source and a target")
@@ -50,6 +65,9 @@ class LanguageModelling:
 
     def vocab_text(self) -> Iterable[str]:
         return self.texts["train"].lines
+
+    def prepared_vocab(self) -> Optional[tuple[Path, bytes]]:
+        return shared_vocabulary(self.prepared)
 
     def example_size(self) -> int:
         """Predictions per block (blocks), or the most inputs of a line (lines)."""
@@ -61,13 +79,18 @@ class LanguageModelling:
             raise UserError(f"data.block_size = {data.block_size} is more than the model's {positions} positions")
         return data.block_size
 
-    def encode(self, vocab: Vocab, truncate: bool) -> Corpus:
+    def encode(self, vocab: Vocab, truncate: bool, vocab_path: str = "") -> Corpus:
         mode, size = self.spec.data.examples, self.example_size()
-        train = encode_documents(self.texts["train"], vocab, mode, size, truncate)
-        if not len(train):
-            raise UserError(f"{self.texts['train'].path}: every line is longer than {size} tokens; "
-                            "raise data.max_tokens or pass --truncate")
-        self.train_counts = token_counts(sequence[1:] for sequence in train.sequences)
+        if "train" in self.prepared:
+            check_run_vocabulary(self.prepared, vocab, vocab_path)
+            train = train_text(self.prepared["train"], self.weights, mode, size, truncate)
+        else:
+            train = encode_documents(self.texts["train"], vocab, mode, size, truncate)
+            if not len(train):
+                raise UserError(f"{self.texts['train'].path}: every line is longer than {size} tokens; "
+                                "raise data.max_tokens or pass --truncate")
+            self.train_counts = token_counts(sequence[1:] for sequence in train.sequences)
+        self.train_examples = train
         valid = encode_documents(self.texts["valid"], vocab, mode, size, truncate=True) \
             if "valid" in self.texts else None
         return Corpus(train, valid)
@@ -81,6 +104,9 @@ class LanguageModelling:
         if test is None:
             return None
         longest = max_sequence_tokens(self.spec)
+        if not self.train_counts and self.train_examples is not None:       # prepared: counted now, a chunk at a time
+            counts = self.train_examples.token_counts()
+            self.train_counts = Counter({i: int(n) for i, n in enumerate(counts.tolist()) if n})
         scores = score_lines(model, vocab, test.lines, context.device, longest)
         # each line as a document: its tokens and the EOS after them (the first EOS is context, not predicted)
         unigram = unigram_perplexity(self.train_counts, ([*ids, EOS] for ids in vocab.encode(test.lines)), len(vocab))

@@ -15,8 +15,10 @@ from xspec.runtime.corpus import ParallelText, encode_pairs, read_parallel
 from xspec.runtime.demo_data import write_demo_data
 from xspec.runtime.distributed import Context
 from xspec.runtime.evaluate import score
-from xspec.runtime.run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, Split
-from xspec.runtime.tasks import Corpus, Outcome, max_sequence_tokens
+from xspec.runtime.prepared.format import PreparedDir
+from xspec.runtime.prepared.splits import check_run_vocabulary, decoded_pairs, open_split, shared_vocabulary, train_pairs
+from xspec.runtime.run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, PreparedSplit, Split
+from xspec.runtime.tasks import Corpus, Outcome, check_plain_size, max_sequence_tokens
 from xspec.runtime.translation import Translator
 from xspec.runtime.vocab import Vocab
 
@@ -27,6 +29,8 @@ class Translation:
     def __init__(self, spec) -> None:
         self.spec = spec
         self.texts: dict[str, ParallelText] = {}
+        self.prepared: dict[str, list[PreparedDir]] = {}  # splits given as prepared directories
+        self.weights: tuple[float, ...] = ()
 
     def demo_files(self, run_dir: Path) -> DataFiles:
         """The built-in language pair, generated into the run directory."""
@@ -39,6 +43,15 @@ class Translation:
         for name, split in data.splits().items():
             if split is None:
                 continue
+            if isinstance(split, PreparedSplit):
+                self.prepared[name] = open_split(split, "parallel", "--data" if name == "train" else f"--{name}")
+                if name == "train":
+                    self.weights = split.weights
+                else:
+                    source, target = decoded_pairs(self.prepared[name])
+                    self.texts[name] = ParallelText(source, target, list(range(1, len(source) + 1)), split.dirs[0])
+                continue
+            check_plain_size(split.files, name)
             if split.tgt is None:
                 raise UserError(f"{split.src}: a translation model trains on aligned source and target files "
                                 f"(--{name}-src and --{name}-tgt), not one text file")
@@ -48,12 +61,19 @@ class Translation:
         train = self.texts["train"]
         return itertools.chain(train.source, train.target)
 
-    def encode(self, vocab: Vocab, truncate: bool) -> Corpus:
+    def prepared_vocab(self) -> Optional[tuple[Path, bytes]]:
+        return shared_vocabulary(self.prepared)
+
+    def encode(self, vocab: Vocab, truncate: bool, vocab_path: str = "") -> Corpus:
         limit = max_sequence_tokens(self.spec)
-        train = encode_pairs(self.texts["train"], vocab, limit, truncate)
-        if not len(train):
-            raise UserError(f"{self.texts['train'].source_path}: every sentence is longer than {limit} tokens; "
-                            "raise data.max_tokens or pass --truncate")
+        if "train" in self.prepared:
+            check_run_vocabulary(self.prepared, vocab, vocab_path)
+            train = train_pairs(self.prepared["train"], self.weights, limit, truncate)
+        else:
+            train = encode_pairs(self.texts["train"], vocab, limit, truncate)
+            if not len(train):
+                raise UserError(f"{self.texts['train'].source_path}: every sentence is longer than {limit} tokens; "
+                                "raise data.max_tokens or pass --truncate")
         # Validation loss covers every sentence (truncated if need be).
         valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True) if "valid" in self.texts else None
         return Corpus(train, valid)

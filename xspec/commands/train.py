@@ -39,6 +39,7 @@ machine needs the data files at the same paths; checkpoints are written by rank 
 examples:
   xspec train specs/tiny.xspec
   xspec train specs/lm.xspec --train train.txt --valid valid.txt --test test.txt -o runs/lm
+  xspec data prepare corpus/*.txt -o data/web && xspec train specs/lm.xspec --data data/web --valid valid.txt
   xspec train specs/base.xspec --train-src train.en --train-tgt train.de \\
       --valid-src valid.en --valid-tgt valid.de --test-src test.en --test-tgt test.de -o runs/base
   xspec train --resume runs/base
@@ -53,7 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{split}-tgt", metavar="FILE", help=f"{split} target text, aligned with --{split}-src")
     for split in ("train", "valid", "test"):
         parser.add_argument(f"--{split}", metavar="FILE", dest=f"{split}_text",
-                            help=f"language model: {split} text, one document a line")
+                            help=f"language model: {split} text, one document a line" +
+                                 ("" if split == "train" else "; either task: a prepared data directory"))
+    parser.add_argument("--data", metavar="DIR[:W][,DIR:W...]",
+                        help="training data prepared by xspec data prepare, read as needed (memory does not grow "
+                             "with the corpus); several directories mixed by weight, e.g. web:0.7,books:0.3")
     parser.add_argument("--vocab", metavar="FILE",
                         help="a sentencepiece model to use instead of training one (ids 0-3: pad, unk, bos, eos)")
     parser.add_argument("-o", "--output", "--out", metavar="DIR", dest="output",
@@ -88,6 +93,11 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
     names = ("train", "valid", "test")
     parallel = {name: (getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")) for name in names}
     texts = {name: getattr(args, f"{name}_text") for name in names}
+    prepared = _prepared_splits(args, texts)
+    if "train" in prepared and (texts["train"] or any(parallel["train"])):
+        given = "--train" if texts["train"] else "--train-src/--train-tgt"
+        raise UserError(f"--data and {given} both give the training data: give one")
+    texts = {name: None if name in prepared else path for name, path in texts.items()}
     if spec.has_encoder:
         given = [f"--{name}" for name, path in texts.items() if path is not None]
         if given:
@@ -100,9 +110,28 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
             raise UserError(f"{given[0]} gives a translation model's data; {spec.name} is a language model: "
                             f"give --{given[0][2:].split('-')[0]} FILE, one document a line")
         files = DataFiles(*(_text_split(name, texts[name], spec, spec_dir) for name in names))
+    if prepared:
+        files = DataFiles(**{name: prepared.get(name, split) for name, split in files.splits().items()})
     if files.train is None and (files.valid or files.test) and not args.resume:
         raise UserError("validation or test files were given without training files")
     return files
+
+
+def _prepared_splits(args: argparse.Namespace, texts: dict[str, str | None]) -> dict:
+    """--data (training), and --valid / --test naming a directory: prepared splits."""
+    from xspec.runtime.prepared.examples import parse_data_argument
+    from xspec.runtime.run_dir import PreparedSplit
+
+    splits = {}
+    if args.data is not None:
+        parts = parse_data_argument(args.data)
+        splits["train"] = PreparedSplit(tuple(_absolute(Path.cwd(), str(d), "--data") for d, _ in parts),
+                                        tuple(w for _, w in parts))
+    for name in ("valid", "test"):
+        path = texts[name]
+        if path is not None and Path(path).is_dir():
+            splits[name] = PreparedSplit((_absolute(Path.cwd(), path, f"--{name}"),), (1.0,))
+    return splits
 
 
 def _text_split(name: str, path: str | None, spec, spec_dir: Path | None):

@@ -1,0 +1,376 @@
+"""`xspec data prepare`: text files into a prepared data directory (runtime/prepared/format.py).
+
+Two passes over the input, each a stream (memory bounded whatever its size):
+1. unless a vocabulary is given, a uniform sample of at most `vocab_sample` kept lines (reservoir
+   sampling, seeded) on which sentencepiece trains, as its own `input_sentence_size` would sample;
+2. the lines cut into chunks that worker processes tokenize (each with the vocabulary loaded once),
+   written in order, as they come back, into shards of token ids and their offset files; the input
+   files are hashed on the way.
+Everything is written into a hidden folder beside the output, which is renamed into place only once
+complete: an interrupted prepare leaves nothing that looks like a prepared directory (a later one
+with the same output removes the leftover).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import random
+import shutil
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional
+
+import numpy as np
+
+from xspec.errors import UserError
+from xspec.runtime.prepared.format import (FORMAT, MANIFEST, OFFSET, SHARD_TOKENS, VERSION, VOCAB_FILE, FileRecord,
+                                           Manifest, Skipped, SourceRecord, VocabularyRecord)
+from xspec.runtime.prepared.lines import Skips, aligned_lines, text_lines
+from xspec.runtime.vocab import EOS, Vocab, train_vocab
+
+CHUNK_LINES = 4096                  # lines a worker tokenizes at a time
+UINT16_PIECES = 1 << 16             # vocabularies up to this size store ids as uint16, larger ones as uint32
+PARTIAL = ".partial-"               # the hidden folder's prefix: .NAME.partial-PID
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    vocab_size: int = 37000
+    vocab_model: str = "bpe"
+    vocab_file: Optional[Path] = None   # a sentencepiece model to use instead of training one
+    vocab_sample: int = 1_000_000       # lines the vocabulary is trained on at most
+    max_line_bytes: int = 1 << 20
+    workers: int = 1
+    progress: bool = False
+    command: str = ""
+
+
+def prepare_text(files: list[Path], out: Path, options: PrepareOptions,
+                 say: Callable[[str], None] = print) -> Manifest:
+    """A language model's documents, one a line, from `files` (in order) into `out`."""
+    def lines(skips: Skips, digests: Optional[dict] = None) -> Iterator[str]:
+        return text_lines(files, options.max_line_bytes, skips, digests)
+
+    return _prepare("text", files, lines, lambda pairs: pairs, out, options, say)
+
+
+def prepare_parallel(source: Path, target: Path, out: Path, options: PrepareOptions,
+                     say: Callable[[str], None] = print) -> Manifest:
+    """A translation corpus, two line-aligned files, into `out`."""
+    def pairs(skips: Skips, digests: Optional[dict] = None) -> Iterator[tuple[str, str]]:
+        return aligned_lines(source, target, options.max_line_bytes, skips, digests)
+
+    def sides(items: Iterable[tuple[str, str]]) -> Iterator[str]:
+        for s, t in items:
+            yield s
+            yield t
+
+    return _prepare("parallel", [source, target], pairs, sides, out, options, say)
+
+
+def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, out: Path, options: PrepareOptions,
+             say: Callable[[str], None]) -> Manifest:
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"-o {out}: already exists; choose another folder or remove it (a prepared directory is "
+                        "written whole, never over another)")
+    _remove_leftovers(out)
+    work = out.parent / f".{out.name}{PARTIAL}{os.getpid()}"
+    work.mkdir(parents=True)
+    try:
+        started = time.time()
+        vocab, origin = _vocabulary(read, text_of, work, options, say)
+        dtype = np.dtype("<u2" if len(vocab) <= UINT16_PIECES else "<u4")
+        skips, digests = Skips(), {}
+        writer = _TextWriter(work, dtype) if kind == "text" else _ParallelWriter(work, dtype)
+        for encoded in _encode(read(skips, digests), vocab, kind, options):
+            writer.add(encoded)
+        if not writer.examples:
+            raise UserError(f"{', '.join(map(str, files))}: no text to prepare ({skips.describe()})")
+        files_written = writer.close()
+        files_written[VOCAB_FILE] = None
+        manifest = Manifest(
+            format=FORMAT, version=VERSION, kind=kind, dtype="uint16" if dtype.itemsize == 2 else "uint32",
+            vocabulary=VocabularyRecord(pieces=len(vocab), sha256=hashlib.sha256(vocab.model_proto).hexdigest(),
+                                        origin=origin),
+            streams=writer.streams, offsets=writer.offset_files,
+            files={name: record for name, record in files_written.items() if record is not None},
+            examples=writer.examples, tokens=writer.tokens_count, longest=writer.longest,
+            sources=[SourceRecord(path=str(Path(f).resolve()), bytes=digests[f].bytes, sha256=digests[f].sha256.hexdigest())
+                     for f in files],
+            skipped=Skipped(empty=skips.empty, too_long=skips.too_long, invalid_utf8=skips.invalid_utf8,
+                            where=skips.where),
+            command=options.command, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        (work / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        _sync(work)
+        os.rename(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    seconds = time.time() - started
+    read_bytes = sum(s.bytes for s in manifest.sources)
+    say(f"{out}: {manifest.examples:,} {'documents' if kind == 'text' else 'sentence pairs'}, "
+        f"{' + '.join(f'{n:,}' for n in manifest.tokens.values())} tokens ({manifest.dtype}), vocabulary "
+        f"{len(vocab):,}; {skips.describe()}; {read_bytes / 1e6:,.1f} MB in {seconds:.1f} s "
+        f"({read_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s, {options.workers} worker{'s' if options.workers > 1 else ''})")
+    return manifest
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Hidden folders an interrupted prepare of the same output left behind."""
+    if out.parent.is_dir():
+        for leftover in out.parent.glob(f".{out.name}{PARTIAL}*"):
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _sync(folder: Path) -> None:
+    for path in folder.iterdir():
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+# --- the vocabulary ------------------------------------------------------------------------------
+
+def _vocabulary(read: Callable, text_of: Callable, work: Path, options: PrepareOptions,
+                say: Callable[[str], None]) -> tuple[Vocab, str]:
+    if options.vocab_file is not None:
+        vocab = Vocab.load(options.vocab_file)
+        (work / VOCAB_FILE).write_bytes(vocab.model_proto)
+        return vocab, f"given: {Path(options.vocab_file).resolve()}"
+    sample, seen = _reservoir(text_of(read(Skips())), options.vocab_sample)
+    if not sample:
+        return _no_text(read)
+    say(f"training the vocabulary ({options.vocab_size:,} pieces, {options.vocab_model}) on "
+        f"{len(sample):,} of {seen:,} lines")
+    vocab = train_vocab(sample, options.vocab_size, options.vocab_model, work, setting="--vocab-size")
+    return vocab, f"trained on {len(sample):,} of {seen:,} lines of the sources"
+
+
+def _no_text(read: Callable):
+    skips = Skips()
+    for _ in read(skips):
+        pass
+    raise UserError(f"no text to prepare ({skips.describe()})")
+
+
+def _reservoir(lines: Iterable[str], size: int) -> tuple[list[str], int]:
+    """A uniform sample of at most `size` of `lines` (Algorithm R, seeded: the same input gives the same
+    sample), and how many lines there were."""
+    rng, sample, seen = random.Random(0), [], 0
+    for seen, line in enumerate(lines, start=1):
+        if len(sample) < size:
+            sample.append(line)
+        else:
+            j = rng.randrange(seen)
+            if j < size:
+                sample[j] = line
+    return sample, seen
+
+
+# --- tokenizing ----------------------------------------------------------------------------------
+
+def _encode(items: Iterable, vocab: Vocab, kind: str, options: PrepareOptions) -> Iterator[tuple]:
+    """Chunks of encoded lines, in order: (ids, lengths) for text; two of them for sentence pairs. With
+    several workers, at most two chunks a worker are in flight."""
+    chunks = _chunks(items, CHUNK_LINES)
+    bar = _bar(options.progress)
+    if options.workers <= 1:
+        _init_worker(vocab.model_proto)
+        for chunk in chunks:
+            yield _encode_chunk((kind, chunk))
+            bar(len(chunk))
+        return
+    context = multiprocessing.get_context("spawn")      # no forked copy of whatever the parent holds
+    with context.Pool(options.workers, initializer=_init_worker, initargs=(vocab.model_proto,)) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append((len(chunk), pool.apply_async(_encode_chunk, ((kind, chunk),))))
+            if len(pending) >= 2 * options.workers:
+                count, result = pending.popleft()
+                yield result.get()
+                bar(count)
+        while pending:
+            count, result = pending.popleft()
+            yield result.get()
+            bar(count)
+
+
+def _bar(enabled: bool) -> Callable[[int], None]:
+    if not enabled or not sys.stderr.isatty():
+        return lambda lines: None
+    from tqdm import tqdm
+
+    bar = tqdm(unit=" lines", unit_scale=True, file=sys.stderr, desc="tokenizing")
+    return bar.update
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+_PROCESSOR = None
+
+
+def _init_worker(model_proto: bytes) -> None:
+    import sentencepiece as spm
+
+    global _PROCESSOR
+    _PROCESSOR = spm.SentencePieceProcessor(model_proto=model_proto)
+
+
+def _encode_chunk(task: tuple[str, list]) -> tuple:
+    kind, chunk = task
+    if kind == "text":
+        return _flat(_PROCESSOR.encode(chunk))
+    sources, targets = _PROCESSOR.encode([s for s, _ in chunk]), _PROCESSOR.encode([t for _, t in chunk])
+    return _flat(sources), _flat(targets)
+
+
+def _flat(encoded: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
+    ids = np.fromiter((i for row in encoded for i in row), dtype=np.uint32, count=int(lengths.sum()))
+    return ids, lengths
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+class _Shards:
+    """One stream of ids into files PREFIX-NNNNN.bin of at most SHARD_TOKENS ids, hashed as written."""
+
+    def __init__(self, folder: Path, prefix: str, dtype: np.dtype) -> None:
+        self.folder, self.prefix, self.dtype = folder, prefix, dtype
+        self.names: list[str] = []
+        self.records: dict[str, FileRecord] = {}
+        self.length = 0
+        self._handle = None
+        self._digest = None
+        self._in_shard = 0
+
+    def write(self, ids: np.ndarray) -> None:
+        ids = ids.astype(self.dtype, copy=False)
+        while len(ids):
+            if self._handle is None or self._in_shard == SHARD_TOKENS:
+                self._next()
+            room = SHARD_TOKENS - self._in_shard
+            piece, ids = ids[:room], ids[room:]
+            data = piece.tobytes()
+            self._handle.write(data)
+            self._digest.update(data)
+            self._in_shard += len(piece)
+            self.length += len(piece)
+
+    def _next(self) -> None:
+        self._finish()
+        name = f"{self.prefix}-{len(self.names):05d}.bin"
+        self.names.append(name)
+        self._handle, self._digest, self._in_shard = open(self.folder / name, "wb"), hashlib.sha256(), 0
+
+    def _finish(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            name = self.names[-1]
+            self.records[name] = FileRecord(bytes=self._in_shard * self.dtype.itemsize, sha256=self._digest.hexdigest())
+            self._handle = None
+
+    def close(self) -> dict[str, FileRecord]:
+        if not self.names:
+            self._next()                    # an empty stream still has its (empty) shard
+        self._finish()
+        return self.records
+
+
+class _Offsets:
+    """int64 offsets into one file, appended chunk by chunk, hashed as written."""
+
+    def __init__(self, path: Path, first: int) -> None:
+        self.path, self._handle, self._digest, self.count = path, open(path, "wb"), hashlib.sha256(), 0
+        self.write(np.array([first], dtype=np.int64))
+
+    def write(self, values: np.ndarray) -> None:
+        data = values.astype(OFFSET, copy=False).tobytes()
+        self._handle.write(data)
+        self._digest.update(data)
+        self.count += len(values)
+
+    def close(self) -> FileRecord:
+        self._handle.close()
+        return FileRecord(bytes=self.count * OFFSET.itemsize, sha256=self._digest.hexdigest())
+
+
+class _TextWriter:
+    """Documents as one stream EOS d1 EOS d2 ... EOS; the offsets are the positions of their EOSes."""
+
+    def __init__(self, folder: Path, dtype: np.dtype) -> None:
+        self.tokens = _Shards(folder, "tokens", dtype)
+        self.tokens.write(np.array([EOS]))
+        self.offsets = _Offsets(folder / "documents.bin", 0)
+        self.examples, self._longest = 0, 0
+
+    def add(self, encoded: tuple[np.ndarray, np.ndarray]) -> None:
+        ids, lengths = encoded
+        if not len(lengths):
+            return
+        ends = np.cumsum(lengths + 1)                           # one past each document's EOS, in the chunk
+        chunk = np.empty(int(ends[-1]), dtype=np.int64)
+        eos = ends - 1
+        chunk[eos] = EOS
+        keep = np.ones(len(chunk), dtype=bool)
+        keep[eos] = False
+        chunk[keep] = ids
+        base = self.tokens.length
+        self.tokens.write(chunk)
+        self.offsets.write(base + eos)
+        self.examples += len(lengths)
+        self._longest = max(self._longest, int(lengths.max()))
+
+    def close(self) -> dict[str, Optional[FileRecord]]:
+        records: dict = dict(self.tokens.close())
+        records["documents.bin"] = self.offsets.close()
+        self.streams, self.offset_files = {"tokens": self.tokens.names}, {"documents": "documents.bin"}
+        self.tokens_count = {"tokens": self.tokens.length}
+        self.longest = {"tokens": self._longest}
+        return records
+
+
+class _ParallelWriter:
+    """The two sides' ids, sentence after sentence, and where each sentence starts."""
+
+    def __init__(self, folder: Path, dtype: np.dtype) -> None:
+        self.sides = {name: (_Shards(folder, name, dtype), _Offsets(folder / f"{name}.bin", 0))
+                      for name in ("source", "target")}
+        self.examples = 0
+        self._longest = {"source": 0, "target": 0}
+
+    def add(self, encoded: tuple) -> None:
+        for name, (ids, lengths) in zip(("source", "target"), encoded):
+            shards, offsets = self.sides[name]
+            base = shards.length
+            shards.write(ids)
+            offsets.write(base + np.cumsum(lengths))
+            if len(lengths):
+                self._longest[name] = max(self._longest[name], int(lengths.max()))
+        self.examples += len(encoded[0][1])
+
+    def close(self) -> dict[str, Optional[FileRecord]]:
+        records: dict = {}
+        for name, (shards, offsets) in self.sides.items():
+            records.update(shards.close())
+            records[f"{name}.bin"] = offsets.close()
+        self.streams = {name: shards.names for name, (shards, _) in self.sides.items()}
+        self.offset_files = {name: f"{name}.bin" for name in self.sides}
+        self.tokens_count = {name: shards.length for name, (shards, _) in self.sides.items()}
+        self.longest = dict(self._longest)
+        return records
