@@ -31,7 +31,10 @@ class Vocab:
         return self.sp.encode(lines)
 
     def decode(self, ids: list[int]) -> str:
-        return self.sp.decode([i for i in ids if i > EOS])
+        """The text of `ids`; special ids, and ids of embedding rows beyond the vocabulary (a model whose
+        embedding is larger than its vocabulary can still sample them), are left out."""
+        pieces = len(self)
+        return self.sp.decode([i for i in ids if EOS < i < pieces])
 
     @classmethod
     def from_bytes(cls, model_proto: bytes, origin: str) -> "Vocab":
