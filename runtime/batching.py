@@ -15,7 +15,9 @@ Four levels:
 spec sets it. The plan of an epoch depends only on (data, seed, epoch, parts), never on the number of
 processes that run it: each rank takes every world_size-th micro-batch of an update (`shard`), so with
 a fixed `train.update_parts` an update is the same sentences on one process or on eight, and a run
-resumes at (epoch, update index). Nor does it depend on the memory of the machine: a pass only splits a
+resumes at (window, update index), a window being an epoch of a corpus in memory or a slice of a
+prepared one (runtime/data_order.py); a run resumed on another number of processes finishes its window
+in the plan it was started with. Nor does it depend on the memory of the machine: a pass only splits a
 micro-batch, so an update is the same sentences whatever `train.max_batch_tokens` is. `bench/scaling.py`
 measures what this buys (docs/runtime.md).
 """

@@ -248,11 +248,12 @@ def test_a_run_resumed_on_another_number_of_ranks_continues_the_same_examples(te
     examples = PreparedText(open_prepared(text_dir), "blocks", 16, truncate=False)
     uninterrupted = _planned(examples, Progress(), world_size=2, updates=40)
     assert len({w for w, *_ in uninterrupted}) >= 3                    # several windows
-    stop = 13
+    stop = next(k for k, u in enumerate(uninterrupted) if u[0] == 1) + 2      # two updates into the second window
     window, index, parts, _ = uninterrupted[stop - 1]
     resumed = _planned(examples, Progress(window=window, update=index + 1, parts=parts), world_size=1,
                        updates=40 - stop)
     same_window = [r for r in resumed if r[0] == window]
+    assert len(same_window) >= 2
     assert [r[3] for r in same_window] == [u[3] for u in uninterrupted[stop:stop + len(same_window)]]
     assert all(r[2] == 2 for r in same_window) and all(r[2] == 1 for r in resumed[len(same_window):])
     # later windows hold the same examples, planned for one rank
@@ -328,3 +329,29 @@ def test_a_large_plain_text_file_is_sent_to_prepare(texts, tmp_path, monkeypatch
     monkeypatch.setattr(tasks, "PLAIN_TEXT_NOTE_BYTES", 100)
     code, err = _run("train", LM, *SMALL_LM, "--train", str(texts / "a.txt"), "--no-test", "-o", str(tmp_path / "r"))
     assert code == 1 and f"prepare it once (xspec data prepare {texts / 'a.txt'} -o DIR)" in err, err
+
+
+def _two_processes(*argv: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "-m", "xspec", *argv], env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                            text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_run_of_two_processes_resumed_on_one_continues_with_the_same_examples(texts, text_dir, tmp_path):
+    """Two processes plan each update in two parts; resumed on one process, the run finishes the window in
+    that plan, so its losses are those of the two processes' uninterrupted run (up to summation order)."""
+    common = ["train", LM, *SMALL_LM, "--set", "dropout=0", "--data", str(text_dir), "--no-test", "--no-tensorboard",
+              "--no-progress", "--device", "cpu"]
+    _two_processes(*common, "--set", "train.max_steps=8", "-o", str(tmp_path / "whole"))
+    _two_processes(*common, "--set", "train.max_steps=4", "-o", str(tmp_path / "part"))
+    code, err = _run("train", "--resume", str(tmp_path / "part"), "--set", "train.max_steps=8", "--no-test",
+                     "--no-tensorboard", "--no-progress", "--device", "cpu")
+    assert code == 0, err
+    whole, part = _losses(tmp_path / "whole"), _losses(tmp_path / "part")
+    assert [s for s, _ in whole] == [s for s, _ in part] == list(range(1, 9))
+    assert [loss for _, loss in part] == pytest.approx([loss for _, loss in whole], rel=2e-4)
