@@ -23,10 +23,8 @@ import numpy as np
 from xspec.errors import UserError
 from xspec.runtime.batching import Batch, collate, collate_sequences
 from xspec.runtime.data_order import WINDOW, Permutation, Window, sequence_slice
-from xspec.runtime.prepared.format import CHECK_CHUNK, PreparedDir
+from xspec.runtime.prepared.format import PreparedDir
 from xspec.runtime.vocab import EOS
-
-COUNT_CHUNK = CHECK_CHUNK
 
 
 class _Prepared:
@@ -73,12 +71,9 @@ class _Prepared:
         return f", {self.too_long:,} too long {'truncated' if self.truncate else 'skipped'}"
 
 
-def _count_over(lengths_of, count: int, limit: int) -> int:
-    """How many of `count` examples are longer than `limit`, reading the index a chunk at a time."""
-    over = 0
-    for start in range(0, count, COUNT_CHUNK):
-        over += int((lengths_of(start, min(start + COUNT_CHUNK, count)) > limit).sum())
-    return over
+def _count_over(lengths, limit: int) -> int:
+    """How many of the examples whose lengths come chunk by chunk are longer than `limit`."""
+    return sum(int((chunk > limit).sum()) for chunk in lengths)
 
 
 class PreparedText(_Prepared):
@@ -95,15 +90,11 @@ class PreparedText(_Prepared):
             self.too_long = 0
         else:
             self.count = prepared.manifest.examples
-            # a document of L tokens has L + 1 inputs: EOS and its tokens
-            self.too_long = _count_over(self._doc_lengths, self.count, size - 1)
+            # a document of L tokens spans L + 1 offsets, and has L + 1 inputs: EOS and its tokens
+            self.too_long = _count_over(prepared.example_lengths("documents"), size)
         if not len(self):
             raise UserError(f"{prepared.path}: every document is longer than {size} tokens; raise data.max_tokens "
                             "or pass --truncate")
-
-    def _doc_lengths(self, start: int, end: int) -> np.ndarray:
-        o = np.asarray(self.offsets[start:end + 1])
-        return np.diff(o) - 1
 
     def lengths(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.mode == "blocks":
@@ -137,12 +128,12 @@ class PreparedText(_Prepared):
         return collate_sequences(list(range(len(rows))), rows)
 
     def token_counts(self) -> np.ndarray:
-        """How often each id is predicted in the training stream (the first EOS is context only), counted
-        a chunk at a time."""
+        """How often each id is predicted in the training stream: every id but the first EOS, which is
+        context only."""
         counts = np.zeros(self.prepared.manifest.vocabulary.pieces, dtype=np.int64)
-        total = len(self.stream)
-        for start in range(1, total, COUNT_CHUNK):
-            counts += np.bincount(self.stream.read(start, min(start + COUNT_CHUNK, total)), minlength=len(counts))
+        for chunk in self.prepared.id_chunks("tokens"):
+            counts += np.bincount(chunk, minlength=len(counts))
+        counts[EOS] -= 1
         return counts
 
     def summary(self, name: str) -> str:
@@ -164,14 +155,11 @@ class PreparedPairs(_Prepared):
         self.source, self.target = prepared.streams["source"], prepared.streams["target"]
         self.src_offsets, self.tgt_offsets = prepared.offsets["source"], prepared.offsets["target"]
         self.count = prepared.manifest.examples
-        self.too_long = _count_over(self._longer_side, self.count, self.limit)
+        longer = (np.maximum(s, t) for s, t in zip(prepared.example_lengths("source"), prepared.example_lengths("target")))
+        self.too_long = _count_over(longer, self.limit)
         if not len(self):
             raise UserError(f"{prepared.path}: every sentence is longer than {max_tokens} tokens; raise "
                             "data.max_tokens or pass --truncate")
-
-    def _longer_side(self, start: int, end: int) -> np.ndarray:
-        return np.maximum(np.diff(np.asarray(self.src_offsets[start:end + 1])),
-                          np.diff(np.asarray(self.tgt_offsets[start:end + 1])))
 
     def lengths(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         src = np.asarray(self.src_offsets[ids + 1]) - np.asarray(self.src_offsets[ids])

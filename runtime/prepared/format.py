@@ -26,7 +26,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -180,10 +180,33 @@ class PreparedDir:
     def __len__(self) -> int:
         return self.manifest.examples
 
+    def id_chunks(self, name: str) -> Iterator[np.ndarray]:
+        """The ids of stream `name`, a chunk at a time, by ordinary reads (see open_prepared)."""
+        dtype = np.dtype("<u2" if self.manifest.dtype == "uint16" else "<u4")
+        for shard in self.manifest.streams[name]:
+            with open_regular_file(self.path / shard) as handle:
+                while block := handle.read(CHECK_CHUNK * dtype.itemsize):
+                    yield np.frombuffer(block, dtype=dtype)
+
+    def example_lengths(self, name: str) -> Iterator[np.ndarray]:
+        """The differences of consecutive offsets of `name` (each example's ids; a document's with its EOS),
+        a chunk at a time, by ordinary reads (see open_prepared)."""
+        previous = None
+        path = self.path / self.manifest.offsets[name]
+        with open_regular_file(path) as handle:
+            while block := handle.read(CHECK_CHUNK * OFFSET.itemsize):
+                chunk = np.frombuffer(block, dtype=OFFSET)
+                yield np.diff(chunk if previous is None else np.concatenate(([previous], chunk)))
+                previous = chunk[-1]
+
 
 def open_prepared(directory: Path, verify: bool = True) -> PreparedDir:
     """A prepared directory, checked (see the module docstring); `verify=False` skips the hashes and the
-    scans of every id and offset (for a directory this process has just checked)."""
+    scans of every id and offset (for a directory this process has just checked).
+
+    The scans read the files a chunk at a time through ordinary reads, each file once for its hash and
+    its checks together: a scan through the memory maps would leave every page of the corpus counted in
+    the process's resident memory."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     vocab_path = directory / VOCAB_FILE
@@ -192,7 +215,7 @@ def open_prepared(directory: Path, verify: bool = True) -> PreparedDir:
         raise UserError(f"{vocab_path}: not the vocabulary {directory / MANIFEST} was prepared with (its hash differs)")
     dtype = np.dtype("<u2" if manifest.dtype == "uint16" else "<u4")
     for name, record in manifest.files.items():
-        _check_file(directory / name, record, verify)
+        _check_size(directory / name, record)
     streams = {name: _stream(directory, shards, dtype, manifest) for name, shards in manifest.streams.items()}
     for name in manifest.stream_names():
         if len(streams[name]) != manifest.tokens[name]:
@@ -200,21 +223,33 @@ def open_prepared(directory: Path, verify: bool = True) -> PreparedDir:
                             f"says {manifest.tokens[name]:,}")
     offsets = {}
     for name, file in manifest.offsets.items():
-        offsets[name] = _offsets(directory / file, manifest.examples, len(streams["tokens" if name == "documents"
-                                                                                  else name]), name, verify)
+        length = len(streams["tokens" if name == "documents" else name])
+        offsets[name] = _offsets(directory / file, manifest.examples, length, name)
+        if verify:
+            _scan_offsets(directory / file, manifest.files[file], name)
     if verify:
-        for name, stream in streams.items():
-            _check_ids(stream, manifest.vocabulary.pieces, directory, name)
+        for name, shards in manifest.streams.items():
+            for shard in shards:
+                _scan_ids(directory / shard, manifest.files[shard], dtype, manifest.vocabulary.pieces, name)
     return PreparedDir(directory, manifest, proto, streams, offsets)
 
 
-def _check_file(path: Path, record: FileRecord, verify: bool) -> None:
+def _check_size(path: Path, record: FileRecord) -> None:
     with open_regular_file(path) as handle:
         size = handle.seek(0, 2)
     if size != record.bytes:
         raise UserError(f"{path}: {size:,} bytes, but its manifest says {record.bytes:,}: truncated or replaced; "
                         "prepare the data again")
-    if verify and file_sha256(path) != record.sha256:
+
+
+def _chunks(path: Path, record: FileRecord, dtype: np.dtype):
+    """The file's values a chunk at a time, by ordinary reads; its SHA-256 checked when they are all read."""
+    digest = hashlib.sha256()
+    with open_regular_file(path) as handle:
+        while block := handle.read(CHECK_CHUNK * dtype.itemsize):
+            digest.update(block)
+            yield np.frombuffer(block, dtype=dtype)
+    if digest.hexdigest() != record.sha256:
         raise UserError(f"{path}: corrupt (its SHA-256 differs from the manifest's); prepare the data again")
 
 
@@ -231,7 +266,7 @@ def _stream(directory: Path, shards: list[str], dtype: np.dtype, manifest: Manif
     return TokenStream(maps, np.array(starts, dtype=np.int64))
 
 
-def _offsets(path: Path, examples: int, stream_length: int, name: str, verify: bool) -> np.memmap:
+def _offsets(path: Path, examples: int, stream_length: int, name: str) -> np.memmap:
     size = path.stat().st_size
     count = examples + 1
     if size != count * OFFSET.itemsize:
@@ -242,20 +277,26 @@ def _offsets(path: Path, examples: int, stream_length: int, name: str, verify: b
     if int(offsets[0]) != 0 or int(offsets[-1]) != last_expected:
         raise UserError(f"{path}: the index does not match its shards (it spans {int(offsets[0])}..{int(offsets[-1])}, "
                         f"the {name} stream 0..{last_expected})")
-    if verify:
-        for start in range(0, count - 1, CHECK_CHUNK):
-            chunk = np.asarray(offsets[start:start + CHECK_CHUNK + 1])
-            if (np.diff(chunk) < (1 if name == "documents" else 0)).any():
-                raise UserError(f"{path}: the index does not match its shards (offsets decrease near example "
-                                f"{start + int(np.argmax(np.diff(chunk) < 0))})")
     return offsets
 
 
-def _check_ids(stream: TokenStream, pieces: int, directory: Path, name: str) -> None:
-    for shard, start in zip(stream.shards, stream.starts):
-        for at in range(0, len(shard), CHECK_CHUNK):
-            chunk = shard[at:at + CHECK_CHUNK]
-            if len(chunk) and int(chunk.max()) >= pieces:
-                raise UserError(f"{directory}: the {name} stream holds id {int(chunk.max())} at or near position "
-                                f"{int(start) + at + int(np.argmax(chunk >= pieces))}, beyond the vocabulary's "
-                                f"{pieces} pieces: corrupt, or prepared with another vocabulary")
+def _scan_offsets(path: Path, record: FileRecord, name: str) -> None:
+    """Offsets never decrease (a document holds at least one id besides its EOS: they increase)."""
+    least = 1 if name == "documents" else 0
+    previous, at = None, 0
+    for chunk in _chunks(path, record, OFFSET):
+        steps = np.diff(chunk) if previous is None else np.diff(np.concatenate(([previous], chunk)))
+        if len(steps) and (steps < least).any():
+            first = int(np.argmax(steps < least)) + (at if previous is None else at - 1)
+            raise UserError(f"{path}: the index does not match its shards (offsets decrease near example {first})")
+        previous, at = chunk[-1], at + len(chunk)
+
+
+def _scan_ids(path: Path, record: FileRecord, dtype: np.dtype, pieces: int, name: str) -> None:
+    at = 0
+    for chunk in _chunks(path, record, dtype):
+        if len(chunk) and int(chunk.max()) >= pieces:
+            raise UserError(f"{path}: the {name} stream holds id {int(chunk.max())} at or near position "
+                            f"{at + int(np.argmax(chunk >= pieces))} of this shard, beyond the vocabulary's {pieces} "
+                            "pieces: corrupt, or prepared with another vocabulary")
+        at += len(chunk)

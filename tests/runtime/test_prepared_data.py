@@ -93,6 +93,9 @@ def test_prepared_text_reads_back_as_the_text_encoded_directly_and_says_what_it_
     assert skipped.where == [f"{texts / 'a.txt'}:302: longer than 4,096 bytes",
                              f"{texts / 'a.txt'}:303: invalid UTF-8 (byte 0xe9 at column 4)"]
     assert manifest.sources[0].sha256 == file_sha256(texts / "a.txt")
+    counts = PreparedText(prepared, "blocks", 16, truncate=False).token_counts()      # the unigram baseline's
+    predicted = [i for ids in expected for i in (*ids, EOS)]
+    assert counts.tolist() == np.bincount(predicted, minlength=len(counts)).tolist()
 
 
 def test_prepared_pairs_read_back_aligned(texts, pairs_dir):
@@ -193,7 +196,7 @@ def test_ids_beyond_the_vocabulary_and_newer_formats_are_refused(text_dir, tmp_p
     ids[5] = 5000
     ids.tofile(shard)
     _rewrite_manifest(d, lambda m: m["files"]["tokens-00000.bin"].update(sha256=file_sha256(shard)))
-    with pytest.raises(UserError, match="holds id 5000 at or near position 5, beyond the vocabulary's 120 pieces"):
+    with pytest.raises(UserError, match="holds id 5000 at or near position 5 of this shard, beyond the vocabulary.s 120 pieces"):
         open_prepared(d)
     _rewrite_manifest(d, lambda m: m.update(version=2))
     with pytest.raises(UserError, match=r"prepared by a newer xspec \(format version 2\)"):
