@@ -333,6 +333,10 @@ def _vocab(spec, task: Task, run_dir: Path, context: distributed.Context, vocab_
                                         spec.data.vocab_model).model_proto
     vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / MODEL_FILE))
     if len(vocab) > spec.vocab_size:
+        if prepared is not None:
+            raise UserError(f"{prepared[0]}: the prepared data's vocabulary has {len(vocab)} pieces, but the model's "
+                            f"embedding has {spec.vocab_size} rows; prepare it with --vocab-size <= {spec.vocab_size}, "
+                            "or give the model a larger vocabulary")
         raise UserError(f"{run_dir / MODEL_FILE}: {len(vocab)} pieces, but the model's embedding "
                         f"has {spec.vocab_size} rows; set data.vocab_size <= {spec.vocab_size}")
     return vocab

@@ -211,6 +211,10 @@ def test_prepared_data_of_another_vocabulary_than_the_runs_is_refused(texts, tex
     assert code == 1 and "not the vocabulary the prepared data was made with" in err, err
     code, err = _run("train", LM, *SMALL_LM, "--data", f"{text_dir},{other}", "--no-test", "-o", str(tmp_path / "r2"))
     assert code == 1 and f"{other / MANIFEST}: prepared with another vocabulary than {text_dir}" in err, err
+    code, err = _run("train", LM, *SMALL_LM, "--set", "vocab=100", "--data", str(text_dir), "--no-test",
+                     "-o", str(tmp_path / "r4"))
+    assert code == 1 and f"{text_dir / 'sentencepiece.model'}: the prepared data's vocabulary has 120 pieces, but the " \
+        "model's embedding has 100 rows; prepare it with --vocab-size <= 100" in err, err
     code, err = _run("train", TINY, "--data", str(text_dir), "--no-test", "-o", str(tmp_path / "r3"))
     assert code == 1 and "a language model's text, but the model is a translation model" in err, err
 
