@@ -3,11 +3,8 @@ of its own, QK-norm, soft-capping and the scale, sliding windows and their ring-
 partial rotary and the frequency scalings (against Hugging Face's rope functions, a test-only oracle), and
 FlexAttention against the plain path."""
 
-import math
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 from xspec.compiler.prelude import DecoderCache, MultiHeadAttention, RMSNorm, RotaryEmbedding
 from float32 import assert_close

@@ -66,7 +66,10 @@ def _compare(overrides: dict, norm_first: bool) -> None:
     angle = position / torch.pow(10000.0, torch.arange(0, d, 2) / d)
     pe = torch.zeros(11, d)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
-    embed = lambda tokens: weight[tokens] * d ** 0.5 + pe[: tokens.size(1)]
+
+    def embed(tokens):
+        return weight[tokens] * d ** 0.5 + pe[: tokens.size(1)]
+
     causal = nn.Transformer.generate_square_subsequent_mask(7)
     hidden = ref(embed(src), embed(tgt), tgt_mask=causal, src_key_padding_mask=src_pad,
                  memory_key_padding_mask=src_pad, tgt_is_causal=True)

@@ -172,7 +172,7 @@ def test_router_choices_and_auxiliary_loss_equal_hugging_faces(name):
     layers = [layer for layer in model.decoder.layers if hasattr(layer.ffn, "moe")]
     assert len(layers) == len(out.router_logits)
     hidden = torch.randn(40, family.sizes[0]["d_model"])
-    for layer, hf_layer in zip(layers, [l for l in reference.model.layers if hasattr(l.mlp, "experts")]):
+    for layer, hf_layer in zip(layers, [hf for hf in reference.model.layers if hasattr(hf.mlp, "experts")]):
         router = getattr(hf_layer.mlp, "router", None) or hf_layer.mlp.gate
         _, hf_weights, hf_chosen = router(hidden)
         weights, chosen, _ = layer.ffn.moe.route(hidden)
