@@ -65,6 +65,9 @@ class _Prepared:
         """The longest example's length in a padded batch, from the manifest (within the model's limits)."""
         raise NotImplementedError
 
+    def summary(self, name: str) -> str:
+        raise NotImplementedError
+
     def _skipped_note(self) -> str:
         if not self.too_long:
             return ""
@@ -252,7 +255,8 @@ class Mixture:
 
     def token_counts(self) -> np.ndarray:
         """A language model's: how often each id is predicted, over every corpus (each counted once)."""
-        return sum(p.examples.token_counts() for p in self.parts)
+        counts = [p.examples.token_counts() for p in self.parts if isinstance(p.examples, PreparedText)]
+        return np.sum(counts, axis=0)
 
     def summary(self, name: str) -> str:
         lines = [p.examples.summary(f"{name} ({p.weight:.0%} of each window)") for p in self.parts]

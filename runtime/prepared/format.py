@@ -147,7 +147,7 @@ def _check_names(manifest: Manifest, path: Path) -> None:
 class TokenStream:
     """One stream of token ids over its shard files, read-only and memory-mapped: nothing is loaded."""
 
-    shards: list[np.memmap]
+    shards: list[np.ndarray]            # memory maps (an empty shard: an empty array)
     starts: np.ndarray                  # the stream position of each shard's first id, then the total
 
     def __len__(self) -> int:

@@ -55,7 +55,7 @@ class Line:
 
     number: int
     text: Optional[str]
-    problem: Optional[str] = None      # "empty", "too_long" or "invalid_utf8"
+    problem: str = ""                  # a skipped line's: "empty", "too_long" or "invalid_utf8"
     detail: str = ""
 
 
@@ -128,15 +128,13 @@ def aligned_lines(source: Path, target: Path, max_bytes: int, skips: Skips,
     while True:
         a, b = next(src, None), next(tgt, None)
         if a is None or b is None:
-            if a is not None or b is not None:
-                longer, shorter = (source, target) if a is not None else (target, source)
-                count = (a or b).number - 1
-                raise UserError(f"{shorter} has {count:,} lines but {longer} has more: source and target files must "
-                                "be aligned line by line")
+            longer, shorter, extra = (source, target, a) if a is not None else (target, source, b)
+            if extra is not None:
+                raise UserError(f"{shorter} has {extra.number - 1:,} lines but {longer} has more: source and target "
+                                "files must be aligned line by line")
             return
-        for line, path in ((a, source), (b, target)):
-            if line.text is None:
-                skips.note(line.problem, f"{path}:{line.number}: {line.detail or line.problem}")
-                break
-        else:
+        if a.text is not None and b.text is not None:
             yield a.text, b.text
+            continue
+        line, path = (a, source) if a.text is None else (b, target)
+        skips.note(line.problem, f"{path}:{line.number}: {line.detail or line.problem}")

@@ -23,15 +23,18 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
 from xspec.errors import UserError
 from xspec.runtime.prepared.format import (FORMAT, MANIFEST, OFFSET, SHARD_TOKENS, VERSION, VOCAB_FILE, FileRecord,
                                            Manifest, Skipped, SourceRecord, VocabularyRecord)
-from xspec.runtime.prepared.lines import Skips, aligned_lines, text_lines
+from xspec.runtime.prepared.lines import Digest, Skips, aligned_lines, text_lines
 from xspec.runtime.vocab import EOS, Vocab, train_vocab
+
+if TYPE_CHECKING:
+    import sentencepiece as spm
 
 CHUNK_LINES = 4096                  # lines a worker tokenizes at a time
 UINT16_PIECES = 1 << 16             # vocabularies up to this size store ids as uint16, larger ones as uint32
@@ -86,7 +89,7 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
         started = time.time()
         vocab, origin = _vocabulary(read, text_of, work, options, say)
         dtype = np.dtype("<u2" if len(vocab) <= UINT16_PIECES else "<u4")
-        skips, digests = Skips(), {}
+        skips, digests = Skips(), dict[Path, Digest]()
         writer = _TextWriter(work, dtype) if kind == "text" else _ParallelWriter(work, dtype)
         for encoded in _encode(read(skips, digests), vocab, kind, options):
             writer.add(encoded)
@@ -162,7 +165,7 @@ def _no_text(read: Callable):
 def _reservoir(lines: Iterable[str], size: int) -> tuple[list[str], int]:
     """A uniform sample of at most `size` of `lines` (Algorithm R, seeded: the same input gives the same
     sample), and how many lines there were."""
-    rng, sample, seen = random.Random(0), [], 0
+    rng, sample, seen = random.Random(0), list[str](), 0
     for seen, line in enumerate(lines, start=1):
         if len(sample) < size:
             sample.append(line)
@@ -221,7 +224,7 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
-_PROCESSOR = None
+_PROCESSOR: Optional["spm.SentencePieceProcessor"] = None     # a worker's, loaded once (_init_worker)
 
 
 def _init_worker(model_proto: bytes) -> None:
@@ -233,6 +236,7 @@ def _init_worker(model_proto: bytes) -> None:
 
 def _encode_chunk(task: tuple[str, list]) -> tuple:
     kind, chunk = task
+    assert _PROCESSOR is not None, "the worker's vocabulary is loaded by its initializer"
     if kind == "text":
         return _flat(_PROCESSOR.encode(chunk))
     sources, targets = _PROCESSOR.encode([s for s, _ in chunk]), _PROCESSOR.encode([t for _, t in chunk])
@@ -255,8 +259,8 @@ class _Shards:
         self.names: list[str] = []
         self.records: dict[str, FileRecord] = {}
         self.length = 0
-        self._handle = None
-        self._digest = None
+        self._handle: Optional[BinaryIO] = None
+        self._digest: Optional["hashlib._Hash"] = None
         self._in_shard = 0
 
     def write(self, ids: np.ndarray) -> None:
@@ -267,6 +271,7 @@ class _Shards:
             room = SHARD_TOKENS - self._in_shard
             piece, ids = ids[:room], ids[room:]
             data = piece.tobytes()
+            assert self._handle is not None and self._digest is not None
             self._handle.write(data)
             self._digest.update(data)
             self._in_shard += len(piece)
@@ -279,7 +284,7 @@ class _Shards:
         self._handle, self._digest, self._in_shard = open(self.folder / name, "wb"), hashlib.sha256(), 0
 
     def _finish(self) -> None:
-        if self._handle is not None:
+        if self._handle is not None and self._digest is not None:
             self._handle.close()
             name = self.names[-1]
             self.records[name] = FileRecord(bytes=self._in_shard * self.dtype.itemsize, sha256=self._digest.hexdigest())

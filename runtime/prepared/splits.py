@@ -78,7 +78,8 @@ def decoded_documents(dirs: list[PreparedDir]) -> list[str]:
 
 def decoded_pairs(dirs: list[PreparedDir]) -> tuple[list[str], list[str]]:
     """The sentence pairs of a prepared translation corpus, decoded (a validation or test split)."""
-    sources, targets = [], []
+    sources: list[str] = []
+    targets: list[str] = []
     for prepared in _bounded(dirs):
         vocab = Vocab.from_bytes(prepared.vocab_proto, str(prepared.path / VOCAB_FILE))
         for side, out in (("source", sources), ("target", targets)):
