@@ -5,7 +5,8 @@ docstrings and comments; this check makes that a verified property rather than a
 may contain only what the code generator emits:
 
   - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F`;
-  - classes copied from the prelude files (PRELUDES), identical to the prelude's own (compared as ASTs);
+  - classes copied from the prelude files (compiler/prune.py), each the prelude's own with some of its
+    feature-tagged statements left out (compared as ASTs);
   - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
     same statements) and return, over names they bind themselves, the module's classes, and
     `range`/`super` — no other builtin, and neither `torch` nor `math`; attributes only public ones
@@ -21,14 +22,11 @@ a GeneratedCodeError: a bug in the compiler, which must never run.
 from __future__ import annotations
 
 import ast
-import functools
 import math
-from pathlib import Path
 from types import CodeType
 
-# The files whose classes generated code may copy (compared as ASTs), in the order a module defines them.
-PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_attention.py",
-                                                              "prelude_experts.py"))
+from .prune import is_pruned_copy, prelude_classes
+
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 BUILTINS = frozenset({"range", "super"})
 LIBRARIES = frozenset({"nn", "F"})  # generated classes call nn.Linear, F.dropout...; torch and math: prelude only
@@ -38,16 +36,6 @@ COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
 
 class GeneratedCodeError(Exception):
     """The generated module contains something the code generator never emits."""
-
-
-@functools.cache
-def prelude_classes() -> dict[str, str]:
-    """Prelude class name -> its AST dump, for comparison with the copies in generated modules."""
-    classes = {}
-    for path in PRELUDES:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        classes |= {node.name: ast.dump(node) for node in tree.body if isinstance(node, ast.ClassDef)}
-    return classes
 
 
 def compile_checked(source: str, filename: str) -> CodeType:
@@ -70,7 +58,7 @@ def check_module(source: str) -> ast.Module:
                 _refuse(node, "an import other than math, torch, torch.nn and torch.nn.functional")
         elif isinstance(node, ast.ClassDef):
             if node.name in prelude_classes():
-                if ast.dump(node) != prelude_classes()[node.name]:
+                if not is_pruned_copy(prelude_classes()[node.name], node):
                     _refuse(node, f"class {node.name} differs from the prelude's")
             else:
                 _check_class(node, module_names)

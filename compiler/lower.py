@@ -12,40 +12,28 @@ before anything compiles or runs it.
 
 from __future__ import annotations
 
-import ast as pyast
-import functools
 import re
 
-from .codecheck import PRELUDES, check_module
+from .codecheck import check_module
 from .diagnostics import printable
 from .entries import DECODER, ENCODER
 from .forward import file_label, forward_lines, identifier, where
 from .ir import Instance
 from .names import class_name
 from .ops import OPS
+from .prune import prelude_classes
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
 
 INDENT = "    "
 
 
-@functools.cache
-def _prelude_classes() -> dict[str, str]:
-    """Class name -> source, read from the prelude files as text (compiling a spec does not import torch)."""
-    classes = {}
-    for path in PRELUDES:
-        text = path.read_text()
-        classes |= {node.name: pyast.get_source_segment(text, node) or ""
-                    for node in pyast.parse(text).body if isinstance(node, pyast.ClassDef)}
-    return classes
-
-
-def _preludes_used(code: str, always: set[str]) -> list[str]:
+def _preludes_used(code: str, always: set[str], features: frozenset[str]) -> list[str]:
     """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`), in the prelude's
-    order. Prelude classes construct none of each other (an attention's rotary embedding is built by the
-    generated code and passed in), so these are all the file needs."""
-    classes = _prelude_classes()
-    return [source for name, source in classes.items()
+    order, each cut to the `features` the model uses. Prelude classes construct none of each other (an
+    attention's rotary embedding is built by the generated code and passed in), so these are all the
+    file needs."""
+    return [prelude.source(features) for name, prelude in prelude_classes().items()
             if name in always or re.search(rf"(?<![\w.]){name}\b", code)]
 
 
@@ -69,15 +57,16 @@ class _Lowering:
         self.class_of: dict[str, str] = {}  # instance path -> class name
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.order: list[str] = []  # class sources in definition order
-        self.model_class = class_name(model.name, set(_prelude_classes()))
+        self.model_class = class_name(model.name, set(prelude_classes()))
 
     def module_source(self) -> str:
         root = self.validated.graph.root
         for child in root.children.values():
             self._define(child, child.name)
         model_class = self._model_class()
+        features = frozenset().union(*(OPS[node.op].features(node.attrs, node.inferred) for node in self.graph))
         preludes = _preludes_used("".join(self.order) + model_class,
-                                  {"DecoderCache"} if DECODER in root.children else set())
+                                  {"DecoderCache"} if DECODER in root.children else set(), features)
         parts = [self._header(), *preludes, *self.order, model_class]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
@@ -97,7 +86,7 @@ class _Lowering:
         name = self.classes.get(body)
         if name is None:
             # Not a name another class, a prelude class, the model class or the code's own names have.
-            name = class_name(base, {*self.classes.values(), *_prelude_classes(), self.model_class})
+            name = class_name(base, {*self.classes.values(), *prelude_classes(), self.model_class})
             self.classes[body] = name
             self.order.append(body.replace("{NAME}", name, 1))
         self.class_of[instance.path] = name

@@ -274,6 +274,19 @@ def _module(a: AttentionAttrs, i: Inferred) -> str:
     return f"MultiHeadAttention({i['d_model']!r}, {common}, {extra + ', ' if extra else ''}{roles})"
 
 
+def _features(a: AttentionAttrs, i: Inferred) -> frozenset[str]:
+    """The prelude code this attention runs beyond the plain path (the `# with:` tags of
+    prelude_attention.py and of the decoder cache)."""
+    used = {name for name in ("alibi", "window", "softcap", "sinks", "causal") if getattr(a, name) not in
+            (False, None)}
+    if a.rotary:
+        used |= {"rotary", f"rotary_{a.rotary_scaling}"}
+    if a.qk_norm != "none":
+        used.add("qk_norm")
+    used |= {"append": {"cache"}, "static": {"cross_cache"}}.get(str(i.get("kv_cache")), set())
+    return frozenset(used)
+
+
 def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
     """Derived tables: rotary's inverse frequencies, ALiBi's slopes."""
     buffers: dict[str, tuple[int, ...]] = {}
@@ -329,7 +342,7 @@ ATTENTION = OpDef(
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
-    flops=_flops, saved=_saved,
+    flops=_flops, saved=_saved, features=_features,
 )
 
 

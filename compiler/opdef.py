@@ -65,6 +65,9 @@ class OpDef:
     # the last forward into a training loss of the model's own (a mixture of experts' load balancing); the
     # generated model then has an `auxiliary_loss()` method.
     auxiliary_loss: str = ""
+    # The prelude code it needs beyond the plain path: features that keep statements tagged
+    # `# with: FEATURE` in the prelude classes a generated file copies (compiler/prune.py).
+    features: Callable[[Attrs, Inferred], frozenset[str]] = lambda a, i: frozenset()
     # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
     # the module that makes the logits (the pre-softmax projection) look through it.
     elementwise: bool = False
