@@ -40,6 +40,9 @@ class Node:
     cached: bool = False             # in the decoder, where positions and attention continue from the cache
     shape: Optional["TensorType"] = None           # inferred by validation
     inferred: dict[str, object] = field(default_factory=dict)  # facts the shape rule derives
+    # Attributes the spec wrote as parameters: their expression over the generated config
+    # (`config.d_ff`), which generated code writes instead of the value (compiler/config.py).
+    sources: dict[str, str] = field(default_factory=dict)
 
     def attributes(self) -> dict[str, object]:
         """The node as networkx attribute data (docs/graph.md)."""

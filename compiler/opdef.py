@@ -5,7 +5,7 @@ their own, which imports this one; ops.py registers every entry in the one table
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +18,18 @@ class Attrs(BaseModel):
 
 class NoAttrs(Attrs):
     pass
+
+
+class Written(Protocol):
+    """How generated code writes a module's constructor arguments (compiler/lower.py)."""
+
+    def attr(self, name: str) -> str:
+        """The attribute as the spec wrote it over the config (`config.d_ff`), else its value."""
+        ...
+
+    def size(self, value: object) -> str:
+        """An inferred size: the config's parameter of that value (`config.d_model`), else the value."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -39,10 +51,14 @@ class OpDef:
     attrs: type[Attrs]
     infer: Callable[[Shapes, Attrs], tuple[TensorType, Inferred]]
     params: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]]  # learned tensors, by attribute name
-    # Lowering. `module` builds the nn.Module (None: a plain function of its inputs); `call` is the
-    # forward expression, given the module's attribute name, the inputs' code and the cache's code.
-    module: Optional[Callable[[Attrs, Inferred], str]]
+    # Lowering. `module` builds the nn.Module (None: a plain function of its inputs), its arguments
+    # written as the spec wrote them (`Written`); `call` is the forward expression, given the module's
+    # attribute name, the inputs' code and the cache's code.
+    module: Optional[Callable[[Attrs, Inferred, Written], str]]
     call: Callable[[str, dict[str, str], Attrs, Optional[str]], str]
+    # An op without weights that generated code calls through a module of no state (nn.Dropout), which
+    # the class whose forward calls it holds, named after the spec's parameter: its constructor.
+    holder: Optional[Callable[[Attrs, Written], str]] = None
     uses_cache: bool = False  # positions and attention continue from the decoder cache
     title: str = ""  # diagrams: the box's title (the paper's words where it has them, Figure 1)
     details: Callable[[Attrs, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes
@@ -89,8 +105,3 @@ def linear_params(prefix: str, n_in: int, n_out: int, bias: bool) -> dict[str, t
     if bias:
         params[f"{prefix}bias"] = (n_out,)
     return params
-
-
-def keywords(**values: object) -> str:
-    """`name=repr(value)` for each, joined: constructor arguments of generated code (only literals)."""
-    return ", ".join(f"{name}={value!r}" for name, value in values.items())

@@ -152,7 +152,8 @@ OPS: dict[str, OpDef] = {
             name="embedding", doc="token embedding, times `scale` (§3.4)", family="embedding",
             inputs=(Input("tokens"),), attrs=EmbeddingAttrs, infer=_embedding_shape,
             params=lambda a, i: {"weight": (a.vocab, a.dim)},
-            module=lambda a, i: f"Embedding({a.vocab!r}, {a.dim!r}, scale={a.scale!r})",
+            module=lambda a, i, w: f"Embedding({w.attr('vocab')}, {w.attr('dim')}"
+                                   + (f", scale={w.attr('scale')})" if a.scale != 1 else ")"),
             call=_call_module, title="Embedding", facts=lambda a, i: {"d_model": a.dim, "vocab": a.vocab},
             details=lambda a, i: [f"{a.vocab} × {a.dim}"] + ([f"scaled by {_scale_text(a.scale)}"] if a.scale != 1
                                                              else []),
@@ -162,7 +163,7 @@ OPS: dict[str, OpDef] = {
             doc="PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5)",
             family="position", inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=_no_params,
-            module=lambda a, i: f"SinusoidalPositions({i['dim']!r}, max_len={a.max_len!r})",
+            module=lambda a, i, w: f"SinusoidalPositions({w.size(i['dim'])}, {w.attr('max_len')})",
             call=_call_with_cache, uses_cache=True,
             buffers=lambda a, i: {"table": (a.max_len, _size(i, "dim"))},
             title="Positional Encoding", details=lambda a, i: [f"sinusoidal, max_len {a.max_len}"],
@@ -172,7 +173,7 @@ OPS: dict[str, OpDef] = {
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",
             family="position", inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=lambda a, i: {"weight": (a.max_len, _size(i, "dim"))},
-            module=lambda a, i: f"LearnedPositions({i['dim']!r}, max_len={a.max_len!r})",
+            module=lambda a, i, w: f"LearnedPositions({w.size(i['dim'])}, {w.attr('max_len')})",
             call=_call_with_cache, uses_cache=True,
             title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "learned"},
@@ -181,7 +182,8 @@ OPS: dict[str, OpDef] = {
             name="linear", doc="x W + b", family="feed_forward",
             inputs=(Input("x"),), attrs=LinearAttrs, infer=_linear_shape,
             params=lambda a, i: _linear_params("", _size(i, "in_features"), a.out, a.bias),
-            module=lambda a, i: f"nn.Linear({i['in_features']!r}, {a.out!r}, bias={a.bias!r})",
+            module=lambda a, i, w: f"nn.Linear({w.size(i['in_features'])}, {w.attr('out')}"
+                                   + ("" if a.bias else ", bias=False") + ")",
             call=_call_module, title="Linear",
             flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * _size(i, "in_features") * a.out},
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
@@ -190,7 +192,9 @@ OPS: dict[str, OpDef] = {
             name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family="norm",
             inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),), **({"bias": (_size(i, "dim"),)} if a.bias else {})},
-            module=lambda a, i: f"nn.LayerNorm({i['dim']!r}, eps={a.eps!r}, bias={a.bias!r})",
+            module=lambda a, i, w: f"nn.LayerNorm({w.size(i['dim'])}"
+                                   + ("" if a.eps == 1e-5 else f", eps={w.attr('eps')}")
+                                   + ("" if a.bias else ", bias=False") + ")",
             call=_call_module, title="Layer Norm", details=lambda a, i: [] if a.bias else ["no bias"],
         ),
         OpDef(
@@ -198,8 +202,9 @@ OPS: dict[str, OpDef] = {
                                  "2019); with offset, * (offset + g) (Gemma's 1 + g)",
             family="norm", inputs=(Input("x"),), attrs=RMSNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),)},
-            module=lambda a, i: (f"nn.RMSNorm({i['dim']!r}, eps={a.eps!r})" if a.offset == 0 else
-                                 f"RMSNorm({i['dim']!r}, eps={a.eps!r}, offset={a.offset!r})"),
+            module=lambda a, i, w: (f"nn.RMSNorm({w.size(i['dim'])}, eps={w.attr('eps')})" if a.offset == 0
+                                    else f"RMSNorm({w.size(i['dim'])}, eps={w.attr('eps')}, "
+                                         f"offset={w.attr('offset')})"),
             call=_call_module, title="RMS Norm", details=lambda a, i: [f"× ({a.offset:g} + w)"] if a.offset else [],
         ),
         ATTENTION,
@@ -207,7 +212,7 @@ OPS: dict[str, OpDef] = {
         OpDef(
             name="dropout", doc="dropout (§5.4: residual dropout)", family="regularization",
             inputs=(Input("x"),), attrs=DropoutAttrs, infer=_same, params=_no_params, module=None,
-            call=lambda t, i, a, c: f"F.dropout({i['x']}, p={a.p!r}, training=self.training)",
+            holder=lambda a, w: f"nn.Dropout({w.attr('p')})", call=lambda t, i, a, c: f"self.{t}({i['x']})",
             title="Dropout", details=lambda a, i: [f"p = {a.p:g}"], facts=lambda a, i: {"dropout": a.p},
             elementwise=True,
         ),

@@ -4,7 +4,8 @@ Attention and the mixture of experts have files of their own (prelude_attention.
 prelude_experts.py; codecheck.PRELUDES lists them all).
 
 A statement whose first line ends in `# with: FEATURE, ...` serves those features only: a generated
-file keeps it where its spec uses one of them (compiler/prune.py), else leaves it out."""
+file keeps it where its spec uses one of them (compiler/prune.py), else leaves it out. `diagrams`
+code is never copied: tools call it from here on generated modules."""
 
 import math
 
@@ -17,15 +18,10 @@ from .prelude_experts import MixtureOfExperts  # noqa: F401 (for the tests)
 
 
 class DecoderCache:
-    """What the decoder keeps between steps when it decodes one token at a time.
-
-    Self-attention keys and values are written in place into buffers allocated once per module,
-    [rows, heads, capacity, d] (batch-first, so `reorder` can follow beam search's choice of rows);
-    the capacity doubles when a decode outgrows it, so a step neither concatenates nor allocates.
-    `reorder(index)` gathers the cached positions of the rows into a second buffer of the same size
-    and swaps the two. Keys and values of the encoder memory are computed once per memory tensor:
-    pass the same tensor while the batch holds the same sentences.
-    """
+    """What the decoder keeps between steps when it decodes one token at a time: self-attention's
+    keys and values, written in place into buffers [rows, heads, capacity, d] whose capacity
+    doubles when outgrown; `reorder` follows beam search's choice of rows. The encoder memory's
+    keys and values are computed once per memory tensor."""
 
     def __init__(self, capacity=64):
         self.length = 0  # target positions already decoded

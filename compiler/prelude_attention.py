@@ -96,16 +96,10 @@ class RotaryEmbedding(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O,
-    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2),
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2.1).
-
-    kv_cache says what a DecoderCache keeps: "append" (self-attention: keys and values grow a step
-    at a time) or "static" (attention over the encoder output: computed once). self_attention: the
-    keys are the queries, so without a cache both have the same positions. The newer family's
-    options (grouped queries, rotary, ALiBi, QK-norm, windows, soft caps, sinks) are listed in
-    compiler/op_attention.py; a generated file keeps the code of those its spec uses.
-    """
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A DecoderCache keeps keys and values
+    a step at a time (kv_cache "append") or the encoder output's once ("static"). The newer options
+    are listed in compiler/op_attention.py."""
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
                  bias=True, kv_heads=None, rotary=None, alibi=False, q_norm=None, k_norm=None,
@@ -145,15 +139,12 @@ class MultiHeadAttention(nn.Module):
         slopes += above[: heads - below]
         return torch.tensor(slopes)
 
-    def _split(self, x, heads, d):
-        return x.unflatten(-1, (heads, d)).transpose(1, 2)  # [B, T, h*d] -> [B, h, T, d]
-
     def _project(self, x, projection, norm, heads, d):
-        """x projected, normalized (QK-norm) and split into heads: [B, heads, T, d]."""
+        """x projected, normalized (QK-norm) and split into heads: [B, T, h*d] -> [B, h, T, d]."""
         x = projection(x)
         if norm is not None and not self.norm_per_head:  # with: qk_norm
             x = norm(x)
-        x = self._split(x, heads, d)
+        x = x.unflatten(-1, (heads, d)).transpose(1, 2)
         if norm is not None and self.norm_per_head:  # with: qk_norm
             x = norm(x)
         return x
@@ -164,7 +155,7 @@ class MultiHeadAttention(nn.Module):
             if kept is not None and kept[0] is key and kept[1] is value:
                 return kept[2], kept[3]
         k = self._project(key, self.k_proj, self.k_norm, self.kv_heads, self.d_k)
-        v = self._split(self.v_proj(value), self.kv_heads, self.d_v)
+        v = self._project(value, self.v_proj, None, self.kv_heads, self.d_v)
         if self.rotary is not None:  # with: rotary
             k = self.rotary(k, start)  # cached keys keep their rotation
         if cache is not None and self.kv_cache == "append":  # with: cache
@@ -176,8 +167,7 @@ class MultiHeadAttention(nn.Module):
     def _prepare(self, query, key, value, padding_mask, cache):
         """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending
         is allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
-        # Positions already in the cache: where this call's queries (and new keys) start.
-        start = cache.past(self) if cache is not None else 0
+        start = cache.past(self) if cache is not None else 0  # the position of the first query
         q = self._project(query, self.q_proj, self.q_norm, self.heads, self.d_k)  # [B, h, Tq, d_k]
         if self.rotary is not None:  # with: rotary
             q = self.rotary(q, start)
@@ -185,13 +175,11 @@ class MultiHeadAttention(nn.Module):
         mask = None
         if padding_mask is not None:
             mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where keys may be seen
-        # Decided from static facts only, never from sizes (torch.compile cannot branch on a
-        # symbolic size): self-attention over the whole sequence uses SDPA's own causal mask.
+        # From static facts only (torch.compile cannot branch on a symbolic size).
         is_causal = self.causal and self.self_attention and cache is None and mask is None
         if self.alibi or self.window is not None:  # with: alibi, window
             is_causal = False  # their masks are built here
-        # One new query (a decoding step) is the last position: it sees every key the cache returns
-        # (a windowed cache returns only those within the window), so no mask is built.
+        # One new query (a decoding step) sees every key the cache returns: no mask.
         if self.causal and not is_causal and not (cache is not None and q.size(2) == 1):  # with: causal
             # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
             past = k.size(2) - q.size(2)
@@ -248,7 +236,7 @@ class MultiHeadAttention(nn.Module):
                             training=self.training)
         return (weights.unflatten(1, (self.kv_heads, -1)) @ v.unsqueeze(2)).flatten(1, 2)
 
-    def _probabilities(self, q, k, mask, is_causal):
+    def _probabilities(self, q, k, mask, is_causal):  # with: softcap, sinks, window, diagrams
         """softmax(cap(Q K^T * scale) + bias), masked, the sinks in its denominator:
         [B, h, Tq, Tk]. Query heads share their key head without copying it (grouped as
         [B, kv_h, h / kv_h, ...])."""
@@ -318,9 +306,11 @@ class MultiHeadAttention(nn.Module):
 
     kernel_cache = None  # with: softcap, sinks, window
 
-    def weights(self, query, key, value, padding_mask=None):
+    def weights(self, query, key, value, padding_mask=None):  # with: diagrams
         """The attention weights forward computes (softmax of the scaled, capped, biased scores,
         masked as forward masks them, sinks in the denominator) per head, for diagrams; without
-        dropout or a cache: [B, h, Tq, Tk]."""
+        dropout or a cache: [B, h, Tq, Tk]. Generated files leave it out: `xspec viz` calls it from
+        here on their modules (`MultiHeadAttention.weights(module, ...)`), whose attributes are
+        this class's."""
         q, k, _, mask, is_causal = self._prepare(query, key, value, padding_mask, None)
-        return self._probabilities(q, k, mask, is_causal)
+        return MultiHeadAttention._probabilities(self, q, k, mask, is_causal)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from xspec.compiler.graph import input_sources
+from xspec.compiler.prelude import MultiHeadAttention
 from xspec.compiler.ops import OPS
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
@@ -101,7 +102,9 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
 def _recorder(name: str, captured: dict[str, torch.Tensor]):
     def hook(module, args, kwargs, output):
         query, key, value = args[:3]
-        captured[name] = module.weights(query, key, value, kwargs.get("padding_mask"))[0]
+        padding = args[3] if len(args) > 3 else kwargs.get("padding_mask")
+        # A generated module's class is the prelude's less what its spec does not use, weights() too.
+        captured[name] = MultiHeadAttention.weights(module, query, key, value, padding)[0]
     return hook
 
 
