@@ -25,7 +25,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from .opdef import Attrs, Inferred, Input, OpDef, Shapes, Written, linear_params, size
+from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
 from .shapes import ShapeError, TensorType, concrete_last, require
 
 # "default": none, the name checkpoints give it (rope_type).
@@ -358,7 +358,7 @@ def _details(a: AttentionAttrs, i: Inferred) -> list[str]:
 ATTENTION = OpDef(
     name="attention",
     doc="multi-head scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1-3.2.2)",
-    family="attention",
+    family=Family.ATTENTION,
     inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True)),
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,

@@ -21,7 +21,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from .opdef import Attrs, Inferred, Input, OpDef, Shapes, Written, size
+from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, size
 from .shapes import TensorType, concrete_last, require
 
 GLU_NAMES = {"silu": "SwiGLU", "gelu_tanh": "GeGLU", "clamped_swiglu": "clamped SwiGLU"}
@@ -131,7 +131,7 @@ def _details(a: ExpertsAttrs, i: Inferred) -> list[str]:
 EXPERTS = OpDef(
     name="moe", doc="a router choosing top_k of `experts` gated feed-forward experts per token, their outputs "
                     "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
-    family="experts", inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
+    family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
     inactive=_inactive, auxiliary_loss="MixtureOfExperts",
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},

@@ -5,6 +5,7 @@ their own, which imports this one; ops.py registers every entry in the one table
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Callable, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +19,32 @@ class Attrs(BaseModel):
 
 class NoAttrs(Attrs):
     pass
+
+
+class Family(str, Enum):
+    """What kind of op it is: diagrams colour and group boxes by it, reports look for it. A str, so
+    it prints, hashes and serializes as its value ("attention")."""
+
+    ATTENTION = "attention"
+    FEED_FORWARD = "feed_forward"
+    EXPERTS = "experts"
+    NORM = "norm"
+    EMBEDDING = "embedding"
+    POSITION = "position"
+    ACTIVATION = "activation"
+    RESIDUAL = "residual"
+    REGULARIZATION = "regularization"
+    ELEMENTWISE = "elementwise"
+    IO = "io"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    def __hash__(self) -> int:
+        return hash(str(self.value))
 
 
 class Written(Protocol):
@@ -46,7 +73,7 @@ Shapes = dict[str, TensorType]
 class OpDef:
     name: str
     doc: str  # what it computes, with the paper section
-    family: str  # for diagrams: attention, feed_forward, norm, embedding, position, ...
+    family: Family  # for diagrams and reports: attention, feed_forward, norm, embedding, ...
     inputs: tuple[Input, ...]
     attrs: type[Attrs]
     infer: Callable[[Shapes, Attrs], tuple[TensorType, Inferred]]

@@ -74,9 +74,10 @@ class CompiledSpec:
 
     @cached_property
     def max_positions(self) -> Optional[int]:
+        from xspec.compiler.opdef import Family
         from xspec.compiler.ops import OPS  # loaded with the compiler, which has run
 
-        lengths = [node.attrs.max_len for node in self.ops if OPS[node.op].family == "position"]
+        lengths = [node.attrs.max_len for node in self.ops if OPS[node.op].family == Family.POSITION]
         return min(lengths) if lengths else None
 
     @cached_property

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Union
 
 from xspec.compiler.ops import OPS
+from xspec.compiler.opdef import Family
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -66,7 +67,7 @@ def _ffn_widths(graph) -> list[int]:
     """§3.3: the inner width of a feed-forward network is the output of the linear that feeds its activation."""
     widths = []
     for node, data in graph.nodes(data=True):
-        if OPS[data["op"]].family == "feed_forward" and any(OPS[graph.nodes[s]["op"]].family == "activation"
+        if OPS[data["op"]].family == Family.FEED_FORWARD and any(OPS[graph.nodes[s]["op"]].family == Family.ACTIVATION
                                                             for s in graph.successors(node)):
             widths.append(data["attrs"].out)
         widths += [width for key, width in OPS[data["op"]].facts(data["attrs"], data["inferred"]).items()

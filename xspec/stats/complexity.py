@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xspec.compiler.ops import OPS
+from xspec.compiler.opdef import Family
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -36,7 +37,7 @@ def attention_kinds(spec: CompiledSpec) -> dict[str, list[str]]:
     validation recorded on each."""
     kinds: dict[str, list[str]] = {}
     for node, data in spec.graph.nodes(data=True):
-        if OPS[data["op"]].family != "attention":
+        if OPS[data["op"]].family != Family.ATTENTION:
             continue
         if not data["inferred"]["self_attention"]:
             kind = "encoder-decoder attention"

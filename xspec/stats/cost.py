@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Mapping, Union
 from xspec.compiler.graph import input_sources
 from xspec.compiler.ops import OPS
 from xspec.compiler.shapes import BATCH, TensorType
+from xspec.compiler.opdef import Family
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -104,7 +105,7 @@ def is_generator(graph, node: str) -> bool:
     while pending:
         op = OPS[graph.nodes[pending[-1]]["op"]]
         successor = pending.pop()
-        if op.family == "io":
+        if op.family == Family.IO:
             return True
         if op.elementwise and graph.in_degree(successor) == 1:
             pending += graph.successors(successor)
@@ -155,7 +156,7 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
     graph = spec.graph
     total = 0
     for node, data in graph.nodes(data=True):
-        if OPS[data["op"]].family == "io" or data["shape"].dtype != "float":
+        if OPS[data["op"]].family == Family.IO or data["shape"].dtype != "float":
             continue
         total += _size(data["shape"], batch, length)
         total += batch * OPS[data["op"]].saved(data["attrs"], data["inferred"], *_node_positions(graph, node, length))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from xspec.compiler.ops import OPS
 from xspec.stats.cost import is_generator, stack_of
+from xspec.compiler.opdef import Family
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -31,9 +32,9 @@ def component(graph, node: str, tensor: str) -> str:
     if family in _BY_FAMILY:
         return _BY_FAMILY[family]
     part = "biases" if tensor.rsplit(".", 1)[-1] == "bias" else "weights"
-    if family == "attention":
+    if family == Family.ATTENTION:
         return f"attention {part}"
-    if family == "feed_forward":
+    if family == Family.FEED_FORWARD:
         return f"pre-softmax {part}" if is_generator(graph, node) else f"feed-forward {part}"
     return f"other {family} {part}"         # an op family the paper's model does not have
 

@@ -23,6 +23,7 @@ from xspec.runtime.beam_search import beam_search
 from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
 from xspec.runtime.tasks import max_sequence_tokens
 from xspec.runtime.vocab import BOS, EOS, PAD, Vocab
+from xspec.compiler.opdef import Family
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -57,7 +58,7 @@ def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
     """Every attention op, read off the graph (all layers), in the order the model runs them."""
     sites = []
     for node, data in spec.graph.nodes(data=True):
-        if OPS[data["op"]].family != "attention":
+        if OPS[data["op"]].family != Family.ATTENTION:
             continue
         sources = input_sources(spec.graph, node)
         entry = data["scope"].split(".")[0]

@@ -17,6 +17,7 @@ from xspec.compiler.entries import LOGITS
 from xspec.compiler.ops import OPS
 
 from .view import Unit, View, build_view
+from xspec.compiler.opdef import Family
 
 @dataclass
 class Label:
@@ -25,7 +26,7 @@ class Label:
     shape: Optional[str] = None  # output shape with symbolic dims: "batch × src_len × 512"
     params: Optional[str] = None
     notes: list[str] = field(default_factory=list)  # folded ops, tied weights
-    family: str = "io"  # picks the colour
+    family: Family = Family.IO  # picks the colour
 
 
 def unit_label(view: View, unit: Unit) -> Label:
@@ -35,7 +36,7 @@ def unit_label(view: View, unit: Unit) -> Label:
     elif unit.kind == "block":
         label = _block_label(view, unit)
     elif unit.kind == "add_norm":
-        label = Label("Add & Norm", family="norm")  # §3.1: LayerNorm(x + Sublayer(x))
+        label = Label("Add & Norm", family=Family.NORM)  # §3.1: LayerNorm(x + Sublayer(x))
     else:
         label = op_label(graph, unit.ops[0])
     label.shape = format_shape(graph.nodes[last]["shape"])
@@ -49,13 +50,13 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
     data = graph.nodes[node]
     op, attrs = data["op"], data["attrs"]
     family = OPS[op].family
-    if family == "attention":
+    if family == Family.ATTENTION:
         return _attention_label(graph, node)
-    if family == "io" and attrs.kind != "output":
+    if family == Family.IO and attrs.kind != "output":
         return Label(f"{attrs.name}", [attrs.kind], family=family)
-    if family == "io":
+    if family == Family.IO:
         if node == LOGITS.node:  # §3.4: the decoder output goes through a softmax
-            return Label("Softmax", ["output probabilities (in the loss and search)"], family="activation")
+            return Label("Softmax", ["output probabilities (in the loss and search)"], family=Family.ACTIVATION)
         return Label(attrs.name, ["model output"], family=family)
     entry = OPS[op]
     return Label(entry.title or op, entry.details(attrs, data["inferred"]), family=family)
@@ -67,7 +68,7 @@ def _attention_label(graph: nx.DiGraph, node: str) -> Label:
     title = f"Masked {entry.title}" if attrs.causal else entry.title  # §3.2.3
     first, *rest = entry.details(attrs, graph.nodes[node]["inferred"])
     kind = _attention_kind(graph, node, sources) + (", padding mask" if "mask" in sources else "")
-    return Label(title, [first, kind, *rest], family="attention")
+    return Label(title, [first, kind, *rest], family=Family.ATTENTION)
 
 
 def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> str:
@@ -84,14 +85,14 @@ def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> st
 def _block_label(view: View, unit: Unit) -> Label:
     """A block of linear layers and activations: the position-wise feed-forward network (§3.3)."""
     nodes = [view.graph.nodes[n] for n in unit.ops]
-    linears = [d for d in nodes if OPS[d["op"]].family == "feed_forward"]
+    linears = [d for d in nodes if OPS[d["op"]].family == Family.FEED_FORWARD]
     widths = ", ".join(dict.fromkeys(str(d["attrs"].out) for d in linears[:-1]))  # a GLU's two: once
     activations = ", ".join(_activation_title(view.graph, n) for n in unit.ops
-                            if OPS[view.graph.nodes[n]["op"]].family == "activation")
+                            if OPS[view.graph.nodes[n]["op"]].family == Family.ACTIVATION)
     details = [f"d_ff = {widths}" if widths else f"{len(linears)} linear"]
     if activations:
         details[0] += f", {activations}"
-    return Label("Feed Forward", details, family="feed_forward")
+    return Label("Feed Forward", details, family=Family.FEED_FORWARD)
 
 
 def _activation_title(graph: nx.DiGraph, node: str) -> str:
@@ -102,7 +103,8 @@ def _activation_title(graph: nx.DiGraph, node: str) -> str:
 
 
 # The colour of a collapsed block: its most characteristic op family.
-_FAMILY_PRIORITY = ("attention", "experts", "feed_forward", "embedding", "position", "norm", "activation")
+_FAMILY_PRIORITY = (Family.ATTENTION, Family.EXPERTS, Family.FEED_FORWARD, Family.EMBEDDING, Family.POSITION,
+                    Family.NORM, Family.ACTIVATION)
 _SUBLAYER_ENDS = ("Add & Norm", "Add")
 
 
@@ -112,7 +114,7 @@ def _collapsed_label(view: View, unit: Unit) -> Label:
     boxes = [u for uid, u in inner.units.items() if _inside(inner, uid, unit.instance)]
     titles = [unit_label_title(inner, u) for u in boxes]
     families = {unit_label(inner, u).family for u in boxes}
-    family = next((f for f in _FAMILY_PRIORITY if f in families), "io")
+    family = next((f for f in _FAMILY_PRIORITY if f in families), Family.IO)
     if unit.kind == "stack":
         name = unit.instance.rsplit(".", 1)[-1]
         return Label(f"{view.frames_count(unit.instance)}× {name}", _sublayer_lines(titles), family=family)
@@ -178,7 +180,7 @@ def _module_of(tensor: str) -> str:
 
 def _folded_note(graph: nx.DiGraph, node: str) -> str:
     data = graph.nodes[node]
-    if OPS[data["op"]].family == "regularization":
+    if OPS[data["op"]].family == Family.REGULARIZATION:
         return f"dropout {data['attrs'].p:g} on output"  # §5.4: residual dropout
     return OPS[data["op"]].title or data["op"]
 

@@ -25,6 +25,7 @@ import networkx as nx
 
 from xspec.compiler.graph import input_sources
 from xspec.compiler.ops import OPS
+from xspec.compiler.opdef import Family
 
 if TYPE_CHECKING:
     from xspec.compiler.ir import Instance
@@ -34,9 +35,9 @@ DEPTHS = ("1", "2", "full")
 
 # Ops that a residual connection skips around: a skip around only a positional encoding (the
 # embeddings' "e + positions(e)") is not a residual connection.
-_SUBLAYER_FAMILIES = frozenset({"attention", "feed_forward", "norm", "activation"})
+_SUBLAYER_FAMILIES = frozenset({Family.ATTENTION, Family.FEED_FORWARD, Family.NORM, Family.ACTIVATION})
 # A block made only of these is a position-wise feed-forward network, drawn as one box at depth 2.
-_DENSE_FAMILIES = frozenset({"feed_forward", "activation", "regularization", "elementwise"})
+_DENSE_FAMILIES = frozenset({Family.FEED_FORWARD, Family.ACTIVATION, Family.REGULARIZATION, Family.ELEMENTWISE})
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _is_hidden_io(graph: nx.DiGraph, node: str) -> bool:
     """Figure 1 draws neither the padding masks (attention boxes say they use one) nor an output
     that other ops also read (the encoder output, drawn as the arrow into cross-attention)."""
     data = graph.nodes[node] if node in graph else None
-    if data is None or family(graph, node) != "io":
+    if data is None or family(graph, node) != Family.IO:
         return False
     if data["attrs"].kind != "output":
         return data["attrs"].kind == "mask"
@@ -265,7 +266,7 @@ def _assign_units(graph: nx.DiGraph, instances: dict, depth: str) -> tuple[dict[
 def _place(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], instances: dict,
            dense: set[str]) -> _Placement:
     data = graph.nodes[node]
-    if family(graph, node) == "io" or depth == "full":
+    if family(graph, node) == Family.IO or depth == "full":
         return _Placement(node)
     if depth == "1":
         block = _entry_child(data["scope"], instances)
@@ -274,9 +275,9 @@ def _place(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], in
     if data["scope"] in dense:
         return _Placement(data["scope"], "block", data["scope"])
     producer = _single_producer(graph, node)
-    if family(graph, node) == "regularization" and producer is not None and family(graph, producer) != "io":
+    if family(graph, node) == Family.REGULARIZATION and producer is not None and family(graph, producer) != Family.IO:
         return _Placement(unit_of[producer], folded=True)  # §5.4: dropout on a sublayer's output
-    if family(graph, node) == "norm" and producer is not None and _is_post_norm(graph, producer, node):
+    if family(graph, node) == Family.NORM and producer is not None and _is_post_norm(graph, producer, node):
         return _Placement(unit_of[producer], "add_norm")  # §3.1: LayerNorm(x + Sublayer(x))
     return _Placement(node)
 
@@ -301,7 +302,7 @@ def _dense_blocks(graph: nx.DiGraph, instances: dict) -> set[str]:
         if instance is None or instance.kind != "block" or any(c.kind != "op" for c in instance.children.values()):
             continue
         families = {OPS[op].family for op in ops}
-        if families <= _DENSE_FAMILIES and sum(OPS[op].family != "regularization" for op in ops) >= 2:
+        if families <= _DENSE_FAMILIES and sum(OPS[op].family != Family.REGULARIZATION for op in ops) >= 2:
             dense.add(path)
     return dense
 
@@ -313,7 +314,7 @@ def _single_producer(graph: nx.DiGraph, node: str) -> Optional[str]:
 
 def _is_post_norm(graph: nx.DiGraph, add: str, norm: str) -> bool:
     """An add whose only reader is this norm, in the same block: one "Add & Norm" box."""
-    return (family(graph, add) == "residual" and list(graph.successors(add)) == [norm]
+    return (family(graph, add) == Family.RESIDUAL and list(graph.successors(add)) == [norm]
             and graph.nodes[add]["scope"] == graph.nodes[norm]["scope"])
 
 
@@ -338,13 +339,13 @@ def residual_sources(graph: nx.DiGraph, add: str) -> set[str]:
 
 def edge_role(graph: nx.DiGraph, src: str, dst: str) -> str:
     ports = graph.edges[src, dst]["ports"]
-    if family(graph, src) == "io" and graph.nodes[src]["attrs"].kind == "mask":
+    if family(graph, src) == Family.IO and graph.nodes[src]["attrs"].kind == "mask":
         return "mask"
-    if family(graph, dst) == "residual" and src in residual_sources(graph, dst):
+    if family(graph, dst) == Family.RESIDUAL and src in residual_sources(graph, dst):
         return "residual"
-    if family(graph, dst) == "attention" and "query" not in ports and input_sources(graph, dst).get("query") != src:
+    if family(graph, dst) == Family.ATTENTION and "query" not in ports and input_sources(graph, dst).get("query") != src:
         return "cross_attention"  # §3.2.3: keys and values from the encoder output
-    if family(graph, dst) == "position":
+    if family(graph, dst) == Family.POSITION:
         return "length"  # a positional encoding reads only the length of its input
     return "data"
 
