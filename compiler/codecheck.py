@@ -94,7 +94,8 @@ def _check_config(node: ast.ClassDef) -> None:
             continue
         if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.simple
                 and isinstance(item.annotation, ast.Name) and item.annotation.id in FIELD_TYPES
-                and isinstance(item.value, ast.Constant)):
+                and (isinstance(item.value, ast.Constant) or (isinstance(item.value, ast.UnaryOp)
+                                                               and isinstance(item.value.op, ast.USub)))):
             _refuse(item, f"a {type(item).__name__} in the config {node.name}")
         _check_expr(item.value, set())
 

@@ -18,6 +18,8 @@ from . import ast
 from .evaluate import Constant
 from .shapes import TensorType
 
+# Names a field may not take: the config's own annotations and decorator would read the field instead.
+SHADOWED = frozenset({"int", "float", "str", "bool", "dataclass"})
 # The spec's math functions that generated code may call through `math`.
 MATH = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}
 OPERATORS: dict[str, Callable[[object, object], object]] = {
@@ -28,7 +30,7 @@ def config_fields(params: dict[str, Constant]) -> dict[str, Constant]:
     """The parameters a config holds: scalar values under names Python can use as fields."""
     return {name: value for name, value in params.items()
             if isinstance(value, (bool, int, float, str)) and name.isidentifier()
-            and not keyword.iskeyword(name) and not name.startswith("_")}
+            and not keyword.iskeyword(name) and not name.startswith("_") and name not in SHADOWED}
 
 
 def config_expression(expr: ast.Expr, value: object, fields: dict[str, Constant],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Union, get_args
+from typing import Optional, Union, get_args
 
 import pydantic
 
@@ -29,9 +29,6 @@ from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
 from .ops import OPS, IOAttrs, OpDef, callable_op
 from .resolve import ResolvedModel
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul"}  # elementwise, between two tensors
 
@@ -694,11 +691,6 @@ class _Poisoned(Exception):
 def _is_constant(value: object) -> bool:
     return value is not None and not isinstance(value, (Tensor, Closure, Poison))
 
-
-
-def input_sources(graph: "nx.DiGraph", node: str) -> dict[str, str]:
-    """An op node's inputs: port name -> the node that produces it."""
-    return {port: src for src, _, ports in graph.in_edges(node, data="ports") for port in ports}
 
 
 def describe_value(value: Value) -> str:

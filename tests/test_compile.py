@@ -50,7 +50,7 @@ def test_overrides_propagate_to_derived_parameters():
     spec = xspec.compile("specs/base.xspec", overrides={"heads": 16, "train.warmup_steps": 8000})
     assert (spec.params["heads"], spec.params["d_k"], spec.params["d_v"]) == (16, 32, 32)
     assert spec.train.warmup_steps == 8000
-    attention = spec.graph.nodes["encoder.layers.0.self_attn"]["attrs"]
+    attention = spec.graph.nodes["encoder.layers.0.self_attn"]["node"].attrs
     assert (attention.heads, attention.d_k) == (16, 32)
 
 
@@ -64,7 +64,7 @@ def test_sections_are_read_from_the_spec():
 
 @pytest.mark.parametrize("change, check", [
     ('set positions = "learned"', lambda s: "encoder.embedding.positions.weight" in s.param_shapes),
-    ("set heads = 16", lambda s: s.graph.nodes["decoder.layers.5.cross_attn"]["attrs"].heads == 16),
+    ("set heads = 16", lambda s: s.graph.nodes["decoder.layers.5.cross_attn"]["node"].attrs.heads == 16),
     ("set norm_first = true", lambda s: "encoder.norm" in s.graph),
     ("set tie_embeddings = false", lambda s: not s.ties),
 ])

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from xspec.compiler.ops import OPS
 from xspec.stats.cost import is_generator, stack_of
 from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -28,7 +29,7 @@ _BY_FAMILY = {"embedding": "token embeddings", "position": "positional embedding
 
 def component(graph, node: str, tensor: str) -> str:
     """The component a tensor of `node` (e.g. "q_proj.bias") belongs to."""
-    family = OPS[graph.nodes[node]["op"]].family
+    family = OPS[node_of(graph, node).op].family
     if family in _BY_FAMILY:
         return _BY_FAMILY[family]
     part = "biases" if tensor.rsplit(".", 1)[-1] == "bias" else "weights"
@@ -44,8 +45,8 @@ def breakdown(spec: CompiledSpec) -> dict[str, dict[str, int]]:
     shapes, ties = spec.param_shapes, spec.ties
     counts: dict[str, dict[str, int]] = {}
     for node, data in spec.graph.nodes(data=True):
-        for tensor in OPS[data["op"]].params(data["attrs"], data["inferred"]):
-            name = f"{data['module']}.{tensor}"
+        for tensor in OPS[data["node"].op].params(data["node"].attrs, data["node"].inferred):
+            name = f"{data['node'].module}.{tensor}"
             if name in ties:
                 continue
             stack = counts.setdefault(stack_of(data), {})

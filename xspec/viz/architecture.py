@@ -18,6 +18,7 @@ from .diff import Removed
 from .labels import Label, format_count, unit_label
 from .view import Edge, Frame, Unit, View, canonical_node, family
 from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from .diff import Diff
@@ -207,7 +208,7 @@ class _Drawer:
         original = self.view.spec.graph
         if module not in original:
             return None
-        node = canonical_node(module, original.nodes[module]["repeat"], self.view.kinds)
+        node = canonical_node(module, node_of(original, module).repeat, self.view.kinds)
         uid = self.view.unit_of.get(node)
         if uid in self.expanded:
             return f"{uid}/out"
@@ -289,7 +290,7 @@ def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, h
     MatMul, Scale, Mask (opt.), SoftMax, MatMul); Concat; the output projection W^O."""
     node = unit.ops[0]
     data = view.graph.nodes[node]
-    a, inferred = data["attrs"], data["inferred"]
+    a, inferred = data["node"].attrs, data["node"].inferred
     padded = any("mask" in e.ports for e in view.edges if e.dst == unit.id)
     window = getattr(a, "window", None)
     masks = (["causal"] if a.causal else []) + ([f"window {window}"] if window else []) + (["padding"] if padded else [])
