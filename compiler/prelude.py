@@ -35,11 +35,9 @@ class DecoderCache:
         entry = self.tensors.get(module)
         return entry[4] if entry is not None else 0
 
-    def append(self, module, k, v, window=None):
+    def append(self, module, k, v):
         """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and
         values."""
-        if window is not None:  # with: window
-            return self.append_window(module, k, v, window)
         entry = self.tensors.get(module)
         start = entry[4] if entry is not None else 0
         end = start + k.size(2)

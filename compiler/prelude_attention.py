@@ -158,8 +158,10 @@ class MultiHeadAttention(nn.Module):
         v = self._project(value, self.v_proj, None, self.kv_heads, self.d_v)
         if self.rotary is not None:  # with: rotary
             k = self.rotary(k, start)  # cached keys keep their rotation
-        if cache is not None and self.kv_cache == "append":  # with: cache
-            k, v = cache.append(self, k, v, self.window)
+        if cache is not None and self.kv_cache == "append" and self.window is None:  # with: cache
+            k, v = cache.append(self, k, v)
+        if cache is not None and self.kv_cache == "append" and self.window is not None:  # with: window
+            k, v = cache.append_window(self, k, v, self.window)  # the last `window` positions only
         if cache is not None and self.kv_cache == "static":  # with: cross_cache
             cache.memory[self] = (key, value, k, v)
         return k, v

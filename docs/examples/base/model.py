@@ -42,7 +42,7 @@ class DecoderCache:
         entry = self.tensors.get(module)
         return entry[4] if entry is not None else 0
 
-    def append(self, module, k, v, window=None):
+    def append(self, module, k, v):
         """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and
         values."""
         entry = self.tensors.get(module)
@@ -145,8 +145,8 @@ class MultiHeadAttention(nn.Module):
                 return kept[2], kept[3]
         k = self._project(key, self.k_proj, self.k_norm, self.kv_heads, self.d_k)
         v = self._project(value, self.v_proj, None, self.kv_heads, self.d_v)
-        if cache is not None and self.kv_cache == "append":
-            k, v = cache.append(self, k, v, self.window)
+        if cache is not None and self.kv_cache == "append" and self.window is None:
+            k, v = cache.append(self, k, v)
         if cache is not None and self.kv_cache == "static":
             cache.memory[self] = (key, value, k, v)
         return k, v

@@ -42,7 +42,7 @@ class DecoderCache:
         entry = self.tensors.get(module)
         return entry[4] if entry is not None else 0
 
-    def append(self, module, k, v, window=None):
+    def append(self, module, k, v):
         """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and
         values."""
         entry = self.tensors.get(module)
@@ -170,8 +170,8 @@ class MultiHeadAttention(nn.Module):
         v = self._project(value, self.v_proj, None, self.kv_heads, self.d_v)
         if self.rotary is not None:
             k = self.rotary(k, start)  # cached keys keep their rotation
-        if cache is not None and self.kv_cache == "append":
-            k, v = cache.append(self, k, v, self.window)
+        if cache is not None and self.kv_cache == "append" and self.window is None:
+            k, v = cache.append(self, k, v)
         return k, v
 
     def _prepare(self, query, key, value, padding_mask, cache):
