@@ -91,7 +91,8 @@ class _Lowering:
         features = frozenset().union(*(OPS[node.op].features(node.attrs, node.inferred) for node in self.graph))
         preludes = _preludes_used("".join(self.order) + model_class,
                                   {"DecoderCache"} if DECODER in root.children else set(), features)
-        parts = [self._header(), self._config("".join(self.order)), *preludes, *self.order, model_class]
+        classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
+        parts = [self._header(), self._config("".join(self.order)), *preludes, *classes, model_class]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class _Lowering:
         if name is not None:
             index = self.order.index(self.bodies[name])
             merged = _merge_shapes(self.order[index], body.replace("{NAME}", name, 1))
-            self.bodies[name] = self.order[index] = "\n".join(w for line in merged.split("\n") for w in _rewrap(line))
+            self.bodies[name] = self.order[index] = merged
         else:
             # Not a name another class, a prelude class, the model class or the code's own names have.
             name = class_name(base, {*self.classes.values(), *prelude_classes(), self.model_class,
@@ -131,10 +132,10 @@ class _Lowering:
         for name, child in instance.children.items():
             constructor = self._constructor(child)
             if constructor is not None:
-                lines += wrap(f"self.{identifier(name)} = {constructor}", where(child.span), INDENT * 2)
+                lines.append(f"{INDENT * 2}self.{identifier(name)} = {constructor}  # {where(child.span)}")
         for constructor, (attribute, span) in self.holders.get(instance.path, {}).items():
-            lines += wrap(f"self.{attribute} = {constructor}", where(span), INDENT * 2)
-        lines += ["", *(line for text in forward for line in _rewrap(INDENT + text))]
+            lines.append(f"{INDENT * 2}self.{attribute} = {constructor}  # {where(span)}")
+        lines += ["", *(INDENT + line for line in forward)]  # wrapped once classes are merged (module_source)
         return "\n".join([f"class {{NAME}}(nn.Module):  # {doc}", *lines]) + "\n"
 
     def _constructor(self, child: Instance) -> Optional[str]:
@@ -368,13 +369,14 @@ def _split_arguments(text: str) -> list[str]:
 
 def _merge_shapes(first: str, second: str) -> str:
     """The class source `first`, its shape comments naming both instances' dimensions where they differ
-    (`[batch, src_len|tgt_len, d_model]`)."""
+    (`[batch, src_len|tgt_len, d_model]`). The two are the same code line for line."""
+    mine_lines, their_lines = first.split("\n"), second.split("\n")
+    assert len(mine_lines) == len(their_lines), "classes merged from different code"
     lines = []
-    for mine, theirs in zip(first.split("\n"), second.split("\n")):
+    for mine, theirs in zip(mine_lines, their_lines):
         a, b = SHAPE_COMMENT.search(mine), SHAPE_COMMENT.search(theirs)
-        if a and b and a.group() != b.group():
-            dims = [x if x == y else f"{x}|{y}" if f"|{y}" not in x else x
-                    for x, y in zip(_dims(a.group()), _dims(b.group()))]
+        if a and b and a.group() != b.group() and len(_dims(a.group())) == len(_dims(b.group())):
+            dims = [x if y in x.split("|") else f"{x}|{y}" for x, y in zip(_dims(a.group()), _dims(b.group()))]
             mine = mine.replace(a.group(), "  # [" + ", ".join(dims) + "]  ")
         lines.append(mine)
     return "\n".join(lines)
