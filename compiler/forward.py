@@ -22,7 +22,7 @@ import ast as pyast
 import functools
 import itertools
 import keyword
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
