@@ -4,12 +4,15 @@ Lowering builds source text from checked identifiers and `repr` literals, and es
 docstrings and comments; this check makes that a verified property rather than a hope. The module
 may contain only what the code generator emits:
 
-  - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F`;
-  - classes copied from the prelude files (PRELUDES), identical to the prelude's own (compared as ASTs);
+  - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F` and
+    `from dataclasses import dataclass`;
+  - one `@dataclass` config class: a docstring and fields `name: int = 512` (int, float, str, bool);
+  - classes copied from the prelude files (compiler/prune.py), each the prelude's own with some of its
+    feature-tagged statements left out (compared as ASTs);
   - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
     same statements) and return, over names they bind themselves, the module's classes, and
-    `range`/`super` — no other builtin, and neither `torch` nor `math`; attributes only public ones
-    (plus `super().__init__`); `nn.X` and `F.x` only called on the spot, so no module object
+    `range`/`super` — no other builtin, and not `torch`; attributes only public ones (plus
+    `super().__init__`); `nn.X`, `F.x` and `math.x` only called on the spot, so no module object
     (`F.torch`) can be reached or stored;
   - literals that are numbers, strings, booleans or None (finite floats only);
   - `Model = SomeGeneratedClass`.
@@ -21,17 +24,16 @@ a GeneratedCodeError: a bug in the compiler, which must never run.
 from __future__ import annotations
 
 import ast
-import functools
 import math
-from pathlib import Path
 from types import CodeType
 
-# The files whose classes generated code may copy (compared as ASTs), in the order a module defines them.
-PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_attention.py",
-                                                              "prelude_experts.py"))
+from .prune import is_pruned_copy, prelude_classes
+
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
+FROM_IMPORTS = {("dataclasses", "dataclass", None)}
 BUILTINS = frozenset({"range", "super"})
-LIBRARIES = frozenset({"nn", "F"})  # generated classes call nn.Linear, F.dropout...; torch and math: prelude only
+LIBRARIES = frozenset({"nn", "F", "math"})  # generated classes call nn.Linear, F.relu, math.sqrt; torch: prelude only
+FIELD_TYPES = frozenset({"int", "float", "str", "bool"})
 OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult)
 COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
 
@@ -40,19 +42,10 @@ class GeneratedCodeError(Exception):
     """The generated module contains something the code generator never emits."""
 
 
-@functools.cache
-def prelude_classes() -> dict[str, str]:
-    """Prelude class name -> its AST dump, for comparison with the copies in generated modules."""
-    classes = {}
-    for path in PRELUDES:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        classes |= {node.name: ast.dump(node) for node in tree.body if isinstance(node, ast.ClassDef)}
-    return classes
-
-
 def compile_checked(source: str, filename: str) -> CodeType:
     """The code object of a generated module, compiled from the AST that passed the check."""
-    return compile(check_module(source), filename, "exec")
+    # dont_inherit: this file's `from __future__ import annotations` would make the config's fields strings
+    return compile(check_module(source), filename, "exec", dont_inherit=True)
 
 
 def check_module(source: str) -> ast.Module:
@@ -68,9 +61,14 @@ def check_module(source: str) -> ast.Module:
         if isinstance(node, ast.Import):
             if any((alias.name, alias.asname) not in IMPORTS for alias in node.names):
                 _refuse(node, "an import other than math, torch, torch.nn and torch.nn.functional")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level or any((node.module, a.name, a.asname) not in FROM_IMPORTS for a in node.names):
+                _refuse(node, "an import other than `from dataclasses import dataclass`")
+        elif isinstance(node, ast.ClassDef) and node.decorator_list:
+            _check_config(node)
         elif isinstance(node, ast.ClassDef):
             if node.name in prelude_classes():
-                if ast.dump(node) != prelude_classes()[node.name]:
+                if not is_pruned_copy(prelude_classes()[node.name], node):
                     _refuse(node, f"class {node.name} differs from the prelude's")
             else:
                 _check_class(node, module_names)
@@ -82,6 +80,24 @@ def check_module(source: str) -> ast.Module:
         else:
             _refuse(node, f"a module-level {type(node).__name__}")
     return tree
+
+
+def _check_config(node: ast.ClassDef) -> None:
+    """The config: `@dataclass`, no base, a docstring and `name: type = constant` fields only."""
+    decorator = node.decorator_list[0] if len(node.decorator_list) == 1 else None
+    if node.bases or node.keywords or not (isinstance(decorator, ast.Name) and decorator.id == "dataclass"):
+        _refuse(node, f"class {node.name} is not a plain dataclass")
+    for index, item in enumerate(node.body):
+        if index == 0 and _is_docstring(item):
+            continue
+        if isinstance(item, ast.Pass) and len(node.body) <= 2:
+            continue
+        if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.simple
+                and isinstance(item.annotation, ast.Name) and item.annotation.id in FIELD_TYPES
+                and (isinstance(item.value, ast.Constant) or (isinstance(item.value, ast.UnaryOp)
+                                                               and isinstance(item.value.op, ast.USub)))):
+            _refuse(item, f"a {type(item).__name__} in the config {node.name}")
+        _check_expr(item.value, set())
 
 
 def _check_class(node: ast.ClassDef, module_names: set[str]) -> None:
@@ -203,6 +219,13 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
             _check_expr(operand, scope)
     elif isinstance(node, ast.Lambda):
         _check_expr(node.body, scope | _parameters(node.args))
+    elif isinstance(node, ast.IfExp):
+        for part in (node.test, node.body, node.orelse):
+            _check_expr(part, scope)
+    elif isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                            for k in node.keys):
+        for value in node.values:
+            _check_expr(value, scope)
     elif isinstance(node, ast.ListComp) and len(node.generators) == 1:
         generator = node.generators[0]
         if not isinstance(generator.target, ast.Name) or generator.ifs or generator.is_async:

@@ -15,6 +15,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Iterable, Literal, Optional
 
+from .codes import CODES
 from .limits import MAX_ERRORS, MAX_HINT_CANDIDATES
 
 Severity = Literal["error", "warning"]
@@ -71,6 +72,7 @@ class Diagnostics:
             self._add(Diagnostic(code, "warning", span, message, hint))
 
     def _add(self, diagnostic: Diagnostic) -> None:
+        assert diagnostic.code in CODES, f"diagnostic code {diagnostic.code!r} is not in compiler/codes.py"
         # A mistake inside a repeated layer is met once per layer; say it once.
         if diagnostic not in self._seen:
             self._seen.add(diagnostic)

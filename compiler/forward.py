@@ -1,26 +1,41 @@
-"""One module's `forward`, written from its program (compiler/ir.py): a line per step, named locals.
+"""One module's `forward`, written from its program (compiler/ir.py) as one would write it by hand.
 
-A value is named after the spec name it was assigned to (`x = ...`), else after what computes it (`w_1`,
-`relu_1`, `sublayer_1`). In the forward's own body a name is used again once its value is dead, so
-`x = sublayer(x, ...)` stays `x = self.sublayer_1(x, fn)`; inside a loop or a function every value gets a
-name of its own, and a value a function reads is never dead (the function may be called later). A loop
-over a stack gives each value it carries one name before, inside and after it.
+- A small block called with a function (`sublayer(x, h => attention(...))`) is written where it is
+  called (compiler/lower.py chooses which): its steps, with the function's body in place of the call;
+  its modules stay its own (`self.sublayer_1.norm`), so parameter names do not change.
+- A value read only by the next step of the same spec line is written inside that step
+  (`self.w_2(F.relu(self.w_1(x)))`) while the line stays under LINE_LIMIT characters. Only the value
+  just computed is taken in, so the steps still run in the program's order (dropout draws and the
+  decoder cache see the same sequence).
+- A value is named after the spec name it was assigned to, else the module that computes it
+  (`self_attn`), else what it is (`relu`, `dropout`, `sum`). In the forward's own body a name is used
+  again once its value is dead, so `x = sublayer(x, ...)` stays `x = ...`; inside a loop or a function
+  every value gets a name of its own, and a value a function reads is never dead. A loop over a stack
+  gives each value it carries one name before, inside and after it.
+- A line whose value has another shape than the value it reads says the new shape, in the spec's
+  dimension names (`# [batch, tgt_len, vocab]`), before its pointer to the spec line.
 """
 
 from __future__ import annotations
 
+import ast as pyast
 import functools
 import itertools
 import keyword
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
+from .config import ConfigNames
 from .diagnostics import Span, printable
 from .ir import Const, Instance, OpGraph, Operand, Program, Step
 from .names import local_name_problem
 from .ops import OPS
 
 INDENT = "    "
+LINE_LIMIT = 100  # generated lines are shorter than this
+# What a value an op without a module computes is called, where the spec gives it no name.
+ROLE_NAMES = {"add": "summed", "sub": "difference", "mul": "product", "scale": "scaled"}
 
 
 def identifier(name: str) -> str:
@@ -41,6 +56,8 @@ def where(span: Span) -> str:
 
 def literal(value: object) -> str:
     """A constant as Python source (a quotient that does not divide evenly is the float it is)."""
+    if value is None:
+        return "None"
     if isinstance(value, tuple):
         return "(" + "".join(f"{literal(item)}, " for item in value) + ")"
     for kind in (bool, int, float, str):
@@ -49,52 +66,283 @@ def literal(value: object) -> str:
     raise AssertionError(f"not a constant: {value!r}")
 
 
-def forward_lines(graph: OpGraph, instance: Instance) -> list[str]:
+@dataclass
+class Context:
+    """What every forward of one generated module shares (compiler/lower.py fills it in)."""
+
+    graph: OpGraph
+    tensors: dict[str, str]  # ref -> the node that computes it
+    names: ConfigNames
+    inline: set[str]  # paths of the block instances written where they are called
+    # The attribute a forward's class holds to call a parameter-free module (nn.Dropout): given the
+    # instance whose forward calls it, the node, and the module's constructor.
+    holder: Callable[[Instance, str, str], str]
+
+
+@dataclass
+class _Item:
+    """A step as this forward writes it: whose modules it names, and the spec line it points to."""
+
+    step: Step
+    prefix: str  # "" for the forward's own modules, "sublayer_1." for those of a block written here
+    span: Span
+
+
+@dataclass
+class _Pending:
+    """A value computed by the last step and not yet written: the next step may take it in."""
+
+    ref: str
+    code: str
+    span: Span
+    source: Optional[str]  # the tensor the expression reads first, for its shape comment
+    index: int
+    hint: str
+    program: Program
+
+
+def forward_lines(context: Context, instance: Instance) -> list[str]:
     """`def forward(self, ...):` and its body, for a block instance or a layer of a repeat's own body."""
-    return _Forward(graph, instance).lines()
+    return _Forward(context, instance).lines()
 
 
-def _captured(program: Program) -> set[str]:
-    """The refs some function defined in `program` (or in its loops and functions) reads."""
-    refs: set[str] = set()
-    for step in program.steps:
-        if step.body is not None:
-            refs |= _captured(step.body)
-            if step.kind == "function":
-                refs |= step.body.reads()
-    return refs
+def inlinable(instance: Instance) -> bool:
+    """A block written where it is called: straight-line ops and one call of each function it takes,
+    holding no block of its own."""
+    program = instance.program
+    applied = [step.inputs.get("fn") for step in program.steps if step.kind == "apply"]
+    functions = set(program.params.values()) & set(applied)
+    return (bool(functions) and len(applied) == len(set(applied)) == len(functions)
+            and all(step.kind in ("op", "apply") for step in program.steps)
+            and all(child.kind == "op" for child in instance.children.values()))
+
+
+def inline_calls(root: Instance) -> set[str]:
+    """The block instances written where they are called: inlinable, and called with functions that
+    only they read."""
+    found: set[str] = set()
+    pending = [root]
+    while pending:
+        instance = pending.pop()
+        pending += instance.children.values()
+        steps = instance.program.steps
+        made = {step.outputs[0] for step in steps if step.kind == "function"}
+        for step in steps:
+            child = instance.children.get(step.target) if step.kind == "block" else None
+            if child is None or not inlinable(child):
+                continue
+            taken = {v for v in step.inputs.values() if isinstance(v, str) and v in made}
+            functions = {child.program.params[name] for name, v in step.inputs.items() if v in taken}
+            applied = {s.inputs.get("fn") for s in child.program.steps if s.kind == "apply"}
+            if taken and functions == applied and not any(
+                    taken & other.reads() for other in steps if other is not step):
+                found.add(child.path)
+    return found
 
 
 class _Forward:
-    def __init__(self, graph: OpGraph, instance: Instance) -> None:
-        self.graph, self.instance, self.program = graph, instance, instance.program
+    def __init__(self, context: Context, instance: Instance) -> None:
+        self.context, self.graph, self.instance = context, context.graph, instance
         self.names: dict[str, str] = {}  # ref -> its local name
         self.taken: set[str] = set()  # the names of the scope being written
         self.holder: dict[str, str] = {}  # in the forward's own body: name -> the ref it holds now
-        # Where a value of the forward's own body is read for the last time; values read by a function or
-        # returned never die.
+        self.aliases: dict[str, Operand] = {}  # a ref of a block or function written here -> its value
+        self.hints: dict[str, str] = {}  # the spec's names of values that blocks written here return
+        self.functions: dict[str, tuple[Step, str]] = {}  # function ref -> its step, its modules' prefix
+        self.consumed: set[str] = set()  # functions written where an inlined block calls them
+        self.pending: Optional[_Pending] = None
+        self.depth = 2  # indentation of the lines being written: class, def
+        items = self._flatten(instance.program)
+        # Where a value of the forward's own body is read for the last time; values read by a function
+        # or returned never die.
         self.last_read: dict[str, int] = {}
-        for index, step in enumerate(self.program.steps):
-            for ref in step.reads():
+        self.reads: dict[str, int] = {}  # how many steps read each value, anywhere in this forward
+        for index, item in enumerate(items):
+            for ref in self._reads(item.step):
                 self.last_read[ref] = index
-        self.immortal = _captured(self.program) | {r for r in self.program.results if isinstance(r, str)}
+        self.captured = self._captured(instance.program)
+        self.results = {self._resolve_str(r) for r in instance.program.results if isinstance(self._resolve(r), str)}
+        self.immortal = self.captured | self.results
+        self.top_items = items
 
+    # --- flattening: blocks and functions written in place ------------------------------------
+    def _flatten(self, program: Program, prefix: str = "", span: Optional[Span] = None) -> list[_Item]:
+        items: list[_Item] = []
+        inlined = [step for step in program.steps if step.kind == "block"
+                   and self._child(prefix, step.target).path in self.context.inline]
+        made = {step.outputs[0] for step in program.steps if step.kind == "function"}
+        for step in inlined:  # the functions these blocks take are written inside them
+            self.consumed.update(v for v in step.inputs.values() if isinstance(v, str) and v in made)
+        for step in program.steps:
+            if step.kind == "function":
+                self.functions[step.outputs[0]] = (step, prefix)
+                if step.outputs[0] not in self.consumed:
+                    items.append(_Item(step, prefix, span or step.span))
+            elif step in inlined:
+                child = self._child(prefix, step.target)
+                for name, ref in child.program.params.items():
+                    self.aliases[ref] = step.inputs[name]
+                items += self._flatten(child.program, f"{prefix}{step.target}.", span or step.span)
+                if step.outputs:
+                    self._alias(step.outputs[0], child.program.results[0], program)
+            elif step.kind == "apply" and self._resolve(step.inputs["fn"]) in self.consumed:
+                function, function_prefix = self.functions[self._resolve_str(step.inputs["fn"])]
+                body = function.body
+                assert body is not None
+                (param_ref,) = body.params.values()
+                self.aliases[param_ref] = step.inputs["x"] if "x" in step.inputs else step.argument  # type: ignore
+                items += self._flatten(body, function_prefix, span or step.span)
+                if step.outputs:
+                    self._alias(step.outputs[0], body.results[0], program)
+            else:
+                items.append(_Item(step, prefix, span or step.span))
+        return items
+
+    def _alias(self, ref: str, value: Operand, program: Program) -> None:
+        """`ref` is written as `value`, which takes the spec's name for it (`x = sublayer(x, ...)`)."""
+        self.aliases[ref] = value
+        resolved = self._resolve(value)
+        if ref in program.hints and isinstance(resolved, str):
+            self.hints[resolved] = program.hints[ref]
+
+    def _hint(self, ref: str, program: Program, default: str) -> str:
+        return program.hints.get(ref) or self.hints.get(ref) or default
+
+    def _child(self, prefix: str, target: str) -> Instance:
+        owner = self.instance
+        for part in prefix.split(".")[:-1]:
+            owner = owner.children[part]
+        return owner.children[target]
+
+    def _resolve(self, operand: Operand) -> Operand:
+        while isinstance(operand, str) and operand in self.aliases:
+            operand = self.aliases[operand]
+        return operand
+
+    def _resolve_str(self, operand: Operand) -> str:
+        resolved = self._resolve(operand)
+        assert isinstance(resolved, str)
+        return resolved
+
+    def _reads(self, step: Step) -> set[str]:
+        refs = {self._resolve(v) for v in step.inputs.values()}
+        refs |= {self._resolve(before) for before, _, _, _ in step.carried if before is not None}
+        if step.body is not None:
+            refs |= {self._resolve(r) for r in step.body.reads()}
+        return {r for r in refs if isinstance(r, str)}
+
+    def _captured(self, program: Program) -> set[str]:
+        """The refs from outside it that some function written as a function (or a loop) reads."""
+        refs: set[str] = set()
+        for step in program.steps:
+            if step.body is not None and not (step.kind == "function" and step.outputs[0] in self.consumed):
+                inside = _defined(step.body) | set(step.body.params.values())
+                refs |= {self._resolve_str(r) for r in step.body.reads() - inside
+                         if isinstance(self._resolve(r), str)}
+        return refs
+
+    # --- the forward --------------------------------------------------------------------------
     def lines(self) -> list[str]:
-        for name, ref in self.program.params.items():
+        for name, ref in self.instance.program.params.items():
             self._bind(ref, identifier(name), top=True)
-        args = ["self", *self.program.params] + (["cache=None"] if self.instance.has_cache else [])
-        body = self._body(self.program, top=True)
+        args = ["self", *self.instance.program.params] + (["cache=None"] if self.instance.has_cache else [])
+        body = self._body(self.instance.program, top=True, items=self.top_items)
         return [f"def forward({', '.join(args)}):", *(INDENT + line for line in body)]
 
-    def _body(self, program: Program, top: bool) -> list[str]:
-        """A forward's or a function's steps, then its return: `return self.w_2(relu_1)` where the last
+    def _body(self, program: Program, top: bool, items: Optional[list[_Item]] = None) -> list[str]:
+        """A forward's or a function's steps, then its return: `return self.w_2(...)` where the last
         step computes what it returns (rather than naming the value only to return it)."""
-        steps = program.steps
-        tail = steps[-1] if steps and steps[-1].kind in ("op", "block", "apply") else None
-        if tail is not None and list(tail.outputs) == list(program.results):
-            return [*self._program(program, top, stop=len(steps) - 1),
-                    f"return {self._call(tail)}  # {where(tail.span)}"]
-        return [*self._program(program, top), self._return(program)]
+        lines = self._program(program, top, items)
+        results = [self._resolve(r) for r in program.results]
+        pending = self.pending
+        if pending is not None and results == [pending.ref]:
+            self.pending = None
+            return [*lines, self._line(f"return {pending.code}", pending.span, pending.ref, pending.source)]
+        lines += self._flush()
+        return [*lines, f"return {', '.join(self._operand(r) for r in results) or 'None'}"]
+
+    def _program(self, program: Program, top: bool, items: Optional[list[_Item]] = None,
+                 stack: Optional[Instance] = None) -> list[str]:
+        lines: list[str] = []
+        for index, item in enumerate(items if items is not None else self._flatten(program)):
+            step = item.step
+            if step.kind == "function":
+                lines += self._flush()
+                lines += self._function(step, program, top, index)
+            elif step.kind == "stack":
+                lines += self._flush()
+                lines += self._stack(step, program, top, index)
+            else:
+                lines += self._step(item, program, top, index, stack)
+        return lines
+
+    def _step(self, item: _Item, program: Program, top: bool, index: int, stack: Optional[Instance]) -> list[str]:
+        """A step's expression, taking in the pending value where it fits; the step's own value pends in
+        turn where only the next step may read it."""
+        lines: list[str] = []
+        pending = self.pending
+        if pending is not None:
+            code, source = self._call(item, stack, taking=pending)
+            if code is None:
+                lines += self._flush()
+                code, source = self._call(item, stack)
+        else:
+            code, source = self._call(item, stack)
+        self.pending = None
+        assert code is not None
+        step = item.step
+        outputs = [self._resolve_str(ref) for ref in step.outputs]
+        if len(outputs) == 1 and self.reads_once(outputs[0]):
+            self.pending = _Pending(outputs[0], code, item.span, source, index, self._default_hint(item), program)
+            return lines
+        names = [self._name_output(ref, self._default_hint(item), program, top, index) for ref in outputs]
+        ref = outputs[0] if len(outputs) == 1 else None
+        return [*lines, self._line(f"{', '.join(names) or '_'} = {code}", item.span, ref, source)]
+
+    def reads_once(self, ref: str) -> bool:
+        """Whether one step reads `ref` (the forward's return counts as one), and no function."""
+        if ref in self.captured or ref in self.names:
+            return False
+        if not self.reads:
+            for item in self.top_items:
+                for read in self._reads_all(item.step):
+                    self.reads[read] = self.reads.get(read, 0) + 1
+        return self.reads.get(ref, 0) + (ref in self.results) == 1
+
+    def _reads_all(self, step: Step) -> list[str]:
+        """Every read of a step, counted once per input (attention(h, h, h) reads h three times)."""
+        refs = [self._resolve(v) for v in step.inputs.values()]
+        refs += [self._resolve(b) for b, _, _, _ in step.carried if b is not None]
+        if step.body is not None:
+            refs += [self._resolve(r) for s in step.body.steps for r in (*s.inputs.values(),)]
+            refs += [self._resolve(r) for r in step.body.results]
+            refs += [self._resolve(r) for s in step.body.steps if s.body is not None for r in s.body.reads()]
+        return [r for r in refs if isinstance(r, str)]
+
+    def _flush(self) -> list[str]:
+        """The pending value written on a line of its own."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return []
+        name = self._name_output(pending.ref, pending.hint, pending.program, self.depth == 2, pending.index)
+        return [self._line(f"{name} = {pending.code}", pending.span, pending.ref, pending.source)]
+
+    def _line(self, code: str, span: Span, ref: Optional[str], source: Optional[str]) -> str:
+        """A line of code with its comment: the new shape where it differs from what it read, and the
+        spec line."""
+        shape = self._shape(ref)
+        comment = where(span)
+        if shape is not None and shape != self._shape(source):
+            comment = f"{shape}  {comment}"
+        return f"{code}  # {comment}"
+
+    def _shape(self, ref: Optional[str]) -> Optional[str]:
+        if ref is None:
+            return None
+        node_id = self.context.tensors.get(ref, ref)
+        if node_id not in self.graph or self.graph[node_id].shape is None:
+            return None
+        return self.context.names.shape(self.graph[node_id].shape)  # type: ignore[arg-type]
 
     # --- names --------------------------------------------------------------------------------
     def _bind(self, ref: str, name: str, top: bool) -> str:
@@ -118,53 +366,98 @@ class _Forward:
     def _name_output(self, ref: str, hint: str, program: Program, top: bool, index: int) -> str:
         if ref in self.names:  # a loop's carried value, named by the loop
             return self.names[ref]
-        hint = program.hints.get(ref, hint)
+        hint = self._hint(ref, program, hint)
         held = self.holder.get(hint)
         if top and held is not None and local_name_problem(hint) is None and self._dead(held, index):
             return self._bind(ref, hint, top)
         return self._bind(ref, self._fresh(hint), top)
 
+    def _default_hint(self, item: _Item) -> str:
+        step = item.step
+        if step.kind == "op":
+            node = self.graph[step.target]
+            if node.module is not None:
+                return node.id.rsplit(".", 1)[-1]  # the module's name: `self_attn`, `w_1`
+            return ROLE_NAMES.get(node.op, node.op)
+        if step.kind == "block":
+            return step.target
+        return "layer_out" if step.kind == "layer" else f"{step.target}_out"  # apply: `f_out = f(x)`
+
     def _operand(self, operand: Operand) -> str:
+        operand = self._resolve(operand)
         if isinstance(operand, Const):
             return literal(operand.value)
         assert operand in self.names, f"{operand} is read before it is defined"
         return self.names[operand]
 
-    # --- steps --------------------------------------------------------------------------------
-    def _program(self, program: Program, top: bool, stop: Optional[int] = None,
-                 stack: Optional[Instance] = None) -> list[str]:
-        lines: list[str] = []
-        for index, step in enumerate(program.steps[:stop]):
-            if step.kind == "function":
-                lines += self._function(step, program, top, index)
-            elif step.kind == "stack":
-                lines += self._stack(step, program, top, index)
-            else:
-                call = self._call(step, stack)
-                outputs = [self._name_output(ref, self._default_hint(step), program, top, index)
-                           for ref in step.outputs]
-                lines.append(f"{', '.join(outputs) or '_'} = {call}  # {where(step.span)}")
-        return lines
+    # --- expressions --------------------------------------------------------------------------
+    def _call(self, item: _Item, stack: Optional[Instance] = None,
+              taking: Optional[_Pending] = None) -> tuple[Optional[str], Optional[str]]:
+        """The expression a step computes, and the tensor it reads first. With `taking`, the pending
+        value written in its place: None where the step does not read it, or the line would be long."""
+        step = item.step
+        resolved = {port: self._resolve(v) for port, v in step.inputs.items()}
+        if taking is not None and (list(resolved.values()).count(taking.ref) != 1 or
+                                   (taking.span.file, taking.span.line) != (item.span.file, item.span.line)):
+            return None, None
+        code = self._expression(item, resolved, taking, stack)
+        first = next((v for v in resolved.values() if isinstance(v, str) and self._is_tensor(v)), None)
+        source = taking.source if taking is not None and first == taking.ref else first
+        if taking is not None and self._length(item, code, source) >= LINE_LIMIT:
+            return None, None
+        return code, source
 
-    def _default_hint(self, step: Step) -> str:
-        if step.kind == "op":
-            return step.target.rsplit(".", 1)[-1]  # the module's name, or the op's numbered name: `relu_1`
-        return step.target if step.kind == "block" else f"{step.target}_out"  # apply: `f_out = f(x)`
+    def _length(self, item: _Item, code: str, source: Optional[str]) -> int:
+        """About how long the step's line will be: its name (none where its value pends in turn), the
+        code and the comment."""
+        length = len(INDENT * self.depth) + len(code) + len("  # ") + len(where(item.span))
+        outputs = [self._resolve(ref) for ref in item.step.outputs]
+        if len(outputs) != 1 or not isinstance(outputs[0], str):
+            return length + 4
+        ref = outputs[0]
+        if self.reads_once(ref) and ref not in self.results:
+            return length  # it pends: the step that takes it in measures again
+        shape = self._shape(ref)
+        if shape is not None and shape != self._shape(source):
+            length += len(shape) + 2
+        name = "return" if ref in self.results else self._hint(ref, self.instance.program, self._default_hint(item))
+        return length + len(name) + (1 if ref in self.results else 3)
 
-    def _call(self, step: Step, stack: Optional[Instance] = None) -> str:
-        """The expression a step computes."""
-        args = [self._operand(v) for v in step.inputs.values()]
+    def _is_tensor(self, ref: str) -> bool:
+        return ref in self.context.tensors or ref in self.graph
+
+    def _expression(self, item: _Item, resolved: dict[str, Operand], taking: Optional[_Pending],
+                    stack: Optional[Instance]) -> str:
+        step = item.step
+
+        def code(port: str) -> str:
+            value = resolved[port]
+            return taking.code if taking is not None and value == taking.ref else self._operand(value)
+
         if step.kind == "op":
             node = self.graph[step.target]
             op = OPS[node.op]
-            inputs = {port: self._operand(v) for port, v in step.inputs.items()}
-            attribute = identifier(node.id.rsplit(".", 1)[-1]) if op.module is not None else ""
+            if op.module is not None:
+                attribute = item.prefix + identifier(node.id.rsplit(".", 1)[-1])
+            elif op.holder is not None:
+                attribute = self.context.holder(self.instance, node.id, op.holder(node.attrs, _Sources(node)))
+            else:
+                attribute = ""
+            inputs = {port: code(port) for port in step.inputs}
             cache = "cache" if op.uses_cache and self.instance.has_cache else None
-            return op.call(attribute, inputs, node.attrs, cache)
+            plain = op.call(attribute, inputs, node.attrs, cache)
+            if taking is None:
+                return plain
+            # The value taken in keeps its parentheses only where an operator would bind part of it.
+            grouped = op.call(attribute, {port: f"({text})" if resolved[port] == taking.ref else text
+                                          for port, text in inputs.items()}, node.attrs, cache)
+            same = pyast.dump(pyast.parse(plain, mode="eval")) == pyast.dump(pyast.parse(grouped, mode="eval"))
+            return plain if same else grouped
+        args = [code(port) for port in step.inputs]
         if step.kind == "block":
-            child = self.instance.children[step.target]
+            child = self._child(item.prefix, step.target)
             cache = ", cache=cache" if child.has_cache and self.instance.has_cache else ""
-            return f"self.{identifier(step.target)}({', '.join(args)}{cache})"
+            return f"self.{item.prefix}{identifier(step.target)}({', '.join(args)}{cache})"
         if step.kind == "layer":
             assert stack is not None, "a layer step outside a stack's loop"
             cache = ", cache=cache" if stack.children["0"].has_cache and self.instance.has_cache else ""
@@ -175,9 +468,7 @@ class _Forward:
         function, argument = args
         return f"{function}({argument})"
 
-    def _return(self, program: Program) -> str:
-        return f"return {', '.join(self._operand(r) for r in program.results) or 'None'}"
-
+    # --- functions and loops ------------------------------------------------------------------
     def _function(self, step: Step, program: Program, top: bool, index: int) -> list[str]:
         """A spec function: `None` if nothing calls it, a lambda for one step, else a nested def."""
         name = self._name_output(step.outputs[0], "fn", program, top, index)
@@ -192,11 +483,14 @@ class _Forward:
         param = self._bind(param_ref, self._fresh(param), top=False)
         only = body.steps[0] if len(body.steps) == 1 else None
         if not body.steps:
-            lines = [f"{name} = lambda {param}: {self._return(body)[len('return '):]}{comment}"]
+            lines = [f"{name} = lambda {param}: {self._operand(body.results[0])}{comment}"]
         elif only is not None and only.kind != "function" and list(only.outputs) == list(body.results):
-            lines = [f"{name} = lambda {param}: {self._call(only)}{comment}"]
+            expression, _ = self._call(_Item(only, "", only.span))
+            lines = [f"{name} = lambda {param}: {expression}{comment}"]
         else:
+            self.depth += 1
             lines = [f"def {name}({param}):{comment}", *(INDENT + line for line in self._body(body, top=False))]
+            self.depth -= 1
         self.taken, self.holder = outer, outer_holder
         return lines
 
@@ -208,6 +502,7 @@ class _Forward:
         assert step.body is not None
         inside = step.body.reads()  # a value from before the loop the layers also read unchanged keeps its name
         for before, loop, first, last in step.carried:
+            before = self._resolve_str(before) if before is not None else None
             hint = program.hints.get(last, "carried")
             held = self.holder.get(hint)
             if (before is not None and top and self._dead(before, index) and before not in inside
@@ -227,7 +522,33 @@ class _Forward:
             self.names[first] = name
             carried_names.append((last, name))
         lines.append(f"for layer in self.{identifier(step.target)}:  # {where(step.span)}")
-        lines += [INDENT + line for line in self._program(step.body, top=False, stack=stack)]
+        self.depth += 1
+        body = self._program(step.body, top=False, stack=stack)
+        body += self._flush()
+        self.depth -= 1
+        lines += [INDENT + line for line in body]
         for last, name in carried_names:
             self._bind(last, name, top)
         return lines
+
+
+def _defined(program: Program) -> set[str]:
+    """The refs a program's steps make, in its loops and functions too."""
+    refs = {ref for step in program.steps for ref in step.outputs}
+    for step in program.steps:
+        if step.body is not None:
+            refs |= _defined(step.body) | set(step.body.params.values())
+    return refs
+
+
+class _Sources:
+    """An op's attributes as generated code writes them: the spec's parameter expression, else the value."""
+
+    def __init__(self, node) -> None:  # type: ignore[no-untyped-def]
+        self.node = node
+
+    def attr(self, name: str) -> str:
+        return self.node.sources.get(name) or literal(getattr(self.node.attrs, name))
+
+    def size(self, value: object) -> str:
+        return literal(value)

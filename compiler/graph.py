@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Union, get_args
+from typing import Optional, Union, get_args
 
 import pydantic
 
 from . import ast
 from .diagnostics import Diagnostics, Span, did_you_mean
 from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
+from .config import config_expression, config_fields
 from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, passed_through, reads,
                    single_block_call, stmt_reads, subexpressions, warn_unused)
 from .entries import (DECODER, ENCODER, LOGITS, MEMORY, SIGNATURES, SRC, SRC_MASK, TGT, GraphInput, GraphOutput,
@@ -28,9 +29,6 @@ from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
 from .ops import OPS, IOAttrs, OpDef, callable_op
 from .resolve import ResolvedModel
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul"}  # elementwise, between two tensors
 
@@ -82,6 +80,7 @@ def _operand(value: Value) -> Operand:
 class BuiltGraph:
     graph: OpGraph
     root: Instance  # children: "encoder" and/or "decoder"
+    tensors: dict[str, str]  # each tensor value of the programs (its ref) -> the node that computes it
 
 
 class _Frame:
@@ -107,13 +106,15 @@ def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[Buil
         return None
     if diagnostics.errors:
         return None
-    return BuiltGraph(builder.graph, root)
+    return BuiltGraph(builder.graph, root, builder.tensors)
 
 
 class _Builder:
     def __init__(self, model: ResolvedModel, diagnostics: Diagnostics) -> None:
         self.model, self.diagnostics = model, diagnostics
         self.graph = OpGraph()
+        self.tensors: dict[str, str] = {}  # ref -> node, for every tensor value the programs name
+        self.config = config_fields(model.params)
         self.names: dict[int, str] = {}
         self.call_stack: list[str] = []
         self.counters: dict[tuple[str, str], itertools.count] = {}
@@ -134,6 +135,12 @@ class _Builder:
         self.budget = Budget()
         self.nesting = 0  # block calls, function calls and expressions being evaluated
         self._check_names()
+
+    def _as(self, value: Value, ref: str) -> Value:
+        """`value` as the program value `ref`, remembering which node a tensor's ref reads."""
+        if isinstance(value, Tensor):
+            self.tensors[ref] = value.node
+        return _as(value, ref)
 
     # --- entries ----------------------------------------------------------------------------
     def run(self) -> Instance:
@@ -203,7 +210,7 @@ class _Builder:
             return POISON
         self.call_stack.append(block.name.id)
         # forward() takes the tensors and functions; constants are written into the block's class.
-        env: dict[str, Value] = {p.id: _as(value, f"{instance.path}:in:{p.id}") for p, value in zip(block.params, args)}
+        env: dict[str, Value] = {p.id: self._as(value, f"{instance.path}:in:{p.id}") for p, value in zip(block.params, args)}
         program = instance.program
         program.params = {name: value.ref for name, value in env.items() if _is_runtime(value)}
         frame = _Frame(instance, env, self.names, decoding, program)
@@ -267,7 +274,7 @@ class _Builder:
         entry = {n: frame.env[n].ref for n in watched if _is_runtime(frame.env.get(n))}
         loop_refs = {n: f"{stack.path}:loop:{n}" for n in entry}
         for carried_name, ref in loop_refs.items():
-            frame.env[carried_name] = _as(frame.env[carried_name], ref)
+            frame.env[carried_name] = self._as(frame.env[carried_name], ref)
         inputs = tuple(v for v in free_names(stmt.body) if _is_runtime(frame.env.get(v)))
         # A layer returns what it carries; one it may not assign (in an if's other branch) it must receive.
         inputs += tuple(v for v in passed_through(stmt.body, carried) if v not in inputs)
@@ -357,7 +364,7 @@ class _Builder:
         # The body sees the values it reads; carried ones as the previous layer left them.
         outer = {**visible, **{n: frame.env[n] for n in carried}}
         arguments = {n: outer[n] for n in inputs if _is_runtime(outer.get(n))}
-        env = {**outer, **{n: _as(value, f"{body.path}:in:{n}") for n, value in arguments.items()}}
+        env = {**outer, **{n: self._as(value, f"{body.path}:in:{n}") for n, value in arguments.items()}}
         body.program.params = {n: env[n].ref for n in arguments}
         if stmt.index is not None:
             env[stmt.index.id] = index
@@ -369,7 +376,7 @@ class _Builder:
         returned = [n for n in carried if _is_runtime(inner.env.get(n))]
         body.program.results = tuple(inner.env[n].ref for n in returned)
         for name in carried:
-            frame.env[name] = _as(inner.env[name], f"{body.path}:out:{name}")
+            frame.env[name] = self._as(inner.env[name], f"{body.path}:out:{name}")
         iteration.steps.append(Step("layer", "", {n: v.ref for n, v in arguments.items()},
                                     tuple(frame.env[n].ref for n in returned), stmt.span))
 
@@ -390,7 +397,7 @@ class _Builder:
             return POISON
         self.budget.module(call.span)
         owner.children[key] = child
-        result = _as(self._run_block(child, block, args, frame.decoding), f"{path}:out")
+        result = self._as(self._run_block(child, block, args, frame.decoding), f"{path}:out")
         inputs = {p.id: value.ref for p, value in zip(block.params, args) if _is_runtime(value)}
         outputs = (result.ref,) if _is_runtime(result) else ()
         frame.program.steps.append(Step("layer" if parent else "block", "" if parent else key, inputs, outputs,
@@ -540,13 +547,13 @@ class _Builder:
         body = Program(params={param: f"{closure.step.target}:in{serial}"})
         if closure.step.body is None:
             closure.step.body = body
-        env = {**closure.env, param: _as(arg, body.params[param])}
+        env = {**closure.env, param: self._as(arg, body.params[param])}
         inner = _Frame(closure.owner, env, self.names, closure.decoding, body)
         returned = self._eval(closure.fn.body, inner)
         if isinstance(returned, Poison) or isinstance(arg, Poison):
             return POISON
         body.results = (_operand(returned),)
-        result = _as(returned, f"{closure.step.target}:out{serial}")
+        result = self._as(returned, f"{closure.step.target}:out{serial}")
         inputs: dict[str, Operand] = {"fn": closure.ref}
         if _is_runtime(arg):
             inputs["x"] = arg.ref
@@ -580,14 +587,19 @@ class _Builder:
                 attrs[name] = value
         if not ok:
             return POISON
-        return self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()})
+        return self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()},
+                          sources={n: bound[n] for n in attrs})
 
     def _node(self, op_name: str, attrs: dict, inputs: dict[str, Tensor], expr: ast.Expr, frame: _Frame,
-              span: Optional[Span] = None, arg_spans: Optional[dict[str, Span]] = None) -> Value:
+              span: Optional[Span] = None, arg_spans: Optional[dict[str, Span]] = None,
+              sources: Optional[dict[str, ast.Expr]] = None) -> Value:
         op = OPS[op_name]
         validated = self._validate_attrs(op, attrs, expr.span, arg_spans or {})
         if validated is None:
             return POISON
+        local = frame.env.get
+        written = {name: config_expression(source, getattr(validated, name), self.config, local)
+                   for name, source in (sources or {}).items()}
         scope = frame.instance.path
         if op.module is not None:
             name = frame.names[id(expr)]
@@ -603,7 +615,8 @@ class _Builder:
             node, module = _join(scope, name), None
         self.budget.module(expr.span)
         self.graph.add(Node(node, op_name, validated, {port: tensor.node for port, tensor in inputs.items()},
-                            span or expr.span, module, scope, repeat=tuple(self.stack_frames), cached=frame.decoding))
+                            span or expr.span, module, scope, repeat=tuple(self.stack_frames), cached=frame.decoding,
+                            sources={name: code for name, code in written.items() if code is not None}))
         frame.program.steps.append(Step("op", node, {port: tensor.ref for port, tensor in inputs.items()}, (node,),
                                         span or expr.span))
         return Tensor(node, node)
@@ -678,11 +691,6 @@ class _Poisoned(Exception):
 def _is_constant(value: object) -> bool:
     return value is not None and not isinstance(value, (Tensor, Closure, Poison))
 
-
-
-def input_sources(graph: "nx.DiGraph", node: str) -> dict[str, str]:
-    """An op node's inputs: port name -> the node that produces it."""
-    return {port: src for src, _, ports in graph.in_edges(node, data="ports") for port in ports}
 
 
 def describe_value(value: Value) -> str:

@@ -4,8 +4,8 @@ The op graph holds typed nodes in the order they were made. A node is one op app
 (torch.fx's Node is the model): the op, its checked attributes, which node feeds each input port, the
 spec text it comes from, and what validation infers. Nodes are added only after the nodes they read, so
 the order of `nodes` is a topological order and the graph cannot have a cycle. `to_networkx()` gives the
-same graph as a `networkx.DiGraph`, which is what `CompiledSpec.graph` exposes to tools (docs/graph.md);
-the compiler itself never needs networkx.
+same graph as a `networkx.DiGraph` whose nodes hold these records, which is what `CompiledSpec.graph`
+exposes to tools (docs/graph.md); the compiler itself never needs networkx.
 
 The graph is every layer expanded; the code keeps the spec's structure. So each module of the tree (an
 `Instance`: an entry block, a block call, a repeated stack, an op with weights) also holds the program
@@ -40,11 +40,15 @@ class Node:
     cached: bool = False             # in the decoder, where positions and attention continue from the cache
     shape: Optional["TensorType"] = None           # inferred by validation
     inferred: dict[str, object] = field(default_factory=dict)  # facts the shape rule derives
+    # Attributes the spec wrote as parameters: their expression over the generated config
+    # (`config.d_ff`), which generated code writes instead of the value (compiler/config.py).
+    sources: dict[str, str] = field(default_factory=dict)
 
-    def attributes(self) -> dict[str, object]:
-        """The node as networkx attribute data (docs/graph.md)."""
-        return {"op": self.op, "attrs": self.attrs, "span": self.span, "module": self.module, "scope": self.scope,
-                "repeat": self.repeat, "shape": self.shape, "inferred": self.inferred, "cached": self.cached}
+    def to_json(self) -> dict[str, object]:
+        """The node as graph.json writes it (docs/graph.md)."""
+        return {"id": self.id, "op": self.op, "attrs": self.attrs.model_dump(),
+                "shape": str(self.shape) if self.shape is not None else None, "module": self.module,
+                "span": f"{self.span.file}:{self.span.line}:{self.span.col}", "repeat": [list(r) for r in self.repeat]}
 
 
 @dataclass(frozen=True)
@@ -163,18 +167,26 @@ class OpGraph:
         return reached - {node_id}
 
     def to_networkx(self) -> "nx.DiGraph":
-        """A `networkx.DiGraph` of the same nodes; an edge's `ports` are the inputs its source feeds."""
+        """A `networkx.DiGraph` of the same nodes, each holding its record (`graph.nodes[n]["node"]`, read
+        with `node_of`); an edge's `ports` are the inputs its source feeds."""
         import networkx as nx
 
         graph = nx.DiGraph()
         for node in self.nodes.values():
-            graph.add_node(node.id, **node.attributes())
+            graph.add_node(node.id, node=node)
             for port, source in node.inputs.items():
                 if graph.has_edge(source, node.id):  # attention(h, h, h): one edge, three ports
                     graph.edges[source, node.id]["ports"] += (port,)
                 else:
                     graph.add_edge(source, node.id, ports=(port,))
         return graph
+
+
+def node_of(graph: "nx.DiGraph", node_id: str) -> Node:
+    """The typed record of a node of `CompiledSpec.graph` (or of a view made from it)."""
+    record = graph.nodes[node_id]["node"]
+    assert isinstance(record, Node), f"{node_id} holds no node record"
+    return record
 
 
 def lint_programs(root: Instance, graph: OpGraph) -> None:

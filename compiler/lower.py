@@ -12,40 +12,32 @@ before anything compiles or runs it.
 
 from __future__ import annotations
 
-import ast as pyast
-import functools
+import itertools
 import re
+from typing import Optional
 
-from .codecheck import PRELUDES, check_module
-from .diagnostics import printable
+from .codecheck import check_module
+from .config import ConfigNames, config_fields
+from .diagnostics import Span, printable
 from .entries import DECODER, ENCODER
-from .forward import file_label, forward_lines, identifier, where
-from .ir import Instance
-from .names import class_name
+from .forward import LINE_LIMIT, Context, file_label, forward_lines, identifier, inline_calls, literal, where
+from .ir import Instance, Node
+from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
+from .prune import prelude_classes
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
 
 INDENT = "    "
+SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
 
-@functools.cache
-def _prelude_classes() -> dict[str, str]:
-    """Class name -> source, read from the prelude files as text (compiling a spec does not import torch)."""
-    classes = {}
-    for path in PRELUDES:
-        text = path.read_text()
-        classes |= {node.name: pyast.get_source_segment(text, node) or ""
-                    for node in pyast.parse(text).body if isinstance(node, pyast.ClassDef)}
-    return classes
-
-
-def _preludes_used(code: str, always: set[str]) -> list[str]:
+def _preludes_used(code: str, always: set[str], features: frozenset[str]) -> list[str]:
     """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`), in the prelude's
-    order. Prelude classes construct none of each other (an attention's rotary embedding is built by the
-    generated code and passed in), so these are all the file needs."""
-    classes = _prelude_classes()
-    return [source for name, source in classes.items()
+    order, each cut to the `features` the model uses. Prelude classes construct none of each other (an
+    attention's rotary embedding is built by the generated code and passed in), so these are all the
+    file needs."""
+    return [prelude.source(features) for name, prelude in prelude_classes().items()
             if name in always or re.search(rf"(?<![\w.]){name}\b", code)]
 
 
@@ -61,24 +53,46 @@ def _docstring(text: str) -> str:
     return '"""' + "\n".join(lines) + '"""'
 
 
+class _Written:
+    """A module's constructor arguments as the spec wrote them (opdef.Written)."""
+
+    def __init__(self, node: Node, names: ConfigNames) -> None:
+        self.node, self.names = node, names
+
+    def attr(self, name: str) -> str:
+        return self.node.sources.get(name) or literal(getattr(self.node.attrs, name))
+
+    def size(self, value: object) -> str:
+        return self.names.size(value)
+
+
 class _Lowering:
     def __init__(self, model: ResolvedModel, validated: ValidatedModel) -> None:
         self.model, self.validated = model, validated
         self.graph = validated.graph.graph
-        self.classes: dict[str, str] = {}  # class body (named "{NAME}") -> class name
+        self.classes: dict[str, str] = {}  # class body (named "{NAME}", no shapes) -> class name
         self.class_of: dict[str, str] = {}  # instance path -> class name
+        self.bodies: dict[str, str] = {}  # class name -> its source
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.order: list[str] = []  # class sources in definition order
-        self.model_class = class_name(model.name, set(_prelude_classes()))
+        self.model_class = class_name(model.name, set(prelude_classes()))
+        self.config_class = class_name(f"{model.name}_config", {*prelude_classes(), self.model_class})
+        self.fields = config_fields(model.params)
+        self.names = ConfigNames(self.fields)
+        self.holders: dict[str, dict[str, tuple[str, Span]]] = {}  # instance -> constructor -> attribute, line
+        self.context = Context(self.graph, validated.graph.tensors, self.names,
+                               inline_calls(validated.graph.root), self._holder)
 
     def module_source(self) -> str:
         root = self.validated.graph.root
         for child in root.children.values():
             self._define(child, child.name)
         model_class = self._model_class()
+        features = frozenset().union(*(OPS[node.op].features(node.attrs, node.inferred) for node in self.graph))
         preludes = _preludes_used("".join(self.order) + model_class,
-                                  {"DecoderCache"} if DECODER in root.children else set())
-        parts = [self._header(), *preludes, *self.order, model_class]
+                                  {"DecoderCache"} if DECODER in root.children else set(), features)
+        classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
+        parts = [self._header(), self._config("".join(self.order)), *preludes, *classes, model_class]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
@@ -86,7 +100,7 @@ class _Lowering:
         """Emit the class of a block instance (children first) and return its name. `base` is the
         block's name, from which the class is named (`encoder_layer` -> `EncoderLayer`)."""
         for child in instance.children.values():
-            if child.kind == "block":
+            if child.kind == "block" and child.path not in self.context.inline:
                 self._define(child, child.block_name or f"{base}_layer")
             elif child.kind == "stack":
                 # Layers differ where the first changes the width the others see (`x = linear(x, 4)` on
@@ -94,46 +108,88 @@ class _Lowering:
                 self.layer_classes[child.path] = [self._define(item, item.block_name or f"{base}_layer")
                                                   for item in child.children.values()]
         body = self._class_body(instance)
-        name = self.classes.get(body)
-        if name is None:
+        key = SHAPE_COMMENT.sub("  # ", body)  # layers that differ only in their lengths share a class
+        name = self.classes.get(key)
+        if name is not None:
+            index = self.order.index(self.bodies[name])
+            merged = _merge_shapes(self.order[index], body.replace("{NAME}", name, 1))
+            self.bodies[name] = self.order[index] = merged
+        else:
             # Not a name another class, a prelude class, the model class or the code's own names have.
-            name = class_name(base, {*self.classes.values(), *_prelude_classes(), self.model_class})
-            self.classes[body] = name
-            self.order.append(body.replace("{NAME}", name, 1))
+            name = class_name(base, {*self.classes.values(), *prelude_classes(), self.model_class,
+                                     self.config_class})
+            self.classes[key] = name
+            self.bodies[name] = body.replace("{NAME}", name, 1)
+            self.order.append(self.bodies[name])
         self.class_of[instance.path] = name
         return name
 
     def _class_body(self, instance: Instance) -> str:
-        doc = (f"Block '{instance.block_name}' ({where(instance.block_span)})." if instance.block_span
-               else f"One layer of the repeat at {where(instance.span)}.")
-        lines = ["class {NAME}(nn.Module):", INDENT + _docstring(doc), "", f"{INDENT}def __init__(self):",
-                 f"{INDENT * 2}super().__init__()"]
+        doc = (f"block {instance.block_name}, {where(instance.block_span)}" if instance.block_span
+               else f"a layer of the repeat at {where(instance.span)}")
+        forward = forward_lines(self.context, instance)  # first: it names the modules it needs held
+        lines = [f"{INDENT}def __init__(self, config):", f"{INDENT * 2}super().__init__()"]
         for name, child in instance.children.items():
-            lines.append(f"{INDENT * 2}self.{identifier(name)} = {self._constructor(child)}"
-                         f"  # {where(child.span)}")
-        lines += ["", *(INDENT + line for line in forward_lines(self.graph, instance))]
-        return "\n".join(lines) + "\n"
+            constructor = self._constructor(child)
+            if constructor is not None:
+                lines.append(f"{INDENT * 2}self.{identifier(name)} = {constructor}  # {where(child.span)}")
+        for constructor, (attribute, span) in self.holders.get(instance.path, {}).items():
+            lines.append(f"{INDENT * 2}self.{attribute} = {constructor}  # {where(span)}")
+        lines += ["", *(INDENT + line for line in forward)]  # wrapped once classes are merged (module_source)
+        return "\n".join([f"class {{NAME}}(nn.Module):  # {doc}", *lines]) + "\n"
 
-    def _constructor(self, child: Instance) -> str:
+    def _constructor(self, child: Instance) -> Optional[str]:
         if child.kind == "op":
             assert child.node is not None
             node = self.graph[child.node]
-            return OPS[node.op].module(node.attrs, node.inferred)
+            module = OPS[node.op].module
+            assert module is not None
+            return module(node.attrs, node.inferred, _Written(node, self.names))
         if child.kind == "stack":
             classes = self.layer_classes[child.path]
             if len(set(classes)) == 1:
-                return f"nn.ModuleList([{classes[0]}() for _ in range({len(classes)!r})])"
-            return f"nn.ModuleList([{', '.join(f'{name}()' for name in classes)}])"  # flat: no deep expression
-        return f"{self.class_of[child.path]}()"
+                return f"nn.ModuleList([{classes[0]}(config) for _ in range({self.names.size(len(classes))})])"
+            # flat: no deep expression
+            return f"nn.ModuleList([{', '.join(f'{name}(config)' for name in classes)}])"
+        if child.path in self.context.inline:  # its steps are written in the caller: it holds its modules
+            modules = {name: self._constructor(c) for name, c in child.children.items()}
+            if not modules:
+                return None
+            return "nn.ModuleDict({" + ", ".join(f"{literal(n)}: {c}" for n, c in modules.items()) + "})"
+        return f"{self.class_of[child.path]}(config)"
+
+    def _holder(self, instance: Instance, node_id: str, constructor: str) -> str:
+        """The attribute of `instance`'s class that holds a parameter-free module: named after the spec's
+        parameter it reads (`self.dropout = nn.Dropout(config.dropout)`), else after the op."""
+        held = self.holders.setdefault(instance.path, {})
+        if constructor not in held:
+            match = re.search(r"\(config\.(\w+)\)$", constructor)
+            base = match.group(1) if match else self.graph[node_id].op
+            taken = {*instance.children, *(attribute for attribute, _ in held.values())}
+            name = base
+            for n in itertools.count(2):
+                if name not in taken and module_name_problem(name) is None and local_name_problem(name) is None:
+                    break
+                name = f"{base}_{n}"
+            held[constructor] = (name, self.graph[node_id].span)
+        return held[constructor][0]
 
     # --- the file around the classes ----------------------------------------------------------
     def _header(self) -> str:
-        params = "\n".join(f"    {name} = {value!r}" for name, value in self.model.params.items())
-        doc = (f"Model '{self.model.name}', generated by xspec from {file_label(self.model.span.file)}.\n\n"
-               f"Edit the spec, not this file. Trainable parameters: {self.validated.parameter_count:,}.\n"
-               f"Resolved parameters:\n{params}\n")
+        doc = (f"Model '{self.model.name}' ({self.validated.parameter_count:,} parameters), generated by xspec "
+               f"from\n{file_label(self.model.span.file)}: edit the spec, not this file.")
         return (_docstring(doc) + "\n\n"
-                "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n")
+                "import math\nfrom dataclasses import dataclass\n\n"
+                "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n")
+
+    def _config(self, code: str) -> str:
+        """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
+        takes it."""
+        fields = [f"{INDENT}{name}: {type(value).__name__} = {literal(value)}" for name, value in self.fields.items()
+                  if re.search(rf"\bconfig\.{name}\b", code)]
+        doc = f"The parameters of {file_label(self.model.span.file)} that sizes and rates are read from."
+        return "\n".join(["@dataclass", f"class {self.config_class}:", INDENT + _docstring(doc), "",
+                          *(fields or [f"{INDENT}pass"])])
 
     def _tie_lines(self) -> list[str]:
         """One assignment per tied tensor, except where a tensor of every layer of a stack is tied to the
@@ -154,18 +210,24 @@ class _Lowering:
                 lines.append(f"for layer in {_attribute(stack)}:  # tie, {spec_file}:{written}")
                 lines += [f"{INDENT}{_attribute(o[len(first):]).replace('self', 'layer', 1)} = {_attribute(o)}"
                           for o in shared]
-        lines += [f"{_attribute(tied)} = {_attribute(owner)}  # tie, {spec_file}:{line_of[tied]}"
-                  for tied, owner in ties.items()]
+        for tied, owner in ties.items():
+            comment = f"  # tie, {spec_file}:{line_of[tied]}"
+            line = f"{_attribute(tied)} = {_attribute(owner)}{comment}"
+            if len(INDENT * 2 + line) >= LINE_LIMIT:  # the shared tensor first, then the assignment
+                lines.append(f"shared = {_attribute(owner)}{comment}")
+                line = f"{_attribute(tied)} = shared{comment}"
+            lines.append(line)
         return lines
 
     def _model_class(self) -> str:
         root = self.validated.graph.root
         name = self.model_class
         has_encoder, has_decoder = ENCODER in root.children, DECODER in root.children
-        lines = [f"class {name}(nn.Module):", f'{INDENT}"""The whole model: encode, decode, forward."""', "",
-                 f"{INDENT}def __init__(self):", f"{INDENT * 2}super().__init__()"]
+        lines = [f"class {name}(nn.Module):  # the whole model: encode, decode, forward",
+                 f"{INDENT}def __init__(self, config=None):", f"{INDENT * 2}super().__init__()",
+                 f"{INDENT * 2}config = config if config is not None else {self.config_class}()"]
         for child in root.children.values():
-            lines.append(f"{INDENT * 2}self.{child.name} = {self.class_of[child.path]}()")
+            lines.append(f"{INDENT * 2}self.{child.name} = {self.class_of[child.path]}(config)")
         lines += [INDENT * 2 + line for line in self._tie_lines()]
         if has_encoder:
             lines += ["", f"{INDENT}def encode(self, src_tokens, src_padding_mask=None):",
@@ -217,3 +279,108 @@ def _attribute(path: str) -> str:
     for part in path.split("."):
         code += f"[{int(part)}]" if part.isdigit() else f".{identifier(part)}"
     return code
+
+
+def wrap(code: str, comment: str, indent: str) -> list[str]:
+    """`code  # comment` on one line, or, where that is too long, its outermost call's arguments on the
+    lines after it (the comment stays on the first), an argument too long for a line wrapped so too."""
+    line = f"{indent}{code}  # {comment}"
+    if len(line) < LINE_LIMIT or _outer_call(code) is None:
+        return [line]
+    first, *rest = _wrapped(code, indent, split=True)
+    return [f"{first}  # {comment}", *rest]
+
+
+def _wrapped(code: str, indent: str, split: bool = False) -> list[str]:
+    """`code` (ending in a call) over several lines: the call's head, then its arguments packed."""
+    opening = _outer_call(code)
+    if (len(indent + code) < LINE_LIMIT and not split) or opening is None:
+        return [indent + code]
+    head, inner, close = code[:opening + 1], code[opening + 1:-1], ")"
+    if inner.startswith("{") and inner.endswith("}"):  # nn.ModuleDict({...}): the dict's items
+        head, inner, close = head + "{", inner[1:-1], "})"
+    lines, current = [indent + head], ""
+    inner_indent = indent + INDENT
+    for item in _split_arguments(inner):
+        candidate = f"{current}, {item}" if current else item
+        if len(inner_indent + candidate) + len(close) + 1 < LINE_LIMIT:
+            current = candidate
+            continue
+        if current:
+            lines.append(f"{inner_indent}{current},")
+        if len(inner_indent + item) + len(close) + 1 >= LINE_LIMIT and _outer_call(item) is not None:
+            *middle, last = _wrapped(item, inner_indent)
+            lines += middle
+            current = last[len(inner_indent):]
+        else:
+            current = item
+    lines.append(f"{inner_indent}{current}{close}")
+    return lines
+
+
+def _rewrap(line: str) -> list[str]:
+    """A forward's line that is too long, wrapped at its outermost call."""
+    if len(line) < LINE_LIMIT or "  # " not in line:
+        return [line]
+    code, comment = line.rsplit("  # ", 1)
+    indent = code[:len(code) - len(code.lstrip())]
+    return wrap(code.strip(), comment, indent)
+
+
+def _outer_call(code: str) -> Optional[int]:
+    """The position of the opening parenthesis of the call that ends `code`, if one does."""
+    if not code.endswith(")"):
+        return None
+    depth, quote = 0, None
+    for index in range(len(code) - 1, -1, -1):
+        char = code[index]
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in ")]}":
+            depth += 1
+        elif char in "([{":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def _split_arguments(text: str) -> list[str]:
+    """Top-level comma-separated items of an argument list (brackets and strings respected)."""
+    items, depth, quote, current = [], 0, None, ""
+    for char in text:
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+            continue
+        current += char
+    return [*items, current.strip()] if current.strip() else items
+
+
+def _merge_shapes(first: str, second: str) -> str:
+    """The class source `first`, its shape comments naming both instances' dimensions where they differ
+    (`[batch, src_len|tgt_len, d_model]`). The two are the same code line for line."""
+    mine_lines, their_lines = first.split("\n"), second.split("\n")
+    assert len(mine_lines) == len(their_lines), "classes merged from different code"
+    lines = []
+    for mine, theirs in zip(mine_lines, their_lines):
+        a, b = SHAPE_COMMENT.search(mine), SHAPE_COMMENT.search(theirs)
+        if a and b and a.group() != b.group() and len(_dims(a.group())) == len(_dims(b.group())):
+            dims = [x if y in x.split("|") else f"{x}|{y}" for x, y in zip(_dims(a.group()), _dims(b.group()))]
+            mine = mine.replace(a.group(), "  # [" + ", ".join(dims) + "]  ")
+        lines.append(mine)
+    return "\n".join(lines)
+
+
+def _dims(comment: str) -> list[str]:
+    return comment.split("[", 1)[1].split("]", 1)[0].split(", ")

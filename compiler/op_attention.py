@@ -25,7 +25,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from .opdef import Attrs, Inferred, Input, OpDef, Shapes, keywords, linear_params, size
+from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
 from .shapes import ShapeError, TensorType, concrete_last, require
 
 # "default": none, the name checkpoints give it (rope_type).
@@ -221,57 +221,91 @@ def _saved(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> in
 def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
     args = [inputs["query"], inputs["key"], inputs["value"]]
     if "mask" in inputs:
-        args.append(f"padding_mask={inputs['mask']}")
+        args.append(inputs["mask"])  # forward(query, key, value, padding_mask=None, cache=None)
     if cache:
-        args.append("cache=cache")
+        args.append("cache" if "mask" in inputs else "cache=cache")
     return f"self.{target}({', '.join(args)})"
 
 
-def _norm(features: int, eps: float, offset: float) -> str:
-    if offset == 0:
-        return f"nn.RMSNorm({features!r}, eps={eps!r})"
-    return f"RMSNorm({features!r}, eps={eps!r}, offset={offset!r})"
+def _norm(features: str, a: AttentionAttrs, w: Written) -> str:
+    if a.qk_norm_offset == 0:
+        return f"nn.RMSNorm({features}, eps={w.attr('qk_norm_eps')})"
+    return f"RMSNorm({features}, eps={w.attr('qk_norm_eps')}, offset={w.attr('qk_norm_offset')})"
 
 
-def rotary_module(a: AttentionAttrs) -> str:
+def rotary_module(a: AttentionAttrs, w: Written) -> str:
     """The RotaryEmbedding a rotary attention holds: its features, base, and scaling with the parameters
-    that scaling reads (only those, so the line says what applies)."""
-    options: dict[str, object] = {"base": a.rotary_base}
+    that scaling reads (only those, and only where they differ from the defaults, so the line says what
+    applies)."""
+    names = []
+    if a.rotary_base != 10000.0:
+        names.append("rotary_base")
     if a.rotary_scaling != "default":
-        options |= {"scaling": a.rotary_scaling, "factor": a.rotary_factor}
+        names += ["rotary_scaling", "rotary_factor"]
     if a.rotary_scaling == "llama3":
-        options |= {"low_freq_factor": a.rotary_low_freq_factor, "high_freq_factor": a.rotary_high_freq_factor,
-                    "original_max_len": a.rotary_original_max_len}
+        names += ["rotary_low_freq_factor", "rotary_high_freq_factor", "rotary_original_max_len"]
     if a.rotary_scaling == "yarn":
-        options |= {"original_max_len": a.rotary_original_max_len, "beta_fast": a.rotary_beta_fast,
-                    "beta_slow": a.rotary_beta_slow, "attention_factor": a.rotary_attention_factor,
-                    "truncate": a.rotary_truncate}
-    return f"RotaryEmbedding({int(a.rotary_dims)!r}, {keywords(**options)})"
+        names += ["rotary_original_max_len", "rotary_beta_fast", "rotary_beta_slow", "rotary_attention_factor",
+                  "rotary_truncate"]
+    options = [f"{ROTARY_ARGUMENTS[name]}={w.attr(name)}" for name in names]
+    features = w.attr("d_k") if a.rotary_fraction == 1 else w.size(int(a.rotary_dims))
+    return f"RotaryEmbedding({', '.join([features, *options])})"
 
 
-def _module(a: AttentionAttrs, i: Inferred) -> str:
-    options: dict[str, object] = {}
-    if a.has_out_bias != a.bias:
-        options["out_bias"] = a.has_out_bias
-    for name in ("window", "softcap", "scale"):
-        if getattr(a, name) is not None:
-            options[name] = getattr(a, name)
-    if a.sinks:
-        options["sinks"] = True
-    modules = []
+# RotaryEmbedding's argument for each attribute it takes (prelude_attention.py).
+ROTARY_ARGUMENTS = {"rotary_base": "base", "rotary_scaling": "scaling", "rotary_factor": "factor",
+                    "rotary_original_max_len": "original_max_len", "rotary_low_freq_factor": "low_freq_factor",
+                    "rotary_high_freq_factor": "high_freq_factor", "rotary_beta_fast": "beta_fast",
+                    "rotary_beta_slow": "beta_slow", "rotary_attention_factor": "attention_factor",
+                    "rotary_truncate": "truncate"}
+
+
+def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
+    """MultiHeadAttention(d_model, heads, d_k, d_v, ...): the options that differ from its defaults."""
+    d_model = w.size(i["d_model"])
+    args = [d_model, w.attr("heads"), w.attr("d_k"), w.attr("d_v")]
+    for name in ("kdim", "vdim"):
+        if i[name] != i["d_model"]:
+            args.append(f"{name}={w.size(i[name])}")
+    for name, default in (("causal", False), ("dropout", 0.0), ("bias", True)):
+        if getattr(a, name) != default:
+            args.append(f"{name}={w.attr(name)}")
+    if a.key_heads != a.heads:
+        args.append(f"kv_heads={w.attr('kv_heads')}")
     if a.rotary:
-        modules.append(f"rotary={rotary_module(a)}")
+        args.append(f"rotary={rotary_module(a, w)}")
     if a.alibi:
-        options["alibi"] = True
+        args.append("alibi=True")
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
-        modules += [f"q_norm={_norm(q_size, a.qk_norm_eps, a.qk_norm_offset)}",
-                    f"k_norm={_norm(k_size, a.qk_norm_eps, a.qk_norm_offset)}"]
-    common = keywords(heads=a.heads, d_k=a.d_k, d_v=a.d_v, kdim=i["kdim"], vdim=i["vdim"], causal=a.causal,
-                      dropout=a.dropout, bias=a.bias, kv_heads=a.key_heads)
-    roles = keywords(kv_cache=i.get("kv_cache", "none"), self_attention=i.get("self_attention", False))
-    extra = ", ".join([*modules, *([keywords(**options)] if options else [])])
-    return f"MultiHeadAttention({i['d_model']!r}, {common}, {extra + ', ' if extra else ''}{roles})"
+        head = w.attr("d_k")
+        args += [f"q_norm={_norm(head if a.qk_norm == 'head' else w.size(q_size), a, w)}",
+                 f"k_norm={_norm(head if a.qk_norm == 'head' else w.size(k_size), a, w)}"]
+    if a.has_out_bias != a.bias:
+        args.append(f"out_bias={a.has_out_bias!r}")
+    for name in ("window", "softcap", "scale"):
+        if getattr(a, name) is not None:
+            args.append(f"{name}={w.attr(name)}")
+    if a.sinks:
+        args.append("sinks=True")
+    if i.get("kv_cache", "none") != "none":
+        args.append(f"kv_cache={i['kv_cache']!r}")
+    if i.get("self_attention", False):
+        args.append("self_attention=True")
+    return f"MultiHeadAttention({', '.join(args)})"
+
+
+def _features(a: AttentionAttrs, i: Inferred) -> frozenset[str]:
+    """The prelude code this attention runs beyond the plain path (the `# with:` tags of
+    prelude_attention.py and of the decoder cache)."""
+    used = {name for name in ("alibi", "window", "softcap", "sinks", "causal") if getattr(a, name) not in
+            (False, None)}
+    if a.rotary:
+        used |= {"rotary", f"rotary_{a.rotary_scaling}"}
+    if a.qk_norm != "none":
+        used.add("qk_norm")
+    used |= {"append": {"cache"}, "static": {"cross_cache"}}.get(str(i.get("kv_cache")), set())
+    return frozenset(used)
 
 
 def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
@@ -324,12 +358,12 @@ def _details(a: AttentionAttrs, i: Inferred) -> list[str]:
 ATTENTION = OpDef(
     name="attention",
     doc="multi-head scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1-3.2.2)",
-    family="attention",
+    family=Family.ATTENTION,
     inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True)),
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
-    flops=_flops, saved=_saved,
+    flops=_flops, saved=_saved, features=_features,
 )
 
 

@@ -21,7 +21,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from .opdef import Attrs, Inferred, Input, OpDef, Shapes, keywords, size
+from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, size
 from .shapes import TensorType, concrete_last, require
 
 GLU_NAMES = {"silu": "SwiGLU", "gelu_tanh": "GeGLU", "clamped_swiglu": "clamped SwiGLU"}
@@ -103,13 +103,15 @@ def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
     return 3 * n * a.experts + n * a.top_k * (3 * size(i, "d_model") + EXPERT_INTERMEDIATES * a.d_ff)
 
 
-def _module(a: ExpertsAttrs, i: Inferred) -> str:
-    options = {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff, "scoring": a.scoring,
-               "normalize": a.normalize, "routing_scale": a.routing_scale, "router_bias": a.router_bias,
-               "bias": a.bias, "activation": a.activation}
+def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
+    """MixtureOfExperts(d_model, experts, top_k, d_ff, ...): the options that differ from its defaults."""
+    args = [w.size(i["d_model"]), w.attr("experts"), w.attr("top_k"), w.attr("d_ff")]
+    defaults = {"scoring": "softmax", "normalize": True, "routing_scale": 1.0, "router_bias": False, "bias": False,
+                "activation": "silu"}
     if a.activation == "clamped_swiglu":
-        options |= {"swiglu_limit": a.swiglu_limit, "swiglu_alpha": a.swiglu_alpha}
-    return f"MixtureOfExperts({i['d_model']!r}, {keywords(**options)})"
+        defaults |= {"swiglu_limit": None, "swiglu_alpha": None}  # always written: they define the activation
+    args += [f"{name}={w.attr(name)}" for name, default in defaults.items() if getattr(a, name) != default]
+    return f"MixtureOfExperts({', '.join(args)})"
 
 
 def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
@@ -129,7 +131,7 @@ def _details(a: ExpertsAttrs, i: Inferred) -> list[str]:
 EXPERTS = OpDef(
     name="moe", doc="a router choosing top_k of `experts` gated feed-forward experts per token, their outputs "
                     "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
-    family="experts", inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
+    family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
     inactive=_inactive, auxiliary_loss="MixtureOfExperts",
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},

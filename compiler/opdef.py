@@ -5,7 +5,8 @@ their own, which imports this one; ops.py registers every entry in the one table
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from enum import Enum
+from typing import Callable, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +19,44 @@ class Attrs(BaseModel):
 
 class NoAttrs(Attrs):
     pass
+
+
+class Family(str, Enum):
+    """What kind of op it is: diagrams colour and group boxes by it, reports look for it. A str, so
+    it prints, hashes and serializes as its value ("attention")."""
+
+    ATTENTION = "attention"
+    FEED_FORWARD = "feed_forward"
+    EXPERTS = "experts"
+    NORM = "norm"
+    EMBEDDING = "embedding"
+    POSITION = "position"
+    ACTIVATION = "activation"
+    RESIDUAL = "residual"
+    REGULARIZATION = "regularization"
+    ELEMENTWISE = "elementwise"
+    IO = "io"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    def __hash__(self) -> int:
+        return hash(str(self.value))
+
+
+class Written(Protocol):
+    """How generated code writes a module's constructor arguments (compiler/lower.py)."""
+
+    def attr(self, name: str) -> str:
+        """The attribute as the spec wrote it over the config (`config.d_ff`), else its value."""
+        ...
+
+    def size(self, value: object) -> str:
+        """An inferred size: the config's parameter of that value (`config.d_model`), else the value."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -34,15 +73,19 @@ Shapes = dict[str, TensorType]
 class OpDef:
     name: str
     doc: str  # what it computes, with the paper section
-    family: str  # for diagrams: attention, feed_forward, norm, embedding, position, ...
+    family: Family  # for diagrams and reports: attention, feed_forward, norm, embedding, ...
     inputs: tuple[Input, ...]
     attrs: type[Attrs]
     infer: Callable[[Shapes, Attrs], tuple[TensorType, Inferred]]
     params: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]]  # learned tensors, by attribute name
-    # Lowering. `module` builds the nn.Module (None: a plain function of its inputs); `call` is the
-    # forward expression, given the module's attribute name, the inputs' code and the cache's code.
-    module: Optional[Callable[[Attrs, Inferred], str]]
+    # Lowering. `module` builds the nn.Module (None: a plain function of its inputs), its arguments
+    # written as the spec wrote them (`Written`); `call` is the forward expression, given the module's
+    # attribute name, the inputs' code and the cache's code.
+    module: Optional[Callable[[Attrs, Inferred, Written], str]]
     call: Callable[[str, dict[str, str], Attrs, Optional[str]], str]
+    # An op without weights that generated code calls through a module of no state (nn.Dropout), which
+    # the class whose forward calls it holds, named after the spec's parameter: its constructor.
+    holder: Optional[Callable[[Attrs, Written], str]] = None
     uses_cache: bool = False  # positions and attention continue from the decoder cache
     title: str = ""  # diagrams: the box's title (the paper's words where it has them, Figure 1)
     details: Callable[[Attrs, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes
@@ -65,6 +108,9 @@ class OpDef:
     # the last forward into a training loss of the model's own (a mixture of experts' load balancing); the
     # generated model then has an `auxiliary_loss()` method.
     auxiliary_loss: str = ""
+    # The prelude code it needs beyond the plain path: features that keep statements tagged
+    # `# with: FEATURE` in the prelude classes a generated file copies (compiler/prune.py).
+    features: Callable[[Attrs, Inferred], frozenset[str]] = lambda a, i: frozenset()
     # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
     # the module that makes the logits (the pre-softmax projection) look through it.
     elementwise: bool = False
@@ -86,8 +132,3 @@ def linear_params(prefix: str, n_in: int, n_out: int, bias: bool) -> dict[str, t
     if bias:
         params[f"{prefix}bias"] = (n_out,)
     return params
-
-
-def keywords(**values: object) -> str:
-    """`name=repr(value)` for each, joined: constructor arguments of generated code (only literals)."""
-    return ", ".join(f"{name}={value!r}" for name, value in values.items())

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from .op_attention import ATTENTION, AttentionAttrs  # noqa: F401 (AttentionAttrs: re-exported)
 from .op_experts import EXPERTS
-from .opdef import Attrs, Inferred, Input, NoAttrs, OpDef, Shapes, linear_params, no_params
+from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, linear_params, no_params
 from .opdef import size as _size
 from .shapes import ShapeError, TensorType, broadcast, concrete_last, require
 
@@ -132,12 +132,12 @@ def _call_with_cache(target: str, inputs: dict[str, str], attrs: Attrs, cache: O
 
 def _activation(name: str, title: str, glu_title: str, doc: str, function: str, options: str = "") -> OpDef:
     suffix = f", {options}" if options else ""
-    return OpDef(name=name, doc=doc, family="activation", inputs=(Input("x"),), attrs=NoAttrs, infer=_same,
+    return OpDef(name=name, doc=doc, family=Family.ACTIVATION, inputs=(Input("x"),), attrs=NoAttrs, infer=_same,
                  params=_no_params, module=None, call=lambda t, i, a, c: f"{function}({i['x']}{suffix})", title=title,
                  glu_title=glu_title, elementwise=True)
 
 
-def _infix(name: str, symbol: str, verb: str, title: str, doc: str, family: str,
+def _infix(name: str, symbol: str, verb: str, title: str, doc: str, family: Family,
            gates: bool = False) -> OpDef:
     """A binary elementwise op written `a <symbol> b` in specs and in generated code."""
     return OpDef(name=name, doc=doc, family=family, inputs=(Input("a"), Input("b")), attrs=NoAttrs,
@@ -149,10 +149,11 @@ OPS: dict[str, OpDef] = {
     op.name: op
     for op in (
         OpDef(
-            name="embedding", doc="token embedding, times `scale` (§3.4)", family="embedding",
+            name="embedding", doc="token embedding, times `scale` (§3.4)", family=Family.EMBEDDING,
             inputs=(Input("tokens"),), attrs=EmbeddingAttrs, infer=_embedding_shape,
             params=lambda a, i: {"weight": (a.vocab, a.dim)},
-            module=lambda a, i: f"Embedding({a.vocab!r}, {a.dim!r}, scale={a.scale!r})",
+            module=lambda a, i, w: f"Embedding({w.attr('vocab')}, {w.attr('dim')}"
+                                   + (f", scale={w.attr('scale')})" if a.scale != 1 else ")"),
             call=_call_module, title="Embedding", facts=lambda a, i: {"d_model": a.dim, "vocab": a.vocab},
             details=lambda a, i: [f"{a.vocab} × {a.dim}"] + ([f"scaled by {_scale_text(a.scale)}"] if a.scale != 1
                                                              else []),
@@ -160,9 +161,9 @@ OPS: dict[str, OpDef] = {
         OpDef(
             name="sinusoidal_positions",
             doc="PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5)",
-            family="position", inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
+            family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=_no_params,
-            module=lambda a, i: f"SinusoidalPositions({i['dim']!r}, max_len={a.max_len!r})",
+            module=lambda a, i, w: f"SinusoidalPositions({w.size(i['dim'])}, {w.attr('max_len')})",
             call=_call_with_cache, uses_cache=True,
             buffers=lambda a, i: {"table": (a.max_len, _size(i, "dim"))},
             title="Positional Encoding", details=lambda a, i: [f"sinusoidal, max_len {a.max_len}"],
@@ -170,44 +171,48 @@ OPS: dict[str, OpDef] = {
         ),
         OpDef(
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",
-            family="position", inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
+            family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=lambda a, i: {"weight": (a.max_len, _size(i, "dim"))},
-            module=lambda a, i: f"LearnedPositions({i['dim']!r}, max_len={a.max_len!r})",
+            module=lambda a, i, w: f"LearnedPositions({w.size(i['dim'])}, {w.attr('max_len')})",
             call=_call_with_cache, uses_cache=True,
             title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "learned"},
         ),
         OpDef(
-            name="linear", doc="x W + b", family="feed_forward",
+            name="linear", doc="x W + b", family=Family.FEED_FORWARD,
             inputs=(Input("x"),), attrs=LinearAttrs, infer=_linear_shape,
             params=lambda a, i: _linear_params("", _size(i, "in_features"), a.out, a.bias),
-            module=lambda a, i: f"nn.Linear({i['in_features']!r}, {a.out!r}, bias={a.bias!r})",
+            module=lambda a, i, w: f"nn.Linear({w.size(i['in_features'])}, {w.attr('out')}"
+                                   + ("" if a.bias else ", bias=False") + ")",
             call=_call_module, title="Linear",
             flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * _size(i, "in_features") * a.out},
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
         ),
         OpDef(
-            name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family="norm",
+            name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family=Family.NORM,
             inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),), **({"bias": (_size(i, "dim"),)} if a.bias else {})},
-            module=lambda a, i: f"nn.LayerNorm({i['dim']!r}, eps={a.eps!r}, bias={a.bias!r})",
+            module=lambda a, i, w: f"nn.LayerNorm({w.size(i['dim'])}"
+                                   + ("" if a.eps == 1e-5 else f", eps={w.attr('eps')}")
+                                   + ("" if a.bias else ", bias=False") + ")",
             call=_call_module, title="Layer Norm", details=lambda a, i: [] if a.bias else ["no bias"],
         ),
         OpDef(
             name="rms_norm", doc="x / sqrt(mean(x^2) + eps) * g: root mean square normalization (Zhang & Sennrich, "
                                  "2019); with offset, * (offset + g) (Gemma's 1 + g)",
-            family="norm", inputs=(Input("x"),), attrs=RMSNormAttrs, infer=_norm_shape,
+            family=Family.NORM, inputs=(Input("x"),), attrs=RMSNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),)},
-            module=lambda a, i: (f"nn.RMSNorm({i['dim']!r}, eps={a.eps!r})" if a.offset == 0 else
-                                 f"RMSNorm({i['dim']!r}, eps={a.eps!r}, offset={a.offset!r})"),
+            module=lambda a, i, w: (f"nn.RMSNorm({w.size(i['dim'])}, eps={w.attr('eps')})" if a.offset == 0
+                                    else f"RMSNorm({w.size(i['dim'])}, eps={w.attr('eps')}, "
+                                         f"offset={w.attr('offset')})"),
             call=_call_module, title="RMS Norm", details=lambda a, i: [f"× ({a.offset:g} + w)"] if a.offset else [],
         ),
         ATTENTION,
         EXPERTS,
         OpDef(
-            name="dropout", doc="dropout (§5.4: residual dropout)", family="regularization",
+            name="dropout", doc="dropout (§5.4: residual dropout)", family=Family.REGULARIZATION,
             inputs=(Input("x"),), attrs=DropoutAttrs, infer=_same, params=_no_params, module=None,
-            call=lambda t, i, a, c: f"F.dropout({i['x']}, p={a.p!r}, training=self.training)",
+            holder=lambda a, w: f"nn.Dropout({w.attr('p')})", call=lambda t, i, a, c: f"self.{t}({i['x']})",
             title="Dropout", details=lambda a, i: [f"p = {a.p:g}"], facts=lambda a, i: {"dropout": a.p},
             elementwise=True,
         ),
@@ -223,27 +228,27 @@ OPS: dict[str, OpDef] = {
                     "F.gelu", "approximate='tanh'"),
         OpDef(
             name="softcap", doc="cap * tanh(x / cap): values squashed smoothly into (-cap, cap) (Gemma 2's logits)",
-            family="activation", inputs=(Input("x"),), attrs=SoftCapAttrs, infer=_same, params=_no_params,
+            family=Family.ACTIVATION, inputs=(Input("x"),), attrs=SoftCapAttrs, infer=_same, params=_no_params,
             module=None, call=lambda t, i, a, c: f"F.tanh({i['x']} / {a.cap!r}) * {a.cap!r}",
             check=lambda a: [] if a.cap > 0 else [("cap", f"cap = {a.cap}: values are capped at +-cap, so it must "
                                                            "be positive")],
             title="Soft-cap", details=lambda a, i: [f"{a.cap:g} · tanh(x / {a.cap:g})"], elementwise=True,
         ),
-        _infix("add", "+", "add", "Add", "a + b, e.g. a residual connection (§3.1)", "residual"),
-        _infix("sub", "-", "subtract", "Subtract", "a - b", "elementwise"),
-        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", "elementwise", gates=True),
+        _infix("add", "+", "add", "Add", "a + b, e.g. a residual connection (§3.1)", Family.RESIDUAL),
+        _infix("sub", "-", "subtract", "Subtract", "a - b", Family.ELEMENTWISE),
+        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", Family.ELEMENTWISE, gates=True),
         OpDef(
-            name="scale", doc="x * factor", family="elementwise",
+            name="scale", doc="x * factor", family=Family.ELEMENTWISE,
             inputs=(Input("x"),), attrs=ScaleAttrs, infer=_same, params=_no_params, module=None,
             call=lambda t, i, a, c: f"{i['x']} * {a.factor!r}",
             title="Scale", details=lambda a, i: [f"× {a.factor:.4g}"], elementwise=True,
         ),
         OpDef(
-            name="input", doc="a model input", family="io", inputs=(), attrs=IOAttrs,
+            name="input", doc="a model input", family=Family.IO, inputs=(), attrs=IOAttrs,
             infer=_io_shape, params=_no_params, module=None, call=lambda t, i, a, c: t,
         ),
         OpDef(
-            name="output", doc="a model output", family="io", inputs=(Input("x"),), attrs=IOAttrs,
+            name="output", doc="a model output", family=Family.IO, inputs=(Input("x"),), attrs=IOAttrs,
             infer=lambda shapes, a: (shapes["x"], {}), params=_no_params, module=None,
             call=lambda t, i, a, c: i["x"],
         ),
@@ -258,4 +263,4 @@ INFIX_OPS = frozenset({"add", "sub", "mul", "scale"})
 def callable_op(name: str) -> bool:
     """Whether a spec calls `name(...)` as an op (read from the table as it is, so an op added to it
     is callable at once)."""
-    return name in OPS and name not in INFIX_OPS and OPS[name].family != "io"
+    return name in OPS and name not in INFIX_OPS and OPS[name].family != Family.IO

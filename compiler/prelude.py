@@ -1,7 +1,11 @@
-"""Modules that generated models use. Their source is copied into every generated file that uses them, so
-a compiled model depends on torch alone; they are also imported from here by the tests. Attention and the
-mixture of experts have files of their own (prelude_attention.py, prelude_experts.py; codecheck.PRELUDES
-lists them all)."""
+"""Modules that generated models use. Their source is copied into every generated file that uses
+them, so a compiled model depends on torch alone; they are also imported from here by the tests.
+Attention and the mixture of experts have files of their own (prelude_attention.py,
+prelude_experts.py; codecheck.PRELUDES lists them all).
+
+A statement whose first line ends in `# with: FEATURE, ...` serves those features only: a generated
+file keeps it where its spec uses one of them (compiler/prune.py), else leaves it out. `diagrams`
+code is never copied: tools call it from here on generated modules."""
 
 import math
 
@@ -14,25 +18,17 @@ from .prelude_experts import MixtureOfExperts  # noqa: F401 (for the tests)
 
 
 class DecoderCache:
-    """What the decoder keeps between steps when it decodes one token at a time.
-
-    Self-attention keys and values are written in place into buffers allocated once per module,
-    [rows, heads, capacity, d] (batch-first, so `reorder` can follow beam search's choice of rows); the
-    capacity doubles when a decode outgrows it, so a step neither concatenates nor allocates. A
-    sliding-window attention's buffers stop growing at its window: they become a ring, position p in slot
-    p % window, holding the last `window` positions (`append_window`).
-    `reorder(index)` gathers the cached positions of the rows into a second buffer of the same size and
-    swaps the two. Keys and values of the encoder memory are computed once per memory tensor: pass the
-    same tensor while the batch holds the same sentences (the beams of a sentence share its memory rows),
-    and a new one when sentences leave the batch.
-    """
+    """What the decoder keeps between steps when it decodes one token at a time: self-attention's
+    keys and values, written in place into buffers [rows, heads, capacity, d] whose capacity
+    doubles when outgrown; `reorder` follows beam search's choice of rows. The encoder memory's
+    keys and values are computed once per memory tensor."""
 
     def __init__(self, capacity=64):
         self.length = 0  # target positions already decoded
         self.capacity = capacity  # positions each buffer holds at first
         self.rows = None  # rows in use (the batch), once something is cached
-        self.tensors = {}  # self-attention module -> [keys, values, spare keys, spare values, positions]
-        self.memory = {}  # encoder-decoder attention module -> (key input, value input, keys, values)
+        self.tensors = {}  # self-attention module -> [keys, values, spare keys, spare values, end]
+        self.memory = {}  # encoder-decoder attention -> (key input, value input, keys, values)
 
     def past(self, module):
         """Positions `module` has cached: where its next queries and keys start."""
@@ -40,7 +36,8 @@ class DecoderCache:
         return entry[4] if entry is not None else 0
 
     def append(self, module, k, v):
-        """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and values."""
+        """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and
+        values."""
         entry = self.tensors.get(module)
         start = entry[4] if entry is not None else 0
         end = start + k.size(2)
@@ -57,16 +54,19 @@ class DecoderCache:
         entry[4] = end
         return keys[:, :, :end], values[:, :, :end]
 
-    def append_window(self, module, k, v, window):
-        """Writes k, v [B, h, T, d] after what `module` has cached, keeping the last `window` positions in
-        a ring. Returns the keys and values to attend: for one new position, the ring's filled slots (all
-        within the new query's window, in slot order); for several, the cached positions the first new
-        query sees, in order, then the new ones (the caller masks them by relative position)."""
+    def append_window(self, module, k, v, window):  # with: window
+        """Writes k, v [B, h, T, d] after what `module` has cached, keeping the last `window`
+        positions: a sliding-window attention's buffers stop growing at its window and become a
+        ring, position p in slot p % window. Returns the keys and values to attend: for one new
+        position, the ring's filled slots (all within the new query's window, in slot order); for
+        several, the cached positions the first new query sees, in order, then the new ones (the
+        caller masks them by relative position)."""
         entry = self.tensors.get(module)
         start = entry[4] if entry is not None else 0
         new, end = k.size(2), start + k.size(2)
         if entry is None or (entry[0].size(2) < window and end > entry[0].size(2)):
-            size = min(window, max(self.capacity, 2 * end))  # below the window, nothing has wrapped yet
+            # Below the window, nothing has wrapped yet.
+            size = min(window, max(self.capacity, 2 * end))
             grown = [t.new_empty(t.size(0), t.size(1), size, t.size(3)) for t in (k, v, k, v)]
             if entry is not None:
                 for old, fresh in zip(entry[:2], grown[:2]):
@@ -80,9 +80,10 @@ class DecoderCache:
             slot = start % size
             keys[:, :, slot:slot + 1], values[:, :, slot:slot + 1] = k, v
             return keys[:, :, :min(end, size)], values[:, :, :min(end, size)]
-        seen = torch.arange(max(start - window + 1, 0), start, device=k.device) % size  # the slots, in order
+        # The slots the first new query sees, in order; then the positions the ring keeps.
+        seen = torch.arange(max(start - window + 1, 0), start, device=k.device) % size
         attend = torch.cat([keys[:, :, seen], k], dim=2), torch.cat([values[:, :, seen], v], dim=2)
-        kept = torch.arange(max(start, end - size), end, device=k.device)  # the positions the ring keeps
+        kept = torch.arange(max(start, end - size), end, device=k.device)
         keys.index_copy_(2, kept % size, k[:, :, kept - start])
         values.index_copy_(2, kept % size, v[:, :, kept - start])
         return attend
@@ -91,9 +92,9 @@ class DecoderCache:
         """Row i becomes row index[i] (rows may repeat, and drop out)."""
         for entry in self.tensors.values():
             for buffer, spare in ((0, 2), (1, 3)):
-                if entry[spare].size(0) < index.numel():  # more rows than ever: a larger spare, once
+                if entry[spare].size(0) < index.numel():  # more rows than ever: a larger spare
                     entry[spare] = entry[buffer].new_empty(index.numel(), *entry[buffer].shape[1:])
-                filled = min(entry[4], entry[buffer].size(2))  # only the positions cached so far move
+                filled = min(entry[4], entry[buffer].size(2))  # only the positions cached so far
                 torch.index_select(entry[buffer][: self.rows, :, :filled], 0, index,
                                    out=entry[spare][: index.numel(), :, :filled])
                 entry[buffer], entry[spare] = entry[spare], entry[buffer]
@@ -119,7 +120,8 @@ class SinusoidalPositions(nn.Module):
     def __init__(self, dim, max_len):
         super().__init__()
         position = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
-        inverse_frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+        exponents = torch.arange(0, dim, 2, dtype=torch.float32)
+        inverse_frequency = torch.exp(exponents * (-math.log(10000.0) / dim))
         table = torch.zeros(max_len, dim)
         table[:, 0::2] = torch.sin(position * inverse_frequency)
         table[:, 1::2] = torch.cos(position * inverse_frequency[: dim // 2])
@@ -144,8 +146,8 @@ class LearnedPositions(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * (offset + w), in float32: Gemma's RMSNorm (offset 1, w starting at 0),
-    where torch's nn.RMSNorm (offset 0) serves the others."""
+    """x / sqrt(mean(x^2) + eps) * (offset + w), in float32: Gemma's RMSNorm (offset 1, w starting
+    at 0), where torch's nn.RMSNorm (offset 0) serves the others."""
 
     def __init__(self, dim, eps=1e-6, offset=0.0):
         super().__init__()

@@ -1,6 +1,7 @@
-"""Attention modules that generated models use (their source is copied into every generated file that
-uses them, so a compiled model depends on torch alone): multi-head attention with the newer family's
-options, and the rotary position embeddings it may hold."""
+"""Attention modules that generated models use (their source is copied into every generated file
+that uses them, so a compiled model depends on torch alone): multi-head attention with the newer
+family's options, and the rotary position embeddings it may hold. A statement tagged `# with: ...`
+serves those features only (compiler/prelude.py)."""
 
 import math
 
@@ -10,9 +11,10 @@ import torch.nn.functional as F
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embeddings (Su et al., 2021) of the first `dim` features of each head: the feature
-    pair (i, i + dim/2) of position p is turned by the angle p * theta_i, theta_i = base^(-2i/dim); the
-    head's other features pass unchanged (partial rotary, as GPT-NeoX and Phi-3 rotate a fraction).
+    """Rotary position embeddings (Su et al., 2021) of the first `dim` features of each head: the
+    feature pair (i, i + dim/2) of position p is turned by the angle p * theta_i,
+    theta_i = base^(-2i/dim); the head's other features pass unchanged (partial rotary, as GPT-NeoX
+    and Phi-3 rotate a fraction).
 
     `scaling` changes the frequencies for contexts beyond the one a checkpoint was trained at
     (`original_max_len`), as checkpoints declare it:
@@ -24,39 +26,44 @@ class RotaryEmbedding(nn.Module):
               attention_factor, 0.1 ln(factor) + 1 unless given (Peng et al., 2023).
     """
 
-    def __init__(self, dim, base=10000.0, scaling="default", factor=1.0, original_max_len=None, low_freq_factor=1.0,
-                 high_freq_factor=4.0, beta_fast=32.0, beta_slow=1.0, attention_factor=None, truncate=True):
+    def __init__(self, dim, base=10000.0, scaling="default", factor=1.0, original_max_len=None,
+                 low_freq_factor=1.0, high_freq_factor=4.0, beta_fast=32.0, beta_slow=1.0,
+                 attention_factor=None, truncate=True):
         super().__init__()
         self.dim = dim
         exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
         inverse_frequency = 1.0 / (base ** exponents)
         self.attention_factor = 1.0
-        if scaling == "linear":
+        if scaling == "linear":  # with: rotary_linear
             inverse_frequency = inverse_frequency / factor
-        elif scaling == "llama3":
-            inverse_frequency = self.llama3(inverse_frequency, factor, low_freq_factor, high_freq_factor,
-                                            original_max_len)
-        elif scaling == "yarn":
-            inverse_frequency = self.yarn(base ** exponents, dim, base, factor, original_max_len, beta_fast, beta_slow,
-                                          truncate)
+        if scaling == "llama3":  # with: rotary_llama3
+            inverse_frequency = self.llama3(inverse_frequency, factor, low_freq_factor,
+                                            high_freq_factor, original_max_len)
+        if scaling == "yarn":  # with: rotary_yarn
+            inverse_frequency = self.yarn(base ** exponents, dim, base, factor, original_max_len,
+                                          beta_fast, beta_slow, truncate)
             if attention_factor is None:
                 attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
             self.attention_factor = attention_factor
-        self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)  # derived: not in checkpoints
+        # Derived, so not in checkpoints.
+        self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)
 
     @staticmethod
-    def llama3(inverse_frequency, factor, low_freq_factor, high_freq_factor, original_max_len):
+    def llama3(inverse_frequency, factor, low_freq_factor, high_freq_factor,  # with: rotary_llama3
+               original_max_len):
         wavelength = 2 * math.pi / inverse_frequency
         long = original_max_len / low_freq_factor  # wavelengths beyond this are divided by factor
         short = original_max_len / high_freq_factor  # ... below this kept
         scaled = torch.where(wavelength > long, inverse_frequency / factor, inverse_frequency)
-        smooth = (original_max_len / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smooth = (original_max_len / wavelength - low_freq_factor)
+        smooth = smooth / (high_freq_factor - low_freq_factor)
         blended = (1 - smooth) * scaled / factor + smooth * scaled
         between = ~(wavelength < short) * ~(wavelength > long)
         return torch.where(between, blended, scaled)
 
     @staticmethod
-    def yarn(frequency_base, dim, base, factor, original_max_len, beta_fast, beta_slow, truncate):
+    def yarn(frequency_base, dim, base, factor, original_max_len, beta_fast,  # with: rotary_yarn
+             beta_slow, truncate):
         def feature(turns):  # the feature that turns `turns` times over the original context
             return dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
 
@@ -72,12 +79,14 @@ class RotaryEmbedding(nn.Module):
 
     @staticmethod
     def rotate_half(x):
-        """[x1, x2] -> [-x2, x1] over the last dimension's two halves: the rotation of rotary embeddings."""
+        """[x1, x2] -> [-x2, x1] over the last dimension's two halves: the rotation of rotary
+        embeddings."""
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat([-x2, x1], dim=-1)
 
     def forward(self, x, start):
-        """x [B, h, T, d_k] at positions start, start + 1, ...: rotated in float32, in x's dtype."""
+        """x [B, h, T, d_k] at positions start, start + 1, ...: rotated in float32, in x's
+        dtype."""
         position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
         angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
         cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
@@ -87,35 +96,15 @@ class RotaryEmbedding(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
-    (§3.2.2), with Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2.1).
-
-    kv_cache says what a DecoderCache keeps: "append" (self-attention: keys and values grow one
-    step at a time; with a window, the last `window` of them in a ring) or "static" (attention over the
-    encoder output: computed once). self_attention: the keys are the queries, so without a cache both
-    have the same positions.
-
-    Options of the newer family: kv_heads < heads, grouped-query attention; rotary, a RotaryEmbedding of
-    queries and keys; alibi, scores biased by -slope * distance; q_norm / k_norm, norms of queries and keys
-    before the rotation (per head when they normalize d_k features, else the whole projection); window,
-    query i sees keys j with i - window < j <= i; softcap, scores c * tanh(s / c) before the mask; scale,
-    the scores' scale; sinks, a learned logit per head that takes part in the softmax and is dropped after
-    it; out_bias, the output projection's bias where it differs from the others'. Positions count from
-    the cache's keys when decoding.
-
-    Scores are computed by one of three paths (`kernel`): "sdpa", F.scaled_dot_product_attention, for
-    everything it can state (masks included); otherwise (soft-capping, sinks) "flex", FlexAttention with a
-    score_mod and a block mask, compiled, on CUDA, or "plain", the scores written out, on other devices
-    and for decoding steps. A window alone stays on SDPA's masks off CUDA, and goes to FlexAttention's
-    block-sparse masks on it. `kernel = "auto"` picks so; "sdpa", "plain" or "flex" force one, and
-    "flex_eager" runs FlexAttention uncompiled (its reference implementation, for tests off CUDA).
-    """
-
-    kernel = "auto"
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A DecoderCache keeps keys and values
+    a step at a time (kv_cache "append") or the encoder output's once ("static"). The newer options
+    are listed in compiler/op_attention.py."""
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_heads=None, rotary=None, alibi=False, q_norm=None, k_norm=None, out_bias=None,
-                 window=None, softcap=None, scale=None, sinks=False, kv_cache="none", self_attention=False):
+                 bias=True, kv_heads=None, rotary=None, alibi=False, q_norm=None, k_norm=None,
+                 out_bias=None, window=None, softcap=None, scale=None, sinks=False,
+                 kv_cache="none", self_attention=False):
         super().__init__()
         self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
@@ -124,136 +113,162 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
         self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
-        self.out_proj = nn.Linear(heads * d_v, d_model, bias=bias if out_bias is None else out_bias)
+        out_bias = bias if out_bias is None else out_bias
+        self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
         self.rotary, self.q_norm, self.k_norm = rotary, q_norm, k_norm
-        # A norm of d_k features normalizes each head; one of the projection's, all of it at once (OLMo 2).
-        self.norm_per_head = q_norm is not None and q_norm.weight.numel() == d_k and heads > 1
         self.sinks = nn.Parameter(torch.zeros(heads)) if sinks else None
-        if alibi:
+        if q_norm is not None:  # with: qk_norm
+            # A norm of d_k features normalizes each head; one of the projection's, all of it at
+            # once (OLMo 2).
+            self.norm_per_head = q_norm.weight.numel() == d_k and heads > 1
+        if alibi:  # with: alibi
             self.register_buffer("slopes", self.alibi_slopes(heads), persistent=False)  # [h]
 
     @staticmethod
-    def alibi_slopes(heads):
-        """ALiBi's per-head slopes (Press et al., 2022): 2^(-8/n), 2^(-16/n), ... for n a power of two; for
-        other head counts, those of the power of two below, then every other slope of the one above."""
+    def alibi_slopes(heads):  # with: alibi
+        """ALiBi's per-head slopes (Press et al., 2022): 2^(-8/n), 2^(-16/n), ... for n a power of
+        two; for other head counts, those of the power of two below, then every other slope of the
+        one above."""
         below = 2 ** math.floor(math.log2(heads))
         slopes = [2 ** (-8 * (i + 1) / below) for i in range(below)]
-        slopes += [2 ** (-8 * (i + 1) / (2 * below)) for i in range(0, 2 * below, 2)][: heads - below]
+        above = [2 ** (-8 * (i + 1) / (2 * below)) for i in range(0, 2 * below, 2)]
+        slopes += above[: heads - below]
         return torch.tensor(slopes)
 
-    def _split(self, x, heads, d):
-        return x.unflatten(-1, (heads, d)).transpose(1, 2)  # [B, T, h*d] -> [B, h, T, d]
-
     def _project(self, x, projection, norm, heads, d):
-        """x projected, normalized (QK-norm) and split into heads: [B, heads, T, d]."""
+        """x projected, normalized (QK-norm) and split into heads: [B, T, h*d] -> [B, h, T, d]."""
         x = projection(x)
-        if norm is not None and not self.norm_per_head:
+        if norm is not None and not self.norm_per_head:  # with: qk_norm
             x = norm(x)
-        x = self._split(x, heads, d)
-        return norm(x) if norm is not None and self.norm_per_head else x
+        x = x.unflatten(-1, (heads, d)).transpose(1, 2)
+        if norm is not None and self.norm_per_head:  # with: qk_norm
+            x = norm(x)
+        return x
 
     def _keys_values(self, key, value, cache, start):
-        if cache is not None and self.kv_cache == "static":
+        if cache is not None and self.kv_cache == "static":  # with: cross_cache
             kept = cache.memory.get(self)
             if kept is not None and kept[0] is key and kept[1] is value:
                 return kept[2], kept[3]
         k = self._project(key, self.k_proj, self.k_norm, self.kv_heads, self.d_k)
-        v = self._split(self.v_proj(value), self.kv_heads, self.d_v)
-        if self.rotary is not None:
+        v = self._project(value, self.v_proj, None, self.kv_heads, self.d_v)
+        if self.rotary is not None:  # with: rotary
             k = self.rotary(k, start)  # cached keys keep their rotation
-        if cache is not None and self.kv_cache == "append":
-            if self.window is None:
-                k, v = cache.append(self, k, v)
-            else:  # the cache keeps the last `window` positions only
-                k, v = cache.append_window(self, k, v, self.window)
-        elif cache is not None and self.kv_cache == "static":
+        if cache is not None and self.kv_cache == "append" and self.window is None:  # with: cache
+            k, v = cache.append(self, k, v)
+        if cache is not None and self.kv_cache == "append" and self.window is not None:  # with: window
+            k, v = cache.append_window(self, k, v, self.window)  # the last `window` positions only
+        if cache is not None and self.kv_cache == "static":  # with: cross_cache
             cache.memory[self] = (key, value, k, v)
         return k, v
 
     def _prepare(self, query, key, value, padding_mask, cache):
-        """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending is
-        allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
-        # Positions already in the cache: where this call's queries (and new keys) start.
-        start = cache.past(self) if cache is not None else 0
+        """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending
+        is allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
+        start = cache.past(self) if cache is not None else 0  # the position of the first query
         q = self._project(query, self.q_proj, self.q_norm, self.heads, self.d_k)  # [B, h, Tq, d_k]
-        if self.rotary is not None:
+        if self.rotary is not None:  # with: rotary
             q = self.rotary(q, start)
-        k, v = self._keys_values(key, value, cache, start)  # [B, kv_h, Tk, d_k], [B, kv_h, Tk, d_v]
+        k, v = self._keys_values(key, value, cache, start)  # [B, kv_h, Tk, d_k], [..., d_v]
         mask = None
         if padding_mask is not None:
-            mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where attending is allowed
-        # Decided from static facts only, never from sizes (torch.compile cannot branch on a symbolic
-        # size): self-attention over the whole sequence uses SDPA's own causal mask.
-        is_causal = (self.causal and self.self_attention and cache is None and mask is None and not self.alibi
-                     and self.window is None)
-        # One new query (a decoding step) is the last position: it sees every key the cache returns (a
-        # windowed cache returns only those within the window), so no mask is built.
-        if self.causal and not is_causal and not (cache is not None and q.size(2) == 1):
-            # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3), and with a
-            # window only the last `window` of them.
+            mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where keys may be seen
+        # From static facts only (torch.compile cannot branch on a symbolic size).
+        is_causal = self.causal and self.self_attention and cache is None and mask is None
+        if self.alibi or self.window is not None:  # with: alibi, window
+            is_causal = False  # their masks are built here
+        # One new query (a decoding step) sees every key the cache returns: no mask.
+        if self.causal and not is_causal and not (cache is not None and q.size(2) == 1):  # with: causal
+            # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
             past = k.size(2) - q.size(2)
             ones = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device)
-            allowed = ones.tril(past) if self.window is None else ones.tril(past) & ones.triu(past - self.window + 1)
+            allowed = ones.tril(past)
+            if self.window is not None:  # with: window
+                allowed = allowed & ones.triu(past - self.window + 1)  # the last `window` keys
             mask = allowed if mask is None else mask & allowed
-        if self.alibi:
+        if self.alibi:  # with: alibi
             query_position = torch.arange(k.size(2) - q.size(2), k.size(2), device=q.device)
-            distance = (query_position[:, None] - torch.arange(k.size(2), device=q.device)).abs()  # [Tq, Tk]
+            key_position = torch.arange(k.size(2), device=q.device)
+            distance = (query_position[:, None] - key_position).abs()  # [Tq, Tk]
             bias = (-self.slopes[:, None, None] * distance).to(q.dtype)  # [h, Tq, Tk]
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         return q, k, v, mask, is_causal
 
-    def _path(self, q, cache):
-        """Which computation of the scores runs: from static facts (device, options), never from sizes."""
-        if self.kernel != "auto":
-            return self.kernel
-        needs_scores = self.softcap is not None or self.sinks is not None
-        if q.is_cuda and cache is None and (needs_scores or self.window is not None) and not self.alibi \
-                and not (self.training and self.dropout):
-            return "flex"  # fused and block-sparse where it runs compiled
-        return "plain" if needs_scores else "sdpa"
-
     def forward(self, query, key, value, padding_mask=None, cache=None):
         q, k, v, mask, is_causal = self._prepare(query, key, value, padding_mask, cache)
         dropout = self.dropout if self.training else 0.0
-        path = self._path(q, cache)
-        if path in ("flex", "flex_eager"):
-            out = self._flex(q, k, v, padding_mask, compiled=path == "flex")
-        elif path == "plain":
-            weights = F.dropout(self._probabilities(q, k, mask, is_causal), p=dropout, training=self.training)
-            out = (weights.unflatten(1, (self.kv_heads, -1)) @ v.unsqueeze(2)).flatten(1, 2)  # [B, h, Tq, d_v]
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
-                                                 scale=self.scale, enable_gqa=self.kv_heads != self.heads)
+        path = self._path(q, cache)  # with: softcap, sinks, window
+        if path != "sdpa":  # with: softcap, sinks, window
+            out = self._unfused(path, q, k, v, mask, is_causal, padding_mask)
+            return self.out_proj(out.transpose(1, 2).flatten(2))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                             is_causal=is_causal, scale=self.scale,
+                                             enable_gqa=self.kv_heads != self.heads)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]
 
-    def _probabilities(self, q, k, mask, is_causal):
-        """softmax(cap(Q K^T * scale) + bias), masked, the sinks in its denominator: [B, h, Tq, Tk]. Query
-        heads share their key head without copying it (grouped as [B, kv_h, h / kv_h, ...])."""
+    # Scores are computed by one of three paths (`kernel`): "sdpa", F.scaled_dot_product_attention,
+    # for everything it can state (masks included); otherwise (soft-capping, sinks) "flex",
+    # FlexAttention with a score_mod and a block mask, compiled, on CUDA, or "plain", the scores
+    # written out, on other devices and for decoding steps. A window alone stays on SDPA's masks
+    # off CUDA, and goes to FlexAttention's block-sparse masks on it. `kernel = "auto"` picks so;
+    # "sdpa", "plain" or "flex" force one, and "flex_eager" runs FlexAttention uncompiled (its
+    # reference implementation, for tests off CUDA).
+    kernel = "auto"  # with: softcap, sinks, window
+
+    def _path(self, q, cache):  # with: softcap, sinks, window
+        """Which computation of the scores runs: from static facts (device, options), never
+        sizes."""
+        if self.kernel != "auto":
+            return self.kernel
+        needs_scores = self.softcap is not None or self.sinks is not None
+        if q.is_cuda and cache is None and (needs_scores or self.window is not None) \
+                and not self.alibi and not (self.training and self.dropout):
+            return "flex"  # fused and block-sparse where it runs compiled
+        return "plain" if needs_scores else "sdpa"
+
+    def _unfused(self, path, q, k, v, mask, is_causal, padding_mask):  # with: softcap, sinks, window
+        """The heads' outputs, [B, h, Tq, d_v], by the plain path or FlexAttention."""
+        if path in ("flex", "flex_eager"):
+            return self._flex(q, k, v, padding_mask, compiled=path == "flex")
+        weights = F.dropout(self._probabilities(q, k, mask, is_causal), p=self.dropout,
+                            training=self.training)
+        return (weights.unflatten(1, (self.kv_heads, -1)) @ v.unsqueeze(2)).flatten(1, 2)
+
+    def _probabilities(self, q, k, mask, is_causal):  # with: softcap, sinks, window, diagrams
+        """softmax(cap(Q K^T * scale) + bias), masked, the sinks in its denominator:
+        [B, h, Tq, Tk]. Query heads share their key head without copying it (grouped as
+        [B, kv_h, h / kv_h, ...])."""
         scale = self.scale if self.scale is not None else 1 / math.sqrt(self.d_k)
         grouped = q.unflatten(1, (self.kv_heads, -1))  # [B, kv_h, g, Tq, d_k]
-        scores = (grouped @ k.unsqueeze(2).transpose(-2, -1)).flatten(1, 2) * scale  # [B, h, Tq, Tk]
-        if self.softcap is not None:
+        scores = (grouped @ k.unsqueeze(2).transpose(-2, -1)).flatten(1, 2) * scale  # [B,h,Tq,Tk]
+        if self.softcap is not None:  # with: softcap
             scores = torch.tanh(scores / self.softcap) * self.softcap
         if is_causal:
-            mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril(k.size(2) - q.size(2))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        if self.sinks is None:
-            return scores.softmax(dim=-1)
-        sinks = self.sinks.to(scores.dtype)[None, :, None, None].expand(scores.size(0), -1, scores.size(2), 1)
-        return torch.cat([scores, sinks], dim=-1).softmax(dim=-1)[..., :-1]  # the sink's share is dropped
+            ones = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device)
+            mask = ones.tril(k.size(2) - q.size(2))
+        if mask is not None and mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        if mask is not None and mask.dtype != torch.bool:  # with: alibi
+            scores = scores + mask
+        if self.sinks is not None:  # with: sinks
+            sinks = self.sinks.to(scores.dtype)[None, :, None, None]
+            sinks = sinks.expand(scores.size(0), -1, scores.size(2), 1)
+            # The sink's share is dropped after the softmax.
+            return torch.cat([scores, sinks], dim=-1).softmax(dim=-1)[..., :-1]
+        return scores.softmax(dim=-1)
 
-    def _flex(self, q, k, v, padding_mask, compiled):
-        """FlexAttention: the soft cap as a score_mod, causality, the window and padding as a block mask
-        (blocks no query sees are skipped), sinks from the log-sum-exp it returns: a row's weights shrink
-        by Z / (Z + e^sink) = sigmoid(lse - sink)."""
+    def _flex(self, q, k, v, padding_mask, compiled):  # with: softcap, sinks, window
+        """FlexAttention: the soft cap as a score_mod, causality, the window and padding as a block
+        mask (blocks no query sees are skipped), sinks from the log-sum-exp it returns: a row's
+        weights shrink by Z / (Z + e^sink) = sigmoid(lse - sink)."""
         from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
 
-        past, window, causal, softcap = k.size(2) - q.size(2), self.window, self.causal, self.softcap
+        past, window = k.size(2) - q.size(2), self.window
+        causal, softcap = self.causal, self.softcap
 
         def allowed(b, h, q_index, k_index):
             keep = k_index >= 0
@@ -270,28 +285,34 @@ class MultiHeadAttention(nn.Module):
 
         batch = q.size(0) if padding_mask is not None else None
         block_mask = create_block_mask(allowed, batch, None, q.size(2), k.size(2), device=q.device)
-        attend = self.compiled_flex() if compiled and not torch.compiler.is_compiling() else flex_attention
-        options = {"score_mod": capped if softcap is not None else None, "block_mask": block_mask, "scale": self.scale,
-                   "enable_gqa": self.kv_heads != self.heads}
+        attend = flex_attention
+        if compiled and not torch.compiler.is_compiling():
+            attend = self.compiled_flex()
+        options = {"score_mod": capped if softcap is not None else None, "block_mask": block_mask,
+                   "scale": self.scale, "enable_gqa": self.kv_heads != self.heads}
         if self.sinks is None:
             return attend(q, k, v, **options)
         out, aux = attend(q, k, v, **options, return_aux=AuxRequest(lse=True))
-        return out * torch.sigmoid(aux.lse - self.sinks[None, :, None].float())[..., None].to(out.dtype)
+        shrink = torch.sigmoid(aux.lse - self.sinks[None, :, None].float())
+        return out * shrink[..., None].to(out.dtype)
 
     @staticmethod
-    def compiled_flex():
-        """flex_attention compiled once per process (outside torch.compile of the model, which fuses it itself)."""
+    def compiled_flex():  # with: softcap, sinks, window
+        """flex_attention compiled once per process (outside torch.compile of the model, which
+        fuses it itself)."""
         from torch.nn.attention.flex_attention import flex_attention
 
         if MultiHeadAttention.kernel_cache is None:
             MultiHeadAttention.kernel_cache = torch.compile(flex_attention)
         return MultiHeadAttention.kernel_cache
 
-    kernel_cache = None
+    kernel_cache = None  # with: softcap, sinks, window
 
-    def weights(self, query, key, value, padding_mask=None):
-        """The attention weights forward computes (softmax of the scaled, capped, biased scores, masked as
-        forward masks them, sinks in the denominator) per head, for diagrams; without dropout or a cache:
-        [B, h, Tq, Tk]."""
+    def weights(self, query, key, value, padding_mask=None):  # with: diagrams
+        """The attention weights forward computes (softmax of the scaled, capped, biased scores,
+        masked as forward masks them, sinks in the denominator) per head, for diagrams; without
+        dropout or a cache: [B, h, Tq, Tk]. Generated files leave it out: `xspec viz` calls it from
+        here on their modules (`MultiHeadAttention.weights(module, ...)`), whose attributes are
+        this class's."""
         q, k, _, mask, is_causal = self._prepare(query, key, value, padding_mask, None)
-        return self._probabilities(q, k, mask, is_causal)
+        return MultiHeadAttention._probabilities(self, q, k, mask, is_causal)

@@ -1,5 +1,5 @@
-"""The mixture-of-experts module that generated models use (copied into every generated file that uses it,
-so a compiled model depends on torch alone)."""
+"""The mixture-of-experts module that generated models use (copied into every generated file that
+uses it, so a compiled model depends on torch alone)."""
 
 import torch
 import torch.nn as nn
@@ -7,40 +7,45 @@ import torch.nn.functional as F
 
 
 class MixtureOfExperts(nn.Module):
-    """A router and `experts` gated feed-forward experts (Shazeer et al., 2017; Fedus et al., 2022; Jiang
-    et al., 2024). Each token's scores, softmax or sigmoid of x W_r, choose its `top_k` experts; their
-    weights are renormalized to sum to 1 (`normalize`) and scaled by `routing_scale`; the output is the
-    weighted sum of the chosen experts' down(act(gate x) * up x) (`activation`: silu, SwiGLU; gelu_tanh,
-    GeGLU; clamped_swiglu, gpt-oss's clamped SwiGLU, (up + 1) * gate * sigmoid(alpha gate)).
+    """A router and `experts` gated feed-forward experts (Shazeer et al., 2017; Fedus et al., 2022;
+    Jiang et al., 2024). Each token's scores, softmax or sigmoid of x W_r, choose its `top_k`
+    experts; their weights are renormalized to sum to 1 (`normalize`) and scaled by
+    `routing_scale`; the output is the weighted sum of the chosen experts' down(act(gate x) * up x)
+    (`activation`: silu, SwiGLU; gelu_tanh, GeGLU; clamped_swiglu, gpt-oss's clamped SwiGLU,
+    (up + 1) * gate * sigmoid(alpha gate)).
 
-    Experts run batched: the (token, choice) pairs are sorted by expert and each expert multiplies its
-    tokens at once, one product per expert (F.grouped_mm, one product for all, on CUDA in bfloat16), with no
-    loop over tokens. Each forward records each expert's share of the choices and its summed probability,
-    which `auxiliary_loss(model)` pools over the layers into the load-balancing loss.
+    Experts run batched: the (token, choice) pairs are sorted by expert and each expert multiplies
+    its tokens at once, one product per expert (F.grouped_mm, one product for all, on CUDA in
+    bfloat16), with no loop over tokens. Each forward records each expert's share of the choices
+    and its summed probability, which `auxiliary_loss(model)` pools over the layers into the
+    load-balancing loss.
     """
 
-    def __init__(self, d_model, experts, top_k, d_ff, scoring="softmax", normalize=True, routing_scale=1.0,
-                 router_bias=False, bias=False, activation="silu", swiglu_limit=7.0, swiglu_alpha=1.702):
+    def __init__(self, d_model, experts, top_k, d_ff, scoring="softmax", normalize=True,
+                 routing_scale=1.0, router_bias=False, bias=False, activation="silu",
+                 swiglu_limit=7.0, swiglu_alpha=1.702):
         super().__init__()
         self.experts, self.top_k, self.scoring, self.normalize = experts, top_k, scoring, normalize
         self.routing_scale, self.activation = routing_scale, activation
         self.swiglu_limit, self.swiglu_alpha = swiglu_limit, swiglu_alpha
         self.router = nn.Linear(d_model, experts, bias=router_bias)
-        self.gate = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)  # [E, out, in], as nn.Linear
+        # [E, out, in], as nn.Linear keeps its weight
+        self.gate = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
         self.up = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
         self.down = nn.Parameter(torch.randn(experts, d_model, d_ff) * d_ff ** -0.5)
         self.gate_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None
         self.up_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None
         self.down_bias = nn.Parameter(torch.zeros(experts, d_model)) if bias else None
-        self.routed = None  # the last forward's (choices per expert, summed probabilities), for auxiliary_loss
+        self.routed = None  # the last forward's (choices per expert, summed probabilities)
         MixtureOfExperts.register_kernels()
 
     def route(self, tokens):
-        """The router's choice for tokens [N, d]: weights [N, top_k] (float32), chosen experts [N, top_k], and
-        the probabilities [N, experts] (float32) the load-balancing loss reads."""
+        """The router's choice for tokens [N, d]: weights [N, top_k] (float32), chosen experts
+        [N, top_k], and the probabilities [N, experts] (float32) the load-balancing loss reads."""
         logits = self.router(tokens).float()
         probabilities = logits.softmax(dim=-1)
-        weights, chosen = (probabilities if self.scoring == "softmax" else logits.sigmoid()).topk(self.top_k, dim=-1)
+        scores = probabilities if self.scoring == "softmax" else logits.sigmoid()
+        weights, chosen = scores.topk(self.top_k, dim=-1)
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights * self.routing_scale, chosen, probabilities
@@ -54,15 +59,17 @@ class MixtureOfExperts(nn.Module):
                        probabilities.sum(dim=0))
         order = flat.argsort(stable=True)  # the pairs grouped by expert
         rows = order // self.top_k  # each pair's token
-        counts = torch.zeros(self.experts, dtype=torch.int64, device=x.device).scatter_add_(0, flat,
-                                                                                             torch.ones_like(flat))
+        counts = torch.zeros(self.experts, dtype=torch.int64, device=x.device)
+        counts = counts.scatter_add_(0, flat, torch.ones_like(flat))
         expert = flat[order]  # each grouped pair's expert (for the biases)
         grouped = tokens[rows]  # [N * top_k, d]
         gate = self.grouped_linear(grouped, self.gate, self.gate_bias, counts, expert)
         up = self.grouped_linear(grouped, self.up, self.up_bias, counts, expert)
-        out = self.grouped_linear(self.activate(gate, up), self.down, self.down_bias, counts, expert)
+        hidden = self.activate(gate, up)
+        out = self.grouped_linear(hidden, self.down, self.down_bias, counts, expert)
         out = out * weights.flatten()[order, None].to(out.dtype)
-        return tokens.new_zeros(tokens.shape).index_add_(0, rows, out.to(tokens.dtype)).reshape(x.shape)
+        summed = tokens.new_zeros(tokens.shape).index_add_(0, rows, out.to(tokens.dtype))
+        return summed.reshape(x.shape)
 
     def activate(self, gate, up):
         if self.activation == "silu":
@@ -75,10 +82,10 @@ class MixtureOfExperts(nn.Module):
 
     @staticmethod
     def grouped_linear(x, weight, bias, counts, expert):
-        """x [S, in], rows grouped by expert (`counts` of each), times each expert's weight [E, out, in]
-        transposed, plus its bias [E, out]: [S, out]. On CUDA in bfloat16, one grouped product; while
-        torch.compile traces, the op registered below (it cannot trace sizes that depend on the routing);
-        otherwise one product per expert."""
+        """x [S, in], rows grouped by expert (`counts` of each), times each expert's weight
+        [E, out, in] transposed, plus its bias [E, out]: [S, out]. On CUDA in bfloat16, one grouped
+        product; while torch.compile traces, the op registered below (it cannot trace sizes that
+        depend on the routing); otherwise one product per expert."""
         if x.is_cuda and x.dtype == torch.bfloat16:
             offsets = counts.cumsum(dim=0).to(torch.int32)
             y = F.grouped_mm(x, weight.to(x.dtype).transpose(-2, -1), offs=offsets)
@@ -109,14 +116,15 @@ class MixtureOfExperts(nn.Module):
 
     @staticmethod
     def register_kernels():
-        """Registers `products` and its gradient as ops of their own (xspec::grouped_linear), once per
-        process, so that torch.compile keeps a model with experts in one graph: it calls them instead of
-        tracing into sizes that depend on the routing."""
+        """Registers `products` and its gradient as ops of their own (xspec::grouped_linear), once
+        per process, so that torch.compile keeps a model with experts in one graph: it calls them
+        instead of tracing into sizes that depend on the routing."""
         if hasattr(torch.ops.xspec, "grouped_linear"):
             return
-        torch.library.custom_op("xspec::grouped_linear", MixtureOfExperts.products, mutates_args=())
-        torch.library.custom_op("xspec::grouped_linear_backward", MixtureOfExperts.products_backward,
+        torch.library.custom_op("xspec::grouped_linear", MixtureOfExperts.products,
                                 mutates_args=())
+        torch.library.custom_op("xspec::grouped_linear_backward",
+                                MixtureOfExperts.products_backward, mutates_args=())
 
         def shape(x, weight, counts):
             return x.new_empty(x.size(0), weight.size(1))
@@ -138,10 +146,11 @@ class MixtureOfExperts(nn.Module):
 
     @staticmethod
     def auxiliary_loss(model):
-        """The load-balancing loss of the model's last forward (Switch, Fedus et al., 2022, eq. 4-6, as
-        Mixtral and Hugging Face pool it): experts * sum_e f_e * P_e, where f_e is expert e's choices per
-        token and P_e its mean router probability, both over the tokens of every MoE layer together. Layers
-        with different numbers of experts are pooled apart and their losses summed."""
+        """The load-balancing loss of the model's last forward (Switch, Fedus et al., 2022,
+        eq. 4-6, as Mixtral and Hugging Face pool it): experts * sum_e f_e * P_e, where f_e is
+        expert e's choices per token and P_e its mean router probability, both over the tokens of
+        every MoE layer together. Layers with different numbers of experts are pooled apart and
+        their losses summed."""
         pooled = {}
         for module in model.modules():
             if isinstance(module, MixtureOfExperts) and module.routed is not None:
@@ -149,7 +158,8 @@ class MixtureOfExperts(nn.Module):
                 tokens = choices.sum() / module.top_k
                 if module.experts in pooled:
                     before = pooled[module.experts]
-                    choices, probabilities, tokens = choices + before[0], probabilities + before[1], tokens + before[2]
+                    choices, probabilities = choices + before[0], probabilities + before[1]
+                    tokens = tokens + before[2]
                 pooled[module.experts] = (choices, probabilities, tokens)
         losses = [experts * (choices / tokens * probabilities / tokens).sum()
                   for experts, (choices, probabilities, tokens) in pooled.items()]

@@ -24,6 +24,7 @@ from .ops import OPS
 from .resolve import ResolvedModel
 from .entries import OUTPUTS, TGT
 from .shapes import BATCH, ShapeError
+from .opdef import Family
 
 BYTES_PER_PARAMETER = 4  # float32 weights
 
@@ -145,7 +146,7 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
     in the decoder, how the cache serves it: self-attention appends to it each step, attention whose
     keys and values do not depend on the target (the encoder output) computes them once."""
     for node in graph:
-        if OPS[node.op].family == "attention":
+        if OPS[node.op].family == Family.ATTENTION:
             node.inferred["self_attention"] = node.inputs["key"] == node.inputs["query"]
             positional = [name for name in ("rotary", "alibi", "window") if getattr(node.attrs, name) not in (False, None)]
             if positional and not node.inferred["self_attention"]:
@@ -158,7 +159,7 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
         return
     depends_on_target = graph.descendants(target) | {target}
     for node in graph:
-        if OPS[node.op].family != "attention" or not node.cached:
+        if OPS[node.op].family != Family.ATTENTION or not node.cached:
             continue
         sources = node.inputs
         if sources["key"] == sources["query"] == sources["value"]:

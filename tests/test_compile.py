@@ -50,7 +50,7 @@ def test_overrides_propagate_to_derived_parameters():
     spec = xspec.compile("specs/base.xspec", overrides={"heads": 16, "train.warmup_steps": 8000})
     assert (spec.params["heads"], spec.params["d_k"], spec.params["d_v"]) == (16, 32, 32)
     assert spec.train.warmup_steps == 8000
-    attention = spec.graph.nodes["encoder.layers.0.self_attn"]["attrs"]
+    attention = spec.graph.nodes["encoder.layers.0.self_attn"]["node"].attrs
     assert (attention.heads, attention.d_k) == (16, 32)
 
 
@@ -64,7 +64,7 @@ def test_sections_are_read_from_the_spec():
 
 @pytest.mark.parametrize("change, check", [
     ('set positions = "learned"', lambda s: "encoder.embedding.positions.weight" in s.param_shapes),
-    ("set heads = 16", lambda s: s.graph.nodes["decoder.layers.5.cross_attn"]["attrs"].heads == 16),
+    ("set heads = 16", lambda s: s.graph.nodes["decoder.layers.5.cross_attn"]["node"].attrs.heads == 16),
     ("set norm_first = true", lambda s: "encoder.norm" in s.graph),
     ("set tie_embeddings = false", lambda s: not s.ties),
 ])
@@ -98,22 +98,28 @@ def test_generated_module_runs_on_its_own(tmp_path: Path):
 
 def test_generated_code_is_one_class_per_block_with_loops():
     source = xspec.compile("specs/base.xspec").python_source
-    for name in ("class Sublayer(", "class FeedForward(", "class EncoderLayer(", "class DecoderLayer(",
+    for name in ("class FeedForward(", "class EncoderLayer(", "class DecoderLayer(",
                  "class Embed(", "class Encoder(", "class Decoder(", "class TransformerBase("):
         assert source.count(name) == 1, name
-    assert "nn.ModuleList([EncoderLayer() for _ in range(6)])" in source
+    assert "nn.ModuleList(  # base.xspec:55\n            [EncoderLayer(config) for _ in range(config.layers)])" in source
     assert "for layer in self.layers:" in source
     assert "F.scaled_dot_product_attention" in source
-    # One line per step, named as the spec names its values, each pointing back to its spec line.
+    # Sizes from the typed config, under the spec's parameter names (nanoGPT's GPTConfig).
+    assert "@dataclass\nclass TransformerBaseConfig:\n" in source and "    d_ff: int = 2048\n" in source
+    assert "        self.w_1 = nn.Linear(config.d_model, config.d_ff)  # base.xspec:28\n" in source
+    # A block called with a function is written in place: the residual and the norm in the layer's own
+    # forward, the block's modules kept as its own (the parameter names do not change).
+    assert "class Sublayer(" not in source
+    assert "        self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:42\n" in source
     assert ("    def forward(self, x, mask):\n"
-            "        fn = lambda h: self.self_attn(h, h, h, padding_mask=mask)  # base.xspec:42\n"
-            "        x = self.sublayer_1(x, fn)  # base.xspec:42\n"
-            "        fn = lambda h: self.ffn(h)  # base.xspec:43\n"
-            "        return self.sublayer_2(x, fn)  # base.xspec:43\n") in source
-    assert ("        x = self.embedding(src)  # base.xspec:54\n"
+            "        x = self.sublayer_1.norm(x + self.dropout(self.self_attn(x, x, x, mask)))  # base.xspec:42\n"
+            "        return self.sublayer_2.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43\n") in source
+    # One line per loop step, and a shape comment where a line changes the shape it reads.
+    assert ("        x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:54\n"
             "        for layer in self.layers:  # base.xspec:55\n"
             "            x = layer(x, src_mask)  # base.xspec:55\n"
             "        return x\n") in source
+    assert "        return self.generator(x)  # [batch, tgt_len, vocab]  base.xspec:68\n" in source
 
 
 def test_json_summary_for_scripts(tmp_path: Path):

@@ -56,7 +56,7 @@ def test_every_shipped_spec_generates_code_that_passes_the_check(path: Path):
 TINY = xspec.compile("specs/tiny.xspec").python_source
 
 
-INIT = "        self.encoder = Encoder()"  # a line of the generated model class's __init__
+INIT = "        self.encoder = Encoder(config)"  # a line of the generated model class's __init__
 
 
 @pytest.mark.parametrize("line, refused", [
@@ -97,15 +97,23 @@ model m {
     return linear(f(x), 10)
   }
 }""").python_source
-    assert "        def f(h):  # <spec>:5\n            relu_1 = F.relu(h)  # <spec>:5\n" in source
+    assert "        def f(h):  # <spec>:5\n            return F.relu(h) * 2.0 + x  # <spec>:5\n" in source
     check_module(source)
 
 
 @pytest.mark.parametrize("edit, refused", [
     (("import math", "import os"), "an import other than"),
-    (("import math", "from os import system"), "a module-level ImportFrom"),
+    (("import math", "from os import system"), "an import other than `from dataclasses"),
+    (("from dataclasses import dataclass", "from dataclasses import field"), "an import other than"),
+    (("    d_model: int = 128", "    d_model: int = print()"), "a AnnAssign in the config"),
+    (("@dataclass\nclass TransformerTinyConfig:", "@dataclass(frozen=print)\nclass TransformerTinyConfig:"),
+     "not a plain dataclass"),
     (("Model = ", "Model = print or "), "a module-level assignment"),
     (("class DecoderCache:", "class DecoderCache:\n    evil = 1"), "differs from the prelude's"),
+    # A prelude class may leave out statements tagged for features, and change nothing else.
+    (("        self.rows = None", "        self.rows = 1"), "differs from the prelude's"),
+    (("        self.rows = None  # rows in use (the batch), once something is cached\n", ""),
+     "differs from the prelude's"),
     (("\n\nModel = ", "\n__import__('os')\n\nModel = "), "a module-level Expr"),
 ], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])
 def test_the_check_refuses_in_the_module_what_the_generator_never_emits(edit: tuple[str, str], refused: str):

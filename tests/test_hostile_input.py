@@ -207,7 +207,7 @@ def test_an_import_chain_is_bounded(tmp_path: Path):
 
 def graph_signature(spec: xspec.CompiledSpec) -> tuple:
     """The graph without source positions: ops, attributes, shapes, module paths, edges, parameters, ties."""
-    nodes = sorted((node, d["op"], repr(d["attrs"]), str(d["shape"]), d["module"], d["repeat"])
+    nodes = sorted((node, d["node"].op, repr(d["node"].attrs), str(d["node"].shape), d["node"].module, d["node"].repeat)
                    for node, d in spec.graph.nodes(data=True))
     edges = sorted((a, b, ports) for a, b, ports in spec.graph.edges(data="ports"))
     return nodes, edges, spec.param_shapes, spec.ties, spec.train, spec.data, spec.decode

@@ -70,19 +70,19 @@ def graph_facts(spec) -> dict[str, object]:
     """What a row can change, read from the graph by node names and shapes (docs/graph.md)."""
     g = spec.graph
     nodes = dict(g.nodes(data=True))
-    attention = [d for d in nodes.values() if d["op"] == "attention"]
+    attention = [d for d in nodes.values() if d["node"].op == "attention"]
     layers_per_stack = {stack: len({n.split(".")[2] for n in nodes if n.startswith(f"{stack}.layers.")})
                         for stack in ("encoder", "decoder")}
     return {
         "layers": one(set(layers_per_stack.values())),
-        "d_model": nodes["output.memory"]["shape"].dims[-1],
-        "d_ff": one({d["shape"].dims[-1] for n, d in nodes.items() if n.endswith(".ffn.w_1")}),
-        "heads": one({d["attrs"].heads for d in attention}),
-        "d_k": one({d["attrs"].d_k for d in attention}),
-        "d_v": one({d["attrs"].d_v for d in attention}),
-        "dropout": one({d["attrs"].p for d in nodes.values() if d["op"] == "dropout"}),
-        "positions": one({d["op"] for n, d in nodes.items() if n.endswith(".embedding.positions")}),
-        "vocab": nodes["output.logits"]["shape"].dims[-1],
+        "d_model": nodes["output.memory"]["node"].shape.dims[-1],
+        "d_ff": one({d["node"].shape.dims[-1] for n, d in nodes.items() if n.endswith(".ffn.w_1")}),
+        "heads": one({d["node"].attrs.heads for d in attention}),
+        "d_k": one({d["node"].attrs.d_k for d in attention}),
+        "d_v": one({d["node"].attrs.d_v for d in attention}),
+        "dropout": one({d["node"].attrs.p for d in nodes.values() if d["node"].op == "dropout"}),
+        "positions": one({d["node"].op for n, d in nodes.items() if n.endswith(".embedding.positions")}),
+        "vocab": nodes["output.logits"]["node"].shape.dims[-1],
         "label_smoothing": spec.train.label_smoothing,
         "train.max_steps": spec.train.max_steps,
         "train.average_last": spec.train.average_last,
@@ -131,11 +131,11 @@ def test_same_size_rows_change_only_the_named_op_attributes(row):
     changed = set()
     for node, data in spec.graph.nodes(data=True):
         other = reference.graph.nodes[node]
-        if data["op"] != other["op"]:
-            changed.add((other["op"], "op"))
+        if data["node"].op != other["node"].op:
+            changed.add((other["node"].op, "op"))
             continue
-        mine, theirs = data["attrs"].model_dump(), other["attrs"].model_dump()
-        changed |= {(data["op"], key) for key in mine if mine[key] != theirs[key]}
+        mine, theirs = data["node"].attrs.model_dump(), other["node"].attrs.model_dump()
+        changed |= {(data["node"].op, key) for key in mine if mine[key] != theirs[key]}
     expected = {
         "A": {("attention", "heads"), ("attention", "d_k"), ("attention", "d_v")},
         "B": {("attention", "d_k")},
@@ -153,7 +153,7 @@ def test_layer_rows_repeat_the_base_layer(row, layers):
 
     def layer_ops(graph, stack, index):
         prefix = f"{stack}.layers.{index}."
-        return sorted((n[len(prefix):], d["op"], str(d["attrs"])) for n, d in graph.nodes(data=True)
+        return sorted((n[len(prefix):], d["node"].op, str(d["node"].attrs)) for n, d in graph.nodes(data=True)
                       if n.startswith(prefix))
 
     for stack in ("encoder", "decoder"):

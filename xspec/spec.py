@@ -74,9 +74,10 @@ class CompiledSpec:
 
     @cached_property
     def max_positions(self) -> Optional[int]:
+        from xspec.compiler.opdef import Family
         from xspec.compiler.ops import OPS  # loaded with the compiler, which has run
 
-        lengths = [node.attrs.max_len for node in self.ops if OPS[node.op].family == "position"]
+        lengths = [node.attrs.max_len for node in self.ops if OPS[node.op].family == Family.POSITION]
         return min(lengths) if lengths else None
 
     @cached_property
@@ -182,12 +183,7 @@ class CompiledSpec:
     def graph_json(self) -> str:
         nodes, edges = [], []
         for node in self.ops:
-            nodes.append({
-                "id": node.id, "op": node.op, "attrs": node.attrs.model_dump(),
-                "shape": str(node.shape) if node.shape is not None else None,
-                "module": node.module, "span": f"{node.span.file}:{node.span.line}:{node.span.col}",
-                "repeat": [list(r) for r in node.repeat],
-            })
+            nodes.append(node.to_json())
             ports: dict[str, list[str]] = {}  # one edge per source, with every port it feeds
             for port, source in node.inputs.items():
                 ports.setdefault(source, []).append(port)

@@ -49,7 +49,7 @@ def _run(spec: Any) -> None:
 
     # Positions cover max_positions tokens; every embedding must accept the token ids.
     length = min(LENGTH, spec.max_positions or LENGTH)
-    vocabularies = [d["attrs"].vocab for _, d in spec.graph.nodes(data=True) if d["op"] == "embedding"]
+    vocabularies = [d["node"].attrs.vocab for _, d in spec.graph.nodes(data=True) if d["node"].op == "embedding"]
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(0, min(vocabularies, default=1), (BATCH_SIZE, length), generator=generator)
     tgt = torch.randint(0, min(vocabularies, default=1), (BATCH_SIZE, length), generator=generator)
@@ -69,7 +69,7 @@ def _run(spec: Any) -> None:
         else:
             assert_close(model(src, padding), outputs["memory"], "forward's output and encode's")
         for name, value in outputs.items():
-            _expect(value, spec.graph.nodes[f"output.{name}"]["shape"], sizes, name)
+            _expect(value, spec.graph.nodes[f"output.{name}"]["node"].shape, sizes, name)
         expected = graph_outputs(spec, model, {"src": src, "src_mask": padding, "tgt": tgt})
         for name, value in outputs.items():
             assert_close(value, expected[name], f"the {name} and what the graph computes")

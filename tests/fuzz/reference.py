@@ -9,7 +9,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from xspec.compiler.graph import input_sources
 
 # Ops without a module, in eval mode (dropout is the identity there).
 FUNCTIONS = {
@@ -37,8 +36,8 @@ def graph_outputs(spec: Any, model: torch.nn.Module, inputs: dict[str, torch.Ten
     outputs: dict[str, torch.Tensor] = {}
     for node in nx.topological_sort(graph):
         data = graph.nodes[node]
-        op, attrs = data["op"], data["attrs"]
-        arguments = {port: values[source] for port, source in input_sources(graph, node).items()}
+        op, attrs = data["node"].op, data["node"].attrs
+        arguments = {port: values[source] for port, source in data["node"].inputs.items()}
         if op == "input":
             values[node] = inputs[attrs.name]
         elif op == "output":
@@ -46,10 +45,10 @@ def graph_outputs(spec: Any, model: torch.nn.Module, inputs: dict[str, torch.Ten
         elif op in FUNCTIONS:
             values[node] = FUNCTIONS[op](arguments, attrs)
         elif op == "attention":
-            module = model.get_submodule(data["module"])
+            module = model.get_submodule(data["node"].module)
             values[node] = module(arguments["query"], arguments["key"], arguments["value"],
                                   padding_mask=arguments.get("mask"))
         else:  # embedding, positions, linear, the norms, a mixture of experts: a module of one input
             (argument,) = arguments.values()
-            values[node] = model.get_submodule(data["module"])(argument)
+            values[node] = model.get_submodule(data["node"].module)(argument)
     return outputs

@@ -10,7 +10,7 @@ from typing import Any
 def signature(spec: Any) -> dict[str, Any]:
     graph = spec.graph
     return {
-        "nodes": {node: (data["op"], data["attrs"].model_dump(), str(data["shape"]), data["module"])
+        "nodes": {node: (data["node"].op, data["node"].attrs.model_dump(), str(data["node"].shape), data["node"].module)
                   for node, data in graph.nodes(data=True)},
         "edges": {(source, target): tuple(ports) for source, target, ports in graph.edges(data="ports")},
         "parameter shapes": spec.param_shapes,

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Union
 
 from xspec.compiler.ops import OPS
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -47,12 +49,12 @@ PAPER_NAMES = {
 
 def architecture(spec: CompiledSpec) -> Architecture:
     graph = spec.graph
-    facts = [OPS[data["op"]].facts(data["attrs"], data["inferred"]) for _, data in graph.nodes(data=True)]
+    facts = [OPS[data["node"].op].facts(data["node"].attrs, data["node"].inferred) for _, data in graph.nodes(data=True)]
 
     def values(name: str) -> Value:
         return _collapse(f[name] for f in facts if name in f)
 
-    stacks = {stack: count for _, data in graph.nodes(data=True) for stack, _, count in data["repeat"]}
+    stacks = {stack: count for _, data in graph.nodes(data=True) for stack, _, count in data["node"].repeat}
     return Architecture(
         layers=_collapse(stacks.values()) if stacks else 1, d_model=values("d_model"),
         d_ff=_collapse(_ffn_widths(graph)), heads=values("heads"), kv_heads=values("kv_heads"),
@@ -66,10 +68,10 @@ def _ffn_widths(graph) -> list[int]:
     """§3.3: the inner width of a feed-forward network is the output of the linear that feeds its activation."""
     widths = []
     for node, data in graph.nodes(data=True):
-        if OPS[data["op"]].family == "feed_forward" and any(OPS[graph.nodes[s]["op"]].family == "activation"
+        if OPS[data["node"].op].family == Family.FEED_FORWARD and any(OPS[node_of(graph, s).op].family == Family.ACTIVATION
                                                             for s in graph.successors(node)):
-            widths.append(data["attrs"].out)
-        widths += [width for key, width in OPS[data["op"]].facts(data["attrs"], data["inferred"]).items()
+            widths.append(data["node"].attrs.out)
+        widths += [width for key, width in OPS[data["node"].op].facts(data["node"].attrs, data["node"].inferred).items()
                    if key == "d_ff"]  # a mixture of experts' experts
     return widths
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xspec.compiler.ops import OPS
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -36,11 +38,11 @@ def attention_kinds(spec: CompiledSpec) -> dict[str, list[str]]:
     validation recorded on each."""
     kinds: dict[str, list[str]] = {}
     for node, data in spec.graph.nodes(data=True):
-        if OPS[data["op"]].family != "attention":
+        if OPS[data["node"].op].family != Family.ATTENTION:
             continue
-        if not data["inferred"]["self_attention"]:
+        if not data["node"].inferred["self_attention"]:
             kind = "encoder-decoder attention"
-        elif data["attrs"].causal:
+        elif data["node"].attrs.causal:
             kind = "self-attention (masked)"
         else:
             kind = "self-attention"
@@ -51,7 +53,7 @@ def attention_kinds(spec: CompiledSpec) -> dict[str, list[str]]:
 def table1(spec: CompiledSpec, n: int, d: int, kernel: int, neighbourhood: int) -> list[Table1Row]:
     rows = []
     for kind, nodes in attention_kinds(spec).items():
-        a = spec.graph.nodes[nodes[0]]["attrs"]
+        a = node_of(spec.graph, nodes[0]).attrs
         # During training every position is computed at once, masked or not: O(1) sequential steps,
         # and any two positions are one attention step apart.
         rows.append(Table1Row(kind, ("O(n^2 d)", "O(1)", "O(1)"), n * n * d, 1, 1, len(nodes),

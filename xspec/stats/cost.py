@@ -22,9 +22,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Union
 
-from xspec.compiler.graph import input_sources
 from xspec.compiler.ops import OPS
 from xspec.compiler.shapes import BATCH, TensorType
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -102,9 +103,9 @@ def is_generator(graph, node: str) -> bool:
     that keep their shape, such as Gemma 2's soft cap)."""
     pending = list(graph.successors(node))
     while pending:
-        op = OPS[graph.nodes[pending[-1]]["op"]]
+        op = OPS[node_of(graph, pending[-1]).op]
         successor = pending.pop()
-        if op.family == "io":
+        if op.family == Family.IO:
             return True
         if op.elementwise and graph.in_degree(successor) == 1:
             pending += graph.successors(successor)
@@ -113,14 +114,14 @@ def is_generator(graph, node: str) -> bool:
 
 def _node_positions(graph, node: str, length: Lengths) -> tuple[int, dict[str, int]]:
     """Positions of one example in the node's output and in each of its inputs."""
-    inputs = {port: _positions(graph.nodes[source]["shape"], length)
-              for port, source in input_sources(graph, node).items()}
-    return _positions(graph.nodes[node]["shape"], length), inputs
+    inputs = {port: _positions(node_of(graph, source).shape, length)
+              for port, source in node_of(graph, node).inputs.items()}
+    return _positions(node_of(graph, node).shape, length), inputs
 
 
 def node_flops(graph, node: str, length: Lengths) -> dict[str, int]:
     data = graph.nodes[node]
-    counts = OPS[data["op"]].flops(data["attrs"], data["inferred"], *_node_positions(graph, node, length))
+    counts = OPS[data["node"].op].flops(data["node"].attrs, data["node"].inferred, *_node_positions(graph, node, length))
     if is_generator(graph, node):
         return {"generator" if category == "feed_forward" else category: n for category, n in counts.items()}
     return counts
@@ -128,7 +129,7 @@ def node_flops(graph, node: str, length: Lengths) -> dict[str, int]:
 
 def stack_of(data: dict) -> str:
     """The top-level block an op belongs to (encoder, decoder)."""
-    return (data["module"] or data["scope"] or "model").split(".")[0]
+    return (data["node"].module or data["node"].scope or "model").split(".")[0]
 
 
 def example_flops(spec: CompiledSpec, lengths: Mapping[str, int]) -> int:
@@ -155,10 +156,10 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
     graph = spec.graph
     total = 0
     for node, data in graph.nodes(data=True):
-        if OPS[data["op"]].family == "io" or data["shape"].dtype != "float":
+        if OPS[data["node"].op].family == Family.IO or data["node"].shape.dtype != "float":
             continue
-        total += _size(data["shape"], batch, length)
-        total += batch * OPS[data["op"]].saved(data["attrs"], data["inferred"], *_node_positions(graph, node, length))
+        total += _size(data["node"].shape, batch, length)
+        total += batch * OPS[data["node"].op].saved(data["node"].attrs, data["node"].inferred, *_node_positions(graph, node, length))
     return total
 
 

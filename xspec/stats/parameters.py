@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from xspec.compiler.ops import OPS
 from xspec.stats.cost import is_generator, stack_of
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -27,13 +29,13 @@ _BY_FAMILY = {"embedding": "token embeddings", "position": "positional embedding
 
 def component(graph, node: str, tensor: str) -> str:
     """The component a tensor of `node` (e.g. "q_proj.bias") belongs to."""
-    family = OPS[graph.nodes[node]["op"]].family
+    family = OPS[node_of(graph, node).op].family
     if family in _BY_FAMILY:
         return _BY_FAMILY[family]
     part = "biases" if tensor.rsplit(".", 1)[-1] == "bias" else "weights"
-    if family == "attention":
+    if family == Family.ATTENTION:
         return f"attention {part}"
-    if family == "feed_forward":
+    if family == Family.FEED_FORWARD:
         return f"pre-softmax {part}" if is_generator(graph, node) else f"feed-forward {part}"
     return f"other {family} {part}"         # an op family the paper's model does not have
 
@@ -43,8 +45,8 @@ def breakdown(spec: CompiledSpec) -> dict[str, dict[str, int]]:
     shapes, ties = spec.param_shapes, spec.ties
     counts: dict[str, dict[str, int]] = {}
     for node, data in spec.graph.nodes(data=True):
-        for tensor in OPS[data["op"]].params(data["attrs"], data["inferred"]):
-            name = f"{data['module']}.{tensor}"
+        for tensor in OPS[data["node"].op].params(data["node"].attrs, data["node"].inferred):
+            name = f"{data['node'].module}.{tensor}"
             if name in ties:
                 continue
             stack = counts.setdefault(stack_of(data), {})

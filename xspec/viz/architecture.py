@@ -17,6 +17,8 @@ import graphviz
 from .diff import Removed
 from .labels import Label, format_count, unit_label
 from .view import Edge, Frame, Unit, View, canonical_node, family
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from .diff import Diff
@@ -26,30 +28,30 @@ TEXT = "#222222"
 MUTED = "#555555"
 # Fill and border per op family: light fills keep black text readable on white paper.
 FILL = {
-    "attention": "#FCDDB4",
-    "feed_forward": "#C6E6F5",
-    "experts": "#CDEBE3",
-    "norm": "#F4F2B8",
-    "embedding": "#F6CED6",
-    "position": "#E2D7EE",
-    "activation": "#D3EBCB",
-    "residual": "#FFFFFF",
-    "regularization": "#E9E9E9",
-    "elementwise": "#E9E9E9",
-    "io": "#FFFFFF",
+    Family.ATTENTION: "#FCDDB4",
+    Family.FEED_FORWARD: "#C6E6F5",
+    Family.EXPERTS: "#CDEBE3",
+    Family.NORM: "#F4F2B8",
+    Family.EMBEDDING: "#F6CED6",
+    Family.POSITION: "#E2D7EE",
+    Family.ACTIVATION: "#D3EBCB",
+    Family.RESIDUAL: "#FFFFFF",
+    Family.REGULARIZATION: "#E9E9E9",
+    Family.ELEMENTWISE: "#E9E9E9",
+    Family.IO: "#FFFFFF",
 }
 BORDER = {
-    "attention": "#C27C2C",
-    "feed_forward": "#3F86B0",
-    "experts": "#2F8F7A",
-    "norm": "#A29A2A",
-    "embedding": "#B85B6F",
-    "position": "#7E62A3",
-    "activation": "#4C9A3C",
-    "residual": "#444444",
-    "regularization": "#888888",
-    "elementwise": "#888888",
-    "io": "#444444",
+    Family.ATTENTION: "#C27C2C",
+    Family.FEED_FORWARD: "#3F86B0",
+    Family.EXPERTS: "#2F8F7A",
+    Family.NORM: "#A29A2A",
+    Family.EMBEDDING: "#B85B6F",
+    Family.POSITION: "#7E62A3",
+    Family.ACTIVATION: "#4C9A3C",
+    Family.RESIDUAL: "#444444",
+    Family.REGULARIZATION: "#888888",
+    Family.ELEMENTWISE: "#888888",
+    Family.IO: "#444444",
 }
 EDGE_STYLE = {
     "data": {"color": "#333333"},
@@ -108,7 +110,7 @@ class _Drawer:
                     break
                 frame = view.frames[frame].parent
         self.expanded = {uid for uid, u in view.units.items()
-                         if view.depth == "full" and family(view.graph, u.ops[0]) == "attention"}
+                         if view.depth == "full" and family(view.graph, u.ops[0]) == Family.ATTENTION}
 
     # --- boxes and frames ---------------------------------------------------------------------
     def frame_contents(self, graph: graphviz.Digraph, frame: Optional[str]) -> None:
@@ -161,7 +163,7 @@ class _Drawer:
             return
         attrs = self._colors(label, status)
         attrs["class"] = f"{unit.kind} {label.family}"
-        if family(self.view.graph, unit.ops[0]) == "residual" and unit.kind == "op" and not label.notes and not status:
+        if family(self.view.graph, unit.ops[0]) == Family.RESIDUAL and unit.kind == "op" and not label.notes and not status:
             # a bare sum, drawn as Figure 1 draws one
             graph.node(unit.id, "+", shape="circle", fixedsize="true", width="0.32", fontsize="16",
                        **{**attrs, "fillcolor": "white"})
@@ -181,7 +183,7 @@ class _Drawer:
         attrs = dict(EDGE_STYLE[edge.role], **{"class": edge.role})
         src = f"{edge.src}/out" if edge.src in self.expanded else edge.src
         dst_unit = self.view.units[edge.dst]
-        is_attention = family(self.view.graph, dst_unit.ops[0]) == "attention" and dst_unit.kind == "op"
+        is_attention = family(self.view.graph, dst_unit.ops[0]) == Family.ATTENTION and dst_unit.kind == "op"
         if edge.dst in self.expanded:
             for port in edge.ports:
                 self.dot.edge(src, f"{edge.dst}/{_INTERNAL_INPUT[port]}", **attrs)
@@ -206,7 +208,7 @@ class _Drawer:
         original = self.view.spec.graph
         if module not in original:
             return None
-        node = canonical_node(module, original.nodes[module]["repeat"], self.view.kinds)
+        node = canonical_node(module, node_of(original, module).repeat, self.view.kinds)
         uid = self.view.unit_of.get(node)
         if uid in self.expanded:
             return f"{uid}/out"
@@ -288,7 +290,7 @@ def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, h
     MatMul, Scale, Mask (opt.), SoftMax, MatMul); Concat; the output projection W^O."""
     node = unit.ops[0]
     data = view.graph.nodes[node]
-    a, inferred = data["attrs"], data["inferred"]
+    a, inferred = data["node"].attrs, data["node"].inferred
     padded = any("mask" in e.ports for e in view.edges if e.dst == unit.id)
     window = getattr(a, "window", None)
     masks = (["causal"] if a.causal else []) + ([f"window {window}"] if window else []) + (["padding"] if padded else [])

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from xspec.compiler.graph import input_sources
+from xspec.compiler.prelude import MultiHeadAttention
 from xspec.compiler.ops import OPS
 from xspec.errors import UserError
 from xspec.runtime import checkpoint as ckpt
@@ -22,6 +22,8 @@ from xspec.runtime.beam_search import beam_search
 from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
 from xspec.runtime.tasks import max_sequence_tokens
 from xspec.runtime.vocab import BOS, EOS, PAD, Vocab
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.spec import CompiledSpec
@@ -56,12 +58,12 @@ def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
     """Every attention op, read off the graph (all layers), in the order the model runs them."""
     sites = []
     for node, data in spec.graph.nodes(data=True):
-        if OPS[data["op"]].family != "attention":
+        if OPS[data["node"].op].family != Family.ATTENTION:
             continue
-        sources = input_sources(spec.graph, node)
-        entry = data["scope"].split(".")[0]
+        sources = node_of(spec.graph, node).inputs
+        entry = data["node"].scope.split(".")[0]
         kind = f"{entry} self-attention" if sources["query"] == sources["key"] else "encoder-decoder attention"
-        frames = data["repeat"]
+        frames = data["node"].repeat
         layer, layers = (frames[0][1] + 1, frames[0][2]) if frames else (1, 1)
         sites.append(AttentionSite(node, kind, layer, layers))
     return sorted(sites, key=lambda s: (_KIND_ORDER.index(s.kind), s.layer))  # Figures 3-5 by attention
@@ -101,7 +103,9 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
 def _recorder(name: str, captured: dict[str, torch.Tensor]):
     def hook(module, args, kwargs, output):
         query, key, value = args[:3]
-        captured[name] = module.weights(query, key, value, kwargs.get("padding_mask"))[0]
+        padding = args[3] if len(args) > 3 else kwargs.get("padding_mask")
+        # A generated module's class is the prelude's less what its spec does not use, weights() too.
+        captured[name] = MultiHeadAttention.weights(module, query, key, value, padding)[0]
     return hook
 
 

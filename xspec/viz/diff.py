@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 import networkx as nx
 
-from xspec.compiler.graph import input_sources
+from xspec.compiler.ir import node_of
 
 from .labels import format_shape, unit_label_title
 from .view import View, build_view, canonical_graph, stack_counts
@@ -87,16 +87,16 @@ class Diff:
 def compare_op(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> Optional[Status]:
     if node not in theirs:
         return Status("added", ["added"])
-    a, b = mine.nodes[node], theirs.nodes[node]
+    a, b = node_of(mine, node), node_of(theirs, node)
     lines = []
-    if a["op"] != b["op"]:
-        lines.append(f"{b['op']} → {a['op']}")
+    if a.op != b.op:
+        lines.append(f"{b.op} → {a.op}")
     else:
-        before, after = b["attrs"].model_dump(), a["attrs"].model_dump()
-        lines += [f"{a['op']} {k}: {_value(before.get(k))} → {_value(after.get(k))}"
+        before, after = b.attrs.model_dump(), a.attrs.model_dump()
+        lines += [f"{a.op} {k}: {_value(before.get(k))} → {_value(after.get(k))}"
                   for k in after if before.get(k) != after.get(k)]
-    if str(a["shape"]) != str(b["shape"]):
-        lines.append(_shape_change(b["shape"], a["shape"]))
+    if str(a.shape) != str(b.shape):
+        lines.append(_shape_change(b.shape, a.shape))
     lines += _rewired(mine, theirs, node)
     return Status("changed", lines) if lines else None
 
@@ -112,7 +112,7 @@ def _shape_change(before, after) -> str:
 def _rewired(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> list[str]:
     """Inputs that now come from another op (e.g. a norm moved before the sublayer), one line per
     change: "input query, key, value: add_1 → norm"."""
-    now, before = input_sources(mine, node), input_sources(theirs, node)
+    now, before = node_of(mine, node).inputs, node_of(theirs, node).inputs
     changes: dict[tuple[str, str], list[str]] = {}
     for port, src in now.items():
         if before.get(port) != src:

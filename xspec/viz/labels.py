@@ -12,11 +12,12 @@ from typing import Optional
 
 import networkx as nx
 
-from xspec.compiler.graph import input_sources
 from xspec.compiler.entries import LOGITS
 from xspec.compiler.ops import OPS
 
 from .view import Unit, View, build_view
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 @dataclass
 class Label:
@@ -25,7 +26,7 @@ class Label:
     shape: Optional[str] = None  # output shape with symbolic dims: "batch × src_len × 512"
     params: Optional[str] = None
     notes: list[str] = field(default_factory=list)  # folded ops, tied weights
-    family: str = "io"  # picks the colour
+    family: Family = Family.IO  # picks the colour
 
 
 def unit_label(view: View, unit: Unit) -> Label:
@@ -35,10 +36,10 @@ def unit_label(view: View, unit: Unit) -> Label:
     elif unit.kind == "block":
         label = _block_label(view, unit)
     elif unit.kind == "add_norm":
-        label = Label("Add & Norm", family="norm")  # §3.1: LayerNorm(x + Sublayer(x))
+        label = Label("Add & Norm", family=Family.NORM)  # §3.1: LayerNorm(x + Sublayer(x))
     else:
         label = op_label(graph, unit.ops[0])
-    label.shape = format_shape(graph.nodes[last]["shape"])
+    label.shape = format_shape(node_of(graph, last).shape)
     label.params = _params(view, unit)
     label.notes += [_folded_note(graph, node) for node in unit.folded]
     label.notes += tie_notes(view, unit)
@@ -47,36 +48,36 @@ def unit_label(view: View, unit: Unit) -> Label:
 
 def op_label(graph: nx.DiGraph, node: str) -> Label:
     data = graph.nodes[node]
-    op, attrs = data["op"], data["attrs"]
+    op, attrs = data["node"].op, data["node"].attrs
     family = OPS[op].family
-    if family == "attention":
+    if family == Family.ATTENTION:
         return _attention_label(graph, node)
-    if family == "io" and attrs.kind != "output":
+    if family == Family.IO and attrs.kind != "output":
         return Label(f"{attrs.name}", [attrs.kind], family=family)
-    if family == "io":
+    if family == Family.IO:
         if node == LOGITS.node:  # §3.4: the decoder output goes through a softmax
-            return Label("Softmax", ["output probabilities (in the loss and search)"], family="activation")
+            return Label("Softmax", ["output probabilities (in the loss and search)"], family=Family.ACTIVATION)
         return Label(attrs.name, ["model output"], family=family)
     entry = OPS[op]
-    return Label(entry.title or op, entry.details(attrs, data["inferred"]), family=family)
+    return Label(entry.title or op, entry.details(attrs, data["node"].inferred), family=family)
 
 
 def _attention_label(graph: nx.DiGraph, node: str) -> Label:
-    attrs, sources = graph.nodes[node]["attrs"], input_sources(graph, node)
-    entry = OPS[graph.nodes[node]["op"]]
+    attrs, sources = node_of(graph, node).attrs, node_of(graph, node).inputs
+    entry = OPS[node_of(graph, node).op]
     title = f"Masked {entry.title}" if attrs.causal else entry.title  # §3.2.3
-    first, *rest = entry.details(attrs, graph.nodes[node]["inferred"])
+    first, *rest = entry.details(attrs, node_of(graph, node).inferred)
     kind = _attention_kind(graph, node, sources) + (", padding mask" if "mask" in sources else "")
-    return Label(title, [first, kind, *rest], family="attention")
+    return Label(title, [first, kind, *rest], family=Family.ATTENTION)
 
 
 def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> str:
     """§3.2.3's three uses: self-attention (the role validation recorded), or keys and values from the
     other stack (the encoder)."""
-    if graph.nodes[node]["inferred"]["self_attention"]:
+    if node_of(graph, node).inferred["self_attention"]:
         return "self-attention"
-    entry = graph.nodes[node]["scope"].split(".")[0]
-    if graph.nodes[sources["key"]]["scope"].split(".")[0] not in (entry, ""):
+    entry = node_of(graph, node).scope.split(".")[0]
+    if node_of(graph, sources["key"]).scope.split(".")[0] not in (entry, ""):
         return "encoder-decoder attention"
     return "keys and values from another input"
 
@@ -84,25 +85,26 @@ def _attention_kind(graph: nx.DiGraph, node: str, sources: dict[str, str]) -> st
 def _block_label(view: View, unit: Unit) -> Label:
     """A block of linear layers and activations: the position-wise feed-forward network (§3.3)."""
     nodes = [view.graph.nodes[n] for n in unit.ops]
-    linears = [d for d in nodes if OPS[d["op"]].family == "feed_forward"]
-    widths = ", ".join(dict.fromkeys(str(d["attrs"].out) for d in linears[:-1]))  # a GLU's two: once
+    linears = [d for d in nodes if OPS[d["node"].op].family == Family.FEED_FORWARD]
+    widths = ", ".join(dict.fromkeys(str(d["node"].attrs.out) for d in linears[:-1]))  # a GLU's two: once
     activations = ", ".join(_activation_title(view.graph, n) for n in unit.ops
-                            if OPS[view.graph.nodes[n]["op"]].family == "activation")
+                            if OPS[node_of(view.graph, n).op].family == Family.ACTIVATION)
     details = [f"d_ff = {widths}" if widths else f"{len(linears)} linear"]
     if activations:
         details[0] += f", {activations}"
-    return Label("Feed Forward", details, family="feed_forward")
+    return Label("Feed Forward", details, family=Family.FEED_FORWARD)
 
 
 def _activation_title(graph: nx.DiGraph, node: str) -> str:
     """The activation's name, or the gated linear unit's when it gates a product (SiLU -> SwiGLU)."""
-    entry = OPS[graph.nodes[node]["op"]]
-    gated = any(OPS[graph.nodes[s]["op"]].gates for s in graph.successors(node))
+    entry = OPS[node_of(graph, node).op]
+    gated = any(OPS[node_of(graph, s).op].gates for s in graph.successors(node))
     return entry.glu_title if gated and entry.glu_title else entry.title
 
 
 # The colour of a collapsed block: its most characteristic op family.
-_FAMILY_PRIORITY = ("attention", "experts", "feed_forward", "embedding", "position", "norm", "activation")
+_FAMILY_PRIORITY = (Family.ATTENTION, Family.EXPERTS, Family.FEED_FORWARD, Family.EMBEDDING, Family.POSITION,
+                    Family.NORM, Family.ACTIVATION)
 _SUBLAYER_ENDS = ("Add & Norm", "Add")
 
 
@@ -112,7 +114,7 @@ def _collapsed_label(view: View, unit: Unit) -> Label:
     boxes = [u for uid, u in inner.units.items() if _inside(inner, uid, unit.instance)]
     titles = [unit_label_title(inner, u) for u in boxes]
     families = {unit_label(inner, u).family for u in boxes}
-    family = next((f for f in _FAMILY_PRIORITY if f in families), "io")
+    family = next((f for f in _FAMILY_PRIORITY if f in families), Family.IO)
     if unit.kind == "stack":
         name = unit.instance.rsplit(".", 1)[-1]
         return Label(f"{view.frames_count(unit.instance)}× {name}", _sublayer_lines(titles), family=family)
@@ -134,7 +136,7 @@ def _sublayer_lines(titles: list[str]) -> list[str]:
 def _inside(view: View, uid: str, path: str) -> bool:
     """Whether a box of `view` lies in the module `path` (a frame, or a block collapsed at depth 2)."""
     unit = view.units[uid]
-    where = unit.instance or view.graph.nodes[unit.ops[0]]["scope"]
+    where = unit.instance or node_of(view.graph, unit.ops[0]).scope
     return where == path or where.startswith(path + ".")
 
 
@@ -156,14 +158,14 @@ def _params(view: View, unit: Unit) -> Optional[str]:
             each = view.spec.count_under(f"{unit.instance}.0")
             return f"{view.frames_count(unit.instance)} × {format_count(each)} = {format_count(total)} params"
         return f"{format_count(total)} params" if total else None
-    modules = [view.graph.nodes[n]["module"] for n in unit.ops if view.graph.nodes[n]["module"]]
+    modules = [node_of(view.graph, n).module for n in unit.ops if node_of(view.graph, n).module]
     total = sum(view.spec.count_under(m) for m in modules)
     return f"{format_count(total)} params" if total else None
 
 
 def tie_notes(view: View, unit: Unit) -> list[str]:
     """§3.4: weights shared between modules (counted once, at their owner)."""
-    modules = {view.graph.nodes[n]["module"] for n in unit.ops} - {None}
+    modules = {node_of(view.graph, n).module for n in unit.ops} - {None}
     notes = [f"tied: {copy.rsplit('.', 1)[1]} shared with {_module_of(owner)}"
              for copy, owner in view.spec.ties.items() if _module_of(copy) in modules]
     copies = Counter(owner for owner in view.spec.ties.values() if _module_of(owner) in modules)
@@ -178,9 +180,9 @@ def _module_of(tensor: str) -> str:
 
 def _folded_note(graph: nx.DiGraph, node: str) -> str:
     data = graph.nodes[node]
-    if OPS[data["op"]].family == "regularization":
-        return f"dropout {data['attrs'].p:g} on output"  # §5.4: residual dropout
-    return OPS[data["op"]].title or data["op"]
+    if OPS[data["node"].op].family == Family.REGULARIZATION:
+        return f"dropout {data['node'].attrs.p:g} on output"  # §5.4: residual dropout
+    return OPS[data["node"].op].title or data["node"].op
 
 
 def format_shape(shape) -> Optional[str]:

@@ -18,13 +18,15 @@ how many layers it stands for and which.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import networkx as nx
 
-from xspec.compiler.graph import input_sources
 from xspec.compiler.ops import OPS
+from xspec.compiler.opdef import Family
+from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.compiler.ir import Instance
@@ -34,9 +36,9 @@ DEPTHS = ("1", "2", "full")
 
 # Ops that a residual connection skips around: a skip around only a positional encoding (the
 # embeddings' "e + positions(e)") is not a residual connection.
-_SUBLAYER_FAMILIES = frozenset({"attention", "feed_forward", "norm", "activation"})
+_SUBLAYER_FAMILIES = frozenset({Family.ATTENTION, Family.FEED_FORWARD, Family.NORM, Family.ACTIVATION})
 # A block made only of these is a position-wise feed-forward network, drawn as one box at depth 2.
-_DENSE_FAMILIES = frozenset({"feed_forward", "activation", "regularization", "elementwise"})
+_DENSE_FAMILIES = frozenset({Family.FEED_FORWARD, Family.ACTIVATION, Family.REGULARIZATION, Family.ELEMENTWISE})
 
 
 @dataclass
@@ -108,17 +110,17 @@ def build_view(spec: "CompiledSpec", depth: str) -> View:
 
 def family(graph: nx.DiGraph, node: str) -> str:
     """The op's family (compiler/ops.py): what diagrams know of an op, never its name."""
-    return OPS[graph.nodes[node]["op"]].family
+    return OPS[node_of(graph, node).op].family
 
 
 def _is_hidden_io(graph: nx.DiGraph, node: str) -> bool:
     """Figure 1 draws neither the padding masks (attention boxes say they use one) nor an output
     that other ops also read (the encoder output, drawn as the arrow into cross-attention)."""
     data = graph.nodes[node] if node in graph else None
-    if data is None or family(graph, node) != "io":
+    if data is None or family(graph, node) != Family.IO:
         return False
-    if data["attrs"].kind != "output":
-        return data["attrs"].kind == "mask"
+    if data["node"].attrs.kind != "output":
+        return data["node"].attrs.kind == "mask"
     (producer,) = graph.predecessors(node)
     return graph.out_degree(producer) > 1
 
@@ -134,10 +136,10 @@ def layer_kinds(graph: nx.DiGraph) -> Kinds:
     paper's stacks are all of one kind; Gemma 3's has a local and a global kind)."""
     ops: dict[str, dict[int, list]] = {}
     for node, data in graph.nodes(data=True):
-        for stack, index, _ in data["repeat"]:
+        for stack, index, _ in data["node"].repeat:
             prefix = f"{stack}.{index}."
             relative = node[len(prefix):] if node.startswith(prefix) else node
-            ops.setdefault(stack, {}).setdefault(index, []).append((relative, data["op"], data["attrs"]))
+            ops.setdefault(stack, {}).setdefault(index, []).append((relative, data["node"].op, data["node"].attrs))
     kinds: Kinds = {}
     for stack, layers in ops.items():
         first: dict[tuple, int] = {}
@@ -156,16 +158,21 @@ def canonical_graph(graph: nx.DiGraph, kinds: Optional[Kinds] = None) -> nx.DiGr
     """
     kept = nx.DiGraph()
     for node, data in graph.nodes(data=True):
-        if all(index == _first(kinds, stack, index) for stack, index, _ in data["repeat"]):
+        if all(index == _first(kinds, stack, index) for stack, index, _ in data["node"].repeat):
             kept.add_node(node, **data)
     for src, dst, ports in graph.edges(data="ports"):
-        src_frames, dst_frames = graph.nodes[src]["repeat"], graph.nodes[dst]["repeat"]
+        src_frames, dst_frames = node_of(graph, src).repeat, node_of(graph, dst).repeat
         a, b = canonical_node(src, src_frames, kinds), canonical_node(dst, dst_frames, kinds)
         if _crosses_iterations(src_frames, dst_frames) and not _into_a_later_kind(src_frames, dst_frames, kinds):
             continue
         if a in kept and b in kept:
             previous = kept.edges[a, b]["ports"] if kept.has_edge(a, b) else ()
             kept.add_edge(a, b, ports=previous + tuple(p for p in ports if p not in previous))
+    # Each kept node's record reads what the view's edges bring it (the first layer's nodes, not a later
+    # layer's).
+    for node in kept:
+        inputs = {port: source for source, _, ports in kept.in_edges(node, data="ports") for port in ports}
+        kept.nodes[node]["node"] = dataclasses.replace(node_of(kept, node), inputs=inputs)
     return kept
 
 
@@ -220,7 +227,7 @@ def stack_counts(graph: nx.DiGraph) -> dict[str, int]:
     """Each stack's path (in layer 0 terms) and its number of layers, from the `repeat` frames."""
     counts: dict[str, int] = {}
     for node, data in graph.nodes(data=True):
-        frames = data["repeat"]
+        frames = data["node"].repeat
         for depth, (stack, _, count) in enumerate(frames):
             counts[canonical_node(stack + ".", frames[:depth]).removesuffix(".")] = count
     return counts
@@ -265,18 +272,18 @@ def _assign_units(graph: nx.DiGraph, instances: dict, depth: str) -> tuple[dict[
 def _place(graph: nx.DiGraph, node: str, depth: str, unit_of: dict[str, str], instances: dict,
            dense: set[str]) -> _Placement:
     data = graph.nodes[node]
-    if family(graph, node) == "io" or depth == "full":
+    if family(graph, node) == Family.IO or depth == "full":
         return _Placement(node)
     if depth == "1":
-        block = _entry_child(data["scope"], instances)
+        block = _entry_child(data["node"].scope, instances)
         return _Placement(block, instances[block].kind, block) if block else _Placement(node)
     # depth 2: the paper's Figure 1
-    if data["scope"] in dense:
-        return _Placement(data["scope"], "block", data["scope"])
+    if data["node"].scope in dense:
+        return _Placement(data["node"].scope, "block", data["node"].scope)
     producer = _single_producer(graph, node)
-    if family(graph, node) == "regularization" and producer is not None and family(graph, producer) != "io":
+    if family(graph, node) == Family.REGULARIZATION and producer is not None and family(graph, producer) != Family.IO:
         return _Placement(unit_of[producer], folded=True)  # §5.4: dropout on a sublayer's output
-    if family(graph, node) == "norm" and producer is not None and _is_post_norm(graph, producer, node):
+    if family(graph, node) == Family.NORM and producer is not None and _is_post_norm(graph, producer, node):
         return _Placement(unit_of[producer], "add_norm")  # §3.1: LayerNorm(x + Sublayer(x))
     return _Placement(node)
 
@@ -294,14 +301,14 @@ def _dense_blocks(graph: nx.DiGraph, instances: dict) -> set[str]:
     """Blocks made only of linear layers and activations (§3.3's FFN), without sub-blocks."""
     ops_in: dict[str, list[str]] = {}
     for node, data in graph.nodes(data=True):
-        ops_in.setdefault(data["scope"], []).append(data["op"])
+        ops_in.setdefault(data["node"].scope, []).append(data["node"].op)
     dense = set()
     for path, ops in ops_in.items():
         instance = instances.get(path)
         if instance is None or instance.kind != "block" or any(c.kind != "op" for c in instance.children.values()):
             continue
         families = {OPS[op].family for op in ops}
-        if families <= _DENSE_FAMILIES and sum(OPS[op].family != "regularization" for op in ops) >= 2:
+        if families <= _DENSE_FAMILIES and sum(OPS[op].family != Family.REGULARIZATION for op in ops) >= 2:
             dense.add(path)
     return dense
 
@@ -313,8 +320,8 @@ def _single_producer(graph: nx.DiGraph, node: str) -> Optional[str]:
 
 def _is_post_norm(graph: nx.DiGraph, add: str, norm: str) -> bool:
     """An add whose only reader is this norm, in the same block: one "Add & Norm" box."""
-    return (family(graph, add) == "residual" and list(graph.successors(add)) == [norm]
-            and graph.nodes[add]["scope"] == graph.nodes[norm]["scope"])
+    return (family(graph, add) == Family.RESIDUAL and list(graph.successors(add)) == [norm]
+            and node_of(graph, add).scope == node_of(graph, norm).scope)
 
 
 # --- arrows -----------------------------------------------------------------------------------
@@ -323,7 +330,7 @@ def _is_post_norm(graph: nx.DiGraph, add: str, norm: str) -> bool:
 def residual_sources(graph: nx.DiGraph, add: str) -> set[str]:
     """The operand(s) of an add that skip around a sublayer (§3.1's residual connection): the
     operand from which the other one is computed, through attention, feed-forward or a norm."""
-    sources = input_sources(graph, add)
+    sources = node_of(graph, add).inputs
     if set(sources) != {"a", "b"}:
         return set()
     found = set()
@@ -331,20 +338,20 @@ def residual_sources(graph: nx.DiGraph, add: str) -> set[str]:
         if skip == other or not nx.has_path(graph, skip, other):
             continue
         between = (nx.descendants(graph, skip) & nx.ancestors(graph, other)) | {other}
-        if any(OPS[graph.nodes[n]["op"]].family in _SUBLAYER_FAMILIES for n in between):
+        if any(OPS[node_of(graph, n).op].family in _SUBLAYER_FAMILIES for n in between):
             found.add(skip)
     return found
 
 
 def edge_role(graph: nx.DiGraph, src: str, dst: str) -> str:
     ports = graph.edges[src, dst]["ports"]
-    if family(graph, src) == "io" and graph.nodes[src]["attrs"].kind == "mask":
+    if family(graph, src) == Family.IO and node_of(graph, src).attrs.kind == "mask":
         return "mask"
-    if family(graph, dst) == "residual" and src in residual_sources(graph, dst):
+    if family(graph, dst) == Family.RESIDUAL and src in residual_sources(graph, dst):
         return "residual"
-    if family(graph, dst) == "attention" and "query" not in ports and input_sources(graph, dst).get("query") != src:
+    if family(graph, dst) == Family.ATTENTION and "query" not in ports and node_of(graph, dst).inputs.get("query") != src:
         return "cross_attention"  # §3.2.3: keys and values from the encoder output
-    if family(graph, dst) == "position":
+    if family(graph, dst) == Family.POSITION:
         return "length"  # a positional encoding reads only the length of its input
     return "data"
 
@@ -408,11 +415,11 @@ def _is_stack_item(path: str, instances: dict) -> bool:
 
 
 def _has_layer0_ops(graph: nx.DiGraph, path: str) -> bool:
-    return any(d["scope"] == path or d["scope"].startswith(path + ".") for _, d in graph.nodes(data=True))
+    return any(d["node"].scope == path or d["node"].scope.startswith(path + ".") for _, d in graph.nodes(data=True))
 
 
 def _location(unit: Unit, graph: nx.DiGraph) -> str:
     """Where a unit sits in the module tree: its op's block, or the parent of a collapsed block."""
     if unit.instance:
         return unit.instance.rsplit(".", 1)[0] if "." in unit.instance else ""
-    return graph.nodes[unit.ops[0]]["scope"]
+    return node_of(graph, unit.ops[0]).scope

@@ -1,0 +1,97 @@
+"""The typed config of a generated module: the spec's parameters as a dataclass, and the code that reads
+sizes and constants from it.
+
+Generated classes take the config as nanoGPT's take its GPTConfig, so `nn.Linear(config.d_model,
+config.d_ff)` points back to the spec's `d_ff`. An op argument written as an expression of parameters
+(`d_ff`, `sqrt(d_model)`, `4 * d_model`) is recorded with its node as that expression over `config`
+(the graph builder calls `config_expression`), kept only where it computes exactly the checked value;
+a size the shape rules inferred reads the one parameter of that value, where just one has it.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+from typing import Callable, Optional
+
+from . import ast
+from .evaluate import Constant
+from .shapes import TensorType
+
+# Names a field may not take: the config's own annotations and decorator would read the field instead.
+SHADOWED = frozenset({"int", "float", "str", "bool", "dataclass"})
+# The spec's math functions that generated code may call through `math`.
+MATH = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}
+OPERATORS: dict[str, Callable[[object, object], object]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}  # type: ignore[operator]
+
+
+def config_fields(params: dict[str, Constant]) -> dict[str, Constant]:
+    """The parameters a config holds: scalar values under names Python can use as fields."""
+    return {name: value for name, value in params.items()
+            if isinstance(value, (bool, int, float, str)) and name.isidentifier()
+            and not keyword.iskeyword(name) and not name.startswith("_") and name not in SHADOWED}
+
+
+def config_expression(expr: ast.Expr, value: object, fields: dict[str, Constant],
+                      local: Callable[[str], object]) -> Optional[str]:
+    """`expr` as Python over `config` (`config.d_ff`, `math.sqrt(config.d_model)`), if it reads only
+    parameters (a local name of the same value counts: a block argument passed the parameter) and
+    computes `value` exactly, of its type; else None, and generated code writes the value itself."""
+    try:
+        code, computed = _render(expr, fields, local)
+    except _NotConfig:
+        return None
+    if type(computed) is not type(value) or computed != value or "config." not in code:
+        return None
+    return _outer(code)
+
+
+class _NotConfig(Exception):
+    pass
+
+
+def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], object]) -> tuple[str, object]:
+    if isinstance(expr, ast.Name):
+        if expr.id not in fields or local(expr.id) not in (None, fields[expr.id]):
+            raise _NotConfig
+        return f"config.{expr.id}", fields[expr.id]
+    if isinstance(expr, ast.Literal) and type(expr.value) in (int, float):
+        return repr(expr.value), expr.value
+    if isinstance(expr, ast.BinOp) and expr.op in OPERATORS:
+        (left, a), (right, b) = _render(expr.left, fields, local), _render(expr.right, fields, local)
+        return f"({left} {expr.op} {right})", OPERATORS[expr.op](a, b)
+    if isinstance(expr, ast.Call) and expr.callee.id in MATH and len(expr.args) == 1 and not expr.kwargs:
+        argument, a = _render(expr.args[0], fields, local)
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or (expr.callee.id != "exp" and a <= 0):
+            raise _NotConfig
+        return f"math.{expr.callee.id}({_outer(argument)})", MATH[expr.callee.id](a)
+    raise _NotConfig
+
+
+def _outer(code: str) -> str:
+    """An argument needs no parentheses of its own."""
+    return code[1:-1] if code.startswith("(") and code.endswith(")") else code
+
+
+class ConfigNames:
+    """Sizes as the config names them: a whole number is the one parameter of that value, if one only."""
+
+    def __init__(self, fields: dict[str, Constant]) -> None:
+        by_value: dict[int, list[str]] = {}
+        for name, value in fields.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                by_value.setdefault(value, []).append(name)
+        self.names = {value: names[0] for value, names in by_value.items() if len(names) == 1}
+
+    def size(self, value: object) -> str:
+        """`config.d_model` for 512 where only d_model is 512; else the literal."""
+        if isinstance(value, int) and not isinstance(value, bool) and value in self.names:
+            return f"config.{self.names[value]}"
+        return repr(value)
+
+    def shape(self, shape: TensorType) -> str:
+        """`[batch, src_len, d_model]`: the spec's dimension names, and parameters for sizes."""
+        dims = [self.names.get(d, str(d)) if isinstance(d, int) else str(d) for d in shape.dims]
+        text = "[" + ", ".join(dims) + "]"
+        return text if shape.dtype == "float" else f"{shape.dtype}{text}"

@@ -1,0 +1,128 @@
+"""Generated code as one would write it by hand, for every shipped spec: short lines that each point
+back to the spec, only the prelude code the spec uses, and the shape a line makes where it changes."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import xspec
+from xspec.compiler.codecheck import compile_checked
+from xspec.compiler.config import ConfigNames, config_fields
+from xspec.compiler.forward import LINE_LIMIT
+from xspec.compiler.ops import OPS
+from xspec.compiler.prune import TAG, prelude_classes
+
+SPECS = sorted(Path("specs").rglob("*.xspec"))
+POINTER = re.compile(r"  # .*(\S+\.xspec|<spec>):\d+$")
+SHAPE = re.compile(r"  # (\w*\[[^\]]*\])  ")
+
+
+@pytest.fixture(scope="module", params=SPECS, ids=lambda p: str(p.relative_to("specs")))
+def compiled(request):
+    spec = xspec.compile(str(request.param))
+    return spec, spec.python_source
+
+
+def _generated_classes(tree: ast.Module) -> list[ast.ClassDef]:
+    """The classes written for the spec's blocks (not the prelude's, not the config)."""
+    return [node for node in tree.body if isinstance(node, ast.ClassDef) and not node.decorator_list
+            and node.name not in prelude_classes()]
+
+
+def test_every_line_is_shorter_than_the_limit(compiled):
+    _, source = compiled
+    long = [line for line in source.split("\n") if len(line) >= LINE_LIMIT]
+    assert not long, long
+
+
+def test_every_statement_of_a_block_points_to_its_spec_line(compiled):
+    _, source = compiled
+    lines = source.split("\n")
+    tree = ast.parse(source)
+    model = next(n.value.id for n in tree.body if isinstance(n, ast.Assign))
+    for cls in _generated_classes(tree):
+        assert POINTER.search(lines[cls.lineno - 1]) or cls.name == model, lines[cls.lineno - 1]
+        if cls.name == model:
+            continue  # the entry points around the blocks: encode, decode, forward
+        for method in cls.body:
+            for statement in ast.walk(method):
+                if not isinstance(statement, ast.stmt) or statement is method:
+                    continue
+                text = lines[statement.lineno - 1]
+                if text.strip() in ("super().__init__()",) or (
+                        isinstance(statement, ast.Return) and isinstance(statement.value, (ast.Name, ast.Tuple))):
+                    continue
+                assert POINTER.search(text), f"{cls.name}: {text!r} has no pointer to the spec"
+
+
+def test_no_prelude_code_for_a_feature_the_spec_does_not_use(compiled):
+    spec, source = compiled
+    used = frozenset().union(*(OPS[node.op].features(node.attrs, node.inferred) for node in spec.ops))
+    tree = ast.parse(source)
+    copied = {node.name: ast.get_source_segment(source, node) for node in tree.body if isinstance(node, ast.ClassDef)
+              and node.name in prelude_classes()}
+    for name, text in copied.items():
+        prelude = prelude_classes()[name]
+        for first, last, features in prelude.tagged:
+            if features & used:
+                continue
+            heading = next(TAG.sub("", s) for s in prelude.lines[first:last + 1] if TAG.search(s))
+            assert heading not in text.split("\n"), f"{name} keeps {heading.strip()!r} for {sorted(features)}"
+    if "MultiHeadAttention" in copied and not used & {"rotary", "alibi", "window", "softcap", "sinks"}:
+        code = [ln for ln in copied["MultiHeadAttention"].split("\n") if ln.strip().startswith(("if ", "def "))]
+        # (The plain cache's guard says `self.window is None`: no window branch comes with it.)
+        assert not [ln for ln in code if re.search(r"rotary|alibi|softcap|sinks|flex|window(?! is None)", ln)], code
+
+
+def test_lines_that_change_the_shape_say_so_in_the_spec_names(compiled):
+    spec, source = compiled
+    names = ConfigNames(config_fields(spec.params))
+    logits = next(node for node in spec.ops if node.op == "output" and node.attrs.name in ("logits", "memory"))
+    made = spec.ops[logits.inputs["x"]]  # the node that computes the model's output
+    wanted = names.shape(made.shape)
+    shapes = SHAPE.findall(source)
+    assert any(shape == wanted or _merged(shape, wanted) for shape in shapes), (wanted, shapes)
+    fields = set(config_fields(spec.params))
+    for shape in shapes:
+        for dim in shape.split("[", 1)[1].rstrip("]").split(", "):
+            for part in dim.split("|"):
+                assert part in fields or part.isdigit() or part in ("batch", "src_len", "tgt_len"), shape
+
+
+def _merged(shape: str, wanted: str) -> bool:
+    """`[batch, src_len|tgt_len, d_model]` stands for each of its lengths."""
+    ours, theirs = shape.strip("[]").split(", "), wanted.strip("[]").split(", ")
+    return len(ours) == len(theirs) and all(b in a.split("|") for a, b in zip(ours, theirs))
+
+
+def test_sizes_come_from_the_config_by_the_spec_names():
+    source = xspec.compile("specs/modern/llama.xspec").python_source
+    assert "self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)  # llama.xspec:29" in source
+    assert "nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)" in source
+    assert "kv_heads=config.kv_heads" in source and "rotary=RotaryEmbedding(config.d_k)" in source
+    # An argument the spec computes from parameters is written so (exactly the same value).
+    assert ("        self.embed = Embedding(  # base.xspec:33\n"
+            "            config.vocab, config.d_model, scale=math.sqrt(config.d_model))\n") in \
+        xspec.compile("specs/base.xspec").python_source
+
+
+def test_a_model_built_from_another_config_has_its_sizes(tmp_path: Path):
+    spec = xspec.compile("specs/tiny.xspec")
+    namespace: dict = {}
+    exec(compile_checked(spec.python_source, "model.py"), namespace)
+    config = namespace["TransformerTinyConfig"](d_ff=64)
+    model = namespace["Model"](config)
+    assert model.encoder.layers[0].ffn.w_1.weight.shape == (64, 128)
+    default = namespace["Model"]()
+    assert set(default.state_dict()) == set(spec.build("cpu").state_dict())
+
+
+@pytest.mark.parametrize("name", ["base", "llama"])
+def test_the_examples_in_the_docs_are_what_the_compiler_writes(name: str):
+    path = next(Path("specs").rglob(f"{name}.xspec"))
+    example = Path(f"docs/examples/{name}/model.py")
+    assert example.read_text() == xspec.compile(str(path)).python_source, f"regenerate {example}"
