@@ -1,0 +1,92 @@
+"""Small random Hugging Face checkpoints on disk, as save_pretrained writes them, for the import tests:
+each family of tests/hf_families.py at its first sizes (uncommon ones: head sizes of their own, windows
+shorter than the sequences), with a word-level tokenizer.json of the model's vocabulary."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from hf_families import BY_NAME
+
+ROOT = Path(tempfile.mkdtemp(prefix="xspec-hf-"))
+BOS, EOS = 1, 2
+
+
+def word_tokenizer(vocab: int):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {f"w{i}": i for i in range(vocab)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tokenizer
+
+
+def reference(name: str, **changes):
+    """The family's random model (float32, eval mode), with config attributes changed by `changes`."""
+    family = BY_NAME[name]
+    sizes = family.sizes[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not changes:
+            return family.hf_model(sizes)
+        import transformers
+
+        config = family.hf_config(sizes)
+        for key, value in changes.items():
+            setattr(config, key, value)
+        torch.manual_seed(1)
+        model = getattr(transformers, family.hf_class)(config)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+        return model.eval()
+
+
+def saved(name: str, variant: str = "", **changes) -> Path:
+    """The family's checkpoint directory (made once per test session)."""
+    return _saved(name, variant, tuple(sorted(changes.items())))
+
+
+@functools.cache
+def _saved(name: str, variant: str, changes: tuple) -> Path:
+    model = reference(name, **dict(changes))
+    model.config.bos_token_id, model.config.eos_token_id = BOS, EOS
+    path = ROOT / f"{name}{variant}" / "checkpoint"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(path)
+    word_tokenizer(model.config.vocab_size).save(str(path / "tokenizer.json"))
+    return path
+
+
+def imported(name: str, variant: str = "", **changes) -> Path:
+    """The checkpoint imported into a run directory (once per test session)."""
+    return _imported(name, variant, tuple(sorted(changes.items())))
+
+
+@functools.cache
+def _imported(name: str, variant: str, changes: tuple) -> Path:
+    from xspec.hf.importer import import_checkpoint
+
+    changes = dict(changes)
+    out = ROOT / f"{name}{variant}" / "run"
+    import_checkpoint(saved(name, variant, **changes), out, say=lambda _: None)
+    return out
+
+
+@functools.cache
+def loaded_reference(path: Path):
+    import transformers
+
+    from xspec.hf.checkpoint_dir import read_config
+    from xspec.hf.families import FAMILIES
+
+    hf_class = getattr(transformers, FAMILIES[read_config(path)["model_type"]].hf_class)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return hf_class.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()

@@ -1,0 +1,103 @@
+"""`xspec import` of every family's Hugging Face checkpoint (tests/hf_checkpoints.py: small random models
+that transformers builds and saves): the imported run directory's model gives the checkpoint's logits and
+its greedy generation with the cache gives `generate`'s tokens; what import writes, and what it says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import xspec
+from float32 import assert_close
+from hf_checkpoints import imported, loaded_reference, saved
+from hf_families import FAMILIES
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+NAMES = [family.name for family in FAMILIES]
+# Llama 3.2's small models tie the output projection to the embedding (no lm_head.weight is saved).
+CASES = [(name, "", {}) for name in NAMES] + [("llama3", "-tied", {"tie_word_embeddings": True})]
+IDS = [name + variant for name, variant, _ in CASES]
+
+
+def tokens(vocab: int, length: int, seed: int = 5) -> torch.Tensor:
+    return torch.randint(0, vocab, (2, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name, variant, changes", CASES, ids=IDS)
+@torch.no_grad()
+def test_imported_logits_and_greedy_generation_equal_the_checkpoints(name, variant, changes):
+    run = imported(name, variant, **changes)
+    reference = loaded_reference(saved(name, variant, **changes))
+    model = xspec.load(run, device="cpu").model
+    vocab = reference.config.vocab_size
+    text = tokens(vocab, 20)                         # past every window of the families' first sizes
+    assert_close(model(text), reference(text).logits)
+
+    prompt, new = tokens(vocab, 5, seed=6), 12
+    expected = reference.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, eos_token_id=None)
+    cache, sequence = model.new_cache(), prompt
+    logits = model.decode(prompt, cache=cache)
+    for _ in range(new):
+        token = logits[:, -1].argmax(dim=-1, keepdim=True)
+        sequence = torch.cat([sequence, token], dim=1)
+        logits = model.decode(token, cache=cache)
+    assert torch.equal(sequence, expected)
+
+
+def test_the_imported_spec_names_each_values_config_key_and_extends_the_family():
+    run = imported("qwen2")
+    text = (run / "model.xspec").read_text()
+    assert 'import "specs/modern/qwen2.xspec"' in text and "extends qwen2 {" in text
+    assert "set d_model = 64" in text and "# hidden_size" in text.split("set d_model = 64")[1].splitlines()[0]
+    assert "set max_window_layers = 1" in text and "set use_sliding_window = true" in text
+    spec = xspec.compile(run)                      # a run directory compiles as its model.xspec
+    assert spec.params["sliding_window"] == 6 and spec.parameters == sum(
+        p.numel() for p in loaded_reference(saved("qwen2")).parameters())
+    record = json.loads((run / "import.json").read_text())
+    assert record["model_type"] == "qwen2" and record["verification"]["verified"] is True
+    assert record["verification"]["max_abs_logit_difference"] < 1e-4
+    assert record["not_architectural"]["use_cache"].startswith("whether generation keeps")
+
+
+def test_import_prints_its_verification_and_generate_continues_a_prompt(tmp_path, capsys):
+    from xspec.cli import main
+
+    out = tmp_path / "run"
+    assert main(["import", str(saved("mistral")), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "verified against transformers' MistralForCausalLM: max |Δlogit|" in printed and "KL" in printed
+    assert "positions (2 x 16)" in printed           # past the window of 6
+    assert main(["generate", str(out), "--prompt", "w5 w6 w7", "--max-new-tokens", "4", "--beam", "1"]) == 0
+    words = capsys.readouterr().out.split()
+    assert 1 <= len(words) <= 4 and all(w.startswith("w") for w in words)
+    assert main(["import", str(saved("mistral")), "-o", str(out)]) == 1
+    assert "already exists; pass --force" in capsys.readouterr().err
+    assert main(["import", str(saved("mistral")), "-o", str(out), "--force", "--no-verify"]) == 0
+    assert "not verified (--no-verify)" in capsys.readouterr().out
+
+
+def test_without_transformers_the_import_says_it_is_not_verified(tmp_path, monkeypatch):
+    from xspec.hf import verify
+    from xspec.hf.importer import import_checkpoint
+
+    monkeypatch.setattr(verify, "transformers_available", lambda: False)
+    said = []
+    import_checkpoint(saved("olmo2"), tmp_path / "run", say=said.append)
+    assert said == ["not verified: transformers is not installed (pip install 'xspec[hf]' to compare the import's "
+                    "logits with the checkpoint's own class)"]
+    assert json.loads((tmp_path / "run" / "import.json").read_text())["verification"]["verified"] is False
+
+
+def test_verification_reaches_past_the_window_and_the_original_positions():
+    from xspec.hf.families import map_config
+    from xspec.hf.verify import check_length
+
+    config = json.loads((saved("gpt_oss") / "config.json").read_text())
+    mapped = map_config(config)
+    assert (mapped.window, mapped.scaled_from) == (6, 8) and check_length(mapped) == 16
+    config["rope_parameters"]["original_max_position_embeddings"] = 40
+    config["original_max_position_embeddings"] = 40
+    assert check_length(map_config(config)) == 44
