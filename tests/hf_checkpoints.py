@@ -5,6 +5,7 @@ shorter than the sequences), with a word-level tokenizer.json of the model's voc
 from __future__ import annotations
 
 import functools
+import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -49,12 +50,12 @@ def reference(name: str, **changes):
 
 def saved(name: str, variant: str = "", **changes) -> Path:
     """The family's checkpoint directory (made once per test session)."""
-    return _saved(name, variant, tuple(sorted(changes.items())))
+    return _saved(name, variant, json.dumps(changes, sort_keys=True))
 
 
 @functools.cache
-def _saved(name: str, variant: str, changes: tuple) -> Path:
-    model = reference(name, **dict(changes))
+def _saved(name: str, variant: str, changes: str) -> Path:
+    model = reference(name, **json.loads(changes))
     model.config.bos_token_id, model.config.eos_token_id = BOS, EOS
     path = ROOT / f"{name}{variant}" / "checkpoint"
     with warnings.catch_warnings():
@@ -66,14 +67,14 @@ def _saved(name: str, variant: str, changes: tuple) -> Path:
 
 def imported(name: str, variant: str = "", **changes) -> Path:
     """The checkpoint imported into a run directory (once per test session)."""
-    return _imported(name, variant, tuple(sorted(changes.items())))
+    return _imported(name, variant, json.dumps(changes, sort_keys=True))
 
 
 @functools.cache
-def _imported(name: str, variant: str, changes: tuple) -> Path:
+def _imported(name: str, variant: str, changes: str) -> Path:
     from xspec.hf.importer import import_checkpoint
 
-    changes = dict(changes)
+    changes = json.loads(changes)
     out = ROOT / f"{name}{variant}" / "run"
     import_checkpoint(saved(name, variant, **changes), out, say=lambda _: None)
     return out
@@ -90,3 +91,12 @@ def loaded_reference(path: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return hf_class.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def rope(kind: str) -> dict:
+    """LlamaConfig changes for a rotary scaling other than llama3's (Hugging Face's v4 spelling)."""
+    if kind == "linear":
+        return {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}}
+    return {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0, "beta_fast": 16.0,
+                                "beta_slow": 2.0, "original_max_position_embeddings": 8},
+            "max_position_embeddings": 32}

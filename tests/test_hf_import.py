@@ -11,14 +11,16 @@ import torch
 
 import xspec
 from float32 import assert_close
-from hf_checkpoints import imported, loaded_reference, saved
+from hf_checkpoints import imported, loaded_reference, rope, saved
 from hf_families import FAMILIES
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 NAMES = [family.name for family in FAMILIES]
 # Llama 3.2's small models tie the output projection to the embedding (no lm_head.weight is saved).
-CASES = [(name, "", {}) for name in NAMES] + [("llama3", "-tied", {"tie_word_embeddings": True})]
+# Llama's other rotary scalings: linear, and YaRN (positions past its 8 original ones).
+CASES = [(name, "", {}) for name in NAMES] + [("llama3", "-tied", {"tie_word_embeddings": True}),
+                                              ("llama3", "-linear", rope("linear")), ("llama3", "-yarn", rope("yarn"))]
 IDS = [name + variant for name, variant, _ in CASES]
 
 

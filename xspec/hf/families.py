@@ -103,19 +103,33 @@ def _llama(cfg: ConfigReader, m: Mapped) -> None:
     _head_dim(cfg, None)
     _bias(cfg, "attention_bias")
     _bias(cfg, "mlp_bias")
-    rope = read_rope(cfg, ("default", "llama3"))
+    rope = read_rope(cfg, ("default", "linear", "llama3", "yarn"))
     cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
-    if rope["rope_type"] == "llama3":
-        m.spec = "llama3"
-        for param, key in (("rope_factor", "factor"), ("low_freq_factor", "low_freq_factor"),
-                           ("high_freq_factor", "high_freq_factor"),
-                           ("original_max_position_embeddings", "original_max_position_embeddings")):
-            if key not in rope:
-                raise UserError(f"{cfg.file}: {rope.where} has rope_type \"llama3\" but no {key}")
-            cfg.put(param, rope[key], f"{rope.where}.{key}")
-        m.scaled_from = rope["original_max_position_embeddings"]
-    else:
+    if rope["rope_type"] == "default":
         cfg.ignore("original_max_position_embeddings", "the context before a rotary scaling; none is declared")
+        return
+    m.spec = "llama3"        # the spec whose layers scale the rotary frequencies
+    cfg.put("rope_type", rope["rope_type"], f"{rope.where}.rope_type")
+    cfg.put("rope_factor", float(rope["factor"]), f"{rope.where}.factor")
+    if rope["rope_type"] == "linear":
+        cfg.ignore("original_max_position_embeddings", "linear scaling divides every frequency alike: the "
+                                                       "original context changes nothing")
+        return
+    cfg.put("original_max_position_embeddings", rope["original_max_position_embeddings"],
+            f"{rope.where}.original_max_position_embeddings")
+    m.scaled_from = rope["original_max_position_embeddings"]
+    if rope["rope_type"] == "llama3":
+        for name in ("low_freq_factor", "high_freq_factor"):
+            if name not in rope:
+                raise UserError(f"{cfg.file}: {rope.where} has rope_type \"llama3\" but no {name}")
+            cfg.put(name, float(rope[name]), f"{rope.where}.{name}")
+        return
+    for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+        cfg.put(name, float(rope.get(name, default)), f"{rope.where}.{name}" if name in rope else f"{name} (default)")
+    truncate = rope.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise UserError(f"{cfg.file}: {rope.where}.truncate {render(truncate)} is not true or false")
+    cfg.put("rope_truncate", truncate, f"{rope.where}.truncate" if "truncate" in rope else "truncate (default)")
 
 
 def _mistral(cfg: ConfigReader, m: Mapped) -> None:
