@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import torch
 
 import xspec
-from xspec.errors import UserError
+from xspec.errors import SpecError, UserError
 from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
 from xspec.hf.families import Mapped, map_config
@@ -53,7 +53,10 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".importing"))
     try:
-        spec = _write_spec(work, source, mapped)
+        try:
+            spec = _write_spec(work, source, mapped)
+        except SpecError as error:    # named where the spec would be written, not the temporary folder
+            raise SpecError(str(error).replace(str(work), str(out)), error.diagnostics) from None
         _check_sizes(spec)
         plan = _plan(mapped, spec, weights)
         _write_weights(work, plan, weights, spec, tokenizer)
