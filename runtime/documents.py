@@ -77,9 +77,11 @@ class EncodedText:
         return ", ".join(parts)
 
 
-def document_sequence(ids: list[int]) -> list[int]:
-    """A document as the model reads it: EOS, its tokens, EOS."""
-    return [EOS, *ids, EOS]
+def document_sequence(ids: list[int], vocab: Vocab | None = None) -> list[int]:
+    """A document as the model reads it: EOS, its tokens, EOS (an imported tokenizer's own start and end)."""
+    if vocab is None:
+        return [EOS, *ids, EOS]
+    return [vocab.document_start, *ids, vocab.document_end]
 
 
 def windows(sequence: list[int], size: int) -> list[list[int]]:
@@ -92,10 +94,10 @@ def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, trunca
     """`size`: a block's predictions (blocks), or the most inputs of a line's sequence (lines)."""
     encoded = vocab.encode(docs.lines)
     if mode == "blocks":
-        stream = [EOS]
+        stream = [vocab.document_start]
         for ids in encoded:
             stream += ids
-            stream.append(EOS)
+            stream.append(vocab.document_end)
         return EncodedText(windows(stream, size), len(encoded), mode, docs.empty_skipped)
     out = EncodedText([], len(encoded), mode, docs.empty_skipped, truncated=truncate)
     for ids in encoded:
@@ -104,6 +106,6 @@ def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, trunca
             if not truncate:
                 continue
             ids = ids[:size - 1]
-        out.sequences.append(document_sequence(ids))
+        out.sequences.append(document_sequence(ids, vocab))
     out.documents = len(out.sequences)
     return out

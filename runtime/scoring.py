@@ -72,7 +72,7 @@ def score_lines(model: ModelOrEnsemble, vocab: Vocab, lines: list[str], device: 
     """Each line's log-probability under a decoder-only model (windows of at most `max_positions`)."""
     pieces, owner = [], []
     for line, ids in enumerate(vocab.encode(lines)):
-        for piece in windows(document_sequence(ids), max_positions):
+        for piece in windows(document_sequence(ids, vocab), max_positions):
             pieces.append(piece)
             owner.append(line)
     log_probs = [0.0] * len(lines)

@@ -39,6 +39,7 @@ from xspec.runtime.schedule import make_optimizer, make_scheduler
 from xspec.runtime.step import TrainingStep, compile_step, distribute
 from xspec.runtime.tasks import Corpus, Task, task_for
 from xspec.runtime.vocab import MODEL_FILE, Vocab, load_or_train_vocab
+from xspec.runtime.inference import checkpoint_vocab
 
 
 class Interrupted(UserError):
@@ -70,6 +71,7 @@ class RunOptions:
     evaluate: bool = True               # score the test split at the end
     dist_timeout_minutes: float = distributed.DEFAULT_TIMEOUT_MINUTES
     vocab_file: Path | None = None      # a sentencepiece model to use instead of training one
+    init: Path | None = None            # a run or checkpoint whose weights (and vocabulary) training starts from
 
 
 def train(spec, options: RunOptions) -> dict:
@@ -103,6 +105,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     record = _resumed_record(run_dir, options) if options.resume else \
         RunRecord(options.data, truncate=bool(options.truncate))
     resumed = _same_model_checkpoint(existing[-1], spec) if options.resume else None
+    initial = _same_model_checkpoint(ckpt.resolve(options.init), spec) if options.init and not options.resume else None
+    if initial is not None and options.vocab_file is not None:
+        raise UserError("--init keeps the vocabulary of the run it starts from; drop --vocab")
 
     if record.data.train is None:
         # Every process writes the demo data (deterministic, written atomically): processes on other
@@ -110,7 +115,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         record = replace(record, data=task.demo_files(run_dir))
     data = record.data
     task.read(data)                        # every file checked before any work is done
-    vocab = _vocab(spec, task, run_dir, context, options.vocab_file)
+    kept = initial if initial is not None else resumed if resumed is not None and resumed.tokenizer else None
+    # Fine-tuning keeps the vocabulary the weights were trained with (an import's own tokenizer).
+    vocab = checkpoint_vocab(kept, spec) if kept is not None else _vocab(spec, task, run_dir, context, options.vocab_file)
     if len(vocab) != spec.data.vocab_size:
         # A corpus too small for data.vocab_size pieces, or a sentencepiece model of the user's: the spec
         # saved into the run and its checkpoints says the vocabulary the model is trained with.
@@ -123,6 +130,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     trainer = make_trainer(spec, run_dir, context, corpus, vocab, options, log)
     if resumed is not None:
         trainer.resume(resumed)
+    elif initial is not None:
+        trainer.start_from(initial)
+        say(f"starting from the weights of {initial.path}")
     if cfg.validate_bleu:
         trainer.bleu = _validation_bleu(spec, task, trainer)
     progress = trainer.progress

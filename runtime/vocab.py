@@ -18,7 +18,15 @@ SPACE = "\u2581"                 # sentencepiece's mark for the space before a w
 
 
 class Vocab:
-    """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them."""
+    """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them.
+
+    A document is read as `document_start`, its tokens, `document_end`; generation stops at `document_end`
+    and never produces `never_generated`. (An imported checkpoint's own tokenizer, xspec/hf/tokenizer.py,
+    has its own ids for these.)"""
+
+    document_start = EOS
+    document_end = EOS
+    never_generated = (PAD, BOS)
 
     def __init__(self, model_proto: bytes) -> None:
         self.model_proto = model_proto

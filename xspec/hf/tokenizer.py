@@ -47,6 +47,21 @@ class CheckpointTokenizer:
     def eos_id(self) -> int | None:
         return self.eos_ids[0] if self.eos_ids else None
 
+    # As runtime/vocab.py's Vocab: a document is BOS (or, without one, EOS), its tokens, EOS.
+    @property
+    def document_start(self) -> int:
+        start = self.bos_id if self.bos_id is not None else self.eos_id
+        if start is None:
+            raise UserError(f"{self._origin}: the checkpoint's config.json names neither bos_token_id nor "
+                            "eos_token_id, so documents have no token to start from")
+        return start
+
+    @property
+    def document_end(self) -> int:
+        return self.eos_id if self.eos_id is not None else self.document_start
+
+    never_generated: tuple[int, ...] = ()
+
     def _needed(self) -> None:
         if self.kind == NONE:
             raise UserError(f"{self._origin}: none (the checkpoint directory had no tokenizer.json or "

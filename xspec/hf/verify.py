@@ -54,8 +54,14 @@ def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str],
         our_logits = ours(tokens).float()
     del ours
     hf_class = getattr(transformers, mapped.hf_class)
-    reference = hf_class.from_pretrained(source, dtype=torch.float32, trust_remote_code=False, use_safetensors=True,
-                                         attn_implementation="eager").eval()
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()       # one line of figures, not a loading bar
+    try:
+        reference = hf_class.from_pretrained(source, dtype=torch.float32, trust_remote_code=False,
+                                             use_safetensors=True, attn_implementation="eager").eval()
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
     with torch.no_grad():
         hf_logits = reference(tokens).logits.float()
     del reference

@@ -1,0 +1,78 @@
+"""Fine-tuning an import: a few training steps from every family's imported weights lower the loss on
+text its own tokenizer encodes; `xspec train --init` runs end to end, keeps the tokenizer, and its run
+exports back to a checkpoint transformers loads with the fine-tuned model's logits."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+import xspec
+from float32 import assert_close
+from hf_checkpoints import BOS, EOS, imported
+from hf_families import FAMILIES
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+def text(lines: int, seed: int) -> list[str]:
+    draw = random.Random(seed)
+    return [" ".join(f"w{draw.randint(3, 40)}" for _ in range(draw.randint(3, 10))) for _ in range(lines)]
+
+
+@pytest.mark.parametrize("name", [f.name for f in FAMILIES])
+def test_a_few_training_steps_from_the_import_lower_the_loss(name):
+    from xspec.runtime.documents import document_sequence
+    from xspec.runtime.step import TrainingStep
+
+    trained = xspec.load(imported(name), device="cpu")
+    rows = [document_sequence(ids, trained.tokenizer)[:12] for ids in trained.tokenizer.encode(text(4, 1))]
+    assert all(row[0] == BOS and len(row) > 4 for row in rows)
+    width = min(len(r) for r in rows)
+    batch = torch.tensor([r[:width] for r in rows])
+    step = TrainingStep(trained.model.train(), label_smoothing=0.0,
+                        aux_loss_coef=trained.spec.train.router_aux_loss_coef)
+    optimizer = torch.optim.Adam(step.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(4):
+        loss = step(batch[:, 1:], batch[:, :-1])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+def test_train_init_fine_tunes_an_import_and_the_result_exports_back(tmp_path, capsys):
+    from xspec.cli import main
+
+    for split, seed in (("train", 2), ("valid", 3)):
+        (tmp_path / f"{split}.txt").write_text("\n".join(text(60, seed)) + "\n")
+    run = imported("gemma3")
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(run), "--train", str(tmp_path / "train.txt"), "--valid",
+                 str(tmp_path / "valid.txt"), "-o", str(tuned), "--no-test", "--no-tensorboard", "--no-progress",
+                 "--set", "train.max_steps=2", "--set", "train.validate_every_steps=2", "--set",
+                 "train.batch_tokens=256"]) == 0
+    assert f"starting from the weights of {run}/checkpoints/step-00000000.safetensors" in capsys.readouterr().out
+    torch.set_grad_enabled(False)       # the rest only runs the models
+    before, after = xspec.load(run, device="cpu"), xspec.load(tuned, device="cpu")
+    assert after.tokenizer.describe() == {"kind": "tokenizers", "bos_id": BOS, "eos_ids": [EOS]}
+    assert after.tokenizer.encode(["w7 w8"]) == [[7, 8]]
+    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
+    changed = (after.model(ids) - before.model(ids)).abs().max().item()
+    assert 0 < changed
+    steps = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in steps if "loss" in r] == [1, 2]
+
+    exported = tmp_path / "exported"
+    assert main(["export", str(tuned), "--format", "hf", "-o", str(exported)]) == 0
+    reloaded = transformers.Gemma3ForCausalLM.from_pretrained(exported, dtype=torch.float32,
+                                                             attn_implementation="eager").eval()
+    assert_close(reloaded(ids).logits, after.model(ids))
+    assert json.loads((exported / "config.json").read_text())["bos_token_id"] == BOS
+    torch.set_grad_enabled(True)
