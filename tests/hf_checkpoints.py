@@ -56,6 +56,7 @@ def saved(name: str, variant: str = "", **changes) -> Path:
 @functools.cache
 def _saved(name: str, variant: str, changes: str) -> Path:
     model = reference(name, **json.loads(changes))
+    _references[(name, variant, changes)] = model
     model.config.bos_token_id, model.config.eos_token_id = BOS, EOS
     path = ROOT / f"{name}{variant}" / "checkpoint"
     with warnings.catch_warnings():
@@ -80,17 +81,14 @@ def _imported(name: str, variant: str, changes: str) -> Path:
     return out
 
 
-@functools.cache
-def loaded_reference(path: Path):
-    import transformers
+_references: dict = {}
 
-    from xspec.hf.checkpoint_dir import read_config
-    from xspec.hf.families import FAMILIES
 
-    hf_class = getattr(transformers, FAMILIES[read_config(path)["model_type"]].hf_class)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return hf_class.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+def saved_model(name: str, variant: str = "", **changes):
+    """The transformers model `saved` wrote (the same weights from_pretrained would load)."""
+    key = (name, variant, json.dumps(changes, sort_keys=True))
+    _saved(*key)
+    return _references[key]
 
 
 def rope(kind: str) -> dict:

@@ -4,14 +4,13 @@ refused, naming where it differs."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
 
 import xspec
 from float32 import assert_close
-from hf_checkpoints import imported, loaded_reference, rope, saved
+from hf_checkpoints import imported, rope, saved, saved_model
 from hf_families import FAMILIES
 from xspec.errors import UserError
 
@@ -28,7 +27,7 @@ def test_an_import_exported_back_loads_with_from_pretrained_and_gives_the_same_l
 
     out = tmp_path / "exported"
     assert main(["export", str(imported(name, variant, **changes)), "--format", "hf", "-o", str(out)]) == 0
-    original = loaded_reference(saved(name, variant, **changes))
+    original = saved_model(name, variant, **changes)
     exported = getattr(transformers, type(original).__name__).from_pretrained(
         out, dtype=torch.float32, attn_implementation="eager").eval()
     text = torch.randint(0, original.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(9))

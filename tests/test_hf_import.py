@@ -11,7 +11,7 @@ import torch
 
 import xspec
 from float32 import assert_close
-from hf_checkpoints import imported, loaded_reference, rope, saved
+from hf_checkpoints import BOS, imported, rope, saved, saved_model
 from hf_families import FAMILIES
 
 transformers = pytest.importorskip("transformers")
@@ -29,24 +29,49 @@ def tokens(vocab: int, length: int, seed: int = 5) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name, variant, changes", CASES, ids=IDS)
-@torch.no_grad()
-def test_imported_logits_and_greedy_generation_equal_the_checkpoints(name, variant, changes):
+def test_an_import_gives_the_checkpoints_logits_and_greedy_tokens_and_fine_tunes(name, variant, changes):
     run = imported(name, variant, **changes)
-    reference = loaded_reference(saved(name, variant, **changes))
-    model = xspec.load(run, device="cpu").model
-    vocab = reference.config.vocab_size
-    text = tokens(vocab, 20)                         # past every window of the families' first sizes
-    assert_close(model(text), reference(text).logits)
+    reference = saved_model(name, variant, **changes)
+    trained = xspec.load(run, device="cpu")
+    model, vocab = trained.model, reference.config.vocab_size
+    with torch.no_grad():
+        text = tokens(vocab, 20)                     # past every window of the families' first sizes
+        assert_close(model(text), reference(text).logits)
 
-    prompt, new = tokens(vocab, 5, seed=6), 12
-    expected = reference.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, eos_token_id=None)
-    cache, sequence = model.new_cache(), prompt
-    logits = model.decode(prompt, cache=cache)
-    for _ in range(new):
-        token = logits[:, -1].argmax(dim=-1, keepdim=True)
-        sequence = torch.cat([sequence, token], dim=1)
-        logits = model.decode(token, cache=cache)
-    assert torch.equal(sequence, expected)
+        prompt, new = tokens(vocab, 5, seed=6), 12
+        expected = reference.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                      eos_token_id=None)
+        cache, sequence = model.new_cache(), prompt
+        logits = model.decode(prompt, cache=cache)
+        for _ in range(new):
+            token = logits[:, -1].argmax(dim=-1, keepdim=True)
+            sequence = torch.cat([sequence, token], dim=1)
+            logits = model.decode(token, cache=cache)
+        assert torch.equal(sequence, expected)
+    losses = fine_tuning_losses(trained)
+    assert losses[-1] < losses[0]
+
+
+def fine_tuning_losses(trained) -> list[float]:
+    """Four training steps (runtime/step.py) from the import on documents its own tokenizer encodes."""
+    from xspec.runtime.documents import document_sequence
+    from xspec.runtime.step import TrainingStep
+
+    lines = ["w3 w9 w4 w12 w30 w7 w8 w9 w10", "w5 w6 w7 w21 w22 w8 w9 w3 w4 w3"]
+    rows = [document_sequence(ids, trained.tokenizer)[:10] for ids in trained.tokenizer.encode(lines)]
+    assert rows[0][0] == BOS and rows[1][1:4] == [5, 6, 7]
+    batch = torch.tensor(rows)
+    step = TrainingStep(trained.model.train(), label_smoothing=0.0,
+                        aux_loss_coef=trained.spec.train.router_aux_loss_coef)
+    optimizer = torch.optim.Adam(step.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(4):
+        loss = step(batch[:, 1:], batch[:, :-1])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
 
 
 def test_the_imported_spec_names_each_values_config_key_and_extends_the_family():
@@ -57,7 +82,7 @@ def test_the_imported_spec_names_each_values_config_key_and_extends_the_family()
     assert "set max_window_layers = 1" in text and "set use_sliding_window = true" in text
     spec = xspec.compile(run)                      # a run directory compiles as its model.xspec
     assert spec.params["sliding_window"] == 6 and spec.parameters == sum(
-        p.numel() for p in loaded_reference(saved("qwen2")).parameters())
+        p.numel() for p in saved_model("qwen2").parameters())
     record = json.loads((run / "import.json").read_text())
     assert record["model_type"] == "qwen2" and record["verification"]["verified"] is True
     assert record["verification"]["max_abs_logit_difference"] < 1e-4

@@ -16,7 +16,7 @@ from typing import Any
 from xspec.errors import UserError
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
-from xspec.hf.hf_config import config_for
+from xspec.hf.hf_config import OWN, config_for
 from xspec.hf.safetensors_file import write_safetensors
 
 
@@ -70,7 +70,10 @@ def _candidate(spec, model_type: str, family: Family, special: tuple[int | None,
 
 def match_family(spec, special: tuple[int | None, list[int]]) -> tuple[dict, Any]:
     closest = None
-    for model_type, family in FAMILIES.items():
+    # The families whose own parameters the spec has most of first: usually the first compiled matches.
+    order = sorted(FAMILIES, key=lambda t: -sum(p in spec.params for p in OWN[t]))
+    for model_type in order:
+        family = FAMILIES[model_type]
         config, mapped, difference = _candidate(spec, model_type, family, special)
         if difference is None:
             return config, mapped
