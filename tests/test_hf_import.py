@@ -97,6 +97,11 @@ def test_import_prints_its_verification_and_generate_continues_a_prompt(tmp_path
     printed = capsys.readouterr().out
     assert "verified against transformers' MistralForCausalLM: max |Δlogit|" in printed and "KL" in printed
     assert "positions (2 x 16)" in printed           # past the window of 6
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "  set         sliding_window = 6   (config.json sliding_window)\n" in shown
+    assert "  unchanged   use_cache: whether generation keeps a key/value cache" in shown
+    assert "  verified    max |Δlogit| " in shown and "chat templates are not imported" in shown
     assert main(["generate", str(out), "--prompt", "w5 w6 w7", "--max-new-tokens", "4", "--beam", "1"]) == 0
     words = capsys.readouterr().out.split()
     assert 1 <= len(words) <= 4 and all(w.startswith("w") for w in words)

@@ -26,10 +26,10 @@ from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
 from xspec.hf.families import Mapped, map_config
 from xspec.hf.safetensors_file import write_safetensors
+from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
 from xspec.hf.tokenizer import CheckpointTokenizer, find_tokenizer
 
-IMPORT_FILE = "import.json"
 MODEL_SPEC = "model.xspec"
 
 
