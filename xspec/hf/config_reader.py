@@ -61,6 +61,7 @@ class ConfigReader:
     taken: set[str] = field(default_factory=set)
     settings: list[Setting] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)     # attribute -> why it changes nothing
+    fixed: dict[str, list] = field(default_factory=dict)    # attribute -> the only values the spec computes
 
     def has(self, key: str) -> bool:
         return key in self.config
@@ -99,6 +100,7 @@ class ConfigReader:
     def expect(self, key: str, allowed: Sequence[Any], default: Any = _MISSING, what: str = "") -> Any:
         """An attribute whose only supported values are `allowed` (those the family's spec computes)."""
         value = self.get(key, default)
+        self.fixed[key] = list(allowed)
         if not any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
             refuse(f"{key} {render(value)}", allowed, self.file, what)
         return value
