@@ -133,3 +133,17 @@ def test_verification_reaches_past_the_window_and_the_original_positions():
     config["rope_parameters"]["original_max_position_embeddings"] = 40
     config["original_max_position_embeddings"] = 40
     assert check_length(map_config(config)) == 44
+
+
+def test_docs_name_every_config_attribute_each_family_saves():
+    """docs/import.md lists, for every family, each attribute of the config.json transformers writes."""
+    from xspec.hf.config_reader import NOT_ARCHITECTURAL
+
+    docs = open("docs/import.md", encoding="utf-8").read()
+    for name in NAMES:
+        config = json.loads((saved(name) / "config.json").read_text())
+        keys = set(config) | {f"rope_parameters.{k}" for k in config.get("rope_parameters") or {}
+                              if k not in ("full_attention", "sliding_attention")}
+        undocumented = sorted(k for k in keys if f"`{k.split('.')[-1]}`" not in docs and f"`{k}`" not in docs)
+        assert not undocumented, (name, undocumented)
+    assert all(f"`{key}`" in docs for key in NOT_ARCHITECTURAL)
