@@ -147,3 +147,22 @@ def test_docs_name_every_config_attribute_each_family_saves():
         undocumented = sorted(k for k in keys if f"`{k.split('.')[-1]}`" not in docs and f"`{k}`" not in docs)
         assert not undocumented, (name, undocumented)
     assert all(f"`{key}`" in docs for key in NOT_ARCHITECTURAL)
+
+
+def test_every_command_takes_an_import(tmp_path, capsys):
+    """viz (and --diff against another import), stats, compile, eval --text, and export (torch.export, with
+    the import's own tokenizer and its ids in the manifest)."""
+    from xspec.cli import main
+
+    olmo, llama = imported("olmo2"), imported("llama3")
+    assert main(["viz", str(olmo), "--diff", str(llama), "-o", str(tmp_path / "diff.dot")]) == 0
+    drawn = (tmp_path / "diff.dot").read_text()
+    assert "checkpoint" in drawn and "changed" in drawn
+    assert main(["stats", str(olmo)]) == 0 and "checkpoint (" in capsys.readouterr().out
+    (tmp_path / "text.txt").write_text("w3 w4 w5\nw6 w7\n")
+    assert main(["eval", str(olmo), "--text", str(tmp_path / "text.txt")]) == 0
+    assert "perplexity" in (out := capsys.readouterr().out) and "(2 lines, 7 tokens)" in out   # each line and its EOS
+    assert main(["export", str(olmo), "-o", str(tmp_path / "exported")]) == 0
+    manifest = json.loads((tmp_path / "exported" / "export.json").read_text())
+    assert (manifest["tokenizer"], manifest["special_tokens"], manifest["start_token"]) == (
+        "tokenizer.json", {"bos": 1, "eos": 2}, 1)
