@@ -133,23 +133,23 @@ def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
 
 
 def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
-    """The spec's tensors in `plan.layout`'s order, each made when the writer asks for it."""
-    made: dict[str, torch.Tensor] = {}
+    """The spec's tensors in `plan.layout`'s order, each made when the writer asks for it; a group's
+    checkpoint pages are given back once the writer has moved past it."""
     by_name = {name: g for g in plan.groups for name in g.ours}
+    made: dict[str, torch.Tensor] = {}
+    read: tuple[str, ...] = ()
     for name, _, _ in plan.layout:
-        if name in plan.tied:
-            target = plan.tied[name]
-            yield _embedding_copy(weights) if name.endswith("generator.weight") else _made(target, by_name, weights, made)
+        if name in plan.tied and name.endswith("generator.weight"):
+            yield _embedding_copy(weights)
             continue
-        yield _made(name, by_name, weights, made)
-
-
-def _made(name: str, by_name: dict, weights: CheckpointDir, made: dict) -> torch.Tensor:
-    if name not in made:
-        group = by_name[name]
-        made.clear()     # a group's other outputs come next; earlier groups are done
-        made.update(zip(group.ours, group.to_ours([weights.tensor(n) for n in group.hf])))
-    return made.pop(name)
+        name = plan.tied.get(name, name)
+        if name not in made:
+            for done in read:
+                weights.files[done].release(done)
+            group = by_name[name]
+            made = dict(zip(group.ours, group.to_ours([weights.tensor(n) for n in group.hf])))
+            read = group.hf
+        yield made.pop(name)
 
 
 def _embedding_copy(weights: CheckpointDir) -> torch.Tensor:

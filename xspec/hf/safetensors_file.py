@@ -55,6 +55,16 @@ class SafetensorsFile:
     def dtype(self, name: str) -> torch.dtype:
         return self._entries[name][0]
 
+    def release(self, name: str) -> None:
+        """Gives the pages of a tensor that has been used back to the system (they are read again from the
+        file if touched): a checkpoint streamed through is never resident as a whole."""
+        _, _, begin, end = self._entries[name]
+        if self._map is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = begin - begin % mmap.PAGESIZE
+        if end > start:
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def tensor(self, name: str) -> torch.Tensor:
         dtype, shape, begin, end = self._entries[name]
         if begin == end:
