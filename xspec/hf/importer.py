@@ -64,7 +64,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
         if verify:
             from xspec.hf.verify import verify_import
 
-            verification = verify_import(source, work, mapped, say)
+            verification = verify_import(source, work, mapped, say, spec)
         _write_record(work, source, mapped, tokenizer, verification)
         _replace(work, out)
     except BaseException:
