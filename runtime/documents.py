@@ -16,7 +16,7 @@ from pathlib import Path
 from xspec.errors import UserError
 from xspec.runtime.batching import Batch, collate_sequences
 from xspec.runtime.corpus import read_lines
-from xspec.runtime.vocab import EOS, Vocab
+from xspec.runtime.vocab import EOS, Vocab, document_end, document_start
 
 
 @dataclass
@@ -81,7 +81,7 @@ def document_sequence(ids: list[int], vocab: Vocab | None = None) -> list[int]:
     """A document as the model reads it: EOS, its tokens, EOS (an imported tokenizer's own start and end)."""
     if vocab is None:
         return [EOS, *ids, EOS]
-    return [vocab.document_start, *ids, vocab.document_end]
+    return [document_start(vocab), *ids, document_end(vocab)]
 
 
 def windows(sequence: list[int], size: int) -> list[list[int]]:
@@ -94,10 +94,10 @@ def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, trunca
     """`size`: a block's predictions (blocks), or the most inputs of a line's sequence (lines)."""
     encoded = vocab.encode(docs.lines)
     if mode == "blocks":
-        stream = [vocab.document_start]
+        stream = [document_start(vocab)]
         for ids in encoded:
             stream += ids
-            stream.append(vocab.document_end)
+            stream.append(document_end(vocab))
         return EncodedText(windows(stream, size), len(encoded), mode, docs.empty_skipped)
     out = EncodedText([], len(encoded), mode, docs.empty_skipped, truncated=truncate)
     for ids in encoded:

@@ -15,7 +15,7 @@ from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.sampling import Sampling, sample
 from xspec.errors import UserError
-from xspec.runtime.vocab import BOS, EOS, PAD, Vocab
+from xspec.runtime.vocab import BOS, EOS, PAD, Vocab, document_end, document_start, never_generated
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Generator:
             if len(ids) + 1 > room:
                 too_long.append((i, len(ids) + 1))
                 ids = ids[len(ids) + 1 - room:]
-            prompts.append([self.vocab.document_start, *ids])
+            prompts.append([document_start(self.vocab), *ids])
         return prompts, too_long
 
     @torch.no_grad()
@@ -57,7 +57,7 @@ class Generator:
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
-        follow = _follower(on_tokens, self.vocab.document_end) if on_tokens is not None and len(lines) == 1 else None
+        follow = _follower(on_tokens, document_end(self.vocab)) if on_tokens is not None and len(lines) == 1 else None
 
         def continue_chunk(chunk: list[int]) -> list[list[int]]:
             batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
@@ -74,8 +74,8 @@ class Generator:
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
-                              end_token=self.vocab.document_end, never=self.vocab.never_generated)
-            if self.vocab.document_end != EOS or self.vocab.never_generated != (PAD, BOS):
+                              end_token=document_end(self.vocab), never=never_generated(self.vocab))
+            if document_end(self.vocab) != EOS or never_generated(self.vocab) != (PAD, BOS):
                 raise UserError("beam search decodes with xspec's own vocabulary only; with a checkpoint's own "
                                 "tokenizer, use --beam 1 (greedy) or sampling")
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,

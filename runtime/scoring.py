@@ -19,7 +19,8 @@ from xspec.runtime.batching import micro_batches
 from xspec.runtime.documents import EncodedText, document_sequence, windows
 from xspec.runtime.ensemble import ModelOrEnsemble, eval_members, mixture_log_probs
 from xspec.runtime.precision import choose_precision
-from xspec.runtime.vocab import PAD, Vocab
+from xspec.runtime.batching import NO_LABEL
+from xspec.runtime.vocab import Vocab
 
 
 @torch.no_grad()
@@ -40,7 +41,7 @@ def _label_log_probs(model: torch.nn.Module, batch, device: torch.device) -> tor
     """[B, T] log-probability of each label (0 at padding)."""
     with choose_precision(device).autocast():
         logits = model(*batch.inputs)                                       # [B, T, V]
-    return -F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=PAD, reduction="none")
+    return -F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=NO_LABEL, reduction="none")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,20 @@ MODEL_FILE = "sentencepiece.model"
 SPACE = "\u2581"                 # sentencepiece's mark for the space before a word
 
 
+def document_start(vocab) -> int:
+    """The token a document starts with (xspec's EOS; an imported tokenizer's BOS), for any text <-> ids
+    object: one without the attribute reads documents as xspec's vocabulary does."""
+    return getattr(vocab, "document_start", EOS)
+
+
+def document_end(vocab) -> int:
+    return getattr(vocab, "document_end", EOS)
+
+
+def never_generated(vocab) -> tuple[int, ...]:
+    return getattr(vocab, "never_generated", (PAD, BOS))
+
+
 class Vocab:
     """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them.
 

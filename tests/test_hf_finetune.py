@@ -52,3 +52,12 @@ def test_train_init_fine_tunes_an_import_and_the_result_exports_back(tmp_path, c
     assert_close(reloaded(ids).logits, after.model(ids))
     assert json.loads((exported / "config.json").read_text())["bos_token_id"] == BOS
     torch.set_grad_enabled(True)
+
+
+def test_token_id_0_is_a_label_like_any_other():
+    """Padding labels are NO_LABEL, not PAD (0): an imported tokenizer's id 0 (Llama 3's "!") is trained and
+    scored like every other token."""
+    from xspec.runtime.batching import NO_LABEL, collate_sequences
+
+    batch = collate_sequences([0, 1], [[BOS, 0, 5, EOS], [BOS, 7, EOS]])
+    assert batch.labels.tolist() == [[0, 5, EOS], [7, EOS, NO_LABEL]] and batch.target_tokens == 5

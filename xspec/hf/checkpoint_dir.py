@@ -50,9 +50,13 @@ def read_json(path: Path, limit: int) -> Any:
     if not path.exists():
         raise UserError(f"{path}: missing")
     try:
-        return json.loads(read_regular_file(path, limit).decode("utf-8"))
+        return json.loads(read_regular_file(path, limit).decode("utf-8"), parse_constant=_not_a_number)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise UserError(f"{path}: not JSON ({str(error).splitlines()[0]})") from None
+
+
+def _not_a_number(word: str) -> None:
+    raise ValueError(f"{word} is not a JSON number")
 
 
 def read_config(directory: Path) -> dict[str, Any]:

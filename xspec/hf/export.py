@@ -107,7 +107,7 @@ def export_hf(trained, out: Path) -> list[str]:
     layout = [(name, tensor.dtype, tuple(tensor.shape)) for name, tensor in tensors]
     with open(out / "model.safetensors", "wb") as handle:
         write_safetensors(handle, layout, (t for _, t in tensors), {"format": "pt"})
-    config["dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    config["dtype"] = config["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")  # new, old name
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     files = ["config.json", "model.safetensors", *_write_tokenizer(tokenizer, out)]
     return files

@@ -52,9 +52,15 @@ def literal(value: Any) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+KEYWORDS = {"and", "as", "block", "else", "extends", "false", "if", "import", "in", "model", "not", "or", "param",
+            "remove", "repeat", "return", "set", "tie", "true"}
+
+
 def model_name(source: Path) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", source.resolve().name).strip("_") or "imported"
-    return name if name[0].isalpha() else f"m_{name}"
+    """The checkpoint directory's name as a spec identifier (Qwen3-0.6B: Qwen3_0_6B)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", source.resolve().name).strip("_")[:64] or "imported"
+    name = name if name[0].isalpha() else f"m_{name}"
+    return f"{name}_import" if name in KEYWORDS else name
 
 
 def spec_text(name: str, family: str, imported: str, settings: list[Setting], source: str, model_type: str,
