@@ -118,6 +118,12 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     kept = initial if initial is not None else resumed if resumed is not None and resumed.tokenizer else None
     # Fine-tuning keeps the vocabulary the weights were trained with (an import's own tokenizer).
     vocab = checkpoint_vocab(kept, spec) if kept is not None else _vocab(spec, task, run_dir, context, options.vocab_file)
+    if kept is not None and len(vocab) == 0:
+        raise UserError(f"{kept.path}: holds no tokenizer (its checkpoint directory had none), so text cannot be "
+                        "turned into token ids for training")
+    if initial is not None and initial.tokenizer is None and context.is_main:
+        # xspec's own vocabulary is kept as every run keeps it, where a resumed run looks for it
+        write_bytes_atomically(run_dir / MODEL_FILE, vocab.model_proto)
     if len(vocab) != spec.data.vocab_size:
         # A corpus too small for data.vocab_size pieces, or a sentencepiece model of the user's: the spec
         # saved into the run and its checkpoints says the vocabulary the model is trained with.

@@ -201,3 +201,16 @@ def test_a_sharded_checkpoint_imports_and_a_shard_outside_the_directory_is_refus
     (tmp_path / "sharded" / "model.safetensors.index.json").write_text(json.dumps(index))
     assert "shard '../elsewhere.safetensors' is not a .safetensors file in" in refused(tmp_path / "sharded",
                                                                                        tmp_path / "out2")
+
+
+def test_force_replaces_only_an_earlier_import_never_the_checkpoint(tmp_path):
+    directory = copy("olmo2", tmp_path)
+    assert refused(directory, directory / "run").startswith(f"{directory / 'run'}: the output may not be the "
+                                                            "checkpoint directory")
+    with pytest.raises(UserError, match="may not be the checkpoint directory"):
+        import_checkpoint(directory, directory, force=True, verify=False)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(UserError, match="not a directory `xspec import` wrote; --force replaces only an earlier"):
+        import_checkpoint(directory, tmp_path / "mine", force=True, verify=False)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

@@ -44,8 +44,7 @@ class Imported:
 
 def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool = True,
                       say: Callable[[str], None] = print) -> Imported:
-    if out.exists() and not force:
-        raise UserError(f"{out}: already exists; pass --force to replace it")
+    _check_output(source, out, force)
     config = read_config(source)
     mapped = map_config(config, str(source / CONFIG))
     weights = open_weights(source, config)
@@ -71,6 +70,20 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
         shutil.rmtree(work, ignore_errors=True)
         raise
     return Imported(out, mapped, spec, tokenizer, verification)
+
+
+def _check_output(source: Path, out: Path, force: bool) -> None:
+    """OUT is new, or (with --force) an earlier import or an empty directory; never the checkpoint itself."""
+    inside = [out.resolve(), *out.resolve().parents]
+    if source.resolve() in inside or out.resolve() in [source.resolve(), *source.resolve().parents]:
+        raise UserError(f"{out}: the output may not be the checkpoint directory {source}, inside it, or around it")
+    if not out.exists() and not out.is_symlink():
+        return
+    if not force:
+        raise UserError(f"{out}: already exists; pass --force to replace it")
+    if out.is_symlink() or not out.is_dir() or (any(out.iterdir()) and not (out / IMPORT_FILE).is_file()):
+        raise UserError(f"{out}: not a directory `xspec import` wrote; --force replaces only an earlier import "
+                        "(or an empty directory)")
 
 
 def _write_spec(work: Path, source: Path, mapped: Mapped):
