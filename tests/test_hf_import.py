@@ -173,13 +173,13 @@ def test_a_model_too_large_for_memory_is_verified_on_its_first_layers_and_says_s
     from xspec.hf.importer import import_checkpoint
 
     whole = xspec.compile(imported("qwen3"))._compilation.validated.bytes_needed   # 3 layers
-    monkeypatch.setattr(verify, "available_memory", lambda: int(whole * 0.9 / 0.8))
+    monkeypatch.setattr(verify, "available_memory", lambda device: int(whole * 0.9 / 0.8))
     said = []
     import_checkpoint(saved("qwen3"), tmp_path / "run", say=said.append)
     assert said[0].startswith("verified against transformers' Qwen3ForCausalLM: max |Δlogit| ")
     assert said[0].endswith(", on the first 2 of 3 layers on both sides (the whole model does not fit in memory "
                             "as float32)")
     assert json.loads((tmp_path / "run" / "import.json").read_text())["verification"]["layers"] == 2
-    monkeypatch.setattr(verify, "available_memory", lambda: 1000)
+    monkeypatch.setattr(verify, "available_memory", lambda device: 1000)
     with pytest.raises(xspec.UserError, match="not even one layer of the model fits in memory"):
         import_checkpoint(saved("qwen3"), tmp_path / "run2", say=said.append)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from xspec.commands.arguments import add_device_argument
+
 NAME = "import"
 COMPUTES = True
 HELP = "import a Hugging Face checkpoint directory (config.json + safetensors) as a run directory"
@@ -42,12 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip comparing the import's logits with transformers' (when it is installed)")
+    add_device_argument(parser, "; where the verification runs both models, one after the other")
 
 
 def run(args: argparse.Namespace) -> int:
     from xspec.hf.importer import import_checkpoint
 
-    imported = import_checkpoint(Path(args.source), Path(args.output), force=args.force, verify=not args.no_verify)
+    imported = import_checkpoint(Path(args.source), Path(args.output), force=args.force, verify=not args.no_verify,
+                                 device=args.device)
     if args.no_verify:
         print("not verified (--no-verify)")
     spec, tokenizer = imported.spec, imported.tokenizer

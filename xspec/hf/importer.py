@@ -43,7 +43,9 @@ class Imported:
 
 
 def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool = True,
-                      say: Callable[[str], None] = print) -> Imported:
+                      say: Callable[[str], None] = print, device: str | None = None) -> Imported:
+    """Writes the run directory `out` from the checkpoint directory `source`; `device` (default: CUDA when
+    available) is where the verification runs."""
     _check_output(source, out, force)
     config = read_config(source)
     mapped = map_config(config, str(source / CONFIG))
@@ -63,7 +65,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
         if verify:
             from xspec.hf.verify import verify_import
 
-            verification = verify_import(source, work, mapped, say, spec)
+            verification = verify_import(source, work, mapped, say, spec, device)
         _write_record(work, source, mapped, tokenizer, verification)
         _replace(work, out)
     except BaseException:

@@ -24,7 +24,7 @@ LONGEST = 8200                # positions checked at most (past Llama 3.1's 8192
 
 def transformers_available() -> bool:
     try:
-        import transformers  # noqa: F401
+        import transformers  # noqa: F401  (only whether it imports)
     except ImportError:
         return False
     return True
@@ -40,13 +40,15 @@ def check_length(mapped: Mapped) -> int:
     return min(length, mapped.max_positions, LONGEST)
 
 
-def available_memory() -> int:
+def available_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
     from xspec.spec import _available_host_memory
 
     return _available_host_memory()
 
 
-def layers_to_check(work: Path, layers: int, whole: int) -> int:
+def layers_to_check(work: Path, layers: int, whole: int, device: torch.device) -> int:
     """All the layers when one float32 copy of the model fits in memory (the two models are never held
     at once); else as many first layers as fit, at least one."""
     import xspec
@@ -54,7 +56,7 @@ def layers_to_check(work: Path, layers: int, whole: int) -> int:
     def needed(count: int) -> int:
         return xspec.compile(work / "model.xspec", overrides={"layers": count})._compilation.validated.bytes_needed
 
-    room = int(available_memory() * 0.8)
+    room = int(available_memory(device) * 0.8)
     if whole <= room or layers == 1:
         return layers
     one, two = needed(1), needed(2)
@@ -67,16 +69,17 @@ def layers_to_check(work: Path, layers: int, whole: int) -> int:
 
 
 def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+    device = str(tokens.device)
     import xspec
 
     if checked == layers:
-        model = xspec.load(work, device="cpu").model
+        model = xspec.load(work, device=device).model
     else:  # the first layers: the spec with fewer, their tensors read from the written checkpoint
         from xspec.hf.safetensors_file import SafetensorsFile
         from xspec.runtime.checkpoint import weights_file
 
         spec = xspec.compile(work / "model.xspec", overrides={"layers": checked})
-        model = spec.build(device="cpu").eval()
+        model = spec.build(device=device).eval()
         written = SafetensorsFile(weights_file(work / "checkpoints", 0))
         model.load_state_dict({name: written.tensor(name) for name in model.state_dict()})
     with torch.no_grad():
@@ -103,10 +106,11 @@ def _their_logits(source: Path, hf_class, checked: int, tokens: torch.Tensor) ->
         if bars:
             transformers.utils.logging.enable_progress_bar()
     with torch.no_grad():
-        return reference(tokens).logits.float()
+        return reference.to(tokens.device)(tokens).logits.float()
 
 
-def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str], None], spec) -> dict:
+def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str], None], spec,
+                  device: str | None = None) -> dict:
     """The check, of the import written in `work` (compiled as `spec`) against the checkpoint in `source`."""
     if not transformers_available():
         say("not verified: transformers is not installed (pip install 'xspec[hf]' to compare the import's "
@@ -115,9 +119,13 @@ def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str],
     import transformers
 
     length = check_length(mapped)
+    from xspec.runtime.distributed import pick_device
+
+    chosen = pick_device(device)
     tokens = torch.randint(0, mapped.params["vocab"], (2, length), generator=torch.Generator().manual_seed(0))
+    tokens = tokens.to(chosen)
     layers = mapped.params["layers"]
-    checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed)
+    checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
     # One model at a time: ours, then the checkpoint's own class.
     our_logits = _our_logits(work, layers, checked, tokens)
     hf_logits = _their_logits(source, getattr(transformers, mapped.hf_class), checked, tokens)
