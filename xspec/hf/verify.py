@@ -7,6 +7,7 @@ layers on both sides, and says so."""
 
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
 from typing import Callable
@@ -24,7 +25,7 @@ LONGEST = 8200                # positions checked at most (past Llama 3.1's 8192
 
 def transformers_available() -> bool:
     try:
-        import transformers  # noqa: F401  (only whether it imports)
+        importlib.import_module("transformers")
     except ImportError:
         return False
     return True
