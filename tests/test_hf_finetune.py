@@ -61,3 +61,22 @@ def test_token_id_0_is_a_label_like_any_other():
 
     batch = collate_sequences([0, 1], [[BOS, 0, 5, EOS], [BOS, 7, EOS]])
     assert batch.labels.tolist() == [[0, 5, EOS], [7, EOS, NO_LABEL]] and batch.target_tokens == 5
+
+
+def test_a_sentencepiece_tokenizer_model_is_read_with_the_checkpoints_own_ids(tmp_path):
+    """A checkpoint's tokenizer.model (Llama 2's, Gemma's kind) reads text with sentencepiece; BOS and EOS
+    are the config's ids, left out of decoded text."""
+    import io
+
+    import sentencepiece as spm
+
+    from xspec.hf.tokenizer import find_tokenizer
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text(200, 7)), model_writer=model, vocab_size=40,
+                                   model_type="bpe", minloglevel=2)
+    (tmp_path / "tokenizer.model").write_bytes(model.getvalue())
+    tokenizer = find_tokenizer(tmp_path, {"bos_token_id": 1, "eos_token_id": [2, 5]})
+    assert (tokenizer.kind, tokenizer.document_start, tokenizer.document_end) == ("sentencepiece", 1, 2)
+    ids = tokenizer.encode(["w3 w12 w7"])[0]
+    assert len(ids) >= 3 and tokenizer.decode([1, *ids, 2]) == "w3 w12 w7"
