@@ -60,7 +60,8 @@ def average_run(run_dir: Path, output: Path, last: Optional[int] = None, best: O
         raise UserError(f"--output {output}: is one of the run's checkpoints; write the average elsewhere")
     newest = ckpt.load_weights(max(chosen, key=ckpt.step_of))
     tensors = average_checkpoints(chosen)
-    ckpt.save_weights(output, tensors, newest.spec_source, newest.params, newest.vocab_proto, newest.step)
+    ckpt.save_weights(output, tensors, newest.spec_source, newest.params, newest.vocab_proto, newest.step,
+                      newest.tokenizer)
     return chosen
 
 

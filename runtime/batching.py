@@ -193,13 +193,18 @@ def rank_passes(update: list[list[int]], rank: int, world_size: int, lengths: li
     return mine
 
 
+# The label of a position that predicts nothing (padding): cross entropy's ignore index, never a token id.
+# (Not PAD: an imported checkpoint's own tokenizer may use id 0 for a real token, e.g. Llama 3's "!".)
+NO_LABEL = -100
+
+
 @dataclass
 class Batch:
     """One forward pass: the model's arguments and the labels its logits are scored against."""
 
     inputs: tuple[torch.Tensor, ...]  # translation: src [B, S], tgt_in [B, T], src_padding [B, S]; LM: tokens [B, T]
-    labels: torch.Tensor              # [B, T] the token each position predicts, PAD where none (no loss)
-    target_tokens: int                # labels that are not PAD
+    labels: torch.Tensor              # [B, T] the token each position predicts, NO_LABEL where none (no loss)
+    target_tokens: int                # labels that are not NO_LABEL
 
     def to(self, device: torch.device) -> "Batch":
         return Batch(tuple(x.to(device, non_blocking=True) for x in self.inputs),
@@ -238,7 +243,7 @@ def collate(indices: list[int], sources: list[list[int]], targets: list[list[int
     target + EOS."""
     src = pad([sources[i] for i in indices])
     tgt_in, labels = _shifted([targets[i] for i in indices], BOS, EOS)
-    return Batch((src, tgt_in, src == PAD), labels, int((labels != PAD).sum()))
+    return Batch((src, tgt_in, src == PAD), labels, int((labels != NO_LABEL).sum()))
 
 
 def collate_sequences(indices: list[int], sequences: list[list[int]]) -> Batch:
@@ -246,15 +251,15 @@ def collate_sequences(indices: list[int], sequences: list[list[int]]) -> Batch:
     but its last token, labels each but its first (every position predicts the next token)."""
     rows = [sequences[i] for i in indices]
     tgt_in, labels = _shifted([r[1:-1] for r in rows], [r[0] for r in rows], [r[-1] for r in rows])
-    return Batch((tgt_in,), labels, int((labels != PAD).sum()))
+    return Batch((tgt_in,), labels, int((labels != NO_LABEL).sum()))
 
 
 def _shifted(rows: list[list[int]], first: int | list[int], last: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, labels), [B, longest + 1]: inputs first + row, labels row + last, PAD after; `first` and
+    """(inputs, labels), [B, longest + 1]: inputs first + row, PAD after; labels row + last, NO_LABEL after; `first` and
     `last` are one token for every row or one per row. The rows' ids are flattened once for both."""
     lengths, flat = _lengths(rows), _flat(rows)
     inputs = torch.full((len(rows), int(lengths.max()) + 1), PAD, dtype=torch.long)
-    labels = torch.full_like(inputs, PAD)
+    labels = torch.full_like(inputs, NO_LABEL)
     inputs[:, 0] = torch.as_tensor(first, dtype=torch.long)
     _place(inputs[:, 1:], flat, lengths)
     _place(labels, flat, lengths)

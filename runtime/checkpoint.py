@@ -39,6 +39,9 @@ CHECKPOINT_DIR = "checkpoints"
 _STEP_FILE = re.compile(r"step-(\d+)\.safetensors")
 SPEC_KEY, PARAMS_KEY, VOCAB_KEY, STEP_KEY = "xspec.spec", "xspec.params", "xspec.sentencepiece", "xspec.step"
 STATE_KEY = "xspec.state"
+# A checkpoint imported from Hugging Face keeps its own tokenizer under VOCAB_KEY (tokenizer.json or a
+# sentencepiece tokenizer.model) and describes it here (kind, bos and eos ids); absent: xspec's vocabulary.
+TOKENIZER_KEY = "xspec.tokenizer"
 SCALER_KEY = "scaler"                     # the fp16 loss scaler's state, in the training state
 MAX_VOCAB_BYTES = 64 << 20           # a 37000-piece sentencepiece model is under 1 MiB
 _STEP = re.compile(r"[0-9]{1,15}")
@@ -53,17 +56,20 @@ class Checkpoint:
     params: dict
     vocab_proto: bytes
     step: int
+    tokenizer: str | None = None        # TOKENIZER_KEY's description, for an imported checkpoint's own tokenizer
 
 
 # --- writing -----------------------------------------------------------------------------------
 
 def save_weights(path: Path, tensors: dict[str, torch.Tensor], spec_source: str, params: dict,
-                 vocab_proto: bytes, step: int) -> None:
-    """A safetensors file, whatever `path`'s suffix."""
+                 vocab_proto: bytes, step: int, tokenizer: str | None = None) -> None:
+    """A safetensors file, whatever `path`'s suffix (`tokenizer`: an imported checkpoint's description)."""
     # Tied weights share storage; safetensors wants separate, contiguous CPU tensors.
     tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}
     metadata = {SPEC_KEY: spec_source, PARAMS_KEY: json.dumps(params, sort_keys=True),
                 VOCAB_KEY: base64.b64encode(vocab_proto).decode("ascii"), STEP_KEY: str(step)}
+    if tokenizer is not None:
+        metadata[TOKENIZER_KEY] = tokenizer
     write_atomically_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
@@ -80,7 +86,8 @@ def load_weights(path: Path) -> Checkpoint:
     if missing:
         raise UserError(f"{path}: not an xspec checkpoint (its metadata has no {missing[0]})")
     return Checkpoint(path, tensors, _spec_text(path, metadata[SPEC_KEY]), _params(path, metadata[PARAMS_KEY]),
-                      _vocab_bytes(path, metadata[VOCAB_KEY]), _step(path, metadata[STEP_KEY]))
+                      _vocab_bytes(path, metadata[VOCAB_KEY]), _step(path, metadata[STEP_KEY]),
+                      _tokenizer(metadata.get(TOKENIZER_KEY)))
 
 
 def load_state(path: Path) -> dict:
@@ -160,6 +167,10 @@ def _vocab_bytes(path: Path, text: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise _bad(path, VOCAB_KEY, "not base64") from None
+
+
+def _tokenizer(text: str | None) -> str | None:
+    return None if text in (None, "null") else text
 
 
 def _step(path: Path, text: str) -> int:

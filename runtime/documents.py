@@ -17,7 +17,7 @@ from xspec.errors import UserError
 from xspec.runtime.batching import Batch, collate_sequences
 from xspec.runtime.corpus import read_lines
 from xspec.runtime.data_order import WholeCorpusWindows
-from xspec.runtime.vocab import EOS, Vocab
+from xspec.runtime.vocab import EOS, Vocab, document_end, document_start
 
 
 @dataclass
@@ -78,9 +78,11 @@ class EncodedText(WholeCorpusWindows):
         return ", ".join(parts)
 
 
-def document_sequence(ids: list[int]) -> list[int]:
-    """A document as the model reads it: EOS, its tokens, EOS."""
-    return [EOS, *ids, EOS]
+def document_sequence(ids: list[int], vocab: Vocab | None = None) -> list[int]:
+    """A document as the model reads it: EOS, its tokens, EOS (an imported tokenizer's own start and end)."""
+    if vocab is None:
+        return [EOS, *ids, EOS]
+    return [document_start(vocab), *ids, document_end(vocab)]
 
 
 def windows(sequence: list[int], size: int) -> list[list[int]]:
@@ -93,10 +95,10 @@ def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, trunca
     """`size`: a block's predictions (blocks), or the most inputs of a line's sequence (lines)."""
     encoded = vocab.encode(docs.lines)
     if mode == "blocks":
-        stream = [EOS]
+        stream = [document_start(vocab)]
         for ids in encoded:
             stream += ids
-            stream.append(EOS)
+            stream.append(document_end(vocab))
         return EncodedText(windows(stream, size), len(encoded), mode, docs.empty_skipped)
     out = EncodedText([], len(encoded), mode, docs.empty_skipped, truncated=truncate)
     for ids in encoded:
@@ -105,6 +107,6 @@ def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, trunca
             if not truncate:
                 continue
             ids = ids[:size - 1]
-        out.sequences.append(document_sequence(ids))
+        out.sequences.append(document_sequence(ids, vocab))
     out.documents = len(out.sequences)
     return out

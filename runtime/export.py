@@ -290,7 +290,7 @@ def export_model(trained: TrainedModel, format: str, directory: Path) -> list[st
                 write_onnx(graph, path)
             else:
                 torch.export.save(export_program(graph), str(path))
-        (staging / MODEL_FILE).write_bytes(trained.tokenizer.model_proto)
+        (staging / tokenizer_file(trained.tokenizer)).write_bytes(trained.tokenizer.model_proto)
         (staging / MANIFEST).write_text(json.dumps(manifest(trained, format, exported), indent=2) + "\n")
 
     try:
@@ -300,10 +300,27 @@ def export_model(trained: TrainedModel, format: str, directory: Path) -> list[st
     return sorted(p.name for p in directory.iterdir())
 
 
+def tokenizer_file(tokenizer) -> str:
+    """sentencepiece.model for xspec's vocabulary; an import's own tokenizer keeps its file name."""
+    kind = getattr(tokenizer, "kind", None)
+    return {None: MODEL_FILE, "tokenizers": "tokenizer.json", "sentencepiece": "tokenizer.model"}.get(kind, MODEL_FILE)
+
+
 def manifest(trained: TrainedModel, format: str, exported: Plan) -> dict:
     """export.json: what a deployment needs to know to feed the graphs and read their outputs."""
     spec = trained.spec
     translation = spec.has_encoder
+    tokenizer = trained.tokenizer
+    if hasattr(tokenizer, "describe"):    # an import's own tokenizer: its ids, and documents from BOS to EOS
+        return {**_manifest(trained, format, exported, translation),
+                "tokenizer": tokenizer_file(tokenizer),
+                "special_tokens": {"bos": tokenizer.bos_id, "eos": tokenizer.eos_id},
+                "start_token": tokenizer.document_start, "end_token": tokenizer.document_end}
+    return _manifest(trained, format, exported, translation)
+
+
+def _manifest(trained: TrainedModel, format: str, exported: Plan, translation: bool) -> dict:
+    spec = trained.spec
     return {
         "xspec_export": MANIFEST_VERSION,
         "format": format,

@@ -14,7 +14,8 @@ from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
 from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.sampling import Sampling, sample
-from xspec.runtime.vocab import EOS, Vocab
+from xspec.errors import UserError
+from xspec.runtime.vocab import BOS, EOS, PAD, Vocab, document_end, document_start, never_generated
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Generator:
             if len(ids) + 1 > room:
                 too_long.append((i, len(ids) + 1))
                 ids = ids[len(ids) + 1 - room:]
-            prompts.append([EOS, *ids])
+            prompts.append([document_start(self.vocab), *ids])
         return prompts, too_long
 
     @torch.no_grad()
@@ -56,7 +57,7 @@ class Generator:
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
-        follow = _follower(on_tokens) if on_tokens is not None and len(lines) == 1 else None
+        follow = _follower(on_tokens, document_end(self.vocab)) if on_tokens is not None and len(lines) == 1 else None
 
         def continue_chunk(chunk: list[int]) -> list[list[int]]:
             batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
@@ -72,7 +73,11 @@ class Generator:
         with choose_precision(self.device).autocast():
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
-                return sample(self.model, batch, room, self.sampling, self.seed, indices, follow)
+                return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
+                              end_token=document_end(self.vocab), never=never_generated(self.vocab))
+            if document_end(self.vocab) != EOS or never_generated(self.vocab) != (PAD, BOS):
+                raise UserError("beam search decodes with xspec's own vocabulary only; with a checkpoint's own "
+                                "tokenizer, use --beam 1 (greedy) or sampling")
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
                                     max_positions=self.max_tokens)
         return [h[0].tokens if h else [] for h in hyps]
@@ -81,12 +86,12 @@ class Generator:
         return [self.vocab.decode(ids) for done in self.stream(lines) for ids in done]
 
 
-def _follower(on_tokens: Callable[[list[int]], None]) -> Callable[[list[int], list[int]], None]:
+def _follower(on_tokens: Callable[[list[int]], None], end: int = EOS) -> Callable[[list[int], list[int]], None]:
     """A `sample` listener for one prompt: calls on_tokens with its continuation so far at each new token."""
     so_far: list[int] = []
 
     def follow(rows: list[int], tokens: list[int]) -> None:
-        if tokens[0] != EOS:
+        if tokens[0] != end:
             so_far.append(tokens[0])
             on_tokens(so_far)
 

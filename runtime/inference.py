@@ -35,7 +35,13 @@ def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
 
 
 def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:
-    """The checkpoint's sentencepiece model, which must have no more pieces than the model has embeddings."""
+    """The checkpoint's sentencepiece model (an imported checkpoint's own tokenizer), which must have no more
+    pieces than the model has embeddings."""
+    if checkpoint.tokenizer is not None:
+        from xspec.hf.tokenizer import CheckpointTokenizer
+
+        return CheckpointTokenizer.from_description(checkpoint.tokenizer, checkpoint.vocab_proto,  # type: ignore[return-value]
+                                                    f"{checkpoint.path}: its tokenizer")
     vocab = Vocab.from_bytes(checkpoint.vocab_proto, f"{checkpoint.path}: its sentencepiece model")
     if len(vocab) > spec.vocab_size:
         raise UserError(f"{checkpoint.path}: its sentencepiece model has {len(vocab)} pieces, but the model's "

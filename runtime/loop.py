@@ -9,6 +9,8 @@ reading costs nothing). The processes agree, at those reads, on whether to stop.
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from contextlib import nullcontext
@@ -391,8 +393,14 @@ class Trainer:
     def _write_weights(self, path: Path, tensors: dict[str, torch.Tensor]) -> None:
         """A self-contained checkpoint of the model at this step (its spec, parameters and vocabulary)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        describe = getattr(self.vocab, "describe", None)        # an imported checkpoint's own tokenizer
         ckpt.save_weights(path, tensors, self.spec.resolved_source, self.spec.params, self.vocab.model_proto,
-                          self.progress.step)
+                          self.progress.step, json.dumps(describe()) if describe is not None else None)
+
+    def start_from(self, checkpoint: ckpt.Checkpoint) -> None:
+        """The model's weights from another run's checkpoint (fine-tuning); optimizer and schedule start anew."""
+        ckpt.load_into(self.step.model, checkpoint,
+                       lambda tensors: state_dicts.load_model_state(self.step, self.wrapped, self.sharded, tensors))
 
     def resume(self, checkpoint: ckpt.Checkpoint) -> None:
         """The model, optimizer, scheduler (and fp16 loss scaler) as the checkpoint left them; where training

@@ -26,12 +26,11 @@ class Sampling:
     top_p: float = 1.0
 
 
-def filtered_probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+def filtered_probabilities(logits: torch.Tensor, sampling: Sampling, never: tuple[int, ...] = (PAD, BOS)) -> torch.Tensor:
     """[R, V] logits -> [R, V] probabilities: divided by the temperature, then only the `top_k` most likely
     tokens and the smallest most-likely set whose probability reaches `top_p` kept (in float32)."""
     logits = logits.float() / sampling.temperature
-    logits[:, PAD] = float("-inf")        # never a token of the text
-    logits[:, BOS] = float("-inf")
+    logits[:, list(never)] = float("-inf")        # never a token of the text (xspec's PAD and BOS)
     if sampling.top_k is not None and sampling.top_k < logits.size(-1):
         kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]            # [R, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -55,11 +54,13 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
 @torch.no_grad()
 def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, sampling: Optional[Sampling],
            seed: int = 0, indices: Optional[list[int]] = None,
-           on_tokens: Optional[Callable[[list[int], list[int]], None]] = None) -> list[list[int]]:
+           on_tokens: Optional[Callable[[list[int], list[int]], None]] = None, end_token: int = EOS,
+           never: tuple[int, ...] = (PAD, BOS)) -> list[list[int]]:
     """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
     tokens, by a model or an ensemble (a list of models: their mixture, runtime/ensemble.py); `sampling`
     None is greedy. `indices` number the prompts for their random streams (default 0..B-1).
-    `on_tokens(rows, tokens)` hears each step's new tokens of the rows still going."""
+    `on_tokens(rows, tokens)` hears each step's new tokens of the rows still going. A continuation stops
+    at `end_token`, and the tokens `never` are never chosen (a checkpoint's own tokenizer has its own)."""
     B = prompts.size(0)
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
     steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, use_cache=True) for m in members(model)])
@@ -68,13 +69,13 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
     results: list[list[int]] = [[] for _ in range(B)]
     for step in range(max_new_tokens):
         if sampling is None:
-            log_probs[:, PAD] = log_probs[:, BOS] = float("-inf")
+            log_probs[:, list(never)] = float("-inf")
             tokens = log_probs.argmax(dim=-1)
         else:
             # Log-probabilities are logits of the same distribution (softmax(log p / T) is p tempered).
-            tokens = draw(filtered_probabilities(log_probs, sampling), [streams[b].random() for b in going])
+            tokens = draw(filtered_probabilities(log_probs, sampling, never), [streams[b].random() for b in going])
         chosen = tokens.tolist()                                            # the step's one wait for the device
-        ended = [t == EOS for t in chosen]
+        ended = [t == end_token for t in chosen]
         for b, token, end in zip(going, chosen, ended):
             if not end:
                 results[b].append(token)

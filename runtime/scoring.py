@@ -19,7 +19,8 @@ from xspec.runtime.batching import micro_batches
 from xspec.runtime.documents import EncodedText, document_sequence, windows
 from xspec.runtime.ensemble import ModelOrEnsemble, eval_members, mixture_log_probs
 from xspec.runtime.precision import choose_precision
-from xspec.runtime.vocab import PAD, Vocab
+from xspec.runtime.batching import NO_LABEL
+from xspec.runtime.vocab import Vocab
 
 
 @torch.no_grad()
@@ -40,7 +41,7 @@ def _label_log_probs(model: torch.nn.Module, batch, device: torch.device) -> tor
     """[B, T] log-probability of each label (0 at padding)."""
     with choose_precision(device).autocast():
         logits = model(*batch.inputs)                                       # [B, T, V]
-    return -F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=PAD, reduction="none")
+    return -F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=NO_LABEL, reduction="none")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def score_lines(model: ModelOrEnsemble, vocab: Vocab, lines: list[str], device: 
     """Each line's log-probability under a decoder-only model (windows of at most `max_positions`)."""
     pieces, owner = [], []
     for line, ids in enumerate(vocab.encode(lines)):
-        for piece in windows(document_sequence(ids), max_positions):
+        for piece in windows(document_sequence(ids, vocab), max_positions):
             pieces.append(piece)
             owner.append(line)
     log_probs = [0.0] * len(lines)

@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xspec.runtime.distributed import Context
-from xspec.runtime.vocab import PAD
+from xspec.runtime.batching import NO_LABEL
 
 
 class TrainingStep(nn.Module):
@@ -31,14 +31,14 @@ class TrainingStep(nn.Module):
 
     def forward(self, labels: torch.Tensor, *inputs: torch.Tensor, smoothed: bool = True) -> torch.Tensor:
         """The summed token loss of a batch (`inputs`: the model's arguments, runtime/batching.Batch):
-        label-smoothed for training, plain cross entropy (nats) for validation. Padding positions (PAD
+        label-smoothed for training, plain cross entropy (nats) for validation. Padding positions (NO_LABEL
         labels) are ignored. In training, a model's auxiliary loss (per token, as Switch and Mixtral add
         it to the mean token loss) is added for each target token, times `aux_loss_coef`."""
         logits = self.model(*inputs)  # [B, T, V]
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=PAD,
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=NO_LABEL,
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
         if smoothed and self.has_auxiliary_loss:
-            weighted = self.model.auxiliary_loss() * (labels != PAD).sum()
+            weighted = self.model.auxiliary_loss() * (labels != NO_LABEL).sum()
             self.auxiliary_sum += weighted.detach()
             loss = loss + self.aux_loss_coef * weighted
         return loss

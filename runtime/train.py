@@ -38,6 +38,7 @@ from xspec.runtime.schedule import make_optimizer, make_scheduler
 from xspec.runtime.step import TrainingStep, compile_step, distribute
 from xspec.runtime.tasks import Corpus, Task, task_for
 from xspec.runtime.vocab import MODEL_FILE, Vocab, load_or_train_vocab
+from xspec.runtime.inference import checkpoint_vocab
 
 
 class Interrupted(UserError):
@@ -69,6 +70,7 @@ class RunOptions:
     evaluate: bool = True               # score the test split at the end
     dist_timeout_minutes: float = distributed.DEFAULT_TIMEOUT_MINUTES
     vocab_file: Path | None = None      # a sentencepiece model to use instead of training one
+    init: Path | None = None            # a run or checkpoint whose weights (and vocabulary) training starts from
 
 
 def train(spec, options: RunOptions) -> dict:
@@ -102,6 +104,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     record = _resumed_record(run_dir, options) if options.resume else \
         RunRecord(options.data, truncate=bool(options.truncate))
     resumed = _same_model_checkpoint(existing[-1], spec) if options.resume else None
+    initial = _same_model_checkpoint(ckpt.resolve(options.init), spec) if options.init and not options.resume else None
+    if initial is not None and options.vocab_file is not None:
+        raise UserError("--init keeps the vocabulary of the run it starts from; drop --vocab")
 
     if record.data.train is None:
         # Every process writes the demo data (deterministic, written atomically): processes on other
@@ -109,7 +114,15 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         record = replace(record, data=task.demo_files(run_dir))
     data = record.data
     task.read(data)                        # every file checked before any work is done
-    vocab = _vocab(spec, task, run_dir, context, options.vocab_file)
+    kept = initial if initial is not None else resumed if resumed is not None and resumed.tokenizer else None
+    # Fine-tuning keeps the vocabulary the weights were trained with (an import's own tokenizer).
+    vocab = checkpoint_vocab(kept, spec) if kept is not None else _vocab(spec, task, run_dir, context, options.vocab_file)
+    if kept is not None and len(vocab) == 0:
+        raise UserError(f"{kept.path}: holds no tokenizer (its checkpoint directory had none), so text cannot be "
+                        "turned into token ids for training")
+    if initial is not None and initial.tokenizer is None and context.is_main:
+        # xspec's own vocabulary is kept as every run keeps it, where a resumed run looks for it
+        write_bytes_atomically(run_dir / MODEL_FILE, vocab.model_proto)
     if len(vocab) != spec.data.vocab_size:
         # A corpus too small for data.vocab_size pieces, or a sentencepiece model of the user's: the spec
         # saved into the run and its checkpoints says the vocabulary the model is trained with.
@@ -122,6 +135,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     trainer = make_trainer(spec, run_dir, context, corpus, vocab, options, log)
     if resumed is not None:
         trainer.resume(resumed)
+    elif initial is not None:
+        trainer.start_from(initial)
+        say(f"starting from the weights of {initial.path}")
     if cfg.validate_bleu:
         trainer.bleu = _validation_bleu(spec, task, trainer)
     progress = trainer.progress

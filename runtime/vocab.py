@@ -17,8 +17,30 @@ MODEL_FILE = "sentencepiece.model"
 SPACE = "\u2581"                 # sentencepiece's mark for the space before a word
 
 
+def document_start(vocab) -> int:
+    """The token a document starts with (xspec's EOS; an imported tokenizer's BOS), for any text <-> ids
+    object: one without the attribute reads documents as xspec's vocabulary does."""
+    return getattr(vocab, "document_start", EOS)
+
+
+def document_end(vocab) -> int:
+    return getattr(vocab, "document_end", EOS)
+
+
+def never_generated(vocab) -> tuple[int, ...]:
+    return getattr(vocab, "never_generated", (PAD, BOS))
+
+
 class Vocab:
-    """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them."""
+    """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them.
+
+    A document is read as `document_start`, its tokens, `document_end`; generation stops at `document_end`
+    and never produces `never_generated`. (An imported checkpoint's own tokenizer, xspec/hf/tokenizer.py,
+    has its own ids for these.)"""
+
+    document_start = EOS
+    document_end = EOS
+    never_generated = (PAD, BOS)
 
     def __init__(self, model_proto: bytes) -> None:
         self.model_proto = model_proto

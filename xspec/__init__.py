@@ -21,16 +21,22 @@ if TYPE_CHECKING:
     from xspec.runtime.inference import TrainedModel
     from xspec.spec import CompiledSpec
 
+IMPORTED_SPEC = "model.xspec"   # the spec of a run directory `xspec import` wrote
+
 __all__ = ["compile", "compile_source", "load", "CompiledSpec", "SpecError", "UserError"]
 
 
 def compile(path: Union[str, os.PathLike], overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
     """Parse, resolve, build the graph, validate and lower the spec at `path`.
 
+    `path` may be a run directory `xspec import` wrote: its model.xspec is compiled.
     `overrides` sets parameters (`{"heads": 16}`) or section keys (`{"train.warmup_steps": 400}`);
     string values are parsed as spec expressions. Raises SpecError with every diagnostic found.
     """
-    return _compile(os.fspath(path), overrides, None)
+    path = os.fspath(path)
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, IMPORTED_SPEC)):
+        path = os.path.join(path, IMPORTED_SPEC)
+    return _compile(path, overrides, None)
 
 
 def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[str, Any]] = None,

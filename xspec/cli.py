@@ -11,7 +11,7 @@ from xspec.commands import average, data, export, generate, keys, plot, show, tr
 from xspec.commands import compile as compile_command
 from xspec.commands import eval as eval_command
 from xspec.commands import stats as stats_command
-from xspec.commands import sweep
+from xspec.commands import import_hf, sweep
 from xspec.errors import SpecError, UserError
 from xspec.commands.arguments import add_process_arguments
 from xspec.process import apply_threads, reexec_with_tcmalloc
@@ -21,7 +21,7 @@ from xspec.process import apply_threads, reexec_with_tcmalloc
 # Importing them must stay cheap (torch and the like are imported inside run()): `xspec --help` and
 # argument errors should answer at once.
 COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, eval_command, average, viz,
-                                    stats_command, sweep, plot, show, keys, export, treebank, data)
+                                    stats_command, sweep, plot, show, keys, export, import_hf, treebank, data)
 
 # A bug in xspec, not a mistake of the user's (sysexits.h's EX_SOFTWARE).
 INTERNAL_ERROR = 70

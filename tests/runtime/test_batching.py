@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from xspec.runtime.batching import collate, micro_batch_cap, micro_batches, pad, plan_epoch, rank_passes, shard
+from xspec.runtime.batching import NO_LABEL, collate, micro_batch_cap, micro_batches, pad, plan_epoch, rank_passes, shard
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 
@@ -76,7 +76,7 @@ def test_collate_shifts_the_target_and_masks_padding():
     assert src.tolist() == [[5, 6, EOS], [7, EOS, PAD]]
     assert src_padding.tolist() == [[False, False, False], [False, False, True]]
     assert tgt_in.tolist() == [[BOS, 8, 9], [BOS, 10, PAD]]
-    assert batch.labels.tolist() == [[8, 9, EOS], [10, EOS, PAD]]
+    assert batch.labels.tolist() == [[8, 9, EOS], [10, EOS, NO_LABEL]]
     assert batch.target_tokens == 5
 
 
@@ -221,8 +221,8 @@ def test_the_ranks_sharing_an_update_do_similar_work(sources_known):
         assert statistics.median(spread) <= 1.15 and max(spread) <= 2.5, parts
 
 
-def _per_row_pad(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows)), PAD, dtype=torch.long)
+def _per_row_pad(rows: list[list[int]], fill: int = PAD) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), fill, dtype=torch.long)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     return out
@@ -240,11 +240,11 @@ def test_collate_equals_padding_row_by_row():
         indices = rng.sample(range(n), rng.randint(1, n))
         batch = collate(indices, sources, targets)
         src = _per_row_pad([sources[i] for i in indices])
-        labels = _per_row_pad([targets[i] + [EOS] for i in indices])
+        labels = _per_row_pad([targets[i] + [EOS] for i in indices], fill=NO_LABEL)
         expected = (src, _per_row_pad([[BOS] + targets[i] for i in indices]), src == PAD, labels)
         for got, want in zip((*batch.inputs, batch.labels), expected):
             assert got.dtype == want.dtype and torch.equal(got, want)
-        assert batch.target_tokens == int((labels != PAD).sum()) == sum(len(targets[i]) + 1 for i in indices)
+        assert batch.target_tokens == int((labels != NO_LABEL).sum()) == sum(len(targets[i]) + 1 for i in indices)
 
 
 def test_pad_equals_padding_row_by_row():

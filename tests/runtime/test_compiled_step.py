@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 import xspec
-from xspec.runtime.batching import collate, micro_batches, plan_epoch
+from xspec.runtime.batching import NO_LABEL, collate, micro_batches, plan_epoch
 from xspec.runtime.corpus import encode_pairs, read_parallel
 from xspec.runtime.step import TrainingStep, compile_step
-from xspec.runtime.vocab import PAD, train_vocab
+from xspec.runtime.vocab import train_vocab
 
 
 def test_the_compiled_step_is_one_graph_for_every_batch_and_gives_the_eager_loss(small_corpus, tmp_path):
@@ -37,7 +37,7 @@ def test_the_compiled_step_is_one_graph_for_every_batch_and_gives_the_eager_loss
             loss = compiled(batch.labels, *batch.inputs)
             if index == 0:  # the same value as the model's logits through F.cross_entropy, eagerly
                 logits = step.model(*batch.inputs)
-                eager = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=PAD,
+                eager = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=NO_LABEL,
                                         label_smoothing=0.1, reduction="sum")
                 torch.testing.assert_close(loss, eager, rtol=1e-5, atol=1e-5 * float(eager.detach().abs()))
             loss.backward()

@@ -278,3 +278,22 @@ def test_language_models_generate_as_an_ensemble(runs, capsys):
         assert code == 0 and len(out.splitlines()) == 1
     line = _error(capsys, "generate", lm, str(runs["a"]), "--prompt", "the")
     assert "have different vocabularies" in line or "is a language model but" in line
+
+
+def test_init_starts_a_new_run_from_a_runs_weights_and_vocabulary(runs, small_corpus, tmp_path):
+    """`xspec train --init RUN` (fine-tuning): the run's spec, weights and sentencepiece model, kept in the new
+    run where a resumed run finds them again."""
+    from xspec.runtime import checkpoint as ckpt
+
+    tuned = tmp_path / "tuned"
+    text = ["--train", str(small_corpus.train.src), "--valid", str(small_corpus.valid.src)]
+    _train("--init", str(runs["lm"]), "--set", "train.max_steps=1", *text, "--out", str(tuned))
+    assert (tuned / "sentencepiece.model").read_bytes() == (runs["lm"] / "sentencepiece.model").read_bytes()
+    start = ckpt.load_weights(ckpt.resolve(runs["lm"]))
+    after = ckpt.load_weights(ckpt.resolve(tuned))
+    assert after.step == 1 and after.params == start.params and after.vocab_proto == start.vocab_proto
+    # one update from the run's weights, not from a fresh initialisation: every tensor moved only a little
+    moved = max((after.tensors[n].float() - t.float()).abs().max().item() for n, t in start.tensors.items())
+    assert 0 < moved < 0.1
+    _train("--resume", str(tuned), "--set", "train.max_steps=2")
+    assert ckpt.load_weights(ckpt.resolve(tuned)).step == 2

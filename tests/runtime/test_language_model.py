@@ -15,7 +15,7 @@ import torch
 import xspec
 from xspec.cli import main
 from xspec.errors import UserError
-from xspec.runtime.batching import collate_sequences
+from xspec.runtime.batching import NO_LABEL, collate_sequences
 from xspec.runtime.beam_search import continue_prompts
 from xspec.runtime.demo_data import generate_split
 from xspec.runtime.documents import Documents, encode_documents, windows
@@ -48,7 +48,7 @@ def test_blocks_follow_the_documents_each_after_an_eos_every_token_predicted_onc
     batch = collate_sequences([0, 1, 2], encoded.sequences)
     (inputs,) = batch.inputs
     assert inputs.tolist() == [stream[0:4], stream[4:8], stream[8:11] + [PAD]]
-    assert batch.labels.tolist() == [stream[1:5], stream[5:9], stream[9:12] + [PAD]]   # shifted by one
+    assert batch.labels.tolist() == [stream[1:5], stream[5:9], stream[9:12] + [NO_LABEL]]   # shifted by one
     assert batch.target_tokens == 11                                                    # no loss on padding
 
 
@@ -60,7 +60,7 @@ def test_lines_are_examples_of_their_own_and_long_ones_are_skipped_or_cut():
     assert cut.sequences[2] == [EOS, 13, 14, 15, EOS]
     batch = collate_sequences([0, 1], skipped.sequences)
     assert batch.inputs[0].tolist() == [[EOS, 10, 11], [EOS, 12, PAD]]
-    assert batch.labels.tolist() == [[10, 11, EOS], [12, EOS, PAD]]
+    assert batch.labels.tolist() == [[10, 11, EOS], [12, EOS, NO_LABEL]]
     assert "1 too long skipped" in skipped.summary("train")
 
 

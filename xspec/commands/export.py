@@ -9,8 +9,8 @@ from xspec.commands.arguments import add_device_argument
 
 NAME = "export"
 COMPUTES = True
-HELP = "export a trained model's graphs (torch.export or ONNX) with its vocabulary"
-FORMATS = ("exported-program", "onnx")
+HELP = "export a trained model's graphs (torch.export or ONNX), or as a Hugging Face checkpoint"
+FORMATS = ("exported-program", "onnx", "hf")
 DESCRIPTION = """\
 Exports the latest checkpoint of RUN (or the given checkpoint file) as graphs that run without xspec:
 torch.export programs (.pt2, torch.export.load) or ONNX (.onnx, e.g. onnxruntime). --output is a
@@ -27,16 +27,23 @@ directory holding
 Batch size and lengths are dynamic, up to the model's positions. The directory appears complete or
 not at all; an earlier export there is replaced. docs/export.md shows how to run the graphs.
 
+--format hf writes a directory transformers' from_pretrained loads (config.json, model.safetensors, the
+tokenizer) for a run whose spec is one of the Hugging Face families of specs/modern/ (an import, a
+fine-tuned import, or a run trained from a family's spec); a spec that computes something no family
+does is refused, naming the first op where it differs from the closest family (docs/import.md).
+
 examples:
   xspec export runs/tiny -o exported/tiny
   xspec export runs/lm --format onnx -o exported/lm-onnx     # needs: pip install 'xspec[onnx]'
+  xspec export runs/qwen3-tuned --format hf -o exported/qwen3-tuned
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="a run directory or a checkpoint file")
     parser.add_argument("--format", choices=FORMATS, default=FORMATS[0],
-                        help="exported-program: torch.export .pt2 files (default); onnx: .onnx files")
+                        help="exported-program: torch.export .pt2 files (default); onnx: .onnx files; hf: a "
+                             "Hugging Face checkpoint directory")
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="the directory to write (created; an earlier export there is replaced)")
     add_device_argument(parser, "; an exported program runs on the device it was exported on")
@@ -46,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from xspec.runtime.export import check_destination, check_onnx_installed, export_model
     from xspec.runtime.inference import load
 
+    if args.format == "hf":
+        return _export_hf(args)
     output = check_destination(Path(args.output))
     if args.format == "onnx":
         check_onnx_installed()
@@ -53,4 +62,23 @@ def run(args: argparse.Namespace) -> int:
     files = export_model(trained, args.format, output)
     kind = "language model" if trained.is_language_model else "translation model"
     print(f"exported {trained.spec.name} ({kind}, {trained.path.name}) to {output}: {', '.join(files)}")
+    return 0
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    from xspec.errors import UserError
+    from xspec.files import check_output_dir
+    from xspec.hf.export import export_hf
+    from xspec.runtime.export import write_directory
+    from xspec.runtime.inference import load
+
+    output = check_output_dir(Path(args.output), "--output")
+    if output.is_dir() and any(output.iterdir()) and not (output / "config.json").is_file():
+        raise UserError(f"--output {output}: a directory that holds something other than a checkpoint; give a new "
+                        "or empty directory (an earlier export there is replaced)")
+    trained = load(Path(args.model), "cpu")
+    written: list[str] = []
+    write_directory(output, lambda staging: written.extend(export_hf(trained, staging)))
+    print(f"exported {trained.spec.name} ({trained.path.name}) as a Hugging Face checkpoint to {output}: "
+          f"{', '.join(written)}")
     return 0

@@ -26,8 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from xspec.hf.summary import import_summary, is_import
+    from xspec.hf.summary import render as render_import
     from xspec.run_summary import render, summarize
 
+    run_dir = Path(args.run_dir)
+    if is_import(run_dir) and not (run_dir / "run.json").exists():   # an import, not yet trained further
+        found = import_summary(run_dir)
+        print(json.dumps(found, indent=2) if args.json else render_import(found), end="\n" if args.json else "")
+        return 0
     summary = summarize(Path(args.run_dir))
     print(json.dumps(summary.to_json(), indent=2) if args.json else render(summary), end="\n" if args.json else "")
     return 0

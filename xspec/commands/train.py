@@ -26,6 +26,10 @@ perplexity (the last line) and a few sampled continuations.
 With no data (neither flags nor the spec's `data` section), trains on the built-in demo task, a
 generated artificial language pair (a language model: its English-like side).
 
+--init RUN starts from the weights of RUN's latest checkpoint (an `xspec import`, or any run) and keeps
+its vocabulary (an import's own tokenizer): fine-tuning. Without a spec, the spec is RUN's own; with one,
+its model parameters must be RUN's. The optimizer and the learning-rate schedule start anew.
+
 --resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
 with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
 values may change (--set train.max_steps=...); the model's parameters may not. --resume auto, with
@@ -43,6 +47,7 @@ examples:
   xspec train specs/base.xspec --train-src train.en --train-tgt train.de \\
       --valid-src valid.en --valid-tgt valid.de --test-src test.en --test-tgt test.de -o runs/base
   xspec train --resume runs/base
+  xspec train --init runs/qwen3-import --train my.txt --valid my-valid.txt -o runs/qwen3-tuned
   torchrun --nproc_per_node=8 -m xspec train specs/big.xspec -o runs/big --resume auto ...
 """
 
@@ -66,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", metavar="RUN|auto",
                         help="continue RUN from its last checkpoint; 'auto' (with --output): continue --output if it "
                              "has checkpoints, else start it (for torchrun --max-restarts)")
+    parser.add_argument("--init", metavar="RUN_OR_CHECKPOINT",
+                        help="start from the weights and vocabulary of a run or checkpoint (e.g. an `xspec import`): "
+                             "fine-tuning")
     add_set_argument(parser)
     add_device_argument(parser)
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
@@ -202,19 +210,34 @@ def run(args: argparse.Namespace) -> int:
     if args.spec:
         spec = xspec.compile(args.spec, overrides=overrides)
         spec_dir = Path(args.spec).resolve().parent
+    elif args.init and not args.resume:
+        spec = _init_spec(Path(args.init), overrides)
+        spec_dir = None
     elif args.resume:
         # The run's own spec is checked like any spec file, and must be self-contained.
         spec = xspec.compile_source(read_run_spec(run_dir), name=str(run_dir / SPEC_FILE), overrides=overrides,
                                     allow_imports=False)
         spec_dir = None
     else:
-        raise UserError("which spec? e.g. xspec train specs/tiny.xspec (or --resume RUN)")
+        raise UserError("which spec? e.g. xspec train specs/tiny.xspec (or --resume RUN, or --init RUN)")
+    if args.init and args.resume:
+        raise UserError("--init starts a new run from another's weights; --resume continues a run: give one")
     data = _data_files(args, spec, spec_dir)
     out = Path(args.resume) if args.resume else Path(args.output) if args.output else default_run_dir(spec.name)
     check_output_dir(out, "--resume" if args.resume else "--output")
     options = RunOptions(out_dir=out, data=data, device=args.device, compile=args.compile,
                          resume=bool(args.resume), truncate=args.truncate, progress=args.progress, tensorboard=args.tensorboard,
                          evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout,
-                         vocab_file=_vocab_file(args, spec, spec_dir))
+                         vocab_file=_vocab_file(args, spec, spec_dir),
+                         init=Path(args.init) if args.init else None)
     train(spec, options)
     return 0
+
+
+def _init_spec(init: Path, overrides: dict):
+    """The spec of the run or checkpoint training starts from (compiled like any spec file, imports refused)."""
+    from xspec.runtime import checkpoint as ckpt
+
+    saved = ckpt.load_weights(ckpt.resolve(init))
+    return xspec.compile_source(saved.spec_source, name=f"{saved.path}:spec.xspec", overrides=overrides,
+                                allow_imports=False)

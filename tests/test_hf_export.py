@@ -1,0 +1,70 @@
+"""`xspec export RUN --format hf`: every family's import exported back loads with transformers'
+from_pretrained and gives the original checkpoint's logits; a spec that computes what no family does is
+refused, naming where it differs."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+import xspec
+from float32 import assert_close
+from hf_checkpoints import imported, rope, saved, saved_model
+from hf_families import FAMILIES
+from xspec.errors import UserError
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+CASES = [(f.name, "", {}) for f in FAMILIES] + [("llama3", "-tied", {"tie_word_embeddings": True}),
+                                                ("llama3", "-yarn", rope("yarn"))]
+
+
+@pytest.mark.parametrize("name, variant, changes", CASES, ids=[n + v for n, v, _ in CASES])
+@torch.no_grad()
+def test_an_import_exported_back_loads_with_from_pretrained_and_gives_the_same_logits(tmp_path, name, variant, changes):
+    from xspec.cli import main
+
+    out = tmp_path / "exported"
+    assert main(["export", str(imported(name, variant, **changes)), "--format", "hf", "-o", str(out)]) == 0
+    original = saved_model(name, variant, **changes)
+    exported = getattr(transformers, type(original).__name__).from_pretrained(
+        out, dtype=torch.float32, attn_implementation="eager").eval()
+    text = torch.randint(0, original.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(9))
+    assert_close(exported(text).logits, original(text).logits)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                     "tokenizer_config.json"]
+    assert (out / "tokenizer.json").read_bytes() == (saved(name, variant, **changes) / "tokenizer.json").read_bytes()
+
+
+def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():
+    from xspec.hf.export import match_family
+
+    config, mapped = match_family(xspec.compile("specs/modern/qwen2.xspec", overrides={"use_sliding_window": True}),
+                                  (1, [2]))
+    assert (config["model_type"], config["use_sliding_window"], config["sliding_window"]) == ("qwen2", True, 8)
+    config, _ = match_family(xspec.compile("specs/modern/llama3.xspec"), (None, []))
+    assert config["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+@pytest.mark.parametrize("spec, overrides, message", [
+    ("specs/lm.xspec", {}, "spec 'transformer_lm' maps to none of the Hugging Face families; the closest, llama, "
+                           "differs at decoder.embedding.embed (embedding: "),
+    ("specs/modern/llama.xspec", {"norm_first": True, "mlp_bias": True, "rms_norm_eps": 1e-5},
+     None),   # parameters the family writes: maps
+    ("specs/modern/alibi.xspec", {}, "maps to none of the Hugging Face families; the closest, llama, differs at "
+                                     "decoder.embedding.embed (embedding: dim=128, scale=11.31"),
+    ("specs/modern/qwen3_moe.xspec", {"shared_expert_intermediate_size": 8},
+     "the closest, qwen3_moe, differs at decoder.layers.0.ffn.shared_expert_gate"),
+])
+def test_a_spec_that_computes_what_no_family_does_is_refused_naming_where(spec, overrides, message):
+    from xspec.hf.export import match_family
+
+    compiled = xspec.compile(spec, overrides=overrides)
+    if message is None:
+        assert match_family(compiled, (None, []))[0]["mlp_bias"] is True
+        return
+    with pytest.raises(UserError) as error:
+        match_family(compiled, (None, []))
+    assert message in str(error.value), str(error.value)

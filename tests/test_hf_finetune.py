@@ -1,0 +1,82 @@
+"""Fine-tuning an import with `xspec train --init` (every family's few training steps are in
+test_hf_import.py): it runs end to end, keeps the tokenizer, and its run exports back to a checkpoint
+transformers loads with the fine-tuned model's logits."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+import xspec
+from float32 import assert_close
+from hf_checkpoints import BOS, EOS, imported
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+def text(lines: int, seed: int) -> list[str]:
+    draw = random.Random(seed)
+    return [" ".join(f"w{draw.randint(3, 40)}" for _ in range(draw.randint(3, 10))) for _ in range(lines)]
+
+
+def test_train_init_fine_tunes_an_import_and_the_result_exports_back(tmp_path, capsys):
+    from xspec.cli import main
+
+    for split, seed in (("train", 2), ("valid", 3)):
+        (tmp_path / f"{split}.txt").write_text("\n".join(text(60, seed)) + "\n")
+    run = imported("gemma3")
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(run), "--train", str(tmp_path / "train.txt"), "--valid",
+                 str(tmp_path / "valid.txt"), "-o", str(tuned), "--no-test", "--no-tensorboard", "--no-progress",
+                 "--set", "train.max_steps=2", "--set", "train.validate_every_steps=2", "--set",
+                 "train.batch_tokens=256"]) == 0
+    assert f"starting from the weights of {run}/checkpoints/step-00000000.safetensors" in capsys.readouterr().out
+    torch.set_grad_enabled(False)       # the rest only runs the models
+    before, after = xspec.load(run, device="cpu"), xspec.load(tuned, device="cpu")
+    assert after.tokenizer.describe() == {"kind": "tokenizers", "bos_id": BOS, "eos_ids": [EOS]}
+    assert after.tokenizer.encode(["w7 w8"]) == [[7, 8]]
+    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
+    changed = (after.model(ids) - before.model(ids)).abs().max().item()
+    assert 0 < changed
+    steps = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in steps if "loss" in r] == [1, 2]
+
+    exported = tmp_path / "exported"
+    assert main(["export", str(tuned), "--format", "hf", "-o", str(exported)]) == 0
+    reloaded = transformers.Gemma3ForCausalLM.from_pretrained(exported, dtype=torch.float32,
+                                                             attn_implementation="eager").eval()
+    assert_close(reloaded(ids).logits, after.model(ids))
+    assert json.loads((exported / "config.json").read_text())["bos_token_id"] == BOS
+    torch.set_grad_enabled(True)
+
+
+def test_token_id_0_is_a_label_like_any_other():
+    """Padding labels are NO_LABEL, not PAD (0): an imported tokenizer's id 0 (Llama 3's "!") is trained and
+    scored like every other token."""
+    from xspec.runtime.batching import NO_LABEL, collate_sequences
+
+    batch = collate_sequences([0, 1], [[BOS, 0, 5, EOS], [BOS, 7, EOS]])
+    assert batch.labels.tolist() == [[0, 5, EOS], [7, EOS, NO_LABEL]] and batch.target_tokens == 5
+
+
+def test_a_sentencepiece_tokenizer_model_is_read_with_the_checkpoints_own_ids(tmp_path):
+    """A checkpoint's tokenizer.model (Llama 2's, Gemma's kind) reads text with sentencepiece; BOS and EOS
+    are the config's ids, left out of decoded text."""
+    import io
+
+    import sentencepiece as spm
+
+    from xspec.hf.tokenizer import find_tokenizer
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text(200, 7)), model_writer=model, vocab_size=40,
+                                   model_type="bpe", minloglevel=2)
+    (tmp_path / "tokenizer.model").write_bytes(model.getvalue())
+    tokenizer = find_tokenizer(tmp_path, {"bos_token_id": 1, "eos_token_id": [2, 5]})
+    assert (tokenizer.kind, tokenizer.document_start, tokenizer.document_end) == ("sentencepiece", 1, 2)
+    ids = tokenizer.encode(["w3 w12 w7"])[0]
+    assert len(ids) >= 3 and tokenizer.decode([1, *ids, 2]) == "w3 w12 w7"

@@ -1,0 +1,216 @@
+"""`xspec import` of checkpoints it must refuse: config.json attributes it does not map (each named), weights
+missing, left over or misshapen, pickles, sizes too large to allocate, truncated or lying safetensors
+headers; and nothing written when it refuses. Sharded checkpoints import."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from hf_checkpoints import saved
+from xspec.errors import UserError
+from xspec.hf.importer import import_checkpoint
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+def copy(name: str, tmp_path: Path) -> Path:
+    target = tmp_path / "checkpoint"
+    shutil.copytree(saved(name), target)
+    return target
+
+
+def edit_config(directory: Path, change) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    change(config)
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def refused(directory: Path, out: Path) -> str:
+    with pytest.raises(UserError) as error:
+        import_checkpoint(directory, out, verify=False, say=lambda _: None)
+    assert not out.exists() and [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")] == []
+    return str(error.value)
+
+
+def v4_rope(config: dict, scaling: dict | None) -> None:
+    """The rope_theta + rope_scaling spelling of most checkpoints on the Hub."""
+    config["rope_theta"] = config.pop("rope_parameters")["rope_theta"]
+    config["rope_scaling"] = scaling
+
+
+CONFIG_CASES = [
+    ("llama3", lambda c: v4_rope(c, {"rope_type": "dynamic", "factor": 2.0}),
+     'config.json: rope_scaling.rope_type "dynamic" is not supported (supported: default, linear, llama3, yarn)'),
+    ("llama3", lambda c: v4_rope(c, {"type": "longrope", "factor": 2.0}),
+     'config.json: rope_scaling.rope_type "longrope" is not supported (supported: default, linear, llama3, yarn)'),
+    ("llama3", lambda c: c["rope_parameters"].update(mscale=0.7),
+     'config.json: rope_parameters.mscale (0.7) is not supported with rope_type "llama3" (supported: factor, '
+     'low_freq_factor, high_freq_factor, original_max_position_embeddings)'),
+    ("mistral", lambda c: c.update(shiny_new_option=True),
+     'config.json: attribute shiny_new_option (true) is not one xspec maps for model_type "mistral"; refusing '
+     'rather than guessing what it changes'),
+    ("mistral", lambda c: c.update(model_type="bert"),
+     'config.json: model_type "bert" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, '
+     'gemma3_text, olmo2, phi3, mixtral, qwen3_moe, gpt_oss)'),
+    ("mistral", lambda c: c.pop("model_type"), "config.json: no model_type is not supported (supported: llama,"),
+    ("gemma3", lambda c: c.update(model_type="gemma3"),
+     'config.json: model_type "gemma3" is not supported: a Gemma 3 checkpoint with its vision tower'),
+    ("mistral", lambda c: c.update(auto_map={"AutoModelForCausalLM": "modeling.Model"}),
+     "config.json: auto_map names remote code; xspec runs none"),
+    ("qwen2", lambda c: c.update(layer_types=["full_attention"] * 3),
+     'config.json: layer_types[1] "full_attention" is not supported: the spec has sliding_attention there '
+     "(sliding from max_window_layers on when use_sliding_window)"),
+    ("mistral", lambda c: c.update(hidden_act="gelu"),
+     'config.json: hidden_act "gelu" is not supported (supported: silu)'),
+    ("mixtral", lambda c: c.update(router_jitter_noise=0.1),
+     "config.json: router_jitter_noise 0.1 is not supported (supported: 0, 0.0) (jitter noise on the router"),
+    ("qwen3_moe", lambda c: c.update(mlp_only_layers=[0]),
+     "config.json: mlp_only_layers [0] is not supported (supported: [])"),
+    ("gemma2", lambda c: c.update(attn_logit_softcapping=None),
+     "config.json: attn_logit_softcapping null is not"),
+    ("phi3", lambda c: c.update(sliding_window=2047),
+     'config.json: sliding_window 2047 is not supported for model_type "phi3" (supported: null)'),
+    ("gpt_oss", lambda c: c.update(quantization_config={"quant_method": "mxfp4"}),
+     'config.json: quantization_config ("mxfp4") is not supported'),
+    ("mistral", lambda c: c.update(num_hidden_layers="3"), 'config.json: num_hidden_layers "3" is not an integer'),
+    ("mistral", lambda c: c.update(attention_dropout=0.1), "config.json: attention_dropout 0.1 is not supported"),
+    ("mistral", lambda c: c.update(rms_norm_eps=float("nan")), "config.json: not JSON (NaN is not a JSON number"),
+]
+
+
+@pytest.mark.parametrize("name, change, message", CONFIG_CASES,
+                         ids=[f"{n}-{m.split(':', 1)[1][:40].strip()}" for n, _, m in CONFIG_CASES])
+def test_a_config_attribute_it_does_not_map_is_refused_by_name(tmp_path, name, change, message):
+    directory = copy(name, tmp_path)
+    edit_config(directory, change)
+    assert refused(directory, tmp_path / "out").startswith(f"{directory}/{message}")
+
+
+def rewrite_weights(directory: Path, change) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def test_a_missing_an_extra_and_a_misshapen_tensor_are_each_named(tmp_path):
+    import torch
+
+    directory = copy("qwen3", tmp_path)
+    rewrite_weights(directory, lambda t: t.pop("model.layers.1.self_attn.k_norm.weight"))
+    assert refused(directory, tmp_path / "out") == (f"{directory}: no tensor model.layers.1.self_attn.k_norm.weight, "
+                                                    "which a qwen3 model with this config.json has")
+    directory = copy("qwen3", tmp_path / "b")
+    rewrite_weights(directory, lambda t: t.update({"model.layers.0.mlp.extra.weight": torch.zeros(2)}))
+    assert refused(directory, tmp_path / "out") == (f"{directory}: tensor model.layers.0.mlp.extra.weight is left "
+                                                    "over: a qwen3 model with this config.json has no such tensor")
+    directory = copy("phi3", tmp_path / "c")
+    rewrite_weights(directory, lambda t: t.update({"model.layers.2.self_attn.qkv_proj.weight": torch.zeros(120, 64)}))
+    assert refused(directory, tmp_path / "out") == (
+        f"{directory}: tensor model.layers.2.self_attn.qkv_proj.weight (120, 64) has the wrong shape: the model with "
+        "this config.json needs (64, 64) for decoder.layers.2.self_attn.q_proj.weight")
+    directory = copy("gemma2", tmp_path / "d")    # tied: a kept lm_head.weight must be the embedding
+    rewrite_weights(directory, lambda t: t.update({"lm_head.weight": torch.zeros(300, 64)}))
+    assert refused(directory, tmp_path / "out") == (f"{directory}: lm_head.weight differs from "
+                                                    "model.embed_tokens.weight, but tie_word_embeddings is true")
+
+
+def test_a_pickle_is_refused_with_how_to_convert_it(tmp_path):
+    directory = copy("olmo2", tmp_path)
+    (directory / "model.safetensors").rename(directory / "pytorch_model.bin")
+    message = refused(directory, tmp_path / "out")
+    assert message.startswith(f"{directory}/pytorch_model.bin: a pickle (torch.save) checkpoint; xspec reads only "
+                              "safetensors, since unpickling runs code")
+    assert "from_pretrained(DIR).save_pretrained(NEW_DIR)" in message
+
+
+def test_a_config_of_a_trillion_parameters_is_refused_before_anything_is_allocated(tmp_path):
+    directory = copy("mistral", tmp_path)
+    edit_config(directory, lambda c: c.update(vocab_size=1_000_000, hidden_size=1_000_000, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=250_000))
+    message = refused(directory, tmp_path / "out")
+    assert message.startswith(f"{tmp_path / 'out' / 'model.xspec'}:6:7: error: model 'checkpoint' has")
+    assert "more than this machine's" in message and "[too-large]" in message
+
+
+def header(path: Path) -> tuple[dict, bytes]:
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8:8 + length]), data[8 + length:]
+
+
+def write_with_header(path: Path, entries: dict, body: bytes) -> None:
+    encoded = json.dumps(entries).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + body)
+
+
+def lie_about_offsets(path: Path) -> None:
+    entries, body = header(path)
+    name = next(k for k in entries if k != "__metadata__")
+    entries[name]["data_offsets"][1] += 4
+    write_with_header(path, entries, body)
+
+
+def overlap(path: Path) -> None:
+    entries, body = header(path)
+    names = [k for k in entries if k != "__metadata__"]
+    entries[names[1]]["data_offsets"] = entries[names[0]]["data_offsets"]
+    entries[names[1]]["shape"] = entries[names[0]]["shape"]
+    write_with_header(path, entries, body)
+
+
+SAFETENSORS_CASES = [
+    ("truncated", lambda p: p.write_bytes(p.read_bytes()[:-100]), "past the end of the file"),
+    ("a header longer than the file", lambda p: p.write_bytes(struct.pack("<Q", 10**9) + p.read_bytes()[8:]),
+     "its header claims 1,000,000,000 bytes"),
+    ("empty", lambda p: p.write_bytes(b""), "0 bytes, shorter than the 8-byte header length"),
+    ("a header that is not JSON", lambda p: p.write_bytes(struct.pack("<Q", 4) + b"\xff{{{" + b"0" * 64),
+     "its header is not JSON"),
+    ("offsets that disagree with the shape", lie_about_offsets, "its offsets give"),
+    ("overlapping tensors", overlap, "(overlapping or scattered data)"),
+]
+
+
+@pytest.mark.parametrize("change, message", [c[1:] for c in SAFETENSORS_CASES], ids=[c[0] for c in SAFETENSORS_CASES])
+def test_a_truncated_or_lying_safetensors_file_is_an_error_naming_it(tmp_path, change, message):
+    directory = copy("olmo2", tmp_path)
+    change(directory / "model.safetensors")
+    text = refused(directory, tmp_path / "out")
+    assert text.startswith(f"{directory / 'model.safetensors'}: not a valid safetensors file (") and message in text
+
+
+def test_a_sharded_checkpoint_imports_and_a_shard_outside_the_directory_is_refused(tmp_path):
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(saved("qwen2"))
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="40KB")
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 2
+    said = []
+    import_checkpoint(tmp_path / "sharded", tmp_path / "out", say=said.append)
+    assert said[0].startswith("verified against transformers' Qwen2ForCausalLM")
+    index["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors"
+    (tmp_path / "sharded" / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert "shard '../elsewhere.safetensors' is not a .safetensors file in" in refused(tmp_path / "sharded",
+                                                                                       tmp_path / "out2")
+
+
+def test_force_replaces_only_an_earlier_import_never_the_checkpoint(tmp_path):
+    directory = copy("olmo2", tmp_path)
+    assert refused(directory, directory / "run").startswith(f"{directory / 'run'}: the output may not be the "
+                                                            "checkpoint directory")
+    with pytest.raises(UserError, match="may not be the checkpoint directory"):
+        import_checkpoint(directory, directory, force=True, verify=False)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(UserError, match="not a directory `xspec import` wrote; --force replaces only an earlier"):
+        import_checkpoint(directory, tmp_path / "mine", force=True, verify=False)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

@@ -1,0 +1,125 @@
+"""Reading config.json strictly: every attribute is taken by the family's mapping (becoming a spec
+parameter), set aside as not changing the architecture (with the reason), or refused by name. What is
+left over once the family's mapping has run is an attribute xspec does not know: refused too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from xspec.errors import UserError
+
+_MISSING = object()
+
+# Attributes every family may carry that do not change what the model computes, with the reason.
+NOT_ARCHITECTURAL: dict[str, str] = {
+    "_name_or_path": "where transformers last loaded the model from",
+    "architectures": "the class name; model_type alone decides the family",
+    "transformers_version": "the version that wrote the file",
+    "torch_dtype": "the precision the weights are stored in; each tensor carries its own",
+    "dtype": "the precision the weights are stored in; each tensor carries its own",
+    "use_cache": "whether generation keeps a key/value cache; xspec's decoding always does",
+    "initializer_range": "how a new model is initialised; an import starts from the weights",
+    "bos_token_id": "a tokenizer id (kept with the tokenizer, for generation)",
+    "eos_token_id": "a tokenizer id (kept with the tokenizer, for generation)",
+    "pad_token_id": "a tokenizer id: padding is never attended to",
+    "output_router_logits": "whether the forward also returns the router's logits",
+    "pretraining_tp": "the tensor-parallel degree of pretraining; transformers ignores it too",
+    "cache_implementation": "the kind of cache transformers' generation uses",
+    "return_dict": "the form of transformers' outputs",
+    "output_attentions": "whether transformers' forward also returns attention weights",
+    "output_hidden_states": "whether transformers' forward also returns hidden states",
+    "tokenizer_class": "the tokenizer is read from its own files",
+    "chunk_size_feed_forward": "how transformers splits the feed-forward to save memory: the same values",
+}
+
+
+def render(value: Any) -> str:
+    """A config value as an error message shows it (JSON's spelling)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
+
+
+@dataclass
+class Setting:
+    """One `set` line of the imported spec: the parameter, its value, and the config key it came from."""
+
+    param: str
+    value: Any
+    source: str
+
+
+@dataclass
+class ConfigReader:
+    config: dict[str, Any]
+    file: str = "config.json"
+    taken: set[str] = field(default_factory=set)
+    settings: list[Setting] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)     # attribute -> why it changes nothing
+    fixed: dict[str, list] = field(default_factory=dict)    # attribute -> the only values the spec computes
+
+    def has(self, key: str) -> bool:
+        return key in self.config
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        """The attribute's value, marked as taken. Without a default, a missing attribute is an error."""
+        self.taken.add(key)
+        if key in self.config:
+            return self.config[key]
+        if default is _MISSING:
+            raise UserError(f"{self.file}: no {key}, which a {self.config.get('model_type')} model needs")
+        return default
+
+    def number(self, key: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1) -> Any:
+        value = self.get(key, default)
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or value < least:
+            what = "an integer" if integer else "a number"
+            raise UserError(f"{self.file}: {key} {render(value)} is not {what} >= {least:g}")
+        return value
+
+    def flag(self, key: str, default: Any = _MISSING) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise UserError(f"{self.file}: {key} {render(value)} is not true or false")
+        return value
+
+    def put(self, param: str, value: Any, source: str) -> None:
+        self.settings.append(Setting(param, value, source))
+
+    def map(self, key: str, param: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1) -> Any:
+        value = self.number(key, default, integer=integer, least=least)
+        self.put(param, value, key)
+        return value
+
+    def expect(self, key: str, allowed: Sequence[Any], default: Any = _MISSING, what: str = "") -> Any:
+        """An attribute whose only supported values are `allowed` (those the family's spec computes)."""
+        value = self.get(key, default)
+        self.fixed[key] = list(allowed)
+        if not any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
+            refuse(f"{key} {render(value)}", allowed, self.file, what)
+        return value
+
+    def ignore(self, key: str, reason: str) -> None:
+        if key in self.config:
+            self.taken.add(key)
+            self.notes[key] = reason
+
+    def finish(self) -> None:
+        for key, reason in NOT_ARCHITECTURAL.items():
+            self.ignore(key, reason)
+        left = [key for key in self.config if key not in self.taken]
+        if left:
+            raise UserError(f"{self.file}: attribute {left[0]} ({render(self.config[left[0]])}) is not one xspec "
+                            f"maps for model_type {render(self.config.get('model_type'))}; refusing rather than "
+                            "guessing what it changes")
+
+
+def refuse(what: str, supported: Sequence[Any], file: str = "config.json", note: str = "") -> None:
+    listed = ", ".join(str(v) if isinstance(v, str) else render(v) for v in supported)
+    raise UserError(f"{file}: {what} is not supported (supported: {listed}){note}")

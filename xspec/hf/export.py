@@ -1,0 +1,129 @@
+"""`xspec export RUN --format hf`: a run whose spec is one of the families' (imported, fine-tuned, or
+trained from a family's spec) as a directory transformers' from_pretrained loads: config.json, the
+weights in model.safetensors under Hugging Face's names, and the tokenizer.
+
+Which family a spec is decided by what it computes, not by its name: the spec's parameters are written
+as a family's config.json, that config is mapped back (families.py) and compiled, and its op graph must
+equal the run's, op for op. A spec that matches no family is refused, naming the first op where it differs
+from the closest one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from xspec.errors import UserError
+from xspec.hf import weight_map
+from xspec.hf.families import FAMILIES, Family, map_config
+from xspec.hf.hf_config import OWN, config_for
+from xspec.hf.safetensors_file import write_safetensors
+
+
+def _nodes(spec) -> list[tuple]:
+    """The op graph without source positions: what the model computes, in order."""
+    graph = json.loads(spec.graph_json())
+    inputs = {}
+    for edge in graph["edges"]:
+        inputs.setdefault(edge["to"], []).append((edge["from"], tuple(edge["ports"])))
+    return [(n["id"], n["op"], json.dumps(n["attrs"], sort_keys=True), n["shape"], n["module"],
+             tuple(sorted(inputs.get(n["id"], [])))) for n in graph["nodes"]] + [("ties", json.dumps(graph["ties"]))]
+
+
+def _quoted(value: Any) -> Any:
+    return f'"{value}"' if isinstance(value, str) else value
+
+
+def _candidate(spec, model_type: str, family: Family, special: tuple[int | None, list[int]]):
+    """(config or None, mapped or None, first difference or None) of the spec as `model_type`. A spec whose
+    parameters cannot be written as that family's config is compared with the family's spec at the
+    parameters they share, to say where they differ."""
+    import xspec
+    from xspec.hf.spec_text import family_spec
+
+    config = mapped = None
+    try:
+        config = config_for(model_type, family.hf_class, spec.params, spec.data.max_tokens, *special)
+        mapped = map_config(dict(config))
+        rebuilt = xspec.compile(family_spec(mapped.spec),
+                                overrides={s.param: _quoted(s.value) for s in mapped.settings})
+    except (KeyError, TypeError, UserError):
+        config = mapped = None
+        defaults = xspec.compile(family_spec(family.spec)).params
+        shared = {k: _quoted(v) for k, v in spec.params.items() if k in defaults and type(v) is type(defaults[k])}
+        try:
+            rebuilt = xspec.compile(family_spec(family.spec), overrides=shared)
+        except UserError:
+            rebuilt = xspec.compile(family_spec(family.spec))
+    ours, theirs = _nodes(spec), _nodes(rebuilt)
+    for index, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            return config, mapped, (index, a, b)
+    if len(ours) != len(theirs):
+        shorter = min(len(ours), len(theirs))
+        return config, mapped, (shorter, ours[shorter] if shorter < len(ours) else ("(nothing)",),
+                                theirs[shorter] if shorter < len(theirs) else ("(nothing)",))
+    if config is None:    # the same graph, but parameters no config holds
+        return None, None, (len(ours), ("parameters",), ("others",))
+    return config, mapped, None
+
+
+def match_family(spec, special: tuple[int | None, list[int]]) -> tuple[dict, Any]:
+    closest = None
+    # The families whose own parameters the spec has most of first: usually the first compiled matches.
+    order = sorted(FAMILIES, key=lambda t: -sum(p in spec.params for p in OWN[t]))
+    for model_type in order:
+        family = FAMILIES[model_type]
+        config, mapped, difference = _candidate(spec, model_type, family, special)
+        if difference is None:
+            return config, mapped
+        if closest is None or difference[0] > closest[1][0]:
+            closest = (model_type, difference)
+    assert closest is not None
+    model_type, (_, ours, theirs) = closest
+    raise UserError(f"{spec.path}: spec '{spec.name}' maps to none of the Hugging Face families; the closest, "
+                    f"{model_type}, differs at {_describe(ours)}, where {model_type} has {_describe(theirs)}")
+
+
+def _describe(node: tuple) -> str:
+    if len(node) < 3:
+        return node[0]
+    attrs = ", ".join(f"{k}={v}" for k, v in json.loads(node[2]).items() if v not in (None, False))
+    return f"{node[0]} ({node[1]}{': ' + attrs if attrs else ''}; shape {node[3]})"
+
+
+def export_hf(trained, out: Path) -> list[str]:
+    """Writes `out` (its contents; the caller makes it appear atomically); returns the files written."""
+    tokenizer = trained.tokenizer
+    special = (tokenizer.bos_id, tokenizer.eos_ids) if hasattr(tokenizer, "eos_ids") else (3, [3])
+    config, mapped = match_family(trained.spec, special)
+    state = {name: tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
+    shapes = trained.spec.param_shapes
+    names = [n for n in shapes if n not in trained.spec.ties]
+    groups = weight_map.groups(mapped.layout, names, shapes, trained.spec.params)
+    tensors: list = []
+    for group in groups:
+        tensors += zip(group.hf, group.to_hf([state[n] for n in group.ours]))
+    layout = [(name, tensor.dtype, tuple(tensor.shape)) for name, tensor in tensors]
+    with open(out / "model.safetensors", "wb") as handle:
+        write_safetensors(handle, layout, (t for _, t in tensors), {"format": "pt"})
+    config["dtype"] = config["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")  # new, old name
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    files = ["config.json", "model.safetensors", *_write_tokenizer(tokenizer, out)]
+    return files
+
+
+def _write_tokenizer(tokenizer, out: Path) -> list[str]:
+    kind = getattr(tokenizer, "kind", "sentencepiece")
+    if kind == "none":
+        return []
+    if kind == "tokenizers":
+        (out / "tokenizer.json").write_bytes(tokenizer.model_proto)
+        settings = {"tokenizer_class": "PreTrainedTokenizerFast"}
+        written = ["tokenizer.json"]
+    else:
+        (out / "tokenizer.model").write_bytes(tokenizer.model_proto)
+        settings = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}
+        written = ["tokenizer.model"]
+    (out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return written + ["tokenizer_config.json"]

@@ -1,0 +1,358 @@
+"""Each family's config.json, attribute by attribute, as the shipped spec's parameters (specs/modern/).
+
+`map_config(config)` picks the family by model_type alone and returns the spec to extend, the `set`
+lines (each with the config key it came from), what the weights look like, and what verification must
+cover (the window, the positions past which rotary scaling acts). Every attribute of config.json is
+taken here, set aside in `NOT_ARCHITECTURAL` or below with its reason, or refused by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from xspec.errors import UserError
+from xspec.hf.config_reader import ConfigReader, Setting, refuse, render
+from xspec.hf.rope import read_rope
+
+ZERO = [0, 0.0]
+
+
+@dataclass
+class Mapped:
+    spec: str                       # the shipped spec extended, e.g. "llama3" (specs/modern/llama3.xspec)
+    model_type: str
+    hf_class: str                   # transformers' class for this model_type (verification and export)
+    layout: str                     # how the weights are named and packed (weight_map.py)
+    settings: list[Setting]
+    notes: dict[str, str]           # attributes that change nothing, and why
+    max_positions: int
+    window: int | None = None       # the smallest sliding window, if any
+    scaled_from: int | None = None  # original_max_position_embeddings of a rotary scaling
+    tied: bool = False
+    config: dict = field(default_factory=dict)
+
+    @property
+    def params(self) -> dict:
+        return {s.param: s.value for s in self.settings}
+
+
+def _common(cfg: ConfigReader, *, tie_default: bool, activation: str = "silu") -> None:
+    cfg.map("vocab_size", "vocab")
+    cfg.map("hidden_size", "d_model")
+    cfg.map("num_hidden_layers", "layers")
+    heads = cfg.map("num_attention_heads", "heads")
+    cfg.map("num_key_value_heads", "kv_heads", heads)
+    cfg.map("intermediate_size", "d_ff")
+    cfg.map("rms_norm_eps", "rms_norm_eps", integer=False, least=0)
+    cfg.put("tie_word_embeddings", cfg.flag("tie_word_embeddings", tie_default), "tie_word_embeddings")
+    for key in ("attention_dropout", "resid_pdrop", "embd_pdrop", "hidden_dropout"):
+        cfg.expect(key, ZERO, 0.0, " (dropout is left out of imported models)")
+    act_keys = [k for k in ("hidden_act", "hidden_activation") if cfg.has(k)] or ["hidden_act"]
+    for key in act_keys:
+        cfg.expect(key, [activation], activation)
+
+
+def _max_positions(cfg: ConfigReader) -> int:
+    return cfg.number("max_position_embeddings", 2048)
+
+
+def _head_dim(cfg: ConfigReader, param: str | None) -> int:
+    """head_dim given separately (null or absent: hidden_size / num_attention_heads). `param`: the spec's
+    own head_dim parameter, or None where the spec has d_k and d_v."""
+    default = cfg.config["hidden_size"] // cfg.config["num_attention_heads"]
+    value = cfg.get("head_dim", None)
+    value = default if value is None else cfg.number("head_dim")
+    if param is not None:
+        cfg.put(param, value, "head_dim")
+    elif value != default:
+        cfg.put("d_k", value, "head_dim")
+        cfg.put("d_v", value, "head_dim")
+    return value
+
+
+def _bias(cfg: ConfigReader, key: str) -> None:
+    cfg.put(key, cfg.flag(key, False), key)
+
+
+def _layer_kinds(cfg: ConfigReader, expected: list[str], rule: str) -> None:
+    """layer_types, when given, must be the pattern the spec computes (`rule` says which)."""
+    given = cfg.get("layer_types", None)
+    if given is None:
+        return
+    if not isinstance(given, list) or len(given) != len(expected):
+        raise UserError(f"{cfg.file}: layer_types is not a list of {len(expected)} layer kinds")
+    for i, (was, spec) in enumerate(zip(given, expected)):
+        if was != spec:
+            raise UserError(f"{cfg.file}: layer_types[{i}] {render(was)} is not supported: the spec has "
+                            f"{spec} there ({rule})")
+
+
+def _window(cfg: ConfigReader, key: str = "sliding_window") -> int:
+    return cfg.map(key, "sliding_window")
+
+
+def _no_window(cfg: ConfigReader) -> None:
+    value = cfg.get("sliding_window", None)
+    if value is not None:
+        raise UserError(f"{cfg.file}: sliding_window {render(value)} is not supported for model_type "
+                        f"{render(cfg.config['model_type'])} (supported: null)")
+
+
+def _llama(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=False)
+    _head_dim(cfg, None)
+    _bias(cfg, "attention_bias")
+    _bias(cfg, "mlp_bias")
+    rope = read_rope(cfg, ("default", "linear", "llama3", "yarn"))
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+    if rope["rope_type"] == "default":
+        cfg.ignore("original_max_position_embeddings", "the context before a rotary scaling; none is declared")
+        return
+    m.spec = "llama3"        # the spec whose layers scale the rotary frequencies
+    cfg.put("rope_type", rope["rope_type"], f"{rope.where}.rope_type")
+    cfg.put("rope_factor", float(rope["factor"]), f"{rope.where}.factor")
+    if rope["rope_type"] == "linear":
+        cfg.ignore("original_max_position_embeddings", "linear scaling divides every frequency alike: the "
+                                                       "original context changes nothing")
+        return
+    cfg.put("original_max_position_embeddings", rope["original_max_position_embeddings"],
+            f"{rope.where}.original_max_position_embeddings")
+    m.scaled_from = rope["original_max_position_embeddings"]
+    if rope["rope_type"] == "llama3":
+        for name in ("low_freq_factor", "high_freq_factor"):
+            if name not in rope:
+                raise UserError(f"{cfg.file}: {rope.where} has rope_type \"llama3\" but no {name}")
+            cfg.put(name, float(rope[name]), f"{rope.where}.{name}")
+        return
+    for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+        cfg.put(name, float(rope.get(name, default)), f"{rope.where}.{name}" if name in rope else f"{name} (default)")
+    truncate = rope.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise UserError(f"{cfg.file}: {rope.where}.truncate {render(truncate)} is not true or false")
+    cfg.put("rope_truncate", truncate, f"{rope.where}.truncate" if "truncate" in rope else "truncate (default)")
+
+
+def _mistral(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=False)
+    _head_dim(cfg, "head_dim")
+    _default_rope(cfg)
+    window = cfg.get("sliding_window", None)
+    if window is None:   # no window: one as long as the positions the model takes sees everything
+        cfg.put("sliding_window", _max_positions(cfg), "sliding_window null: max_position_embeddings")
+    else:
+        m.window = _window(cfg)
+
+
+def _mixtral(cfg: ConfigReader, m: Mapped) -> None:
+    _mistral(cfg, m)
+    cfg.map("num_local_experts", "num_local_experts")
+    cfg.map("num_experts_per_tok", "num_experts_per_tok")
+    cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
+    cfg.expect("router_jitter_noise", ZERO, 0.0, " (jitter noise on the router is not in the spec)")
+
+
+def _default_rope(cfg: ConfigReader) -> None:
+    rope = read_rope(cfg, ("default",))
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+
+
+def _qwen2_windows(cfg: ConfigReader, m: Mapped) -> None:
+    """Qwen2's windows: with use_sliding_window, layers from max_window_layers on slide (transformers'
+    reading of the attribute, which its docstring describes the other way round: transformers #35896)."""
+    used = cfg.flag("use_sliding_window", False)
+    cfg.put("use_sliding_window", used, "use_sliding_window")
+    layers = cfg.config["num_hidden_layers"]
+    first = cfg.number("max_window_layers", 28, least=0)
+    window = cfg.get("sliding_window", None)
+    if used:
+        if window is None:
+            raise UserError(f"{cfg.file}: use_sliding_window true but sliding_window null")
+        m.window = _window(cfg)
+        cfg.put("max_window_layers", first, "max_window_layers")
+        if first >= layers:
+            m.window = None
+    kinds = ["sliding_attention" if used and i >= first else "full_attention" for i in range(layers)]
+    _layer_kinds(cfg, kinds, "sliding from max_window_layers on when use_sliding_window")
+
+
+def _qwen2(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=False)
+    _default_rope(cfg)
+    _qwen2_windows(cfg, m)
+    # The q, k, v biases are part of Qwen2 (transformers has no attribute for them).
+    cfg.expect("attention_bias", [True], True, " (Qwen2 has q, k, v biases)")
+
+
+def _qwen3(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=False)
+    _head_dim(cfg, "head_dim")
+    _bias(cfg, "attention_bias")
+    _default_rope(cfg)
+    _qwen2_windows(cfg, m)
+
+
+def _qwen3_moe(cfg: ConfigReader, m: Mapped) -> None:
+    _qwen3(cfg, m)
+    spellings = [k for k in ("num_experts", "num_local_experts") if cfg.has(k)]
+    if len(spellings) == 2 and cfg.config["num_experts"] != cfg.config["num_local_experts"]:
+        raise UserError(f"{cfg.file}: num_experts and num_local_experts disagree")
+    cfg.map(spellings[0] if spellings else "num_experts", "num_experts")
+    for key in spellings[1:]:
+        cfg.get(key)
+    cfg.map("num_experts_per_tok", "num_experts_per_tok")
+    cfg.map("moe_intermediate_size", "moe_intermediate_size")
+    cfg.map("decoder_sparse_step", "decoder_sparse_step", 1)
+    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", False), "norm_topk_prob")
+    cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
+    cfg.expect("mlp_only_layers", [[]], [], " (dense layers are those decoder_sparse_step leaves)")
+
+
+def _gemma_common(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=True, activation="gelu_pytorch_tanh")
+    _head_dim(cfg, "head_dim")
+    _bias(cfg, "attention_bias")
+    cfg.map("query_pre_attn_scalar", "query_pre_attn_scalar", integer=False)
+    m.window = _window(cfg)
+    cfg.expect("use_bidirectional_attention", [None, False], None, " (the spec's attention is causal)")
+    final = cfg.get("final_logit_softcapping", None)
+    cfg.put("final_logit_softcapping", 0.0 if final is None else cfg.number("final_logit_softcapping", integer=False,
+                                                                             least=1e-9),
+            "final_logit_softcapping")
+
+
+def _gemma2(cfg: ConfigReader, m: Mapped) -> None:
+    _gemma_common(cfg, m)
+    cfg.map("attn_logit_softcapping", "attn_logit_softcapping", integer=False, least=1e-9)
+    _default_rope(cfg)
+    layers = cfg.config["num_hidden_layers"]
+    _layer_kinds(cfg, ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+                 "even layers slide")
+
+
+def _gemma3(cfg: ConfigReader, m: Mapped) -> None:
+    _gemma_common(cfg, m)
+    cfg.expect("attn_logit_softcapping", [None], None, " (Gemma 3 uses QK-norm)")
+    spellings = [k for k in ("sliding_window_pattern", "_sliding_window_pattern") if cfg.has(k)]
+    values = {cfg.get(k) for k in spellings}
+    if len(values) > 1:
+        raise UserError(f"{cfg.file}: sliding_window_pattern and _sliding_window_pattern disagree")
+    pattern = cfg.number(spellings[0], 6) if spellings else 6
+    cfg.put("sliding_window_pattern", pattern, spellings[0] if spellings else "sliding_window_pattern (default)")
+    layers = cfg.config["num_hidden_layers"]
+    _layer_kinds(cfg, ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)],
+                 f"every {pattern}th layer global")
+    if cfg.has("rope_parameters") and "full_attention" in (cfg.config["rope_parameters"] or {}):
+        local = read_rope(cfg, ("default",), kind="sliding_attention")
+        cfg.put("rope_local_base_freq", local["rope_theta"], f"{local.where}.rope_theta")
+        rope = read_rope(cfg, ("default", "linear"), kind="full_attention")
+    else:
+        cfg.put("rope_local_base_freq", cfg.number("rope_local_base_freq", 10000.0, integer=False),
+                "rope_local_base_freq")
+        rope = read_rope(cfg, ("default", "linear"), default_theta=1000000.0)
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+    cfg.put("rope_scaling_factor", float(rope.get("factor", 1.0)),
+            f"{rope.where}.factor" if "factor" in rope else f"{rope.where}.rope_type \"default\": factor 1")
+
+
+def _olmo2(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=False)
+    _bias(cfg, "attention_bias")
+    _default_rope(cfg)
+
+
+def _phi3(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=False)
+    _bias(cfg, "attention_bias")
+    _no_window(cfg)
+    rope = read_rope(cfg, ("default",))
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+    factor = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+    if rope.get("partial_rotary_factor", factor) != factor:
+        raise UserError(f"{cfg.file}: partial_rotary_factor and {rope.where}.partial_rotary_factor disagree")
+    cfg.put("partial_rotary_factor", factor, "partial_rotary_factor")
+    cfg.ignore("original_max_position_embeddings", "the context before long-rope scaling; rope_type default has none")
+
+
+def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
+    if cfg.has("quantization_config"):
+        raise UserError(f"{cfg.file}: quantization_config ({render(cfg.config['quantization_config'].get('quant_method') if isinstance(cfg.config['quantization_config'], dict) else cfg.config['quantization_config'])}) "
+                        "is not supported (supported: unquantized weights; dequantize with transformers first)")
+    _common(cfg, tie_default=False)
+    _head_dim(cfg, "head_dim")
+    cfg.expect("attention_bias", [True], True, " (gpt-oss has biases on every attention projection)")
+    m.window = _window(cfg)
+    spellings = [k for k in ("num_experts_per_tok", "experts_per_token") if cfg.has(k)]
+    if len({cfg.config[k] for k in spellings}) > 1:
+        raise UserError(f"{cfg.file}: num_experts_per_tok and experts_per_token disagree")
+    cfg.map("num_local_experts", "num_local_experts")
+    cfg.map(spellings[0] if spellings else "num_experts_per_tok", "num_experts_per_tok")
+    for key in spellings[1:]:
+        cfg.get(key)
+    cfg.map("swiglu_limit", "swiglu_limit", 7.0, integer=False, least=1e-9)
+    cfg.map("swiglu_alpha", "swiglu_alpha", 1.702, integer=False, least=1e-9)
+    cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
+    cfg.ignore("initial_context_length", "the context of pretraining; YaRN's original_max_position_embeddings is used")
+    rope = read_rope(cfg, ("yarn",), default_theta=150000.0)
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+    truncate = rope.get("truncate", True)
+    if truncate is not False:
+        raise UserError(f"{cfg.file}: {rope.where}.truncate {render(truncate)} is not supported (supported: false)")
+    for param, key in (("rope_scaling_factor", "factor"), ("original_max_position_embeddings",
+                                                           "original_max_position_embeddings"),
+                       ("beta_fast", "beta_fast"), ("beta_slow", "beta_slow")):
+        cfg.put(param, rope.get(key, {"beta_fast": 32.0, "beta_slow": 1.0}.get(key)), f"{rope.where}.{key}")
+    m.scaled_from = rope["original_max_position_embeddings"]
+    layers = cfg.config["num_hidden_layers"]
+    _layer_kinds(cfg, ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+                 "even layers slide")
+
+
+@dataclass(frozen=True)
+class Family:
+    spec: str
+    hf_class: str
+    layout: str
+    read: Callable[[ConfigReader, Mapped], None]
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family("llama", "LlamaForCausalLM", "pre_norm", _llama),
+    "mistral": Family("mistral", "MistralForCausalLM", "pre_norm", _mistral),
+    "qwen2": Family("qwen2", "Qwen2ForCausalLM", "pre_norm", _qwen2),
+    "qwen3": Family("qwen3", "Qwen3ForCausalLM", "pre_norm", _qwen3),
+    "gemma2": Family("gemma2", "Gemma2ForCausalLM", "sandwich", _gemma2),
+    "gemma3_text": Family("gemma3", "Gemma3ForCausalLM", "sandwich", _gemma3),
+    "olmo2": Family("olmo2", "Olmo2ForCausalLM", "post_norm", _olmo2),
+    "phi3": Family("phi3", "Phi3ForCausalLM", "phi3", _phi3),
+    "mixtral": Family("mixtral", "MixtralForCausalLM", "mixtral", _mixtral),
+    "qwen3_moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", _qwen3_moe),
+    "gpt_oss": Family("gpt_oss", "GptOssForCausalLM", "gpt_oss", _gpt_oss),
+}
+REFUSED_TYPES = {
+    "gemma3": "a Gemma 3 checkpoint with its vision tower; xspec imports the text model (model_type gemma3_text)",
+}
+
+
+def map_config(config: dict, file: str = "config.json") -> Mapped:
+    model_type = config.get("model_type")
+    if model_type in REFUSED_TYPES:
+        raise UserError(f"{file}: model_type {render(model_type)} is not supported: {REFUSED_TYPES[model_type]}")
+    if model_type not in FAMILIES:
+        what = "no model_type" if model_type is None else f"model_type {render(model_type)}"
+        refuse(what, list(FAMILIES), file)
+    if config.get("auto_map") is not None:
+        raise UserError(f"{file}: auto_map names remote code; xspec runs none (supported: transformers' own "
+                        f"{FAMILIES[model_type].hf_class})")
+    family = FAMILIES[model_type]
+    cfg = ConfigReader(config, file)
+    cfg.get("model_type")
+    mapped = Mapped(family.spec, model_type, family.hf_class, family.layout, cfg.settings, cfg.notes, 0,
+                    config=config)
+    family.read(cfg, mapped)
+    if not cfg.has("max_position_embeddings") or "max_position_embeddings" not in cfg.taken:
+        mapped.max_positions = _max_positions(cfg)
+    else:
+        mapped.max_positions = cfg.config["max_position_embeddings"]
+    cfg.finish()
+    mapped.tied = bool(mapped.params.get("tie_word_embeddings"))
+    return mapped

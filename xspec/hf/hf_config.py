@@ -1,0 +1,84 @@
+"""A spec's parameters as the config.json of its family's transformers class: the inverse of families.py,
+in the rope_theta + rope_scaling spelling that every transformers version reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+COMMON = {"vocab": "vocab_size", "d_model": "hidden_size", "layers": "num_hidden_layers",
+          "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "d_ff": "intermediate_size",
+          "rms_norm_eps": "rms_norm_eps", "tie_word_embeddings": "tie_word_embeddings", "rope_theta": "rope_theta"}
+# Each model_type's parameters beyond COMMON, by the config key they become.
+OWN: dict[str, dict[str, str]] = {
+    "llama": {"attention_bias": "attention_bias", "mlp_bias": "mlp_bias"},
+    "mistral": {"head_dim": "head_dim", "sliding_window": "sliding_window"},
+    "mixtral": {"head_dim": "head_dim", "sliding_window": "sliding_window", "num_local_experts": "num_local_experts",
+                "num_experts_per_tok": "num_experts_per_tok", "router_aux_loss_coef": "router_aux_loss_coef"},
+    "qwen2": {"use_sliding_window": "use_sliding_window", "max_window_layers": "max_window_layers"},
+    "qwen3": {"head_dim": "head_dim", "attention_bias": "attention_bias", "use_sliding_window": "use_sliding_window",
+              "max_window_layers": "max_window_layers"},
+    "qwen3_moe": {"head_dim": "head_dim", "attention_bias": "attention_bias",
+                  "use_sliding_window": "use_sliding_window", "max_window_layers": "max_window_layers",
+                  "num_experts": "num_experts", "num_experts_per_tok": "num_experts_per_tok",
+                  "moe_intermediate_size": "moe_intermediate_size", "decoder_sparse_step": "decoder_sparse_step",
+                  "norm_topk_prob": "norm_topk_prob", "router_aux_loss_coef": "router_aux_loss_coef"},
+    "gemma2": {"head_dim": "head_dim", "attention_bias": "attention_bias", "sliding_window": "sliding_window",
+               "query_pre_attn_scalar": "query_pre_attn_scalar", "attn_logit_softcapping": "attn_logit_softcapping"},
+    "gemma3_text": {"head_dim": "head_dim", "attention_bias": "attention_bias", "sliding_window": "sliding_window",
+                    "query_pre_attn_scalar": "query_pre_attn_scalar", "sliding_window_pattern": "sliding_window_pattern",
+                    "rope_local_base_freq": "rope_local_base_freq"},
+    "olmo2": {"attention_bias": "attention_bias"},
+    "phi3": {"partial_rotary_factor": "partial_rotary_factor"},
+    "gpt_oss": {"head_dim": "head_dim", "sliding_window": "sliding_window", "num_local_experts": "num_local_experts",
+                "num_experts_per_tok": "num_experts_per_tok", "swiglu_limit": "swiglu_limit",
+                "router_aux_loss_coef": "router_aux_loss_coef"},
+}
+
+
+def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_positions: int,
+               bos_id: int | None, eos_ids: list[int]) -> dict[str, Any]:
+    config: dict[str, Any] = {"architectures": [hf_class], "model_type": model_type,
+                              "max_position_embeddings": max_positions,
+                              "bos_token_id": bos_id, "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else eos_ids or None,
+                              # padding is never attended to; null keeps a class default (Phi-3's 32000) from
+                              # naming a row past a small vocabulary
+                              "pad_token_id": None}
+    for param, key in {**COMMON, **OWN[model_type]}.items():
+        config[key] = params[param]
+    if model_type == "llama" and params["d_k"] != params["d_model"] // params["heads"]:
+        config["head_dim"] = params["d_k"]
+    if model_type in ("gemma2", "gemma3_text"):
+        config["hidden_activation"] = "gelu_pytorch_tanh"
+        softcap = params["final_logit_softcapping"]
+        config["final_logit_softcapping"] = softcap if softcap > 0 else None
+    else:
+        config["hidden_act"] = "silu"
+    if model_type == "qwen2" or model_type.startswith("qwen3"):
+        config["sliding_window"] = params["sliding_window"] if params["use_sliding_window"] else None
+    if model_type == "qwen3_moe":
+        config["mlp_only_layers"] = []
+    if model_type == "gemma3_text":
+        factor = params["rope_scaling_factor"]
+        config["rope_scaling"] = {"rope_type": "linear", "factor": factor} if factor != 1.0 else None
+    if model_type == "gpt_oss":
+        config["attention_bias"] = True
+        config["rope_scaling"] = {"rope_type": "yarn", "factor": params["rope_scaling_factor"],
+                                  "beta_fast": params["beta_fast"], "beta_slow": params["beta_slow"],
+                                  "original_max_position_embeddings": params["original_max_position_embeddings"],
+                                  "truncate": False}
+    if model_type == "llama" and "rope_type" in params:
+        config["rope_scaling"] = _llama_scaling(params)
+    return config
+
+
+def _llama_scaling(params: dict[str, Any]) -> dict[str, Any]:
+    kind = params["rope_type"]
+    scaling: dict[str, Any] = {"rope_type": kind, "factor": params["rope_factor"]}
+    if kind in ("llama3", "yarn"):
+        scaling["original_max_position_embeddings"] = params["original_max_position_embeddings"]
+    if kind == "llama3":
+        scaling |= {"low_freq_factor": params["low_freq_factor"], "high_freq_factor": params["high_freq_factor"]}
+    if kind == "yarn":
+        scaling |= {"beta_fast": params["beta_fast"], "beta_slow": params["beta_slow"],
+                    "truncate": params["rope_truncate"]}
+    return scaling

@@ -1,0 +1,207 @@
+"""`xspec import`: a save_pretrained directory as an xspec run directory, written atomically.
+
+    OUT/model.xspec                         the family's spec extended with the checkpoint's values
+    OUT/specs/...                           the shipped specs it imports, copied
+    OUT/spec.xspec                          the same, resolved into one self-contained text (as every run has)
+    OUT/checkpoints/step-00000000.safetensors  the weights under the spec's names, the spec and the tokenizer
+    OUT/import.json                         the source, the family, what was set aside and why, the check
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+import xspec
+from xspec.errors import SpecError, UserError
+from xspec.hf import weight_map
+from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
+from xspec.hf.families import Mapped, map_config
+from xspec.hf.safetensors_file import write_safetensors
+from xspec.hf.summary import IMPORT_FILE
+from xspec.hf.spec_text import copy_family, model_name, spec_text
+from xspec.hf.tokenizer import CheckpointTokenizer, find_tokenizer
+
+MODEL_SPEC = "model.xspec"
+
+
+@dataclass
+class Imported:
+    out: Path
+    mapped: Mapped
+    spec: object
+    tokenizer: CheckpointTokenizer
+    verification: dict | None
+
+
+def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool = True,
+                      say: Callable[[str], None] = print, device: str | None = None) -> Imported:
+    """Writes the run directory `out` from the checkpoint directory `source`; `device` (default: CUDA when
+    available) is where the verification runs."""
+    _check_output(source, out, force)
+    config = read_config(source)
+    mapped = map_config(config, str(source / CONFIG))
+    weights = open_weights(source, config)
+    tokenizer = find_tokenizer(source, config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".importing"))
+    try:
+        try:
+            spec = _write_spec(work, source, mapped)
+        except SpecError as error:    # named where the spec would be written, not the temporary folder
+            raise SpecError(str(error).replace(str(work), str(out)), error.diagnostics) from None
+        _check_sizes(spec)
+        plan = _plan(mapped, spec, weights)
+        _write_weights(work, plan, weights, spec, tokenizer)
+        verification = None
+        if verify:
+            from xspec.hf.verify import verify_import
+
+            verification = verify_import(source, work, mapped, say, spec, device)
+        _write_record(work, source, mapped, tokenizer, verification)
+        _replace(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return Imported(out, mapped, spec, tokenizer, verification)
+
+
+def _check_output(source: Path, out: Path, force: bool) -> None:
+    """OUT is new, or (with --force) an earlier import or an empty directory; never the checkpoint itself."""
+    inside = [out.resolve(), *out.resolve().parents]
+    if source.resolve() in inside or out.resolve() in [source.resolve(), *source.resolve().parents]:
+        raise UserError(f"{out}: the output may not be the checkpoint directory {source}, inside it, or around it")
+    if not out.exists() and not out.is_symlink():
+        return
+    if not force:
+        raise UserError(f"{out}: already exists; pass --force to replace it")
+    if out.is_symlink() or not out.is_dir() or (any(out.iterdir()) and not (out / IMPORT_FILE).is_file()):
+        raise UserError(f"{out}: not a directory `xspec import` wrote; --force replaces only an earlier import "
+                        "(or an empty directory)")
+
+
+def _write_spec(work: Path, source: Path, mapped: Mapped):
+    imported = copy_family(mapped.spec, work)
+    text = spec_text(model_name(source), mapped.spec, imported, mapped.settings, str(source), mapped.model_type,
+                     mapped.max_positions)
+    (work / MODEL_SPEC).write_text(text, encoding="utf-8")
+    spec = xspec.compile(work / MODEL_SPEC)
+    (work / "spec.xspec").write_text(spec.resolved_source, encoding="utf-8")
+    return spec
+
+
+def _check_sizes(spec) -> None:
+    """The memory check `build` makes, before anything the size of the model is read or made."""
+    spec._check_allocatable(torch.device("cpu"))
+
+
+@dataclass
+class Plan:
+    groups: list[weight_map.Group]
+    tied: dict[str, str]           # the spec's tied copies -> the tensor they share
+    layout: list[tuple[str, torch.dtype, tuple[int, ...]]]
+
+
+def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
+    """Which checkpoint tensors make which of the spec's, every shape checked (on meta tensors, nothing
+    read): a tensor missing, left over or of the wrong shape is an error naming it."""
+    shapes = spec.param_shapes
+    tied = {copy: target for copy, target in spec.ties.items()}
+    names = [n for n in shapes if n not in tied]
+    groups = weight_map.groups(mapped.layout, names, shapes, spec.params)
+    wanted = {hf for g in groups for hf in g.hf}
+    where = weights.path
+    missing = [hf for g in groups for hf in g.hf if hf not in weights.files]
+    if missing:
+        raise UserError(f"{where}: no tensor {missing[0]}, which a {mapped.model_type} model with this config.json has")
+    extra = [n for n in weights.files if n not in wanted]
+    if mapped.tied and "lm_head.weight" in extra:
+        extra.remove("lm_head.weight")    # a copy of the embedding some checkpoints keep: checked when written
+    if extra:
+        raise UserError(f"{where}: tensor {extra[0]} is left over: a {mapped.model_type} model with this "
+                        "config.json has no such tensor")
+    dtypes, layout_of = {}, {}
+    for group in groups:
+        inputs = [torch.empty(weights.shape(n), dtype=weights.files[n].dtype(n), device="meta") for n in group.hf]
+        try:
+            outputs = group.to_ours(inputs)
+        except RuntimeError:
+            outputs = None
+        for i, name in enumerate(group.ours):
+            got = tuple(outputs[i].shape) if outputs is not None else None
+            if got != tuple(shapes[name]):
+                shown = ", ".join(f"{n} {tuple(weights.shape(n))}" for n in group.hf)
+                raise UserError(f"{where}: tensor {shown} has the wrong shape: the model with this config.json "
+                                f"needs {tuple(shapes[name])} for {name}")
+            dtypes[name] = inputs[0].dtype
+            layout_of[name] = (name, inputs[0].dtype, tuple(shapes[name]))
+    layout = [layout_of[n] for n in names] + [(c, dtypes[t], tuple(shapes[c])) for c, t in tied.items()]
+    return Plan(groups, tied, layout)
+
+
+def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
+    """The spec's tensors in `plan.layout`'s order, each made when the writer asks for it; a group's
+    checkpoint pages are given back once the writer has moved past it."""
+    by_name = {name: g for g in plan.groups for name in g.ours}
+    made: dict[str, torch.Tensor] = {}
+    read: tuple[str, ...] = ()
+    for name, _, _ in plan.layout:
+        if name in plan.tied and name.endswith("generator.weight"):
+            yield _embedding_copy(weights)
+            continue
+        name = plan.tied.get(name, name)
+        if name not in made:
+            for done in read:
+                weights.files[done].release(done)
+            group = by_name[name]
+            made = dict(zip(group.ours, group.to_ours([weights.tensor(n) for n in group.hf])))
+            read = group.hf
+        yield made.pop(name)
+
+
+def _embedding_copy(weights: CheckpointDir) -> torch.Tensor:
+    embedding = weights.tensor("model.embed_tokens.weight")
+    if "lm_head.weight" in weights.files and not torch.equal(weights.tensor("lm_head.weight"), embedding):
+        raise UserError(f"{weights.path}: lm_head.weight differs from model.embed_tokens.weight, but "
+                        "tie_word_embeddings is true")
+    return embedding
+
+
+def _write_weights(work: Path, plan: Plan, weights: CheckpointDir, spec, tokenizer: CheckpointTokenizer) -> None:
+    from xspec.runtime.checkpoint import PARAMS_KEY, SPEC_KEY, STEP_KEY, TOKENIZER_KEY, VOCAB_KEY, weights_file
+
+    metadata = {SPEC_KEY: spec.resolved_source, PARAMS_KEY: json.dumps(spec.params, sort_keys=True),
+                VOCAB_KEY: base64.b64encode(tokenizer.model_proto).decode("ascii"),
+                STEP_KEY: "0", TOKENIZER_KEY: json.dumps(tokenizer.describe())}
+    path = weights_file(work / "checkpoints", 0)
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as handle:
+        write_safetensors(handle, plan.layout, _tensors(plan, weights), metadata)
+
+
+def _write_record(work: Path, source: Path, mapped: Mapped, tokenizer, verification) -> None:
+    record = {"source": str(source.resolve()), "model_type": mapped.model_type, "family": mapped.spec,
+              "hf_class": mapped.hf_class, "set": [s.__dict__ for s in mapped.settings], "not_architectural": mapped.notes,
+              "tokenizer": tokenizer.describe(), "verification": verification,
+              "config": mapped.config}
+    (work / IMPORT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def _replace(work: Path, out: Path) -> None:
+    """Moves the finished import into place; an earlier OUT (with --force) goes only once it is complete."""
+    if out.exists():
+        old = out.with_name(f".{out.name}.replaced")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(work, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(work, out)

@@ -1,0 +1,83 @@
+"""Rotary settings as config.json gives them, in either spelling transformers has written: `rope_theta`
+beside `rope_scaling` (a type and its parameters, or null), or one `rope_parameters` object holding both
+(per layer kind where layers differ). Each is read strictly: a key the spec does not compute is refused."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from xspec.errors import UserError
+from xspec.hf.config_reader import ConfigReader, refuse, render
+
+# The parameters each rope_type has in the specs, beside rope_theta and rope_type.
+PARAMETERS: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "beta_fast", "beta_slow", "original_max_position_embeddings", "truncate"),
+}
+ALL_TYPES = tuple(PARAMETERS)
+
+
+class Rope(dict):
+    """rope_type, rope_theta and the type's parameters; `where` names the config key they came from."""
+
+    where: str = "rope_parameters"
+
+
+def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = None,
+              default_theta: float = 10000.0) -> Rope:
+    """The rotary settings (of layer kind `kind`, e.g. "full_attention", where they differ by kind)."""
+    if cfg.has("rope_parameters"):
+        found = cfg.get("rope_parameters")
+        where = "rope_parameters"
+        if kind is not None and isinstance(found, dict) and kind in found:
+            found, where = found[kind], f"rope_parameters.{kind}"
+        if not isinstance(found, dict):
+            raise UserError(f"{cfg.file}: {where} is not an object")
+        values = dict(found)
+        if cfg.has("rope_theta"):   # both spellings: they must agree
+            _agree(cfg, "rope_theta", cfg.get("rope_theta"), values.get("rope_theta"), where)
+    else:
+        scaling = cfg.get("rope_scaling", None)
+        where = "rope_scaling"
+        if scaling is not None and not isinstance(scaling, dict):
+            raise UserError(f"{cfg.file}: rope_scaling {render(scaling)} is not an object or null")
+        values = {"rope_type": "default", **(scaling or {})}
+        if "type" in values:        # the older spelling of rope_type
+            values["rope_type"] = values.pop("type")
+        values["rope_theta"] = cfg.number("rope_theta", default_theta, integer=False, least=1e-9)
+    rope_type = values.pop("rope_type", "default")
+    if rope_type not in supported:
+        refuse(f"{where}.rope_type {render(rope_type)}", list(supported), cfg.file)
+    theta = values.pop("rope_theta", default_theta)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise UserError(f"{cfg.file}: {where}.rope_theta {render(theta)} is not a positive number")
+    rope = Rope(rope_type=rope_type, rope_theta=float(theta))
+    rope.where = where
+    if "partial_rotary_factor" in values:      # kept beside the rotary settings by newer versions
+        rope["partial_rotary_factor"] = values.pop("partial_rotary_factor")
+    for name in PARAMETERS[rope_type]:
+        if name in values:
+            rope[name] = values.pop(name)
+    if values:
+        extra = sorted(values)[0]
+        raise UserError(f"{cfg.file}: {where}.{extra} ({render(values[extra])}) is not supported with rope_type "
+                        f"{render(rope_type)} (supported: {', '.join(PARAMETERS[rope_type]) or 'no parameters'})")
+    if rope_type != "default" and "factor" not in rope:
+        raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no factor")
+    if "original_max_position_embeddings" in PARAMETERS[rope_type]:
+        top = cfg.get("original_max_position_embeddings", None)
+        if "original_max_position_embeddings" not in rope:
+            if top is None:
+                raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no "
+                                "original_max_position_embeddings")
+            rope["original_max_position_embeddings"] = top
+        elif top is not None:
+            _agree(cfg, "original_max_position_embeddings", top, rope["original_max_position_embeddings"], where)
+    return rope
+
+
+def _agree(cfg: ConfigReader, key: str, top: Any, inner: Any, where: str) -> None:
+    if inner is not None and top != inner:
+        raise UserError(f"{cfg.file}: {key} {render(top)} and {where}.{key} {render(inner)} disagree")

@@ -1,0 +1,148 @@
+"""Proof at import: the imported model and the checkpoint's own transformers class, both in float32, on
+one fixed random batch; max |logit difference| and the mean KL divergence of the next-token
+distributions, the import failing above a threshold. The batch reaches past the sliding window and past
+original_max_position_embeddings when the config declares them (within max_position_embeddings). The two
+models are never held at once; a model too large to hold even once as float32 is checked on its first
+layers on both sides, and says so."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from xspec.errors import UserError
+from xspec.hf.families import Mapped
+
+MAX_KL = 1e-5                 # nats per token, averaged
+MAX_RELATIVE_DIFFERENCE = 1e-3  # of the largest logit's size (float32 sums in another order differ by ~1e-6)
+SHORTEST = 16
+LONGEST = 8200                # positions checked at most (past Llama 3.1's 8192 original positions)
+
+
+def transformers_available() -> bool:
+    try:
+        importlib.import_module("transformers")
+    except ImportError:
+        return False
+    return True
+
+
+def check_length(mapped: Mapped) -> int:
+    """A length past every boundary the config declares (the window, the rotary scaling's start)."""
+    length = SHORTEST
+    if mapped.window:
+        length = max(length, mapped.window + 4)
+    if mapped.scaled_from:
+        length = max(length, mapped.scaled_from + 4)
+    return min(length, mapped.max_positions, LONGEST)
+
+
+def available_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    from xspec.spec import _available_host_memory
+
+    return _available_host_memory()
+
+
+def layers_to_check(work: Path, layers: int, whole: int, device: torch.device) -> int:
+    """All the layers when one float32 copy of the model fits in memory (the two models are never held
+    at once); else as many first layers as fit, at least one."""
+    import xspec
+
+    def needed(count: int) -> int:
+        return xspec.compile(work / "model.xspec", overrides={"layers": count})._compilation.validated.bytes_needed
+
+    room = int(available_memory(device) * 0.8)
+    if whole <= room or layers == 1:
+        return layers
+    one, two = needed(1), needed(2)
+    per_layer, rest = two - one, 2 * one - two
+    fitting = (room - rest) // per_layer if per_layer > 0 else layers
+    if fitting < 1:
+        raise UserError(f"{work.name}: not even one layer of the model fits in memory as float32 beside its "
+                        f"embeddings ({one / 2**30:.1f} GiB); import with --no-verify")
+    return int(min(fitting, layers - 1))
+
+
+def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+    device = str(tokens.device)
+    import xspec
+
+    if checked == layers:
+        model = xspec.load(work, device=device).model
+    else:  # the first layers: the spec with fewer, their tensors read from the written checkpoint
+        from xspec.hf.safetensors_file import SafetensorsFile
+        from xspec.runtime.checkpoint import weights_file
+
+        spec = xspec.compile(work / "model.xspec", overrides={"layers": checked})
+        model = spec.build(device=device).eval()
+        written = SafetensorsFile(weights_file(work / "checkpoints", 0))
+        model.load_state_dict({name: written.tensor(name) for name in model.state_dict()})
+    with torch.no_grad():
+        return model(tokens).float()
+
+
+def _their_logits(source: Path, hf_class, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+    import transformers
+
+    config = hf_class.config_class.from_pretrained(source)
+    if checked != config.num_hidden_layers:
+        config.num_hidden_layers = checked
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:checked]
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()       # one line of figures, not a loading bar
+    verbosity = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()        # the layers left out are not news
+    try:
+        reference = hf_class.from_pretrained(source, config=config, dtype=torch.float32, trust_remote_code=False,
+                                             use_safetensors=True, attn_implementation="eager").eval()
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+    with torch.no_grad():
+        return reference.to(tokens.device)(tokens).logits.float()
+
+
+def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str], None], spec,
+                  device: str | None = None) -> dict:
+    """The check, of the import written in `work` (compiled as `spec`) against the checkpoint in `source`."""
+    if not transformers_available():
+        say("not verified: transformers is not installed (pip install 'xspec[hf]' to compare the import's "
+            "logits with the checkpoint's own class)")
+        return {"verified": False, "reason": "transformers is not installed"}
+    import transformers
+
+    length = check_length(mapped)
+    from xspec.runtime.distributed import pick_device
+
+    chosen = pick_device(device)
+    tokens = torch.randint(0, mapped.params["vocab"], (2, length), generator=torch.Generator().manual_seed(0))
+    tokens = tokens.to(chosen)
+    layers = mapped.params["layers"]
+    checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
+    # One model at a time: ours, then the checkpoint's own class.
+    our_logits = _our_logits(work, layers, checked, tokens)
+    hf_logits = _their_logits(source, getattr(transformers, mapped.hf_class), checked, tokens)
+    difference = (our_logits - hf_logits).abs().max().item()
+    scale = hf_logits.abs().max().item()
+    kl = torch.nn.functional.kl_div(our_logits.log_softmax(-1), hf_logits.log_softmax(-1), log_target=True,
+                                    reduction="none").sum(-1).mean().clamp(min=0).item()
+    figures = {"verified": True, "positions": length, "layers": checked, "max_abs_logit_difference": difference,
+               "kl": kl, "largest_logit": scale}
+    detail = f"max |Δlogit| {difference:.3g} (logits up to {scale:.3g}), KL {kl:.3g} over {tokens.numel()} positions " \
+             f"(2 x {length})"
+    if checked < layers:
+        detail += f", on the first {checked} of {layers} layers on both sides (the whole model does not fit in memory " \
+                  "as float32)"
+    if not (math.isfinite(difference) and difference <= MAX_RELATIVE_DIFFERENCE * max(1.0, scale) and kl <= MAX_KL):
+        raise UserError(f"{source}: the imported model's logits differ from {mapped.hf_class}'s: {detail} "
+                        f"(allowed: {MAX_RELATIVE_DIFFERENCE:g} of the largest logit, KL {MAX_KL:g}); nothing written")
+    say(f"verified against transformers' {mapped.hf_class}: {detail}")
+    return figures

@@ -1,0 +1,140 @@
+"""Hugging Face's tensor names and packing against the spec's, in both directions.
+
+A `Group` ties some checkpoint tensors to some of the model's: mostly one to one under another name,
+but Phi-3 fuses q, k, v (and gate, up) into one matrix, Mixtral and Qwen3-MoE store each expert
+apart where the spec stacks them, and gpt-oss interleaves gate and up columns and multiplies from the
+left. The groups are made from the spec's own tensor names, so a checkpoint tensor no group asks for is
+left over, and one a group asks for but the checkpoint lacks is missing: both are errors naming it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Tensors = list[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Group:
+    hf: tuple[str, ...]
+    ours: tuple[str, ...]
+    to_ours: Callable[[Tensors], Tensors]
+    to_hf: Callable[[Tensors], Tensors]
+
+
+def _same(tensors: Tensors) -> Tensors:
+    return tensors
+
+
+RENAMES = [  # the spec's names -> Hugging Face's, for what every family shares
+    (r"decoder\.embedding\.weight", "model.embed_tokens.weight"),
+    (r"decoder\.norm\.weight", "model.norm.weight"),
+    (r"decoder\.generator\.weight", "lm_head.weight"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", r"model.layers.\1.self_attn.\2_proj.\3"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.out_proj\.(weight|bias)", r"model.layers.\1.self_attn.o_proj.\2"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"model.layers.\1.self_attn.\2_norm.weight"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.sinks", r"model.layers.\1.self_attn.sinks"),
+    (r"decoder\.layers\.(\d+)\.ffn\.(gate|up|down)\.(weight|bias)", r"model.layers.\1.mlp.\2_proj.\3"),
+]
+NORMS = {
+    "pre_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.input_layernorm.weight"),
+                 (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight", r"model.layers.\1.post_attention_layernorm.weight")],
+    "post_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
+                  (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight",
+                   r"model.layers.\1.post_feedforward_layernorm.weight")],
+    "sandwich": [(rf"decoder\.layers\.(\d+)\.{ours}\.weight", rf"model.layers.\1.{hf}.weight")
+                 for ours, hf in (("input_norm", "input_layernorm"), ("post_attention_norm", "post_attention_layernorm"),
+                                  ("pre_feedforward_norm", "pre_feedforward_layernorm"),
+                                  ("post_feedforward_norm", "post_feedforward_layernorm"))],
+}
+NORM_OF_LAYOUT = {"pre_norm": "pre_norm", "post_norm": "post_norm", "sandwich": "sandwich", "phi3": "pre_norm",
+                  "mixtral": "pre_norm", "qwen3_moe": "pre_norm", "gpt_oss": "pre_norm"}
+
+
+def groups(layout: str, names: list[str], shapes: dict[str, tuple[int, ...]], params: dict) -> list[Group]:
+    """The groups covering `names` (the spec's tensors, tied copies left out)."""
+    found: dict[tuple[str, ...], Group] = {}
+    rules = RENAMES + NORMS[NORM_OF_LAYOUT[layout]]
+    special = SPECIAL.get(layout)
+    for name in names:
+        group = special(name, shapes, params) if special else None
+        if group is None:
+            group = Group((_renamed(name, rules),), (name,), _same, _same)
+        found.setdefault(group.hf, group)
+    return list(found.values())
+
+
+def _renamed(name: str, rules: list[tuple[str, str]]) -> str:
+    for pattern, target in rules:
+        if re.fullmatch(pattern, name):
+            return re.sub(pattern, target, name)
+    raise AssertionError(f"no Hugging Face name for the spec's tensor {name}")
+
+
+# --- fused and stacked layouts -------------------------------------------------------------------
+
+def _phi3(name: str, shapes: dict, params: dict) -> Group | None:
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(self_attn\.[qkv]_proj|ffn\.(?:gate|up))\.weight", name)
+    if found is None:
+        return None
+    layer = found[1]
+    if found[2].startswith("self_attn"):
+        ours = tuple(f"decoder.layers.{layer}.self_attn.{p}_proj.weight" for p in "qkv")
+        rows = [shapes[n][0] for n in ours]
+        return Group((f"model.layers.{layer}.self_attn.qkv_proj.weight",), ours,
+                     lambda t: list(t[0].split(rows)), lambda t: [torch.cat(t)])
+    ours = (f"decoder.layers.{layer}.ffn.gate.weight", f"decoder.layers.{layer}.ffn.up.weight")
+    return Group((f"model.layers.{layer}.mlp.gate_up_proj.weight",), ours,
+                 lambda t: list(t[0].chunk(2)), lambda t: [torch.cat(t)])
+
+
+def _per_expert(prefix: str, names: dict[str, str], router: str):
+    """Experts stored one tensor per expert (`prefix.experts.E.<name>.weight`), stacked by the spec."""
+
+    def special(name: str, shapes: dict, params: dict) -> Group | None:
+        found = re.fullmatch(r"decoder\.layers\.(\d+)\.ffn\.moe\.(router\.weight|gate|up|down)", name)
+        if found is None:
+            return None
+        layer, part = found[1], found[2]
+        base = f"model.layers.{layer}.{prefix}"
+        if part == "router.weight":
+            return Group((f"{base}.{router}.weight",), (name,), _same, _same)
+        experts = shapes[name][0]
+        hf = tuple(f"{base}.experts.{e}.{names[part]}.weight" for e in range(experts))
+        return Group(hf, (name,), lambda t: [torch.stack(t)], lambda t: list(t[0].unbind(0)))
+
+    return special
+
+
+def _gpt_oss(name: str, shapes: dict, params: dict) -> Group | None:
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.ffn\.moe\.(\w+(?:\.\w+)?)", name)
+    if found is None:
+        return None
+    layer, part = found[1], found[2]
+    base = f"model.layers.{layer}.mlp"
+    if part.startswith("router."):
+        return Group((f"{base}.{part}",), (name,), _same, _same)
+    ours = lambda *parts: tuple(f"decoder.layers.{layer}.ffn.moe.{p}" for p in parts)  # noqa: E731
+    if part in ("gate", "up"):   # [E, d, 2 f], gate and up interleaved (even, odd columns), multiplied from the left
+        return Group((f"{base}.experts.gate_up_proj",), ours("gate", "up"),
+                     lambda t: [t[0][..., ::2].transpose(1, 2), t[0][..., 1::2].transpose(1, 2)],
+                     lambda t: [torch.stack([t[0].transpose(1, 2), t[1].transpose(1, 2)], dim=-1).flatten(-2)])
+    if part in ("gate_bias", "up_bias"):
+        return Group((f"{base}.experts.gate_up_proj_bias",), ours("gate_bias", "up_bias"),
+                     lambda t: [t[0][..., ::2], t[0][..., 1::2]],
+                     lambda t: [torch.stack(t, dim=-1).flatten(-2)])
+    if part == "down":
+        return Group((f"{base}.experts.down_proj",), (name,), lambda t: [t[0].transpose(1, 2)],
+                     lambda t: [t[0].transpose(1, 2)])
+    return Group((f"{base}.experts.down_proj_bias",), (name,), _same, _same)
+
+
+SPECIAL = {
+    "phi3": _phi3,
+    "mixtral": _per_expert("block_sparse_moe", {"gate": "w1", "up": "w3", "down": "w2"}, "gate"),
+    "qwen3_moe": _per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate"),
+    "gpt_oss": _gpt_oss,
+}
