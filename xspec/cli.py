@@ -13,7 +13,7 @@ from xspec.commands import eval as eval_command
 from xspec.commands import stats as stats_command
 from xspec.commands import import_hf, sweep
 from xspec.errors import SpecError, UserError
-from xspec.commands.arguments import add_process_arguments
+from xspec.commands.arguments import add_debug_argument, add_process_arguments
 from xspec.process import apply_threads, reexec_with_tcmalloc
 
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status, and
@@ -42,8 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
             description=command.DESCRIPTION,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                         help="show a Python traceback on errors")
+        add_debug_argument(sub)
         command.add_arguments(sub)
         if getattr(command, "COMPUTES", False):
             add_process_arguments(sub)

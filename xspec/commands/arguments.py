@@ -51,6 +51,13 @@ def float_at_least(least: float, most: float = math.inf) -> Callable[[str], floa
     return parse
 
 
+def add_debug_argument(parser: argparse.ArgumentParser) -> None:
+    """--debug on a (sub)command's own parser, so that it may follow the command's name; SUPPRESS keeps a
+    value given before the name."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show a Python traceback on errors")
+
+
 def add_set_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
     """--set KEY=VALUE, repeatable, the same in every command: `args.overrides`, read by parse_overrides."""
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",

@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from xspec.commands.arguments import int_at_least
+from xspec.commands.arguments import add_debug_argument, int_at_least
 from xspec.errors import UserError
 from xspec.files import check_output_dir
 
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prepare = modes.add_parser("prepare", help="text files into a prepared data directory",
                                description="Text files (a language model's documents, or --src/--tgt: a "
                                            "translation corpus) into a prepared data directory.")
-    _add_debug(prepare)
+    add_debug_argument(prepare)
     prepare.add_argument("text", nargs="*", metavar="TEXT", help="language model: text files, one document a line")
     prepare.add_argument("--src", metavar="FILE", help="translation: source sentences, one a line")
     prepare.add_argument("--tgt", metavar="FILE", help="translation: target sentences, aligned with --src")
@@ -61,14 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="a progress bar when stderr is a terminal (default: on)")
     show = modes.add_parser("show", help="what a prepared directory holds, checked",
                             description="Checks DIR (sizes, hashes, boundaries, token ids) and prints its manifest.")
-    _add_debug(show)
+    add_debug_argument(show)
     show.add_argument("directory", metavar="DIR")
     show.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
-
-def _add_debug(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show a Python traceback on errors")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from xspec.commands.arguments import int_at_least
+from xspec.commands.arguments import add_debug_argument, int_at_least
 from xspec.files import check_output_dir, check_output_file
 
 NAME = "treebank"
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                description="Splits TREES by file id and writes, per split, the sentences "
                                            "(.words), the linearised trees (.trees) and the normalised gold "
                                            "trees (.gold), line-aligned.")
-    _add_debug(prepare)
+    add_debug_argument(prepare)
     prepare.add_argument("trees", metavar="TREES", help="bracketed trees, one a line")
     prepare.add_argument("--fileids", required=True, metavar="FILE",
                          help="the treebank file of each tree (wsj_0001.mrg, ...), one a line, aligned with TREES")
@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     score = modes.add_parser("score", help="labelled bracket F1 of a model's output against gold trees",
                              description="Prints EVALB-style labelled bracket recall, precision and F1 "
                                          "(COLLINS.prm conventions); the last line has F1.")
-    _add_debug(score)
+    add_debug_argument(score)
     score.add_argument("--gold", required=True, metavar="FILE",
                        help="gold trees, bracketed, one a line (prepare's test.gold, or the treebank's lines)")
     score.add_argument("--hyp", required=True, metavar="FILE",
@@ -71,10 +71,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also write the de-linearised trees here, bracketed, with the gold tags (for evalb)")
     score.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
 
-
-def _add_debug(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show a Python traceback on errors")
 
 
 def run(args: argparse.Namespace) -> int:
