@@ -11,13 +11,14 @@ examples' tokens from the memory-mapped shards. Each process reads only the slic
 
 Examples too long for the model are skipped (or truncated, with --truncate) as the in-memory path does,
 when their window is formed; their number is counted once when the directory is opened, in bounded
-memory. Validation examples keep every example (truncated if need be).
+memory. (A prepared validation or test split is decoded into text and read as a file is: splits.py.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 
 from xspec.errors import UserError
@@ -38,9 +39,9 @@ class _Prepared:
     def __len__(self) -> int:
         return self.count - (0 if self.truncate else self.too_long)
 
-    def window(self, number: int, seed: int, key: str = "") -> Window:
+    def window(self, number: int, seed: int) -> Window:
         size = min(WINDOW, self.count)
-        ids, epoch = sequence_slice(self.count, number * size, size, f"{seed}{key}")
+        ids, epoch = sequence_slice(self.count, number * size, size, str(seed))
         return self.window_of(number, epoch, ids)
 
     def window_of(self, number: int, epoch: int, ids: np.ndarray) -> Window:
@@ -53,7 +54,8 @@ class _Prepared:
 
     @property
     def src_lens(self) -> list[int]:
-        """Every example's (for a validation split, whose examples all count)."""
+        """Every example's, as the Examples protocol has it: lists as long as the corpus, which training
+        never asks of a prepared corpus (it reads `window` and `longest_padded`)."""
         return self.lengths(np.arange(self.count))[0].tolist()
 
     @property
@@ -210,7 +212,6 @@ class Mixture:
             self.parts.append(Part(examples, weight / total, base))
             base += examples.count
         self.bases = np.array([p.base for p in self.parts] + [base], dtype=np.int64)
-        self.names = [str(p.examples.prepared.path) for p in self.parts]
         self.take = [max(1, round(min(WINDOW, base) * p.weight)) for p in self.parts]
 
     def __len__(self) -> int:
