@@ -20,6 +20,8 @@ from typing import Optional
 
 import numpy as np
 
+from xspec.runtime.batching import padded_lengths
+
 WINDOW = 65_536                     # examples planned together (about 65 of the paper's updates)
 
 
@@ -41,9 +43,9 @@ class Window:
 
     @property
     def padded(self) -> list[int]:
-        """Each example's length in a padded batch (runtime/batching.padded_lengths)."""
+        """Each example's length in a padded batch."""
         if self._padded is None:
-            self._padded = [max(s, t + 1) for s, t in zip(self.src_lens, self.tgt_lens)]
+            self._padded = padded_lengths(self.src_lens, self.tgt_lens)
         return self._padded
 
 
@@ -58,7 +60,7 @@ class WholeCorpusWindows:
 
     @property
     def longest_padded(self) -> int:
-        return max(max(s, t + 1) for s, t in zip(self.src_lens, self.tgt_lens))
+        return max(padded_lengths(self.src_lens, self.tgt_lens))
 
 
 # --- a permutation of [0, n) without holding it --------------------------------------------------

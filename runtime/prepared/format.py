@@ -92,6 +92,11 @@ class Manifest(_Record):
     def stream_names(self) -> tuple[str, ...]:
         return ("tokens",) if self.kind == "text" else ("source", "target")
 
+    @property
+    def id_dtype(self) -> np.dtype:
+        """The ids' type on disk: little-endian, as prepare writes them."""
+        return np.dtype("<u2" if self.dtype == "uint16" else "<u4")
+
 
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -182,22 +187,13 @@ class PreparedDir:
 
     def id_chunks(self, name: str) -> Iterator[np.ndarray]:
         """The ids of stream `name`, a chunk at a time, by ordinary reads (see open_prepared)."""
-        dtype = np.dtype("<u2" if self.manifest.dtype == "uint16" else "<u4")
         for shard in self.manifest.streams[name]:
-            with open_regular_file(self.path / shard) as handle:
-                while block := handle.read(CHECK_CHUNK * dtype.itemsize):
-                    yield np.frombuffer(block, dtype=dtype)
+            yield from _blocks(self.path / shard, self.manifest.id_dtype)
 
     def example_lengths(self, name: str) -> Iterator[np.ndarray]:
         """The differences of consecutive offsets of `name` (each example's ids; a document's with its EOS),
         a chunk at a time, by ordinary reads (see open_prepared)."""
-        previous = None
-        path = self.path / self.manifest.offsets[name]
-        with open_regular_file(path) as handle:
-            while block := handle.read(CHECK_CHUNK * OFFSET.itemsize):
-                chunk = np.frombuffer(block, dtype=OFFSET)
-                yield np.diff(chunk if previous is None else np.concatenate(([previous], chunk)))
-                previous = chunk[-1]
+        return _differences(_blocks(self.path / self.manifest.offsets[name], OFFSET))
 
 
 def open_prepared(directory: Path, verify: bool = True) -> PreparedDir:
@@ -213,7 +209,7 @@ def open_prepared(directory: Path, verify: bool = True) -> PreparedDir:
     proto = read_regular_file(vocab_path)
     if hashlib.sha256(proto).hexdigest() != manifest.vocabulary.sha256:
         raise UserError(f"{vocab_path}: not the vocabulary {directory / MANIFEST} was prepared with (its hash differs)")
-    dtype = np.dtype("<u2" if manifest.dtype == "uint16" else "<u4")
+    dtype = manifest.id_dtype
     for name, record in manifest.files.items():
         _check_size(directory / name, record)
     streams = {name: _stream(directory, shards, dtype, manifest) for name, shards in manifest.streams.items()}
@@ -242,13 +238,27 @@ def _check_size(path: Path, record: FileRecord) -> None:
                         "prepare the data again")
 
 
-def _chunks(path: Path, record: FileRecord, dtype: np.dtype):
-    """The file's values a chunk at a time, by ordinary reads; its SHA-256 checked when they are all read."""
-    digest = hashlib.sha256()
+def _blocks(path: Path, dtype: np.dtype, digest=None) -> Iterator[np.ndarray]:
+    """The file's values a chunk at a time, by ordinary reads (each read block into `digest` when given)."""
     with open_regular_file(path) as handle:
         while block := handle.read(CHECK_CHUNK * dtype.itemsize):
-            digest.update(block)
+            if digest is not None:
+                digest.update(block)
             yield np.frombuffer(block, dtype=dtype)
+
+
+def _differences(chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """The differences of consecutive values across chunks, a chunk at a time."""
+    previous = None
+    for chunk in chunks:
+        yield np.diff(chunk if previous is None else np.concatenate(([previous], chunk)))
+        previous = chunk[-1]
+
+
+def _hashed(path: Path, record: FileRecord, dtype: np.dtype) -> Iterator[np.ndarray]:
+    """`_blocks` of the file, its SHA-256 checked when they are all read."""
+    digest = hashlib.sha256()
+    yield from _blocks(path, dtype, digest)
     if digest.hexdigest() != record.sha256:
         raise UserError(f"{path}: corrupt (its SHA-256 differs from the manifest's); prepare the data again")
 
@@ -283,18 +293,17 @@ def _offsets(path: Path, examples: int, stream_length: int, name: str) -> np.mem
 def _scan_offsets(path: Path, record: FileRecord, name: str) -> None:
     """Offsets never decrease (a document holds at least one id besides its EOS: they increase)."""
     least = 1 if name == "documents" else 0
-    previous, at = None, 0
-    for chunk in _chunks(path, record, OFFSET):
-        steps = np.diff(chunk) if previous is None else np.diff(np.concatenate(([previous], chunk)))
-        if len(steps) and (steps < least).any():
-            first = int(np.argmax(steps < least)) + (at if previous is None else at - 1)
-            raise UserError(f"{path}: the index does not match its shards (offsets decrease near example {first})")
-        previous, at = chunk[-1], at + len(chunk)
+    at = 0                                  # examples before this chunk's steps (step k is example k's size)
+    for steps in _differences(_hashed(path, record, OFFSET)):
+        if (steps < least).any():
+            raise UserError(f"{path}: the index does not match its shards (offsets decrease near example "
+                            f"{at + int(np.argmax(steps < least))})")
+        at += len(steps)
 
 
 def _scan_ids(path: Path, record: FileRecord, dtype: np.dtype, pieces: int, name: str) -> None:
     at = 0
-    for chunk in _chunks(path, record, dtype):
+    for chunk in _hashed(path, record, dtype):
         if len(chunk) and int(chunk.max()) >= pieces:
             raise UserError(f"{path}: the {name} stream holds id {int(chunk.max())} at or near position "
                             f"{at + int(np.argmax(chunk >= pieces))} of this shard, beyond the vocabulary's {pieces} "
