@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import sentencepiece as spm
 
 CHUNK_LINES = 4096                  # lines a worker tokenizes at a time
+SAMPLED_LINE_BYTES = 4192          # sentencepiece's max_sentence_length: longer lines do not train it
 UINT16_PIECES = 1 << 16             # vocabularies up to this size store ids as uint16, larger ones as uint32
 PARTIAL = ".partial-"               # the hidden folder's prefix: .NAME.partial-PID
 
@@ -146,13 +147,17 @@ def _vocabulary(read: Callable, text_of: Callable, work: Path, options: PrepareO
         vocab = Vocab.load(options.vocab_file)
         (work / VOCAB_FILE).write_bytes(vocab.model_proto)
         return vocab, f"given: {Path(options.vocab_file).resolve()}"
-    sample, seen = _reservoir(text_of(read(Skips())), options.vocab_sample)
+    # sentencepiece skips longer sentences when it trains: holding them would only cost memory. So the
+    # sample holds at most vocab_sample x SAMPLED_LINE_BYTES bytes, whatever --max-line-bytes allows.
+    trainable = (line for line in text_of(read(Skips())) if len(line) <= SAMPLED_LINE_BYTES and
+                 len(line.encode("utf-8")) <= SAMPLED_LINE_BYTES)
+    sample, seen = _reservoir(trainable, options.vocab_sample)
     if not sample:
         return _no_text(read)
     say(f"training the vocabulary ({options.vocab_size:,} pieces, {options.vocab_model}) on "
-        f"{len(sample):,} of {seen:,} lines")
+        f"{len(sample):,} of {seen:,} lines short enough to train on")
     vocab = train_vocab(sample, options.vocab_size, options.vocab_model, work, setting="--vocab-size")
-    return vocab, f"trained on {len(sample):,} of {seen:,} lines of the sources"
+    return vocab, f"trained on {len(sample):,} of {seen:,} lines of the sources short enough to train on"
 
 
 def _no_text(read: Callable):

@@ -121,6 +121,18 @@ def test_a_vocabulary_beyond_uint16_stores_uint32_ids(texts, tmp_path, monkeypat
     assert prepared.streams["tokens"].read(1, int(offsets[1])).tolist() == vocab.encode([first])[0]
 
 
+def test_the_vocabulary_sample_holds_only_lines_sentencepiece_trains_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_module, "SAMPLED_LINE_BYTES", 100)
+    lines = [s for s, _ in generate_split("valid", 40)] + ["y" * 150]
+    short = sum(len(line.encode()) <= 100 for line in lines)
+    assert 0 < short < len(lines) - 1                                          # some demo lines are long too
+    text = tmp_path / "t.txt"
+    text.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    manifest = prepare_text([text], tmp_path / "out", OPTIONS, say=lambda line: None)
+    assert manifest.examples == 41                                             # every line is prepared
+    assert manifest.vocabulary.origin.startswith(f"trained on {short} of {short} lines")
+
+
 def test_prepare_never_leaves_a_half_written_directory(texts, tmp_path, monkeypatch):
     out = tmp_path / "out"
 
