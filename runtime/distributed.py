@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -63,9 +64,31 @@ def setup(requested_device: str | None, timeout_minutes: float = DEFAULT_TIMEOUT
     return Context(dist.get_rank(), world_size, device)
 
 
+# Whether this process has been a rank of a process group (see end_process).
+_was_rank = False
+
+
 def teardown(context: Context) -> None:
+    global _was_rank
     if context.distributed and dist.is_initialized():
         dist.destroy_process_group()
+        _was_rank = True
+
+
+def was_rank() -> bool:
+    return _was_rank
+
+
+def end_process(code: int) -> None:
+    """Ends a process that has been a rank of a process group, skipping the interpreter's finalization.
+
+    DistributedDataParallel and fully_shard keep a reference to the group, so its communication threads
+    (gloo's) outlive destroy_process_group; torn down with the interpreter at exit, they aborted a
+    finished run now and then ("terminate called without an active exception", SIGABRT). By this point
+    every file is written and closed; only the standard streams need flushing."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def all_sum_tensor(context: Context, tensor: torch.Tensor) -> torch.Tensor:

@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if argv is None:
         reexec_with_tcmalloc(args)       # returns when it does not apply
+    code = _run(args)
+    if argv is None:
+        _end_rank_process(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         apply_threads(args)
         return args.run(args)
@@ -76,6 +83,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(internal_error_message(error), file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _end_rank_process(code: int) -> None:
+    """A program that ran as one rank of a torchrun group ends without the interpreter's finalization
+    (runtime/distributed.py, end_process); returns otherwise. Only a module that was imported can have
+    made this process a rank, so commands that never import torch stay light."""
+    distributed = sys.modules.get("xspec.runtime.distributed")
+    if distributed is not None and distributed.was_rank():
+        distributed.end_process(code)
 
 
 def internal_error_message(error: Exception) -> str:

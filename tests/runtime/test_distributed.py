@@ -30,13 +30,19 @@ def one_process(small_corpus, tmp_path_factory) -> list[float]:
     return _losses(run)
 
 
+def _torchrun(*argv: str) -> subprocess.CompletedProcess:
+    """`xspec ARGV` as two processes under torchrun (gloo)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "--tee=3", "-m", "xspec", *argv], env=env, capture_output=True, text=True, timeout=280)
+
+
+def _succeeded(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stdout[-2000:] + "\n" + result.stderr[-3000:]
+
+
 def _two_processes(small_corpus, run, *extra: str) -> list[float]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "xspec",
-         "train", TINY, *SHRINK, *STEPS, *extra, *_data_args(small_corpus), "--out", str(run)],
-        env=env, capture_output=True, text=True, timeout=280)
-    assert result.returncode == 0, result.stderr[-3000:]
+    _succeeded(_torchrun("train", TINY, *SHRINK, *STEPS, *extra, *_data_args(small_corpus), "--out", str(run)))
     return _losses(run)
 
 
@@ -46,6 +52,19 @@ def test_two_processes_match_one(small_corpus, tmp_path, one_process, sharding):
     assert len(one_process) == len(double) == 20
     assert double == pytest.approx(one_process, rel=2e-4, abs=2e-4)
     assert one_process[-1] < one_process[0]               # it did learn something over the 20 steps
+
+
+def test_each_rank_ends_with_the_command_s_exit_status(small_corpus, tmp_path):
+    """A refusal after the group has formed reaches the user as on one process (message, status 1): the
+    ranks end without the interpreter's finalization (runtime/distributed.py, end_process), with the
+    command's own exit status."""
+    taken = tmp_path / "taken"
+    (taken / "checkpoints").mkdir(parents=True)
+    (taken / "checkpoints" / "step-4.safetensors").write_bytes(b"")  # a run that is not resumed
+    result = _torchrun("train", TINY, *SHRINK, *STEPS, *_data_args(small_corpus), "--out", str(taken))
+    assert result.returncode != 0
+    assert "already holds checkpoints" in result.stdout + result.stderr
+    assert "exitcode  : 1 " in result.stderr and "Traceback (most recent call last)" not in result.stdout
 
 
 def test_fsdp_units_are_inner_layers_first_and_never_split_shared_weights():
@@ -89,11 +108,6 @@ def test_a_language_model_takes_the_same_steps_on_two_processes(tmp_path):
     text = tmp_path / "train.txt"
     text.write_text("".join(s + "\n" for s, _ in generate_split("train", 400)))
     assert main(["train", *lm, "--train", str(text), "--out", str(tmp_path / "one")]) == 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "xspec",
-         "train", *lm, "--train", str(text), "--out", str(tmp_path / "two")],
-        env=env, capture_output=True, text=True, timeout=280)
-    assert result.returncode == 0, result.stderr[-3000:]
+    _succeeded(_torchrun("train", *lm, "--train", str(text), "--out", str(tmp_path / "two")))
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert len(one) == 6 and two == pytest.approx(one, rel=2e-4, abs=2e-4)
