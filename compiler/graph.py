@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional, Union, get_args
+from typing import Optional, TypeGuard, Union, get_args
 
 import pydantic
 
@@ -59,7 +59,7 @@ POISON = Poison()
 Value = Union[Tensor, Closure, Poison, Constant]
 
 
-def _is_runtime(value: object) -> bool:
+def _is_runtime(value: object) -> TypeGuard[Union[Tensor, Closure]]:
     return isinstance(value, (Tensor, Closure))
 
 
@@ -167,7 +167,7 @@ class _Builder:
                 self.diagnostics.error("signature", decoder.name.span, "the decoder must take "
                                        f"{SIGNATURES[DECODER][3]} to use the encoder")
                 return root
-            args = [tgt, memory, src_mask] if encoder is not None else [tgt]
+            args: list[Value] = [tgt, memory, src_mask] if encoder is not None else [tgt]
             logits = self._entry(root, decoder, args)
             self._output(LOGITS, logits, decoder.span)
         for fn in self.uncalled.values():
@@ -398,7 +398,7 @@ class _Builder:
         self.budget.module(call.span)
         owner.children[key] = child
         result = self._as(self._run_block(child, block, args, frame.decoding), f"{path}:out")
-        inputs = {p.id: value.ref for p, value in zip(block.params, args) if _is_runtime(value)}
+        inputs: dict[str, Operand] = {p.id: value.ref for p, value in zip(block.params, args) if _is_runtime(value)}
         outputs = (result.ref,) if _is_runtime(result) else ()
         frame.program.steps.append(Step("layer" if parent else "block", "" if parent else key, inputs, outputs,
                                         call.span))
@@ -509,7 +509,7 @@ class _Builder:
             return self._node(TENSOR_OPERATORS[expr.op], {}, {"a": left, "b": right}, expr, frame, span=expr.op_span)
         if expr.op == "*" and isinstance(left, Tensor) != isinstance(right, Tensor):
             tensor, factor = (left, right) if isinstance(left, Tensor) else (right, left)
-            if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            if isinstance(tensor, Tensor) and isinstance(factor, (int, float)) and not isinstance(factor, bool):
                 return self._node("scale", {"factor": float(factor)}, {"x": tensor}, expr, frame)
         self._error("type", expr.op_span, f"'{expr.op}' is not defined for {describe_value(left)} and "
                     f"{describe_value(right)}", "tensors support a + b, a - b, a * b (elementwise) and x * number")
