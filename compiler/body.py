@@ -26,7 +26,8 @@ def call_site_names(body: tuple[ast.Stmt, ...], blocks: Collection[str]) -> dict
             for arg in (*expr.args, *(k.value for k in expr.kwargs)):
                 visit_expr(arg)
         elif isinstance(expr, ast.BinOp):
-            visit_expr(expr.left), visit_expr(expr.right)
+            visit_expr(expr.left)
+            visit_expr(expr.right)
         elif isinstance(expr, ast.UnaryOp):
             visit_expr(expr.operand)
         elif isinstance(expr, ast.Lambda):
@@ -37,7 +38,8 @@ def call_site_names(body: tuple[ast.Stmt, ...], blocks: Collection[str]) -> dict
             if isinstance(stmt, (ast.Assign, ast.Return)):
                 visit_expr(stmt.value)
             elif isinstance(stmt, ast.If):
-                visit(stmt.then), visit(stmt.orelse)
+                visit(stmt.then)
+                visit(stmt.orelse)
             elif isinstance(stmt, ast.Repeat):
                 sites.append((stmt, "layers", stmt.label))
                 nested.append(stmt.body)
@@ -187,7 +189,8 @@ def bound_names(body: tuple[ast.Stmt, ...]) -> list[ast.Name]:
             for a in (*expr.args, *(k.value for k in expr.kwargs)):
                 lambdas(a)
         elif isinstance(expr, ast.BinOp):
-            lambdas(expr.left), lambdas(expr.right)
+            lambdas(expr.left)
+            lambdas(expr.right)
 
     for stmt in body:
         if isinstance(stmt, ast.Assign):
@@ -240,7 +243,8 @@ def warn_unused(block: ast.Block, diagnostics: Diagnostics) -> None:
                 diagnostics.warning("unused", stmt.target.span,
                                     f"'{stmt.target.id}' is computed but never used")
             elif isinstance(stmt, ast.If):
-                scan(stmt.then, after), scan(stmt.orelse, after)
+                scan(stmt.then, after)
+                scan(stmt.orelse, after)
             elif isinstance(stmt, ast.Repeat):
                 # Loop-carried values are read by the next iteration.
                 scan(stmt.body, after | set(free_names(stmt.body)))

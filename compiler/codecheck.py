@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import math
 from types import CodeType
+from typing import NoReturn
 
 from .prune import is_pruned_copy, prelude_classes
 
@@ -213,7 +214,8 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         _check_expr(node.operand, scope)
     elif isinstance(node, ast.BinOp) and isinstance(node.op, OPERATORS):
-        _check_expr(node.left, scope), _check_expr(node.right, scope)
+        _check_expr(node.left, scope)
+        _check_expr(node.right, scope)
     elif isinstance(node, ast.Compare) and all(isinstance(op, COMPARISONS) for op in node.ops):
         for operand in (node.left, *node.comparators):
             _check_expr(operand, scope)
@@ -224,8 +226,8 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
             _check_expr(part, scope)
     elif isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
                                             for k in node.keys):
-        for value in node.values:
-            _check_expr(value, scope)
+        for entry in node.values:
+            _check_expr(entry, scope)
     elif isinstance(node, ast.ListComp) and len(node.generators) == 1:
         generator = node.generators[0]
         if not isinstance(generator.target, ast.Name) or generator.ifs or generator.is_async:
@@ -263,5 +265,5 @@ def _is_docstring(node: ast.stmt) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
-def _refuse(node: ast.AST, what: str) -> None:
+def _refuse(node: ast.AST, what: str) -> NoReturn:
     raise GeneratedCodeError(f"generated code, line {getattr(node, 'lineno', '?')}: {what} is not allowed")

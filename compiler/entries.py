@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .shapes import BATCH, SRC_LEN, TGT_LEN, TensorType
 
@@ -18,7 +19,7 @@ ENCODER, DECODER = "encoder", "decoder"
 @dataclass(frozen=True)
 class GraphInput:
     name: str      # the input's name in the graph and in graph.json
-    kind: str      # "tokens" (long ids) or "mask" (bool, True at padding)
+    kind: Literal["tokens", "mask"]  # "tokens" (long ids) or "mask" (bool, True at padding)
     length: str    # its symbolic length
 
     @property

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, TypeVar, Union, overload
 
 from . import ast
 from .diagnostics import Span
@@ -101,6 +101,14 @@ def evaluate(expr: ast.Expr, lookup: Lookup, budget: Optional[Budget] = None) ->
     raise ConstantError("not-constant", expr.span, "a function is not a constant value")
 
 
+# A scalar the checks accept comes back as it was given (they refuse values, never convert them).
+_Scalar = TypeVar("_Scalar", bool, int, float, str)
+
+
+@overload
+def check_value(value: _Scalar, span: Span) -> _Scalar: ...
+@overload
+def check_value(value: object, span: Span) -> Constant: ...
 def check_value(value: object, span: Span) -> Constant:
     """`value` if it is a constant the language allows; otherwise a ConstantError at `span`.
 

@@ -28,7 +28,7 @@ from typing import Callable, Optional
 
 from .config import ConfigNames
 from .diagnostics import Span, printable
-from .ir import Const, Instance, OpGraph, Operand, Program, Step
+from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .names import local_name_problem
 from .ops import OPS
 
@@ -544,7 +544,7 @@ def _defined(program: Program) -> set[str]:
 class _Sources:
     """An op's attributes as generated code writes them: the spec's parameter expression, else the value."""
 
-    def __init__(self, node) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, node: Node) -> None:
         self.node = node
 
     def attr(self, name: str) -> str:

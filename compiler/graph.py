@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional, Union, get_args
+from typing import Any, Optional, TypeGuard, Union, get_args
 
 import pydantic
 
@@ -27,7 +27,7 @@ from .entries import (DECODER, ENCODER, LOGITS, MEMORY, SIGNATURES, SRC, SRC_MAS
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
-from .ops import OPS, IOAttrs, OpDef, callable_op
+from .ops import OPS, Attrs, IOAttrs, OpDef, callable_op
 from .resolve import ResolvedModel
 
 TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul"}  # elementwise, between two tensors
@@ -59,7 +59,7 @@ POISON = Poison()
 Value = Union[Tensor, Closure, Poison, Constant]
 
 
-def _is_runtime(value: object) -> bool:
+def _is_runtime(value: object) -> TypeGuard[Union[Tensor, Closure]]:
     return isinstance(value, (Tensor, Closure))
 
 
@@ -167,7 +167,7 @@ class _Builder:
                 self.diagnostics.error("signature", decoder.name.span, "the decoder must take "
                                        f"{SIGNATURES[DECODER][3]} to use the encoder")
                 return root
-            args = [tgt, memory, src_mask] if encoder is not None else [tgt]
+            args: list[Value] = [tgt, memory, src_mask] if encoder is not None else [tgt]
             logits = self._entry(root, decoder, args)
             self._output(LOGITS, logits, decoder.span)
         for fn in self.uncalled.values():
@@ -398,7 +398,7 @@ class _Builder:
         self.budget.module(call.span)
         owner.children[key] = child
         result = self._as(self._run_block(child, block, args, frame.decoding), f"{path}:out")
-        inputs = {p.id: value.ref for p, value in zip(block.params, args) if _is_runtime(value)}
+        inputs: dict[str, Operand] = {p.id: value.ref for p, value in zip(block.params, args) if _is_runtime(value)}
         outputs = (result.ref,) if _is_runtime(result) else ()
         frame.program.steps.append(Step("layer" if parent else "block", "" if parent else key, inputs, outputs,
                                         call.span))
@@ -509,7 +509,7 @@ class _Builder:
             return self._node(TENSOR_OPERATORS[expr.op], {}, {"a": left, "b": right}, expr, frame, span=expr.op_span)
         if expr.op == "*" and isinstance(left, Tensor) != isinstance(right, Tensor):
             tensor, factor = (left, right) if isinstance(left, Tensor) else (right, left)
-            if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            if isinstance(tensor, Tensor) and isinstance(factor, (int, float)) and not isinstance(factor, bool):
                 return self._node("scale", {"factor": float(factor)}, {"x": tensor}, expr, frame)
         self._error("type", expr.op_span, f"'{expr.op}' is not defined for {describe_value(left)} and "
                     f"{describe_value(right)}", "tensors support a + b, a - b, a * b (elementwise) and x * number")
@@ -561,7 +561,7 @@ class _Builder:
                                         call.span, argument=None if _is_runtime(arg) else Const(arg)))
         return result
 
-    def _call_op(self, op: OpDef, call: ast.Call, frame: _Frame) -> Value:
+    def _call_op(self, op: OpDef[Any], call: ast.Call, frame: _Frame) -> Value:
         bound = _bind_op_args(op, call, self.diagnostics)
         if bound is None:
             return POISON
@@ -590,7 +590,7 @@ class _Builder:
         return self._node(op.name, attrs, inputs, call, frame, arg_spans={n: e.span for n, e in bound.items()},
                           sources={n: bound[n] for n in attrs})
 
-    def _node(self, op_name: str, attrs: dict, inputs: dict[str, Tensor], expr: ast.Expr, frame: _Frame,
+    def _node(self, op_name: str, attrs: dict[str, Value], inputs: dict[str, Tensor], expr: ast.Expr, frame: _Frame,
               span: Optional[Span] = None, arg_spans: Optional[dict[str, Span]] = None,
               sources: Optional[dict[str, ast.Expr]] = None) -> Value:
         op = OPS[op_name]
@@ -621,7 +621,8 @@ class _Builder:
                                         span or expr.span))
         return Tensor(node, node)
 
-    def _validate_attrs(self, op: OpDef, attrs: dict, span: Span, arg_spans: dict[str, Span]):
+    def _validate_attrs(self, op: OpDef[Any], attrs: dict[str, Value], span: Span,
+                        arg_spans: dict[str, Span]) -> Optional[Attrs]:
         for name, value in attrs.items():
             field = op.attrs.model_fields.get(name)
             wants_int = field is not None and int in (field.annotation, *get_args(field.annotation))
@@ -709,7 +710,7 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def _bind_op_args(op: OpDef, call: ast.Call, diagnostics: Diagnostics) -> Optional[dict[str, ast.Expr]]:
+def _bind_op_args(op: OpDef[Any], call: ast.Call, diagnostics: Diagnostics) -> Optional[dict[str, ast.Expr]]:
     """Match a call's arguments to the op's inputs, then its attributes, in declaration order."""
     names = [i.name for i in op.inputs] + list(op.attrs.model_fields)
     bound: dict[str, ast.Expr] = {}

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from .diagnostics import Span
+    from .opdef import AttrsT
     from .ops import Attrs
     from .shapes import TensorType
 
@@ -43,6 +44,12 @@ class Node:
     # Attributes the spec wrote as parameters: their expression over the generated config
     # (`config.d_ff`), which generated code writes instead of the value (compiler/config.py).
     sources: dict[str, str] = field(default_factory=dict)
+
+    def attrs_as(self, schema: type[AttrsT]) -> AttrsT:
+        """Its attributes, read as the schema of its op (`node.attrs_as(AttentionAttrs).causal`): the
+        graph holds nodes of every op, so `attrs` is typed only as some schema."""
+        assert isinstance(self.attrs, schema), f"{self.id}: {self.op}'s attributes are not {schema.__name__}"
+        return self.attrs
 
     def to_json(self) -> dict[str, object]:
         """The node as graph.json writes it (docs/graph.md)."""

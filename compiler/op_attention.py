@@ -94,7 +94,7 @@ def _shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
         mask = require(shapes["mask"], "the mask", dtype="bool")
         if mask.dims != k.dims[:-1]:
             raise ShapeError(f"the padding mask {mask} must match the keys' {TensorType(k.dims[:-1])}")
-    inferred = {
+    inferred: Inferred = {
         "d_model": concrete_last(q, "the query"),
         "kdim": concrete_last(k, "the key"),
         "vdim": concrete_last(v, "the value"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Optional, Protocol
+from typing import Callable, Generic, Optional, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -68,49 +68,54 @@ class Input:
 Inferred = dict[str, object]  # facts the shape rule derives, e.g. {"in_features": 512}
 Shapes = dict[str, TensorType]
 
+# An entry's attribute schema: the entry's functions take the attributes that schema checked.
+AttrsT = TypeVar("AttrsT", bound=Attrs)
 
+
+# An entry of the op table, of attribute schema `AttrsT`. The table holds entries of every schema
+# (`OpDef[Any]`): a node's op name, known only when the spec is read, ties its attributes to its entry.
 @dataclass(frozen=True)
-class OpDef:
+class OpDef(Generic[AttrsT]):
     name: str
     doc: str  # what it computes, with the paper section
     family: Family  # for diagrams and reports: attention, feed_forward, norm, embedding, ...
     inputs: tuple[Input, ...]
-    attrs: type[Attrs]
-    infer: Callable[[Shapes, Attrs], tuple[TensorType, Inferred]]
-    params: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]]  # learned tensors, by attribute name
+    attrs: type[AttrsT]
+    infer: Callable[[Shapes, AttrsT], tuple[TensorType, Inferred]]
+    params: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]]  # learned tensors, by attribute name
     # Lowering. `module` builds the nn.Module (None: a plain function of its inputs), its arguments
     # written as the spec wrote them (`Written`); `call` is the forward expression, given the module's
     # attribute name, the inputs' code and the cache's code.
-    module: Optional[Callable[[Attrs, Inferred, Written], str]]
-    call: Callable[[str, dict[str, str], Attrs, Optional[str]], str]
+    module: Optional[Callable[[AttrsT, Inferred, Written], str]]
+    call: Callable[[str, dict[str, str], AttrsT, Optional[str]], str]
     # An op without weights that generated code calls through a module of no state (nn.Dropout), which
     # the class whose forward calls it holds, named after the spec's parameter: its constructor.
-    holder: Optional[Callable[[Attrs, Written], str]] = None
+    holder: Optional[Callable[[AttrsT, Written], str]] = None
     uses_cache: bool = False  # positions and attention continue from the decoder cache
     title: str = ""  # diagrams: the box's title (the paper's words where it has them, Figure 1)
-    details: Callable[[Attrs, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes
+    details: Callable[[AttrsT, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes
     glu_title: str = ""  # an activation: the name of a gated linear unit it gates ("SwiGLU")
     gates: bool = False  # multiplies two tensors: with an activation on one side, a gated linear unit
     # Rules between arguments that their types cannot state: (argument, message) for each one broken.
-    check: Callable[[Attrs], list[tuple[str, str]]] = lambda a: []
+    check: Callable[[AttrsT], list[tuple[str, str]]] = lambda a: []
     # Cost (docs/stats.md), given the sequence positions of one example's output and of each input:
     # forward FLOPs by category (matrix products only), and the values autograd keeps beyond the output.
-    flops: Callable[[Attrs, Inferred, int, dict[str, int]], dict[str, int]] = lambda a, i, n, n_in: {}
-    saved: Callable[[Attrs, Inferred, int, dict[str, int]], int] = lambda a, i, n, n_in: 0
+    flops: Callable[[AttrsT, Inferred, int, dict[str, int]], dict[str, int]] = lambda a, i, n, n_in: {}
+    saved: Callable[[AttrsT, Inferred, int, dict[str, int]], int] = lambda a, i, n, n_in: 0
     # What the op says about the model's hyperparameters, by Table 3's column names (`xspec stats`).
-    facts: Callable[[Attrs, Inferred], dict[str, object]] = lambda a, i: {}
+    facts: Callable[[AttrsT, Inferred], dict[str, object]] = lambda a, i: {}
     # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
-    buffers: Callable[[Attrs, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
+    buffers: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
-    inactive: Callable[[Attrs, Inferred], int] = lambda a, i: 0
+    inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0
     # The prelude class whose static `auxiliary_loss(model)` combines what this op's modules recorded in
     # the last forward into a training loss of the model's own (a mixture of experts' load balancing); the
     # generated model then has an `auxiliary_loss()` method.
     auxiliary_loss: str = ""
     # The prelude code it needs beyond the plain path: features that keep statements tagged
     # `# with: FEATURE` in the prelude classes a generated file copies (compiler/prune.py).
-    features: Callable[[Attrs, Inferred], frozenset[str]] = lambda a, i: frozenset()
+    features: Callable[[AttrsT, Inferred], frozenset[str]] = lambda a, i: frozenset()
     # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
     # the module that makes the logits (the pre-softmax projection) look through it.
     elementwise: bool = False

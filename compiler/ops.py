@@ -12,7 +12,7 @@ name, except the graph's own inputs and outputs.
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import Field
 
@@ -130,7 +130,7 @@ def _call_with_cache(target: str, inputs: dict[str, str], attrs: Attrs, cache: O
     return f"self.{target}({inputs['x']}{', cache' if cache else ''})"
 
 
-def _activation(name: str, title: str, glu_title: str, doc: str, function: str, options: str = "") -> OpDef:
+def _activation(name: str, title: str, glu_title: str, doc: str, function: str, options: str = "") -> OpDef[NoAttrs]:
     suffix = f", {options}" if options else ""
     return OpDef(name=name, doc=doc, family=Family.ACTIVATION, inputs=(Input("x"),), attrs=NoAttrs, infer=_same,
                  params=_no_params, module=None, call=lambda t, i, a, c: f"{function}({i['x']}{suffix})", title=title,
@@ -138,14 +138,14 @@ def _activation(name: str, title: str, glu_title: str, doc: str, function: str, 
 
 
 def _infix(name: str, symbol: str, verb: str, title: str, doc: str, family: Family,
-           gates: bool = False) -> OpDef:
+           gates: bool = False) -> OpDef[NoAttrs]:
     """A binary elementwise op written `a <symbol> b` in specs and in generated code."""
     return OpDef(name=name, doc=doc, family=family, inputs=(Input("a"), Input("b")), attrs=NoAttrs,
                  infer=_elementwise(verb), params=_no_params, module=None,
                  call=lambda t, i, a, c: f"{i['a']} {symbol} {i['b']}", title=title, gates=gates)
 
 
-OPS: dict[str, OpDef] = {
+OPS: dict[str, OpDef[Any]] = {
     op.name: op
     for op in (
         OpDef(

@@ -7,6 +7,7 @@ import re
 from typing import Optional
 
 from lark import Lark, Token, Transformer, Tree, v_args
+from lark.tree import Meta
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast
@@ -66,8 +67,8 @@ def _parse(text: str, file: str, diagnostics: Diagnostics, start: str):
         return None
     transformer = _ToAst(file)
     result = transformer.transform(tree)
-    for error in transformer.errors:
-        diagnostics.error(error.code, error.span, error.message, error.hint)
+    for problem in transformer.errors:
+        diagnostics.error(problem.code, problem.span, problem.message, problem.hint)
     return None if transformer.errors else result
 
 
@@ -107,12 +108,15 @@ def _describe(error: UnexpectedInput) -> str:
     return f"unexpected {got}; expected {shown}"
 
 
-def _span(file: str, meta) -> Span:
+def _span(file: str, meta: Meta) -> Span:
     return Span(file, meta.line, meta.column, meta.end_line, meta.end_column)
 
 
 def _token_span(file: str, token: Token) -> Span:
-    return Span(file, token.line, token.column, token.end_line, token.end_column)
+    # The lexer's tokens carry their position (lark types it optional, for tokens made by hand).
+    line, column, end_line, end_column = token.line, token.column, token.end_line, token.end_column
+    assert line is not None and column is not None and end_line is not None and end_column is not None
+    return Span(file, line, column, end_line, end_column)
 
 
 @v_args(meta=True, inline=True)
@@ -138,7 +142,7 @@ class _ToAst(Transformer):
             self.errors.append(ConstantError("syntax", _span(self.file, meta), str(error)))
             return ast.Import("", _span(self.file, meta))
 
-    def model_decl(self, meta, name, base, *members):
+    def model_decl(self, meta: Meta, name: Token, base: Optional[Token], *members: object) -> ast.Model:
         kinds: dict[type, list] = {ast.Param: [], ast.Block: [], ast.Remove: [], ast.Section: [], ast.Tie: []}
         for member in members:
             for tie in member if isinstance(member, list) else [member]:

@@ -81,6 +81,7 @@ class _Loader:
         import's path as the importing file spells it."""
         key = os.path.realpath(path) if source is None and "\0" not in path else path
         if key in stack:
+            assert import_span is not None  # the file compiled first is in no import stack
             cycle = " -> ".join(printable(FilePath(p).name) for p in (*stack[stack.index(key):], key))
             self.diagnostics.error("import-cycle", import_span, f"import cycle: {cycle}")
             return None
@@ -184,10 +185,10 @@ def _merge(chain: list[ast.Model], diagnostics: Diagnostics) -> _Merged:
             blocks_here.add(block.name.id)
             merged.blocks[block.name.id] = block  # a derived model's block replaces its base's
         for removal in model.removed:
-            for name in removal.names:
-                if merged.blocks.pop(name.id, None) is None:
-                    diagnostics.error("unknown-name", name.span, f"cannot remove '{name.id}': no such block",
-                                      did_you_mean(name.id, merged.blocks))
+            for removed in removal.names:
+                if merged.blocks.pop(removed.id, None) is None:
+                    diagnostics.error("unknown-name", removed.span, f"cannot remove '{removed.id}': no such block",
+                                      did_you_mean(removed.id, merged.blocks))
         for section in model.sections:
             if section.name.id not in SECTIONS:
                 diagnostics.error("unknown-name", section.name.span, f"unknown section '{section.name.id}'",
@@ -320,7 +321,8 @@ def _evaluate_params(merged: _Merged, diagnostics: Diagnostics) -> dict[str, Con
                 cycle = " -> ".join((*path[path.index(name.id):], name.id))
                 diagnostics.error("cycle", name.span, f"parameters depend on each other: {cycle}")
                 failed.update(path)
-                path.clear(), pending.clear()
+                path.clear()
+                pending.clear()
             elif name.id in merged.params and name.id not in values and name.id not in failed:
                 path.append(name.id)
                 pending.append(iter(_names_read(merged.params[name.id].value)))
@@ -405,8 +407,8 @@ def _evaluate_sections(merged: _Merged, params: dict[str, Constant],
         except pydantic.ValidationError as error:
             for problem in error.errors():
                 key = str(problem["loc"][0]) if problem["loc"] else ""
-                entry = entries.get(key)
-                span = entry.value.span if entry else merged.section_spans.get(section_name, COMMAND_LINE)
+                given = entries.get(key)
+                span = given.value.span if given else merged.section_spans.get(section_name, COMMAND_LINE)
                 diagnostics.error("type", span, f"{section_name}.{key}: {problem['msg']}" if key
                                   else f"{section_name}: {problem['msg'].removeprefix('Value error, ')}")
     return sections

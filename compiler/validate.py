@@ -20,7 +20,7 @@ from . import ast
 from .diagnostics import Diagnostics, did_you_mean, printable
 from .graph import BuiltGraph
 from .ir import OpGraph
-from .ops import OPS
+from .ops import OPS, AttentionAttrs, IOAttrs
 from .resolve import ResolvedModel
 from .entries import OUTPUTS, TGT
 from .shapes import BATCH, ShapeError
@@ -107,8 +107,8 @@ def _infer_shapes(graph: OpGraph, diagnostics: Diagnostics) -> None:
     for node in graph:  # inputs first: nodes are made after the nodes they read
         if node.op == "input":
             continue
-        shapes = {port: graph[source].shape for port, source in node.inputs.items()}
-        if any(s is None for s in shapes.values()):
+        shapes = {port: shape for port, source in node.inputs.items() if (shape := graph[source].shape) is not None}
+        if len(shapes) != len(node.inputs):
             continue  # an input already failed; its error is reported
         try:
             node.shape, node.inferred = OPS[node.op].infer(shapes, node.attrs)
@@ -123,9 +123,9 @@ def _check_outputs(graph: OpGraph, diagnostics: Diagnostics) -> None:
     for output in OUTPUTS:
         entry, name, length, size = f"the {output.entry}", output.name, output.length, output.size
         node = graph.nodes.get(output.node)
-        shape = node.shape if node is not None else None
-        if shape is None:
+        if node is None or node.shape is None:
             continue
+        shape = node.shape
         dims = shape.dims
         if shape.dtype != "float" or len(dims) != 3 or dims[:2] != (BATCH, length) or not isinstance(dims[2], int):
             diagnostics.error("shape", node.span, f"{entry} must return {name} of shape [{BATCH}, {length}, "
@@ -136,7 +136,7 @@ def _origin(graph: OpGraph, node_id: str) -> str:
     """Where a value is made, for messages: 'w_2 (linear) at ffn.xspec:5:12'."""
     node = graph[node_id]
     if node.op == "input":
-        return f"the input '{node.attrs.name}'"
+        return f"the input '{node.attrs_as(IOAttrs).name}'"
     span = node.span
     return f"{node_id.rsplit('.', 1)[-1]} ({node.op}) at {printable(Path(span.file).name)}:{span.line}:{span.col}"
 
@@ -163,7 +163,7 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
             continue
         sources = node.inputs
         if sources["key"] == sources["query"] == sources["value"]:
-            if not node.attrs.causal:
+            if not node.attrs_as(AttentionAttrs).causal:
                 diagnostics.error("decoder-attention", node.span, "decoder self-attention must be causal",
                                   "pass causal = true: a position may not attend to later ones (§3.2.3)")
             node.inferred["kv_cache"] = "append"
