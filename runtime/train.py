@@ -113,7 +113,8 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         # machines need no shared filesystem to read it.
         record = replace(record, data=task.demo_files(run_dir))
     data = record.data
-    task.read(data)                        # every file checked before any work is done
+    for note in task.read(data):           # every file checked before any work is done
+        say(note)
     kept = initial if initial is not None else resumed if resumed is not None and resumed.tokenizer else None
     # Fine-tuning keeps the vocabulary the weights were trained with (an import's own tokenizer).
     vocab = checkpoint_vocab(kept, spec) if kept is not None else _vocab(spec, task, run_dir, context, options.vocab_file)

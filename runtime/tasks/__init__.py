@@ -13,7 +13,6 @@ models language.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Protocol
@@ -72,7 +71,7 @@ class Task(Protocol):
 
     def demo_files(self, run_dir: Path) -> DataFiles: ...
 
-    def read(self, data: DataFiles) -> None: ...
+    def read(self, data: DataFiles) -> list[str]: ...
 
     def vocab_text(self) -> Iterable[str]: ...
 
@@ -100,10 +99,12 @@ PLAIN_TEXT_NOTE_BYTES = 100 << 20
 PLAIN_TEXT_LIMIT_BYTES = 1 << 30
 
 
-def check_plain_size(files: tuple[Path, ...], split: str) -> None:
+def check_plain_size(files: tuple[Path, ...], split: str) -> Optional[str]:
+    """Refuses training text beyond what is read into memory; returns a note for the user (rank 0 says
+    it) when it is large enough to be worth preparing."""
     size = sum(f.stat().st_size for f in files if f.is_file())
     if split != "train" or size <= PLAIN_TEXT_NOTE_BYTES:
-        return
+        return None
     what = " ".join(str(f) for f in files)
     how = (f"xspec data prepare --src {files[0]} --tgt {files[1]} -o DIR" if len(files) == 2
            else f"xspec data prepare {what} -o DIR")
@@ -111,8 +112,8 @@ def check_plain_size(files: tuple[Path, ...], split: str) -> None:
         raise UserError(f"{what}: {size / 2**30:.1f} GiB of training text, more than xspec train reads into memory "
                         f"({PLAIN_TEXT_LIMIT_BYTES >> 30} GiB; about 15 bytes of memory a byte of text): prepare it "
                         f"once ({how}), then train with --data DIR, in memory that does not grow with the corpus")
-    print(f"xspec: note: {what}: {size / 2**20:,.0f} MiB of training text is read into memory (about 15 bytes a byte) "
-          f"at every start and resume; {how}, then --data DIR, reads it once, as a stream", file=sys.stderr)
+    return (f"note: {what}: {size / 2**20:,.0f} MiB of training text is read into memory (about 15 bytes a byte) "
+            f"at every start and resume; {how}, then --data DIR, reads it once, as a stream")
 
 
 def max_sequence_tokens(spec) -> int:

@@ -45,7 +45,9 @@ class LanguageModelling:
         paths = write_demo_text(run_dir / DATA_DIR)
         return DataFiles(*(Split(paths[s]) for s in ("train", "valid", "test")))
 
-    def read(self, data: DataFiles) -> None:
+    def read(self, data: DataFiles) -> list[str]:
+        """Every file read and checked before any work is done; returns notes for the user."""
+        notes = []
         for name, split in data.splits().items():
             if split is None:
                 continue
@@ -57,11 +59,14 @@ class LanguageModelling:
                     self.texts[name] = Documents([line for line in decoded_documents(self.prepared[name]) if line],
                                                  split.dirs[0])
                 continue
-            check_plain_size(split.files, name)
+            note = check_plain_size(split.files, name)
+            if note is not None:
+                notes.append(note)
             if split.tgt is not None:
                 raise UserError(f"{split.src}, {split.tgt}: a language model trains on one text file per split "
                                 f"(--{name} FILE), not a source and a target")
             self.texts[name] = read_documents(split.src)
+        return notes
 
     def vocab_text(self) -> Iterable[str]:
         return self.texts["train"].lines

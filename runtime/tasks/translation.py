@@ -38,8 +38,9 @@ class Translation:
         write_demo_data(d)
         return DataFiles(*(Split(d / f"{s}.src", d / f"{s}.tgt") for s in ("train", "valid", "test")))
 
-    def read(self, data: DataFiles) -> None:
-        """Every file read and checked before any work is done."""
+    def read(self, data: DataFiles) -> list[str]:
+        """Every file read and checked before any work is done; returns notes for the user."""
+        notes = []
         for name, split in data.splits().items():
             if split is None:
                 continue
@@ -51,11 +52,14 @@ class Translation:
                     source, target = decoded_pairs(self.prepared[name])
                     self.texts[name] = ParallelText(source, target, list(range(1, len(source) + 1)), split.dirs[0])
                 continue
-            check_plain_size(split.files, name)
+            note = check_plain_size(split.files, name)
+            if note is not None:
+                notes.append(note)
             if split.tgt is None:
                 raise UserError(f"{split.src}: a translation model trains on aligned source and target files "
                                 f"(--{name}-src and --{name}-tgt), not one text file")
             self.texts[name] = read_parallel(split.src, split.tgt)
+        return notes
 
     def vocab_text(self) -> Iterable[str]:
         train = self.texts["train"]

@@ -350,6 +350,18 @@ def test_a_large_plain_text_file_is_sent_to_prepare(texts, tmp_path, monkeypatch
     assert code == 1 and f"prepare it once (xspec data prepare {texts / 'a.txt'} -o DIR)" in err, err
 
 
+def test_a_plain_text_file_worth_preparing_is_noted_once(tmp_path, monkeypatch):
+    from xspec.runtime import tasks
+
+    monkeypatch.setattr(tasks, "PLAIN_TEXT_NOTE_BYTES", 100)
+    text = tmp_path / "text.txt"
+    text.write_text("".join(source + "\n" for source, _ in generate_split("train", 300)))
+    code, out = _run("train", LM, *SMALL_LM, "--train", str(text), "--set", "train.max_steps=1",
+                     "--no-test", "--no-tensorboard", "-o", str(tmp_path / "r"))
+    assert code == 0, out
+    assert out.count(f"note: {text}: ") == 1 and f"xspec data prepare {text} -o DIR" in out
+
+
 def _two_processes(*argv: str) -> None:
     import os
     import subprocess
