@@ -19,27 +19,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Literal, Optional, Union
 
+import pydantic
+
+from .diagnostics import Span
+from .opdef import Attrs
+from .shapes import TensorType
+
 if TYPE_CHECKING:
     import networkx as nx
 
-    from .diagnostics import Span
     from .opdef import AttrsT
-    from .ops import Attrs
-    from .shapes import TensorType
 
 
-@dataclass
+# Every field's type is checked when a node is made (strictly: no coercion); validation fills `shape` and
+# `inferred` afterwards.
+@pydantic.dataclasses.dataclass(config=pydantic.ConfigDict(arbitrary_types_allowed=True, strict=True))
 class Node:
     id: str                          # "encoder.layers.3.self_attn" (a module path) or "encoder.add_1"
     op: str                          # a key of the op table (compiler/ops.py)
-    attrs: "Attrs"                   # checked by the op's attribute schema
+    attrs: Attrs                     # checked by the op's attribute schema
     inputs: dict[str, str]           # input port -> the id of the node that feeds it
-    span: "Span"                     # the spec text that made it
+    span: Span                       # the spec text that made it
     module: Optional[str]            # the nn.Module path, for ops with weights
     scope: str                       # the block instance whose body made it
     repeat: tuple[tuple[str, int, int], ...] = ()  # (stack path, index, count) of each enclosing repeat
     cached: bool = False             # in the decoder, where positions and attention continue from the cache
-    shape: Optional["TensorType"] = None           # inferred by validation
+    shape: Optional[TensorType] = None             # inferred by validation
     inferred: dict[str, object] = field(default_factory=dict)  # facts the shape rule derives
     # Attributes the spec wrote as parameters: their expression over the generated config
     # (`config.d_ff`), which generated code writes instead of the value (compiler/config.py).

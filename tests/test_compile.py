@@ -54,6 +54,21 @@ def test_overrides_propagate_to_derived_parameters():
     assert (attention.heads, attention.d_k) == (16, 32)
 
 
+def test_graph_nodes_are_typed_records_checked_when_made():
+    import dataclasses
+
+    import pydantic
+
+    from xspec.compiler.op_attention import AttentionAttrs
+
+    spec = xspec.compile("specs/base.xspec")
+    node = spec.graph.nodes["encoder.layers.0.self_attn"]["node"]
+    assert isinstance(node.attrs, AttentionAttrs) and node.shape is not None and node.shape.dims[-1] == 512
+    for wrong in ({"id": 3}, {"inputs": {"query": 1}}, {"attrs": {"heads": "eight"}}, {"repeat": [("x", "0", 1)]}):
+        with pytest.raises(pydantic.ValidationError):
+            dataclasses.replace(node, **wrong)
+
+
 def test_sections_are_read_from_the_spec():
     spec = xspec.compile("specs/base.xspec")
     assert spec.train.label_smoothing == 0.1
