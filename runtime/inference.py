@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 import xspec
 from xspec.compiler.sections import DecodeSection
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.corpus import EncodedPairs, encode_source

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.distributed import Context
 from xspec.runtime.precision import Precision
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file, write_bytes_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file, write_bytes_atomically
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 MODEL_FILE = "sentencepiece.model"

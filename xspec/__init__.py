@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from xspec.errors import SpecError, UserError
+from xspec.base.errors import SpecError, UserError
 
 if TYPE_CHECKING:
     from xspec.runtime.inference import TrainedModel

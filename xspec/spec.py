@@ -11,7 +11,7 @@ import types
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 # Type names only: a CompiledSpec exists only once the compiler has run, and torch is imported by
 # the methods that build a model, so importing this module costs nothing.

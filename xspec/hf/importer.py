@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import torch
 
 import xspec
-from xspec.errors import SpecError, UserError
+from xspec.base.errors import SpecError, UserError
 from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
 from xspec.hf.families import Mapped, map_config

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file
 
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE = "tokenizer.model"

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.hf.families import Mapped
 
 MAX_KL = 1e-5                 # nats per token, averaged

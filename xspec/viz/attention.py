@@ -16,7 +16,7 @@ import torch
 
 from xspec.compiler.prelude import MultiHeadAttention
 from xspec.compiler.ops import OPS
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.beam_search import beam_search
 from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
