@@ -38,7 +38,7 @@ def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:
     """The checkpoint's sentencepiece model (an imported checkpoint's own tokenizer), which must have no more
     pieces than the model has embeddings."""
     if checkpoint.tokenizer is not None:
-        from xspec.hf.tokenizer import CheckpointTokenizer
+        from xspec.runtime.tokenizer import CheckpointTokenizer
 
         return CheckpointTokenizer.from_description(checkpoint.tokenizer, checkpoint.vocab_proto,  # type: ignore[return-value]
                                                     f"{checkpoint.path}: its tokenizer")

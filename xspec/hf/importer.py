@@ -28,7 +28,8 @@ from xspec.hf.families import Mapped, map_config
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
-from xspec.hf.tokenizer import CheckpointTokenizer, find_tokenizer
+from xspec.hf.tokenizer import find_tokenizer
+from xspec.runtime.tokenizer import CheckpointTokenizer
 
 MODEL_SPEC = "model.xspec"
 
