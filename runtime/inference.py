@@ -14,8 +14,8 @@ from typing import Optional, Sequence, Union
 import torch
 from pydantic import ValidationError
 
-import xspec
 from xspec.compiler.sections import DecodeSection
+from xspec.compiler.spec import compile_source
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.compile_choice import use_compile
@@ -31,7 +31,7 @@ from xspec.runtime.vocab import Vocab
 
 def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
     """The spec the checkpoint was trained with (its resolved source is stored in the checkpoint)."""
-    return xspec.compile_source(checkpoint.spec_source, name=f"{checkpoint.path}:spec.xspec", allow_imports=False)
+    return compile_source(checkpoint.spec_source, name=f"{checkpoint.path}:spec.xspec", allow_imports=False)
 
 
 def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:

@@ -26,7 +26,7 @@ from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 PLOT_FORMATS = ("png", "svg", "pdf")
 DPI = 110
