@@ -40,7 +40,7 @@ from xspec.runtime.run_log import RunLog
 from xspec.runtime.tasks import Corpus
 from xspec.runtime.train import RunOptions, make_trainer
 from xspec.runtime.vocab import EOS
-from xspec.stats.cost import example_flops
+from xspec.compiler.cost import example_flops
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 H100_DENSE_BF16_TFLOPS = 989.0

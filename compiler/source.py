@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xspec.files import UnreadableFile, read_regular_file
+from xspec.base.files import UnreadableFile, read_regular_file
 
 from .limits import MAX_RESOLVED_BYTES
 

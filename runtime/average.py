@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.best import Criterion, best_dir
 from xspec.runtime.run_dir import METRICS_LOG, read_metrics_log

@@ -30,8 +30,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from xspec.errors import UserError
-from xspec.files import write_atomically_with
+from xspec.base.errors import UserError
+from xspec.base.files import write_atomically_with
 from xspec.runtime import nested_state
 from xspec.runtime.run_dir import MAX_SPEC_BYTES
 

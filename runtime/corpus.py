@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file
 from xspec.runtime.batching import Batch, collate
 from xspec.runtime.data_order import WholeCorpusWindows
 from xspec.runtime.vocab import EOS, Vocab

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from xspec.files import write_atomically
+from xspec.base.files import write_atomically
 
 LANGUAGE_SEED = 2017
 SPLIT_SIZES = {"train": 40_000, "valid": 300, "test": 500}

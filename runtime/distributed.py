@@ -10,7 +10,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.batching import Batch, collate_sequences
 from xspec.runtime.corpus import read_lines
 from xspec.runtime.data_order import WholeCorpusWindows

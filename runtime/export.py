@@ -37,8 +37,8 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from xspec.errors import UserError
-from xspec.files import check_output_dir, current_umask
+from xspec.base.errors import UserError
+from xspec.base.files import check_output_dir, current_umask
 from xspec.runtime.vocab import BOS, EOS, MODEL_FILE, PAD, UNK
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
 from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.sampling import Sampling, sample
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.vocab import BOS, EOS, PAD, Vocab, document_end, document_start, never_generated
 
 

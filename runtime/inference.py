@@ -14,9 +14,9 @@ from typing import Optional, Sequence, Union
 import torch
 from pydantic import ValidationError
 
-import xspec
 from xspec.compiler.sections import DecodeSection
-from xspec.errors import UserError
+from xspec.compiler.spec import compile_source
+from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.corpus import EncodedPairs, encode_source
@@ -31,14 +31,14 @@ from xspec.runtime.vocab import Vocab
 
 def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
     """The spec the checkpoint was trained with (its resolved source is stored in the checkpoint)."""
-    return xspec.compile_source(checkpoint.spec_source, name=f"{checkpoint.path}:spec.xspec", allow_imports=False)
+    return compile_source(checkpoint.spec_source, name=f"{checkpoint.path}:spec.xspec", allow_imports=False)
 
 
 def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:
     """The checkpoint's sentencepiece model (an imported checkpoint's own tokenizer), which must have no more
     pieces than the model has embeddings."""
     if checkpoint.tokenizer is not None:
-        from xspec.hf.tokenizer import CheckpointTokenizer
+        from xspec.runtime.tokenizer import CheckpointTokenizer
 
         return CheckpointTokenizer.from_description(checkpoint.tokenizer, checkpoint.vocab_proto,  # type: ignore[return-value]
                                                     f"{checkpoint.path}: its tokenizer")

@@ -13,7 +13,7 @@ import os
 import select
 from typing import BinaryIO, Optional
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 CHUNK = 1 << 16  # bytes per read
 MAX_LINE_BYTES = 1 << 20  # a sentence to translate is far shorter; more is not text (`cat /dev/zero | ...`)

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from xspec.errors import UserError
-from xspec.files import link_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import link_atomically
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard

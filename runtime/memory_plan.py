@@ -2,7 +2,7 @@
 
 `train.max_batch_tokens = "auto"` (the default): the spec's estimate of training memory (weights,
 gradients, Adam's moments, and per pass the activations autograd keeps and the loss's tensors, at the
-run's precision and sharding: `spec.training_memory`, xspec/stats/cost.py) is set against the memory the
+run's precision and sharding: `spec.training_memory`, compiler/cost.py) is set against the memory the
 device has free, and each update (§5.1: about `batch_tokens` target tokens) is cut into as many passes as
 it takes for the largest to fit. Passes only split an update: its sentences, and so the result of the
 update (gradients accumulate), are what they would be in one pass. A number keeps that cap and is checked
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.distributed import Context
 from xspec.runtime.precision import Precision
 

@@ -13,7 +13,7 @@ from typing import ContextManager, Optional
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 
 @dataclass(frozen=True)

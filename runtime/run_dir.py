@@ -17,7 +17,7 @@
 
 `run.json` stores data files (and prepared data directories) as absolute paths, except files inside the run directory itself (the
 demo task's), which are stored relative to it so that a run directory can be moved or copied.
-Every file here is written atomically (`xspec.files`), except `metrics.jsonl`, a log appended
+Every file here is written atomically (`xspec.base.files`), except `metrics.jsonl`, a log appended
 line by line (and rewritten atomically when a resumed run drops the steps it will redo).
 """
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file, write_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file, write_atomically
 
 SPEC_FILE = "spec.xspec"
 RUN_FILE = "run.json"

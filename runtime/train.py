@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file, write_bytes_atomically
-from xspec.process import find_tcmalloc, uses_tcmalloc
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file, write_bytes_atomically
+from xspec.base.process import find_tcmalloc, uses_tcmalloc
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.compile_choice import use_compile

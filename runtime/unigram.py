@@ -9,7 +9,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 
 def token_counts(sequences: Iterable[Sequence[int]]) -> Counter[int]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file, write_bytes_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file, write_bytes_atomically
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 MODEL_FILE = "sentencepiece.model"
@@ -35,7 +35,7 @@ class Vocab:
     """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them.
 
     A document is read as `document_start`, its tokens, `document_end`; generation stops at `document_end`
-    and never produces `never_generated`. (An imported checkpoint's own tokenizer, xspec/hf/tokenizer.py,
+    and never produces `never_generated`. (An imported checkpoint's own tokenizer, runtime/tokenizer.py,
     has its own ids for these.)"""
 
     document_start = EOS

@@ -60,12 +60,18 @@ for argv in [["--help"]] + [[command.NAME, "--help"] for command in COMMANDS]:
 
 
 def test_import_xspec_imports_neither_the_compiler_nor_torch():
-    code = "import xspec\nimport xspec.spec\nassert 'networkx' not in sys.modules and 'lark' not in sys.modules"
+    code = "import xspec\nassert 'networkx' not in sys.modules and 'lark' not in sys.modules"
+    assert first_heavy_imports(code) == {}
+
+
+def test_compiling_a_spec_imports_neither_torch_nor_networkx():
+    """CompiledSpec lives in the compiler (compiler/spec.py): compiling and summarizing need nothing heavier."""
+    code = f"import xspec\nxspec.compile({TINY!r}).summary()\nassert 'networkx' not in sys.modules"
     assert first_heavy_imports(code) == {}
 
 
 def test_public_api_is_unchanged():
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
     assert xspec.CompiledSpec is CompiledSpec
     assert set(xspec.__all__) <= set(dir(xspec))

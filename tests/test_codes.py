@@ -13,7 +13,7 @@ import xspec
 from xspec.compiler.codes import CODES
 from xspec.compiler.opdef import Family
 from xspec.compiler.ops import OPS
-from xspec.errors import SpecError
+from xspec.base.errors import SpecError
 
 # How the sources report a code: diagnostics.error("code", ...), self._error(...), ConstantError("code", ...),
 # LimitExceeded(..., code="code").

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import xspec
-from xspec import cli, process
+from xspec import cli
+from xspec.base import process
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = str(ROOT / "specs" / "base.xspec")

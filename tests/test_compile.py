@@ -157,7 +157,7 @@ def test_resolved_source_compiles_to_the_same_model():
 
 def test_model_too_large_to_allocate_is_refused(monkeypatch):
     spec = xspec.compile("specs/tiny.xspec")
-    monkeypatch.setattr("xspec.spec._available_host_memory", lambda: 1024)
+    monkeypatch.setattr("xspec.compiler.spec._available_host_memory", lambda: 1024)
     refusal = r"needs 4\.\d MiB as float32 \(1,053,696 parameters and its buffers\); only 1\.0 KiB is free on cpu"
     with pytest.raises(xspec.UserError, match=refusal):
         spec.build(device="cpu")

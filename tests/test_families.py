@@ -204,7 +204,7 @@ def test_flops_of_a_windowed_and_a_mixture_of_experts_spec_match_what_runs(name)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from xspec.stats.cost import flops
+    from xspec.compiler.cost import flops
 
     family = BY_NAME[name]
     spec = compiled(family, family.sizes[0])

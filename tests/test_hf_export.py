@@ -12,7 +12,7 @@ import xspec
 from float32 import assert_close
 from hf_checkpoints import imported, rope, saved, saved_model
 from hf_families import FAMILIES
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hf_checkpoints import saved
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.hf.importer import import_checkpoint
 
 pytest.importorskip("transformers")

@@ -118,7 +118,7 @@ def test_buffers_count_toward_the_allocation_check(monkeypatch):
         "model m { block decoder(tokens) { e = embedding(tokens, 10, 8) as embed\n"
         "  return linear(e + sinusoidal_positions(e, 100000) as positions, 10) as out } }", "buffers.xspec")
     table_bytes = 100000 * 8 * 4
-    monkeypatch.setattr("xspec.spec._available_host_memory", lambda: table_bytes)
+    monkeypatch.setattr("xspec.compiler.spec._available_host_memory", lambda: table_bytes)
     with pytest.raises(xspec.UserError, match=r"needs 3\.1 MiB as float32 \(170 parameters and its buffers\)"):
         spec.build("cpu")
 

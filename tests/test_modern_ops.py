@@ -182,7 +182,7 @@ def test_llama_flops_and_d_ff_from_the_spec_match_what_runs(kv_heads):
     from torch.utils.flop_counter import FlopCounterMode
 
     from xspec.stats import compute
-    from xspec.stats.cost import flops
+    from xspec.compiler.cost import flops
 
     spec = xspec.compile(LLAMA, overrides={"kv_heads": kv_heads})
     model = spec.build(device="cpu").eval()

@@ -11,7 +11,7 @@ import torch
 import xspec
 from xspec.compiler.ops import OPS, Attrs, Input, OpDef
 from xspec.stats import compute
-from xspec.stats.cost import flops
+from xspec.compiler.cost import flops
 from xspec.viz.labels import op_label
 
 

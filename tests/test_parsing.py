@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from xspec import cli
 from xspec.commands import treebank as treebank_command
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.parsing import compare, delinearise, linearise, normalise, parse_tree, score, to_bracketed, words
 from xspec.parsing.evalb import sentence_brackets
 from xspec.parsing.prepare import tree_symbols

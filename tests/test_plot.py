@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from xspec.cli import main
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.plot import (check_image_format, curves_from_records, draw, load_curves, panels_for, plot_runs,
                         run_labels, smooth, time_unit)
 

@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import xspec
 from xspec.cli import main
 from xspec.stats import compute
-from xspec.stats.cost import example_flops, flops, memory
+from xspec.compiler.cost import example_flops, flops, memory
 from xspec.stats.parameters import breakdown
 from xspec.stats.train_cost import PAPER_RUNS, paper_run, train_cost
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from xspec.errors import SpecError, UserError
+from xspec.base.errors import SpecError, UserError
 
 if TYPE_CHECKING:
     from xspec.runtime.inference import TrainedModel
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 IMPORTED_SPEC = "model.xspec"   # the spec of a run directory `xspec import` wrote
 
@@ -36,7 +36,11 @@ def compile(path: Union[str, os.PathLike], overrides: Optional[Mapping[str, Any]
     path = os.fspath(path)
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, IMPORTED_SPEC)):
         path = os.path.join(path, IMPORTED_SPEC)
-    return _compile(path, overrides, None)
+    # Imported here, not above: `import xspec` (and so every `xspec` command's start-up) stays
+    # free of the compiler's dependencies until a spec is compiled.
+    from xspec.compiler.spec import compile_file
+
+    return compile_file(path, overrides)
 
 
 def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[str, Any]] = None,
@@ -45,7 +49,9 @@ def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[
 
     `allow_imports=False` refuses `import` (a spec read from a checkpoint or a run directory is
     self-contained, and must not reach for other files)."""
-    return _compile(name, overrides, text, allow_imports)
+    from xspec.compiler.spec import compile_source as compile_text
+
+    return compile_text(text, name, overrides, allow_imports)
 
 
 def load(run_or_checkpoint, device=None, compile: str = "off") -> TrainedModel:
@@ -59,25 +65,10 @@ def load(run_or_checkpoint, device=None, compile: str = "off") -> TrainedModel:
     return load_trained(run_or_checkpoint, device, compile)
 
 
-def _compile(path: str, overrides: Optional[Mapping[str, Any]], source: Optional[str],
-             allow_imports: bool = True) -> CompiledSpec:
-    # Imported here, not above: `import xspec` (and so every `xspec` command's start-up) stays
-    # free of the compiler's dependencies until a spec is compiled.
-    from xspec.compiler import CompileFailed, compile_spec
-    from xspec.spec import CompiledSpec
-
-    try:
-        return CompiledSpec(compile_spec(path, overrides, source, allow_imports), overrides)
-    except CompileFailed as failure:
-        raise SpecError(failure.diagnostics.render(), failure.diagnostics.records) from None
-    except FileNotFoundError as error:
-        raise UserError(str(error)) from None
-
-
 def __getattr__(name: str) -> Any:
-    """`xspec.CompiledSpec`, imported on first use (see `_compile`)."""
+    """`xspec.CompiledSpec`, imported on first use (see `compile`)."""
     if name == "CompiledSpec":
-        from xspec.spec import CompiledSpec
+        from xspec.compiler.spec import CompiledSpec
 
         return CompiledSpec
     raise AttributeError(f"module 'xspec' has no attribute {name!r}")

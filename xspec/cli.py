@@ -12,12 +12,12 @@ from xspec.commands import compile as compile_command
 from xspec.commands import eval as eval_command
 from xspec.commands import stats as stats_command
 from xspec.commands import import_hf, sweep
-from xspec.errors import SpecError, UserError
+from xspec.base.errors import SpecError, UserError
 from xspec.commands.arguments import add_debug_argument, add_process_arguments
-from xspec.process import apply_threads, reexec_with_tcmalloc
+from xspec.base.process import apply_threads, reexec_with_tcmalloc
 
 # Each module defines NAME, HELP, DESCRIPTION, add_arguments(parser) and run(args) -> exit status, and
-# COMPUTES = True when it runs models (it then takes --threads and --tcmalloc, xspec/process.py).
+# COMPUTES = True when it runs models (it then takes --threads and --tcmalloc, xspec/base/process.py).
 # Importing them must stay cheap (torch and the like are imported inside run()): `xspec --help` and
 # argument errors should answer at once.
 COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, eval_command, average, viz,

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from xspec.errors import UserError
-from xspec.files import write_bytes_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import write_bytes_atomically
 from xspec.runtime.run_dir import METRICS_LOG, RUN_FILE, read_metrics_log
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.best import best_dir
 from xspec.runtime.run_dir import (DATA_DIR, METRICS_FILE, RUN_FILE, SPEC_FILE, read_metrics_log, read_run_record,

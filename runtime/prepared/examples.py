@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.batching import Batch, collate, collate_sequences
 from xspec.runtime.data_order import WINDOW, Permutation, Window, sequence_slice
 from xspec.runtime.prepared.format import PreparedDir

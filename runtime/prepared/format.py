@@ -31,8 +31,8 @@ from typing import Iterator, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from xspec.errors import UserError
-from xspec.files import open_regular_file, read_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import open_regular_file, read_regular_file
 
 FORMAT = "xspec-prepared"
 VERSION = 1

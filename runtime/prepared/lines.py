@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
-from xspec.errors import UserError
-from xspec.files import open_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import open_regular_file
 
 READ_BYTES = 1 << 20
 KEPT_PLACES = 10                    # skipped lines named in the report; the rest are counted

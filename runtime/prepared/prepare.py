@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Option
 
 import numpy as np
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.prepared.format import (FORMAT, MANIFEST, OFFSET, SHARD_TOKENS, VERSION, VOCAB_FILE, FileRecord,
                                            Manifest, Skipped, SourceRecord, VocabularyRecord)
 from xspec.runtime.prepared.lines import Digest, Skips, aligned_lines, text_lines

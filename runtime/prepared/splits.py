@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.prepared.examples import Mixture, PreparedPairs, PreparedText
 from xspec.runtime.prepared.format import MANIFEST, VOCAB_FILE, PreparedDir, open_prepared
 from xspec.runtime.run_dir import PreparedSplit

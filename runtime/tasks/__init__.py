@@ -19,7 +19,7 @@ from typing import Iterable, Optional, Protocol
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.batching import Batch
 from xspec.runtime.data_order import Window
 from xspec.runtime.distributed import Context

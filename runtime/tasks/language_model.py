@@ -10,8 +10,8 @@ from typing import Iterable, Optional
 
 import torch
 
-from xspec.errors import UserError
-from xspec.files import write_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import write_atomically
 from xspec.runtime.demo_data import write_demo_text
 from xspec.runtime.distributed import Context
 from xspec.runtime.documents import Documents, encode_documents, read_documents

@@ -9,8 +9,8 @@ from typing import Iterable, Optional
 
 import torch
 
-from xspec.errors import UserError
-from xspec.files import write_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import write_atomically
 from xspec.runtime.corpus import ParallelText, encode_pairs, read_parallel
 from xspec.runtime.demo_data import write_demo_data
 from xspec.runtime.distributed import Context

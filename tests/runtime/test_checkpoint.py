@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 import xspec
 from toy_spec import toy_spec
 from xspec.compiler.sections import TrainSection
-from xspec.errors import SpecError, UserError
+from xspec.base.errors import SpecError, UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.inference import load
 from xspec.runtime.schedule import make_optimizer, make_scheduler

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.corpus import encode_pairs, read_lines, read_parallel
 from xspec.runtime.vocab import EOS, train_vocab
 from xspec.runtime.demo_data import generate_split

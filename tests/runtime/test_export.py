@@ -13,7 +13,7 @@ import torch
 
 import xspec
 from xspec.cli import main
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.demo_data import generate_split
 from xspec.runtime.export import Graph, check_destination, export_model, export_program, write_directory

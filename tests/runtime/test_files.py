@@ -1,4 +1,4 @@
-"""xspec/files.py: atomic writes with the umask's permissions, output paths checked early, and
+"""xspec/base/files.py: atomic writes with the umask's permissions, output paths checked early, and
 inputs read only from regular files."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from xspec.errors import UserError
-from xspec.files import (check_output_dir, check_output_file, link_atomically, read_regular_file,
-                         write_atomically, write_atomically_with, write_bytes_atomically)
+from xspec.base.errors import UserError
+from xspec.base.files import (check_output_dir, check_output_file, link_atomically, read_regular_file,
+                              write_atomically, write_atomically_with, write_bytes_atomically)
 
 
 @contextmanager

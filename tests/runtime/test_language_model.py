@@ -14,7 +14,7 @@ import torch
 
 import xspec
 from xspec.cli import main
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.batching import NO_LABEL, collate_sequences
 from xspec.runtime.beam_search import continue_prompts
 from xspec.runtime.demo_data import generate_split

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.line_stream import MAX_LINE_BYTES, LineStream
 
 

@@ -14,7 +14,7 @@ import pytest
 import xspec
 import xspec.runtime.train as train_module
 from toy_spec import toy_spec
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.memory_plan import USABLE_SHARE, FreeMemory, Layout, estimate_peak, plan_memory
 from xspec.runtime.run_dir import read_metrics_log
 from xspec.runtime.train import RunOptions, train

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from xspec.cli import main
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.data_order import Permutation, sequence_slice
 from xspec.runtime.demo_data import generate_split
 from xspec.runtime.loop import Progress, Trainer

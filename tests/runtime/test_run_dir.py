@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime.run_dir import DataFiles, RunRecord, Split, read_run_record, write_run_record
 
 

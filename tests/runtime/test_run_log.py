@@ -166,7 +166,7 @@ def test_validation_bleu_is_logged_and_judges_the_best(small_corpus, tmp_path):
 
 def test_a_language_model_has_no_validation_bleu(tmp_path):
     import xspec
-    from xspec.errors import UserError
+    from xspec.base.errors import UserError
 
     spec = xspec.compile(Path(__file__).parents[2] / "specs" / "lm.xspec", overrides={"train.validate_bleu": True})
     with pytest.raises(UserError, match="train.validate_bleu: transformer_lm is a language model, which has no BLEU"):

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 
 from toy_spec import toy_spec
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.average import average_run
 from xspec.runtime.run_dir import DataFiles, Split, read_metrics_log

@@ -104,7 +104,7 @@ class ToySpec:
                         replicas: int = 1):
         """A rough stand-in for the compiled spec's estimate: 16 bytes a parameter (weights, gradients, Adam),
         and per token 64 activations of d_model plus the loss's two rows of the vocabulary."""
-        from xspec.stats.cost import Memory
+        from xspec.compiler.cost import Memory
 
         weights = 4 * self.parameters // shards
         tokens = batch * length

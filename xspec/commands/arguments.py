@@ -7,7 +7,7 @@ import argparse
 import math
 from typing import Callable
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 # Counts and sizes on the command line: beyond this they are mistakes, not requests.
 LARGEST_COUNT = 2**31 - 1
@@ -83,7 +83,7 @@ def add_device_argument(parser: argparse.ArgumentParser, note: str = "") -> None
 
 
 def add_process_arguments(parser: argparse.ArgumentParser) -> None:
-    """--threads and --tcmalloc/--no-tcmalloc: what every command that computes takes (xspec/process.py)."""
+    """--threads and --tcmalloc/--no-tcmalloc: what every command that computes takes (xspec/base/process.py)."""
     parser.add_argument("--threads", type=int_at_least(1), metavar="N",
                         help="CPU threads for torch (default: torch's, one per core); on a busy machine 1 can be "
                              "much faster")

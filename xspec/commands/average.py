@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from xspec.commands.arguments import int_at_least
-from xspec.files import check_output_file
+from xspec.base.files import check_output_file
 
 NAME = "average"
 HELP = "average the last N (or the best N) checkpoints of a run into one checkpoint"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import xspec
 from xspec.commands.arguments import add_set_argument, parse_overrides
-from xspec.files import write_atomically
+from xspec.base.files import write_atomically
 from xspec.summary import render_table
 
 NAME = "compile"

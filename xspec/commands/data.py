@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from xspec.commands.arguments import add_debug_argument, int_at_least
-from xspec.errors import UserError
-from xspec.files import check_output_dir
+from xspec.base.errors import UserError
+from xspec.base.files import check_output_dir
 
 NAME = "data"
 HELP = "prepare text into token shards that xspec train reads without loading them (--data DIR)"

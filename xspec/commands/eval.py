@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from xspec.commands.translate import add_decode_arguments, decode_overrides
-from xspec.errors import UserError
-from xspec.files import check_output_file, write_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import check_output_file, write_atomically
 
 NAME = "eval"
 COMPUTES = True

@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export_hf(args: argparse.Namespace) -> int:
-    from xspec.errors import UserError
-    from xspec.files import check_output_dir
+    from xspec.base.errors import UserError
+    from xspec.base.files import check_output_dir
     from xspec.hf.export import export_hf
     from xspec.runtime.export import write_directory
     from xspec.runtime.inference import load

@@ -9,8 +9,8 @@ from typing import Iterator
 
 from xspec.commands.arguments import float_at_least, int_at_least
 from xspec.commands.translate import add_model_arguments, answer_lines
-from xspec.errors import UserError
-from xspec.files import check_output_file, write_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import check_output_file, write_atomically
 
 NAME = "generate"
 COMPUTES = True

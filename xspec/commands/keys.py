@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 NAME = "keys"
 HELP = "list the keys of the train, data and decode sections (type, default, meaning)"

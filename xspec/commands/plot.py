@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from xspec.files import check_output_file
+from xspec.base.files import check_output_file
 
 NAME = "plot"
 HELP = "draw the training curves of one or more runs (loss, perplexity, BLEU, learning rate)"

@@ -7,7 +7,7 @@ import json
 
 import xspec
 from xspec.commands.arguments import add_set_argument, int_at_least, parse_overrides
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 NAME = "stats"
 HELP = "parameters per block, forward FLOPs per token, training memory, and Table 1 at the spec's n and d"

@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from xspec.commands.arguments import add_device_argument, add_set_argument, int_at_least, parse_overrides
-from xspec.errors import UserError
-from xspec.files import check_output_dir
+from xspec.base.errors import UserError
+from xspec.base.files import check_output_dir
 
 # Kept here rather than imported from xspec.sweep: importing the command must stay cheap (xspec/cli.py).
 DEFAULT_SEEDS = 3

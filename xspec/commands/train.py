@@ -7,8 +7,8 @@ from pathlib import Path
 
 import xspec
 from xspec.commands.arguments import add_device_argument, add_set_argument, float_at_least, parse_overrides
-from xspec.errors import UserError
-from xspec.files import check_output_dir
+from xspec.base.errors import UserError
+from xspec.base.files import check_output_dir
 
 NAME = "train"
 COMPUTES = True

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from xspec.commands.arguments import add_device_argument, float_at_least, int_at_least
-from xspec.files import check_output_file, write_atomically
+from xspec.base.files import check_output_file, write_atomically
 
 NAME = "translate"
 COMPUTES = True
@@ -101,7 +101,7 @@ def answer_lines(input_file: str | None, output: str | None, window: int,
     """Reads lines from `input_file` (default: stdin) in windows of `window` lines, or fewer when no more
     have arrived yet; `answer(lines, line number of the first, file name)` yields text to write as soon
     as it is ready: to stdout, flushed, or to `output` (written atomically at the end)."""
-    from xspec.files import open_regular_file
+    from xspec.base.files import open_regular_file
     from xspec.runtime.line_stream import LineStream
 
     name = input_file or "<stdin>"

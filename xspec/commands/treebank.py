@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from xspec.commands.arguments import add_debug_argument, int_at_least
-from xspec.files import check_output_dir, check_output_file
+from xspec.base.files import check_output_dir, check_output_file
 
 NAME = "treebank"
 HELP = "constituency parsing (§6.3): prepare a Penn Treebank for training, score parses with bracket F1"
@@ -94,7 +94,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from xspec.files import write_atomically
+    from xspec.base.files import write_atomically
     from xspec.parsing.score_files import as_json, report, score_files
     from xspec.parsing.tree import to_bracketed
 

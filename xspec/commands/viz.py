@@ -8,7 +8,7 @@ from pathlib import Path
 
 import xspec
 from xspec.commands.arguments import add_set_argument, int_at_least, parse_overrides
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 NAME = "viz"
 HELP = "draw a spec's architecture, what a variant changed, or a trained model's attention"

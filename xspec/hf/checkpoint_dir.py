@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file
 from xspec.hf.safetensors_file import SafetensorsFile
 
 CONFIG = "config.json"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 _MISSING = object()
 

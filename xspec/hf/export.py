@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.hf_config import OWN, config_for

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.hf.config_reader import ConfigReader, Setting, refuse, render
 from xspec.hf.rope import read_rope
 

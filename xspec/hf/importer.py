@@ -21,14 +21,15 @@ from typing import Callable, Iterator
 import torch
 
 import xspec
-from xspec.errors import SpecError, UserError
+from xspec.base.errors import SpecError, UserError
 from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
 from xspec.hf.families import Mapped, map_config
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
-from xspec.hf.tokenizer import CheckpointTokenizer, find_tokenizer
+from xspec.hf.tokenizer import find_tokenizer
+from xspec.runtime.tokenizer import CheckpointTokenizer
 
 MODEL_SPEC = "model.xspec"
 

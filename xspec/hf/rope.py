@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.hf.config_reader import ConfigReader, refuse, render
 
 # The parameters each rope_type has in the specs, beside rope_theta and rope_type.

@@ -18,7 +18,7 @@ from typing import BinaryIO, Iterable, Iterator
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 MAX_HEADER_BYTES = 100 << 20       # safetensors' own bound on the JSON header
 METADATA = "__metadata__"

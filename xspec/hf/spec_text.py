@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.hf.config_reader import Setting
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"      # the checkout's specs/ folder

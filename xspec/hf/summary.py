@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file
 from xspec.hf.spec_text import literal
 
 IMPORT_FILE = "import.json"

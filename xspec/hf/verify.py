@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.hf.families import Mapped
 
 MAX_KL = 1e-5                 # nats per token, averaged
@@ -44,7 +44,7 @@ def check_length(mapped: Mapped) -> int:
 def available_memory(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    from xspec.spec import _available_host_memory
+    from xspec.compiler.spec import _available_host_memory
 
     return _available_host_memory()
 

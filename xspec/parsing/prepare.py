@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xspec.errors import UserError
-from xspec.files import write_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import write_atomically
 from xspec.parsing.linearise import linearise
 from xspec.parsing.normalise import normalise
 from xspec.parsing.reader import parse_tree

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.parsing.textfile import read_lines
 from xspec.parsing.tree import ROOT, Tree
 

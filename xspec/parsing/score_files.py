@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.parsing.delinearise import Repairs, delinearise
 from xspec.parsing.evalb import CUTOFF_LENGTH, Score, Totals, score
 from xspec.parsing.normalise import normalise

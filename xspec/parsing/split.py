@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 SPLIT_NAMES = ("train", "valid", "test")
 # Per scheme: split -> inclusive ranges of file numbers (wsj_0160 is 160; section = number // 100).

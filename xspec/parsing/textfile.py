@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xspec.errors import UserError
-from xspec.files import read_regular_file
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file
 
 
 def read_lines(path: Path) -> list[str]:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from xspec.stats.architecture import Architecture, architecture
 from xspec.stats.complexity import Table1Row, table1
-from xspec.stats.cost import Flops, Memory, flops, memory
+from xspec.compiler.cost import Flops, Memory, flops, memory
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def default_batch(spec: CompiledSpec, length: int) -> int:
 
 def compute(spec: CompiledSpec, length: int | None = None, batch: int | None = None,
             kernel: int = 3, neighbourhood: int = 16) -> SpecStats:
-    from xspec.summary import summarize
+    from xspec.compiler.summary import summarize
 
     n = length or default_length(spec)
     b = batch or default_batch(spec, n)

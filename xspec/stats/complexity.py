@@ -18,7 +18,7 @@ from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ import math
 from typing import TYPE_CHECKING
 
 from xspec.compiler.ops import OPS
-from xspec.stats.cost import is_generator, stack_of
+from xspec.compiler.cost import is_generator, stack_of
 from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 # Component names, in the order the paper introduces them.
 COMPONENTS = ("token embeddings", "positional embeddings", "attention weights", "attention biases",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from xspec.stats import SpecStats
 from xspec.stats.architecture import PAPER_NAMES
-from xspec.stats.cost import CATEGORIES
+from xspec.compiler.cost import CATEGORIES
 from xspec.stats.train_cost import GPU_TFLOPS, PAPER_RUNS, TrainCost
 
 CATEGORY_LABELS = {

@@ -20,10 +20,10 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Optional
 
 from xspec.stats.architecture import architecture
-from xspec.stats.cost import flops
+from xspec.compiler.cost import flops
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 BACKWARD_PER_FORWARD = 2     # d(loss)/d(input) and d(loss)/d(weight): one product each
 TYPICAL_SENTENCE = 25        # tokens: about a WMT sentence in subwords (the attention term grows with it)

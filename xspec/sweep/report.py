@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from xspec.files import write_atomically
+from xspec.base.files import write_atomically
 from xspec.stats.architecture import PAPER_NAMES
 from xspec.sweep.paper import COLUMNS, METRICS, PAPER_DIRECTIONS, PAPER_TABLE3
 from xspec.sweep.rows import MIN_BLEU, WIDTHS, Corpus, Outcome, Row, Run, SweepConfig

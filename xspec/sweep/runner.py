@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import xspec
-from xspec.errors import UserError
-from xspec.files import read_regular_file, write_atomically, write_bytes_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import read_regular_file, write_atomically, write_bytes_atomically
 from xspec.runtime.unigram import token_counts, unigram_perplexity
 from xspec.stats.architecture import architecture
 from xspec.sweep.paper import COLUMNS

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     import graphviz
 
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 
 def architecture_dot(spec: "CompiledSpec", depth: str = "2", diff_with: Optional["CompiledSpec"] = None) -> "graphviz.Digraph":

@@ -16,7 +16,7 @@ import torch
 
 from xspec.compiler.prelude import MultiHeadAttention
 from xspec.compiler.ops import OPS
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.beam_search import beam_search
 from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
@@ -26,7 +26,7 @@ from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 PLOT_FORMATS = ("png", "svg", "pdf")
 DPI = 110

@@ -19,7 +19,7 @@ from .labels import format_shape, unit_label_title
 from .view import View, build_view, canonical_graph, stack_counts
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
     from .view import Unit
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import graphviz
 
-from xspec.errors import UserError
-from xspec.files import write_atomically
+from xspec.base.errors import UserError
+from xspec.base.files import write_atomically
 
 RENDERED = ("svg", "png", "pdf")
 FORMATS = ("dot", "gv") + RENDERED

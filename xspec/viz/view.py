@@ -30,7 +30,7 @@ from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
     from xspec.compiler.ir import Instance
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 DEPTHS = ("1", "2", "full")
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from xspec.errors import UserError
+from xspec.base.errors import UserError
 
 
 def write_atomically(path: Path, text: str) -> Path:

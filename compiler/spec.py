@@ -1,4 +1,6 @@
-"""`CompiledSpec`: what `xspec.compile` returns, and how it becomes a PyTorch model."""
+"""`CompiledSpec`: what `xspec.compile` returns, and how it becomes a PyTorch model; `compile_source`, the
+compiler as the layers above it call it (xspec.compile and xspec.compile_source; the runtime, for the spec a
+checkpoint holds), its failures raised as the errors a user sees."""
 
 from __future__ import annotations
 
@@ -11,15 +13,15 @@ import types
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from xspec.errors import UserError
+from xspec.base.errors import SpecError, UserError
+from xspec.compiler import Compilation, CompileFailed, compile_spec
 
-# Type names only: a CompiledSpec exists only once the compiler has run, and torch is imported by
-# the methods that build a model, so importing this module costs nothing.
+# Type names only: torch is imported by the methods that build a model, networkx by `graph`, so
+# compiling a spec imports neither.
 if TYPE_CHECKING:
     import networkx as nx
     import torch
 
-    from xspec.compiler import Compilation
     from xspec.compiler.ir import OpGraph
     from xspec.compiler.sections import DataSection, DecodeSection, TrainSection
 
@@ -97,8 +99,8 @@ class CompiledSpec:
     def training_memory(self, batch: int, length: int, *, activation_bytes: int = 4, shards: int = 1,
                         replicas: int = 1):
         """Estimated bytes a training pass of `batch` sequences of `length` tokens holds at its peak
-        (xspec.stats.cost.Memory: weights, gradients, Adam's moments, activations, the loss's tensors)."""
-        from xspec.stats.cost import memory
+        (compiler/cost.py's Memory: weights, gradients, Adam's moments, activations, the loss's tensors)."""
+        from xspec.compiler.cost import memory
 
         return memory(self, batch, length, activation_bytes=activation_bytes, shards=shards, replicas=replicas)
 
@@ -176,7 +178,7 @@ class CompiledSpec:
 
     # --- reports -----------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        from xspec.summary import summarize
+        from xspec.compiler.summary import summarize
 
         return summarize(self)
 
@@ -199,11 +201,33 @@ class CompiledSpec:
     def with_overrides(self, overrides: Mapping[str, Any]) -> "CompiledSpec":
         """This spec with some parameters or section keys set otherwise, compiled from its resolved source
         (e.g. {"data.vocab_size": 8000})."""
-        import xspec
-
-        changed = xspec.compile_source(self.resolved_source, name=self.path, overrides=overrides, allow_imports=False)
+        changed = compile_source(self.resolved_source, name=self.path, overrides=overrides, allow_imports=False)
         changed.overrides = {**self.overrides, **overrides}
         return changed
+
+
+def compile_file(path: str, overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
+    """The spec file at `path`, compiled; `overrides` as in `xspec.compile`."""
+    return _compiled(path, overrides, None, True)
+
+
+def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[str, Any]] = None,
+                   allow_imports: bool = True) -> CompiledSpec:
+    """The spec `text`, compiled (imports resolve relative to `name`). `allow_imports=False` refuses
+    `import` (a spec read from a checkpoint or a run directory is self-contained, and must not reach for
+    other files)."""
+    return _compiled(name, overrides, text, allow_imports)
+
+
+def _compiled(path: str, overrides: Optional[Mapping[str, Any]], source: Optional[str],
+              allow_imports: bool) -> CompiledSpec:
+    """Raises SpecError with every diagnostic found, UserError for a spec file that does not exist."""
+    try:
+        return CompiledSpec(compile_spec(path, overrides, source, allow_imports), overrides)
+    except CompileFailed as failure:
+        raise SpecError(failure.diagnostics.render(), failure.diagnostics.records) from None
+    except FileNotFoundError as error:
+        raise UserError(str(error)) from None
 
 
 def _size(n: int) -> str:

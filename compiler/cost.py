@@ -1,4 +1,5 @@
-"""Forward FLOPs and training memory, counted from the graph's ops and shapes.
+"""Forward FLOPs and training memory, counted from the graph's ops and shapes. In the compiler because both
+`xspec stats` (xspec/stats/) and the runtime's memory plan (`CompiledSpec.training_memory`) read them.
 
 Conventions (docs/stats.md):
 - A FLOP is one multiply or one add; a multiply-add counts 2. Only matrix products are counted
@@ -28,7 +29,7 @@ from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
 if TYPE_CHECKING:
-    from xspec.spec import CompiledSpec
+    from xspec.compiler.spec import CompiledSpec
 
 BYTES_FLOAT32 = 4
 ADAM_MOMENTS = 2            # §5.3: Adam keeps a first and a second moment per parameter
