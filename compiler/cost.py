@@ -23,13 +23,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Union
 
-from xspec.compiler.ops import OPS
-from xspec.compiler.shapes import BATCH, TensorType
-from xspec.compiler.opdef import Family
-from xspec.compiler.ir import node_of
+from .ops import OPS
+from .shapes import BATCH, TensorType
+from .opdef import Family
+from .ir import node_of
 
 if TYPE_CHECKING:
-    from xspec.compiler.spec import CompiledSpec
+    from .spec import CompiledSpec
 
 BYTES_FLOAT32 = 4
 ADAM_MOMENTS = 2            # §5.3: Adam keeps a first and a second moment per parameter
@@ -115,9 +115,9 @@ def is_generator(graph, node: str) -> bool:
 
 def _node_positions(graph, node: str, length: Lengths) -> tuple[int, dict[str, int]]:
     """Positions of one example in the node's output and in each of its inputs."""
-    inputs = {port: _positions(node_of(graph, source).shape, length)
+    inputs = {port: _positions(node_of(graph, source).checked_shape(), length)
               for port, source in node_of(graph, node).inputs.items()}
-    return _positions(node_of(graph, node).shape, length), inputs
+    return _positions(node_of(graph, node).checked_shape(), length), inputs
 
 
 def node_flops(graph, node: str, length: Lengths) -> dict[str, int]:

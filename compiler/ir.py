@@ -56,6 +56,11 @@ class Node:
         assert isinstance(self.attrs, schema), f"{self.id}: {self.op}'s attributes are not {schema.__name__}"
         return self.attrs
 
+    def checked_shape(self) -> TensorType:
+        """Its shape, which validation has inferred for every node of a compiled spec."""
+        assert self.shape is not None, f"{self.id}: its shape is read before validation inferred it"
+        return self.shape
+
     def to_json(self) -> dict[str, object]:
         """The node as graph.json writes it (docs/graph.md)."""
         return {"id": self.id, "op": self.op, "attrs": self.attrs.model_dump(),

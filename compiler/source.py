@@ -1,4 +1,4 @@
-"""Reading spec files: regular files only (xspec/files.py), of bounded size, in UTF-8.
+"""Reading spec files: regular files only (xspec/base/files.py), of bounded size, in UTF-8.
 
 A spec names the files it imports, so a path is untrusted: `/dev/zero` must not be read forever, a
 FIFO must not block, a symlink loop or a NUL byte must be a message, not an exception.

@@ -11,10 +11,10 @@ import os
 import sys
 import types
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union, cast
 
 from xspec.base.errors import SpecError, UserError
-from xspec.compiler import Compilation, CompileFailed, compile_spec
+from . import Compilation, CompileFailed, compile_spec
 
 # Type names only: torch is imported by the methods that build a model, networkx by `graph`, so
 # compiling a spec imports neither.
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     import networkx as nx
     import torch
 
-    from xspec.compiler.ir import OpGraph
-    from xspec.compiler.sections import DataSection, DecodeSection, TrainSection
+    from .ir import OpGraph
+    from .sections import DataSection, DecodeSection, TrainSection
 
 
 class CompiledSpec:
@@ -53,54 +53,56 @@ class CompiledSpec:
     # --- facts the runtime needs, read off the graph -----------------------------------------
     @property
     def has_encoder(self) -> bool:
-        from xspec.compiler.entries import SRC  # loaded with the compiler, which has run
+        from .entries import SRC  # loaded with the compiler, which has run
 
         return SRC.node in self.ops
 
     @property
     def has_decoder(self) -> bool:
         """False for an encoder-only model (no logits: nothing to train or decode with the runtime)."""
-        from xspec.compiler.entries import LOGITS  # loaded with the compiler, which has run
+        from .entries import LOGITS  # loaded with the compiler, which has run
 
         return LOGITS.node in self.ops
 
     @cached_property
     def vocab_size(self) -> int:
-        from xspec.compiler.entries import LOGITS  # loaded with the compiler, which has run
-        from xspec.compiler.ops import OPS
+        from .entries import LOGITS  # loaded with the compiler, which has run
+        from .ops import OPS
 
         facts = (OPS[node.op].facts(node.attrs, node.inferred) for node in self.ops)
-        sizes = {f["vocab"] for f in facts if "vocab" in f}
-        logits = self.ops[LOGITS.node].shape.last if LOGITS.node in self.ops else None
+        sizes = {size for f in facts if isinstance(size := f.get("vocab"), int)}
+        logits = self.ops[LOGITS.node].checked_shape().last if LOGITS.node in self.ops else None
         return max(sizes | ({logits} if isinstance(logits, int) else set()))
 
     @cached_property
     def max_positions(self) -> Optional[int]:
-        from xspec.compiler.opdef import Family
-        from xspec.compiler.ops import OPS  # loaded with the compiler, which has run
+        from .opdef import Family
+        from .ops import OPS, PositionsAttrs  # loaded with the compiler, which has run
 
-        lengths = [node.attrs.max_len for node in self.ops if OPS[node.op].family == Family.POSITION]
+        lengths = [node.attrs_as(PositionsAttrs).max_len for node in self.ops if OPS[node.op].family == Family.POSITION]
         return min(lengths) if lengths else None
 
     @cached_property
     def model_dim(self) -> int:
         """The width of the decoder's output before the vocabulary projection (d_model)."""
-        from xspec.compiler.entries import LOGITS, MEMORY  # loaded with the compiler, which has run
+        from .entries import LOGITS, MEMORY  # loaded with the compiler, which has run
 
         if LOGITS.node not in self.ops:
-            return int(self.ops[MEMORY.node].shape.last)
-        from xspec.compiler.ops import OPS
+            return int(self.ops[MEMORY.node].checked_shape().last)
+        from .ops import OPS
 
         projection = self.ops[self.ops[LOGITS.node].inputs["x"]]
         while OPS[projection.op].elementwise and list(projection.inputs) == ["x"]:  # a soft cap on the logits
             projection = self.ops[projection.inputs["x"]]
-        return int(projection.inferred.get("in_features", projection.shape.last))
+        width = projection.inferred.get("in_features", projection.checked_shape().last)
+        assert isinstance(width, int), f"{projection.id}: its input width is not a number"
+        return width
 
     def training_memory(self, batch: int, length: int, *, activation_bytes: int = 4, shards: int = 1,
                         replicas: int = 1):
         """Estimated bytes a training pass of `batch` sequences of `length` tokens holds at its peak
         (compiler/cost.py's Memory: weights, gradients, Adam's moments, activations, the loss's tensors)."""
-        from xspec.compiler.cost import memory
+        from .cost import memory
 
         return memory(self, batch, length, activation_bytes=activation_bytes, shards=shards, replicas=replicas)
 
@@ -137,7 +139,7 @@ class CompiledSpec:
         model_class = self.model_class()
         with torch.device(device):
             model = model_class()
-        return torch.compile(model) if compile else model
+        return cast("torch.nn.Module", torch.compile(model)) if compile else model
 
     def model_class(self) -> type:
         """The generated nn.Module class, from `python_source`.
@@ -146,7 +148,7 @@ class CompiledSpec:
         `sys.modules` with its text in `linecache`: tracebacks show its lines, and `torch.compile` of
         anything that calls the model can find the module it was defined in. The same source is one
         module, made once."""
-        from xspec.compiler.codecheck import compile_checked
+        from .codecheck import compile_checked
 
         digest = hashlib.sha256(self.python_source.encode("utf-8")).hexdigest()[:16]
         name = f"xspec_generated_{self.name}_{digest}"
@@ -178,7 +180,7 @@ class CompiledSpec:
 
     # --- reports -----------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        from xspec.compiler.summary import summarize
+        from .summary import summarize
 
         return summarize(self)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
+from .ops import IOAttrs
+
 if TYPE_CHECKING:
-    from xspec.compiler.ir import Instance
-    from xspec.compiler.spec import CompiledSpec
+    from .ir import Instance
+    from .spec import CompiledSpec
 
 
 def summarize(spec: "CompiledSpec") -> dict[str, Any]:
@@ -20,8 +22,8 @@ def summarize(spec: "CompiledSpec") -> dict[str, Any]:
         "parameters": spec.parameters,
         "blocks": {row["path"]: row["parameters"] for row in rows},
         "shapes": {row["path"]: row["output"] for row in rows if row["output"]},
-        "inputs": {node.attrs.name: str(node.shape) for node in spec.ops if node.op == "input"},
-        "outputs": {node.attrs.name: str(node.shape) for node in spec.ops if node.op == "output"},
+        "inputs": {node.attrs_as(IOAttrs).name: str(node.shape) for node in spec.ops if node.op == "input"},
+        "outputs": {node.attrs_as(IOAttrs).name: str(node.shape) for node in spec.ops if node.op == "output"},
         "warnings": [line for line in spec.warnings.splitlines() if ": warning: " in line],
         "rows": rows,
     }
@@ -38,7 +40,7 @@ def _rows(spec: "CompiledSpec", instance: "Instance", depth: int) -> Iterator[di
             label = f"{name} ({len(child.children)}x)"
             output = _shape(spec, child.children[str(len(child.children) - 1)])
         else:
-            kind = child.block_name or spec.ops[child.node].op
+            kind = child.block_name or (spec.ops[child.node].op if child.node is not None else child.kind)
             label, output = name, _shape(spec, child)
         yield {"path": child.path, "label": label, "kind": kind, "depth": depth, "parameters": count,
                "tied": tied, "output": output}
