@@ -10,6 +10,8 @@ log. Checkpoints, validation and decoding use the model itself (`step.model`).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -66,9 +68,12 @@ def distribute(step: TrainingStep, context: Context, sharding: str) -> nn.Module
         return fully_shard(step)
     from torch.nn.parallel import DistributedDataParallel
 
-    # The model's buffers (positional tables) are computed, never trained: no need to re-send them.
+    # The model's buffers (positional tables) are computed, never trained: no need to re-send them each
+    # forward. torch 2.13 names that forward_sync_buffers and warns on the older broadcast_buffers.
     device_ids = [context.device] if context.device.type == "cuda" else None
-    return DistributedDataParallel(step, device_ids=device_ids, broadcast_buffers=False)
+    newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    no_sync = {"forward_sync_buffers" if newer else "broadcast_buffers": False}
+    return DistributedDataParallel(step, device_ids=device_ids, **no_sync)
 
 
 def _stack_layers(model: nn.Module) -> list[nn.Module]:
