@@ -42,38 +42,42 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
 @torch.no_grad()
 def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Tensor, beam: int, alpha: float,
                 max_len_a: float, max_len_b: int, nbest: int = 1, use_cache: bool = True,
-                max_positions: int | None = None) -> list[list[Hypothesis]]:
+                max_positions: int | None = None, vocab_size: int | None = None) -> list[list[Hypothesis]]:
     """Best `nbest` translations of each sentence of `src` [B, S], best first, by a model or an ensemble
     (a list of models).
 
-    `max_positions` caps the output length where the model's positions end.
+    `max_positions` caps the output length where the model's positions end; `vocab_size`, the tokens
+    chosen from, where the model has more rows than the vocabulary has pieces.
     """
     # Longest output (EOS included): a * source length (EOS included) + b.
     max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
-    steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache) for m in members(model)])
+    steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache, vocab_size)
+                            for m in members(model)])
     return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest)
 
 
 @torch.no_grad()
 def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int,
-                     nbest: int = 1, use_cache: bool = True, max_positions: int | None = None
-                     ) -> list[list[Hypothesis]]:
+                     nbest: int = 1, use_cache: bool = True, max_positions: int | None = None,
+                     vocab_size: int | None = None) -> list[list[Hypothesis]]:
     """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
     [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
-    the positions end)."""
+    the positions end), choosing among the first `vocab_size` tokens (default: all the model's)."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
-    steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache) for m in members(model)])
+    steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size) for m in members(model)])
     return search(steps, prompts.size(0), beam, alpha, max_lens, nbest)
 
 
 class EncoderDecoderSteps:
     """A translation model's next-token logits for every hypothesis: the encoder runs once, and each
-    hypothesis row reads its sentence's memory."""
+    hypothesis row reads its sentence's memory. Only the first `vocab_size` tokens are candidates (None: all):
+    a model may have more embedding rows than its vocabulary has pieces."""
 
-    def __init__(self, model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, use_cache: bool) -> None:
+    def __init__(self, model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, use_cache: bool,
+                 vocab_size: int | None = None) -> None:
         rows = torch.arange(src.size(0), device=src.device).repeat_interleave(beam)   # [B*K] sentence of each row
         self.model = model
         self.memory = model.encode(src, src_padding)[rows]
@@ -81,6 +85,7 @@ class EncoderDecoderSteps:
         self.memory_padding = src_padding[rows] if bool(src_padding.any()) else None
         self.cache = model.new_cache() if use_cache else None
         self.cached = use_cache
+        self.vocab_size = vocab_size
 
     def __call__(self, sequences: torch.Tensor) -> torch.Tensor:
         """[R, t] hypotheses (BOS first) -> [R, V] logits of their next token."""
@@ -89,8 +94,8 @@ class EncoderDecoderSteps:
         return self.model.decode(sequences[:, -1:], self.memory, self.memory_padding, cache=self.cache)[:, -1]
 
     def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
-        """[R, t] hypotheses -> [R, V] log-probabilities (float32) of their next token."""
-        return torch.log_softmax(self(sequences).float(), dim=-1)
+        """[R, t] hypotheses -> [R, V] log-probabilities (float32) of their next token (V: the vocabulary's)."""
+        return torch.log_softmax(self(sequences)[:, :self.vocab_size].float(), dim=-1)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only these rows stay (sentences left the batch). The beams of a sentence share its memory
@@ -106,10 +111,11 @@ class EncoderDecoderSteps:
 
 class LanguageModelSteps:
     """A decoder-only model's next-token logits for every hypothesis: the first call reads the whole
-    prompt (filling the cache), later ones the last token."""
+    prompt (filling the cache), later ones the last token; the first `vocab_size` tokens are candidates."""
 
-    def __init__(self, model, prompts: torch.Tensor, beam: int, use_cache: bool) -> None:
+    def __init__(self, model, prompts: torch.Tensor, beam: int, use_cache: bool, vocab_size: int | None = None) -> None:
         self.model = model
+        self.vocab_size = vocab_size
         self.prompts = prompts.repeat_interleave(beam, dim=0)                  # [B*K, P]
         self.cache = model.new_cache() if use_cache else None
         self.cached = use_cache
@@ -124,8 +130,8 @@ class LanguageModelSteps:
         return self.model.decode(inputs, cache=self.cache)[:, -1]
 
     def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
-        """[R, t] hypotheses -> [R, V] log-probabilities (float32) of their next token."""
-        return torch.log_softmax(self(sequences).float(), dim=-1)
+        """[R, t] hypotheses -> [R, V] log-probabilities (float32) of their next token (V: the vocabulary's)."""
+        return torch.log_softmax(self(sequences)[:, :self.vocab_size].float(), dim=-1)
 
     def keep(self, rows: torch.Tensor) -> None:
         self.prompts = self.prompts[rows]

@@ -74,12 +74,13 @@ class Generator:
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
-                              end_token=document_end(self.vocab), never=never_generated(self.vocab))
+                              end_token=document_end(self.vocab), never=never_generated(self.vocab),
+                              vocab_size=len(self.vocab))
             if document_end(self.vocab) != EOS or never_generated(self.vocab) != (PAD, BOS):
                 raise UserError("beam search decodes with xspec's own vocabulary only; with a checkpoint's own "
                                 "tokenizer, use --beam 1 (greedy) or sampling")
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
-                                    max_positions=self.max_tokens)
+                                    max_positions=self.max_tokens, vocab_size=len(self.vocab))
         return [h[0].tokens if h else [] for h in hyps]
 
     def generate(self, lines: list[str]) -> list[str]:

@@ -55,15 +55,16 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
 def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, sampling: Optional[Sampling],
            seed: int = 0, indices: Optional[list[int]] = None,
            on_tokens: Optional[Callable[[list[int], list[int]], None]] = None, end_token: int = EOS,
-           never: tuple[int, ...] = (PAD, BOS)) -> list[list[int]]:
+           never: tuple[int, ...] = (PAD, BOS), vocab_size: Optional[int] = None) -> list[list[int]]:
     """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
     tokens, by a model or an ensemble (a list of models: their mixture, runtime/ensemble.py); `sampling`
     None is greedy. `indices` number the prompts for their random streams (default 0..B-1).
     `on_tokens(rows, tokens)` hears each step's new tokens of the rows still going. A continuation stops
-    at `end_token`, and the tokens `never` are never chosen (a checkpoint's own tokenizer has its own)."""
+    at `end_token`, and the tokens `never` are never chosen (a checkpoint's own tokenizer has its own), nor
+    any beyond the first `vocab_size` (a model may have more embedding rows than the vocabulary pieces)."""
     B = prompts.size(0)
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
-    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, use_cache=True) for m in members(model)])
+    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size) for m in members(model)])
     log_probs = steps.log_probs(prompts[:, -1:])                            # [A, V]: the first call reads the prompts
     going = list(range(B))                                                  # the prompt of each active row
     results: list[list[int]] = [[] for _ in range(B)]

@@ -29,7 +29,9 @@ class CheckpointTokenizer:
                 from tokenizers import Tokenizer
 
                 self._tokenizer = Tokenizer.from_str(data.decode("utf-8"))
-                self._size = self._tokenizer.get_vocab_size(with_added_tokens=True)
+                # The ids' bound: added tokens may leave gaps, so their count can fall short of it.
+                ids = self._tokenizer.get_vocab(with_added_tokens=True).values()
+                self._size = max(max(ids, default=-1) + 1, self._tokenizer.get_vocab_size(with_added_tokens=True))
             else:
                 import sentencepiece as spm
 

@@ -55,7 +55,7 @@ class Translator:
             with choose_precision(self.device).autocast():
                 return beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
-                                   max_positions=self.max_tokens)
+                                   max_positions=self.max_tokens, vocab_size=len(self.vocab))
 
         eval_members(self.model)
         # Empty lines translate to empty lines (and cost nothing).

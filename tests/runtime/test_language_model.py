@@ -22,7 +22,7 @@ from xspec.runtime.documents import Documents, encode_documents, windows
 from xspec.runtime.run_dir import DataFiles, Split, read_metrics_log
 from xspec.runtime.sampling import Sampling, draw, filtered_probabilities, sample
 from xspec.runtime.train import RunOptions, train
-from xspec.runtime.vocab import EOS, PAD
+from xspec.runtime.vocab import BOS, EOS, PAD
 
 ROOT = Path(__file__).resolve().parents[2]
 LM = str(ROOT / "specs" / "lm.xspec")
@@ -113,6 +113,34 @@ def test_greedy_sampling_and_beam_search_agree_where_they_should(model):
     for hs_cached, hs_uncached in zip(cached, uncached):
         for a, b in zip(hs_cached, hs_uncached):
             assert a.score == pytest.approx(b.score, rel=1e-4)
+
+
+class _PaddedRowsFavoured(torch.nn.Module):
+    """The model with every token from 30 on made far likelier than the rest (rows beyond a vocabulary)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def decode(self, *args, **kwargs) -> torch.Tensor:
+        logits = self.model.decode(*args, **kwargs).clone()
+        logits[..., 30:] += 100.0
+        return logits
+
+
+def test_tokens_beyond_the_vocabulary_are_never_chosen(model):
+    """A model may have more embedding rows than its vocabulary has pieces (an imported checkpoint's padded
+    embedding): given the vocabulary's size, greedy decoding, sampling and beam search choose only its ids."""
+    favoured, prompts = _PaddedRowsFavoured(model), _prompts(4, 3, seed=3)
+    assert all(t >= 30 for row in sample(favoured, prompts, 8, None) for t in row)
+    limited = [sample(favoured, prompts, 8, None, vocab_size=30),
+               sample(favoured, prompts, 8, Sampling(), vocab_size=30),
+               [h[0].tokens for h in continue_prompts(favoured, prompts, 3, 0.6, 8, vocab_size=30)]]
+    assert all(row and all(t < 30 for t in row) for rows in limited for row in rows)
+    assert limited[0] == sample(model, prompts, 8, None, never=(PAD, BOS, *range(30, 50)))
 
 
 def test_a_seed_gives_each_prompt_the_same_sample_in_any_batch(model):
