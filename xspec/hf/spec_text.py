@@ -12,7 +12,15 @@ from typing import Any
 from xspec.base.errors import UserError
 from xspec.hf.config_reader import Setting
 
-SPECS = Path(__file__).resolve().parents[2] / "specs"      # the checkout's specs/ folder
+
+def _shipped_specs() -> Path:
+    """The shipped specs: installed with the package (xspec/specs/), or a checkout's specs/ folder."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "specs"
+    return installed if installed.is_dir() else package.parent / "specs"
+
+
+SPECS = _shipped_specs()
 FAMILY_DIR = "modern"
 _IMPORT = re.compile(r'^import\s+"([^"]+)"', re.MULTILINE)
 BLOCK_SIZE = 512            # tokens a fine-tuning block predicts, unless the model takes fewer
@@ -21,8 +29,8 @@ BLOCK_SIZE = 512            # tokens a fine-tuning block predicts, unless the mo
 def family_spec(name: str) -> Path:
     path = SPECS / FAMILY_DIR / f"{name}.xspec"
     if not path.is_file():
-        raise UserError(f"{path}: the shipped spec of family {name} is missing (xspec import needs the specs/ "
-                        "folder of an xspec checkout)")
+        raise UserError(f"{path}: the shipped spec of family {name} is missing (the installed package, or "
+                        "the checkout, lacks its specs/ folder)")
     return path
 
 
