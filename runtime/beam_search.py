@@ -30,7 +30,7 @@ from xspec.runtime.vocab import BOS, EOS, PAD
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]       # without BOS/EOS
+    tokens: list[int]       # the hypothesis alone: no start or end token
     score: float            # log P(Y) / lp(Y)
     log_prob: float
 
@@ -59,16 +59,18 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
 @torch.no_grad()
 def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int,
                      nbest: int = 1, use_cache: bool = True, max_positions: int | None = None,
-                     vocab_size: int | None = None) -> list[list[Hypothesis]]:
+                     vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS)
+                     ) -> list[list[Hypothesis]]:
     """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
     [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
-    the positions end), choosing among the first `vocab_size` tokens (default: all the model's)."""
+    the positions end), choosing among the first `vocab_size` tokens (default: all the model's). A
+    continuation ends at `end`, and never holds the tokens `never` (a checkpoint's own tokenizer has its own)."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
     steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size) for m in members(model)])
-    return search(steps, prompts.size(0), beam, alpha, max_lens, nbest)
+    return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never)
 
 
 class EncoderDecoderSteps:
@@ -142,10 +144,13 @@ class LanguageModelSteps:
 
 
 @torch.no_grad()
-def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: int = 1
-           ) -> list[list[Hypothesis]]:
+def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: int = 1, end: int = EOS,
+           never: tuple[int, ...] = (PAD, BOS)) -> list[list[Hypothesis]]:
     """The beam search itself, over `steps` (EncoderDecoderSteps, LanguageModelSteps or an ensemble of
-    either) for B sentences; `max_lens` [B]: each one's longest output, EOS included."""
+    either) for B sentences; `max_lens` [B]: each one's longest output, `end` included. Rows start with BOS
+    (the decoder's first input; a placeholder for a language model, whose steps read the prompts) and are
+    padded with PAD once finished: a hypothesis is read by position, so these ids may be real tokens of a
+    checkpoint's own vocabulary."""
     device = max_lens.device
     greedy = K == 1
     sentence = list(range(B))                                            # original index of each active one
@@ -163,24 +168,23 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
         A, t = alive.shape[0], alive.shape[2]
         logp = steps.log_probs(alive.view(A * K, t))                            # [A*K, V]
         V = logp.size(-1)
-        logp[:, PAD] = float("-inf")
-        logp[:, BOS] = float("-inf")
+        logp[:, list(never)] = float("-inf")
         # The best extensions of a sentence are among the best 2K tokens of each of its rows.
         per_row = min(2 * K, V)
         row_best, row_token = logp.topk(per_row, dim=-1)                         # [A*K, 2K]
-        # At its maximum length a sentence may only end: EOS, with its probability, is each row's one choice.
+        # At its maximum length a sentence may only end: `end`, with its probability, is each row's one choice.
         at_max = (max_lens <= step).repeat_interleave(K)[:, None]              # [A*K, 1]
         only_eos = torch.full_like(row_best, float("-inf"))
-        only_eos[:, 0] = logp[:, EOS]
+        only_eos[:, 0] = logp[:, end]
         row_best = torch.where(at_max, only_eos, row_best)
-        row_token = torch.where(at_max, EOS, row_token)
+        row_token = torch.where(at_max, end, row_token)
         candidates = (alive_logp.view(A * K, 1) + row_best).view(A, K * per_row)
         top_logp, top = candidates.topk(min(2 * K, K * per_row), dim=1)         # [A, 2K]
         origin, token = top // per_row, row_token.view(A, K * per_row).gather(1, top)
         sequences = torch.cat([alive.gather(1, origin[:, :, None].expand(-1, -1, t)), token[:, :, None]], dim=2)
 
-        # Finished set: the best K of (already finished, candidates ending in EOS).
-        is_eos = token == EOS
+        # Finished set: the best K of (already finished, candidates ending in `end`).
+        is_eos = token == end
         if greedy:
             is_eos[:, 1:] = False                        # only the argmax may end a greedy hypothesis
         eos_score = torch.where(is_eos, top_logp / length_penalty(step, alpha), float("-inf"))
@@ -192,7 +196,7 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
         finished = torch.cat([finished, sequences], dim=1).gather(1, keep[:, :, None].expand(-1, -1, t + 1))
 
         # Alive set: the best K candidates that did not end.
-        alive_logp, keep = torch.where(token == EOS, float("-inf"), top_logp).topk(K, dim=1)
+        alive_logp, keep = torch.where(token == end, float("-inf"), top_logp).topk(K, dim=1)
         alive = sequences.gather(1, keep[:, :, None].expand(-1, -1, t + 1))
         beam_origin = origin.gather(1, keep)                                     # [A, K]
 
@@ -206,7 +210,7 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
         if any(flags):
             ended = [a for a, flag in enumerate(flags) if flag]
             for a, hyps in zip(ended, _hypotheses(finished[ended], finished_score[ended], finished_logp[ended],
-                                                  nbest)):
+                                                  nbest, end)):
                 results[sentence[a]] = hyps
             kept = [a for a, flag in enumerate(flags) if not flag]
             sentence = [sentence[a] for a in kept]
@@ -224,14 +228,15 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
 
 
 def _hypotheses(tokens: torch.Tensor, scores: torch.Tensor, log_probs: torch.Tensor,
-                nbest: int) -> list[list[Hypothesis]]:
-    """The best `nbest` finished hypotheses of each of some sentences ([N, K, t] tokens, [N, K] scores)."""
+                nbest: int, end: int) -> list[list[Hypothesis]]:
+    """The best `nbest` finished hypotheses of each of some sentences ([N, K, t] tokens, [N, K] scores): each
+    row is the start, the hypothesis, `end`, then padding."""
     found = []
     for rows, row_scores, row_logps in zip(tokens.tolist(), scores.tolist(), log_probs.tolist()):
         out: list[Hypothesis] = []
         for row, score, logp in zip(rows, row_scores, row_logps):
             if score == float("-inf") or len(out) == nbest:
                 break
-            out.append(Hypothesis([x for x in row if x not in (PAD, BOS, EOS)], score, logp))
+            out.append(Hypothesis(row[1:row.index(end, 1)], score, logp))
         found.append(out)
     return found

@@ -14,8 +14,7 @@ from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
 from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.sampling import Sampling, sample
-from xspec.base.errors import UserError
-from xspec.runtime.vocab import BOS, EOS, PAD, Vocab, document_end, document_start, never_generated
+from xspec.runtime.vocab import EOS, Vocab, document_end, document_start, never_generated
 
 
 @dataclass(frozen=True)
@@ -76,11 +75,9 @@ class Generator:
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=document_end(self.vocab), never=never_generated(self.vocab),
                               vocab_size=len(self.vocab))
-            if document_end(self.vocab) != EOS or never_generated(self.vocab) != (PAD, BOS):
-                raise UserError("beam search decodes with xspec's own vocabulary only; with a checkpoint's own "
-                                "tokenizer, use --beam 1 (greedy) or sampling")
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
-                                    max_positions=self.max_tokens, vocab_size=len(self.vocab))
+                                    max_positions=self.max_tokens, vocab_size=len(self.vocab),
+                                    end=document_end(self.vocab), never=never_generated(self.vocab))
         return [h[0].tokens if h else [] for h in hyps]
 
     def generate(self, lines: list[str]) -> list[str]:

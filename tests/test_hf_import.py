@@ -105,6 +105,9 @@ def test_import_prints_its_verification_and_generate_continues_a_prompt(tmp_path
     assert main(["generate", str(out), "--prompt", "w5 w6 w7", "--max-new-tokens", "4", "--beam", "1"]) == 0
     words = capsys.readouterr().out.split()
     assert 1 <= len(words) <= 4 and all(w.startswith("w") for w in words)
+    assert main(["generate", str(out), "--prompt", "w5 w6 w7", "--max-new-tokens", "4", "--beam", "3"]) == 0
+    words = capsys.readouterr().out.split()
+    assert 1 <= len(words) <= 4 and all(w.startswith("w") for w in words)
     assert main(["import", str(saved("mistral")), "-o", str(out)]) == 1
     assert "already exists; pass --force" in capsys.readouterr().err
     assert main(["import", str(saved("mistral")), "-o", str(out), "--force", "--no-verify"]) == 0

@@ -143,6 +143,39 @@ def test_tokens_beyond_the_vocabulary_are_never_chosen(model):
     assert limited[0] == sample(model, prompts, 8, None, never=(PAD, BOS, *range(30, 50)))
 
 
+class _ScriptedLM(torch.nn.Module):
+    """A language model that continues a prompt of `prompt_length` tokens with 0, 2, 3, 0, 2, 3, ... (xspec's
+    PAD, BOS and EOS ids, ordinary tokens of some checkpoint's vocabulary) and then its own end token, 7,
+    after `length` tokens."""
+
+    def __init__(self, prompt_length: int, length: int, vocab: int = 10) -> None:
+        super().__init__()
+        self.prompt_length, self.length, self.vocab = prompt_length, length, vocab
+
+    def new_cache(self):
+        return None
+
+    def decode(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        logits = torch.zeros(*tokens.shape, self.vocab)
+        for position in range(tokens.size(1)):
+            written = position - self.prompt_length + 1           # tokens written before the next one
+            favourite = 7 if written >= self.length else (0, 2, 3)[written % 3] if written >= 0 else 5
+            logits[:, position, favourite] = 10.0
+        return logits
+
+
+def test_beam_search_decodes_with_a_checkpoint_s_own_end_and_special_tokens():
+    """With a checkpoint's tokenizer, ids 0, 2 and 3 are ordinary tokens and the document ends at its own
+    token: beam search keeps them in the text, stops at that token, and never writes the ones it is told."""
+    prompts = torch.tensor([[1, 4, 4], [1, 5, 6]])
+    scripted = _ScriptedLM(prompts.size(1), length=5)
+    for beam in (1, 3):
+        hyps = continue_prompts(scripted, prompts, beam, 0.6, 12, use_cache=False, end=7, never=(1,))
+        assert [h[0].tokens for h in hyps] == [[0, 2, 3, 0, 2], [0, 2, 3, 0, 2]]
+    banned = continue_prompts(scripted, prompts, 3, 0.6, 12, use_cache=False, end=7, never=(0, 1))
+    assert all(0 not in h[0].tokens for h in banned)
+
+
 def test_a_seed_gives_each_prompt_the_same_sample_in_any_batch(model):
     prompts = _prompts(4, 3, seed=2)
     settings = Sampling(temperature=1.5, top_p=0.95)
