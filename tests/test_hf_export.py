@@ -37,6 +37,41 @@ def test_an_import_exported_back_loads_with_from_pretrained_and_gives_the_same_l
     assert (out / "tokenizer.json").read_bytes() == (saved(name, variant, **changes) / "tokenizer.json").read_bytes()
 
 
+def test_shards_are_consecutive_runs_within_the_size_a_larger_tensor_alone():
+    from xspec.hf.export import shards
+
+    assert shards([10, 10, 50, 5, 5], 20) == [range(0, 2), range(2, 3), range(3, 5)]
+    assert shards([30], 20) == [range(0, 1)] and shards([], 20) == []
+
+
+@torch.no_grad()
+def test_a_model_larger_than_the_shard_size_is_written_in_shards_with_an_index(tmp_path):
+    """As save_pretrained writes a large model: model-0000i-of-0000n.safetensors and an index naming each
+    tensor's file; from_pretrained loads it, and it imports back."""
+    import json
+    import math
+
+    from xspec.cli import main
+    from xspec.hf.safetensors_file import SafetensorsFile
+
+    out = tmp_path / "exported"
+    assert main(["export", str(imported("qwen3")), "--format", "hf", "-o", str(out), "--max-shard-size", "40KB"]) == 0
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in out.glob("model-*.safetensors"))
+    assert len(files) > 1 and files[-1].endswith(f"-of-{len(files):05d}.safetensors")
+    assert sorted(set(index["weight_map"].values())) == files and not (out / "model.safetensors").exists()
+    for name in files:                   # at most 40 KB of tensors a file, unless one tensor alone is larger
+        shard = SafetensorsFile(out / name)
+        sizes = [math.prod(shard.shape(t)) * shard.dtype(t).itemsize for t in shard.names]
+        assert sum(sizes) <= 40_000 or len(sizes) == 1
+    original = saved_model("qwen3")
+    exported = type(original).from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    text = torch.randint(0, original.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    assert_close(exported(text).logits, original(text).logits)
+    assert main(["import", str(out), "-o", str(tmp_path / "back")]) == 0
+    assert main(["export", str(imported("qwen3")), "-o", str(tmp_path / "pt2"), "--max-shard-size", "5GB"]) == 1
+
+
 def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():
     from xspec.hf.export import match_family
 

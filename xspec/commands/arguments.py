@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Callable
 
 from xspec.base.errors import UserError
@@ -28,6 +29,26 @@ def int_at_least(least: int, most: int = LARGEST_COUNT) -> Callable[[str], int]:
         return value
 
     parse.__name__ = "integer"  # argparse names the type in its own messages
+    return parse
+
+
+_BYTE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_BYTE_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?B?)", re.IGNORECASE)
+
+
+def byte_size(least: int, most: int) -> Callable[[str], int]:
+    """A size in bytes, written as transformers writes them (decimal units): 5GB, 500MB, 2.5GB, 1000000."""
+
+    def parse(text: str) -> int:
+        match = _BYTE_SIZE.fullmatch(text.strip())
+        if match is None:
+            raise argparse.ArgumentTypeError(f"expected a size such as 5GB, 500MB or 1000000, got {text!r}")
+        value = int(float(match.group(1)) * _BYTE_UNITS[match.group(2).upper()])
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be between {least:,} and {most:,} bytes, got {value:,}")
+        return value
+
+    parse.__name__ = "size"
     return parse
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from xspec.commands.arguments import add_device_argument
+from xspec.commands.arguments import add_device_argument, byte_size
 
 NAME = "export"
 COMPUTES = True
@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Hugging Face checkpoint directory")
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="the directory to write (created; an earlier export there is replaced)")
+    parser.add_argument("--max-shard-size", type=byte_size(1000, 10**13), metavar="SIZE",
+                        help="--format hf: the largest weights file (default 5GB, as transformers writes; larger "
+                             "models get several files and model.safetensors.index.json)")
     add_device_argument(parser, "; an exported program runs on the device it was exported on")
 
 
@@ -55,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "hf":
         return _export_hf(args)
+    if args.max_shard_size is not None:
+        from xspec.base.errors import UserError
+
+        raise UserError("--max-shard-size sizes the weights files of --format hf; the other formats write one file")
     output = check_destination(Path(args.output))
     if args.format == "onnx":
         check_onnx_installed()
@@ -78,7 +85,7 @@ def _export_hf(args: argparse.Namespace) -> int:
                         "or empty directory (an earlier export there is replaced)")
     trained = load(Path(args.model), "cpu")
     written: list[str] = []
-    write_directory(output, lambda staging: written.extend(export_hf(trained, staging)))
+    write_directory(output, lambda staging: written.extend(export_hf(trained, staging, args.max_shard_size)))
     print(f"exported {trained.spec.name} ({trained.path.name}) as a Hugging Face checkpoint to {output}: "
           f"{', '.join(written)}")
     return 0

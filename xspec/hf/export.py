@@ -1,6 +1,7 @@
 """`xspec export RUN --format hf`: a run whose spec is one of the families' (imported, fine-tuned, or
 trained from a family's spec) as a directory transformers' from_pretrained loads: config.json, the
-weights in model.safetensors under Hugging Face's names, and the tokenizer.
+weights under Hugging Face's names (model.safetensors, or shards of at most 5 GB and their index, as
+save_pretrained writes them), and the tokenizer.
 
 Which family a spec is decided by what it computes, not by its name: the spec's parameters are written
 as a family's config.json, that config is mapped back (families.py) and compiled, and its op graph must
@@ -92,8 +93,48 @@ def _describe(node: tuple) -> str:
     return f"{node[0]} ({node[1]}{': ' + attrs if attrs else ''}; shape {node[3]})"
 
 
-def export_hf(trained, out: Path) -> list[str]:
-    """Writes `out` (its contents; the caller makes it appear atomically); returns the files written."""
+# transformers' save_pretrained shards at 5 GB (max_shard_size="5GB"), and the Hugging Face hub takes no
+# file over 50 GB: a larger model is written as several files and an index naming each tensor's file.
+SHARD_BYTES = 5_000_000_000
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def shards(sizes: list[int], limit: int) -> list[range]:
+    """Consecutive runs of tensors, by their sizes in bytes, each at most `limit` bytes (a tensor larger
+    than `limit` is a shard of its own)."""
+    runs: list[range] = []
+    start, total = 0, 0
+    for index, size in enumerate(sizes):
+        if index > start and total + size > limit:
+            runs.append(range(start, index))
+            start, total = index, 0
+        total += size
+    if sizes:
+        runs.append(range(start, len(sizes)))
+    return runs
+
+
+def _write_weights(tensors: list, out: Path, shard_bytes: int) -> list[str]:
+    layout = [(name, tensor.dtype, tuple(tensor.shape)) for name, tensor in tensors]
+    sizes = [tensor.numel() * tensor.element_size() for _, tensor in tensors]
+    runs = shards(sizes, shard_bytes)
+    names = ["model.safetensors"] if len(runs) == 1 else \
+        [f"model-{i + 1:05d}-of-{len(runs):05d}.safetensors" for i in range(len(runs))]
+    for name, run in zip(names, runs):
+        with open(out / name, "wb") as handle:
+            write_safetensors(handle, [layout[i] for i in run], (tensors[i][1] for i in run), {"format": "pt"})
+    if len(runs) == 1:
+        return names
+    index = {"metadata": {"total_size": sum(sizes)},
+             "weight_map": {layout[i][0]: name for name, run in zip(names, runs) for i in run}}
+    (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    return [INDEX_FILE, *names]
+
+
+def export_hf(trained, out: Path, shard_bytes: int | None = None) -> list[str]:
+    """Writes `out` (its contents; the caller makes it appear atomically): config.json, the weights in files
+    of at most `shard_bytes` (default SHARD_BYTES; one model.safetensors where they fit, else shards and
+    their index), the tokenizer; returns the files written."""
     tokenizer = trained.tokenizer
     special = (tokenizer.bos_id, tokenizer.eos_ids) if hasattr(tokenizer, "eos_ids") else (3, [3])
     config, mapped = match_family(trained.spec, special)
@@ -104,12 +145,10 @@ def export_hf(trained, out: Path) -> list[str]:
     tensors: list = []
     for group in groups:
         tensors += zip(group.hf, group.to_hf([state[n] for n in group.ours]))
-    layout = [(name, tensor.dtype, tuple(tensor.shape)) for name, tensor in tensors]
-    with open(out / "model.safetensors", "wb") as handle:
-        write_safetensors(handle, layout, (t for _, t in tensors), {"format": "pt"})
+    weights = _write_weights(tensors, out, shard_bytes or SHARD_BYTES)
     config["dtype"] = config["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")  # new, old name
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    files = ["config.json", "model.safetensors", *_write_tokenizer(tokenizer, out)]
+    files = ["config.json", *weights, *_write_tokenizer(tokenizer, out)]
     return files
 
 
