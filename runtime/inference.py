@@ -14,9 +14,9 @@ from typing import Optional, Sequence, Union
 import torch
 from pydantic import ValidationError
 
+from xspec.base.errors import UserError
 from xspec.compiler.sections import DecodeSection
 from xspec.compiler.spec import compile_source
-from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.compile_choice import use_compile
 from xspec.runtime.corpus import EncodedPairs, encode_source
