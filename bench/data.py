@@ -170,19 +170,21 @@ def padding(work: Path) -> None:
                 useful += sum(window.tgt_lens[i] + 1 + window.src_lens[i] for i in b)
                 padded += len(b) * (max(window.tgt_lens[i] + 1 for i in b) + max(window.src_lens[i] for i in b))
             seen += sum(len(b) for b in update)
-        print(f"multi30k {name}: {len(tokens)} updates of {np.mean(tokens):,.0f} target tokens (sd {np.std(tokens):,.0f}), "
-              f"{seen:,} sentence pairs, useful share of padded tokens {useful / padded:.1%}")
+        print(f"multi30k {name}: {len(tokens)} updates of {np.mean(tokens):,.0f} target tokens "
+              f"(sd {np.std(tokens):,.0f}), {seen:,} sentence pairs, "
+              f"useful share of padded tokens {useful / padded:.1%}")
 
 
 def quality(work: Path, steps: int) -> None:
-    """(With steps > 0.) The tiny spec on Multi30k for `steps` updates: three seeds from plain files, one from the prepared
-    directory; the validation loss at the end of each."""
+    """(With steps > 0.) The tiny spec on Multi30k for `steps` updates: three seeds from plain files, one from the
+    prepared directory; the validation loss at the end of each."""
     import json
     import shutil
 
     if steps <= 0:
         return
-    for name, data, seed in [("plain", ["--train-src", str(SHARED / "train.en"), "--train-tgt", str(SHARED / "train.de"),
+    for name, data, seed in [("plain", ["--train-src", str(SHARED / "train.en"),
+                                        "--train-tgt", str(SHARED / "train.de"),
                                         "--vocab", str(work / "multi30k" / "sentencepiece.model")], s)
                              for s in (1, 2, 3)] + [("prepared", ["--data", str(work / "multi30k")], 1)]:
         run = work / "runs" / f"quality-{name}-{seed}"
@@ -244,7 +246,8 @@ def main() -> None:
               "prepared", flush=True)
         if args.plain and size <= args.plain_max:
             first, peak, _ = train(["--train", str(text)], work / "runs" / f"plain-{size}", args.steps, valid)
-            print(f"{megabytes:6.0f} {'':>10} {'':>6} {'':>7} {peak:15.2f} {first:13.1f}  plain --train FILE", flush=True)
+            print(f"{megabytes:6.0f} {'':>10} {'':>6} {'':>7} {peak:15.2f} {first:13.1f}  plain --train FILE",
+                  flush=True)
     loading_share(max(args.steps, 40), work)
 
 

@@ -122,7 +122,8 @@ def _node_positions(graph, node: str, length: Lengths) -> tuple[int, dict[str, i
 
 def node_flops(graph, node: str, length: Lengths) -> dict[str, int]:
     data = graph.nodes[node]
-    counts = OPS[data["node"].op].flops(data["node"].attrs, data["node"].inferred, *_node_positions(graph, node, length))
+    counts = OPS[data["node"].op].flops(data["node"].attrs, data["node"].inferred,
+                                        *_node_positions(graph, node, length))
     if is_generator(graph, node):
         return {"generator" if category == "feed_forward" else category: n for category, n in counts.items()}
     return counts
@@ -160,7 +161,8 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
         if OPS[data["node"].op].family == Family.IO or data["node"].shape.dtype != "float":
             continue
         total += _size(data["node"].shape, batch, length)
-        total += batch * OPS[data["node"].op].saved(data["node"].attrs, data["node"].inferred, *_node_positions(graph, node, length))
+        total += batch * OPS[data["node"].op].saved(data["node"].attrs, data["node"].inferred,
+                                                    *_node_positions(graph, node, length))
     return total
 
 

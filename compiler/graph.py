@@ -210,7 +210,8 @@ class _Builder:
             return POISON
         self.call_stack.append(block.name.id)
         # forward() takes the tensors and functions; constants are written into the block's class.
-        env: dict[str, Value] = {p.id: self._as(value, f"{instance.path}:in:{p.id}") for p, value in zip(block.params, args)}
+        env: dict[str, Value] = {p.id: self._as(value, f"{instance.path}:in:{p.id}")
+                                 for p, value in zip(block.params, args)}
         program = instance.program
         program.params = {name: value.ref for name, value in env.items() if _is_runtime(value)}
         frame = _Frame(instance, env, self.names, decoding, program)

@@ -236,7 +236,8 @@ OPS: dict[str, OpDef[Any]] = {
         ),
         _infix("add", "+", "add", "Add", "a + b, e.g. a residual connection (§3.1)", Family.RESIDUAL),
         _infix("sub", "-", "subtract", "Subtract", "a - b", Family.ELEMENTWISE),
-        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", Family.ELEMENTWISE, gates=True),
+        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", Family.ELEMENTWISE,
+               gates=True),
         OpDef(
             name="scale", doc="x * factor", family=Family.ELEMENTWISE,
             inputs=(Input("x"),), attrs=ScaleAttrs, infer=_same, params=_no_params, module=None,

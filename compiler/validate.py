@@ -148,7 +148,8 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
     for node in graph:
         if OPS[node.op].family == Family.ATTENTION:
             node.inferred["self_attention"] = node.inputs["key"] == node.inputs["query"]
-            positional = [name for name in ("rotary", "alibi", "window") if getattr(node.attrs, name) not in (False, None)]
+            positional = [name for name in ("rotary", "alibi", "window")
+                          if getattr(node.attrs, name) not in (False, None)]
             if positional and not node.inferred["self_attention"]:
                 what = f"{positional[0]} = true" if positional[0] != "window" else "a sliding window"
                 diagnostics.error("attention-positions", node.span, f"{what} needs self-attention: "

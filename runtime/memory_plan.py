@@ -73,7 +73,8 @@ def _meminfo_available() -> int | None:
 def _cgroup_room() -> int | None:
     """The control group's limit less its usage (cgroup v2, else v1); None where there is no limit."""
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         try:
             text = Path(limit).read_text().strip()
             if text == "max" or int(text) >= 2**60:       # v1 writes "no limit" as a huge number

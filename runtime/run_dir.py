@@ -15,8 +15,8 @@
                               best, steps, train_tokens_per_s, wall_s, stopped), written when a run finishes
     RUN/test.hyp              the final translations of the test split
 
-`run.json` stores data files (and prepared data directories) as absolute paths, except files inside the run directory itself (the
-demo task's), which are stored relative to it so that a run directory can be moved or copied.
+`run.json` stores data files (and prepared data directories) as absolute paths, except files inside the run
+directory itself (the demo task's), which are stored relative to it so that a run directory can be moved or copied.
 Every file here is written atomically (`xspec.base.files`), except `metrics.jsonl`, a log appended
 line by line (and rewritten atomically when a resumed run drops the steps it will redo).
 """

@@ -26,7 +26,8 @@ class Sampling:
     top_p: float = 1.0
 
 
-def filtered_probabilities(logits: torch.Tensor, sampling: Sampling, never: tuple[int, ...] = (PAD, BOS)) -> torch.Tensor:
+def filtered_probabilities(logits: torch.Tensor, sampling: Sampling,
+                           never: tuple[int, ...] = (PAD, BOS)) -> torch.Tensor:
     """[R, V] logits -> [R, V] probabilities: divided by the temperature, then only the `top_k` most likely
     tokens and the smallest most-likely set whose probability reaches `top_p` kept (in float32)."""
     logits = logits.float() / sampling.temperature

@@ -38,7 +38,8 @@ class CheckpointTokenizer:
                 self._sp = spm.SentencePieceProcessor(model_proto=data)
                 self._size = self._sp.get_piece_size()
         except Exception as error:  # the libraries raise assorted types for a file they cannot parse
-            raise UserError(f"{origin}: not a {kind} tokenizer ({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UserError(f"{origin}: not a {kind} tokenizer ({reason})") from None
 
     def __len__(self) -> int:
         return self._size

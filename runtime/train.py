@@ -117,7 +117,8 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         say(note)
     kept = initial if initial is not None else resumed if resumed is not None and resumed.tokenizer else None
     # Fine-tuning keeps the vocabulary the weights were trained with (an import's own tokenizer).
-    vocab = checkpoint_vocab(kept, spec) if kept is not None else _vocab(spec, task, run_dir, context, options.vocab_file)
+    vocab = (checkpoint_vocab(kept, spec) if kept is not None
+             else _vocab(spec, task, run_dir, context, options.vocab_file))
     if kept is not None and len(vocab) == 0:
         raise UserError(f"{kept.path}: holds no tokenizer (its checkpoint directory had none), so text cannot be "
                         "turned into token ids for training")

@@ -60,7 +60,8 @@ def stacked_experts(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
     the router mlp.gate.weight [E, d]: the spec's moe.router, moe.gate, moe.up, moe.down."""
     ours, rest = {}, {}
     for name, tensor in state.items():
-        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(gate\.weight|experts\.gate_up_proj|experts\.down_proj)", name)
+        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(gate\.weight|experts\.gate_up_proj|experts\.down_proj)",
+                             name)
         if found is None:
             rest[name] = tensor
             continue
@@ -192,7 +193,8 @@ FAMILIES = [
     Family("specs/modern/qwen2.xspec", "Qwen2ForCausalLM", "Qwen2Config",
            [{**BASE, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1},
             {**ODD, "use_sliding_window": False}, {**WIDE, "tie_word_embeddings": True}],
-           lambda s: {"use_sliding_window": s.get("use_sliding_window", False), "sliding_window": s.get("sliding_window", 8),
+           lambda s: {"use_sliding_window": s.get("use_sliding_window", False),
+                      "sliding_window": s.get("sliding_window", 8),
                       "max_window_layers": s.get("max_window_layers", 1), "rms_norm_eps": 1e-6,
                       "tie_word_embeddings": s.get("tie_word_embeddings", False), **rope(10000.0)},
            lambda state, s: (tied_weights if s.get("tie_word_embeddings") else pre_norm_weights)(state, s),
@@ -249,7 +251,8 @@ FAMILIES = [
             {**WIDE, "head_dim": 32, "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 64,
              "decoder_sparse_step": 1, "norm_topk_prob": True}],
            lambda s: {"head_dim": s["head_dim"], "num_experts": s["num_experts"],
-                      "num_experts_per_tok": s["num_experts_per_tok"], "moe_intermediate_size": s["moe_intermediate_size"],
+                      "num_experts_per_tok": s["num_experts_per_tok"],
+                      "moe_intermediate_size": s["moe_intermediate_size"],
                       "decoder_sparse_step": s["decoder_sparse_step"], "norm_topk_prob": s["norm_topk_prob"],
                       "mlp_only_layers": [], "rms_norm_eps": 1e-6, "attention_bias": False, **rope(1000000.0)},
            moe_weights, experts=True),
@@ -264,8 +267,8 @@ FAMILIES = [
                       "num_local_experts": s["num_local_experts"], "num_experts_per_tok": s["num_experts_per_tok"],
                       "rms_norm_eps": 1e-5, "attention_bias": True,
                       "max_position_embeddings": 32 * s["original_max_position_embeddings"],
-                      "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
-                                          "beta_slow": 1.0, "truncate": False,
+                      "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                                          "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                                           "original_max_position_embeddings": s["original_max_position_embeddings"]}},
            gpt_oss_weights, window=6, experts=True),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",

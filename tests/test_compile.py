@@ -116,7 +116,8 @@ def test_generated_code_is_one_class_per_block_with_loops():
     for name in ("class FeedForward(", "class EncoderLayer(", "class DecoderLayer(",
                  "class Embed(", "class Encoder(", "class Decoder(", "class TransformerBase("):
         assert source.count(name) == 1, name
-    assert "nn.ModuleList(  # base.xspec:55\n            [EncoderLayer(config) for _ in range(config.layers)])" in source
+    assert ("nn.ModuleList(  # base.xspec:55\n"
+            "            [EncoderLayer(config) for _ in range(config.layers)])") in source
     assert "for layer in self.layers:" in source
     assert "F.scaled_dot_product_attention" in source
     # Sizes from the typed config, under the spec's parameter names (nanoGPT's GPTConfig).
@@ -125,7 +126,8 @@ def test_generated_code_is_one_class_per_block_with_loops():
     # A block called with a function is written in place: the residual and the norm in the layer's own
     # forward, the block's modules kept as its own (the parameter names do not change).
     assert "class Sublayer(" not in source
-    assert "        self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:42\n" in source
+    assert ("        self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})"
+            "  # base.xspec:42\n") in source
     assert ("    def forward(self, x, mask):\n"
             "        x = self.sublayer_1.norm(x + self.dropout(self.self_attn(x, x, x, mask)))  # base.xspec:42\n"
             "        return self.sublayer_2.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43\n") in source

@@ -85,7 +85,8 @@ def base() -> Dot:
 # --- depth 2: the paper's Figure 1 ---------------------------------------------------------------
 
 def test_encoder_and_decoder_are_clusters_with_one_stack_each(base):
-    assert {"cluster_encoder", "cluster_decoder", "cluster_encoder.layers", "cluster_decoder.layers"} <= set(base.clusters)
+    assert {"cluster_encoder", "cluster_decoder",
+            "cluster_encoder.layers", "cluster_decoder.layers"} <= set(base.clusters)
     assert base.clusters["cluster_encoder.layers"] <= base.clusters["cluster_encoder"]
     assert not base.clusters["cluster_encoder"] & base.clusters["cluster_decoder"]
     # each repeated stack is drawn once: layer 0, labelled with its count
@@ -96,7 +97,8 @@ def test_encoder_and_decoder_are_clusters_with_one_stack_each(base):
 
 def test_one_box_per_sublayer_with_its_add_and_norm(base):
     encoder, decoder = base.clusters["cluster_encoder.layers"], base.clusters["cluster_decoder.layers"]
-    attention, ffn, add_norm = base.with_class("attention"), base.with_class("feed_forward"), base.with_class("add_norm")
+    attention, ffn, add_norm = (base.with_class("attention"), base.with_class("feed_forward"),
+                                base.with_class("add_norm"))
     assert encoder & attention == {"encoder.layers.0.self_attn"}
     assert decoder & attention == {"decoder.layers.0.self_attn", "decoder.layers.0.cross_attn"}
     assert encoder & ffn == {"encoder.layers.0.ffn"} and decoder & ffn == {"decoder.layers.0.ffn"}
@@ -127,7 +129,8 @@ def test_cross_attention_edge_from_encoder_output(base):
 
 def test_tied_weights_are_marked(base):
     ties = {(t, h) for t, h, _ in base.edges_with_class("tie")}
-    assert ties == {("decoder.embedding.embed", "encoder.embedding.embed"), ("decoder.generator", "encoder.embedding.embed")}
+    assert ties == {("decoder.embedding.embed", "encoder.embedding.embed"),
+                    ("decoder.generator", "encoder.embedding.embed")}
     assert "tied: weight shared with encoder.embedding.embed" in base.nodes["decoder.generator"]
     assert "Softmax" in base.nodes["output.logits"]
 
@@ -153,7 +156,8 @@ def test_block_names_do_not_matter(tmp_path):
 
 def test_depth_1_draws_blocks():
     dot = diagram(depth="1")
-    assert {"encoder.embedding", "encoder.layers", "decoder.embedding", "decoder.layers", "decoder.generator"} <= set(dot.nodes)
+    assert {"encoder.embedding", "encoder.layers", "decoder.embedding", "decoder.layers",
+            "decoder.generator"} <= set(dot.nodes)
     assert "6× layers" in dot.nodes["encoder.layers"]
     assert [(t, h) for t, h, _ in dot.edges_with_class("cross_attention")] == [("encoder.layers", "decoder.layers")]
     assert "cluster_encoder.layers" not in dot.clusters
@@ -162,7 +166,8 @@ def test_depth_1_draws_blocks():
 def test_depth_full_opens_attention_as_figure_2():
     dot = diagram(depth="full")
     mha = "cluster_decoder.layers.0.self_attn"
-    assert {f"decoder.layers.0.self_attn/{p}" for p in ("q", "k", "v", "scores", "scale", "mask", "softmax", "concat", "out")} <= dot.clusters[mha]
+    parts = ("q", "k", "v", "scores", "scale", "mask", "softmax", "concat", "out")
+    assert {f"decoder.layers.0.self_attn/{p}" for p in parts} <= dot.clusters[mha]
     assert "causal" in dot.nodes["decoder.layers.0.self_attn/mask"]
     assert "encoder.layers.0.sublayer_1.dropout_1" in dot.nodes  # every op, dropout included
     tails = {t for t, h, _ in dot.edges if h == "decoder.layers.0.cross_attn/k"}
@@ -188,7 +193,8 @@ def test_diff_highlights_a_one_line_variant(tmp_path):
 def test_diff_marks_added_removed_and_layer_counts(tmp_path):
     pre_norm = xspec.compile(BASE, overrides={"norm_first": True})
     added = diagram(BASE, overrides={"norm_first": True}, diff_with=xspec.compile(BASE))
-    assert {n for n, a in added.nodes.items() if f'color="{DIFF_COLOR["added"]}"' in a} == {"encoder.norm", "decoder.norm"}
+    assert {n for n, a in added.nodes.items()
+            if f'color="{DIFF_COLOR["added"]}"' in a} == {"encoder.norm", "decoder.norm"}
     removed = diagram(BASE, diff_with=pre_norm)
     assert {"removed/encoder.norm", "removed/decoder.norm"} <= removed.with_class("removed")
     assert "removed/encoder.norm" in removed.clusters["cluster_encoder"]  # where it was

@@ -54,7 +54,8 @@ def summarize(run_dir: Path) -> RunSummary:
     spec = xspec.compile_source(read_run_spec(run_dir), name=str(run_dir / SPEC_FILE), allow_imports=False)
     record = read_run_record(run_dir)
     language_model = not spec.has_encoder
-    data = {name: None if split is None else [str(f) for f in split.files] for name, split in record.data.splits().items()}
+    data = {name: None if split is None else [str(f) for f in split.files]
+            for name, split in record.data.splits().items()}
     demo = record.data.train is not None and record.data.train.src.resolve().parent == (run_dir / DATA_DIR).resolve()
     records = read_metrics_log(run_dir)
     final = _final_metrics(run_dir)

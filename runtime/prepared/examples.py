@@ -144,9 +144,9 @@ class PreparedText(_Prepared):
     def summary(self, name: str) -> str:
         manifest = self.prepared.manifest
         unit = f"blocks of {self.size}" if self.mode == "blocks" else "sequences"
-        return (f"{name}: prepared {self.prepared.path}, {manifest.examples:,} documents, {manifest.tokens['tokens']:,} "
-                f"tokens, {self.count:,} {unit}{self._skipped_note()} (read as needed, windows of "
-                f"{min(WINDOW, self.count):,})")
+        return (f"{name}: prepared {self.prepared.path}, {manifest.examples:,} documents, "
+                f"{manifest.tokens['tokens']:,} tokens, {self.count:,} {unit}{self._skipped_note()} "
+                f"(read as needed, windows of {min(WINDOW, self.count):,})")
 
 
 class PreparedPairs(_Prepared):
@@ -160,7 +160,8 @@ class PreparedPairs(_Prepared):
         self.source, self.target = prepared.streams["source"], prepared.streams["target"]
         self.src_offsets, self.tgt_offsets = prepared.offsets["source"], prepared.offsets["target"]
         self.count = prepared.manifest.examples
-        longer = (np.maximum(s, t) for s, t in zip(prepared.example_lengths("source"), prepared.example_lengths("target")))
+        longer = (np.maximum(s, t)
+                  for s, t in zip(prepared.example_lengths("source"), prepared.example_lengths("target")))
         self.too_long = _count_over(longer, self.limit)
         if not len(self):
             raise UserError(f"{prepared.path}: every sentence is longer than {max_tokens} tokens; raise "
@@ -182,7 +183,8 @@ class PreparedPairs(_Prepared):
         for i in ids:
             src = self.source.read(int(self.src_offsets[i]), int(self.src_offsets[i + 1]))[:self.limit].tolist()
             sources.append(src + [EOS])
-            targets.append(self.target.read(int(self.tgt_offsets[i]), int(self.tgt_offsets[i + 1]))[:self.limit].tolist())
+            tgt = self.target.read(int(self.tgt_offsets[i]), int(self.tgt_offsets[i + 1]))[:self.limit].tolist()
+            targets.append(tgt)
         return sources, targets
 
     def collate(self, ids: list[int]) -> Batch:

@@ -138,7 +138,8 @@ def _check_names(manifest: Manifest, path: Path) -> None:
     """Every file a manifest names is a plain name inside its directory, listed with its size and hash."""
     offsets = {"documents"} if manifest.kind == "text" else {"source", "target"}
     if set(manifest.streams) != set(manifest.stream_names()) or set(manifest.offsets) != offsets or \
-            set(manifest.tokens) != set(manifest.stream_names()) or set(manifest.longest) != set(manifest.stream_names()):
+            set(manifest.tokens) != set(manifest.stream_names()) or \
+            set(manifest.longest) != set(manifest.stream_names()):
         raise UserError(f"{path}: not a manifest xspec wrote (streams do not match kind {manifest.kind!r})")
     named = [name for shards in manifest.streams.values() for name in shards] + list(manifest.offsets.values())
     for name in named + [VOCAB_FILE]:

@@ -37,8 +37,8 @@ class Skips:
         if not parts:
             return "nothing skipped"
         shown = "; ".join(self.where)
-        return "skipped " + ", ".join(parts) + (f" ({shown}{', ...' if self.too_long + self.invalid_utf8 > len(self.where) else ''})"
-                                                if shown else "")
+        more = ", ..." if self.too_long + self.invalid_utf8 > len(self.where) else ""
+        return "skipped " + ", ".join(parts) + (f" ({shown}{more})" if shown else "")
 
 
 @dataclass

@@ -105,7 +105,8 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
             streams=writer.streams, offsets=writer.offset_files,
             files={name: record for name, record in files_written.items() if record is not None},
             examples=writer.examples, tokens=writer.tokens_count, longest=writer.longest,
-            sources=[SourceRecord(path=str(Path(f).resolve()), bytes=digests[f].bytes, sha256=digests[f].sha256.hexdigest())
+            sources=[SourceRecord(path=str(Path(f).resolve()), bytes=digests[f].bytes,
+                                  sha256=digests[f].sha256.hexdigest())
                      for f in files],
             skipped=Skipped(empty=skips.empty, too_long=skips.too_long, invalid_utf8=skips.invalid_utf8,
                             where=skips.where),
@@ -121,7 +122,8 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
     say(f"{out}: {manifest.examples:,} {'documents' if kind == 'text' else 'sentence pairs'}, "
         f"{' + '.join(f'{n:,}' for n in manifest.tokens.values())} tokens ({manifest.dtype}), vocabulary "
         f"{len(vocab):,}; {skips.describe()}; {read_bytes / 1e6:,.1f} MB in {seconds:.1f} s "
-        f"({read_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s, {options.workers} worker{'s' if options.workers > 1 else ''})")
+        f"({read_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s, "
+        f"{options.workers} worker{'s' if options.workers > 1 else ''})")
     return manifest
 
 

@@ -16,7 +16,8 @@ from xspec.runtime.demo_data import write_demo_data
 from xspec.runtime.distributed import Context
 from xspec.runtime.evaluate import score
 from xspec.runtime.prepared.format import PreparedDir
-from xspec.runtime.prepared.splits import check_run_vocabulary, decoded_pairs, open_split, shared_vocabulary, train_pairs
+from xspec.runtime.prepared.splits import (check_run_vocabulary, decoded_pairs, open_split, shared_vocabulary,
+                                           train_pairs)
 from xspec.runtime.run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, PreparedSplit, Split
 from xspec.runtime.tasks import Corpus, Outcome, check_plain_size, max_sequence_tokens
 from xspec.runtime.translation import Translator

@@ -7,7 +7,8 @@ import statistics
 import pytest
 import torch
 
-from xspec.runtime.batching import NO_LABEL, collate, micro_batch_cap, micro_batches, pad, plan_epoch, rank_passes, shard
+from xspec.runtime.batching import (NO_LABEL, collate, micro_batch_cap, micro_batches, pad, plan_epoch, rank_passes,
+                                    shard)
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 
@@ -106,7 +107,8 @@ def test_every_rank_makes_as_many_passes_as_the_rank_that_needs_most():
     assert r1 == [([6, 7], True), ([8, 9], True)]
     assert r0 == [([0, 1, 2], True), ([3, 4, 5], True)]     # halved to match, no filler
     # Nothing left to halve: a one-sentence filler with zero weight.
-    r0, r1 = rank_passes([[0], [6, 7, 8, 9]], 0, 2, lengths, cap=40), rank_passes([[0], [6, 7, 8, 9]], 1, 2, lengths, 40)
+    r0, r1 = (rank_passes([[0], [6, 7, 8, 9]], 0, 2, lengths, cap=40),
+              rank_passes([[0], [6, 7, 8, 9]], 1, 2, lengths, 40))
     assert len(r0) == len(r1) == 4 and r0[0] == ([0], True) and r0[1:] == [([0], False)] * 3
     # Every counted sentence of the update is in exactly one rank's counted passes.
     update = [[0, 1, 2], [3, 4, 5, 6], [7, 8], [9]]

@@ -114,5 +114,6 @@ def test_an_explicit_cap_beyond_the_free_memory_trains_with_a_warning(small_corp
     # With "auto", the same machine refuses before building anything.
     with pytest.raises(UserError, match="not enough memory on CPU RAM"):
         train(toy_spec(max_steps=2, max_batch_tokens="auto"),
-              RunOptions(tmp_path / "auto", small_corpus, device="cpu", progress=False, evaluate=False, tensorboard=False))
+              RunOptions(tmp_path / "auto", small_corpus, device="cpu", progress=False, evaluate=False,
+                         tensorboard=False))
     assert not (tmp_path / "auto" / "checkpoints").exists()

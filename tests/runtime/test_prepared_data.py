@@ -208,7 +208,8 @@ def test_ids_beyond_the_vocabulary_and_newer_formats_are_refused(text_dir, tmp_p
     ids[5] = 5000
     ids.tofile(shard)
     _rewrite_manifest(d, lambda m: m["files"]["tokens-00000.bin"].update(sha256=file_sha256(shard)))
-    with pytest.raises(UserError, match="holds id 5000 at or near position 5 of this shard, beyond the vocabulary.s 120 pieces"):
+    with pytest.raises(UserError,
+                       match="holds id 5000 at or near position 5 of this shard, beyond the vocabulary.s 120 pieces"):
         open_prepared(d)
     _rewrite_manifest(d, lambda m: m.update(version=2))
     with pytest.raises(UserError, match=r"prepared by a newer xspec \(format version 2\)"):
@@ -225,8 +226,8 @@ def test_prepared_data_of_another_vocabulary_than_the_runs_is_refused(texts, tex
     assert code == 1 and f"{other / MANIFEST}: prepared with another vocabulary than {text_dir}" in err, err
     code, err = _run("train", LM, *SMALL_LM, "--set", "vocab=100", "--data", str(text_dir), "--no-test",
                      "-o", str(tmp_path / "r4"))
-    assert code == 1 and f"{text_dir / 'sentencepiece.model'}: the prepared data's vocabulary has 120 pieces, but the " \
-        "model's embedding has 100 rows; prepare it with --vocab-size <= 100" in err, err
+    assert code == 1 and f"{text_dir / 'sentencepiece.model'}: the prepared data's vocabulary has 120 pieces, " \
+        "but the model's embedding has 100 rows; prepare it with --vocab-size <= 100" in err, err
     code, err = _run("train", TINY, "--data", str(text_dir), "--no-test", "-o", str(tmp_path / "r3"))
     assert code == 1 and "a language model's text, but the model is a translation model" in err, err
 

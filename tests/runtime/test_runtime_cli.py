@@ -349,4 +349,5 @@ def test_show_describes_the_run_and_what_to_run_next(trained_run, small_corpus, 
     shown = json.loads(out)
     assert shown["training"]["steps"] == 12 and shown["stopped"]["reason"] == "max_steps"
     assert shown["checkpoints"]["kept"][-1] == "step-00000012.safetensors"
-    assert _error(capsys, "show", str(tmp_path)) == f"xspec: error: {tmp_path}: not an xspec run directory (no run.json)"
+    assert _error(capsys, "show", str(tmp_path)) == \
+        f"xspec: error: {tmp_path}: not an xspec run directory (no run.json)"

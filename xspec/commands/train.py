@@ -226,7 +226,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.resume) if args.resume else Path(args.output) if args.output else default_run_dir(spec.name)
     check_output_dir(out, "--resume" if args.resume else "--output")
     options = RunOptions(out_dir=out, data=data, device=args.device, compile=args.compile,
-                         resume=bool(args.resume), truncate=args.truncate, progress=args.progress, tensorboard=args.tensorboard,
+                         resume=bool(args.resume), truncate=args.truncate, progress=args.progress,
+                         tensorboard=args.tensorboard,
                          evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout,
                          vocab_file=_vocab_file(args, spec, spec_dir),
                          init=Path(args.init) if args.init else None)

@@ -146,7 +146,8 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None) -> list[str]:
     for group in groups:
         tensors += zip(group.hf, group.to_hf([state[n] for n in group.ours]))
     weights = _write_weights(tensors, out, shard_bytes or SHARD_BYTES)
-    config["dtype"] = config["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")  # new, old name
+    # the dtype under its new name and its old one
+    config["dtype"] = config["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     files = ["config.json", *weights, *_write_tokenizer(tokenizer, out)]
     return files

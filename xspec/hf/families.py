@@ -275,7 +275,9 @@ def _phi3(cfg: ConfigReader, m: Mapped) -> None:
 
 def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
     if cfg.has("quantization_config"):
-        raise UserError(f"{cfg.file}: quantization_config ({render(cfg.config['quantization_config'].get('quant_method') if isinstance(cfg.config['quantization_config'], dict) else cfg.config['quantization_config'])}) "
+        quantization = cfg.config["quantization_config"]
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+        raise UserError(f"{cfg.file}: quantization_config ({render(method)}) "
                         "is not supported (supported: unquantized weights; dequantize with transformers first)")
     _common(cfg, tie_default=False)
     _head_dim(cfg, "head_dim")

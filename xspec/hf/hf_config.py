@@ -23,9 +23,11 @@ OWN: dict[str, dict[str, str]] = {
                   "moe_intermediate_size": "moe_intermediate_size", "decoder_sparse_step": "decoder_sparse_step",
                   "norm_topk_prob": "norm_topk_prob", "router_aux_loss_coef": "router_aux_loss_coef"},
     "gemma2": {"head_dim": "head_dim", "attention_bias": "attention_bias", "sliding_window": "sliding_window",
-               "query_pre_attn_scalar": "query_pre_attn_scalar", "attn_logit_softcapping": "attn_logit_softcapping"},
+               "query_pre_attn_scalar": "query_pre_attn_scalar",
+               "attn_logit_softcapping": "attn_logit_softcapping"},
     "gemma3_text": {"head_dim": "head_dim", "attention_bias": "attention_bias", "sliding_window": "sliding_window",
-                    "query_pre_attn_scalar": "query_pre_attn_scalar", "sliding_window_pattern": "sliding_window_pattern",
+                    "query_pre_attn_scalar": "query_pre_attn_scalar",
+                    "sliding_window_pattern": "sliding_window_pattern",
                     "rope_local_base_freq": "rope_local_base_freq"},
     "olmo2": {"attention_bias": "attention_bias"},
     "phi3": {"partial_rotary_factor": "partial_rotary_factor"},
@@ -39,7 +41,8 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
                bos_id: int | None, eos_ids: list[int]) -> dict[str, Any]:
     config: dict[str, Any] = {"architectures": [hf_class], "model_type": model_type,
                               "max_position_embeddings": max_positions,
-                              "bos_token_id": bos_id, "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else eos_ids or None,
+                              "bos_token_id": bos_id,
+                              "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else eos_ids or None,
                               # padding is never attended to; null keeps a class default (Phi-3's 32000) from
                               # naming a row past a small vocabulary
                               "pad_token_id": None}

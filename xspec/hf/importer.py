@@ -190,8 +190,8 @@ def _write_weights(work: Path, plan: Plan, weights: CheckpointDir, spec, tokeniz
 
 def _write_record(work: Path, source: Path, mapped: Mapped, tokenizer, verification) -> None:
     record = {"source": str(source.resolve()), "model_type": mapped.model_type, "family": mapped.spec,
-              "hf_class": mapped.hf_class, "set": [s.__dict__ for s in mapped.settings], "not_architectural": mapped.notes,
-              "tokenizer": tokenizer.describe(), "verification": verification,
+              "hf_class": mapped.hf_class, "set": [s.__dict__ for s in mapped.settings],
+              "not_architectural": mapped.notes, "tokenizer": tokenizer.describe(), "verification": verification,
               "config": mapped.config}
     (work / IMPORT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 

@@ -46,12 +46,13 @@ def render(summary: dict[str, Any]) -> str:
              f"  spec        {summary['spec']['name']}, extends {summary['spec']['extends']}, "
              f"{summary['spec']['parameters']:,} parameters"]
     for setting in summary["set"]:
-        lines.append(f"  set         {setting['param']} = {literal(setting['value'])}   (config.json {setting['source']})")
+        lines.append(f"  set         {setting['param']} = {literal(setting['value'])}   "
+                     f"(config.json {setting['source']})")
     for key, reason in summary["not_architectural"].items():
         lines.append(f"  unchanged   {key}: {reason}")
     tokenizer = summary["tokenizer"] or {}
-    lines.append(f"  tokenizer   {tokenizer.get('kind')} (bos {tokenizer.get('bos_id')}, eos {tokenizer.get('eos_ids')}); "
-                 "chat templates are not imported")
+    lines.append(f"  tokenizer   {tokenizer.get('kind')} (bos {tokenizer.get('bos_id')}, "
+                 f"eos {tokenizer.get('eos_ids')}); chat templates are not imported")
     check = summary["verification"]
     if check and check.get("verified"):
         lines.append(f"  verified    max |Δlogit| {check['max_abs_logit_difference']:.3g}, KL {check['kl']:.3g} over "

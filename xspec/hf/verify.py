@@ -139,8 +139,8 @@ def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str],
     detail = f"max |Δlogit| {difference:.3g} (logits up to {scale:.3g}), KL {kl:.3g} over {tokens.numel()} positions " \
              f"(2 x {length})"
     if checked < layers:
-        detail += f", on the first {checked} of {layers} layers on both sides (the whole model does not fit in memory " \
-                  "as float32)"
+        detail += f", on the first {checked} of {layers} layers on both sides (the whole model does not fit in " \
+                  "memory as float32)"
     if not (math.isfinite(difference) and difference <= MAX_RELATIVE_DIFFERENCE * max(1.0, scale) and kl <= MAX_KL):
         raise UserError(f"{source}: the imported model's logits differ from {mapped.hf_class}'s: {detail} "
                         f"(allowed: {MAX_RELATIVE_DIFFERENCE:g} of the largest logit, KL {MAX_KL:g}); nothing written")

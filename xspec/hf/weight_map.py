@@ -41,12 +41,15 @@ RENAMES = [  # the spec's names -> Hugging Face's, for what every family shares
 ]
 NORMS = {
     "pre_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.input_layernorm.weight"),
-                 (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight", r"model.layers.\1.post_attention_layernorm.weight")],
-    "post_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
+                 (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight",
+                  r"model.layers.\1.post_attention_layernorm.weight")],
+    "post_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight",
+                   r"model.layers.\1.post_attention_layernorm.weight"),
                   (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight",
                    r"model.layers.\1.post_feedforward_layernorm.weight")],
     "sandwich": [(rf"decoder\.layers\.(\d+)\.{ours}\.weight", rf"model.layers.\1.{hf}.weight")
-                 for ours, hf in (("input_norm", "input_layernorm"), ("post_attention_norm", "post_attention_layernorm"),
+                 for ours, hf in (("input_norm", "input_layernorm"),
+                                  ("post_attention_norm", "post_attention_layernorm"),
                                   ("pre_feedforward_norm", "pre_feedforward_layernorm"),
                                   ("post_feedforward_norm", "post_feedforward_layernorm"))],
 }

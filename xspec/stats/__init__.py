@@ -85,5 +85,6 @@ def compute(spec: CompiledSpec, length: int | None = None, batch: int | None = N
     blocks = [BlockCount(r["path"], r["label"], r["kind"], r["depth"], r["parameters"], r["tied"])
               for r in summarize(spec)["rows"]]
     return SpecStats(name=spec.name, file=spec.path, architecture=architecture(spec), parameters=spec.parameters,
-                     active_parameters=active_parameters(spec), blocks=blocks, flops=flops(spec, n), memory=memory(spec, b, n),
+                     active_parameters=active_parameters(spec), blocks=blocks, flops=flops(spec, n),
+                     memory=memory(spec, b, n),
                      table1=table1(spec, n, spec.model_dim, kernel, neighbourhood), d=spec.model_dim)

@@ -49,7 +49,8 @@ PAPER_NAMES = {
 
 def architecture(spec: CompiledSpec) -> Architecture:
     graph = spec.graph
-    facts = [OPS[data["node"].op].facts(data["node"].attrs, data["node"].inferred) for _, data in graph.nodes(data=True)]
+    facts = [OPS[data["node"].op].facts(data["node"].attrs, data["node"].inferred)
+             for _, data in graph.nodes(data=True)]
 
     def values(name: str) -> Value:
         return _collapse(f[name] for f in facts if name in f)
@@ -68,8 +69,8 @@ def _ffn_widths(graph) -> list[int]:
     """§3.3: the inner width of a feed-forward network is the output of the linear that feeds its activation."""
     widths = []
     for node, data in graph.nodes(data=True):
-        if OPS[data["node"].op].family == Family.FEED_FORWARD and any(OPS[node_of(graph, s).op].family == Family.ACTIVATION
-                                                            for s in graph.successors(node)):
+        if (OPS[data["node"].op].family == Family.FEED_FORWARD
+                and any(OPS[node_of(graph, s).op].family == Family.ACTIVATION for s in graph.successors(node))):
             widths.append(data["node"].attrs.out)
         widths += [width for key, width in OPS[data["node"].op].facts(data["node"].attrs, data["node"].inferred).items()
                    if key == "d_ff"]  # a mixture of experts' experts

@@ -37,7 +37,8 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     return [line(header), "-" * len(line(header)), *(line(r) for r in rows)]
 
@@ -55,8 +56,9 @@ def render(stats: SpecStats, plan_line: str = "") -> str:
     out += _table(["module", "block/op", "parameters"], rows, right={2}) + [""]
 
     f = stats.flops
+    experts = "; a mixture of experts: its chosen experts only" if "moe_experts" in f.by_category else ""
     out += [f"Forward FLOPs per token at n = {f.length} (2 per multiply-add, matrix products only; "
-            f"src_len = tgt_len = n{'; a mixture of experts: its chosen experts only' if 'moe_experts' in f.by_category else ''})"]
+            f"src_len = tgt_len = n{experts})"]
     rows = [[CATEGORY_LABELS[c], f"{f.by_category[c]:,}"] for c in CATEGORIES if c in f.by_category]
     rows += [[f"{stack} (per token of its sequence)", f"{count:,}"] for stack, count in f.by_stack.items()]
     rows.append(["total per token", f"{f.per_token:,.0f}"])
@@ -65,7 +67,8 @@ def render(stats: SpecStats, plan_line: str = "") -> str:
     m = stats.memory
     out += [f"Training memory at batch {m.batch} x n = {m.length} (float32, Adam; activations estimated)"]
     rows = [["weights", _bytes(m.weights)], ["gradients", _bytes(m.gradients)],
-            ["Adam moments (2 per parameter)", _bytes(m.adam)], ["activations kept for backward", _bytes(m.activations)],
+            ["Adam moments (2 per parameter)", _bytes(m.adam)],
+            ["activations kept for backward", _bytes(m.activations)],
             ["loss: log-probabilities and gradients over the vocabulary", _bytes(m.loss)],
             ["total", _bytes(m.total)]]
     out += _table(["", "bytes"], rows, right={1})

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from xspec.compiler.spec import CompiledSpec
 
 
-def architecture_dot(spec: "CompiledSpec", depth: str = "2", diff_with: Optional["CompiledSpec"] = None) -> "graphviz.Digraph":
+def architecture_dot(spec: "CompiledSpec", depth: str = "2",
+                     diff_with: Optional["CompiledSpec"] = None) -> "graphviz.Digraph":
     """The diagram of `spec` at `depth` ("1", "2" or "full"), highlighting what differs from
     `diff_with` when given."""
     from .architecture import draw

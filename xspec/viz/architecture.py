@@ -163,7 +163,8 @@ class _Drawer:
             return
         attrs = self._colors(label, status)
         attrs["class"] = f"{unit.kind} {label.family}"
-        if family(self.view.graph, unit.ops[0]) == Family.RESIDUAL and unit.kind == "op" and not label.notes and not status:
+        if (family(self.view.graph, unit.ops[0]) == Family.RESIDUAL and unit.kind == "op" and not label.notes
+                and not status):
             # a bare sum, drawn as Figure 1 draws one
             graph.node(unit.id, "+", shape="circle", fixedsize="true", width="0.32", fontsize="16",
                        **{**attrs, "fillcolor": "white"})
@@ -293,7 +294,8 @@ def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, h
     a, inferred = data["node"].attrs, data["node"].inferred
     padded = any("mask" in e.ports for e in view.edges if e.dst == unit.id)
     window = getattr(a, "window", None)
-    masks = (["causal"] if a.causal else []) + ([f"window {window}"] if window else []) + (["padding"] if padded else [])
+    masks = ((["causal"] if a.causal else []) + ([f"window {window}"] if window else [])
+             + (["padding"] if padded else []))
     scale = f"Scale  {a.scale:.4g}" if getattr(a, "scale", None) is not None else f"Scale  1/√{a.d_k}"
     softcap = getattr(a, "softcap", None)
 

@@ -349,7 +349,8 @@ def edge_role(graph: nx.DiGraph, src: str, dst: str) -> str:
         return "mask"
     if family(graph, dst) == Family.RESIDUAL and src in residual_sources(graph, dst):
         return "residual"
-    if family(graph, dst) == Family.ATTENTION and "query" not in ports and node_of(graph, dst).inputs.get("query") != src:
+    if (family(graph, dst) == Family.ATTENTION and "query" not in ports
+            and node_of(graph, dst).inputs.get("query") != src):
         return "cross_attention"  # §3.2.3: keys and values from the encoder output
     if family(graph, dst) == Family.POSITION:
         return "length"  # a positional encoding reads only the length of its input
