@@ -16,8 +16,8 @@ class MixtureOfExperts(nn.Module):
 
     Experts run batched: the (token, choice) pairs are sorted by expert and each expert multiplies
     its tokens at once, one product per expert (F.grouped_mm, one product for all, on CUDA in
-    bfloat16), with no loop over tokens. Each forward records each expert's share of the choices
-    and its summed probability, which `auxiliary_loss(model)` pools over the layers into the
+    bfloat16), with no loop over tokens. Each forward records its tokens' choices and router
+    probabilities, which `auxiliary_loss(model, counted)` pools over the layers into the
     load-balancing loss.
     """
 
@@ -36,7 +36,7 @@ class MixtureOfExperts(nn.Module):
         self.gate_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None
         self.up_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None
         self.down_bias = nn.Parameter(torch.zeros(experts, d_model)) if bias else None
-        self.routed = None  # the last forward's (choices per expert, summed probabilities)
+        self.routed = None  # the last forward's chosen experts [N, top_k], probabilities [N, E]
         MixtureOfExperts.register_kernels()
 
     def route(self, tokens):
@@ -54,9 +54,7 @@ class MixtureOfExperts(nn.Module):
         tokens = x.reshape(-1, x.size(-1))  # [N, d]
         weights, chosen, probabilities = self.route(tokens)
         flat = chosen.flatten()  # [N * top_k]: the (token, choice) pairs
-        choices = torch.zeros(self.experts, dtype=torch.float32, device=x.device)
-        self.routed = (choices.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.float32)),
-                       probabilities.sum(dim=0))
+        self.routed = (chosen, probabilities)
         order = flat.argsort(stable=True)  # the pairs grouped by expert
         rows = order // self.top_k  # each pair's token
         counts = torch.zeros(self.experts, dtype=torch.int64, device=x.device)
@@ -145,17 +143,24 @@ class MixtureOfExperts(nn.Module):
         torch.library.register_autograd("xspec::grouped_linear", backward, setup_context=keep)
 
     @staticmethod
-    def auxiliary_loss(model):
+    def auxiliary_loss(model, counted=None):
         """The load-balancing loss of the model's last forward (Switch, Fedus et al., 2022,
         eq. 4-6, as Mixtral and Hugging Face pool it): experts * sum_e f_e * P_e, where f_e is
         expert e's choices per token and P_e its mean router probability, both over the tokens of
         every MoE layer together. Layers with different numbers of experts are pooled apart and
-        their losses summed."""
+        their losses summed. `counted` [batch, positions] (bool) leaves out padding, as the
+        attention mask does in Hugging Face's loss, in layers whose tokens are those positions."""
         pooled = {}
         for module in model.modules():
             if isinstance(module, MixtureOfExperts) and module.routed is not None:
-                choices, probabilities = module.routed
-                tokens = choices.sum() / module.top_k
+                chosen, probabilities = module.routed
+                weight = probabilities.new_ones(chosen.size(0))  # [N]: 1 a token counted, 0 if not
+                if counted is not None and counted.numel() == chosen.size(0):
+                    weight = counted.reshape(-1).to(weight.dtype)
+                choices = probabilities.new_zeros(module.experts).scatter_add_(
+                    0, chosen.flatten(), weight.repeat_interleave(module.top_k))
+                probabilities = (probabilities * weight[:, None]).sum(dim=0)
+                tokens = weight.sum()
                 if module.experts in pooled:
                     before = pooled[module.experts]
                     choices, probabilities = choices + before[0], probabilities + before[1]

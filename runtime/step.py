@@ -40,7 +40,8 @@ class TrainingStep(nn.Module):
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=NO_LABEL,
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
         if smoothed and self.has_auxiliary_loss:
-            weighted = self.model.auxiliary_loss() * (labels != NO_LABEL).sum()
+            counted = labels != NO_LABEL                     # [B, T]: the positions that are not padding
+            weighted = self.model.auxiliary_loss(counted) * counted.sum()
             self.auxiliary_sum += weighted.detach()
             loss = loss + self.aux_loss_coef * weighted
         return loss

@@ -184,6 +184,15 @@ def test_router_choices_and_auxiliary_loss_equal_hugging_faces(name):
         out.router_logits, experts, top_k)
     assert_close(model.auxiliary_loss(), expected)
     assert_close(out.aux_loss, expected)
+    # Padding (the end of the shorter row) is left out, as transformers leaves out what the attention mask does.
+    counted = torch.ones(text.shape, dtype=torch.bool)
+    counted[-1, 15:] = False
+    masked = reference(text, attention_mask=counted.long(), output_router_logits=True)
+    model(text)
+    expected = transformers.models.mixtral.modeling_mixtral.load_balancing_loss_func(
+        masked.router_logits, experts, top_k, counted.long())
+    assert_close(model.auxiliary_loss(counted), expected)
+    assert not torch.allclose(model.auxiliary_loss(), expected)
 
 
 @torch.no_grad()
