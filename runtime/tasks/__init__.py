@@ -23,7 +23,9 @@ from xspec.base.errors import UserError
 from xspec.runtime.batching import Batch
 from xspec.runtime.data_order import Window
 from xspec.runtime.distributed import Context
-from xspec.runtime.run_dir import DataFiles
+from xspec.runtime.prepared.format import PreparedDir
+from xspec.runtime.prepared.splits import open_split
+from xspec.runtime.run_dir import DataFiles, PreparedSplit, Split
 from xspec.runtime.vocab import Vocab
 
 
@@ -64,6 +66,48 @@ class Outcome:
 
     metrics: dict
     lines: list[str]
+
+
+class SplitReader:
+    """The reading every task does: each split given, prepared directories opened (the training split's
+    read as needed, with its mixture weights; the others decoded to text) or plain files checked for size
+    and read. A task says what its prepared directories hold (`prepared_kind`), how prepared text is
+    decoded, and how its plain files are read."""
+
+    prepared_kind: str                  # "parallel" or "text"
+
+    def __init__(self) -> None:
+        self.texts: dict = {}
+        self.prepared: dict[str, list[PreparedDir]] = {}  # splits given as prepared directories
+        self.weights: tuple[float, ...] = ()
+
+    def read(self, data: DataFiles) -> list[str]:
+        """Every file read and checked before any work is done; returns notes for the user."""
+        notes = []
+        for name, split in data.splits().items():
+            if split is None:
+                continue
+            if isinstance(split, PreparedSplit):
+                self.prepared[name] = open_split(split, self.prepared_kind,
+                                                 "--data" if name == "train" else f"--{name}")
+                if name == "train":
+                    self.weights = split.weights
+                else:
+                    self.texts[name] = self.decoded(self.prepared[name])
+                continue
+            note = check_plain_size(split.files, name)
+            if note is not None:
+                notes.append(note)
+            self.texts[name] = self.read_plain(name, split)
+        return notes
+
+    def decoded(self, dirs: list[PreparedDir]):
+        """A validation or test split's prepared directories, as the task's text."""
+        raise NotImplementedError
+
+    def read_plain(self, name: str, split: Split):
+        """A split's plain files, as the task's text."""
+        raise NotImplementedError
 
 
 class Task(Protocol):

@@ -17,11 +17,10 @@ from xspec.runtime.distributed import Context
 from xspec.runtime.documents import Documents, encode_documents, read_documents
 from xspec.runtime.generation import Generator
 from xspec.runtime.prepared.format import PreparedDir
-from xspec.runtime.prepared.splits import (check_run_vocabulary, decoded_documents, open_split, shared_vocabulary,
-                                           train_text)
-from xspec.runtime.run_dir import DATA_DIR, SAMPLES, DataFiles, PreparedSplit, Split
+from xspec.runtime.prepared.splits import check_run_vocabulary, decoded_documents, shared_vocabulary, train_text
+from xspec.runtime.run_dir import DATA_DIR, SAMPLES, DataFiles, Split
 from xspec.runtime.scoring import score_lines
-from xspec.runtime.tasks import Corpus, Outcome, check_plain_size, max_sequence_tokens
+from xspec.runtime.tasks import Corpus, Outcome, SplitReader, max_sequence_tokens
 from xspec.runtime.unigram import token_counts, unigram_perplexity
 from xspec.runtime.vocab import EOS, Vocab
 
@@ -29,14 +28,14 @@ SAMPLE_PROMPTS = 3          # test documents whose first words are continued at 
 PROMPT_WORDS = 3
 
 
-class LanguageModelling:
+class LanguageModelling(SplitReader):
     kind = "language model"
+    prepared_kind = "text"
 
     def __init__(self, spec) -> None:
+        super().__init__()
         self.spec = spec
         self.texts: dict[str, Documents] = {}
-        self.prepared: dict[str, list[PreparedDir]] = {}  # splits given as prepared directories
-        self.weights: tuple[float, ...] = ()
         self.train_counts: Counter[int] = Counter()     # token -> how often the training data predicts it
         self.train_examples = None
 
@@ -45,28 +44,14 @@ class LanguageModelling:
         paths = write_demo_text(run_dir / DATA_DIR)
         return DataFiles(*(Split(paths[s]) for s in ("train", "valid", "test")))
 
-    def read(self, data: DataFiles) -> list[str]:
-        """Every file read and checked before any work is done; returns notes for the user."""
-        notes = []
-        for name, split in data.splits().items():
-            if split is None:
-                continue
-            if isinstance(split, PreparedSplit):
-                self.prepared[name] = open_split(split, "text", "--data" if name == "train" else f"--{name}")
-                if name == "train":
-                    self.weights = split.weights
-                else:
-                    self.texts[name] = Documents([line for line in decoded_documents(self.prepared[name]) if line],
-                                                 split.dirs[0])
-                continue
-            note = check_plain_size(split.files, name)
-            if note is not None:
-                notes.append(note)
-            if split.tgt is not None:
-                raise UserError(f"{split.src}, {split.tgt}: a language model trains on one text file per split "
-                                f"(--{name} FILE), not a source and a target")
-            self.texts[name] = read_documents(split.src)
-        return notes
+    def decoded(self, dirs: list[PreparedDir]) -> Documents:
+        return Documents([line for line in decoded_documents(dirs) if line], dirs[0].path)
+
+    def read_plain(self, name: str, split: Split) -> Documents:
+        if split.tgt is not None:
+            raise UserError(f"{split.src}, {split.tgt}: a language model trains on one text file per split "
+                            f"(--{name} FILE), not a source and a target")
+        return read_documents(split.src)
 
     def vocab_text(self) -> Iterable[str]:
         return self.texts["train"].lines

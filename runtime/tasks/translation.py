@@ -16,22 +16,21 @@ from xspec.runtime.demo_data import write_demo_data
 from xspec.runtime.distributed import Context
 from xspec.runtime.evaluate import score
 from xspec.runtime.prepared.format import PreparedDir
-from xspec.runtime.prepared.splits import (check_run_vocabulary, decoded_pairs, open_split, shared_vocabulary,
-                                           train_pairs)
-from xspec.runtime.run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, PreparedSplit, Split
-from xspec.runtime.tasks import Corpus, Outcome, check_plain_size, max_sequence_tokens
+from xspec.runtime.prepared.splits import check_run_vocabulary, decoded_pairs, shared_vocabulary, train_pairs
+from xspec.runtime.run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, Split
+from xspec.runtime.tasks import Corpus, Outcome, SplitReader, max_sequence_tokens
 from xspec.runtime.translation import Translator
 from xspec.runtime.vocab import Vocab
 
 
-class Translation:
+class Translation(SplitReader):
     kind = "translation"
+    prepared_kind = "parallel"
 
     def __init__(self, spec) -> None:
+        super().__init__()
         self.spec = spec
         self.texts: dict[str, ParallelText] = {}
-        self.prepared: dict[str, list[PreparedDir]] = {}  # splits given as prepared directories
-        self.weights: tuple[float, ...] = ()
 
     def demo_files(self, run_dir: Path) -> DataFiles:
         """The built-in language pair, generated into the run directory."""
@@ -39,28 +38,15 @@ class Translation:
         write_demo_data(d)
         return DataFiles(*(Split(d / f"{s}.src", d / f"{s}.tgt") for s in ("train", "valid", "test")))
 
-    def read(self, data: DataFiles) -> list[str]:
-        """Every file read and checked before any work is done; returns notes for the user."""
-        notes = []
-        for name, split in data.splits().items():
-            if split is None:
-                continue
-            if isinstance(split, PreparedSplit):
-                self.prepared[name] = open_split(split, "parallel", "--data" if name == "train" else f"--{name}")
-                if name == "train":
-                    self.weights = split.weights
-                else:
-                    source, target = decoded_pairs(self.prepared[name])
-                    self.texts[name] = ParallelText(source, target, list(range(1, len(source) + 1)), split.dirs[0])
-                continue
-            note = check_plain_size(split.files, name)
-            if note is not None:
-                notes.append(note)
-            if split.tgt is None:
-                raise UserError(f"{split.src}: a translation model trains on aligned source and target files "
-                                f"(--{name}-src and --{name}-tgt), not one text file")
-            self.texts[name] = read_parallel(split.src, split.tgt)
-        return notes
+    def decoded(self, dirs: list[PreparedDir]) -> ParallelText:
+        source, target = decoded_pairs(dirs)
+        return ParallelText(source, target, list(range(1, len(source) + 1)), dirs[0].path)
+
+    def read_plain(self, name: str, split: Split) -> ParallelText:
+        if split.tgt is None:
+            raise UserError(f"{split.src}: a translation model trains on aligned source and target files "
+                            f"(--{name}-src and --{name}-tgt), not one text file")
+        return read_parallel(split.src, split.tgt)
 
     def vocab_text(self) -> Iterable[str]:
         train = self.texts["train"]
