@@ -80,6 +80,14 @@ def test_public_api_is_unchanged():
         xspec.Compiled  # noqa: B018 - the attribute access is the test
 
 
+def test_sizes_are_read_in_decimal_units_as_transformers_writes_them():
+    from xspec.commands.arguments import byte_size
+
+    parse = byte_size(1000, 10**13)
+    assert [parse(t) for t in ("5GB", "1.5 gb", "500MB", "20KB", "1000000", "2000B")] == [
+        5 * 10**9, 15 * 10**8, 5 * 10**8, 20_000, 10**6, 2000]
+
+
 def test_python_dash_m_xspec_runs_the_cli():
     result = subprocess.run([sys.executable, "-m", "xspec", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0
@@ -95,6 +103,10 @@ def test_python_dash_m_xspec_runs_the_cli():
     (["viz", TINY, "-o", "x.svg", "--layer", "0"], "argument --layer: must be at least 1, got 0"),
     (["viz", "--attention", "runs/x", "--sentence", "a", "-o", "x.png", "--head", "0"],
      "argument --head: must be at least 1, got 0"),
+    (["export", "runs/x", "-o", "out", "--max-shard-size", "5K"],
+     "argument --max-shard-size: expected a size such as 5GB, 500MB or 1000000, got '5K'"),
+    (["export", "runs/x", "-o", "out", "--max-shard-size", "0.5KB"],
+     "argument --max-shard-size: must be between 1,000 and 10,000,000,000,000 bytes, got 500"),
 ])
 def test_bad_argument_is_refused_by_argparse_naming_the_option(argv, message, capsys):
     with pytest.raises(SystemExit) as exit:

@@ -33,7 +33,7 @@ def int_at_least(least: int, most: int = LARGEST_COUNT) -> Callable[[str], int]:
 
 
 _BYTE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_BYTE_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?B?)", re.IGNORECASE)
+_BYTE_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?B)?", re.IGNORECASE)
 
 
 def byte_size(least: int, most: int) -> Callable[[str], int]:
@@ -43,7 +43,7 @@ def byte_size(least: int, most: int) -> Callable[[str], int]:
         match = _BYTE_SIZE.fullmatch(text.strip())
         if match is None:
             raise argparse.ArgumentTypeError(f"expected a size such as 5GB, 500MB or 1000000, got {text!r}")
-        value = int(float(match.group(1)) * _BYTE_UNITS[match.group(2).upper()])
+        value = int(float(match.group(1)) * _BYTE_UNITS[(match.group(2) or "").upper()])
         if not least <= value <= most:
             raise argparse.ArgumentTypeError(f"must be between {least:,} and {most:,} bytes, got {value:,}")
         return value
