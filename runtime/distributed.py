@@ -64,7 +64,7 @@ def setup(requested_device: str | None, timeout_minutes: float = DEFAULT_TIMEOUT
     return Context(dist.get_rank(), world_size, device)
 
 
-# Whether this process has been a rank of a process group (see end_process).
+# Whether this process has been a rank of a process group (see end_rank_process).
 _was_rank = False
 
 
@@ -75,17 +75,16 @@ def teardown(context: Context) -> None:
         _was_rank = True
 
 
-def was_rank() -> bool:
-    return _was_rank
-
-
-def end_process(code: int) -> None:
-    """Ends a process that has been a rank of a process group, skipping the interpreter's finalization.
+def end_rank_process(code: int) -> None:
+    """Ends a process that has been a rank of a process group, skipping the interpreter's finalization;
+    returns in any other process.
 
     DistributedDataParallel and fully_shard keep a reference to the group, so its communication threads
     (gloo's) outlive destroy_process_group; torn down with the interpreter at exit, they aborted a
     finished run now and then ("terminate called without an active exception", SIGABRT). By this point
     every file is written and closed; only the standard streams need flushing."""
+    if not _was_rank:
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -87,11 +87,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _end_rank_process(code: int) -> None:
     """A program that ran as one rank of a torchrun group ends without the interpreter's finalization
-    (runtime/distributed.py, end_process); returns otherwise. Only a module that was imported can have
-    made this process a rank, so commands that never import torch stay light."""
+    (runtime/distributed.py, end_rank_process); returns otherwise. Only a module that was imported can
+    have made this process a rank, so commands that never import torch stay light."""
     distributed = sys.modules.get("xspec.runtime.distributed")
-    if distributed is not None and distributed.was_rank():
-        distributed.end_process(code)
+    if distributed is not None:
+        distributed.end_rank_process(code)
 
 
 def internal_error_message(error: Exception) -> str:

@@ -56,7 +56,7 @@ def test_two_processes_match_one(small_corpus, tmp_path, one_process, sharding):
 
 def test_each_rank_ends_with_the_command_s_exit_status(small_corpus, tmp_path):
     """A refusal after the group has formed reaches the user as on one process (message, status 1): the
-    ranks end without the interpreter's finalization (runtime/distributed.py, end_process), with the
+    ranks end without the interpreter's finalization (runtime/distributed.py, end_rank_process), with the
     command's own exit status."""
     taken = tmp_path / "taken"
     (taken / "checkpoints").mkdir(parents=True)
