@@ -31,11 +31,11 @@ PROMPT_WORDS = 3
 class LanguageModelling(SplitReader):
     kind = "language model"
     prepared_kind = "text"
+    texts: dict[str, Documents]         # each split read, as text
 
     def __init__(self, spec) -> None:
         super().__init__()
         self.spec = spec
-        self.texts: dict[str, Documents] = {}
         self.train_counts: Counter[int] = Counter()     # token -> how often the training data predicts it
         self.train_examples = None
 

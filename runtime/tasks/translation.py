@@ -26,11 +26,11 @@ from xspec.runtime.vocab import Vocab
 class Translation(SplitReader):
     kind = "translation"
     prepared_kind = "parallel"
+    texts: dict[str, ParallelText]      # each split read, as text
 
     def __init__(self, spec) -> None:
         super().__init__()
         self.spec = spec
-        self.texts: dict[str, ParallelText] = {}
 
     def demo_files(self, run_dir: Path) -> DataFiles:
         """The built-in language pair, generated into the run directory."""
