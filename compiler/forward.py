@@ -31,9 +31,8 @@ from .diagnostics import Span, printable
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .names import local_name_problem
 from .ops import OPS
+from .wrap import INDENT, LINE_LIMIT
 
-INDENT = "    "
-LINE_LIMIT = 100  # generated lines are shorter than this
 # What a value an op without a module computes is called, where the spec gives it no name.
 ROLE_NAMES = {"add": "summed", "sub": "difference", "mul": "product", "scale": "scaled"}
 

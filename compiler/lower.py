@@ -20,15 +20,15 @@ from .codecheck import check_module
 from .config import ConfigNames, config_fields
 from .diagnostics import Span, printable
 from .entries import DECODER, ENCODER
-from .forward import LINE_LIMIT, Context, file_label, forward_lines, identifier, inline_calls, literal, where
+from .forward import Context, file_label, forward_lines, identifier, inline_calls, literal, where
 from .ir import Instance, Node
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
 from .prune import prelude_classes
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
+from .wrap import INDENT, LINE_LIMIT, wrap
 
-INDENT = "    "
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
 
@@ -284,43 +284,6 @@ def _attribute(path: str) -> str:
     return code
 
 
-def wrap(code: str, comment: str, indent: str) -> list[str]:
-    """`code  # comment` on one line, or, where that is too long, its outermost call's arguments on the
-    lines after it (the comment stays on the first), an argument too long for a line wrapped so too."""
-    line = f"{indent}{code}  # {comment}"
-    if len(line) < LINE_LIMIT or _outer_call(code) is None:
-        return [line]
-    first, *rest = _wrapped(code, indent, split=True)
-    return [f"{first}  # {comment}", *rest]
-
-
-def _wrapped(code: str, indent: str, split: bool = False) -> list[str]:
-    """`code` (ending in a call) over several lines: the call's head, then its arguments packed."""
-    opening = _outer_call(code)
-    if (len(indent + code) < LINE_LIMIT and not split) or opening is None:
-        return [indent + code]
-    head, inner, close = code[:opening + 1], code[opening + 1:-1], ")"
-    if inner.startswith("{") and inner.endswith("}"):  # nn.ModuleDict({...}): the dict's items
-        head, inner, close = head + "{", inner[1:-1], "})"
-    lines, current = [indent + head], ""
-    inner_indent = indent + INDENT
-    for item in _split_arguments(inner):
-        candidate = f"{current}, {item}" if current else item
-        if len(inner_indent + candidate) + len(close) + 1 < LINE_LIMIT:
-            current = candidate
-            continue
-        if current:
-            lines.append(f"{inner_indent}{current},")
-        if len(inner_indent + item) + len(close) + 1 >= LINE_LIMIT and _outer_call(item) is not None:
-            *middle, last = _wrapped(item, inner_indent)
-            lines += middle
-            current = last[len(inner_indent):]
-        else:
-            current = item
-    lines.append(f"{inner_indent}{current}{close}")
-    return lines
-
-
 def _rewrap(line: str) -> list[str]:
     """A forward's line that is too long, wrapped at its outermost call."""
     if len(line) < LINE_LIMIT or "  # " not in line:
@@ -328,46 +291,6 @@ def _rewrap(line: str) -> list[str]:
     code, comment = line.rsplit("  # ", 1)
     indent = code[:len(code) - len(code.lstrip())]
     return wrap(code.strip(), comment, indent)
-
-
-def _outer_call(code: str) -> Optional[int]:
-    """The position of the opening parenthesis of the call that ends `code`, if one does."""
-    if not code.endswith(")"):
-        return None
-    depth, quote = 0, None
-    for index in range(len(code) - 1, -1, -1):
-        char = code[index]
-        if quote is not None:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in ")]}":
-            depth += 1
-        elif char in "([{":
-            depth -= 1
-            if depth == 0:
-                return index
-    return None
-
-
-def _split_arguments(text: str) -> list[str]:
-    """Top-level comma-separated items of an argument list (brackets and strings respected)."""
-    items, depth, quote, current = [], 0, None, ""
-    for char in text:
-        if quote is not None:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(current.strip())
-            current = ""
-            continue
-        current += char
-    return [*items, current.strip()] if current.strip() else items
 
 
 def _merge_shapes(first: str, second: str) -> str:

@@ -298,7 +298,7 @@ def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
 def _features(a: AttentionAttrs, i: Inferred) -> frozenset[str]:
     """The prelude code this attention runs beyond the plain path (the `# with:` tags of
     prelude_attention.py and of the decoder cache)."""
-    used = {name for name in ("alibi", "window", "softcap", "sinks", "causal") if getattr(a, name) not in
+    used = {name for name in ("alibi", "window", "softcap", "sinks", "causal", "scale") if getattr(a, name) not in
             (False, None)}
     if a.rotary:
         used |= {"rotary", f"rotary_{a.rotary_scaling}"}

@@ -18,41 +18,35 @@ from .prelude_experts import MixtureOfExperts  # noqa: F401 (for the tests)
 
 
 class DecoderCache:
-    """What the decoder keeps between steps when it decodes one token at a time: self-attention's
-    keys and values, written in place into buffers [rows, heads, capacity, d] whose capacity
-    doubles when outgrown; `reorder` follows beam search's choice of rows. The encoder memory's
-    keys and values are computed once per memory tensor."""
+    """What decoding keeps between steps: self-attention's keys and values, in buffers written in
+    place that grow by doubling and follow beam search's rows; the encoder memory's, once."""
 
     def __init__(self, capacity=64):
-        self.length = 0  # target positions already decoded
+        self.length = 0  # positions decoded: where the next step's queries and keys start
         self.capacity = capacity  # positions each buffer holds at first
-        self.rows = None  # rows in use (the batch), once something is cached
-        self.tensors = {}  # self-attention module -> [keys, values, spare keys, spare values, end]
+        self.tensors = {}  # self-attention -> [keys, values, spare keys, spare values]
         self.memory = {}  # encoder-decoder attention -> (key input, value input, keys, values)
 
-    def past(self, module):
-        """Positions `module` has cached: where its next queries and keys start."""
-        entry = self.tensors.get(module)
-        return entry[4] if entry is not None else 0
-
     def append(self, module, k, v):
-        """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and
-        values."""
-        entry = self.tensors.get(module)
-        start = entry[4] if entry is not None else 0
-        end = start + k.size(2)
-        if entry is None or end > entry[0].size(2):
-            size = max(self.capacity, 2 * end)
-            grown = [t.new_empty(t.size(0), t.size(1), size, t.size(3)) for t in (k, v, k, v)]
-            if entry is not None:  # keep what is cached (of the rows in use)
-                for old, new in zip(entry[:2], grown[:2]):
-                    new[:, :, :start] = old[: k.size(0), :, :start]
-            entry = self.tensors[module] = [*grown, start]
-            self.rows = k.size(0)
-        keys, values = entry[0][: self.rows], entry[1][: self.rows]
-        keys[:, :, start:end], values[:, :, start:end] = k, v
-        entry[4] = end
+        """Writes k, v [B, h, T, d] after the cached positions; returns all `module` cached."""
+        if module.window is not None:  # with: window
+            return self.append_window(module, k, v, module.window)
+        end = self.length + k.size(2)
+        keys, values = self.buffers(module, k, v, end)
+        keys[:, :, self.length:end], values[:, :, self.length:end] = k, v
         return keys[:, :, :end], values[:, :, :end]
+
+    def buffers(self, module, k, v, positions, most=float("inf")):
+        """`module`'s buffers for the rows of k and v, of `positions` at least (when they grow,
+        twice that, at most `most`), holding what they cached."""
+        buffers, rows = self.tensors.get(module), k.size(0)
+        if buffers is None or positions > buffers[0].size(2):
+            size = min(max(self.capacity, 2 * positions), most)
+            grown = [t.new_empty(rows, t.size(1), size, t.size(3)) for t in (k, v, k, v)]
+            for old, new in zip(buffers or [], grown[:2]):
+                new[:, :, :self.length] = old[:rows, :, :self.length]
+            buffers = self.tensors[module] = grown
+        return buffers[0][:rows], buffers[1][:rows]
 
     def append_window(self, module, k, v, window):  # with: window
         """Writes k, v [B, h, T, d] after what `module` has cached, keeping the last `window`
@@ -61,22 +55,10 @@ class DecoderCache:
         position, the ring's filled slots (all within the new query's window, in slot order); for
         several, the cached positions the first new query sees, in order, then the new ones (the
         caller masks them by relative position)."""
-        entry = self.tensors.get(module)
-        start = entry[4] if entry is not None else 0
-        new, end = k.size(2), start + k.size(2)
-        if entry is None or (entry[0].size(2) < window and end > entry[0].size(2)):
-            # Below the window, nothing has wrapped yet.
-            size = min(window, max(self.capacity, 2 * end))
-            grown = [t.new_empty(t.size(0), t.size(1), size, t.size(3)) for t in (k, v, k, v)]
-            if entry is not None:
-                for old, fresh in zip(entry[:2], grown[:2]):
-                    fresh[:, :, :start] = old[: k.size(0), :, :start]
-            entry = self.tensors[module] = [*grown, start]
-            self.rows = k.size(0)
-        size = entry[0].size(2)
-        keys, values = entry[0][: self.rows], entry[1][: self.rows]
-        entry[4] = end
-        if new == 1:
+        start, end = self.length, self.length + k.size(2)
+        keys, values = self.buffers(module, k, v, min(end, window), most=window)
+        size = keys.size(2)
+        if k.size(2) == 1:
             slot = start % size
             keys[:, :, slot:slot + 1], values[:, :, slot:slot + 1] = k, v
             return keys[:, :, :min(end, size)], values[:, :, :min(end, size)]
@@ -89,16 +71,17 @@ class DecoderCache:
         return attend
 
     def reorder(self, index):
-        """Row i becomes row index[i] (rows may repeat, and drop out)."""
-        for entry in self.tensors.values():
-            for buffer, spare in ((0, 2), (1, 3)):
-                if entry[spare].size(0) < index.numel():  # more rows than ever: a larger spare
-                    entry[spare] = entry[buffer].new_empty(index.numel(), *entry[buffer].shape[1:])
-                filled = min(entry[4], entry[buffer].size(2))  # only the positions cached so far
-                torch.index_select(entry[buffer][: self.rows, :, :filled], 0, index,
-                                   out=entry[spare][: index.numel(), :, :filled])
-                entry[buffer], entry[spare] = entry[spare], entry[buffer]
-        self.rows = index.numel()
+        """Row i becomes row index[i] (rows may repeat, and drop out), gathered into the spares."""
+        rows = index.numel()
+        for buffers in self.tensors.values():
+            for i in (0, 1):
+                if buffers[i + 2].size(0) < rows:  # more rows than ever: a larger spare
+                    buffers[i + 2] = buffers[i].new_empty(rows, *buffers[i].shape[1:])
+                filled = self.length
+                filled = min(filled, buffers[i].size(2))  # with: window
+                torch.index_select(buffers[i][:, :, :filled], 0, index,
+                                   out=buffers[i + 2][:rows, :, :filled])
+                buffers[i], buffers[i + 2] = buffers[i + 2], buffers[i]
 
 
 class Embedding(nn.Module):

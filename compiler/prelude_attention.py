@@ -98,18 +98,20 @@ class RotaryEmbedding(nn.Module):
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A DecoderCache keeps keys and values
-    a step at a time (kv_cache "append") or the encoder output's once ("static"). The newer options
-    are listed in compiler/op_attention.py."""
+    a step at a time (kv_cache "append") or the encoder output's once ("static")."""
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_heads=None, rotary=None, alibi=False, q_norm=None, k_norm=None,
-                 out_bias=None, window=None, softcap=None, scale=None, sinks=False,
+                 bias=True, kv_heads=None, out_bias=None,
+                 rotary=None,  # with: rotary
+                 alibi=False,  # with: alibi, softcap, sinks, window
+                 q_norm=None, k_norm=None,  # with: qk_norm
+                 window=None, softcap=None, sinks=False,  # with: softcap, sinks, window
+                 scale=None,  # with: scale, softcap, sinks, window
                  kv_cache="none", self_attention=False):
         super().__init__()
         self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
-        self.self_attention, self.alibi = self_attention, alibi
-        self.window, self.softcap, self.scale = window, softcap, scale
+        self.self_attention = self_attention
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
         self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
@@ -119,12 +121,16 @@ class MultiHeadAttention(nn.Module):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
-        self.rotary, self.q_norm, self.k_norm = rotary, q_norm, k_norm
-        self.sinks = nn.Parameter(torch.zeros(heads)) if sinks else None
+        self.rotary = rotary  # with: rotary
+        self.q_norm, self.k_norm = q_norm, k_norm  # with: qk_norm
         if q_norm is not None:  # with: qk_norm
             # A norm of d_k features normalizes each head; one of the projection's, all of it at
             # once (OLMo 2).
             self.norm_per_head = q_norm.weight.numel() == d_k and heads > 1
+        self.sinks = nn.Parameter(torch.zeros(heads)) if sinks else None  # with: softcap, sinks, window
+        self.window, self.softcap = window, softcap  # with: softcap, sinks, window
+        self.scale = scale  # with: scale, softcap, sinks, window
+        self.alibi = alibi  # with: alibi, softcap, sinks, window
         if alibi:  # with: alibi
             self.register_buffer("slopes", self.alibi_slopes(heads), persistent=False)  # [h]
 
@@ -139,29 +145,29 @@ class MultiHeadAttention(nn.Module):
         slopes += above[: heads - below]
         return torch.tensor(slopes)
 
-    def _project(self, x, projection, norm, heads, d):
-        """x projected, normalized (QK-norm) and split into heads: [B, T, h*d] -> [B, h, T, d]."""
-        x = projection(x)
-        if norm is not None and not self.norm_per_head:  # with: qk_norm
-            x = norm(x)
-        x = x.unflatten(-1, (heads, d)).transpose(1, 2)
-        if norm is not None and self.norm_per_head:  # with: qk_norm
-            x = norm(x)
-        return x
+    def _project(self, x, projection, heads, d):
+        """x projected and split into heads: [B, T, h*d] -> [B, h, T, d]."""
+        return projection(x).unflatten(-1, (heads, d)).transpose(1, 2)
 
-    def _keys_values(self, key, value, cache, start):
+    def _normalized(self, x, norm):  # with: qk_norm
+        """QK-norm of heads [B, h, T, d]: each head's features, or all the projection's at once."""
+        if self.norm_per_head:
+            return norm(x)
+        return norm(x.transpose(1, 2).flatten(2)).unflatten(-1, x.shape[1::2]).transpose(1, 2)
+
+    def _keys_values(self, key, value, cache):
         if cache is not None and self.kv_cache == "static":  # with: cross_cache
             kept = cache.memory.get(self)
             if kept is not None and kept[0] is key and kept[1] is value:
                 return kept[2], kept[3]
-        k = self._project(key, self.k_proj, self.k_norm, self.kv_heads, self.d_k)
-        v = self._project(value, self.v_proj, None, self.kv_heads, self.d_v)
+        k = self._project(key, self.k_proj, self.kv_heads, self.d_k)
+        v = self._project(value, self.v_proj, self.kv_heads, self.d_v)
+        if self.k_norm is not None:  # with: qk_norm
+            k = self._normalized(k, self.k_norm)
         if self.rotary is not None:  # with: rotary
-            k = self.rotary(k, start)  # cached keys keep their rotation
-        if cache is not None and self.kv_cache == "append" and self.window is None:  # with: cache
+            k = self.rotary(k, cache.length if cache is not None else 0)  # cached: kept turned
+        if cache is not None and self.kv_cache == "append":  # with: cache
             k, v = cache.append(self, k, v)
-        if cache is not None and self.kv_cache == "append" and self.window is not None:  # with: window
-            k, v = cache.append_window(self, k, v, self.window)  # the last `window` positions only
         if cache is not None and self.kv_cache == "static":  # with: cross_cache
             cache.memory[self] = (key, value, k, v)
         return k, v
@@ -169,18 +175,21 @@ class MultiHeadAttention(nn.Module):
     def _prepare(self, query, key, value, padding_mask, cache):
         """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending
         is allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
-        start = cache.past(self) if cache is not None else 0  # the position of the first query
-        q = self._project(query, self.q_proj, self.q_norm, self.heads, self.d_k)  # [B, h, Tq, d_k]
+        q = self._project(query, self.q_proj, self.heads, self.d_k)  # [B, h, Tq, d_k]
+        if self.q_norm is not None:  # with: qk_norm
+            q = self._normalized(q, self.q_norm)
         if self.rotary is not None:  # with: rotary
-            q = self.rotary(q, start)
-        k, v = self._keys_values(key, value, cache, start)  # [B, kv_h, Tk, d_k], [..., d_v]
+            q = self.rotary(q, cache.length if cache is not None else 0)
+        k, v = self._keys_values(key, value, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
         mask = None
         if padding_mask is not None:
             mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where keys may be seen
         # From static facts only (torch.compile cannot branch on a symbolic size).
         is_causal = self.causal and self.self_attention and cache is None and mask is None
-        if self.alibi or self.window is not None:  # with: alibi, window
-            is_causal = False  # their masks are built here
+        if self.alibi:  # with: alibi
+            is_causal = False  # its bias is built here
+        if self.window is not None:  # with: window
+            is_causal = False  # its mask is built here
         # One new query (a decoding step) sees every key the cache returns: no mask.
         if self.causal and not is_causal and not (cache is not None and q.size(2) == 1):  # with: causal
             # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
@@ -200,13 +209,13 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query, key, value, padding_mask=None, cache=None):
         q, k, v, mask, is_causal = self._prepare(query, key, value, padding_mask, cache)
-        dropout = self.dropout if self.training else 0.0
         path = self._path(q, cache)  # with: softcap, sinks, window
         if path != "sdpa":  # with: softcap, sinks, window
             out = self._unfused(path, q, k, v, mask, is_causal, padding_mask)
             return self.out_proj(out.transpose(1, 2).flatten(2))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                             is_causal=is_causal, scale=self.scale,
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                             dropout_p=self.dropout if self.training else 0.0,
+                                             scale=self.scale,  # with: scale, softcap, sinks, window
                                              enable_gqa=self.kv_heads != self.heads)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]
 
@@ -242,11 +251,14 @@ class MultiHeadAttention(nn.Module):
         """softmax(cap(Q K^T * scale) + bias), masked, the sinks in its denominator:
         [B, h, Tq, Tk]. Query heads share their key head without copying it (grouped as
         [B, kv_h, h / kv_h, ...])."""
-        scale = self.scale if self.scale is not None else 1 / math.sqrt(self.d_k)
+        # Diagrams call this on any generated module, whose class leaves out the options its
+        # spec does not use: absent, they are off.
+        scale = getattr(self, "scale", None) or 1 / math.sqrt(self.d_k)
+        softcap, sinks = getattr(self, "softcap", None), getattr(self, "sinks", None)
         grouped = q.unflatten(1, (self.kv_heads, -1))  # [B, kv_h, g, Tq, d_k]
         scores = (grouped @ k.unsqueeze(2).transpose(-2, -1)).flatten(1, 2) * scale  # [B,h,Tq,Tk]
-        if self.softcap is not None:  # with: softcap
-            scores = torch.tanh(scores / self.softcap) * self.softcap
+        if softcap is not None:  # with: softcap
+            scores = torch.tanh(scores / softcap) * softcap
         if is_causal:
             ones = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device)
             mask = ones.tril(k.size(2) - q.size(2))
@@ -254,8 +266,8 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         if mask is not None and mask.dtype != torch.bool:  # with: alibi
             scores = scores + mask
-        if self.sinks is not None:  # with: sinks
-            sinks = self.sinks.to(scores.dtype)[None, :, None, None]
+        if sinks is not None:  # with: sinks
+            sinks = sinks.to(scores.dtype)[None, :, None, None]
             sinks = sinks.expand(scores.size(0), -1, scores.size(2), 1)
             # The sink's share is dropped after the softmax.
             return torch.cat([scores, sinks], dim=-1).softmax(dim=-1)[..., :-1]

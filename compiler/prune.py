@@ -1,10 +1,12 @@
 """The prelude's classes cut to what a spec uses.
 
 A statement of a prelude class whose first line ends in `# with: FEATURE, ...` serves those features
-only (an option of attention, a kind of rotary scaling, a sliding-window cache). Lowering copies a
-class without the tagged statements none of whose features the model uses (and without the tags);
-the generated-code checker (compiler/codecheck.py) accepts a copy whose AST is the prelude's with
-tagged statements left out, and nothing else changed.
+only (an option of attention, a kind of rotary scaling, a sliding-window cache). So does a line of a
+signature or a call that holds only parameters or keyword arguments, each with its comma, and such a
+tag (`rotary=None,  # with: rotary`). Lowering copies a class without the tagged statements and lines
+none of whose features the model uses (and without the tags), a signature or call that lost a line
+packed again; the generated-code checker (compiler/codecheck.py) accepts a copy whose AST is the
+prelude's with tagged statements and arguments left out, and nothing else changed.
 
 Read as text: compiling a spec does not import torch.
 """
@@ -16,6 +18,8 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from .wrap import outer_call, packed, split_arguments
 
 # The files whose classes generated code may copy, in the order a module defines them.
 PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_attention.py",
@@ -30,17 +34,41 @@ class PreludeClass:
     lines: tuple[str, ...]  # its source, the first line `class ...:`
     tagged: tuple[tuple[int, int, frozenset[str]], ...]  # (first line, last line, features), from 0
     removable: frozenset[int]  # the AST line numbers of its tagged statements
+    arguments: frozenset[int]  # the AST line numbers of its tagged lines of arguments
+    spans: tuple[tuple[int, int], ...]  # (first line, last line) of each signature or call holding them
 
     def source(self, features: frozenset[str]) -> str:
-        """The class without the tagged statements none of `features` asks for, tags removed."""
+        """The class without the tagged statements and arguments none of `features` asks for, tags
+        removed."""
         dropped = {line for first, last, wanted in self.tagged if not wanted & features
                    for line in range(first, last + 1)}
+        repacked = {first: last for first, last in self.spans if dropped & set(range(first, last + 1))}
         kept: list[str] = []
-        for index, line in enumerate(self.lines):
-            if index in dropped or (not line.strip() and kept and not kept[-1].strip()):
+        index = 0
+        while index < len(self.lines):
+            line = self.lines[index]
+            if index in repacked:
+                kept += _repacked([TAG.sub("", s) for i, s in enumerate(self.lines[index:repacked[index] + 1], index)
+                                   if i not in dropped])
+                index = repacked[index] + 1
+                continue
+            index += 1
+            if index - 1 in dropped or (not line.strip() and kept and not kept[-1].strip()):
                 continue  # a blank line stays single where a method between two was dropped
             kept.append(TAG.sub("", line))
         return "\n".join(kept).rstrip() + "\n"
+
+
+def _repacked(lines: list[str]) -> list[str]:
+    """A signature or call (`def f(a, b):`, `out = f(a, b)`) over `lines`, packed again: its arguments
+    under its opening parenthesis, as few lines as fit."""
+    text = " ".join(line.strip() for line in lines)
+    indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
+    tail = "):" if text.endswith("):") else ")"
+    opening = outer_call(text[:len(text) - len(tail) + 1])
+    assert opening is not None, f"not a signature or call: {text!r}"
+    items = split_arguments(text[opening + 1:len(text) - len(tail)])
+    return packed(indent + text[:opening + 1], items, tail)
 
 
 @functools.cache
@@ -59,9 +87,8 @@ def _prelude_class(node: ast.ClassDef, file_lines: list[str]) -> PreludeClass:
     start = node.lineno - 1
     lines = tuple(file_lines[start:node.end_lineno])
     tagged, removable = [], set()
-    for statement in ast.walk(node):
-        if not isinstance(statement, ast.stmt) or statement is node:
-            continue
+    statements = [s for s in ast.walk(node) if isinstance(s, ast.stmt) and s is not node]
+    for statement in statements:
         match = TAG.search(file_lines[statement.lineno - 1])
         if match is None:
             continue
@@ -72,40 +99,68 @@ def _prelude_class(node: ast.ClassDef, file_lines: list[str]) -> PreludeClass:
         tagged.append((first - start, statement.end_lineno - 1 - start,
                        frozenset(match.group(1).split(", "))))
         removable.add(statement.lineno)
-    return PreludeClass(node.name, node, lines, tuple(tagged), frozenset(removable))
+    # Tagged lines that begin no statement: arguments of a signature or a call.
+    arguments = {number for number in range(node.lineno, (node.end_lineno or 0) + 1)
+                 if TAG.search(file_lines[number - 1]) and number not in {s.lineno for s in statements}}
+    spans = set()
+    for number in sorted(arguments):
+        match = TAG.search(file_lines[number - 1])
+        assert match and file_lines[number - 1][:match.start()].endswith(","), \
+            f"{node.name}, line {number}: a tagged line of arguments ends with its comma"
+        tagged.append((number - 1 - start, number - 1 - start, frozenset(match.group(1).split(", "))))
+        spans.add(_holder(node, number))
+    return PreludeClass(node.name, node, lines, tuple(tagged), frozenset(removable), frozenset(arguments),
+                        tuple(sorted((first - 1 - start, last - 1 - start) for first, last in spans)))
+
+
+def _holder(node: ast.ClassDef, number: int) -> tuple[int, int]:
+    """The AST lines of the innermost signature or call that line `number` is an argument line of."""
+    holders = []
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.FunctionDef):
+            parts: list[ast.arg | ast.expr] = [*inner.args.args, *inner.args.kwonlyargs, *inner.args.defaults,
+                                               *(d for d in inner.args.kw_defaults if d is not None)]
+            holders.append((inner.lineno, max([inner.lineno, *(part.end_lineno or part.lineno for part in parts)])))
+        elif isinstance(inner, ast.Call) and inner.end_lineno is not None:
+            holders.append((inner.lineno, inner.end_lineno))
+    inside = [(first, last) for first, last in holders if first < number <= last]
+    assert inside, f"{node.name}, line {number}: a tagged line that is neither a statement nor arguments"
+    return min(inside, key=lambda span: span[1] - span[0])
 
 
 def is_pruned_copy(prelude: PreludeClass, copy: ast.ClassDef) -> bool:
-    """Whether `copy` is the prelude class with some of its tagged statements left out."""
-    return _same(prelude.node, copy, prelude.removable)
+    """Whether `copy` is the prelude class with some of its tagged statements and arguments left out."""
+    return _same(prelude.node, copy, prelude)
 
 
-def _same(original: ast.AST, copy: ast.AST, removable: frozenset[int]) -> bool:
+def _same(original: object, copy: object, prelude: PreludeClass) -> bool:
+    if not isinstance(original, ast.AST):
+        return original == copy
     if type(original) is not type(copy):
         return False
     for field, value in ast.iter_fields(original):
         other = getattr(copy, field, None)
-        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
-            if not isinstance(other, list) or not _same_statements(value, other, removable):
+        if isinstance(value, list):
+            if not isinstance(other, list) or not _same_items(value, other, prelude):
                 return False
-        elif isinstance(value, list):
-            if not isinstance(other, list) or len(value) != len(other) or any(
-                    not _same(a, b, removable) for a, b in zip(value, other)):
-                return False
-        elif isinstance(value, ast.AST):
-            if not isinstance(other, ast.AST) or ast.dump(value) != ast.dump(other):
-                return False
-        elif value != other:
+        elif not _same(value, other, prelude):
             return False
     return True
 
 
-def _same_statements(original: list[ast.stmt], copy: list[ast.stmt], removable: frozenset[int]) -> bool:
-    """`copy` is `original` less some removable statements (each kept one the same, recursively)."""
+def _same_items(original: list, copy: list, prelude: PreludeClass) -> bool:
+    """`copy` is `original` less some removable items (each kept one the same, recursively): tagged
+    statements, and arguments (parameters, their defaults, keywords) on tagged lines."""
     index = 0
-    for statement in original:
-        if index < len(copy) and _same(statement, copy[index], removable):
+    for item in original:
+        if index < len(copy) and _same(item, copy[index], prelude):
             index += 1
-        elif statement.lineno not in removable:
+        elif not _removable(item, prelude):
             return False
     return index == len(copy)
+
+
+def _removable(item: object, prelude: PreludeClass) -> bool:
+    if isinstance(item, ast.stmt):
+        return item.lineno in prelude.removable
+    return isinstance(item, (ast.expr, ast.arg, ast.keyword)) and item.lineno in prelude.arguments

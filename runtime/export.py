@@ -75,7 +75,7 @@ def slot(name: str, module: nn.Module) -> CacheSlot:
 
 
 class TensorCache:
-    """The generated DecoderCache's contract (`length`, `past`, `append`, `memory`) over tensors: the
+    """The generated DecoderCache's contract (`length`, `append`, `memory`) over tensors: the
     past keys and values come in as the graph's inputs, the grown ones go out as its outputs, and
     nothing is written in place, so a decoding step is one pure function torch.export can capture."""
 
@@ -86,10 +86,6 @@ class TensorCache:
         self.keys, self.values = list(past_keys), list(past_values)
         self.length = past_keys[0].size(2)     # positions decoded before this step
         self.memory = memory                    # cross-attention module -> (key input, value input, keys, values)
-
-    def past(self, module: nn.Module) -> int:
-        index = self.slots.get(module)
-        return 0 if index is None else self.past_keys[index].size(2)
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         index = self.slots[module]
@@ -114,7 +110,7 @@ class EncoderGraph(nn.Module):
         keys, values = [], []
         for attention in self.memory_attention:
             # What the module computes of a memory tensor and keeps in a DecoderCache (no cache: no position).
-            k, v = attention._keys_values(memory, memory, None, 0)
+            k, v = attention._keys_values(memory, memory, None)
             keys.append(k)
             values.append(v)
         return memory, keys, values

@@ -54,6 +54,14 @@ def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor
     return module.out_proj(torch.cat(heads, dim=-1))
 
 
+def step(module: MultiHeadAttention, x: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+    """Self-attention over x's positions after those cached, as a model's decode runs it: the cache's
+    length, where positions start, moves on after each step."""
+    out = module(x, x, x, cache=cache)
+    cache.length += x.size(1)
+    return out
+
+
 def causal(T: int, window: int | None = None) -> torch.Tensor:
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     return (j <= i) & ((i - j < window) if window else True)
@@ -93,9 +101,9 @@ def test_cached_decoding_equals_full_decoding_past_the_window(options):
     x = torch.randn(2, 13, 32)
     full = module(x, x, x)
     cache = DecoderCache(capacity=2)
-    steps = [module(x[:, :5], x[:, :5], x[:, :5], cache=cache)]   # a prompt longer than a window of 3 or 4
+    steps = [step(module, x[:, :5], cache)]   # a prompt longer than a window of 3 or 4
     for t in range(5, 13):
-        steps.append(module(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache))
+        steps.append(step(module, x[:, t:t + 1], cache))
     assert_close(torch.cat(steps, dim=1), full)
     held = cache.tensors[module][0].size(2)
     assert held == options["window"] if "window" in options else held >= 13
@@ -113,10 +121,10 @@ def test_a_windowed_cache_holds_the_window_through_chunks_and_beam_reorders():
             cache.reorder(torch.tensor(order))
             rows = rows[torch.tensor(order)]
         chunk = x[rows, t:t + size]
-        step = module(chunk, chunk, chunk, cache=cache)
+        out = step(module, chunk, cache)
         t += size
         whole = x[rows, :t]
-        assert_close(step, module(whole, whole, whole)[:, t - size:])
+        assert_close(out, module(whole, whole, whole)[:, t - size:])
         assert cache.tensors[module][0].size(2) <= 4
 
 

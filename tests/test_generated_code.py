@@ -111,8 +111,14 @@ model m {
     (("Model = ", "Model = print or "), "a module-level assignment"),
     (("class DecoderCache:", "class DecoderCache:\n    evil = 1"), "differs from the prelude's"),
     # A prelude class may leave out statements tagged for features, and change nothing else.
-    (("        self.rows = None", "        self.rows = 1"), "differs from the prelude's"),
-    (("        self.rows = None  # rows in use (the batch), once something is cached\n", ""),
+    (("        self.length = 0", "        self.length = 1"), "differs from the prelude's"),
+    (("        self.capacity = capacity  # positions each buffer holds at first\n", ""),
+     "differs from the prelude's"),
+    # ... and parameters and keyword arguments on lines tagged for features, and no others.
+    ((' kv_cache="none", self_attention=False):', ' kv_cache="none"):'), "differs from the prelude's"),
+    ((' kv_cache="none", self_attention=False):', ' kv_cache="none", self_attention=False, sinks=True):'),
+     "differs from the prelude's"),
+    ((",\n                                             enable_gqa=self.kv_heads != self.heads)", ")"),
      "differs from the prelude's"),
     (("\n\nModel = ", "\n__import__('os')\n\nModel = "), "a module-level Expr"),
 ], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])

@@ -12,9 +12,9 @@ import pytest
 import xspec
 from xspec.compiler.codecheck import compile_checked
 from xspec.compiler.config import ConfigNames, config_fields
-from xspec.compiler.forward import LINE_LIMIT
+from xspec.compiler.wrap import LINE_LIMIT
 from xspec.compiler.ops import OPS
-from xspec.compiler.prune import TAG, prelude_classes
+from xspec.compiler.prune import PRELUDES, TAG, prelude_classes
 
 SPECS = sorted(Path("specs").rglob("*.xspec"))
 POINTER = re.compile(r"  # .*(\S+\.xspec|<spec>):\d+$")
@@ -71,11 +71,23 @@ def test_no_prelude_code_for_a_feature_the_spec_does_not_use(compiled):
             if features & used:
                 continue
             heading = next(TAG.sub("", s) for s in prelude.lines[first:last + 1] if TAG.search(s))
-            assert heading not in text.split("\n"), f"{name} keeps {heading.strip()!r} for {sorted(features)}"
-    if "MultiHeadAttention" in copied and not used & {"rotary", "alibi", "window", "softcap", "sinks"}:
-        code = [ln for ln in copied["MultiHeadAttention"].split("\n") if ln.strip().startswith(("if ", "def "))]
-        # (The plain cache's guard says `self.window is None`: no window branch comes with it.)
-        assert not [ln for ln in code if re.search(r"rotary|alibi|softcap|sinks|flex|window(?! is None)", ln)], code
+            if first + prelude.node.lineno in prelude.arguments:  # parameters or keywords: none of their names
+                names = set(re.findall(r"(\w+)=", heading))
+                given = {a.arg for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)
+                         for a in [*f.args.args, *f.args.kwonlyargs]}
+                given |= {k.arg for c in ast.walk(ast.parse(text)) if isinstance(c, ast.Call) for k in c.keywords}
+                assert not names & given, f"{name} keeps {sorted(names & given)} for {sorted(features)}"
+            else:
+                assert heading not in text.split("\n"), f"{name} keeps {heading.strip()!r} for {sorted(features)}"
+    if "MultiHeadAttention" in copied and not used & {"rotary", "alibi", "window", "softcap", "sinks", "scale"}:
+        code = copied["MultiHeadAttention"]
+        assert not re.findall(r"\b(rotary|alibi|softcap|sinks|flex|window|scale)\b", code), code
+
+
+def test_every_prelude_line_fits_the_limit_once_its_tag_is_removed():
+    long = [(path.name, number) for path in PRELUDES for number, line in enumerate(path.read_text().split("\n"), 1)
+            if len(TAG.sub("", line)) >= LINE_LIMIT]
+    assert not long
 
 
 def test_lines_that_change_the_shape_say_so_in_the_spec_names(compiled):

@@ -24,53 +24,45 @@ class LlamaConfig:
 
 
 class DecoderCache:
-    """What the decoder keeps between steps when it decodes one token at a time: self-attention's
-    keys and values, written in place into buffers [rows, heads, capacity, d] whose capacity
-    doubles when outgrown; `reorder` follows beam search's choice of rows. The encoder memory's
-    keys and values are computed once per memory tensor."""
+    """What decoding keeps between steps: self-attention's keys and values, in buffers written in
+    place that grow by doubling and follow beam search's rows; the encoder memory's, once."""
 
     def __init__(self, capacity=64):
-        self.length = 0  # target positions already decoded
+        self.length = 0  # positions decoded: where the next step's queries and keys start
         self.capacity = capacity  # positions each buffer holds at first
-        self.rows = None  # rows in use (the batch), once something is cached
-        self.tensors = {}  # self-attention module -> [keys, values, spare keys, spare values, end]
+        self.tensors = {}  # self-attention -> [keys, values, spare keys, spare values]
         self.memory = {}  # encoder-decoder attention -> (key input, value input, keys, values)
 
-    def past(self, module):
-        """Positions `module` has cached: where its next queries and keys start."""
-        entry = self.tensors.get(module)
-        return entry[4] if entry is not None else 0
-
     def append(self, module, k, v):
-        """Writes k, v [B, h, T, d] after what `module` has cached; returns all its keys and
-        values."""
-        entry = self.tensors.get(module)
-        start = entry[4] if entry is not None else 0
-        end = start + k.size(2)
-        if entry is None or end > entry[0].size(2):
-            size = max(self.capacity, 2 * end)
-            grown = [t.new_empty(t.size(0), t.size(1), size, t.size(3)) for t in (k, v, k, v)]
-            if entry is not None:  # keep what is cached (of the rows in use)
-                for old, new in zip(entry[:2], grown[:2]):
-                    new[:, :, :start] = old[: k.size(0), :, :start]
-            entry = self.tensors[module] = [*grown, start]
-            self.rows = k.size(0)
-        keys, values = entry[0][: self.rows], entry[1][: self.rows]
-        keys[:, :, start:end], values[:, :, start:end] = k, v
-        entry[4] = end
+        """Writes k, v [B, h, T, d] after the cached positions; returns all `module` cached."""
+        end = self.length + k.size(2)
+        keys, values = self.buffers(module, k, v, end)
+        keys[:, :, self.length:end], values[:, :, self.length:end] = k, v
         return keys[:, :, :end], values[:, :, :end]
 
+    def buffers(self, module, k, v, positions, most=float("inf")):
+        """`module`'s buffers for the rows of k and v, of `positions` at least (when they grow,
+        twice that, at most `most`), holding what they cached."""
+        buffers, rows = self.tensors.get(module), k.size(0)
+        if buffers is None or positions > buffers[0].size(2):
+            size = min(max(self.capacity, 2 * positions), most)
+            grown = [t.new_empty(rows, t.size(1), size, t.size(3)) for t in (k, v, k, v)]
+            for old, new in zip(buffers or [], grown[:2]):
+                new[:, :, :self.length] = old[:rows, :, :self.length]
+            buffers = self.tensors[module] = grown
+        return buffers[0][:rows], buffers[1][:rows]
+
     def reorder(self, index):
-        """Row i becomes row index[i] (rows may repeat, and drop out)."""
-        for entry in self.tensors.values():
-            for buffer, spare in ((0, 2), (1, 3)):
-                if entry[spare].size(0) < index.numel():  # more rows than ever: a larger spare
-                    entry[spare] = entry[buffer].new_empty(index.numel(), *entry[buffer].shape[1:])
-                filled = min(entry[4], entry[buffer].size(2))  # only the positions cached so far
-                torch.index_select(entry[buffer][: self.rows, :, :filled], 0, index,
-                                   out=entry[spare][: index.numel(), :, :filled])
-                entry[buffer], entry[spare] = entry[spare], entry[buffer]
-        self.rows = index.numel()
+        """Row i becomes row index[i] (rows may repeat, and drop out), gathered into the spares."""
+        rows = index.numel()
+        for buffers in self.tensors.values():
+            for i in (0, 1):
+                if buffers[i + 2].size(0) < rows:  # more rows than ever: a larger spare
+                    buffers[i + 2] = buffers[i].new_empty(rows, *buffers[i].shape[1:])
+                filled = self.length
+                torch.index_select(buffers[i][:, :, :filled], 0, index,
+                                   out=buffers[i + 2][:rows, :, :filled])
+                buffers[i], buffers[i + 2] = buffers[i + 2], buffers[i]
 
 
 class Embedding(nn.Module):
@@ -134,18 +126,15 @@ class RotaryEmbedding(nn.Module):
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A DecoderCache keeps keys and values
-    a step at a time (kv_cache "append") or the encoder output's once ("static"). The newer options
-    are listed in compiler/op_attention.py."""
+    a step at a time (kv_cache "append") or the encoder output's once ("static")."""
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_heads=None, rotary=None, alibi=False, q_norm=None, k_norm=None,
-                 out_bias=None, window=None, softcap=None, scale=None, sinks=False,
-                 kv_cache="none", self_attention=False):
+                 bias=True, kv_heads=None, out_bias=None, rotary=None, kv_cache="none",
+                 self_attention=False):
         super().__init__()
         self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
-        self.self_attention, self.alibi = self_attention, alibi
-        self.window, self.softcap, self.scale = window, softcap, scale
+        self.self_attention = self_attention
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
         self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
@@ -155,32 +144,28 @@ class MultiHeadAttention(nn.Module):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
-        self.rotary, self.q_norm, self.k_norm = rotary, q_norm, k_norm
-        self.sinks = nn.Parameter(torch.zeros(heads)) if sinks else None
+        self.rotary = rotary
 
-    def _project(self, x, projection, norm, heads, d):
-        """x projected, normalized (QK-norm) and split into heads: [B, T, h*d] -> [B, h, T, d]."""
-        x = projection(x)
-        x = x.unflatten(-1, (heads, d)).transpose(1, 2)
-        return x
+    def _project(self, x, projection, heads, d):
+        """x projected and split into heads: [B, T, h*d] -> [B, h, T, d]."""
+        return projection(x).unflatten(-1, (heads, d)).transpose(1, 2)
 
-    def _keys_values(self, key, value, cache, start):
-        k = self._project(key, self.k_proj, self.k_norm, self.kv_heads, self.d_k)
-        v = self._project(value, self.v_proj, None, self.kv_heads, self.d_v)
+    def _keys_values(self, key, value, cache):
+        k = self._project(key, self.k_proj, self.kv_heads, self.d_k)
+        v = self._project(value, self.v_proj, self.kv_heads, self.d_v)
         if self.rotary is not None:
-            k = self.rotary(k, start)  # cached keys keep their rotation
-        if cache is not None and self.kv_cache == "append" and self.window is None:
+            k = self.rotary(k, cache.length if cache is not None else 0)  # cached: kept turned
+        if cache is not None and self.kv_cache == "append":
             k, v = cache.append(self, k, v)
         return k, v
 
     def _prepare(self, query, key, value, padding_mask, cache):
         """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending
         is allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
-        start = cache.past(self) if cache is not None else 0  # the position of the first query
-        q = self._project(query, self.q_proj, self.q_norm, self.heads, self.d_k)  # [B, h, Tq, d_k]
+        q = self._project(query, self.q_proj, self.heads, self.d_k)  # [B, h, Tq, d_k]
         if self.rotary is not None:
-            q = self.rotary(q, start)
-        k, v = self._keys_values(key, value, cache, start)  # [B, kv_h, Tk, d_k], [..., d_v]
+            q = self.rotary(q, cache.length if cache is not None else 0)
+        k, v = self._keys_values(key, value, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
         mask = None
         if padding_mask is not None:
             mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where keys may be seen
@@ -197,9 +182,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query, key, value, padding_mask=None, cache=None):
         q, k, v, mask, is_causal = self._prepare(query, key, value, padding_mask, cache)
-        dropout = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                             is_causal=is_causal, scale=self.scale,
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                             dropout_p=self.dropout if self.training else 0.0,
                                              enable_gqa=self.kv_heads != self.heads)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]
 

@@ -1,0 +1,101 @@
+"""Long lines of generated code wrapped at a call's arguments: the generated blocks' lines (hanging, the
+arguments on the lines after the call's head) and the prelude's signatures and calls that pruning shortened
+(packed under the opening parenthesis, as the prelude writes them)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+INDENT = "    "
+LINE_LIMIT = 100  # generated lines are shorter than this
+
+
+def wrap(code: str, comment: str, indent: str) -> list[str]:
+    """`code  # comment` on one line, or, where that is too long, its outermost call's arguments on the
+    lines after it (the comment stays on the first), an argument too long for a line wrapped so too."""
+    line = f"{indent}{code}  # {comment}"
+    if len(line) < LINE_LIMIT or outer_call(code) is None:
+        return [line]
+    first, *rest = wrapped(code, indent, split=True)
+    return [f"{first}  # {comment}", *rest]
+
+
+def wrapped(code: str, indent: str, split: bool = False) -> list[str]:
+    """`code` (ending in a call) over several lines: the call's head, then its arguments packed."""
+    opening = outer_call(code)
+    if (len(indent + code) < LINE_LIMIT and not split) or opening is None:
+        return [indent + code]
+    head, inner, close = code[:opening + 1], code[opening + 1:-1], ")"
+    if inner.startswith("{") and inner.endswith("}"):  # nn.ModuleDict({...}): the dict's items
+        head, inner, close = head + "{", inner[1:-1], "})"
+    lines, current = [indent + head], ""
+    inner_indent = indent + INDENT
+    for item in split_arguments(inner):
+        candidate = f"{current}, {item}" if current else item
+        if len(inner_indent + candidate) + len(close) + 1 < LINE_LIMIT:
+            current = candidate
+            continue
+        if current:
+            lines.append(f"{inner_indent}{current},")
+        if len(inner_indent + item) + len(close) + 1 >= LINE_LIMIT and outer_call(item) is not None:
+            *middle, last = wrapped(item, inner_indent)
+            lines += middle
+            current = last[len(inner_indent):]
+        else:
+            current = item
+    lines.append(f"{inner_indent}{current}{close}")
+    return lines
+
+
+def outer_call(code: str) -> Optional[int]:
+    """The position of the opening parenthesis of the call that ends `code`, if one does."""
+    if not code.endswith(")"):
+        return None
+    depth, quote = 0, None
+    for index in range(len(code) - 1, -1, -1):
+        char = code[index]
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in ")]}":
+            depth += 1
+        elif char in "([{":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def split_arguments(text: str) -> list[str]:
+    """Top-level comma-separated items of an argument list (brackets and strings respected)."""
+    items, depth, quote, current = [], 0, None, ""
+    for char in text:
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+            continue
+        current += char
+    return [*items, current.strip()] if current.strip() else items
+
+
+def packed(head: str, items: list[str], tail: str) -> list[str]:
+    """`head` (up to its opening parenthesis), then `items` joined by commas and packed under the
+    character after that parenthesis, then `tail` (`)`, `):`): the prelude's own layout of a long
+    signature or call."""
+    pieces = [item + "," for item in items[:-1]] + [items[-1] + tail] if items else [tail]
+    lines = [head + pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) < LINE_LIMIT:
+            lines[-1] += " " + piece
+        else:
+            lines.append(" " * len(head) + piece)
+    return lines
