@@ -78,9 +78,6 @@ class NoEos(nn.Module):
         logits[..., EOS] = float("-inf")
         return logits
 
-    def new_cache(self):
-        return self.model.new_cache()
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -32,13 +32,13 @@ from .wrap import INDENT, LINE_LIMIT, wrap
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
 
-def _preludes_used(code: str, always: set[str], features: frozenset[str]) -> list[str]:
+def _preludes_used(code: str, features: frozenset[str]) -> list[str]:
     """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`), in the prelude's
     order, each cut to the `features` the model uses. Prelude classes construct none of each other (an
     attention's rotary embedding is built by the generated code and passed in), so these are all the
     file needs."""
     return [prelude.source(features) for name, prelude in prelude_classes().items()
-            if name in always or re.search(rf"(?<![\w.]){name}\b", code)]
+            if re.search(rf"(?<![\w.]){name}\b", code)]
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> str:
@@ -89,8 +89,7 @@ class _Lowering:
             self._define(child, child.name)
         model_class = self._model_class()
         features = frozenset().union(*(OPS[node.op].features(node.attrs, node.inferred) for node in self.graph))
-        preludes = _preludes_used("".join(self.order) + model_class,
-                                  {"DecoderCache"} if DECODER in root.children else set(), features)
+        preludes = _preludes_used("".join(self.order) + model_class, features)
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
         body = [self._config("".join(self.order)), *preludes, *classes, model_class]
         parts = [self._header(uses_math=bool(re.search(r"\bmath\.", "".join(body)))), *body]
@@ -243,8 +242,7 @@ class _Lowering:
                       f"{INDENT * 2}logits = self.decoder(tgt_tokens{decoder_args}, cache=cache)",
                       f"{INDENT * 2}if cache is not None:",
                       f"{INDENT * 3}cache.length += tgt_tokens.size(1)",
-                      f"{INDENT * 2}return logits",
-                      "", f"{INDENT}@staticmethod", f"{INDENT}def new_cache():", f"{INDENT * 2}return DecoderCache()"]
+                      f"{INDENT * 2}return logits"]
         losses = sorted({OPS[node.op].auxiliary_loss for node in self.validated.graph.graph} - {""})
         if losses:  # e.g. a mixture of experts' load balancing, which the trainer adds to the loss
             lines += ["", f"{INDENT}def auxiliary_loss(self, counted=None):",

@@ -97,8 +97,9 @@ class RotaryEmbedding(nn.Module):
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A DecoderCache keeps keys and values
-    a step at a time (kv_cache "append") or the encoder output's once ("static")."""
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A decoding cache (xspec's
+    DecoderCache) keeps keys and values a step at a time (kv_cache "append") or the encoder
+    output's once ("static")."""
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
                  bias=True, kv_heads=None, out_bias=None,
@@ -173,17 +174,15 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _prepare(self, query, key, value, padding_mask, cache):
-        """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending
-        is allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
+        """Heads of queries, keys and values, and the mask SDPA takes (True: attended; a float
+        mask: a bias), or is_causal where SDPA's own causal mask serves."""
         q = self._project(query, self.q_proj, self.heads, self.d_k)  # [B, h, Tq, d_k]
         if self.q_norm is not None:  # with: qk_norm
             q = self._normalized(q, self.q_norm)
         if self.rotary is not None:  # with: rotary
             q = self.rotary(q, cache.length if cache is not None else 0)
         k, v = self._keys_values(key, value, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
-        mask = None
-        if padding_mask is not None:
-            mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where keys may be seen
+        mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
         # From static facts only (torch.compile cannot branch on a symbolic size).
         is_causal = self.causal and self.self_attention and cache is None and mask is None
         if self.alibi:  # with: alibi

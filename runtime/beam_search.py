@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from xspec.runtime.cache import new_cache
 from xspec.runtime.ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
 from xspec.runtime.vocab import BOS, EOS, PAD
 
@@ -85,7 +86,7 @@ class EncoderDecoderSteps:
         self.memory = model.encode(src, src_padding)[rows]
         # Without padding, attention over the memory needs no mask (one check per batch, not per step).
         self.memory_padding = src_padding[rows] if bool(src_padding.any()) else None
-        self.cache = model.new_cache() if use_cache else None
+        self.cache = new_cache(model) if use_cache else None
         self.cached = use_cache
         self.vocab_size = vocab_size
 
@@ -119,7 +120,7 @@ class LanguageModelSteps:
         self.model = model
         self.vocab_size = vocab_size
         self.prompts = prompts.repeat_interleave(beam, dim=0)                  # [B*K, P]
-        self.cache = model.new_cache() if use_cache else None
+        self.cache = new_cache(model) if use_cache else None
         self.cached = use_cache
         self.started = False
 

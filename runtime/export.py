@@ -12,8 +12,8 @@
                          token's next-token logits and the cache grown by one position
 
 (`.onnx` files for the ONNX format.) The decoder step carries its cache as explicit tensors, inputs
-and outputs, where the model's own DecoderCache writes buffers in place: `TensorCache` implements the
-same contract over tensors, so a step is one pure function. A step takes exactly one new token: the
+and outputs, where the runtime's DecoderCache (runtime/cache.py) writes buffers in place: `TensorCache`
+implements the same contract over tensors, so a step is one pure function. A step takes exactly one new token: the
 generated attention skips the causal mask for a single query, a branch on the query's length that
 torch.export cannot keep dynamic, so a prompt is read one token per step. Batch size, source length
 and cache length are dynamic (torch.export.Dim), the lengths bounded by the model's positions.
@@ -75,7 +75,7 @@ def slot(name: str, module: nn.Module) -> CacheSlot:
 
 
 class TensorCache:
-    """The generated DecoderCache's contract (`length`, `append`, `memory`) over tensors: the
+    """The decoding cache's contract (runtime/cache.py: `length`, `append`, `memory`) over tensors: the
     past keys and values come in as the graph's inputs, the grown ones go out as its outputs, and
     nothing is written in place, so a decoding step is one pure function torch.export can capture."""
 

@@ -6,7 +6,8 @@ FlexAttention against the plain path."""
 import pytest
 import torch
 
-from xspec.compiler.prelude import DecoderCache, MultiHeadAttention, RMSNorm, RotaryEmbedding
+from xspec.compiler.prelude import MultiHeadAttention, RMSNorm, RotaryEmbedding
+from xspec.runtime.cache import DecoderCache
 from float32 import assert_close
 
 # FlexAttention off CUDA runs its unfused reference implementation, and says so: these tests want exactly that.

@@ -5,6 +5,7 @@ import torch
 
 import xspec
 from float32 import assert_close
+from xspec.runtime.cache import DecoderCache, new_cache
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True, "positions": "learned"}])
@@ -20,7 +21,7 @@ def test_cached_steps_match_full_decode(overrides):
     memory = model.encode(src, src_pad)
     full = model.decode(tgt, memory, src_pad)
 
-    cache = model.new_cache()
+    cache = DecoderCache()
     steps = [model.decode(tgt[:, t:t + 1], memory, src_pad, cache=cache) for t in range(tgt.size(1))]
     assert_close(torch.cat(steps, dim=1), full)
     assert cache.length == 6
@@ -34,7 +35,7 @@ def test_cache_reorder_follows_beam_rows():
     src = torch.randint(0, spec.vocab_size, (2, 5))
     tgt = torch.randint(0, spec.vocab_size, (2, 4))
     memory = model.encode(src)
-    cache = model.new_cache()
+    cache = DecoderCache()
     model.decode(tgt[:, :3], memory, cache=cache)  # a prefix in one call
     order = torch.tensor([1, 1, 0])  # beam search keeps row 1 twice and row 0 once
     cache.reorder(order)
@@ -52,7 +53,7 @@ def test_language_model_decodes_incrementally():
     tokens = torch.randint(0, spec.vocab_size, (2, 7))
     full = model(tokens)
     assert full.shape == (2, 7, spec.vocab_size)
-    cache = model.new_cache()
+    cache = DecoderCache()
     steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(7)]
     assert_close(torch.cat(steps, dim=1), full)
 
@@ -67,7 +68,7 @@ def test_cached_decoding_equals_full_decoding_after_random_reorders(path: str):
     tokens = torch.randint(0, spec.vocab_size, (3, 1))  # [rows, positions so far]
     memory = model.encode(torch.randint(0, spec.vocab_size, (3, 5))) if spec.has_encoder else None
     context = (memory,) if memory is not None else ()
-    cache = model.new_cache()
+    cache = DecoderCache()
     cache.capacity = 2
     model.decode(tokens, *context, cache=cache)
     for rows in ([2, 0, 0, 1], [3, 1], [0, 0, 1], [2, 1, 0], [1, 1, 0, 2, 2], [4, 0]):
@@ -78,3 +79,16 @@ def test_cached_decoding_equals_full_decoding_after_random_reorders(path: str):
         step = model.decode(tokens[:, -1:], *context, cache=cache)
         full = model.decode(tokens, *context)
         assert_close(step[:, 0], full[:, -1])
+
+
+def test_decoding_uses_the_runtime_cache_unless_a_model_brings_its_own():
+    spec = xspec.compile("specs/tiny.xspec")
+    model = spec.build(device="cpu")
+    assert "class DecoderCache" not in spec.python_source and not hasattr(model, "new_cache")
+    assert isinstance(new_cache(model), DecoderCache) and isinstance(xspec.DecoderCache(), DecoderCache)
+
+    class Own(torch.nn.Module):
+        def new_cache(self):
+            return "its own"
+
+    assert new_cache(Own()) == "its own"

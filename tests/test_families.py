@@ -15,6 +15,7 @@ import torch
 import xspec
 from float32 import assert_close
 from hf_families import BY_NAME, FAMILIES, Family
+from xspec.runtime.cache import DecoderCache
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -85,7 +86,7 @@ def test_greedy_generation_with_the_cache_equals_hugging_faces_generate(name):
     model, reference = pair(name)
     prompt, new = tokens(family, 5, seed=3), 16                   # 21 positions: past every window
     expected = reference.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)
-    cache = model.new_cache()
+    cache = DecoderCache()
     logits, sequence, steps = model.decode(prompt, cache=cache), prompt, []
     for _ in range(new):
         steps.append(logits[:, -1])

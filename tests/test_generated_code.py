@@ -109,11 +109,12 @@ model m {
     (("@dataclass\nclass TransformerTinyConfig:", "@dataclass(frozen=print)\nclass TransformerTinyConfig:"),
      "not a plain dataclass"),
     (("Model = ", "Model = print or "), "a module-level assignment"),
-    (("class DecoderCache:", "class DecoderCache:\n    evil = 1"), "differs from the prelude's"),
-    # A prelude class may leave out statements tagged for features, and change nothing else.
-    (("        self.length = 0", "        self.length = 1"), "differs from the prelude's"),
-    (("        self.capacity = capacity  # positions each buffer holds at first\n", ""),
+    (("class MultiHeadAttention(nn.Module):", "class MultiHeadAttention(nn.Module):\n    evil = 1"),
      "differs from the prelude's"),
+    # A prelude class may leave out statements tagged for features, and change nothing else.
+    (("        self.self_attention = self_attention", "        self.self_attention = True"),
+     "differs from the prelude's"),
+    (("        self.self_attention = self_attention\n", ""), "differs from the prelude's"),
     # ... and parameters and keyword arguments on lines tagged for features, and no others.
     ((' kv_cache="none", self_attention=False):', ' kv_cache="none"):'), "differs from the prelude's"),
     ((' kv_cache="none", self_attention=False):', ' kv_cache="none", self_attention=False, sinks=True):'),

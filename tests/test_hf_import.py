@@ -13,6 +13,7 @@ import xspec
 from float32 import assert_close
 from hf_checkpoints import BOS, imported, rope, saved, saved_model
 from hf_families import FAMILIES
+from xspec.runtime.cache import DecoderCache
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -41,7 +42,7 @@ def test_an_import_gives_the_checkpoints_logits_and_greedy_tokens_and_fine_tunes
         prompt, new = tokens(vocab, 5, seed=6), 12
         expected = reference.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                                       eos_token_id=None)
-        cache, sequence = model.new_cache(), prompt
+        cache, sequence = DecoderCache(), prompt
         logits = model.decode(prompt, cache=cache)
         for _ in range(new):
             token = logits[:, -1].argmax(dim=-1, keepdim=True)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import xspec
 from xspec.compiler.prelude import MultiHeadAttention, RotaryEmbedding
+from xspec.runtime.cache import DecoderCache
 from float32 import assert_close
 
 LLAMA = "specs/modern/llama.xspec"
@@ -114,7 +115,7 @@ def test_cached_decoding_equals_full_decoding_with_rotary_and_gqa(overrides):
     model = spec.build(device="cpu").eval()
     tokens = torch.randint(0, spec.vocab_size, (2, 9))
     full = model(tokens)
-    cache = model.new_cache()
+    cache = DecoderCache()
     steps = [model.decode(tokens[:, :4], cache=cache)]                         # a prompt, then one by one
     steps += [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(4, 9)]
     assert_close(torch.cat(steps, dim=1), full)
@@ -206,7 +207,7 @@ def test_shipped_language_models_decode_with_the_cache_as_they_run_whole(name):
     model = spec.build(device="cpu").eval()
     tokens = torch.randint(0, spec.vocab_size, (2, 7))
     full = model(tokens)
-    cache = model.new_cache()
+    cache = DecoderCache()
     steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(7)]
     assert_close(torch.cat(steps, dim=1), full)
 
@@ -276,7 +277,7 @@ def test_layers_differ_by_their_index():
     model = spec.build(device="cpu").eval()
     assert spec.parameters == sum(p.numel() for p in model.parameters())
     tokens = torch.randint(0, spec.vocab_size, (2, 6))
-    cache = model.new_cache()
+    cache = DecoderCache()
     steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(6)]
     assert_close(torch.cat(steps, dim=1), model(tokens))
 

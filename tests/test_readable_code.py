@@ -133,6 +133,12 @@ def test_a_model_built_from_another_config_has_its_sizes(tmp_path: Path):
     assert set(default.state_dict()) == set(spec.build("cpu").state_dict())
 
 
+def test_base_reads_in_under_250_lines():
+    """The paper's model, whole: its config, the prelude code it uses and its blocks (no decoding cache:
+    that is the runtime's)."""
+    assert len(xspec.compile("specs/base.xspec").python_source.split("\n")) < 250
+
+
 @pytest.mark.parametrize("name", ["base", "llama"])
 def test_the_examples_in_the_docs_are_what_the_compiler_writes(name: str):
     path = next(Path("specs").rglob(f"{name}.xspec"))

@@ -2,7 +2,7 @@
 
     spec = xspec.compile("specs/base.xspec", overrides={"heads": 16})
     spec.parameters, spec.graph, spec.python_source, spec.train, spec.data, spec.decode
-    model = spec.build()  # torch.nn.Module with encode / decode(cache) / forward
+    model = spec.build()  # torch.nn.Module with encode / decode(cache=xspec.DecoderCache()) / forward
 
     trained = xspec.load("runs/lm")  # a trained run or checkpoint: model, tokenizer, spec
     trained.generate(["the cat"]), trained.score(["a line"]), xspec.load("runs/tiny").translate(["..."])
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 IMPORTED_SPEC = "model.xspec"   # the spec of a run directory `xspec import` wrote
 
-__all__ = ["compile", "compile_source", "load", "CompiledSpec", "SpecError", "UserError"]
+__all__ = ["compile", "compile_source", "load", "CompiledSpec", "DecoderCache", "SpecError", "UserError"]
 
 
 def compile(path: Union[str, os.PathLike], overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
@@ -66,13 +66,17 @@ def load(run_or_checkpoint, device=None, compile: str = "off") -> TrainedModel:
 
 
 def __getattr__(name: str) -> Any:
-    """`xspec.CompiledSpec`, imported on first use (see `compile`)."""
+    """`xspec.CompiledSpec` and `xspec.DecoderCache`, imported on first use (see `compile`)."""
     if name == "CompiledSpec":
         from xspec.compiler.spec import CompiledSpec
 
         return CompiledSpec
+    if name == "DecoderCache":
+        from xspec.runtime.cache import DecoderCache
+
+        return DecoderCache
     raise AttributeError(f"module 'xspec' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"CompiledSpec"})
+    return sorted(set(globals()) | {"CompiledSpec", "DecoderCache"})

@@ -18,6 +18,7 @@ from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.demo_data import generate_split
 from xspec.runtime.export import Graph, check_destination, export_model, export_program, write_directory
 from xspec.runtime.vocab import BOS, EOS, MODEL_FILE, PAD, Vocab, train_vocab
+from xspec.runtime.cache import DecoderCache
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"d_model": 32, "d_ff": 64, "heads": 2, "layers": 2, "vocab": 120, "max_len": 64}
@@ -75,7 +76,7 @@ def _sources(batch: int = 3, length: int = 7) -> tuple[torch.Tensor, torch.Tenso
 @torch.no_grad()
 def _model_greedy(model, first: torch.Tensor, step) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """STEPS argmax tokens after `first` [B, 1], with the model's own cache; `step(tokens, cache)` -> logits."""
-    cache, tokens, chosen, logits = model.new_cache(), first, [], []
+    cache, tokens, chosen, logits = DecoderCache(), first, [], []
     for _ in range(STEPS):
         step_logits = step(tokens, cache)[:, -1]
         tokens = step_logits.argmax(-1, keepdim=True)

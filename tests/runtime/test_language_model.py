@@ -122,9 +122,6 @@ class _PaddedRowsFavoured(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def new_cache(self):
-        return self.model.new_cache()
-
     def decode(self, *args, **kwargs) -> torch.Tensor:
         logits = self.model.decode(*args, **kwargs).clone()
         logits[..., 30:] += 100.0

@@ -17,6 +17,7 @@ import torch
 
 from xspec.cli import main
 from xspec.runtime import checkpoint as ckpt
+from xspec.runtime.cache import DecoderCache
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "specs" / "tiny.xspec")
@@ -117,7 +118,7 @@ def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run):
     src = torch.randint(4, 100, (3, 7))
     tgt = torch.randint(4, 100, (3, 5))
     memory = eager.encode(src)
-    caches = eager.new_cache(), compiled.new_cache()
+    caches = DecoderCache(), DecoderCache()
     for step in range(tgt.size(1)):  # the first step fills the caches, the others extend them
         expected = eager.decode(tgt[:, step:step + 1], memory, cache=caches[0])
         actual = compiled.decode(tgt[:, step:step + 1], memory, cache=caches[1])

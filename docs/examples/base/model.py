@@ -24,48 +24,6 @@ class TransformerBaseConfig:
     max_len: int = 1024
 
 
-class DecoderCache:
-    """What decoding keeps between steps: self-attention's keys and values, in buffers written in
-    place that grow by doubling and follow beam search's rows; the encoder memory's, once."""
-
-    def __init__(self, capacity=64):
-        self.length = 0  # positions decoded: where the next step's queries and keys start
-        self.capacity = capacity  # positions each buffer holds at first
-        self.tensors = {}  # self-attention -> [keys, values, spare keys, spare values]
-        self.memory = {}  # encoder-decoder attention -> (key input, value input, keys, values)
-
-    def append(self, module, k, v):
-        """Writes k, v [B, h, T, d] after the cached positions; returns all `module` cached."""
-        end = self.length + k.size(2)
-        keys, values = self.buffers(module, k, v, end)
-        keys[:, :, self.length:end], values[:, :, self.length:end] = k, v
-        return keys[:, :, :end], values[:, :, :end]
-
-    def buffers(self, module, k, v, positions, most=float("inf")):
-        """`module`'s buffers for the rows of k and v, of `positions` at least (when they grow,
-        twice that, at most `most`), holding what they cached."""
-        buffers, rows = self.tensors.get(module), k.size(0)
-        if buffers is None or positions > buffers[0].size(2):
-            size = min(max(self.capacity, 2 * positions), most)
-            grown = [t.new_empty(rows, t.size(1), size, t.size(3)) for t in (k, v, k, v)]
-            for old, new in zip(buffers or [], grown[:2]):
-                new[:, :, :self.length] = old[:rows, :, :self.length]
-            buffers = self.tensors[module] = grown
-        return buffers[0][:rows], buffers[1][:rows]
-
-    def reorder(self, index):
-        """Row i becomes row index[i] (rows may repeat, and drop out), gathered into the spares."""
-        rows = index.numel()
-        for buffers in self.tensors.values():
-            for i in (0, 1):
-                if buffers[i + 2].size(0) < rows:  # more rows than ever: a larger spare
-                    buffers[i + 2] = buffers[i].new_empty(rows, *buffers[i].shape[1:])
-                filled = self.length
-                torch.index_select(buffers[i][:, :, :filled], 0, index,
-                                   out=buffers[i + 2][:rows, :, :filled])
-                buffers[i], buffers[i + 2] = buffers[i + 2], buffers[i]
-
-
 class Embedding(nn.Module):
     """Token embedding multiplied by `scale` (§3.4: sqrt(d_model))."""
 
@@ -85,8 +43,7 @@ class SinusoidalPositions(nn.Module):
     def __init__(self, dim, max_len):
         super().__init__()
         position = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
-        exponents = torch.arange(0, dim, 2, dtype=torch.float32)
-        inverse_frequency = torch.exp(exponents * (-math.log(10000.0) / dim))
+        inverse_frequency = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
         table = torch.zeros(max_len, dim)
         table[:, 0::2] = torch.sin(position * inverse_frequency)
         table[:, 1::2] = torch.cos(position * inverse_frequency[: dim // 2])
@@ -99,8 +56,9 @@ class SinusoidalPositions(nn.Module):
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A DecoderCache keeps keys and values
-    a step at a time (kv_cache "append") or the encoder output's once ("static")."""
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A decoding cache (xspec's
+    DecoderCache) keeps keys and values a step at a time (kv_cache "append") or the encoder
+    output's once ("static")."""
 
     def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
                  bias=True, kv_heads=None, out_bias=None, kv_cache="none", self_attention=False):
@@ -136,13 +94,11 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _prepare(self, query, key, value, padding_mask, cache):
-        """Heads of queries, keys and values, and the mask SDPA takes (bool: True where attending
-        is allowed; float: a bias), or is_causal where SDPA's own causal mask serves."""
+        """Heads of queries, keys and values, and the mask SDPA takes (True: attended; a float
+        mask: a bias), or is_causal where SDPA's own causal mask serves."""
         q = self._project(query, self.q_proj, self.heads, self.d_k)  # [B, h, Tq, d_k]
         k, v = self._keys_values(key, value, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
-        mask = None
-        if padding_mask is not None:
-            mask = ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]: True where keys may be seen
+        mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
         # From static facts only (torch.compile cannot branch on a symbolic size).
         is_causal = self.causal and self.self_attention and cache is None and mask is None
         # One new query (a decoding step) sees every key the cache returns: no mask.
@@ -272,10 +228,6 @@ class TransformerBase(nn.Module):  # the whole model: encode, decode, forward
         if cache is not None:
             cache.length += tgt_tokens.size(1)
         return logits
-
-    @staticmethod
-    def new_cache():
-        return DecoderCache()
 
     def forward(self, src_tokens, tgt_tokens, src_padding_mask=None):
         memory = self.encode(src_tokens, src_padding_mask)

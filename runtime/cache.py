@@ -1,0 +1,86 @@
+"""The cache incremental decoding keeps between steps, for a compiled model.
+
+A generated model's attention reads and writes it through a small contract: `length` (positions decoded,
+where the next step's positions start; the model's `decode` moves it on), `append(module, k, v)` (a
+self-attention's new keys and values in, all it cached out) and `memory` (an attention over the encoder
+output keeps that output's keys and values there, once per memory tensor). Beam search moves its rows
+with `reorder`. Generated files do not hold the cache: they carry the model alone, on torch alone.
+runtime/export.py implements the same contract over tensors for exported decoding steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class DecoderCache:
+    """Self-attention's keys and values in buffers [rows, heads, capacity, d], written in place, whose
+    capacity doubles when outgrown (a sliding window's stops at the window: a ring) and whose rows are
+    gathered into a spare pair when beam search reorders them (no allocation per step); the encoder
+    memory's keys and values."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.length = 0            # positions decoded: where the next step's queries and keys start
+        self.capacity = capacity   # positions each buffer holds at first
+        self.tensors: dict[nn.Module, list[torch.Tensor]] = {}   # self-attention -> keys, values, 2 spares
+        self.memory: dict[nn.Module, tuple] = {}   # encoder-decoder attention -> (key in, value in, keys, values)
+
+    def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Writes k, v [B, h, T, d] after the cached positions; returns the keys and values `module`
+        attends to: all it cached, or a sliding window's (`ring`)."""
+        window = getattr(module, "window", None)    # generated attention without the option has no window
+        start, end, rows = self.length, self.length + k.size(2), k.size(0)
+        needed, size = end, max(self.capacity, 2 * end)
+        if window is not None:
+            needed, size = min(end, window), min(size, window)
+        buffers = self.tensors.get(module)
+        if buffers is None or needed > buffers[0].size(2):     # none yet, or outgrown
+            grown = [t.new_empty(rows, t.size(1), size, t.size(3)) for t in (k, v, k, v)]
+            for old, new in zip(buffers or [], grown[:2]):
+                new[:, :, :start] = old[:rows, :, :start]
+            buffers = self.tensors[module] = grown
+        keys, values = buffers[0][:rows], buffers[1][:rows]     # the rows in use
+        if window is not None:
+            return self.ring(keys, values, k, v, window)
+        keys[:, :, start:end], values[:, :, start:end] = k, v
+        return keys[:, :, :end], values[:, :, :end]
+
+    def ring(self, keys: torch.Tensor, values: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             window: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Writes k, v into a sliding-window attention's buffers, a ring holding position p in slot
+        p % size. Returns the keys and values to attend: for one new position, the ring's filled slots
+        (all within the new query's window, in slot order); for several, the cached positions the first
+        new query sees, in order, then the new ones (the attention masks them by relative position)."""
+        start, end, size = self.length, self.length + k.size(2), keys.size(2)
+        if k.size(2) == 1:
+            slot = start % size
+            keys[:, :, slot:slot + 1], values[:, :, slot:slot + 1] = k, v
+            return keys[:, :, :min(end, size)], values[:, :, :min(end, size)]
+        seen = torch.arange(max(start - window + 1, 0), start, device=k.device) % size
+        attend = torch.cat([keys[:, :, seen], k], dim=2), torch.cat([values[:, :, seen], v], dim=2)
+        kept = torch.arange(max(start, end - size), end, device=k.device)     # the positions the ring keeps
+        keys.index_copy_(2, kept % size, k[:, :, kept - start])
+        values.index_copy_(2, kept % size, v[:, :, kept - start])
+        return attend
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Row i becomes row index[i] (rows may repeat, and drop out): gathered into the spares, which
+        then swap with the buffers."""
+        rows = index.numel()
+        for buffers in self.tensors.values():
+            for i in (0, 1):
+                if buffers[i + 2].size(0) < rows:   # more rows than ever: a larger spare
+                    buffers[i + 2] = buffers[i].new_empty(rows, *buffers[i].shape[1:])
+                filled = min(self.length, buffers[i].size(2))    # a ring holds its window only
+                torch.index_select(buffers[i][:, :, :filled], 0, index, out=buffers[i + 2][:rows, :, :filled])
+                buffers[i], buffers[i + 2] = buffers[i + 2], buffers[i]
+
+
+def new_cache(model: Any) -> Any:
+    """The cache to decode `model` with: the model's own where it brings one (`model.new_cache()`, as a
+    wrapper or a hand-written model may), else a DecoderCache."""
+    make = getattr(model, "new_cache", None)
+    return make() if make is not None else DecoderCache()
