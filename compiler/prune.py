@@ -35,7 +35,7 @@ class PreludeClass:
     tagged: tuple[tuple[int, int, frozenset[str]], ...]  # (first line, last line, features), from 0
     removable: frozenset[int]  # the AST line numbers of its tagged statements
     arguments: frozenset[int]  # the AST line numbers of its tagged lines of arguments
-    spans: tuple[tuple[int, int], ...]  # (first line, last line) of each signature or call holding them
+    spans: tuple[tuple[int, int], ...]  # (first line, last line), from 0, of each signature or call holding them
 
     def source(self, features: frozenset[str]) -> str:
         """The class without the tagged statements and arguments none of `features` asks for, tags
@@ -46,16 +46,15 @@ class PreludeClass:
         kept: list[str] = []
         index = 0
         while index < len(self.lines):
-            line = self.lines[index]
-            if index in repacked:
-                kept += _repacked([TAG.sub("", s) for i, s in enumerate(self.lines[index:repacked[index] + 1], index)
-                                   if i not in dropped])
-                index = repacked[index] + 1
+            line, last = self.lines[index], repacked.get(index)
+            if last is not None and index not in dropped:  # a signature or call that lost arguments
+                kept += _repacked([TAG.sub("", s) for number, s in enumerate(self.lines[index:last + 1], index)
+                                   if number not in dropped])
+                index = last + 1
                 continue
+            if index not in dropped and (line.strip() or not kept or kept[-1].strip()):
+                kept.append(TAG.sub("", line))  # a blank line stays single where a method between two went
             index += 1
-            if index - 1 in dropped or (not line.strip() and kept and not kept[-1].strip()):
-                continue  # a blank line stays single where a method between two was dropped
-            kept.append(TAG.sub("", line))
         return "\n".join(kept).rstrip() + "\n"
 
 
