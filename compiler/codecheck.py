@@ -14,7 +14,8 @@ may contain only what the code generator emits:
     `range`/`super` — no other builtin, and not `torch`; attributes only public ones (plus
     `super().__init__`); `nn.X`, `F.x` and `math.x` only called on the spot, so no module object
     (`F.torch`) can be reached or stored;
-  - literals that are numbers, strings, booleans or None (finite floats only);
+  - literals that are numbers, strings, booleans or None (finite floats only); powers only by a small
+    literal exponent (`config.query_pre_attn_scalar ** -0.5`);
   - `Model = SomeGeneratedClass`.
 
 Anything else (a `__import__`, an `eval`, a string that escaped its docstring, a dunder attribute) is
@@ -28,6 +29,7 @@ import math
 from types import CodeType
 from typing import NoReturn
 
+from .config import MAX_EXPONENT
 from .prune import is_pruned_copy, prelude_classes
 
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
@@ -213,6 +215,8 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
             _refuse(node, f"the constant {value!r}")
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         _check_expr(node.operand, scope)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and _is_small_exponent(node.right):
+        _check_expr(node.left, scope)
     elif isinstance(node, ast.BinOp) and isinstance(node.op, OPERATORS):
         _check_expr(node.left, scope)
         _check_expr(node.right, scope)
@@ -259,6 +263,14 @@ def _is_library_function(node: ast.expr) -> bool:
     """`nn.Linear`, `F.dropout`: a public name of torch.nn or torch.nn.functional."""
     return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in LIBRARIES
             and not node.attr.startswith("_"))
+
+
+def _is_small_exponent(node: ast.expr) -> bool:
+    """A literal number no larger than config.MAX_EXPONENT, or its negation: `x ** -0.5`."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))
+            and not isinstance(node.value, bool) and abs(node.value) <= MAX_EXPONENT)
 
 
 def _is_docstring(node: ast.stmt) -> bool:

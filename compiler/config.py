@@ -24,6 +24,9 @@ SHADOWED = frozenset({"int", "float", "str", "bool", "dataclass"})
 MATH = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}
 OPERATORS: dict[str, Callable[[object, object], object]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}  # type: ignore[operator]
+# A power generated code may take: of a positive value, by a literal exponent no larger than this
+# (`config.query_pre_attn_scalar ** -0.5`); the checker (compiler/codecheck.py) allows no other.
+MAX_EXPONENT = 4
 
 
 def config_fields(params: dict[str, Constant]) -> dict[str, Constant]:
@@ -61,12 +64,29 @@ def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], 
     if isinstance(expr, ast.BinOp) and expr.op in OPERATORS:
         (left, a), (right, b) = _render(expr.left, fields, local), _render(expr.right, fields, local)
         return f"({left} {expr.op} {right})", OPERATORS[expr.op](a, b)
+    if isinstance(expr, ast.BinOp) and expr.op == "**":
+        exponent = _literal_number(expr.right)
+        base, a = _render(expr.left, fields, local)
+        if exponent is None or abs(exponent) > MAX_EXPONENT or isinstance(a, bool) or not isinstance(a, (int, float)) \
+                or a <= 0:
+            raise _NotConfig
+        return f"({base} ** {exponent!r})", a ** exponent
     if isinstance(expr, ast.Call) and expr.callee.id in MATH and len(expr.args) == 1 and not expr.kwargs:
         argument, a = _render(expr.args[0], fields, local)
         if isinstance(a, bool) or not isinstance(a, (int, float)) or (expr.callee.id != "exp" and a <= 0):
             raise _NotConfig
         return f"math.{expr.callee.id}({_outer(argument)})", MATH[expr.callee.id](a)
     raise _NotConfig
+
+
+def _literal_number(expr: ast.Expr) -> Optional[int | float]:
+    """The number a literal (`2`, `0.5`) or a negated literal (`-0.5`) writes, else None."""
+    if isinstance(expr, ast.UnaryOp) and expr.op == "-":
+        value = _literal_number(expr.operand)
+        return None if value is None else -value
+    if isinstance(expr, ast.Literal) and isinstance(expr.value, (int, float)) and not isinstance(expr.value, bool):
+        return expr.value
+    return None
 
 
 def _outer(code: str) -> str:

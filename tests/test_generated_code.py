@@ -69,6 +69,8 @@ INIT = "        self.encoder = Encoder(config)"  # a line of the generated model
     ("x = [1 for t in () if t]", "comprehension other than"),
     ("import os", "a Import statement"),
     ("x = b'bytes'", "the constant b'bytes'"),
+    ("x = config.d_model ** 10", "a BinOp"),  # a power only by a small literal exponent
+    ("x = config.d_model ** config.d_ff", "a BinOp"),
 ], ids=lambda value: value[:30])
 def test_the_check_refuses_in_a_method_what_the_generator_never_emits(line: str, refused: str):
     assert INIT in TINY
@@ -86,6 +88,10 @@ def test_the_check_looks_into_functions_defined_in_a_method(lines: list[str], re
     inserted = "".join(f"\n        {line}" for line in lines)
     with pytest.raises(GeneratedCodeError, match=refused):
         compile_checked(TINY.replace(INIT, INIT + inserted, 1), "<test>")
+
+
+def test_a_power_by_a_small_literal_exponent_passes_the_check():
+    compile_checked(TINY.replace(INIT, f"{INIT}\n        x = config.d_model ** -0.5", 1), "<test>")
 
 
 def test_a_spec_function_of_several_steps_is_a_nested_def_that_passes_the_check():

@@ -116,10 +116,19 @@ def test_sizes_come_from_the_config_by_the_spec_names():
     assert "self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)  # llama.xspec:29" in source
     assert "nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)" in source
     assert "kv_heads=config.kv_heads" in source and "rotary=RotaryEmbedding(config.d_k)" in source
-    # An argument the spec computes from parameters is written so (exactly the same value).
+    # An argument the spec computes from parameters is written so (exactly the same value), a power too.
+    assert "scale=config.query_pre_attn_scalar ** -0.5" in xspec.compile("specs/modern/gemma2.xspec").python_source
     assert ("        self.embed = Embedding(  # base.xspec:33\n"
             "            config.vocab, config.d_model, scale=math.sqrt(config.d_model))\n") in \
         xspec.compile("specs/base.xspec").python_source
+
+
+def test_a_power_reads_the_config_only_by_a_small_literal_exponent():
+    text = Path("specs/modern/gemma2.xspec").read_text()
+    assert "query_pre_attn_scalar ** -0.5" in text
+    computed = xspec.compile_source(text.replace("query_pre_attn_scalar ** -0.5", "query_pre_attn_scalar ** (1 - 1.5)"),
+                                    "specs/modern/gemma2.xspec").python_source
+    assert "scale=0.1767766952966369" in computed and "** (" not in computed
 
 
 def test_a_model_built_from_another_config_has_its_sizes(tmp_path: Path):
