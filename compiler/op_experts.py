@@ -106,12 +106,23 @@ def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
 def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
     """MixtureOfExperts(d_model, experts, top_k, d_ff, ...): the options that differ from its defaults."""
     args = [w.size(i["d_model"]), w.attr("experts"), w.attr("top_k"), w.attr("d_ff")]
-    defaults = {"scoring": "softmax", "normalize": True, "routing_scale": 1.0, "router_bias": False, "bias": False,
+    # The defaults of MixtureOfExperts (prelude_experts.py): an option written only where it differs.
+    defaults = {"scoring": "softmax", "normalize": False, "routing_scale": 1.0, "router_bias": False, "bias": False,
                 "activation": "silu"}
     if a.activation == "clamped_swiglu":
         defaults |= {"swiglu_limit": None, "swiglu_alpha": None}  # always written: they define the activation
     args += [f"{name}={w.attr(name)}" for name, default in defaults.items() if getattr(a, name) != default]
     return f"MixtureOfExperts({', '.join(args)})"
+
+
+def _features(a: ExpertsAttrs, i: Inferred) -> frozenset[str]:
+    """The prelude code this mixture runs beyond the plain path (the `# with:` tags of prelude_experts.py):
+    each option it takes other than the defaults (softmax scores, no renormalizing, scale 1, no biases,
+    SwiGLU)."""
+    used = {"moe_sigmoid": a.scoring == "sigmoid", "moe_normalize": a.normalize,
+            "moe_routing_scale": a.routing_scale != 1, "moe_bias": a.bias,
+            "moe_gelu_tanh": a.activation == "gelu_tanh", "moe_clamped_swiglu": a.activation == "clamped_swiglu"}
+    return frozenset(name for name, wanted in used.items() if wanted)
 
 
 def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
@@ -133,6 +144,6 @@ EXPERTS = OpDef(
                     "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
     family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
-    inactive=_inactive, auxiliary_loss="MixtureOfExperts",
+    inactive=_inactive, auxiliary_loss="MixtureOfExperts", features=_features,
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
 )

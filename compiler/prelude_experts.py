@@ -21,21 +21,29 @@ class MixtureOfExperts(nn.Module):
     load-balancing loss.
     """
 
-    def __init__(self, d_model, experts, top_k, d_ff, scoring="softmax", normalize=True,
-                 routing_scale=1.0, router_bias=False, bias=False, activation="silu",
-                 swiglu_limit=7.0, swiglu_alpha=1.702):
+    def __init__(self, d_model, experts, top_k, d_ff,
+                 scoring="softmax",  # with: moe_sigmoid
+                 normalize=False,  # with: moe_normalize
+                 routing_scale=1.0,  # with: moe_routing_scale
+                 bias=False,  # with: moe_bias
+                 activation="silu",  # with: moe_gelu_tanh, moe_clamped_swiglu
+                 swiglu_limit=7.0, swiglu_alpha=1.702,  # with: moe_clamped_swiglu
+                 router_bias=False):
         super().__init__()
-        self.experts, self.top_k, self.scoring, self.normalize = experts, top_k, scoring, normalize
-        self.routing_scale, self.activation = routing_scale, activation
-        self.swiglu_limit, self.swiglu_alpha = swiglu_limit, swiglu_alpha
+        self.experts, self.top_k = experts, top_k
+        self.scoring = scoring  # with: moe_sigmoid
+        self.normalize = normalize  # with: moe_normalize
+        self.routing_scale = routing_scale  # with: moe_routing_scale
+        self.activation = activation  # with: moe_gelu_tanh, moe_clamped_swiglu
+        self.swiglu_limit, self.swiglu_alpha = swiglu_limit, swiglu_alpha  # with: moe_clamped_swiglu
         self.router = nn.Linear(d_model, experts, bias=router_bias)
         # [E, out, in], as nn.Linear keeps its weight
         self.gate = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
         self.up = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
         self.down = nn.Parameter(torch.randn(experts, d_model, d_ff) * d_ff ** -0.5)
-        self.gate_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None
-        self.up_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None
-        self.down_bias = nn.Parameter(torch.zeros(experts, d_model)) if bias else None
+        self.gate_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None  # with: moe_bias
+        self.up_bias = nn.Parameter(torch.zeros(experts, d_ff)) if bias else None  # with: moe_bias
+        self.down_bias = nn.Parameter(torch.zeros(experts, d_model)) if bias else None  # with: moe_bias
         self.routed = None  # the last forward's chosen experts [N, top_k], probabilities [N, E]
         MixtureOfExperts.register_kernels()
 
@@ -43,12 +51,15 @@ class MixtureOfExperts(nn.Module):
         """The router's choice for tokens [N, d]: weights [N, top_k] (float32), chosen experts
         [N, top_k], and the probabilities [N, experts] (float32) the load-balancing loss reads."""
         logits = self.router(tokens).float()
-        probabilities = logits.softmax(dim=-1)
-        scores = probabilities if self.scoring == "softmax" else logits.sigmoid()
+        probabilities = scores = logits.softmax(dim=-1)
+        if self.scoring == "sigmoid":  # with: moe_sigmoid
+            scores = logits.sigmoid()
         weights, chosen = scores.topk(self.top_k, dim=-1)
-        if self.normalize:
+        if self.normalize:  # with: moe_normalize
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights * self.routing_scale, chosen, probabilities
+        if self.routing_scale != 1:  # with: moe_routing_scale
+            weights = weights * self.routing_scale
+        return weights, chosen, probabilities
 
     def forward(self, x):
         tokens = x.reshape(-1, x.size(-1))  # [N, d]
@@ -59,29 +70,34 @@ class MixtureOfExperts(nn.Module):
         rows = order // self.top_k  # each pair's token
         counts = torch.zeros(self.experts, dtype=torch.int64, device=x.device)
         counts = counts.scatter_add_(0, flat, torch.ones_like(flat))
-        expert = flat[order]  # each grouped pair's expert (for the biases)
         grouped = tokens[rows]  # [N * top_k, d]
-        gate = self.grouped_linear(grouped, self.gate, self.gate_bias, counts, expert)
-        up = self.grouped_linear(grouped, self.up, self.up_bias, counts, expert)
+        gate = self.grouped_linear(grouped, self.gate, counts)
+        up = self.grouped_linear(grouped, self.up, counts)
+        if self.gate_bias is not None:  # with: moe_bias
+            expert = flat[order]  # each grouped pair's expert
+            gate = gate + self.gate_bias[expert].to(gate.dtype)
+            up = up + self.up_bias[expert].to(up.dtype)
         hidden = self.activate(gate, up)
-        out = self.grouped_linear(hidden, self.down, self.down_bias, counts, expert)
+        out = self.grouped_linear(hidden, self.down, counts)
+        if self.down_bias is not None:  # with: moe_bias
+            out = out + self.down_bias[expert].to(out.dtype)
         out = out * weights.flatten()[order, None].to(out.dtype)
         summed = tokens.new_zeros(tokens.shape).index_add_(0, rows, out.to(tokens.dtype))
         return summed.reshape(x.shape)
 
     def activate(self, gate, up):
-        if self.activation == "silu":
-            return F.silu(gate) * up
-        if self.activation == "gelu_tanh":
+        if self.activation == "gelu_tanh":  # with: moe_gelu_tanh
             return F.gelu(gate, approximate="tanh") * up
-        gate = gate.clamp(max=self.swiglu_limit)  # clamped_swiglu (gpt-oss)
-        up = up.clamp(min=-self.swiglu_limit, max=self.swiglu_limit)
-        return (up + 1) * gate * torch.sigmoid(gate * self.swiglu_alpha)
+        if self.activation == "clamped_swiglu":  # with: moe_clamped_swiglu
+            gate = gate.clamp(max=self.swiglu_limit)  # gpt-oss's
+            up = up.clamp(min=-self.swiglu_limit, max=self.swiglu_limit)
+            return (up + 1) * gate * torch.sigmoid(gate * self.swiglu_alpha)
+        return F.silu(gate) * up
 
     @staticmethod
-    def grouped_linear(x, weight, bias, counts, expert):
+    def grouped_linear(x, weight, counts):
         """x [S, in], rows grouped by expert (`counts` of each), times each expert's weight
-        [E, out, in] transposed, plus its bias [E, out]: [S, out]. On CUDA in bfloat16, one grouped
+        [E, out, in] transposed: [S, out]. On CUDA in bfloat16, one grouped
         product; while torch.compile traces, the op registered below (it cannot trace sizes that
         depend on the routing); otherwise one product per expert."""
         if x.is_cuda and x.dtype == torch.bfloat16:
@@ -92,7 +108,7 @@ class MixtureOfExperts(nn.Module):
         else:
             parts = x.split(counts.tolist())
             y = torch.cat([part @ weight[e].transpose(0, 1) for e, part in enumerate(parts)])
-        return y if bias is None else y + bias[expert].to(y.dtype)
+        return y
 
     @staticmethod
     def products(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

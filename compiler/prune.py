@@ -18,6 +18,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from .wrap import outer_call, packed, split_arguments
 
@@ -137,6 +138,9 @@ def _same(original: object, copy: object, prelude: PreludeClass) -> bool:
         return original == copy
     if type(original) is not type(copy):
         return False
+    if isinstance(original, ast.arguments):
+        assert isinstance(copy, ast.arguments)
+        return _same_parameters(original, copy, prelude)
     for field, value in ast.iter_fields(original):
         other = getattr(copy, field, None)
         if isinstance(value, list):
@@ -157,6 +161,25 @@ def _same_items(original: list, copy: list, prelude: PreludeClass) -> bool:
         elif not _removable(item, prelude):
             return False
     return index == len(copy)
+
+
+def _same_parameters(original: ast.arguments, copy: ast.arguments, prelude: PreludeClass) -> bool:
+    """A signature less some parameters on tagged lines, each with its default: compared as (parameter,
+    default) pairs, so that a default left out is never matched to another parameter's equal one."""
+    def pairs(arguments: ast.arguments) -> list[tuple[ast.arg, Optional[ast.expr]]]:
+        missing: list[Optional[ast.expr]] = [None] * (len(arguments.args) - len(arguments.defaults))
+        return list(zip(arguments.args, missing + list(arguments.defaults)))
+
+    if (original.posonlyargs or copy.posonlyargs or original.kwonlyargs or copy.kwonlyargs
+            or not _same(original.vararg, copy.vararg, prelude) or not _same(original.kwarg, copy.kwarg, prelude)):
+        return False
+    copied, index = pairs(copy), 0
+    for name, default in pairs(original):
+        if index < len(copied) and _same(name, copied[index][0], prelude) and _same(default, copied[index][1], prelude):
+            index += 1
+        elif name.lineno not in prelude.arguments:
+            return False
+    return index == len(copied)
 
 
 def _removable(item: object, prelude: PreludeClass) -> bool:

@@ -12,7 +12,7 @@ from float32 import assert_close
 
 def experts(**options) -> MixtureOfExperts:
     torch.manual_seed(0)
-    module = MixtureOfExperts(16, **{"experts": 5, "top_k": 2, "d_ff": 12, **options})
+    module = MixtureOfExperts(16, **{"experts": 5, "top_k": 2, "d_ff": 12, "normalize": True, **options})
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.3)

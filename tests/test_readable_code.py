@@ -73,15 +73,34 @@ def test_no_prelude_code_for_a_feature_the_spec_does_not_use(compiled):
             heading = next(TAG.sub("", s) for s in prelude.lines[first:last + 1] if TAG.search(s))
             if first + prelude.node.lineno in prelude.arguments:  # parameters or keywords: none of their names
                 names = set(re.findall(r"(\w+)=", heading))
-                given = {a.arg for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)
-                         for a in [*f.args.args, *f.args.kwonlyargs]}
-                given |= {k.arg for c in ast.walk(ast.parse(text)) if isinstance(c, ast.Call) for k in c.keywords}
+                given = _arguments_of(ast.parse(text), _holding(prelude.node, first + prelude.node.lineno))
                 assert not names & given, f"{name} keeps {sorted(names & given)} for {sorted(features)}"
             else:
                 assert heading not in text.split("\n"), f"{name} keeps {heading.strip()!r} for {sorted(features)}"
     if "MultiHeadAttention" in copied and not used & {"rotary", "alibi", "window", "softcap", "sinks", "scale"}:
         code = copied["MultiHeadAttention"]
         assert not re.findall(r"\b(rotary|alibi|softcap|sinks|flex|window|scale)\b", code), code
+
+
+def _holding(cls: ast.ClassDef, line: int) -> tuple[str, str]:
+    """The method whose signature, or the call (by its function, within which method), holds `line`."""
+    for method in cls.body:
+        if isinstance(method, ast.FunctionDef) and method.lineno <= line <= (method.end_lineno or 0):
+            calls = [c for c in ast.walk(method) if isinstance(c, ast.Call) and c.lineno < line <= (c.end_lineno or 0)]
+            if not calls:
+                return method.name, ""
+            return method.name, ast.dump(min(calls, key=lambda c: (c.end_lineno or 0) - c.lineno).func)
+    raise AssertionError(f"line {line} is in no method of {cls.name}")
+
+
+def _arguments_of(copy: ast.Module, holder: tuple[str, str]) -> set[str]:
+    """The parameter names of that method in the copy, or the keywords of its calls of that function."""
+    method, function = holder
+    found = [f for f in ast.walk(copy) if isinstance(f, ast.FunctionDef) and f.name == method]
+    if not function:
+        return {a.arg for f in found for a in f.args.args}
+    return {k.arg for f in found for c in ast.walk(f) if isinstance(c, ast.Call) and ast.dump(c.func) == function
+            for k in c.keywords if k.arg}
 
 
 def test_every_prelude_line_fits_the_limit_once_its_tag_is_removed():
