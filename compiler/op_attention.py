@@ -302,6 +302,8 @@ def _features(a: AttentionAttrs, i: Inferred) -> frozenset[str]:
             (False, None)}
     if a.rotary:
         used |= {"rotary", f"rotary_{a.rotary_scaling}"}
+    if a.rotary and a.rotary_fraction != 1:
+        used.add("rotary_partial")
     if a.qk_norm != "none":
         used.add("qk_norm")
     used |= {"append": {"cache"}, "static": {"cross_cache"}}.get(str(i.get("kv_cache")), set())

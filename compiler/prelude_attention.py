@@ -26,14 +26,17 @@ class RotaryEmbedding(nn.Module):
               attention_factor, 0.1 ln(factor) + 1 unless given (Peng et al., 2023).
     """
 
-    def __init__(self, dim, base=10000.0, scaling="default", factor=1.0, original_max_len=None,
-                 low_freq_factor=1.0, high_freq_factor=4.0, beta_fast=32.0, beta_slow=1.0,
-                 attention_factor=None, truncate=True):
+    def __init__(self, dim,
+                 scaling="default", factor=1.0,  # with: rotary_linear, rotary_llama3, rotary_yarn
+                 original_max_len=None,  # with: rotary_llama3, rotary_yarn
+                 low_freq_factor=1.0, high_freq_factor=4.0,  # with: rotary_llama3
+                 beta_fast=32.0, beta_slow=1.0, attention_factor=None, truncate=True,  # with: rotary_yarn
+                 base=10000.0):
         super().__init__()
         self.dim = dim
         exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
         inverse_frequency = 1.0 / (base ** exponents)
-        self.attention_factor = 1.0
+        self.attention_factor = 1.0  # with: rotary_yarn
         if scaling == "linear":  # with: rotary_linear
             inverse_frequency = inverse_frequency / factor
         if scaling == "llama3":  # with: rotary_llama3
@@ -89,10 +92,14 @@ class RotaryEmbedding(nn.Module):
         dtype."""
         position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
         angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
-        cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_factor != 1.0:  # with: rotary_yarn
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
         turned = x[..., :self.dim].float()
         turned = (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
-        return turned if self.dim == x.size(-1) else torch.cat([turned, x[..., self.dim:]], dim=-1)
+        if self.dim < x.size(-1):  # with: rotary_partial
+            turned = torch.cat([turned, x[..., self.dim:]], dim=-1)  # the features not rotated
+        return turned
 
 
 class MultiHeadAttention(nn.Module):

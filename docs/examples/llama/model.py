@@ -52,14 +52,11 @@ class RotaryEmbedding(nn.Module):
               attention_factor, 0.1 ln(factor) + 1 unless given (Peng et al., 2023).
     """
 
-    def __init__(self, dim, base=10000.0, scaling="default", factor=1.0, original_max_len=None,
-                 low_freq_factor=1.0, high_freq_factor=4.0, beta_fast=32.0, beta_slow=1.0,
-                 attention_factor=None, truncate=True):
+    def __init__(self, dim, base=10000.0):
         super().__init__()
         self.dim = dim
         exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
         inverse_frequency = 1.0 / (base ** exponents)
-        self.attention_factor = 1.0
         # Derived, so not in checkpoints.
         self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)
 
@@ -75,10 +72,10 @@ class RotaryEmbedding(nn.Module):
         dtype."""
         position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
         angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
-        cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+        cos, sin = angles.cos(), angles.sin()
         turned = x[..., :self.dim].float()
         turned = (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
-        return turned if self.dim == x.size(-1) else torch.cat([turned, x[..., self.dim:]], dim=-1)
+        return turned
 
 
 class MultiHeadAttention(nn.Module):
