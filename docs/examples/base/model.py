@@ -94,8 +94,8 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _prepare(self, query, key, value, padding_mask, cache):
-        """Heads of queries, keys and values, and the mask SDPA takes (True: attended; a float
-        mask: a bias), or is_causal where SDPA's own causal mask serves."""
+        """Heads of queries, keys and values, the mask SDPA takes, and whether SDPA's own causal
+        mask serves instead."""
         q = self._project(query, self.q_proj, self.heads, self.d_k)  # [B, h, Tq, d_k]
         k, v = self._keys_values(key, value, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
         mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
