@@ -7,13 +7,17 @@ Two passes over the input, each a stream (memory bounded whatever its size):
    written in order, as they come back, into shards of token ids and their offset files; the input
    files are hashed on the way.
 Everything is written into a hidden folder beside the output, which is renamed into place only once
-complete: an interrupted prepare leaves nothing that looks like a prepared directory (a later one
-with the same output removes the leftover).
+complete: an interrupted prepare leaves nothing that looks like a prepared directory. It resumes: the
+folder keeps the vocabulary and, every CHECKPOINT_SECONDS, what has been written (progress.json, written
+after the files it describes are flushed to disk). The same command again continues from there (the
+inputs read again up to that point, for their hashes, but not tokenized again); one with other inputs or
+options starts over. A lock on the folder keeps a second prepare of the same output out while one runs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import multiprocessing
 import os
 import random
@@ -23,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -39,7 +43,10 @@ if TYPE_CHECKING:
 CHUNK_LINES = 4096                  # lines a worker tokenizes at a time
 SAMPLED_LINE_BYTES = 4192          # sentencepiece's max_sentence_length: longer lines do not train it
 UINT16_PIECES = 1 << 16             # vocabularies up to this size store ids as uint16, larger ones as uint32
-PARTIAL = ".partial-"               # the hidden folder's prefix: .NAME.partial-PID
+PARTIAL = ".partial"                # the hidden folder: .NAME.partial
+PROGRESS = "progress.json"          # in it: what has been written, for a resume
+LOCK = ".lock"                      # in it: held while a prepare writes there
+CHECKPOINT_SECONDS = 30.0           # how often progress is recorded (each record flushes the files to disk)
 
 
 @dataclass(frozen=True)
@@ -83,17 +90,32 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
     if out.exists():
         raise UserError(f"-o {out}: already exists; choose another folder or remove it (a prepared directory is "
                         "written whole, never over another)")
-    _remove_leftovers(out)
-    work = out.parent / f".{out.name}{PARTIAL}{os.getpid()}"
-    work.mkdir(parents=True)
+    started = time.time()
+    fingerprint = _fingerprint(kind, files, options)
+    work = out.parent / f".{out.name}{PARTIAL}"
+    lock, progress = _claim(work, fingerprint, out)
+    unit = "documents" if kind == "text" else "sentence pairs"
     try:
-        started = time.time()
-        vocab, origin = _vocabulary(read, text_of, work, options, say)
+        if progress is None:
+            vocab, origin = _vocabulary(read, text_of, work, options, say)
+            progress = {"fingerprint": fingerprint, "origin": origin, "writer": None}
+            _record(work, progress)
+        else:
+            vocab, origin = Vocab.load(work / VOCAB_FILE), progress["origin"]
+            say(f"{out}: resuming an interrupted prepare after its first "
+                f"{progress['writer']['examples'] if progress['writer'] else 0:,} {unit}")
         dtype = np.dtype("<u2" if len(vocab) <= UINT16_PIECES else "<u4")
         skips, digests = Skips(), dict[Path, Digest]()
-        writer = _TextWriter(work, dtype) if kind == "text" else _ParallelWriter(work, dtype)
-        for encoded in _encode(read(skips, digests), vocab, kind, options):
+        writer = (_TextWriter if kind == "text" else _ParallelWriter)(work, dtype, progress["writer"])
+        items = read(skips, digests)
+        for _ in range(writer.examples):        # written before the interruption: read for the hashes only
+            next(items)
+        recorded = time.monotonic()
+        for encoded in _encode(items, vocab, kind, options):
             writer.add(encoded)
+            if time.monotonic() - recorded >= CHECKPOINT_SECONDS:
+                _record(work, {**progress, "writer": writer.checkpoint()})
+                recorded = time.monotonic()
         if not writer.examples:
             raise UserError(f"{', '.join(map(str, files))}: no text to prepare ({skips.describe()})")
         files_written = writer.close()
@@ -112,14 +134,22 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
                             where=skips.where),
             command=options.command, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         (work / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        for name in (PROGRESS, LOCK):
+            (work / name).unlink(missing_ok=True)
         _sync(work)
         os.rename(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+    except UserError:
+        shutil.rmtree(work, ignore_errors=True)     # the input is at fault: nothing to resume
         raise
+    except BaseException:
+        say(f"{out}: interrupted; the same command resumes it")
+        raise
+    finally:
+        if lock is not None:
+            lock.close()
     seconds = time.time() - started
     read_bytes = sum(s.bytes for s in manifest.sources)
-    say(f"{out}: {manifest.examples:,} {'documents' if kind == 'text' else 'sentence pairs'}, "
+    say(f"{out}: {manifest.examples:,} {unit}, "
         f"{' + '.join(f'{n:,}' for n in manifest.tokens.values())} tokens ({manifest.dtype}), vocabulary "
         f"{len(vocab):,}; {skips.describe()}; {read_bytes / 1e6:,.1f} MB in {seconds:.1f} s "
         f"({read_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s, "
@@ -127,12 +157,72 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
     return manifest
 
 
-def _remove_leftovers(out: Path) -> None:
-    """Hidden folders an interrupted prepare of the same output left behind."""
-    if out.parent.is_dir():
-        for leftover in out.parent.glob(f".{out.name}{PARTIAL}*"):
-            if leftover.is_dir() and not leftover.is_symlink():
-                shutil.rmtree(leftover, ignore_errors=True)
+# --- resuming ------------------------------------------------------------------------------------
+
+def _fingerprint(kind: str, files: list[Path], options: PrepareOptions) -> dict[str, Any]:
+    """What makes a prepared directory what it is: its inputs as they are now (path, size, modification
+    time), the vocabulary's settings or file, and the line limit. Workers and messages do not count."""
+    def stamp(path: Path) -> list:
+        status = path.stat()
+        return [str(path.resolve()), status.st_size, status.st_mtime_ns]
+
+    return {"format": [FORMAT, VERSION, SHARD_TOKENS], "kind": kind, "inputs": [stamp(Path(f)) for f in files],
+            "vocabulary": (stamp(Path(options.vocab_file)) if options.vocab_file is not None
+                           else [options.vocab_size, options.vocab_model, options.vocab_sample]),
+            "max_line_bytes": options.max_line_bytes}
+
+
+def _claim(work: Path, fingerprint: dict, out: Path) -> tuple[Optional[BinaryIO], Optional[dict]]:
+    """The hidden folder, locked for this prepare: an interrupted one's progress where it prepared the same
+    inputs with the same options, else a new folder (a leftover of other inputs removed)."""
+    lock = None
+    if work.is_dir() and not work.is_symlink():
+        lock = _lock(work / LOCK, out)
+        progress = _read_progress(work / PROGRESS)
+        if progress is not None and progress.get("fingerprint") == fingerprint and (work / VOCAB_FILE).is_file():
+            return lock, progress
+        lock.close()
+        shutil.rmtree(work, ignore_errors=True)
+    elif work.exists() or work.is_symlink():
+        work.unlink()
+    try:
+        work.mkdir(parents=True)
+    except FileExistsError:     # made a moment ago by another prepare of the same output
+        raise UserError(f"-o {out}: another prepare is writing it ({work} appeared meanwhile)") from None
+    return _lock(work / LOCK, out), None
+
+
+def _lock(path: Path, out: Path) -> BinaryIO:
+    handle = open(path, "ab")
+    try:
+        import fcntl
+    except ImportError:         # no advisory locks here (Windows): a second prepare is not kept out
+        return handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise UserError(f"-o {out}: another prepare is writing it ({path.parent} is locked)") from None
+    return handle
+
+
+def _read_progress(path: Path) -> Optional[dict]:
+    """An interrupted prepare's record (its own file, written atomically), or None if unreadable."""
+    try:
+        progress = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return progress if isinstance(progress, dict) else None
+
+
+def _record(work: Path, progress: dict) -> None:
+    """Writes the progress record atomically, once what it describes is on disk."""
+    _sync(work)
+    staged = work / f"{PROGRESS}.new"
+    staged.write_text(json.dumps(progress), encoding="utf-8")
+    with open(staged, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(staged, work / PROGRESS)
 
 
 def _sync(folder: Path) -> None:
@@ -259,9 +349,10 @@ def _flat(encoded: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 # --- writing -------------------------------------------------------------------------------------
 
 class _Shards:
-    """One stream of ids into files PREFIX-NNNNN.bin of at most SHARD_TOKENS ids, hashed as written."""
+    """One stream of ids into files PREFIX-NNNNN.bin of at most SHARD_TOKENS ids, hashed as written. From a
+    checkpoint's `state`, it goes on where that left off (what was written after it is cut off)."""
 
-    def __init__(self, folder: Path, prefix: str, dtype: np.dtype) -> None:
+    def __init__(self, folder: Path, prefix: str, dtype: np.dtype, state: Optional[dict] = None) -> None:
         self.folder, self.prefix, self.dtype = folder, prefix, dtype
         self.names: list[str] = []
         self.records: dict[str, FileRecord] = {}
@@ -269,6 +360,14 @@ class _Shards:
         self._handle: Optional[BinaryIO] = None
         self._digest: Optional["hashlib._Hash"] = None
         self._in_shard = 0
+        if state is not None:
+            self.names, self.length, self._in_shard = list(state["names"]), state["length"], state["in_shard"]
+            self.records = {name: FileRecord(**record) for name, record in state["records"].items()}
+            for stale in folder.glob(f"{prefix}-*.bin"):        # begun after the checkpoint
+                if stale.name not in self.names:
+                    stale.unlink()
+            if self.names:
+                self._handle, self._digest = _reopen(folder / self.names[-1], self._in_shard * dtype.itemsize)
 
     def write(self, ids: np.ndarray) -> None:
         ids = ids.astype(self.dtype, copy=False)
@@ -283,6 +382,13 @@ class _Shards:
             self._digest.update(data)
             self._in_shard += len(piece)
             self.length += len(piece)
+
+    def checkpoint(self) -> dict:
+        """What a resume needs (the open shard flushed)."""
+        if self._handle is not None:
+            self._handle.flush()
+        return {"names": self.names, "length": self.length, "in_shard": self._in_shard,
+                "records": {name: record.model_dump() for name, record in self.records.items()}}
 
     def _next(self) -> None:
         self._finish()
@@ -305,11 +411,21 @@ class _Shards:
 
 
 class _Offsets:
-    """int64 offsets into one file, appended chunk by chunk, hashed as written."""
+    """int64 offsets into one file, appended chunk by chunk, hashed as written; from a checkpoint's
+    count, appended after that many."""
 
-    def __init__(self, path: Path, first: int) -> None:
-        self.path, self._handle, self._digest, self.count = path, open(path, "wb"), hashlib.sha256(), 0
-        self.write(np.array([first], dtype=np.int64))
+    def __init__(self, path: Path, first: int, count: Optional[int] = None) -> None:
+        self.path = path
+        if count is None:
+            self._handle, self._digest, self.count = open(path, "wb"), hashlib.sha256(), 0
+            self.write(np.array([first], dtype=np.int64))
+        else:
+            self._handle, self._digest = _reopen(path, count * OFFSET.itemsize)
+            self.count = count
+
+    def checkpoint(self) -> int:
+        self._handle.flush()
+        return self.count
 
     def write(self, values: np.ndarray) -> None:
         data = values.astype(OFFSET, copy=False).tobytes()
@@ -325,11 +441,16 @@ class _Offsets:
 class _TextWriter:
     """Documents as one stream EOS d1 EOS d2 ... EOS; the offsets are the positions of their EOSes."""
 
-    def __init__(self, folder: Path, dtype: np.dtype) -> None:
-        self.tokens = _Shards(folder, "tokens", dtype)
-        self.tokens.write(np.array([EOS]))
-        self.offsets = _Offsets(folder / "documents.bin", 0)
-        self.examples, self._longest = 0, 0
+    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[dict] = None) -> None:
+        self.tokens = _Shards(folder, "tokens", dtype, state and state["tokens"])
+        if state is None:
+            self.tokens.write(np.array([EOS]))
+        self.offsets = _Offsets(folder / "documents.bin", 0, state and state["documents"])
+        self.examples, self._longest = (state["examples"], state["longest"]) if state else (0, 0)
+
+    def checkpoint(self) -> dict:
+        return {"tokens": self.tokens.checkpoint(), "documents": self.offsets.checkpoint(),
+                "examples": self.examples, "longest": self._longest}
 
     def add(self, encoded: tuple[np.ndarray, np.ndarray]) -> None:
         ids, lengths = encoded
@@ -360,11 +481,17 @@ class _TextWriter:
 class _ParallelWriter:
     """The two sides' ids, sentence after sentence, and where each sentence starts."""
 
-    def __init__(self, folder: Path, dtype: np.dtype) -> None:
-        self.sides = {name: (_Shards(folder, name, dtype), _Offsets(folder / f"{name}.bin", 0))
+    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[dict] = None) -> None:
+        self.sides = {name: (_Shards(folder, name, dtype, state and state[name]["ids"]),
+                             _Offsets(folder / f"{name}.bin", 0, state and state[name]["offsets"]))
                       for name in ("source", "target")}
-        self.examples = 0
-        self._longest = {"source": 0, "target": 0}
+        self.examples = state["examples"] if state else 0
+        self._longest = dict(state["longest"]) if state else {"source": 0, "target": 0}
+
+    def checkpoint(self) -> dict:
+        sides = {name: {"ids": shards.checkpoint(), "offsets": offsets.checkpoint()}
+                 for name, (shards, offsets) in self.sides.items()}
+        return {**sides, "examples": self.examples, "longest": self._longest}
 
     def add(self, encoded: tuple) -> None:
         for name, (ids, lengths) in zip(("source", "target"), encoded):
@@ -386,3 +513,18 @@ class _ParallelWriter:
         self.tokens_count = {name: shards.length for name, (shards, _) in self.sides.items()}
         self.longest = dict(self._longest)
         return records
+
+
+def _reopen(path: Path, size: int) -> tuple[BinaryIO, "hashlib._Hash"]:
+    """`path` cut to its first `size` bytes (what a checkpoint recorded), open to append, and the hash of
+    those bytes."""
+    if not path.is_file() or path.stat().st_size < size:   # not what the checkpoint saw written: start over
+        raise UserError(f"{path}: holds less than its interrupted prepare recorded; it is removed, and the same "
+                        "command prepares the data from the start")
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return open(path, "ab"), digest

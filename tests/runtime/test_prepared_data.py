@@ -9,6 +9,7 @@ import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -142,11 +143,89 @@ def test_prepare_never_leaves_a_half_written_directory(texts, tmp_path, monkeypa
     monkeypatch.setattr(prepare_module._TextWriter, "close", fail)
     with pytest.raises(KeyboardInterrupt):
         prepare_text([texts / "valid.txt"], out, OPTIONS, say=lambda line: None)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".out.partial"]      # hidden, and kept for a resume
     monkeypatch.undo()
     prepare_text([texts / "valid.txt"], out, OPTIONS, say=lambda line: None)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and not (out / "progress.json").exists()
     with pytest.raises(UserError, match="already exists"):
         prepare_text([texts / "valid.txt"], out, OPTIONS, say=lambda line: None)
+
+
+def _interrupted(prepare: Callable[[Path], object], out: Path, after_chunks: int, monkeypatch) -> None:
+    """Runs `prepare` into `out`, interrupted (as by Ctrl-C) when it has written `after_chunks` chunks, each
+    chunk's progress recorded."""
+    monkeypatch.setattr(prepare_module, "CHUNK_LINES", 16)
+    monkeypatch.setattr(prepare_module, "CHECKPOINT_SECONDS", 0.0)
+    for writer in (prepare_module._TextWriter, prepare_module._ParallelWriter):
+        def add(self, encoded, original=writer.add):
+            self.chunks = getattr(self, "chunks", 0) + 1
+            if self.chunks > after_chunks:
+                original(self, encoded)             # written, but not recorded: cut off on resume
+                raise KeyboardInterrupt
+            original(self, encoded)
+
+        monkeypatch.setattr(writer, "add", add)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(out)
+    monkeypatch.undo()
+    monkeypatch.setattr(prepare_module, "CHUNK_LINES", 16)
+
+
+@pytest.mark.parametrize("kind", ["text", "parallel"])
+def test_an_interrupted_prepare_resumes_to_the_directory_an_uninterrupted_one_writes(kind, texts, tmp_path,
+                                                                                     monkeypatch):
+    monkeypatch.setattr(prepare_module, "SHARD_TOKENS", 500)    # several shards, one of them open when cut off
+    options = PrepareOptions(vocab_size=120, vocab_sample=10_000, max_line_bytes=4096)
+    if kind == "text":
+        def prepare(out: Path):
+            return prepare_text([texts / "a.txt", texts / "valid.txt"], out, options, say=said.append)
+    else:
+        def prepare(out: Path):
+            return prepare_parallel(texts / "train.src", texts / "train.tgt", out, options, say=said.append)
+    said: list[str] = []
+    monkeypatch.setattr(prepare_module, "CHUNK_LINES", 16)
+    whole = prepare(tmp_path / "whole")
+    monkeypatch.undo()
+    monkeypatch.setattr(prepare_module, "SHARD_TOKENS", 500)
+    _interrupted(prepare, tmp_path / "resumed", after_chunks=7, monkeypatch=monkeypatch)
+    monkeypatch.setattr(prepare_module, "SHARD_TOKENS", 500)
+    said.clear()
+    resumed = prepare(tmp_path / "resumed")
+    assert f"resuming an interrupted prepare after its first {7 * 16:,}" in said[0]
+    assert resumed.model_dump(exclude={"created"}) == whole.model_dump(exclude={"created"})
+    names = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "resumed").iterdir())
+    for name in names:
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "resumed" / name).read_bytes(), name
+    open_prepared(tmp_path / "resumed")
+
+
+def test_a_prepare_of_changed_inputs_starts_over(texts, tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes((texts / "a.txt").read_bytes())
+    said: list[str] = []
+
+    def prepare(out: Path):
+        return prepare_text([corpus], out, OPTIONS, say=said.append)
+
+    _interrupted(prepare, tmp_path / "out", after_chunks=3, monkeypatch=monkeypatch)
+    corpus.write_bytes((texts / "a.txt").read_bytes() + b"one more line\n")
+    said.clear()
+    manifest = prepare(tmp_path / "out")
+    assert not any("resuming" in line for line in said)
+    assert manifest.sources[0].bytes == corpus.stat().st_size
+
+
+def test_a_second_prepare_of_the_same_output_is_kept_out_while_one_runs(texts, tmp_path):
+    work = tmp_path / ".out.partial"
+    work.mkdir()
+    held = prepare_module._lock(work / prepare_module.LOCK, tmp_path / "out")
+    try:
+        with pytest.raises(UserError, match="another prepare is writing it"):
+            prepare_text([texts / "valid.txt"], tmp_path / "out", OPTIONS, say=lambda line: None)
+    finally:
+        held.close()
+    prepare_text([texts / "valid.txt"], tmp_path / "out", OPTIONS, say=lambda line: None)
 
 
 def test_the_prepare_command_checks_its_inputs(texts, tmp_path):
