@@ -17,7 +17,6 @@ options starts over. A lock on the folder keeps a second prepare of the same out
 from __future__ import annotations
 
 import hashlib
-import json
 import multiprocessing
 import os
 import random
@@ -27,9 +26,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from xspec.base.errors import UserError
 from xspec.runtime.prepared.format import (FORMAT, MANIFEST, OFFSET, SHARD_TOKENS, VERSION, VOCAB_FILE, FileRecord,
@@ -98,15 +98,16 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
     try:
         if progress is None:
             vocab, origin = _vocabulary(read, text_of, work, options, say)
-            progress = {"fingerprint": fingerprint, "origin": origin, "writer": None}
+            progress = Progress(fingerprint=fingerprint, origin=origin)
             _record(work, progress)
         else:
-            vocab, origin = Vocab.load(work / VOCAB_FILE), progress["origin"]
+            vocab, origin = Vocab.load(work / VOCAB_FILE), progress.origin
             say(f"{out}: resuming an interrupted prepare after its first "
-                f"{progress['writer']['examples'] if progress['writer'] else 0:,} {unit}")
+                f"{progress.writer.examples if progress.writer else 0:,} {unit}")
         dtype = np.dtype("<u2" if len(vocab) <= UINT16_PIECES else "<u4")
         skips, digests = Skips(), dict[Path, Digest]()
-        writer = (_TextWriter if kind == "text" else _ParallelWriter)(work, dtype, progress["writer"])
+        writer = _TextWriter(work, dtype, progress.writer) if kind == "text" else \
+            _ParallelWriter(work, dtype, progress.writer)
         items = read(skips, digests)
         for _ in range(writer.examples):        # written before the interruption: read for the hashes only
             next(items)
@@ -114,7 +115,7 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
         for encoded in _encode(items, vocab, kind, options):
             writer.add(encoded)
             if time.monotonic() - recorded >= CHECKPOINT_SECONDS:
-                _record(work, {**progress, "writer": writer.checkpoint()})
+                _record(work, progress.model_copy(update={"writer": writer.checkpoint()}))
                 recorded = time.monotonic()
         if not writer.examples:
             raise UserError(f"{', '.join(map(str, files))}: no text to prepare ({skips.describe()})")
@@ -159,6 +160,55 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
 
 # --- resuming ------------------------------------------------------------------------------------
 
+class _State(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ShardsState(_State):
+    """Where a stream of shards stood at a checkpoint: its files (the last one open), ids written."""
+
+    names: list[str]
+    length: int = Field(ge=0)
+    in_shard: int = Field(ge=0)                 # ids in the open (last) shard
+    records: dict[str, FileRecord]              # the finished shards
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ShardsState":
+        prefix = self.names[0].rsplit("-", 1)[0] if self.names else ""
+        if (self.names != [f"{prefix}-{i:05d}.bin" for i in range(len(self.names))]
+                or prefix not in ("", "tokens", "source", "target") or set(self.records) != set(self.names[:-1])
+                or self.in_shard > SHARD_TOKENS):
+            raise ValueError("shard names, records and counts that prepare does not write")
+        return self
+
+
+class TextState(_State):
+    tokens: ShardsState
+    documents: int = Field(ge=1)                # offsets written
+    examples: int = Field(ge=0)
+    longest: int = Field(ge=0)
+
+
+class SideState(_State):
+    ids: ShardsState
+    offsets: int = Field(ge=1)
+
+
+class PairsState(_State):
+    source: SideState
+    target: SideState
+    examples: int = Field(ge=0)
+    longest: dict[str, int]
+
+
+class Progress(_State):
+    """progress.json: what an interrupted prepare had written, for the same inputs and options."""
+
+    fingerprint: dict[str, Any]
+    origin: str
+    writer: Optional[Union[TextState, PairsState]] = None
+
+
 def _fingerprint(kind: str, files: list[Path], options: PrepareOptions) -> dict[str, Any]:
     """What makes a prepared directory what it is: its inputs as they are now (path, size, modification
     time), the vocabulary's settings or file, and the line limit. Workers and messages do not count."""
@@ -172,14 +222,14 @@ def _fingerprint(kind: str, files: list[Path], options: PrepareOptions) -> dict[
             "max_line_bytes": options.max_line_bytes}
 
 
-def _claim(work: Path, fingerprint: dict, out: Path) -> tuple[Optional[BinaryIO], Optional[dict]]:
+def _claim(work: Path, fingerprint: dict, out: Path) -> tuple[Optional[BinaryIO], Optional[Progress]]:
     """The hidden folder, locked for this prepare: an interrupted one's progress where it prepared the same
     inputs with the same options, else a new folder (a leftover of other inputs removed)."""
     lock = None
     if work.is_dir() and not work.is_symlink():
         lock = _lock(work / LOCK, out)
         progress = _read_progress(work / PROGRESS)
-        if progress is not None and progress.get("fingerprint") == fingerprint and (work / VOCAB_FILE).is_file():
+        if progress is not None and progress.fingerprint == fingerprint and (work / VOCAB_FILE).is_file():
             return lock, progress
         lock.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -206,20 +256,19 @@ def _lock(path: Path, out: Path) -> BinaryIO:
     return handle
 
 
-def _read_progress(path: Path) -> Optional[dict]:
-    """An interrupted prepare's record (its own file, written atomically), or None if unreadable."""
+def _read_progress(path: Path) -> Optional[Progress]:
+    """An interrupted prepare's record, if it is one (checked: names, counts and kinds prepare writes)."""
     try:
-        progress = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return Progress.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
         return None
-    return progress if isinstance(progress, dict) else None
 
 
-def _record(work: Path, progress: dict) -> None:
+def _record(work: Path, progress: Progress) -> None:
     """Writes the progress record atomically, once what it describes is on disk."""
     _sync(work)
     staged = work / f"{PROGRESS}.new"
-    staged.write_text(json.dumps(progress), encoding="utf-8")
+    staged.write_text(progress.model_dump_json(), encoding="utf-8")
     with open(staged, "rb") as handle:
         os.fsync(handle.fileno())
     os.replace(staged, work / PROGRESS)
@@ -352,7 +401,7 @@ class _Shards:
     """One stream of ids into files PREFIX-NNNNN.bin of at most SHARD_TOKENS ids, hashed as written. From a
     checkpoint's `state`, it goes on where that left off (what was written after it is cut off)."""
 
-    def __init__(self, folder: Path, prefix: str, dtype: np.dtype, state: Optional[dict] = None) -> None:
+    def __init__(self, folder: Path, prefix: str, dtype: np.dtype, state: Optional[ShardsState] = None) -> None:
         self.folder, self.prefix, self.dtype = folder, prefix, dtype
         self.names: list[str] = []
         self.records: dict[str, FileRecord] = {}
@@ -361,8 +410,8 @@ class _Shards:
         self._digest: Optional["hashlib._Hash"] = None
         self._in_shard = 0
         if state is not None:
-            self.names, self.length, self._in_shard = list(state["names"]), state["length"], state["in_shard"]
-            self.records = {name: FileRecord(**record) for name, record in state["records"].items()}
+            self.names, self.length, self._in_shard = list(state.names), state.length, state.in_shard
+            self.records = dict(state.records)
             for stale in folder.glob(f"{prefix}-*.bin"):        # begun after the checkpoint
                 if stale.name not in self.names:
                     stale.unlink()
@@ -383,12 +432,12 @@ class _Shards:
             self._in_shard += len(piece)
             self.length += len(piece)
 
-    def checkpoint(self) -> dict:
+    def checkpoint(self) -> ShardsState:
         """What a resume needs (the open shard flushed)."""
         if self._handle is not None:
             self._handle.flush()
-        return {"names": self.names, "length": self.length, "in_shard": self._in_shard,
-                "records": {name: record.model_dump() for name, record in self.records.items()}}
+        return ShardsState(names=list(self.names), length=self.length, in_shard=self._in_shard,
+                           records=dict(self.records))
 
     def _next(self) -> None:
         self._finish()
@@ -441,16 +490,18 @@ class _Offsets:
 class _TextWriter:
     """Documents as one stream EOS d1 EOS d2 ... EOS; the offsets are the positions of their EOSes."""
 
-    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[dict] = None) -> None:
-        self.tokens = _Shards(folder, "tokens", dtype, state and state["tokens"])
+    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[Union[TextState, PairsState]] = None) -> None:
+        if state is not None and not isinstance(state, TextState):
+            raise UserError(f"{folder}: its progress record is of sentence pairs, not text")
+        self.tokens = _Shards(folder, "tokens", dtype, state.tokens if state else None)
         if state is None:
             self.tokens.write(np.array([EOS]))
-        self.offsets = _Offsets(folder / "documents.bin", 0, state and state["documents"])
-        self.examples, self._longest = (state["examples"], state["longest"]) if state else (0, 0)
+        self.offsets = _Offsets(folder / "documents.bin", 0, state.documents if state else None)
+        self.examples, self._longest = (state.examples, state.longest) if state else (0, 0)
 
-    def checkpoint(self) -> dict:
-        return {"tokens": self.tokens.checkpoint(), "documents": self.offsets.checkpoint(),
-                "examples": self.examples, "longest": self._longest}
+    def checkpoint(self) -> TextState:
+        return TextState(tokens=self.tokens.checkpoint(), documents=self.offsets.checkpoint(),
+                         examples=self.examples, longest=self._longest)
 
     def add(self, encoded: tuple[np.ndarray, np.ndarray]) -> None:
         ids, lengths = encoded
@@ -481,17 +532,21 @@ class _TextWriter:
 class _ParallelWriter:
     """The two sides' ids, sentence after sentence, and where each sentence starts."""
 
-    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[dict] = None) -> None:
-        self.sides = {name: (_Shards(folder, name, dtype, state and state[name]["ids"]),
-                             _Offsets(folder / f"{name}.bin", 0, state and state[name]["offsets"]))
+    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[Union[TextState, PairsState]] = None) -> None:
+        if state is not None and not isinstance(state, PairsState):
+            raise UserError(f"{folder}: its progress record is of text, not sentence pairs")
+        sides = {"source": state.source, "target": state.target} if state else {}
+        self.sides = {name: (_Shards(folder, name, dtype, sides[name].ids if state else None),
+                             _Offsets(folder / f"{name}.bin", 0, sides[name].offsets if state else None))
                       for name in ("source", "target")}
-        self.examples = state["examples"] if state else 0
-        self._longest = dict(state["longest"]) if state else {"source": 0, "target": 0}
+        self.examples = state.examples if state else 0
+        self._longest = {"source": 0, "target": 0, **(state.longest if state else {})}
 
-    def checkpoint(self) -> dict:
-        sides = {name: {"ids": shards.checkpoint(), "offsets": offsets.checkpoint()}
+    def checkpoint(self) -> PairsState:
+        sides = {name: SideState(ids=shards.checkpoint(), offsets=offsets.checkpoint())
                  for name, (shards, offsets) in self.sides.items()}
-        return {**sides, "examples": self.examples, "longest": self._longest}
+        return PairsState(source=sides["source"], target=sides["target"], examples=self.examples,
+                          longest=dict(self._longest))
 
     def add(self, encoded: tuple) -> None:
         for name, (ids, lengths) in zip(("source", "target"), encoded):
