@@ -135,7 +135,7 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
                             where=skips.where),
             command=options.command, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         (work / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        for name in (PROGRESS, LOCK):
+        for name in (PROGRESS, f"{PROGRESS}.new", LOCK):     # the resume's own files
             (work / name).unlink(missing_ok=True)
         _sync(work)
         os.rename(work, out)
