@@ -51,40 +51,33 @@ def outer_call(code: str) -> Optional[int]:
     """The position of the opening parenthesis of the call that ends `code`, if one does."""
     if not code.endswith(")"):
         return None
-    depth, quote = 0, None
-    for index in range(len(code) - 1, -1, -1):
-        char = code[index]
-        if quote is not None:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in ")]}":
-            depth += 1
-        elif char in "([{":
-            depth -= 1
-            if depth == 0:
-                return index
-    return None
+    depths = _depths(code)
+    openers = [i for i in range(len(code) - 1) if code[i] in "([{" and depths[i] == depths[-1]]
+    return openers[-1] if openers else None
 
 
 def split_arguments(text: str) -> list[str]:
     """Top-level comma-separated items of an argument list (brackets and strings respected)."""
-    items, depth, quote, current = [], 0, None, ""
+    depths = _depths(text)
+    cuts = [i for i, char in enumerate(text) if char == "," and depths[i] == 0]
+    items = [text[start + 1:end].strip() for start, end in zip([-1, *cuts], [*cuts, len(text)])]
+    return items[:-1] if items and not items[-1] else items
+
+
+def _depths(text: str) -> list[Optional[int]]:
+    """Each character's bracket depth (the brackets opened before it and not closed), None inside a
+    string literal."""
+    depths: list[Optional[int]] = []
+    depth, quote = 0, None
     for char in text:
-        if quote is not None:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(current.strip())
-            current = ""
+        if quote is not None or char in "'\"":
+            depths.append(None)
+            quote = char if quote is None else (None if char == quote else quote)
             continue
-        current += char
-    return [*items, current.strip()] if current.strip() else items
+        depth -= char in ")]}"
+        depths.append(depth)
+        depth += char in "([{"
+    return depths
 
 
 def packed(head: str, items: list[str], tail: str) -> list[str]:
