@@ -306,6 +306,9 @@ def _features(a: AttentionAttrs, i: Inferred) -> frozenset[str]:
         used.add("rotary_partial")
     if a.qk_norm != "none":
         used.add("qk_norm")
+    if i["kdim"] != i["d_model"] or i["vdim"] != i["d_model"] or not a.bias or a.key_heads != a.heads \
+            or a.has_out_bias != a.bias:
+        used.add("projection_options")
     used |= {"append": {"cache"}, "static": {"cross_cache"}}.get(str(i.get("kv_cache")), set())
     return frozenset(used)
 

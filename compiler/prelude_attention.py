@@ -108,23 +108,30 @@ class MultiHeadAttention(nn.Module):
     DecoderCache) keeps keys and values a step at a time (kv_cache "append") or the encoder
     output's once ("static")."""
 
-    def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_heads=None, out_bias=None,
+    def __init__(self, d_model, heads, d_k, d_v,
+                 kdim=None, vdim=None, bias=True, kv_heads=None, out_bias=None,  # with: projection_options
                  rotary=None,  # with: rotary
                  alibi=False,  # with: alibi, softcap, sinks, window
                  q_norm=None, k_norm=None,  # with: qk_norm
                  window=None, softcap=None, sinks=False,  # with: softcap, sinks, window
                  scale=None,  # with: scale, softcap, sinks, window
-                 kv_cache="none", self_attention=False):
+                 causal=False, dropout=0.0, kv_cache="none", self_attention=False):
         super().__init__()
-        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
+        self.heads, self.kv_heads, self.d_k, self.d_v = heads, heads, d_k, d_v
+        self.kv_heads = kv_heads or heads  # with: projection_options
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
         self.self_attention = self_attention
-        self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
-        out_bias = bias if out_bias is None else out_bias
-        self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
+        # W^Q, W^K, W^V and W^O (§3.2.2)
+        self.q_proj = nn.Linear(d_model, heads * d_k)  # without: projection_options
+        self.k_proj = nn.Linear(d_model, heads * d_k)  # without: projection_options
+        self.v_proj = nn.Linear(d_model, heads * d_v)  # without: projection_options
+        self.out_proj = nn.Linear(heads * d_v, d_model)  # without: projection_options
+        # W^Q, W^K, W^V and W^O (§3.2.2); keys and values of widths and heads of their own
+        self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)  # with: projection_options
+        self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)  # with: projection_options
+        self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)  # with: projection_options
+        out_bias = bias if out_bias is None else out_bias  # with: projection_options
+        self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)  # with: projection_options
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
@@ -222,7 +229,8 @@ class MultiHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                              dropout_p=self.dropout if self.training else 0.0,
                                              scale=self.scale,  # with: scale, softcap, sinks, window
-                                             enable_gqa=self.kv_heads != self.heads)
+                                             enable_gqa=self.kv_heads != self.heads,  # with: projection_options
+                                             )
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]
 
     # Scores are computed by one of three paths (`kernel`): "sdpa", F.scaled_dot_product_attention,

@@ -3,10 +3,14 @@
 A statement of a prelude class whose first line ends in `# with: FEATURE, ...` serves those features
 only (an option of attention, a kind of rotary scaling, a sliding-window cache). So does a line of a
 signature or a call that holds only parameters or keyword arguments, each with its comma, and such a
-tag (`rotary=None,  # with: rotary`). Lowering copies a class without the tagged statements and lines
-none of whose features the model uses (and without the tags), a signature or call that lost a line
-packed again; the generated-code checker (compiler/codecheck.py) accepts a copy whose AST is the
-prelude's with tagged statements and arguments left out, and nothing else changed.
+tag (`rotary=None,  # with: rotary`). A statement tagged `# without: FEATURE, ...` is the plain variant
+that a model using none of them gets instead; it comes before the general one, which overrides it when
+the prelude runs as it is (every feature on, as the tests import it).
+
+Lowering copies a class without the tagged statements and lines it does not keep (and without the tags),
+its tagged signatures and calls packed again; the generated-code checker (compiler/codecheck.py)
+accepts a copy whose AST is the prelude's with tagged statements and arguments left out, and nothing
+else changed.
 
 Read as text: compiling a spec does not import torch.
 """
@@ -25,7 +29,21 @@ from .wrap import outer_call, packed, split_arguments
 # The files whose classes generated code may copy, in the order a module defines them.
 PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_attention.py",
                                                               "prelude_experts.py"))
-TAG = re.compile(r"\s+# with: ([a-z0-9_]+(?:, [a-z0-9_]+)*)$")
+TAG = re.compile(r"\s+# (with|without): ([a-z0-9_]+(?:, [a-z0-9_]+)*)$")
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """Lines of a prelude class that serve some features: kept where the model uses one of them
+    (`# with:`), or where it uses none of them (`# without:`, the plain variant of a `# with:` one)."""
+
+    first: int  # from 0, in the class's lines
+    last: int
+    features: frozenset[str]
+    without: bool = False
+
+    def kept(self, used: frozenset[str]) -> bool:
+        return bool(self.features & used) != self.without
 
 
 @dataclass(frozen=True)
@@ -33,7 +51,7 @@ class PreludeClass:
     name: str
     node: ast.ClassDef  # its AST, line numbers those of `lines`
     lines: tuple[str, ...]  # its source, the first line `class ...:`
-    tagged: tuple[tuple[int, int, frozenset[str]], ...]  # (first line, last line, features), from 0
+    tagged: tuple[Tagged, ...]
     removable: frozenset[int]  # the AST line numbers of its tagged statements
     arguments: frozenset[int]  # the AST line numbers of its tagged lines of arguments
     spans: tuple[tuple[int, int], ...]  # (first line, last line), from 0, of each signature or call holding them
@@ -41,14 +59,13 @@ class PreludeClass:
     def source(self, features: frozenset[str]) -> str:
         """The class without the tagged statements and arguments none of `features` asks for, tags
         removed."""
-        dropped = {line for first, last, wanted in self.tagged if not wanted & features
-                   for line in range(first, last + 1)}
-        repacked = {first: last for first, last in self.spans if dropped & set(range(first, last + 1))}
+        dropped = {line for tag in self.tagged if not tag.kept(features) for line in range(tag.first, tag.last + 1)}
+        repacked = dict(self.spans)  # packed whether or not they lost arguments: one layout for every copy
         kept: list[str] = []
         index = 0
         while index < len(self.lines):
             line, last = self.lines[index], repacked.get(index)
-            if last is not None and index not in dropped:  # a signature or call that lost arguments
+            if last is not None and index not in dropped:  # a signature or call with tagged arguments
                 kept += _repacked([TAG.sub("", s) for number, s in enumerate(self.lines[index:last + 1], index)
                                    if number not in dropped])
                 index = last + 1
@@ -96,8 +113,8 @@ def _prelude_class(node: ast.ClassDef, file_lines: list[str]) -> PreludeClass:
         while first - 1 > start and file_lines[first - 1].strip().startswith("#"):
             first -= 1  # the comment above the statement goes with it
         assert statement.end_lineno is not None
-        tagged.append((first - start, statement.end_lineno - 1 - start,
-                       frozenset(match.group(1).split(", "))))
+        tagged.append(Tagged(first - start, statement.end_lineno - 1 - start, frozenset(match.group(2).split(", ")),
+                             without=match.group(1) == "without"))
         removable.add(statement.lineno)
     # Tagged lines that begin no statement: arguments of a signature or a call.
     arguments = {number for number in range(node.lineno, (node.end_lineno or 0) + 1)
@@ -105,9 +122,9 @@ def _prelude_class(node: ast.ClassDef, file_lines: list[str]) -> PreludeClass:
     spans = set()
     for number in sorted(arguments):
         match = TAG.search(file_lines[number - 1])
-        assert match and file_lines[number - 1][:match.start()].endswith(","), \
-            f"{node.name}, line {number}: a tagged line of arguments ends with its comma"
-        tagged.append((number - 1 - start, number - 1 - start, frozenset(match.group(1).split(", "))))
+        assert match and file_lines[number - 1][:match.start()].endswith(",") and match.group(1) == "with", \
+            f"{node.name}, line {number}: a line of arguments tagged `# with:` ends with its comma"
+        tagged.append(Tagged(number - 1 - start, number - 1 - start, frozenset(match.group(2).split(", "))))
         spans.add(_holder(node, number))
     return PreludeClass(node.name, node, lines, tuple(tagged), frozenset(removable), frozenset(arguments),
                         tuple(sorted((first - 1 - start, last - 1 - start) for first, last in spans)))

@@ -122,10 +122,11 @@ model m {
      "differs from the prelude's"),
     (("        self.self_attention = self_attention\n", ""), "differs from the prelude's"),
     # ... and parameters and keyword arguments on lines tagged for features, and no others.
-    ((' kv_cache="none", self_attention=False):', ' kv_cache="none"):'), "differs from the prelude's"),
-    ((' kv_cache="none", self_attention=False):', ' kv_cache="none", self_attention=False, sinks=True):'),
+    ((' kv_cache="none",\n                 self_attention=False):', ' kv_cache="none"):'),
      "differs from the prelude's"),
-    ((",\n                                             enable_gqa=self.kv_heads != self.heads)", ")"),
+    (("                 self_attention=False):", "                 self_attention=False, sinks=True):"),
+     "differs from the prelude's"),
+    ((",\n                                             dropout_p=self.dropout if self.training else 0.0)", ")"),
      "differs from the prelude's"),
     (("\n\nModel = ", "\n__import__('os')\n\nModel = "), "a module-level Expr"),
 ], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])

@@ -60,17 +60,17 @@ class MultiHeadAttention(nn.Module):
     DecoderCache) keeps keys and values a step at a time (kv_cache "append") or the encoder
     output's once ("static")."""
 
-    def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_heads=None, out_bias=None, kv_cache="none", self_attention=False):
+    def __init__(self, d_model, heads, d_k, d_v, causal=False, dropout=0.0, kv_cache="none",
+                 self_attention=False):
         super().__init__()
-        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
+        self.heads, self.kv_heads, self.d_k, self.d_v = heads, heads, d_k, d_v
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
         self.self_attention = self_attention
-        self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
-        out_bias = bias if out_bias is None else out_bias
-        self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
+        # W^Q, W^K, W^V and W^O (§3.2.2)
+        self.q_proj = nn.Linear(d_model, heads * d_k)
+        self.k_proj = nn.Linear(d_model, heads * d_k)
+        self.v_proj = nn.Linear(d_model, heads * d_v)
+        self.out_proj = nn.Linear(heads * d_v, d_model)
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
@@ -113,8 +113,7 @@ class MultiHeadAttention(nn.Module):
     def forward(self, query, key, value, padding_mask=None, cache=None):
         q, k, v, mask, is_causal = self._prepare(query, key, value, padding_mask, cache)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                             dropout_p=self.dropout if self.training else 0.0,
-                                             enable_gqa=self.kv_heads != self.heads)
+                                             dropout_p=self.dropout if self.training else 0.0)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]
 
 

@@ -84,13 +84,15 @@ class MultiHeadAttention(nn.Module):
     DecoderCache) keeps keys and values a step at a time (kv_cache "append") or the encoder
     output's once ("static")."""
 
-    def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, causal=False, dropout=0.0,
-                 bias=True, kv_heads=None, out_bias=None, rotary=None, kv_cache="none",
+    def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, bias=True, kv_heads=None,
+                 out_bias=None, rotary=None, causal=False, dropout=0.0, kv_cache="none",
                  self_attention=False):
         super().__init__()
-        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
+        self.heads, self.kv_heads, self.d_k, self.d_v = heads, heads, d_k, d_v
+        self.kv_heads = kv_heads or heads
         self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
         self.self_attention = self_attention
+        # W^Q, W^K, W^V and W^O (§3.2.2); keys and values of widths and heads of their own
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
         self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
