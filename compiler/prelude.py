@@ -3,10 +3,10 @@ them, so a compiled model depends on torch alone; they are also imported from he
 Attention and the mixture of experts have files of their own (prelude_attention.py,
 prelude_experts.py; codecheck.PRELUDES lists them all).
 
-A statement whose first line ends in `# with: FEATURE, ...` serves those features only: a generated
-file keeps it where its spec uses one of them, else leaves it out; one tagged `# without: ...` is kept
-only where none is used (compiler/prune.py). `diagrams` code is never copied: tools call it from here on
-generated modules."""
+A statement whose first line ends in `# with: FEATURE, ...` serves those features only: a
+generated file keeps it where its spec uses one of them, else leaves it out; one tagged
+`# without: ...` is kept only where none is used (compiler/prune.py). `diagrams` code is never
+copied: tools call it from here on generated modules."""
 
 import math
 
