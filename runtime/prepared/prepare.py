@@ -410,6 +410,10 @@ class _Shards:
         self._digest: Optional["hashlib._Hash"] = None
         self._in_shard = 0
         if state is not None:
+            written = sum(record.bytes for record in state.records.values()) // dtype.itemsize + state.in_shard
+            if any(not name.startswith(f"{prefix}-") for name in state.names) or written != state.length:
+                raise UserError(f"{folder}: its progress record does not describe the {prefix} stream it wrote; "
+                                "it is removed, and the same command prepares the data from the start")
             self.names, self.length, self._in_shard = list(state.names), state.length, state.in_shard
             self.records = dict(state.records)
             for stale in folder.glob(f"{prefix}-*.bin"):        # begun after the checkpoint

@@ -235,6 +235,21 @@ def test_a_progress_record_naming_other_files_is_not_followed(texts, tmp_path, m
     assert not any("resuming" in line for line in said) and bystander.read_bytes() == b"keep me"
 
 
+def test_a_progress_record_of_another_stream_or_length_is_not_resumed(texts, tmp_path, monkeypatch):
+    def prepare(out: Path):
+        return prepare_text([texts / "a.txt"], out, OPTIONS, say=lambda line: None)
+
+    for field, value in (("names", ["source-00000.bin"]), ("length", 1)):
+        _interrupted(prepare, tmp_path / "out", after_chunks=3, monkeypatch=monkeypatch)
+        record = tmp_path / ".out.partial" / "progress.json"
+        progress = json.loads(record.read_text())
+        progress["writer"]["tokens"][field] = value
+        record.write_text(json.dumps(progress))
+        with pytest.raises(UserError, match="does not describe the tokens stream"):
+            prepare(tmp_path / "out")
+        assert not (tmp_path / ".out.partial").exists()   # removed: the next run starts over
+
+
 def test_a_second_prepare_of_the_same_output_is_kept_out_while_one_runs(texts, tmp_path):
     work = tmp_path / ".out.partial"
     work.mkdir()
