@@ -15,6 +15,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Iterable, Literal, Optional
 
+from xspec.base.text import printable
+
 from .codes import CODES
 from .limits import MAX_ERRORS, MAX_HINT_CANDIDATES
 
@@ -130,13 +132,6 @@ def _excerpt(text: str, col: int) -> tuple[str, int]:
     if start + EXCERPT_WIDTH < len(text):
         shown = shown[:-3] + "..."
     return shown, col
-
-
-def printable(text: str) -> str:
-    """`text` with control characters escaped, for messages and comments (file names may hold any)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> Optional[str]:

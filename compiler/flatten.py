@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from .diagnostics import Span, printable
+from xspec.base.text import printable
+
+from .diagnostics import Span
 from .parse import quote
 from .resolve import ResolvedModel
 from .sections import SECTIONS

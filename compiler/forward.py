@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from xspec.base.text import printable
+
 from .config import ConfigNames
-from .diagnostics import Span, printable
+from .diagnostics import Span
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .names import local_name_problem
 from .ops import OPS

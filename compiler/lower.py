@@ -16,9 +16,11 @@ import itertools
 import re
 from typing import Optional
 
+from xspec.base.text import printable
+
 from .codecheck import check_module
 from .config import ConfigNames, config_fields
-from .diagnostics import Span, printable
+from .diagnostics import Span
 from .entries import DECODER, ENCODER
 from .forward import Context, file_label, forward_lines, identifier, inline_calls, literal, where
 from .ir import Instance, Node

@@ -10,8 +10,10 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.tree import Meta
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from xspec.base.text import printable
+
 from . import ast
-from .diagnostics import Diagnostics, Span, printable
+from .diagnostics import Diagnostics, Span
 from .evaluate import ConstantError, check_value
 from .limits import MAX_INT, MAX_SYNTAX_DEPTH
 from .parser_tables import grammar_parser

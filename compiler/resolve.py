@@ -13,8 +13,10 @@ from typing import Any, Mapping, Optional
 
 import pydantic
 
+from xspec.base.text import printable
+
 from . import ast
-from .diagnostics import COMMAND_LINE, Diagnostics, Span, did_you_mean, printable
+from .diagnostics import COMMAND_LINE, Diagnostics, Span, did_you_mean
 from .evaluate import Constant, ConstantError, check_value, evaluate
 from .limits import MAX_FILES, MAX_RESOLVED_BYTES, MAX_RESOLVED_TOKENS, MAX_SOURCE_BYTES, MAX_SOURCE_TOKENS
 from .parse import count_tokens, parse_expression, parse_text

@@ -16,8 +16,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
+from xspec.base.text import printable
+
 from . import ast
-from .diagnostics import Diagnostics, did_you_mean, printable
+from .diagnostics import Diagnostics, did_you_mean
 from .graph import BuiltGraph
 from .ir import OpGraph
 from .ops import OPS, AttentionAttrs, IOAttrs

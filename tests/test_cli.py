@@ -13,6 +13,7 @@ import pytest
 import xspec
 from xspec import cli
 from xspec.commands import compile as compile_command
+from xspec.base.errors import UserError, processing
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "specs" / "tiny.xspec")
@@ -122,8 +123,34 @@ def fail_with_a_bug(args):
 def test_a_bug_is_one_line_and_exit_status_70(monkeypatch, capsys):
     monkeypatch.setattr(compile_command, "run", fail_with_a_bug)
     assert cli.main(["compile", TINY]) == cli.INTERNAL_ERROR == 70
-    assert capsys.readouterr().err == ("xspec: internal error: RuntimeError: no such node "
-                                       "(run with --debug for the traceback; please report it)\n")
+    assert capsys.readouterr().err == (f"xspec compile: internal error while processing {TINY}: RuntimeError: no "
+                                       "such node (run with --debug for the traceback; please report it)\n")
+
+
+class PanicException(BaseException):
+    """As pyo3 raises for a panic in native code (a tokenizer's regex engine): not an Exception."""
+
+
+def fail_with_a_panic(args):
+    with processing("prompts.txt:3"):
+        raise PanicException("retry limit \x1b[31mexceeded")
+
+
+def test_a_native_panic_is_one_line_naming_the_input_being_processed(monkeypatch, capsys):
+    monkeypatch.setattr(compile_command, "run", fail_with_a_panic)
+    assert cli.main(["compile", TINY]) == cli.INTERNAL_ERROR
+    assert capsys.readouterr().err == ("xspec compile: internal error while processing prompts.txt:3: PanicException: "
+                                       "retry limit \\x1b[31mexceeded (run with --debug for the traceback; please "
+                                       "report it)\n")
+
+
+def test_a_user_error_reaches_the_terminal_escaped(monkeypatch, capsys):
+    def refuse(args):
+        raise UserError("bad\x1b]0;title\x07 name\nsecond line")
+
+    monkeypatch.setattr(compile_command, "run", refuse)
+    assert cli.main(["compile", TINY]) == 1
+    assert capsys.readouterr().err == "xspec: error: bad\\x1b]0;title\\x07 name\nsecond line\n"
 
 
 def test_a_bug_with_debug_shows_the_traceback(monkeypatch, capsys):

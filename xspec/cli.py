@@ -12,7 +12,8 @@ from xspec.commands import compile as compile_command
 from xspec.commands import eval as eval_command
 from xspec.commands import stats as stats_command
 from xspec.commands import import_hf, sweep
-from xspec.base.errors import SpecError, UserError
+from xspec.base.errors import SpecError, UserError, input_of
+from xspec.base.text import printable, printable_lines
 from xspec.commands.arguments import add_debug_argument, add_process_arguments
 from xspec.base.process import apply_threads, reexec_with_tcmalloc
 
@@ -55,13 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if argv is None:
         reexec_with_tcmalloc(args)       # returns when it does not apply
-    code = _run(args)
+    code = _run(args, sys.argv[1:] if argv is None else argv)
     if argv is None:
         _end_rank_process(code)
     return code
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         apply_threads(args)
         return args.run(args)
@@ -69,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.debug:
             traceback.print_exc()
         message = str(error) if isinstance(error, SpecError) else f"xspec: error: {error}"
-        print(message, file=sys.stderr)
+        print(printable_lines(message), file=sys.stderr)     # messages quote input: nothing a terminal obeys
         return error.exit_code
     except BrokenPipeError:  # e.g. `xspec compile ... --json | head`
         sys.stderr.close()
@@ -77,11 +78,14 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("xspec: interrupted", file=sys.stderr)
         return 130
-    except Exception as error:  # a bug: one line by default, not a page of traceback
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as error:  # a bug: one line by default, not a page of traceback
+        # BaseException: a native library's panic (pyo3's PanicException) is not an Exception.
         if args.debug:
             traceback.print_exc()
         else:
-            print(internal_error_message(error), file=sys.stderr)
+            print(internal_error_message(error, args.command, argv), file=sys.stderr)
         return INTERNAL_ERROR
 
 
@@ -94,11 +98,21 @@ def _end_rank_process(code: int) -> None:
         distributed.end_rank_process(code)
 
 
-def internal_error_message(error: Exception) -> str:
-    """One line naming the exception, for a failure that is xspec's fault."""
-    detail = " ".join(str(error).split())
+MAX_SHOWN = 200     # characters of an exception's text, or of the command line, an internal error quotes
+
+
+def internal_error_message(error: BaseException, command: str, argv: list[str]) -> str:
+    """One line for a failure that is xspec's fault: the exception, the command and what it was processing
+    (the input `processing` marked, else the command line's arguments)."""
+    detail = _clipped(printable(" ".join(str(error).split())))
     what = f"{type(error).__name__}: {detail}" if detail else type(error).__name__
-    return f"xspec: internal error: {what} (run with --debug for the traceback; please report it)"
+    where = input_of(error) or " ".join(argv[argv.index(command) + 1:] if command in argv else argv)
+    return (f"xspec {command}: internal error while processing {_clipped(printable(where))}: {what} "
+            "(run with --debug for the traceback; please report it)")
+
+
+def _clipped(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -21,3 +21,32 @@ class SpecError(UserError):
     def __init__(self, rendered: str, diagnostics: list) -> None:
         super().__init__(rendered)
         self.diagnostics = diagnostics
+
+
+# What a command was processing when it failed: the CLI's last resort names it (xspec/cli.py).
+_INPUT_ATTRIBUTE = "_xspec_processing"
+
+
+class processing:
+    """`with processing("train.txt:17"):` marks an exception raised inside with the input being processed
+    (the innermost mark wins), so that a failure that is xspec's fault still says where it happened."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is not None and not hasattr(error, _INPUT_ATTRIBUTE):
+            try:
+                setattr(error, _INPUT_ATTRIBUTE, self.what)
+            except (AttributeError, TypeError):    # an exception type without a __dict__
+                pass
+        return False
+
+
+def input_of(error: BaseException) -> str | None:
+    """The input `processing` marked `error` with, if any."""
+    what = getattr(error, _INPUT_ATTRIBUTE, None)
+    return what if isinstance(what, str) else None

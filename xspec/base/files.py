@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from xspec.base.errors import UserError
+from xspec.base.text import shown
 
 
 def write_atomically(path: Path, text: str) -> Path:
@@ -112,8 +113,7 @@ class UnreadableFile(UserError):
     the file their own way (a spec's `import` line)."""
 
     def __init__(self, path: Path, reason: str) -> None:
-        shown = repr(str(path)) if "\0" in str(path) else str(path)
-        super().__init__(f"{shown}: {reason}")
+        super().__init__(f"{shown(path)}: {reason}")
         self.path, self.reason = path, reason
 
 
@@ -135,7 +135,10 @@ def open_regular_file(path: Path) -> BinaryIO:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise UnreadableFile(path, "no such file") from None
+        missing = "a symlink to a missing file" if os.path.islink(path) else "no such file"
+        raise UnreadableFile(path, missing) from None
+    except NotADirectoryError:
+        raise UnreadableFile(path, "a folder on its path is a file, not a directory") from None
     except ValueError:
         raise UnreadableFile(path, "a path cannot contain a NUL byte") from None
     except IsADirectoryError:
@@ -158,7 +161,7 @@ def check_output_file(path: Path, option: str) -> Path:
     its parent is neither an existing folder nor one that can be created."""
     path = Path(path)
     if _is_dir(path, option):
-        raise UserError(f"{option} {path}: is a directory; give a file name")
+        raise UserError(f"{option} {shown(path)}: is a directory; give a file name")
     _check_creatable_folder(path.parent, option, path)
     return path
 
@@ -175,9 +178,9 @@ def _check_creatable_folder(folder: Path, option: str, given: Path) -> None:
     while not _exists(existing, option):
         existing = existing.parent
     if not _is_dir(existing, option):
-        raise UserError(f"{option} {given}: {existing} is not a directory")
+        raise UserError(f"{option} {shown(given)}: {shown(existing)} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{option} {given}: cannot write in {existing} (permission denied)")
+        raise UserError(f"{option} {shown(given)}: cannot write in {shown(existing)} (permission denied)")
 
 
 def _exists(path: Path, option: str) -> bool:
@@ -186,9 +189,9 @@ def _exists(path: Path, option: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):   # for the latter, the caller walks up to the file
         return False
     except ValueError:                     # an embedded NUL byte
-        raise UserError(f"{option} {path!r}: a path cannot contain a NUL byte") from None
+        raise UserError(f"{option} {shown(path)}: a path cannot contain a NUL byte") from None
     except OSError as error:               # e.g. a symlink loop, or a non-directory on the way
-        raise UserError(f"{option} {path}: {error.strerror}") from None
+        raise UserError(f"{option} {shown(path)}: {error.strerror}") from None
     return True
 
 
