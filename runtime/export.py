@@ -25,20 +25,18 @@ import contextlib
 import importlib
 import json
 import logging
-import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from torch import nn
 from torch.export import Dim
 
 from xspec.base.errors import UserError
-from xspec.base.files import check_output_dir, current_umask
+from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
+from xspec.base.text import shown
 from xspec.runtime.vocab import BOS, EOS, MODEL_FILE, PAD, UNK
 
 if TYPE_CHECKING:
@@ -47,6 +45,7 @@ if TYPE_CHECKING:
 SUFFIXES = {"exported-program": ".pt2", "onnx": ".onnx"}
 MANIFEST = "export.json"
 MANIFEST_VERSION = 1
+WRITER = "xspec export"
 ONNX_EXTRA = "pip install 'xspec[onnx]'"
 # Example sizes to trace with: each above 1, since torch.export fixes a dimension whose example is 0 or 1.
 EXAMPLE_BATCH, EXAMPLE_SOURCE, EXAMPLE_PAST = 2, 3, 2
@@ -290,10 +289,10 @@ def export_model(trained: TrainedModel, format: str, directory: Path) -> list[st
         (staging / MANIFEST).write_text(json.dumps(manifest(trained, format, exported), indent=2) + "\n")
 
     try:
-        write_directory(directory, fill)
+        write_directory(directory, fill, WRITER)
     except OSError as error:
         raise UserError(f"--output {directory}: cannot write: {error.strerror or error}") from None
-    return sorted(p.name for p in directory.iterdir())
+    return sorted(p.name for p in directory.iterdir() if p.name != WRITTEN)
 
 
 def tokenizer_file(tokenizer) -> str:
@@ -347,41 +346,11 @@ def _manifest(trained: TrainedModel, format: str, exported: Plan, translation: b
 
 def check_destination(path: Path, option: str = "--output") -> Path:
     """Refuses, before any work, an output that is not a directory xspec may fill: a file, a path
-    that cannot be created, a directory holding something other than an earlier export."""
+    that cannot be created, a directory holding anything but an earlier export (xspec/base/output_dir.py)."""
     if path.suffix in SUFFIXES.values():
-        raise UserError(f"{option} {path}: the export is a directory (graphs, vocabulary, manifest); "
-                        f"give a directory name, e.g. {path.with_suffix('')}")
-    check_output_dir(path, option)
-    if path.is_dir():
-        if any(path.iterdir()) and not (path / MANIFEST).is_file():
-            raise UserError(f"{option} {path}: a directory that holds something other than an xspec export; "
-                            "give a new or empty directory (an earlier export there is replaced)")
-        if not os.access(path.resolve().parent, os.W_OK | os.X_OK):
-            raise UserError(f"{option} {path}: cannot replace it (no permission to write in its parent)")
-    return path
-
-
-def write_directory(path: Path, fill: Callable[[Path], None]) -> None:
-    """Calls `fill(staging)` to write a temporary directory beside `path`, then renames it to `path`, so
-    `path` is never half written; an earlier directory there is replaced once the new one is complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    try:
-        fill(staging)
-        os.chmod(staging, 0o777 & ~current_umask())   # mkdtemp creates it 0o700
-        if path.exists():
-            previous = staging.with_name(staging.name + ".old")
-            os.rename(path, previous)
-            try:
-                os.rename(staging, path)
-            except OSError:
-                os.rename(previous, path)
-                raise
-            shutil.rmtree(previous, ignore_errors=True)
-        else:
-            os.rename(staging, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)     # left only when something failed
+        raise UserError(f"{option} {shown(path)}: the export is a directory (graphs, vocabulary, manifest); "
+                        f"give a directory name, e.g. {shown(path.with_suffix(''))}")
+    return check_replaceable(path, option, "export")
 
 
 @contextlib.contextmanager

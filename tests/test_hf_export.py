@@ -4,6 +4,7 @@ refused, naming where it differs."""
 
 from __future__ import annotations
 
+import shutil
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from float32 import assert_close
 from hf_checkpoints import imported, rope, saved, saved_model
 from hf_families import FAMILIES
 from xspec.base.errors import UserError
+from xspec.base.output_dir import WRITTEN
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -32,9 +34,36 @@ def test_an_import_exported_back_loads_with_from_pretrained_and_gives_the_same_l
         out, dtype=torch.float32, attn_implementation="eager").eval()
     text = torch.randint(0, original.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(9))
     assert_close(exported(text).logits, original(text).logits)
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+    assert sorted(p.name for p in out.iterdir()) == [WRITTEN, "config.json", "model.safetensors", "tokenizer.json",
                                                      "tokenizer_config.json"]
     assert (out / "tokenizer.json").read_bytes() == (saved(name, variant, **changes) / "tokenizer.json").read_bytes()
+
+
+def test_exporting_onto_the_checkpoint_a_run_came_from_changes_nothing(tmp_path, capsys):
+    from xspec.cli import main
+
+    checkpoint = tmp_path / "downloaded"
+    shutil.copytree(saved("qwen3"), checkpoint)
+    (checkpoint / "README.md").write_text("model card")
+    before = {p.name: p.read_bytes() for p in checkpoint.iterdir()}
+    assert main(["export", str(imported("qwen3")), "--format", "hf", "-o", str(checkpoint)]) == 1
+    assert capsys.readouterr().err == (f"xspec: error: --output {checkpoint}: holds README.md, which no xspec export "
+                                       "wrote there; give a new or empty directory (xspec replaces only a directory "
+                                       "it wrote, as it left it)\n")
+    assert {p.name: p.read_bytes() for p in checkpoint.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["downloaded"]
+
+
+def test_an_export_is_replaced_by_the_next_but_not_once_a_file_is_added(tmp_path, capsys):
+    from xspec.cli import main
+
+    out, run = tmp_path / "exported", str(imported("qwen3"))
+    assert main(["export", run, "--format", "hf", "-o", str(out)]) == 0
+    assert main(["export", run, "--format", "hf", "-o", str(out)]) == 0
+    (out / "generation_config.json").write_text("{}")
+    assert main(["export", run, "--format", "hf", "-o", str(out)]) == 1
+    assert "holds generation_config.json, which no xspec export wrote there" in capsys.readouterr().err
+    assert (out / "generation_config.json").read_text() == "{}" and (out / "config.json").is_file()
 
 
 def test_shards_are_consecutive_runs_within_the_size_a_larger_tensor_alone():

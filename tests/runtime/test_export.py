@@ -16,7 +16,8 @@ from xspec.cli import main
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.demo_data import generate_split
-from xspec.runtime.export import Graph, check_destination, export_model, export_program, write_directory
+from xspec.base.output_dir import WRITTEN, write_directory
+from xspec.runtime.export import WRITER, Graph, check_destination, export_model, export_program
 from xspec.runtime.vocab import BOS, EOS, MODEL_FILE, PAD, Vocab, train_vocab
 from xspec.runtime.cache import DecoderCache
 
@@ -158,7 +159,7 @@ def test_language_model_program_reads_a_prompt_token_by_token_and_continues_it(l
 def test_the_vocabulary_and_the_manifest_travel_with_the_graphs(translation_export, trained):
     manifest = _manifest(translation_export)
     assert sorted(p.name for p in translation_export.iterdir()) == [
-        "decoder.pt2", "encoder.pt2", "export.json", MODEL_FILE]
+        WRITTEN, "decoder.pt2", "encoder.pt2", "export.json", MODEL_FILE]
     assert (translation_export / MODEL_FILE).read_bytes() == trained["translation"].tokenizer.model_proto
     copied = Vocab.load(translation_export / MODEL_FILE)
     assert copied.encode(["a b"]) == trained["translation"].tokenizer.encode(["a b"])
@@ -252,7 +253,8 @@ def test_onnx_without_its_packages_names_the_extra(checkpoints, capsys, tmp_path
 @pytest.mark.parametrize("name, message", [
     ("a-file", "is not a directory"),
     ("model.pt2", "the export is a directory (graphs, vocabulary, manifest); give a directory name, e.g."),
-    ("foreign", "a directory that holds something other than an xspec export"),
+    ("foreign", "holds notes.txt, which no xspec export wrote there; give a new or empty directory (xspec replaces "
+                "only a directory it wrote, as it left it)"),
 ])
 def test_outputs_that_cannot_hold_an_export_are_refused_first(checkpoints, capsys, tmp_path, name, message):
     (tmp_path / "a-file").write_text("x")
@@ -273,18 +275,18 @@ def test_an_earlier_export_is_replaced_whole_and_a_failed_one_leaves_nothing(tmp
                 (staging / name).write_text(name)
         return write
 
-    write_directory(check_destination(target), fill(["old.pt2"]))
-    write_directory(check_destination(target), fill(["new.pt2"]))
-    assert sorted(p.name for p in target.iterdir()) == ["export.json", "new.pt2"]
+    write_directory(check_destination(target), fill(["old.pt2"]), WRITER)
+    write_directory(check_destination(target), fill(["new.pt2"]), WRITER)
+    assert sorted(p.name for p in target.iterdir()) == [WRITTEN, "export.json", "new.pt2"]
 
     def fail(staging: Path) -> None:
         (staging / "half.pt2").write_text("...")
         raise UserError("an exporter failed")
 
     with pytest.raises(UserError):
-        write_directory(target, fail)
+        write_directory(target, fail, WRITER)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]           # no temporary folder left
-    assert sorted(p.name for p in target.iterdir()) == ["export.json", "new.pt2"]
+    assert sorted(p.name for p in target.iterdir()) == [WRITTEN, "export.json", "new.pt2"]
 
 
 def test_a_graph_torch_cannot_export_is_a_user_error():

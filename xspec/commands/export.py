@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from xspec.base.text import shown
 from xspec.commands.arguments import add_device_argument, byte_size
 
 NAME = "export"
@@ -25,7 +26,8 @@ directory holding
                        the next token's logits and the cache grown by one position
 
 Batch size and lengths are dynamic, up to the model's positions. The directory appears complete or
-not at all; an earlier export there is replaced. docs/export.md shows how to run the graphs.
+not at all; an earlier export there is replaced, but a directory holding anything else (files
+an export did not write, or added since) is refused, never emptied. docs/export.md shows how to run the graphs.
 
 --format hf writes a directory transformers' from_pretrained loads (config.json, model.safetensors, the
 tokenizer) for a run whose spec is one of the Hugging Face families of specs/modern/ (an import, a
@@ -45,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exported-program: torch.export .pt2 files (default); onnx: .onnx files; hf: a "
                              "Hugging Face checkpoint directory")
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
-                        help="the directory to write (created; an earlier export there is replaced)")
+                        help="the directory to write (created; an earlier export there is replaced, never a "
+                             "directory holding anything xspec did not write)")
     parser.add_argument("--max-shard-size", type=byte_size(1000, 10**13), metavar="SIZE",
                         help="--format hf: the largest weights file (default 5GB, as transformers writes; larger "
                              "models get several files and model.safetensors.index.json)")
@@ -68,24 +71,20 @@ def run(args: argparse.Namespace) -> int:
     trained = load(Path(args.model), args.device)
     files = export_model(trained, args.format, output)
     kind = "language model" if trained.is_language_model else "translation model"
-    print(f"exported {trained.spec.name} ({kind}, {trained.path.name}) to {output}: {', '.join(files)}")
+    print(f"exported {trained.spec.name} ({kind}, {shown(trained.path.name)}) to {shown(output)}: {', '.join(files)}")
     return 0
 
 
 def _export_hf(args: argparse.Namespace) -> int:
-    from xspec.base.errors import UserError
-    from xspec.base.files import check_output_dir
+    from xspec.base.output_dir import check_replaceable, write_directory
     from xspec.hf.export import export_hf
-    from xspec.runtime.export import write_directory
+    from xspec.runtime.export import WRITER
     from xspec.runtime.inference import load
 
-    output = check_output_dir(Path(args.output), "--output")
-    if output.is_dir() and any(output.iterdir()) and not (output / "config.json").is_file():
-        raise UserError(f"--output {output}: a directory that holds something other than a checkpoint; give a new "
-                        "or empty directory (an earlier export there is replaced)")
+    output = check_replaceable(Path(args.output), "--output", "export")
     trained = load(Path(args.model), "cpu")
     written: list[str] = []
-    write_directory(output, lambda staging: written.extend(export_hf(trained, staging, args.max_shard_size)))
-    print(f"exported {trained.spec.name} ({trained.path.name}) as a Hugging Face checkpoint to {output}: "
-          f"{', '.join(written)}")
+    write_directory(output, lambda staging: written.extend(export_hf(trained, staging, args.max_shard_size)), WRITER)
+    print(f"exported {shown(trained.spec.name)} ({shown(trained.path.name)}) as a Hugging Face checkpoint to "
+          f"{shown(output)}: {', '.join(written)}")
     return 0
