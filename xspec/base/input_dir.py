@@ -34,8 +34,7 @@ class InputDirectory:
         except (OSError, ValueError):
             is_dir = False
         if not is_dir:
-            reason = "no such directory" if not os.path.lexists(path) else "not a directory"
-            raise UserError(f"{shown(path)}: {reason} ({what} is expected)")
+            raise UserError(f"{shown(path)}: {_why_not_a_directory(path)} ({what} is expected)")
         real = Path(os.path.realpath(path))
         roots = [real]
         blobs = real.parent.parent / "blobs"
@@ -44,6 +43,7 @@ class InputDirectory:
         return cls(path, tuple(roots))
 
     def file(self, name: str) -> Path:
+        """The path of `name` in the directory, for messages (reading goes through `checked`)."""
         return self.path / name
 
     def has(self, name: str) -> bool:
@@ -67,3 +67,14 @@ class InputDirectory:
 
     def read_json(self, name: str, max_bytes: int) -> Any:
         return parse_json(self.read(name, max_bytes), shown(self.path / name))
+
+
+def _why_not_a_directory(path: Path) -> str:
+    if os.path.lexists(path):
+        return "a symlink to a missing directory" if os.path.islink(path) and not path.exists() else "not a directory"
+    above = path.parent
+    while above != above.parent and not os.path.lexists(above):
+        above = above.parent
+    if os.path.lexists(above) and not above.is_dir():
+        return f"{shown(above)} is a file, not a directory"
+    return "no such directory"

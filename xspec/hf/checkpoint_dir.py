@@ -3,7 +3,6 @@ shards listed by model.safetensors.index.json), nothing else read, and nothing i
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,8 @@ from typing import Any
 import torch
 
 from xspec.base.errors import UserError
-from xspec.base.files import read_regular_file
+from xspec.base.input_dir import InputDirectory
+from xspec.base.text import printable, shown
 from xspec.hf.safetensors_file import SafetensorsFile
 
 CONFIG = "config.json"
@@ -46,47 +46,42 @@ def _count(shape: tuple[int, ...]) -> int:
     return total
 
 
-def read_json(path: Path, limit: int) -> Any:
-    if not path.exists():
-        raise UserError(f"{path}: missing")
-    try:
-        return json.loads(read_regular_file(path, limit).decode("utf-8"), parse_constant=_not_a_number)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise UserError(f"{path}: not JSON ({str(error).splitlines()[0]})") from None
+def checkpoint_directory(path: Path) -> InputDirectory:
+    """The checkpoint directory, its files read only from inside it (a Hugging Face cache snapshot's blobs
+    included: xspec/base/input_dir.py)."""
+    return InputDirectory.open(path, "a Hugging Face save_pretrained directory")
 
 
-def _not_a_number(word: str) -> None:
-    raise ValueError(f"{word} is not a JSON number")
-
-
-def read_config(directory: Path) -> dict[str, Any]:
-    if not directory.is_dir():
-        raise UserError(f"{directory}: not a directory (a Hugging Face save_pretrained directory is expected)")
-    config = read_json(directory / CONFIG, MAX_CONFIG_BYTES)
+def read_config(path: Path) -> dict[str, Any]:
+    directory = checkpoint_directory(path)
+    if not directory.has(CONFIG):
+        raise UserError(f"{shown(directory.file(CONFIG))}: missing")
+    config = directory.read_json(CONFIG, MAX_CONFIG_BYTES)
     if not isinstance(config, dict):
-        raise UserError(f"{directory / CONFIG}: not a JSON object")
+        raise UserError(f"{shown(directory.file(CONFIG))}: not a JSON object")
     return config
 
 
-def open_weights(directory: Path, config: dict[str, Any]) -> CheckpointDir:
+def open_weights(path: Path, config: dict[str, Any]) -> CheckpointDir:
     """The weights' headers, checked, and their tensors by name (memory-mapped, nothing read yet)."""
-    if (directory / INDEX).exists():
-        return CheckpointDir(directory, config, _sharded(directory))
-    if (directory / SINGLE).exists():
-        single = SafetensorsFile(directory / SINGLE)
-        return CheckpointDir(directory, config, {name: single for name in single.names})
+    directory = checkpoint_directory(path)
+    if directory.has(INDEX):
+        return CheckpointDir(path, config, _sharded(directory))
+    if directory.has(SINGLE):
+        single = SafetensorsFile(directory.checked(SINGLE))
+        return CheckpointDir(path, config, {name: single for name in single.names})
     for name in PICKLED:
-        if (directory / name).exists():
+        if directory.has(name):
             raise UserError(
-                f"{directory / name}: a pickle (torch.save) checkpoint; xspec reads only safetensors, since "
-                "unpickling runs code. Convert a checkpoint you trust first: "
+                f"{shown(directory.file(name))}: a pickle (torch.save) checkpoint; xspec reads only safetensors, "
+                "since unpickling runs code. Convert a checkpoint you trust first: "
                 "AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(NEW_DIR) writes safetensors")
-    raise UserError(f"{directory}: no {SINGLE} or {INDEX} (the weights of a save_pretrained directory)")
+    raise UserError(f"{shown(path)}: no {SINGLE} or {INDEX} (the weights of a save_pretrained directory)")
 
 
-def _sharded(directory: Path) -> dict[str, SafetensorsFile]:
-    index_path = directory / INDEX
-    index = read_json(index_path, MAX_INDEX_BYTES)
+def _sharded(directory: InputDirectory) -> dict[str, SafetensorsFile]:
+    index_path = shown(directory.file(INDEX))
+    index = directory.read_json(INDEX, MAX_INDEX_BYTES)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise UserError(f"{index_path}: no weight_map of tensor names to file names")
@@ -94,17 +89,19 @@ def _sharded(directory: Path) -> dict[str, SafetensorsFile]:
     for shard in sorted(set(weight_map.values())):
         # A shard name is a file in this directory, never a path that leaves it.
         if "/" in shard or "\\" in shard or shard in ("", ".", "..") or not shard.endswith(".safetensors"):
-            raise UserError(f"{index_path}: shard {shard!r} is not a .safetensors file in {directory}")
-        if not (directory / shard).is_file():
-            raise UserError(f"{directory / shard}: missing (listed in {INDEX})")
-        opened[shard] = SafetensorsFile(directory / shard)
+            raise UserError(f"{index_path}: shard {shard!r} is not a .safetensors file in {shown(directory.path)}")
+        if not directory.has(shard):
+            raise UserError(f"{shown(directory.file(shard))}: missing (listed in {INDEX})")
+        opened[shard] = SafetensorsFile(directory.checked(shard))
     files: dict[str, SafetensorsFile] = {}
     for name, shard in weight_map.items():
         if name not in opened[shard].names:
-            raise UserError(f"{directory / shard}: has no tensor {name}, which {INDEX} places there")
+            raise UserError(f"{shown(directory.file(shard))}: has no tensor {printable(name)}, which {INDEX} places "
+                            "there")
         files[name] = opened[shard]
     for shard, file in opened.items():
         stray = [n for n in file.names if weight_map.get(n) != shard]
         if stray:
-            raise UserError(f"{directory / shard}: tensor {stray[0]} is not listed there in {INDEX}")
+            raise UserError(f"{shown(directory.file(shard))}: tensor {printable(stray[0])} is not listed there in "
+                            f"{INDEX}")
     return files

@@ -4,10 +4,13 @@ left over once the family's mapping has run is an attribute xspec does not know:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable
+from xspec.compiler.limits import MAX_INT
 
 _MISSING = object()
 
@@ -41,8 +44,9 @@ def render(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f'"{value}"'
-    return repr(value)
+        return f'"{printable(value)}"'
+    shown = printable(json.dumps(value, ensure_ascii=False))    # a list or object may hold any string
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 @dataclass
@@ -75,12 +79,17 @@ class ConfigReader:
             raise UserError(f"{self.file}: no {key}, which a {self.config.get('model_type')} model needs")
         return default
 
-    def number(self, key: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1) -> Any:
+    def number(self, key: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1,
+               most: float = MAX_INT) -> Any:
+        """An integer (or, not `integer`, any number) in [least, most]; the default bound is the int64 range
+        every size and count of a spec lies in."""
         value = self.get(key, default)
         kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds) or value < least:
+        if isinstance(value, bool) or not isinstance(value, kinds) or not least <= value <= most:
             what = "an integer" if integer else "a number"
-            raise UserError(f"{self.file}: {key} {render(value)} is not {what} >= {least:g}")
+            large = isinstance(value, (int, float)) and value > most
+            bound = f"between {least:g} and {most:,}" if large else f">= {least:g}"
+            raise UserError(f"{self.file}: {key} {render(value)} is not {what} {bound}")
         return value
 
     def flag(self, key: str, default: Any = _MISSING) -> bool:
@@ -92,8 +101,9 @@ class ConfigReader:
     def put(self, param: str, value: Any, source: str) -> None:
         self.settings.append(Setting(param, value, source))
 
-    def map(self, key: str, param: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1) -> Any:
-        value = self.number(key, default, integer=integer, least=least)
+    def map(self, key: str, param: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1,
+            most: float = MAX_INT) -> Any:
+        value = self.number(key, default, integer=integer, least=least, most=most)
         self.put(param, value, key)
         return value
 
@@ -115,7 +125,8 @@ class ConfigReader:
             self.ignore(key, reason)
         left = [key for key in self.config if key not in self.taken]
         if left:
-            raise UserError(f"{self.file}: attribute {left[0]} ({render(self.config[left[0]])}) is not one xspec "
+            key = left[0]
+            raise UserError(f"{self.file}: attribute {printable(key)} ({render(self.config[key])}) is not one xspec "
                             f"maps for model_type {render(self.config.get('model_type'))}; refusing rather than "
                             "guessing what it changes")
 

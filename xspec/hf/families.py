@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from xspec.base.errors import UserError
+from xspec.compiler.limits import MAX_REPEAT
 from xspec.hf.config_reader import ConfigReader, Setting, refuse, render
 from xspec.hf.rope import read_rope
 
@@ -39,7 +40,7 @@ class Mapped:
 def _common(cfg: ConfigReader, *, tie_default: bool, activation: str = "silu") -> None:
     cfg.map("vocab_size", "vocab")
     cfg.map("hidden_size", "d_model")
-    cfg.map("num_hidden_layers", "layers")
+    cfg.map("num_hidden_layers", "layers", most=MAX_REPEAT)     # the layer-kind lists below have one per layer
     heads = cfg.map("num_attention_heads", "heads")
     cfg.map("num_key_value_heads", "kv_heads", heads)
     cfg.map("intermediate_size", "d_ff")
@@ -233,15 +234,15 @@ def _gemma3(cfg: ConfigReader, m: Mapped) -> None:
     _gemma_common(cfg, m)
     cfg.expect("attn_logit_softcapping", [None], None, " (Gemma 3 uses QK-norm)")
     spellings = [k for k in ("sliding_window_pattern", "_sliding_window_pattern") if cfg.has(k)]
-    values = {cfg.get(k) for k in spellings}
-    if len(values) > 1:
+    if any(cfg.get(k) != cfg.get(spellings[0]) for k in spellings):
         raise UserError(f"{cfg.file}: sliding_window_pattern and _sliding_window_pattern disagree")
     pattern = cfg.number(spellings[0], 6) if spellings else 6
     cfg.put("sliding_window_pattern", pattern, spellings[0] if spellings else "sliding_window_pattern (default)")
     layers = cfg.config["num_hidden_layers"]
     _layer_kinds(cfg, ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)],
                  f"every {pattern}th layer global")
-    if cfg.has("rope_parameters") and "full_attention" in (cfg.config["rope_parameters"] or {}):
+    if cfg.has("rope_parameters") and isinstance(cfg.config["rope_parameters"], dict) \
+            and "full_attention" in cfg.config["rope_parameters"]:
         local = read_rope(cfg, ("default",), kind="sliding_attention")
         cfg.put("rope_local_base_freq", local["rope_theta"], f"{local.where}.rope_theta")
         rope = read_rope(cfg, ("default", "linear"), kind="full_attention")
@@ -266,7 +267,8 @@ def _phi3(cfg: ConfigReader, m: Mapped) -> None:
     _no_window(cfg)
     rope = read_rope(cfg, ("default",))
     cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
-    factor = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+    factor = cfg.number("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0), integer=False, least=1e-9,
+                        most=1)
     if rope.get("partial_rotary_factor", factor) != factor:
         raise UserError(f"{cfg.file}: partial_rotary_factor and {rope.where}.partial_rotary_factor disagree")
     cfg.put("partial_rotary_factor", factor, "partial_rotary_factor")
@@ -284,7 +286,7 @@ def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
     cfg.expect("attention_bias", [True], True, " (gpt-oss has biases on every attention projection)")
     m.window = _window(cfg)
     spellings = [k for k in ("num_experts_per_tok", "experts_per_token") if cfg.has(k)]
-    if len({cfg.config[k] for k in spellings}) > 1:
+    if any(cfg.config[k] != cfg.config[spellings[0]] for k in spellings):
         raise UserError(f"{cfg.file}: num_experts_per_tok and experts_per_token disagree")
     cfg.map("num_local_experts", "num_local_experts")
     cfg.map(spellings[0] if spellings else "num_experts_per_tok", "num_experts_per_tok")
@@ -337,6 +339,8 @@ REFUSED_TYPES = {
 
 def map_config(config: dict, file: str = "config.json") -> Mapped:
     model_type = config.get("model_type")
+    if not isinstance(model_type, (str, type(None))):
+        raise UserError(f"{file}: model_type {render(model_type)} is not a string")
     if model_type in REFUSED_TYPES:
         raise UserError(f"{file}: model_type {render(model_type)} is not supported: {REFUSED_TYPES[model_type]}")
     if model_type not in FAMILIES:

@@ -90,9 +90,9 @@ def _check_output(source: Path, out: Path, force: bool) -> None:
 
 
 def _write_spec(work: Path, source: Path, mapped: Mapped):
-    imported = copy_family(mapped.spec, work)
-    text = spec_text(model_name(source), mapped.spec, imported, mapped.settings, str(source), mapped.model_type,
-                     mapped.max_positions)
+    family = copy_family(mapped.spec, work)
+    text = spec_text(model_name(source, family.models), mapped.spec, family.spec, mapped.settings, str(source),
+                     mapped.model_type, mapped.max_positions)
     (work / MODEL_SPEC).write_text(text, encoding="utf-8")
     spec = xspec.compile(work / MODEL_SPEC)
     (work / "spec.xspec").write_text(spec.resolved_source, encoding="utf-8")

@@ -18,6 +18,24 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 ALL_TYPES = tuple(PARAMETERS)
 
+# What each parameter may be: checked where it is read, so no value of another type goes further.
+_POSITIVE, _COUNT, _FLAG, _FRACTION = "a number > 0", "an integer >= 1", "true or false", "a number in (0, 1]"
+KINDS: dict[str, str] = {
+    "factor": _POSITIVE, "low_freq_factor": _POSITIVE, "high_freq_factor": _POSITIVE, "beta_fast": _POSITIVE,
+    "beta_slow": _POSITIVE, "original_max_position_embeddings": _COUNT, "truncate": _FLAG,
+    "partial_rotary_factor": _FRACTION,
+}
+
+
+def _is(kind: str, value: Any) -> bool:
+    if kind == _FLAG:
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if kind == _COUNT:
+        return isinstance(value, int) and value >= 1
+    return value > 0 and (kind != _FRACTION or value <= 1)
+
 
 class Rope(dict):
     """rope_type, rope_theta and the type's parameters; `where` names the config key they came from."""
@@ -60,6 +78,9 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = No
     for name in PARAMETERS[rope_type]:
         if name in values:
             rope[name] = values.pop(name)
+    for name, value in rope.items():
+        if name in KINDS and not _is(KINDS[name], value):
+            raise UserError(f"{cfg.file}: {where}.{name} {render(value)} is not {KINDS[name]}")
     if values:
         extra = sorted(values)[0]
         raise UserError(f"{cfg.file}: {where}.{extra} ({render(values[extra])}) is not supported with rope_type "
@@ -72,6 +93,8 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = No
             if top is None:
                 raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no "
                                 "original_max_position_embeddings")
+            if not _is(_COUNT, top):
+                raise UserError(f"{cfg.file}: original_max_position_embeddings {render(top)} is not {_COUNT}")
             rope["original_max_position_embeddings"] = top
         elif top is not None:
             _agree(cfg, "original_max_position_embeddings", top, rope["original_max_position_embeddings"], where)

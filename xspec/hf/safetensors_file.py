@@ -19,6 +19,8 @@ from typing import BinaryIO, Iterable, Iterator
 import torch
 
 from xspec.base.errors import UserError
+from xspec.base.files import open_regular_file
+from xspec.base.text import printable, shown
 
 MAX_HEADER_BYTES = 100 << 20       # safetensors' own bound on the JSON header
 METADATA = "__metadata__"
@@ -35,7 +37,7 @@ class SafetensorsFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with open(path, "rb") as handle:
+        with open_regular_file(path) as handle:
             size = handle.seek(0, 2)
             handle.seek(0)
             header, start = _read_header(handle, size, path)
@@ -74,7 +76,9 @@ class SafetensorsFile:
 
 
 def _lying(path: Path, problem: str) -> UserError:
-    return UserError(f"{path}: not a valid safetensors file ({problem})")
+    problem = printable(problem)       # tensor names and values come from the file
+    clipped = problem if len(problem) <= 300 else problem[:297] + "..."
+    return UserError(f"{shown(path)}: not a valid safetensors file ({clipped})")
 
 
 def _read_header(handle: BinaryIO, size: int, path: Path) -> tuple[dict, int]:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable
+from xspec.compiler.diagnostics import Diagnostics
+from xspec.compiler.parse import parse_text
 from xspec.hf.config_reader import Setting
 
 
@@ -22,7 +26,6 @@ def _shipped_specs() -> Path:
 
 SPECS = _shipped_specs()
 FAMILY_DIR = "modern"
-_IMPORT = re.compile(r'^import\s+"([^"]+)"', re.MULTILINE)
 BLOCK_SIZE = 512            # tokens a fine-tuning block predicts, unless the model takes fewer
 
 
@@ -34,10 +37,15 @@ def family_spec(name: str) -> Path:
     return path
 
 
-def copy_family(name: str, out: Path) -> str:
-    """Copies the family's spec and every spec it imports into out/specs/, keeping their relative paths;
-    returns the path model.xspec imports."""
-    pending, seen = [family_spec(name)], set()
+@dataclass
+class CopiedFamily:
+    spec: str                  # the path model.xspec imports
+    models: set[str]           # the models those files define: names the imported model may not take
+
+
+def copy_family(name: str, out: Path) -> CopiedFamily:
+    """Copies the family's spec and every spec it imports into out/specs/, keeping their relative paths."""
+    pending, seen, models = [family_spec(name)], set(), set()
     while pending:
         path = pending.pop().resolve()
         if path in seen:
@@ -46,11 +54,16 @@ def copy_family(name: str, out: Path) -> str:
         target = out / "specs" / path.relative_to(SPECS)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-        pending += [path.parent / found for found in _IMPORT.findall(path.read_text(encoding="utf-8"))]
-    return f"specs/{FAMILY_DIR}/{name}.xspec"
+        parsed = parse_text(path.read_text(encoding="utf-8"), str(path), Diagnostics())
+        assert parsed is not None, f"{path}: a shipped spec that does not parse"
+        models.add(parsed.model.name.id)
+        pending += [path.parent / found.path for found in parsed.imports]
+    return CopiedFamily(f"specs/{FAMILY_DIR}/{name}.xspec", models)
 
 
 def literal(value: Any) -> str:
+    """A config value as spec text: config.json is read strictly (xspec/base/strict_json.py), so a number is
+    finite, and the strings mapped are names the family's reader accepted."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -64,16 +77,19 @@ KEYWORDS = {"and", "as", "block", "else", "extends", "false", "if", "import", "i
             "remove", "repeat", "return", "set", "tie", "true"}
 
 
-def model_name(source: Path) -> str:
-    """The checkpoint directory's name as a spec identifier (Qwen3-0.6B: Qwen3_0_6B)."""
+def model_name(source: Path, taken: set[str]) -> str:
+    """The checkpoint directory's name as a spec identifier (Qwen3-0.6B: Qwen3_0_6B), other than a keyword
+    and the `taken` names of the models it extends (a directory called llama imports as llama_import)."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", source.resolve().name).strip("_")[:64] or "imported"
     name = name if name[0].isalpha() else f"m_{name}"
-    return f"{name}_import" if name in KEYWORDS else name
+    return f"{name}_import" if name in KEYWORDS or name in taken else name
 
 
 def spec_text(name: str, family: str, imported: str, settings: list[Setting], source: str, model_type: str,
               max_positions: int) -> str:
-    lines = [f"# Imported by `xspec import` from {source} (config.json model_type \"{model_type}\"): the shipped",
+    # A path may hold any character, a line break included: shown escaped, it stays inside its comment.
+    origin = f"{printable(source)} (config.json model_type \"{model_type}\")"
+    lines = [f"# Imported by `xspec import` from {origin}: the shipped",
              f"# {family} spec with this checkpoint's values, each commented with the config.json key it came from.",
              "# Chat templates are not imported.",
              f'import "{imported}"', "", f"model {name} extends {family} {{"]
