@@ -194,3 +194,19 @@ def test_config_values_are_type_and_range_checked_naming_the_key(tmp_path, capsy
     directory = copy(name, tmp_path / "checkpoint")
     change(directory)
     assert import_error(capsys, directory, tmp_path / "out").startswith(f"{directory}/{message}")
+
+
+def test_what_an_import_record_holds_reaches_the_terminal_escaped(tmp_path, capsys):
+    directory = copy("qwen3", tmp_path / "checkpoint")
+    out = tmp_path / "out"
+    assert main(["import", str(directory), "-o", str(out), "--no-verify"]) == 0
+    record = json.loads((out / "import.json").read_text())
+    record["source"] = "/models/\x1b[2J\nverified    yes"
+    record["not_architectural"] = {"\x1b]0;title\x07": "why"}
+    (out / "import.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "  from        /models/\\x1b[2J\\nverified    yes (model_type qwen3)\n" in shown
+    assert "  unchanged   \\x1b]0;title\\x07: why\n" in shown

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable
 from xspec.base.files import read_regular_file
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.best import best_dir
@@ -182,7 +183,7 @@ def render(summary: RunSummary) -> str:
     lines.append("commands")
     for name, command in s.commands.items():
         row(name, command)
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"    # values come from files: escaped
 
 
 def _validation_text(record: dict[str, Any]) -> str:

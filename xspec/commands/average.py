@@ -7,6 +7,7 @@ from pathlib import Path
 
 from xspec.commands.arguments import int_at_least
 from xspec.base.files import check_output_file
+from xspec.base.text import shown
 
 NAME = "average"
 HELP = "average the last N (or the best N) checkpoints of a run into one checkpoint"
@@ -39,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
 
     output = check_output_file(Path(args.output), "--output")
     chosen = average_run(Path(args.run_dir), output, last=args.last, best=args.best)
-    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} ... {chosen[-1].name}) into {output}")
+    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} ... {chosen[-1].name}) into {shown(output)}")
     return 0

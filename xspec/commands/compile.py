@@ -11,6 +11,7 @@ import xspec
 from xspec.commands.arguments import add_set_argument, parse_overrides
 from xspec.base.files import write_atomically
 from xspec.summary import render_table
+from xspec.base.text import shown
 
 NAME = "compile"
 HELP = "parse, validate and lower a spec; report parameters and shapes; write the model"
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.emit == "graph":
         print(spec.graph_json())
     else:
-        print(f"{spec.name} ({spec.path}): valid")
+        print(f"{spec.name} ({shown(spec.path)}): valid")
         print()
         print(render_table(summary))
         print()

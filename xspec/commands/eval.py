@@ -10,6 +10,7 @@ from pathlib import Path
 from xspec.commands.translate import add_decode_arguments, decode_overrides
 from xspec.base.errors import UserError
 from xspec.base.files import check_output_file, write_atomically
+from xspec.base.text import shown
 
 NAME = "eval"
 COMPUTES = True
@@ -87,7 +88,7 @@ def _perplexity(trained, name: str, path: Path, batch_tokens: int) -> int:
         raise UserError(f"{name}: a translation model; score it with --src FILE --ref FILE")
     documents = read_documents(path)
     scores = trained.score_lines(documents.lines, batch_tokens)
-    print(f"{path}: perplexity {scores.perplexity:.3f}, {scores.bits_per_token:.4f} bits per token, "
+    print(f"{shown(path)}: perplexity {scores.perplexity:.3f}, {scores.bits_per_token:.4f} bits per token, "
           f"{scores.bits_per_byte:.4f} bits per byte ({len(documents.lines):,} lines, "
           f"{sum(scores.tokens):,} tokens)")
     return 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from xspec.commands.arguments import add_device_argument
+from xspec.base.text import shown
 
 NAME = "import"
 COMPUTES = True
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print("not verified (--no-verify)")
     spec, tokenizer = imported.spec, imported.tokenizer
     print(f"imported {imported.mapped.model_type} as {spec.name} (extends specs/modern/{imported.mapped.spec}.xspec): "
-          f"{spec.parameters:,} parameters, tokenizer {tokenizer.kind}, into {imported.out}")
-    print(f"next: xspec show {imported.out}; xspec viz {imported.out}; "
-          f"xspec generate {imported.out} --prompt \"...\"")
+          f"{spec.parameters:,} parameters, tokenizer {tokenizer.kind}, into {shown(imported.out)}")
+    out = shown(shlex.quote(str(imported.out)))
+    print(f"next: xspec show {out}; xspec viz {out}; xspec generate {out} --prompt \"...\"")
     return 0

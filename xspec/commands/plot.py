@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from xspec.base.files import check_output_file
+from xspec.base.text import shown
 
 NAME = "plot"
 HELP = "draw the training curves of one or more runs (loss, perplexity, BLEU, learning rate)"
@@ -69,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {run.label}: {run.untimed} records logged without a time are left out of --x time",
                   file=sys.stderr)
     drawn = ", ".join(f"{run.label} (to step {run.last_step})" for run in curves)
-    print(f"wrote {output}: {drawn}")
+    print(f"wrote {shown(output)}: {drawn}")
     return 0

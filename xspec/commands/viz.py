@@ -9,6 +9,7 @@ from pathlib import Path
 import xspec
 from xspec.commands.arguments import add_set_argument, int_at_least, parse_overrides
 from xspec.base.errors import UserError
+from xspec.base.text import shown
 
 NAME = "viz"
 HELP = "draw a spec's architecture, what a variant changed, or a trained model's attention"
@@ -80,8 +81,8 @@ def _diagram(args: argparse.Namespace) -> int:
     other = xspec.compile(args.diff) if args.diff else None
     write_diagram(architecture_dot(spec, args.depth, other), output)
     if other is not None and Diff(spec, other).is_empty:
-        print(f"{args.spec} and {args.diff} draw the same graph")
-    print(f"wrote {output}")
+        print(f"{shown(args.spec)} and {shown(args.diff)} draw the same graph")
+    print(f"wrote {shown(output)}")
     return 0
 
 
@@ -116,5 +117,5 @@ def _attention(args: argparse.Namespace) -> int:
         print("note: the model's translation is empty (only <s> on the decoder side); "
               "give one with --target \"...\"", file=sys.stderr)
     plot(maps, output, args.head, f"{spec.name}, step {step}: attention weights for \"{args.sentence.strip()}\"")
-    print(f"wrote {output}")
+    print(f"wrote {shown(output)}")
     return 0

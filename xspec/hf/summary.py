@@ -3,12 +3,12 @@ became or why it changes nothing, the tokenizer, the verification, and the comma
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from xspec.base.errors import UserError
-from xspec.base.files import read_regular_file
+from xspec.base.text import printable, shown
+from xspec.base.strict_json import read_json
 from xspec.hf.spec_text import literal
 
 IMPORT_FILE = "import.json"
@@ -21,11 +21,9 @@ def is_import(run_dir: Path) -> bool:
 
 def import_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / IMPORT_FILE
-    try:
-        record = json.loads(read_regular_file(path, MAX_RECORD_BYTES).decode("utf-8"))
-        assert isinstance(record, dict) and isinstance(record.get("set"), list)
-    except (ValueError, AssertionError, RecursionError):
-        raise UserError(f"{path}: not an import record xspec wrote") from None
+    record = read_json(path, MAX_RECORD_BYTES)
+    if not (isinstance(record, dict) and isinstance(record.get("set"), list)):
+        raise UserError(f"{shown(path)}: not an import record xspec wrote")
     import xspec
 
     spec = xspec.compile(run_dir)
@@ -60,4 +58,4 @@ def render(summary: dict[str, Any]) -> str:
     else:
         lines.append(f"  verified    no ({(check or {}).get('reason', '--no-verify')})")
     lines += [f"  {name:<11} {command}" for name, command in summary["commands"].items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"    # values come from files: escaped
