@@ -165,3 +165,19 @@ def test_user_error_is_still_one_message_with_exit_status_1(capsys, tmp_path):
     assert cli.main(["compile", str(tmp_path / "missing.xspec")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("xspec: error: ") and "missing.xspec" in err and "Traceback" not in err
+
+
+def test_a_failure_while_answering_lines_is_marked_with_the_lines(tmp_path):
+    from xspec.base.errors import input_of
+    from xspec.commands.translate import answer_lines
+
+    (tmp_path / "in.txt").write_text("a\nb\nc\nd\n")
+
+    def answer(lines, first, name):
+        if first > 1:
+            raise RuntimeError("a bug")
+        yield from lines
+
+    with pytest.raises(RuntimeError) as error:
+        answer_lines(str(tmp_path / "in.txt"), str(tmp_path / "out.txt"), 3, answer)
+    assert input_of(error.value) == f"{tmp_path / 'in.txt'}:4"

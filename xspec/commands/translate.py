@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from xspec.commands.arguments import add_device_argument, float_at_least, int_at_least
+from xspec.base.errors import processing
 from xspec.base.files import check_output_file, write_atomically
+from xspec.base.text import shown
 
 NAME = "translate"
 COMPUTES = True
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     def translate(window: list[str], first: int, name: str) -> Iterator[str]:
         def warn(index: int, tokens: int) -> None:
-            print(f"{name}:{first + index}: warning: {tokens} tokens, more than the model's "
+            print(f"{shown(name)}:{first + index}: warning: {tokens} tokens, more than the model's "
                   f"{translator.max_tokens} positions: translated from its first {translator.max_tokens - 1}",
                   file=sys.stderr)
 
@@ -111,12 +113,14 @@ def answer_lines(input_file: str | None, output: str | None, window: int,
     with opened as source:
         lines = LineStream(source, name)
         while lines_read := lines.take(window):
-            for out in answer(lines_read, first, name):
-                if output:
-                    written.append(out)
-                else:
-                    sys.stdout.write(out)
-                    sys.stdout.flush()
+            last = first + len(lines_read) - 1
+            with processing(f"{name}:{first}" if last == first else f"{name}:{first}-{last}"):
+                for out in answer(lines_read, first, name):
+                    if output:
+                        written.append(out)
+                    else:
+                        sys.stdout.write(out)
+                        sys.stdout.flush()
             first += len(lines_read)
     if output:
         write_atomically(Path(output), "".join(written))
