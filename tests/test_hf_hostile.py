@@ -80,7 +80,8 @@ CONFIG_CASES = [
      'config.json: quantization_config ("mxfp4") is not supported'),
     ("mistral", lambda c: c.update(num_hidden_layers="3"), 'config.json: num_hidden_layers "3" is not an integer'),
     ("mistral", lambda c: c.update(attention_dropout=0.1), "config.json: attention_dropout 0.1 is not supported"),
-    ("mistral", lambda c: c.update(rms_norm_eps=float("nan")), "config.json: not JSON xspec reads (NaN is not a JSON number)"),
+    ("mistral", lambda c: c.update(rms_norm_eps=float("nan")),
+     "config.json: not JSON xspec reads (NaN is not a JSON number)"),
 ]
 
 

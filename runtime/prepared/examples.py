@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable, shown
 from xspec.runtime.batching import Batch, collate, collate_sequences
 from xspec.runtime.data_order import WINDOW, Permutation, Window, sequence_slice
 from xspec.runtime.prepared.format import PreparedDir
@@ -86,8 +87,8 @@ class PreparedText(_Prepared):
 
     def __init__(self, prepared: PreparedDir, mode: str, size: int, truncate: bool) -> None:
         if prepared.kind != "text":
-            raise UserError(f"{prepared.path}: a translation corpus (sentence pairs); a language model trains on "
-                            "prepared text (xspec data prepare TEXT... -o DIR)")
+            raise UserError(f"{shown(prepared.path)}: a translation corpus (sentence pairs); a language model trains "
+                            "on prepared text (xspec data prepare TEXT... -o DIR)")
         self.prepared, self.mode, self.size, self.truncate = prepared, mode, size, truncate
         self.stream, self.offsets = prepared.streams["tokens"], prepared.offsets["documents"]
         if mode == "blocks":
@@ -98,8 +99,8 @@ class PreparedText(_Prepared):
             # a document of L tokens spans L + 1 offsets, and has L + 1 inputs: EOS and its tokens
             self.too_long = _count_over(prepared.example_lengths("documents"), size)
         if not len(self):
-            raise UserError(f"{prepared.path}: every document is longer than {size} tokens; raise data.max_tokens "
-                            "or pass --truncate")
+            raise UserError(f"{shown(prepared.path)}: every document is longer than {size} tokens; raise "
+                            "data.max_tokens or pass --truncate")
 
     def lengths(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.mode == "blocks":
@@ -135,7 +136,7 @@ class PreparedText(_Prepared):
     def token_counts(self) -> np.ndarray:
         """How often each id is predicted in the training stream: every id but the first EOS, which is
         context only."""
-        counts = np.zeros(self.prepared.manifest.vocabulary.pieces, dtype=np.int64)
+        counts = np.zeros(self.prepared.pieces, dtype=np.int64)      # read from the vocabulary itself
         for chunk in self.prepared.id_chunks("tokens"):
             counts += np.bincount(chunk, minlength=len(counts))
         counts[EOS] -= 1
@@ -144,7 +145,7 @@ class PreparedText(_Prepared):
     def summary(self, name: str) -> str:
         manifest = self.prepared.manifest
         unit = f"blocks of {self.size}" if self.mode == "blocks" else "sequences"
-        return (f"{name}: prepared {self.prepared.path}, {manifest.examples:,} documents, "
+        return (f"{name}: prepared {shown(self.prepared.path)}, {manifest.examples:,} documents, "
                 f"{manifest.tokens['tokens']:,} tokens, {self.count:,} {unit}{self._skipped_note()} "
                 f"(read as needed, windows of {min(WINDOW, self.count):,})")
 
@@ -154,8 +155,8 @@ class PreparedPairs(_Prepared):
 
     def __init__(self, prepared: PreparedDir, max_tokens: int, truncate: bool) -> None:
         if prepared.kind != "parallel":
-            raise UserError(f"{prepared.path}: a language model's text; a translation model trains on a prepared "
-                            "translation corpus (xspec data prepare --src FILE --tgt FILE -o DIR)")
+            raise UserError(f"{shown(prepared.path)}: a language model's text; a translation model trains on a "
+                            "prepared translation corpus (xspec data prepare --src FILE --tgt FILE -o DIR)")
         self.prepared, self.truncate, self.limit = prepared, truncate, max_tokens - 1
         self.source, self.target = prepared.streams["source"], prepared.streams["target"]
         self.src_offsets, self.tgt_offsets = prepared.offsets["source"], prepared.offsets["target"]
@@ -164,7 +165,7 @@ class PreparedPairs(_Prepared):
                   for s, t in zip(prepared.example_lengths("source"), prepared.example_lengths("target")))
         self.too_long = _count_over(longer, self.limit)
         if not len(self):
-            raise UserError(f"{prepared.path}: every sentence is longer than {max_tokens} tokens; raise "
+            raise UserError(f"{shown(prepared.path)}: every sentence is longer than {max_tokens} tokens; raise "
                             "data.max_tokens or pass --truncate")
 
     def lengths(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -192,7 +193,7 @@ class PreparedPairs(_Prepared):
         return collate(list(range(len(ids))), sources, targets)
 
     def summary(self, name: str) -> str:
-        return (f"{name}: prepared {self.prepared.path}, {self.count:,} sentence pairs{self._skipped_note()} "
+        return (f"{name}: prepared {shown(self.prepared.path)}, {self.count:,} sentence pairs{self._skipped_note()} "
                 f"(read as needed, windows of {min(WINDOW, self.count):,})")
 
 
@@ -208,10 +209,9 @@ class Mixture:
     endless shuffled sequence (a small corpus repeats sooner than a large one)."""
 
     def __init__(self, parts: list[tuple[_Prepared, float]]) -> None:
-        total = sum(weight for _, weight in parts)
         self.parts, base = [], 0
-        for examples, weight in parts:
-            self.parts.append(Part(examples, weight / total, base))
+        for (examples, _), share in zip(parts, shares([weight for _, weight in parts])):
+            self.parts.append(Part(examples, share, base))
             base += examples.count
         self.bases = np.array([p.base for p in self.parts] + [base], dtype=np.int64)
         self.take = [max(1, round(min(WINDOW, base) * p.weight)) for p in self.parts]
@@ -266,9 +266,19 @@ class Mixture:
         return "; ".join(lines)
 
 
+def shares(weights: list[float]) -> list[float]:
+    """Positive finite weights as shares that sum to 1. They are scaled by the largest first: summed as
+    given, weights near the float's limit (1e308 each) would overflow to infinity and every share be 0."""
+    largest = max(weights)
+    scaled = [weight / largest for weight in weights]
+    total = sum(scaled)
+    return [weight / total for weight in scaled]
+
+
 def parse_data_argument(text: str) -> list[tuple[Path, float]]:
     """`--data DIR` or `--data DIR:WEIGHT,DIR:WEIGHT,...` (weights need not sum to 1)."""
     parts = []
+    given = printable(text)
     for item in text.split(","):
         item = item.strip()
         path, weight = item, 1.0
@@ -277,12 +287,12 @@ def parse_data_argument(text: str) -> list[tuple[Path, float]]:
             try:
                 weight = float(tail)
             except ValueError:
-                raise UserError(f"--data {text}: {item!r}: the weight after ':' is not a number") from None
+                raise UserError(f"--data {given}: '{printable(item)}': the weight after ':' is not a number") from None
             path = head
         if not path:
-            raise UserError(f"--data {text}: an empty directory name")
+            raise UserError(f"--data {given}: an empty directory name")
         if not (weight > 0 and weight < float("inf")):
-            raise UserError(f"--data {text}: {item!r}: a weight is a positive number")
+            raise UserError(f"--data {given}: '{printable(item)}': a weight is a positive number")
         parts.append((Path(path), weight))
     if len(parts) > 64:
         raise UserError(f"--data: {len(parts)} corpora; at most 64 are mixed")

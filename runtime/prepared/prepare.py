@@ -1,6 +1,7 @@
-"""`xspec data prepare`: text files into a prepared data directory (runtime/prepared/format.py).
+"""`xspec data prepare`: text into a prepared data directory (runtime/prepared/format.py).
 
-Two passes over the input, each a stream (memory bounded whatever its size):
+The input is plain text, JSON Lines or Parquet, compressed or not (sources.py). Two passes over it, each
+a stream (memory bounded whatever its size):
 1. unless a vocabulary is given, a uniform sample of at most `vocab_sample` kept lines (reservoir
    sampling, seeded) on which sentencepiece trains, as its own `input_sentence_size` would sample;
 2. the lines cut into chunks that worker processes tokenize (each with the vocabulary loaded once),
@@ -12,6 +13,12 @@ folder keeps the vocabulary and, every CHECKPOINT_SECONDS, what has been written
 after the files it describes are flushed to disk). The same command again continues from there (the
 inputs read again up to that point, for their hashes, but not tokenized again); one with other inputs or
 options starts over. A lock on the folder keeps a second prepare of the same output out while one runs.
+
+The record is not trusted: before anything is cut or reopened, every count it gives is checked against
+the files it describes (sizes, hashes, ids below the vocabulary's size, offsets, the documents' ends, the
+longest example), and against the inputs (they must hold as many examples as it says were written). A
+record that disagrees means starting over, with a note; only the hidden folder is emptied, and only when
+it holds nothing but files prepare writes.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import hashlib
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -32,9 +40,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from xspec.base.errors import UserError
-from xspec.runtime.prepared.format import (FORMAT, MANIFEST, OFFSET, SHARD_TOKENS, VERSION, VOCAB_FILE, FileRecord,
-                                           Manifest, Skipped, SourceRecord, VocabularyRecord)
-from xspec.runtime.prepared.lines import Digest, Skips, aligned_lines, text_lines
+from xspec.base.files import open_regular_file, read_regular_file
+from xspec.base.text import shown
+from xspec.runtime.prepared.format import (FORMAT, MANIFEST, MAX_VOCAB_BYTES, OFFSET, SHARD_TOKENS, VERSION,
+                                           VOCAB_FILE, FileRecord, Manifest, Skipped, SourceRecord, Taken,
+                                           VocabularyRecord, blocks, scan_ids, scan_offsets)
+from xspec.runtime.prepared.lines import Digest, Skips
+from xspec.runtime.prepared.sources import Reading, aligned_lines, text_lines
 from xspec.runtime.vocab import EOS, Vocab, train_vocab
 
 if TYPE_CHECKING:
@@ -47,6 +59,10 @@ PARTIAL = ".partial"                # the hidden folder: .NAME.partial
 PROGRESS = "progress.json"          # in it: what has been written, for a resume
 LOCK = ".lock"                      # in it: held while a prepare writes there
 CHECKPOINT_SECONDS = 30.0           # how often progress is recorded (each record flushes the files to disk)
+MAX_PROGRESS_BYTES = 16 << 20       # a record names shards and their hashes: kilobytes
+# Every name prepare writes in its hidden folder (the vocabulary's temporary file included).
+OWN_NAMES = re.compile(r"\.lock|progress\.json(\.new)?|sentencepiece\.model|\.sentencepiece\.model\.[^/]*\.tmp|"
+                       r"manifest\.json|(tokens|source|target)-\d{5}\.bin|(documents|source|target)\.bin")
 
 
 @dataclass(frozen=True)
@@ -56,25 +72,30 @@ class PrepareOptions:
     vocab_file: Optional[Path] = None   # a sentencepiece model to use instead of training one
     vocab_sample: int = 1_000_000       # lines the vocabulary is trained on at most
     max_line_bytes: int = 1 << 20
+    field: str = "text"                 # the text's field (JSON Lines) or column (Parquet)
     workers: int = 1
     progress: bool = False
     command: str = ""
 
+    @property
+    def reading(self) -> Reading:
+        return Reading(self.max_line_bytes, self.field)
+
 
 def prepare_text(files: list[Path], out: Path, options: PrepareOptions,
                  say: Callable[[str], None] = print) -> Manifest:
-    """A language model's documents, one a line, from `files` (in order) into `out`."""
-    def lines(skips: Skips, digests: Optional[dict] = None) -> Iterator[str]:
-        return text_lines(files, options.max_line_bytes, skips, digests)
+    """A language model's documents, one a record, from `files` (in order) into `out`."""
+    def lines(skips: Skips, digests: Optional[list[Digest]] = None) -> Iterator[str]:
+        return text_lines(files, options.reading, skips, digests)
 
     return _prepare("text", files, lines, lambda pairs: pairs, out, options, say)
 
 
 def prepare_parallel(source: Path, target: Path, out: Path, options: PrepareOptions,
                      say: Callable[[str], None] = print) -> Manifest:
-    """A translation corpus, two line-aligned files, into `out`."""
-    def pairs(skips: Skips, digests: Optional[dict] = None) -> Iterator[tuple[str, str]]:
-        return aligned_lines(source, target, options.max_line_bytes, skips, digests)
+    """A translation corpus, two files aligned record by record, into `out`."""
+    def pairs(skips: Skips, digests: Optional[list[Digest]] = None) -> Iterator[tuple[str, str]]:
+        return aligned_lines(source, target, options.reading, skips, digests)
 
     def sides(items: Iterable[tuple[str, str]]) -> Iterator[str]:
         for s, t in items:
@@ -84,57 +105,30 @@ def prepare_parallel(source: Path, target: Path, out: Path, options: PrepareOpti
     return _prepare("parallel", [source, target], pairs, sides, out, options, say)
 
 
+class _StartOver(Exception):
+    """An interrupted prepare's record that disagrees with its files or inputs; the message says how."""
+
+
 def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, out: Path, options: PrepareOptions,
              say: Callable[[str], None]) -> Manifest:
     out = Path(out)
-    if out.exists():
-        raise UserError(f"-o {out}: already exists; choose another folder or remove it (a prepared directory is "
-                        "written whole, never over another)")
+    if os.path.lexists(out):
+        raise UserError(f"-o {shown(out)}: already exists; choose another folder or remove it (a prepared directory "
+                        "is written whole, never over another)")
     started = time.time()
     fingerprint = _fingerprint(kind, files, options)
     work = out.parent / f".{out.name}{PARTIAL}"
     lock, progress = _claim(work, fingerprint, out)
-    unit = "documents" if kind == "text" else "sentence pairs"
     try:
-        if progress is None:
-            vocab, origin = _vocabulary(read, text_of, work, options, say)
-            progress = Progress(fingerprint=fingerprint, origin=origin)
-            _record(work, progress)
-        else:
-            vocab, origin = Vocab.load(work / VOCAB_FILE), progress.origin
-            say(f"{out}: resuming an interrupted prepare after its first "
-                f"{progress.writer.examples if progress.writer else 0:,} {unit}")
-        dtype = np.dtype("<u2" if len(vocab) <= UINT16_PIECES else "<u4")
-        skips, digests = Skips(), dict[Path, Digest]()
-        writer = _TextWriter(work, dtype, progress.writer) if kind == "text" else \
-            _ParallelWriter(work, dtype, progress.writer)
-        items = read(skips, digests)
-        for _ in range(writer.examples):        # written before the interruption: read for the hashes only
-            next(items)
-        recorded = time.monotonic()
-        for encoded in _encode(items, vocab, kind, options):
-            writer.add(encoded)
-            if time.monotonic() - recorded >= CHECKPOINT_SECONDS:
-                _record(work, progress.model_copy(update={"writer": writer.checkpoint()}))
-                recorded = time.monotonic()
-        if not writer.examples:
-            raise UserError(f"{', '.join(map(str, files))}: no text to prepare ({skips.describe()})")
-        files_written = writer.close()
-        files_written[VOCAB_FILE] = None
-        manifest = Manifest(
-            format=FORMAT, version=VERSION, kind=kind, dtype="uint16" if dtype.itemsize == 2 else "uint32",
-            vocabulary=VocabularyRecord(pieces=len(vocab), sha256=hashlib.sha256(vocab.model_proto).hexdigest(),
-                                        origin=origin),
-            streams=writer.streams, offsets=writer.offset_files,
-            files={name: record for name, record in files_written.items() if record is not None},
-            examples=writer.examples, tokens=writer.tokens_count, longest=writer.longest,
-            sources=[SourceRecord(path=str(Path(f).resolve()), bytes=digests[f].bytes,
-                                  sha256=digests[f].sha256.hexdigest())
-                     for f in files],
-            skipped=Skipped(empty=skips.empty, too_long=skips.too_long, invalid_utf8=skips.invalid_utf8,
-                            where=skips.where),
-            command=options.command, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        (work / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        try:
+            manifest, vocab, skips = _write(kind, files, read, text_of, work, out, fingerprint, progress, options,
+                                            say)
+        except _StartOver as disagreement:
+            say(f"{shown(out)}: the interrupted prepare's record does not match what it describes ({disagreement}); "
+                "starting over")
+            _empty(work)
+            manifest, vocab, skips = _write(kind, files, read, text_of, work, out, fingerprint, None, options, say)
+        (work / MANIFEST).write_text(manifest.to_json(), encoding="utf-8")
         for name in (PROGRESS, f"{PROGRESS}.new", LOCK):     # the resume's own files
             (work / name).unlink(missing_ok=True)
         _sync(work)
@@ -143,19 +137,71 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
         shutil.rmtree(work, ignore_errors=True)     # the input is at fault: nothing to resume
         raise
     except BaseException:
-        say(f"{out}: interrupted; the same command resumes it")
+        say(f"{shown(out)}: interrupted; the same command resumes it")
         raise
     finally:
         if lock is not None:
             lock.close()
     seconds = time.time() - started
     read_bytes = sum(s.bytes for s in manifest.sources)
-    say(f"{out}: {manifest.examples:,} {unit}, "
+    unit = "documents" if kind == "text" else "sentence pairs"
+    say(f"{shown(out)}: {manifest.examples:,} {unit}, "
         f"{' + '.join(f'{n:,}' for n in manifest.tokens.values())} tokens ({manifest.dtype}), vocabulary "
         f"{len(vocab):,}; {skips.describe()}; {read_bytes / 1e6:,.1f} MB in {seconds:.1f} s "
         f"({read_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s, "
         f"{options.workers} worker{'s' if options.workers > 1 else ''})")
     return manifest
+
+
+def _write(kind: str, files: list[Path], read: Callable, text_of: Callable, work: Path, out: Path,
+           fingerprint: dict, progress: Optional["Progress"], options: PrepareOptions,
+           say: Callable[[str], None]) -> tuple[Manifest, Vocab, Skips]:
+    """Everything but the manifest's file into `work`, from the start or, given `progress`, after what it
+    records (checked first); returns the manifest, the vocabulary and what was skipped."""
+    unit = "documents" if kind == "text" else "sentence pairs"
+    if progress is None:
+        vocab, origin = _vocabulary(read, text_of, work, options, say)
+        progress = Progress(fingerprint=fingerprint, origin=origin,
+                            vocabulary=hashlib.sha256(vocab.model_proto).hexdigest())
+        _record(work, progress)
+    else:
+        vocab, origin = _recorded_vocabulary(work, progress), progress.origin
+    dtype = np.dtype("<u2" if len(vocab) <= UINT16_PIECES else "<u4")
+    written = _check_progress(work, progress.writer, kind, dtype, len(vocab)) if progress.writer else {}
+    if progress.writer is not None:
+        say(f"{shown(out)}: resuming an interrupted prepare after its first {progress.writer.examples:,} {unit}")
+    skips, digests = Skips(), [Digest() for _ in files]
+    items = read(skips, digests)
+    _skip_written(items, progress.writer.examples if progress.writer else 0)
+    writer = _TextWriter(work, dtype, progress.writer, written) if kind == "text" else \
+        _ParallelWriter(work, dtype, progress.writer, written)
+    recorded = time.monotonic()
+    for encoded in _encode(items, vocab, kind, options):
+        writer.add(encoded)
+        if time.monotonic() - recorded >= CHECKPOINT_SECONDS:
+            _record(work, progress.model_copy(update={"writer": writer.checkpoint()}))
+            recorded = time.monotonic()
+    if not writer.examples:
+        raise UserError(f"{', '.join(shown(f) for f in files)}: no text to prepare ({skips.describe()})")
+    files_written = writer.close()
+    manifest = Manifest(
+        format=FORMAT, version=VERSION, kind=kind, dtype="uint16" if dtype.itemsize == 2 else "uint32",
+        vocabulary=VocabularyRecord(pieces=len(vocab), sha256=hashlib.sha256(vocab.model_proto).hexdigest(),
+                                    origin=origin),
+        streams=writer.streams, offsets=writer.offset_files, files=files_written,
+        examples=writer.examples, tokens=writer.tokens_count, longest=writer.longest,
+        sources=[SourceRecord(path=str(Path(f).resolve()), bytes=digest.bytes, sha256=digest.sha256.hexdigest())
+                 for f, digest in zip(files, digests)],
+        skipped=Skipped(**skips.counts(), where=skips.where),
+        command=options.command, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    return manifest, vocab, skips
+
+
+def _skip_written(items: Iterator, count: int) -> None:
+    """Reads past the `count` examples an interrupted prepare wrote (for the inputs' hashes only)."""
+    for done in range(count):
+        if next(items, None) is None:
+            raise _StartOver(f"it records {count:,} examples written, but the inputs hold {done:,}")
 
 
 # --- resuming ------------------------------------------------------------------------------------
@@ -206,40 +252,63 @@ class Progress(_State):
 
     fingerprint: dict[str, Any]
     origin: str
+    vocabulary: str = Field(pattern=r"^[0-9a-f]{64}$")     # the SHA-256 of the vocabulary it wrote
     writer: Optional[Union[TextState, PairsState]] = None
 
 
 def _fingerprint(kind: str, files: list[Path], options: PrepareOptions) -> dict[str, Any]:
     """What makes a prepared directory what it is: its inputs as they are now (path, size, modification
-    time), the vocabulary's settings or file, and the line limit. Workers and messages do not count."""
+    time), the vocabulary's settings or file, the line limit and the text's field. Workers and messages do
+    not count."""
     def stamp(path: Path) -> list:
-        status = path.stat()
+        try:
+            status = path.stat()
+        except OSError as error:
+            raise UserError(f"{shown(path)}: cannot read: {error.strerror}") from None
         return [str(path.resolve()), status.st_size, status.st_mtime_ns]
 
     return {"format": [FORMAT, VERSION, SHARD_TOKENS], "kind": kind, "inputs": [stamp(Path(f)) for f in files],
             "vocabulary": (stamp(Path(options.vocab_file)) if options.vocab_file is not None
                            else [options.vocab_size, options.vocab_model, options.vocab_sample]),
-            "max_line_bytes": options.max_line_bytes}
+            "max_line_bytes": options.max_line_bytes, "field": options.field}
 
 
 def _claim(work: Path, fingerprint: dict, out: Path) -> tuple[Optional[BinaryIO], Optional[Progress]]:
     """The hidden folder, locked for this prepare: an interrupted one's progress where it prepared the same
-    inputs with the same options, else a new folder (a leftover of other inputs removed)."""
-    lock = None
-    if work.is_dir() and not work.is_symlink():
+    inputs with the same options, else an empty folder (a leftover of other inputs emptied)."""
+    if os.path.islink(work) or (os.path.lexists(work) and not work.is_dir()):
+        raise UserError(f"{shown(work)}: in the way of the folder prepare writes -o {shown(out)} in (it is not one "
+                        "prepare made); move it away or remove it")
+    if work.is_dir():
+        _check_own_folder(work, out)
         lock = _lock(work / LOCK, out)
         progress = _read_progress(work / PROGRESS)
-        if progress is not None and progress.fingerprint == fingerprint and (work / VOCAB_FILE).is_file():
+        if progress is not None and progress.fingerprint == fingerprint:
             return lock, progress
-        lock.close()
-        shutil.rmtree(work, ignore_errors=True)
-    elif work.exists() or work.is_symlink():
-        work.unlink()
+        _empty(work)
+        return lock, None
     try:
         work.mkdir(parents=True)
     except FileExistsError:     # made a moment ago by another prepare of the same output
-        raise UserError(f"-o {out}: another prepare is writing it ({work} appeared meanwhile)") from None
+        raise UserError(f"-o {shown(out)}: another prepare is writing it ({shown(work)} appeared meanwhile)") from None
     return _lock(work / LOCK, out), None
+
+
+def _check_own_folder(work: Path, out: Path) -> None:
+    """The hidden folder holds only files prepare writes there: it is then prepare's to empty."""
+    with os.scandir(work) as entries:
+        for entry in entries:
+            if not OWN_NAMES.fullmatch(entry.name) or not entry.is_file(follow_symlinks=False):
+                raise UserError(f"{shown(work)}: holds {shown(entry.name)}, which prepare does not write there; this "
+                                f"is where prepare writes -o {shown(out)}: move the folder away or remove it")
+
+
+def _empty(work: Path) -> None:
+    """Removes prepare's files from its hidden folder, but for the lock this prepare holds."""
+    with os.scandir(work) as entries:
+        for entry in entries:
+            if entry.name != LOCK:
+                os.unlink(entry.path)
 
 
 def _lock(path: Path, out: Path) -> BinaryIO:
@@ -252,15 +321,15 @@ def _lock(path: Path, out: Path) -> BinaryIO:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         handle.close()
-        raise UserError(f"-o {out}: another prepare is writing it ({path.parent} is locked)") from None
+        raise UserError(f"-o {shown(out)}: another prepare is writing it ({shown(path.parent)} is locked)") from None
     return handle
 
 
 def _read_progress(path: Path) -> Optional[Progress]:
     """An interrupted prepare's record, if it is one (checked: names, counts and kinds prepare writes)."""
     try:
-        return Progress.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError):
+        return Progress.model_validate_json(read_regular_file(path, MAX_PROGRESS_BYTES))
+    except (UserError, ValidationError):
         return None
 
 
@@ -275,9 +344,108 @@ def _record(work: Path, progress: Progress) -> None:
 
 
 def _sync(folder: Path) -> None:
-    for path in folder.iterdir():
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                with open(entry.path, "rb") as handle:
+                    os.fsync(handle.fileno())
+
+
+def _recorded_vocabulary(work: Path, progress: Progress) -> Vocab:
+    """The vocabulary an interrupted prepare wrote, if it is the one its record names."""
+    try:
+        proto = read_regular_file(work / VOCAB_FILE, MAX_VOCAB_BYTES)
+        if hashlib.sha256(proto).hexdigest() != progress.vocabulary:
+            raise _StartOver(f"{VOCAB_FILE} is not the vocabulary it records")
+        return Vocab.from_bytes(proto, shown(work / VOCAB_FILE))
+    except UserError as error:
+        raise _StartOver(str(error)) from None
+
+
+def _check_progress(work: Path, state: Union["TextState", "PairsState"], kind: str, dtype: np.dtype,
+                    pieces: int) -> dict[str, "hashlib._Hash"]:
+    """Checks an interrupted prepare's record against the files it describes, reading what it says was
+    written (format.py's checks of a prepared directory, on the files so far); returns the SHA-256 so far of
+    each file that is continued (the open shards, the offsets)."""
+    if isinstance(state, TextState) != (kind == "text"):
+        raise _StartOver(f"it records {'text' if isinstance(state, TextState) else 'sentence pairs'}, not {kind}")
+    if isinstance(state, TextState):
+        streams = {"tokens": (state.tokens, "documents.bin", state.documents)}
+        longest = {"tokens": state.longest}
+    else:
+        streams = {name: (side.ids, f"{name}.bin", side.offsets)
+                   for name, side in (("source", state.source), ("target", state.target))}
+        longest = state.longest
+    if set(longest) != set(streams):
+        raise _StartOver("its longest examples are not those of its streams")
+    digests: dict[str, "hashlib._Hash"] = {}
+    for name, (shards, index, count) in streams.items():
+        _check_shards_state(name, shards, dtype)
+        if count != state.examples + 1:
+            raise _StartOver(f"it records {count - 1:,} examples in {index} but {state.examples:,} in all")
+        try:
+            digests.update(_scan_written(work, name, shards, index, count, dtype, pieces, longest[name]))
+        except UserError as error:
+            raise _StartOver(str(error)) from None
+    return digests
+
+
+def _check_shards_state(name: str, shards: ShardsState, dtype: np.dtype) -> None:
+    """A stream's names and counts are those prepare writes: its own shards, each but the last full."""
+    if any(not shard.startswith(f"{name}-") for shard in shards.names):
+        raise _StartOver(f"its {name} stream is written in other files ({shown(shards.names[0])})")
+    finished = [shards.records[shard].bytes for shard in shards.names[:-1]]
+    if any(size != SHARD_TOKENS * dtype.itemsize for size in finished) or bool(shards.names) != bool(shards.in_shard) \
+            or len(finished) * SHARD_TOKENS + shards.in_shard != shards.length:
+        raise _StartOver(f"the length of its {name} stream, {shards.length:,} ids, is not what its shards hold")
+
+
+def _scan_written(work: Path, name: str, shards: ShardsState, index: str, count: int, dtype: np.dtype,
+                  pieces: int, longest: int) -> dict[str, "hashlib._Hash"]:
+    """Reads the shards and offsets of stream `name` up to where the record says (UserError where they do not
+    match it); returns the SHA-256 of the open shard's and the offsets' part that is kept."""
+    kept: dict[str, "hashlib._Hash"] = {}
+    size = count * OFFSET.itemsize
+    path = work / index
+    text = name == "tokens"
+    kept[index] = hashlib.sha256()
+    largest = scan_offsets(path, blocks(_at_least(path, size), path, OFFSET, kept[index], limit=size), count,
+                           shards.length - 1 if text else shards.length, least=1 if text else 0)
+    if (largest - 1 if text and count > 1 else largest) != longest:
+        raise UserError(f"{shown(path)}: its longest example is not the {longest:,} ids the record says")
+    ends = Taken(blocks(_at_least(path, size), path, OFFSET, limit=size)) if text else None
+    scan_ids(name, _written_ids(work, shards, dtype, kept), pieces, ends, path)
+    return kept
+
+
+def _written_ids(work: Path, shards: ShardsState, dtype: np.dtype,
+                 kept: dict[str, "hashlib._Hash"]) -> Iterator[tuple[Path, int, np.ndarray]]:
+    """The ids of a stream's shards, up to where the record says (the finished shards' hashes checked); the
+    open shard's SHA-256 into `kept`."""
+    for k, shard in enumerate(shards.names):
+        path, at, digest = work / shard, 0, hashlib.sha256()
+        finished = k < len(shards.names) - 1
+        size = shards.records[shard].bytes if finished else shards.in_shard * dtype.itemsize
+        handle = _at_least(path, size)
+        if finished and os.fstat(handle.fileno()).st_size != size:
+            handle.close()
+            raise UserError(f"{shown(path)}: not the {size:,} bytes the record says")
+        for chunk in blocks(handle, path, dtype, digest, limit=size):
+            yield path, at, chunk
+            at += len(chunk)
+        if not finished:
+            kept[shard] = digest
+        elif digest.hexdigest() != shards.records[shard].sha256:
+            raise UserError(f"{shown(path)}: not the shard the record hashed")
+
+
+def _at_least(path: Path, size: int) -> BinaryIO:
+    """`path` open to read, if it holds at least `size` bytes."""
+    handle = open_regular_file(path)
+    if os.fstat(handle.fileno()).st_size < size:
+        handle.close()
+        raise UserError(f"{shown(path)}: holds less than the record says was written")
+    return handle
 
 
 # --- the vocabulary ------------------------------------------------------------------------------
@@ -399,9 +567,11 @@ def _flat(encoded: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 class _Shards:
     """One stream of ids into files PREFIX-NNNNN.bin of at most SHARD_TOKENS ids, hashed as written. From a
-    checkpoint's `state`, it goes on where that left off (what was written after it is cut off)."""
+    checkpoint's `state` (checked: _check_progress) and the SHA-256 of its open shard so far, it goes on
+    where that left off (what was written after it is cut off)."""
 
-    def __init__(self, folder: Path, prefix: str, dtype: np.dtype, state: Optional[ShardsState] = None) -> None:
+    def __init__(self, folder: Path, prefix: str, dtype: np.dtype, state: Optional[ShardsState] = None,
+                 written: Optional[dict[str, "hashlib._Hash"]] = None) -> None:
         self.folder, self.prefix, self.dtype = folder, prefix, dtype
         self.names: list[str] = []
         self.records: dict[str, FileRecord] = {}
@@ -410,17 +580,15 @@ class _Shards:
         self._digest: Optional["hashlib._Hash"] = None
         self._in_shard = 0
         if state is not None:
-            written = sum(record.bytes for record in state.records.values()) // dtype.itemsize + state.in_shard
-            if any(not name.startswith(f"{prefix}-") for name in state.names) or written != state.length:
-                raise UserError(f"{folder}: its progress record does not describe the {prefix} stream it wrote; "
-                                "it is removed, and the same command prepares the data from the start")
             self.names, self.length, self._in_shard = list(state.names), state.length, state.in_shard
             self.records = dict(state.records)
             for stale in folder.glob(f"{prefix}-*.bin"):        # begun after the checkpoint
                 if stale.name not in self.names:
                     stale.unlink()
             if self.names:
-                self._handle, self._digest = _reopen(folder / self.names[-1], self._in_shard * dtype.itemsize)
+                last = self.names[-1]
+                self._handle = _reopen(folder / last, self._in_shard * dtype.itemsize)
+                self._digest = (written or {})[last]
 
     def write(self, ids: np.ndarray) -> None:
         ids = ids.astype(self.dtype, copy=False)
@@ -465,15 +633,16 @@ class _Shards:
 
 class _Offsets:
     """int64 offsets into one file, appended chunk by chunk, hashed as written; from a checkpoint's
-    count, appended after that many."""
+    count (checked) and the SHA-256 of the offsets so far, appended after that many."""
 
-    def __init__(self, path: Path, first: int, count: Optional[int] = None) -> None:
+    def __init__(self, path: Path, first: int, count: Optional[int] = None,
+                 written: Optional[dict[str, "hashlib._Hash"]] = None) -> None:
         self.path = path
         if count is None:
             self._handle, self._digest, self.count = open(path, "wb"), hashlib.sha256(), 0
             self.write(np.array([first], dtype=np.int64))
         else:
-            self._handle, self._digest = _reopen(path, count * OFFSET.itemsize)
+            self._handle, self._digest = _reopen(path, count * OFFSET.itemsize), (written or {})[path.name]
             self.count = count
 
     def checkpoint(self) -> int:
@@ -494,13 +663,13 @@ class _Offsets:
 class _TextWriter:
     """Documents as one stream EOS d1 EOS d2 ... EOS; the offsets are the positions of their EOSes."""
 
-    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[Union[TextState, PairsState]] = None) -> None:
-        if state is not None and not isinstance(state, TextState):
-            raise UserError(f"{folder}: its progress record is of sentence pairs, not text")
-        self.tokens = _Shards(folder, "tokens", dtype, state.tokens if state else None)
+    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[Union[TextState, PairsState]] = None,
+                 written: Optional[dict[str, "hashlib._Hash"]] = None) -> None:
+        assert state is None or isinstance(state, TextState), "checked by _check_progress"
+        self.tokens = _Shards(folder, "tokens", dtype, state.tokens if state else None, written)
         if state is None:
             self.tokens.write(np.array([EOS]))
-        self.offsets = _Offsets(folder / "documents.bin", 0, state.documents if state else None)
+        self.offsets = _Offsets(folder / "documents.bin", 0, state.documents if state else None, written)
         self.examples, self._longest = (state.examples, state.longest) if state else (0, 0)
 
     def checkpoint(self) -> TextState:
@@ -536,12 +705,12 @@ class _TextWriter:
 class _ParallelWriter:
     """The two sides' ids, sentence after sentence, and where each sentence starts."""
 
-    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[Union[TextState, PairsState]] = None) -> None:
-        if state is not None and not isinstance(state, PairsState):
-            raise UserError(f"{folder}: its progress record is of text, not sentence pairs")
+    def __init__(self, folder: Path, dtype: np.dtype, state: Optional[Union[TextState, PairsState]] = None,
+                 written: Optional[dict[str, "hashlib._Hash"]] = None) -> None:
+        assert state is None or isinstance(state, PairsState), "checked by _check_progress"
         sides = {"source": state.source, "target": state.target} if state else {}
-        self.sides = {name: (_Shards(folder, name, dtype, sides[name].ids if state else None),
-                             _Offsets(folder / f"{name}.bin", 0, sides[name].offsets if state else None))
+        self.sides = {name: (_Shards(folder, name, dtype, sides[name].ids if state else None, written),
+                             _Offsets(folder / f"{name}.bin", 0, sides[name].offsets if state else None, written))
                       for name in ("source", "target")}
         self.examples = state.examples if state else 0
         self._longest = {"source": 0, "target": 0, **(state.longest if state else {})}
@@ -574,16 +743,9 @@ class _ParallelWriter:
         return records
 
 
-def _reopen(path: Path, size: int) -> tuple[BinaryIO, "hashlib._Hash"]:
-    """`path` cut to its first `size` bytes (what a checkpoint recorded), open to append, and the hash of
-    those bytes."""
-    if not path.is_file() or path.stat().st_size < size:   # not what the checkpoint saw written: start over
-        raise UserError(f"{path}: holds less than its interrupted prepare recorded; it is removed, and the same "
-                        "command prepares the data from the start")
+def _reopen(path: Path, size: int) -> BinaryIO:
+    """`path` cut to its first `size` bytes (what a checkpoint recorded, checked: _check_progress), open to
+    append."""
     with open(path, "r+b") as handle:
         handle.truncate(size)
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return open(path, "ab"), digest
+    return open(path, "ab")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from xspec.base.errors import UserError
+from xspec.base.text import shown
 from xspec.runtime.prepared.examples import Mixture, PreparedPairs, PreparedText
 from xspec.runtime.prepared.format import MANIFEST, VOCAB_FILE, PreparedDir, open_prepared
 from xspec.runtime.run_dir import PreparedSplit
@@ -26,7 +27,7 @@ def open_split(split: PreparedSplit, kind: str, option: str) -> list[PreparedDir
     for prepared in opened:
         if prepared.kind != kind:
             what = "a language model's text" if prepared.kind == "text" else "a translation corpus (sentence pairs)"
-            raise UserError(f"{option} {prepared.path}: {what}, but the model is a "
+            raise UserError(f"{option} {shown(prepared.path)}: {what}, but the model is a "
                             f"{'language model' if kind == 'text' else 'translation model'}")
     return opened
 
@@ -40,8 +41,9 @@ def shared_vocabulary(opened: dict[str, list[PreparedDir]]) -> Optional[tuple[Pa
             if first is None:
                 first = prepared
             elif prepared.manifest.vocabulary.sha256 != first.manifest.vocabulary.sha256:
-                raise UserError(f"{prepared.path / MANIFEST}: prepared with another vocabulary than {first.path} "
-                                "(their sentencepiece models differ); prepare them with the same --vocab")
+                raise UserError(f"{shown(prepared.path / MANIFEST)}: prepared with another vocabulary than "
+                                f"{shown(first.path)} (their sentencepiece models differ); prepare them with the same "
+                                "--vocab")
     return None if first is None else (first.path / VOCAB_FILE, first.vocab_proto)
 
 
@@ -51,7 +53,7 @@ def check_run_vocabulary(opened: dict[str, list[PreparedDir]], vocab: Vocab, whe
     for dirs in opened.values():
         for prepared in dirs:
             if prepared.manifest.vocabulary.sha256 != digest:
-                raise UserError(f"{prepared.path / MANIFEST}: prepared with another vocabulary than the run's "
+                raise UserError(f"{shown(prepared.path / MANIFEST)}: prepared with another vocabulary than the run's "
                                 f"({where}): its token ids would mean other pieces")
 
 
@@ -69,7 +71,7 @@ def decoded_documents(dirs: list[PreparedDir]) -> list[str]:
     """The documents of prepared text, decoded (a validation or test split)."""
     lines = []
     for prepared in _bounded(dirs):
-        vocab, stream, offsets = Vocab.from_bytes(prepared.vocab_proto, str(prepared.path / VOCAB_FILE)), \
+        vocab, stream, offsets = Vocab.from_bytes(prepared.vocab_proto, shown(prepared.path / VOCAB_FILE)), \
             prepared.streams["tokens"], prepared.offsets["documents"]
         for k in range(prepared.manifest.examples):
             lines.append(vocab.decode(stream.read(int(offsets[k]) + 1, int(offsets[k + 1])).tolist()))
@@ -81,7 +83,7 @@ def decoded_pairs(dirs: list[PreparedDir]) -> tuple[list[str], list[str]]:
     sources: list[str] = []
     targets: list[str] = []
     for prepared in _bounded(dirs):
-        vocab = Vocab.from_bytes(prepared.vocab_proto, str(prepared.path / VOCAB_FILE))
+        vocab = Vocab.from_bytes(prepared.vocab_proto, shown(prepared.path / VOCAB_FILE))
         for side, out in (("source", sources), ("target", targets)):
             stream, offsets = prepared.streams[side], prepared.offsets[side]
             for k in range(prepared.manifest.examples):
@@ -92,6 +94,6 @@ def decoded_pairs(dirs: list[PreparedDir]) -> tuple[list[str], list[str]]:
 def _bounded(dirs: list[PreparedDir]) -> list[PreparedDir]:
     total = sum(d.manifest.examples for d in dirs)
     if total > MAX_DECODED_EXAMPLES:
-        raise UserError(f"{dirs[0].path}: {total:,} examples for a validation or test split, which is read into "
+        raise UserError(f"{shown(dirs[0].path)}: {total:,} examples for a validation or test split, which is read into "
                         f"memory; at most {MAX_DECODED_EXAMPLES:,}")
     return dirs

@@ -10,13 +10,15 @@ from pathlib import Path
 
 from xspec.commands.arguments import add_debug_argument, int_at_least
 from xspec.base.errors import UserError
-from xspec.base.files import check_output_dir
+from xspec.base.files import check_output_dir, open_regular_file
+from xspec.base.text import printable, shown
 
 NAME = "data"
 HELP = "prepare text into token shards that xspec train reads without loading them (--data DIR)"
 DESCRIPTION = """\
-  prepare TEXT... -o DIR                       a language model's documents, one a line
-  prepare --src FILE --tgt FILE -o DIR         a translation corpus, two line-aligned files
+  prepare TEXT... -o DIR                       a language model's documents, one a line (or record)
+  prepare --src FILE --tgt FILE -o DIR         a translation corpus, two files aligned line by line
+                                               (record by record)
   show DIR                                     what a prepared directory holds, checked
 
 prepare reads its input as a stream (memory bounded whatever its size), trains the vocabulary on a
@@ -27,8 +29,19 @@ the command). DIR appears only when complete. `xspec train SPEC --data DIR` then
 memory that does not grow with the corpus, and resumes with exactly the batches an uninterrupted run
 would have seen.
 
+input formats, by the file's name (for TEXT, --src and --tgt alike):
+  *.jsonl, *.ndjson     JSON Lines: one object a line, the text in its --field (default "text")
+  *.parquet             Parquet: the string column --field, read a record batch at a time
+  .gz or .zst after     a gzip- or zstandard-compressed file of lines (x.jsonl.zst, x.txt.gz)
+  anything else         plain text, one document (or sentence) a line
+Empty lines, lines longer than --max-line-bytes, lines not UTF-8, and (JSON Lines, Parquet) lines not
+JSON, not an object, or without a string --field are skipped, counted, and the first few named by file
+and line (Parquet: row). A file that is not its format (not gzip, truncated, not Parquet, a column that
+is not text) is an error naming it.
+
 examples:
   xspec data prepare corpus/*.txt -o data/web --vocab-size 32000
+  xspec data prepare crawl/*.jsonl.zst -o data/crawl --field content
   xspec data prepare --src train.en --tgt train.de -o data/wmt --vocab-size 37000
   xspec train specs/lm.xspec --data data/web --valid valid.txt -o runs/lm
   xspec train specs/lm.xspec --data data/web:0.7,data/books:0.3 --valid valid.txt
@@ -38,12 +51,16 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     modes = parser.add_subparsers(dest="mode", metavar="MODE", required=True)
     prepare = modes.add_parser("prepare", help="text files into a prepared data directory",
-                               description="Text files (a language model's documents, or --src/--tgt: a "
+                               description="Text, JSON Lines (.jsonl, .ndjson; .gz or .zst compressed too) or "
+                                           "Parquet files (a language model's documents, or --src/--tgt: a "
                                            "translation corpus) into a prepared data directory.")
     add_debug_argument(prepare)
-    prepare.add_argument("text", nargs="*", metavar="TEXT", help="language model: text files, one document a line")
-    prepare.add_argument("--src", metavar="FILE", help="translation: source sentences, one a line")
+    prepare.add_argument("text", nargs="*", metavar="TEXT",
+                         help="language model: files of documents, one a line (or JSON Lines record, or Parquet row)")
+    prepare.add_argument("--src", metavar="FILE", help="translation: source sentences, one a line (or record)")
     prepare.add_argument("--tgt", metavar="FILE", help="translation: target sentences, aligned with --src")
+    prepare.add_argument("--field", default="text", metavar="NAME",
+                         help="JSON Lines: the field holding the text; Parquet: the column (default: text)")
     prepare.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write (must not exist)")
     prepare.add_argument("--vocab", metavar="FILE", help="a sentencepiece model to use instead of training one")
     prepare.add_argument("--vocab-size", type=int_at_least(8), default=37000, metavar="N",
@@ -73,23 +90,26 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from xspec.runtime.prepared.prepare import PrepareOptions, prepare_parallel, prepare_text
+    from xspec.runtime.prepared.sources import check_input
 
     if (args.src is None) != (args.tgt is None):
         raise UserError("--src and --tgt go together (only one was given)")
     if args.src is not None and args.text:
-        raise UserError(f"{args.text[0]}: give either text files (a language model's documents) or --src and "
+        raise UserError(f"{shown(args.text[0])}: give either text files (a language model's documents) or --src and "
                         "--tgt (a translation corpus), not both")
     if args.src is None and not args.text:
         raise UserError("what to prepare? text files (a language model's documents) or --src FILE --tgt FILE")
     inputs = [Path(p) for p in ([args.src, args.tgt] if args.src is not None else args.text)]
     for path in inputs:
-        if not path.is_file():
-            raise UserError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file")
+        check_input(path)           # a regular file (not a folder, a FIFO, a dangling link), of a format read here
+    if args.vocab:
+        open_regular_file(Path(args.vocab)).close()
     out = check_output_dir(Path(args.output), "-o")
     options = PrepareOptions(vocab_size=args.vocab_size, vocab_model=args.vocab_model,
                              vocab_file=Path(args.vocab) if args.vocab else None, vocab_sample=args.vocab_sample,
-                             max_line_bytes=args.max_line_bytes, workers=args.workers or os.cpu_count() or 1,
-                             progress=args.progress, command=shlex.join(["xspec", *sys.argv[1:]]))
+                             max_line_bytes=args.max_line_bytes, field=args.field,
+                             workers=args.workers or os.cpu_count() or 1, progress=args.progress,
+                             command=shlex.join(["xspec", *sys.argv[1:]]))
     if args.src is not None:
         prepare_parallel(inputs[0], inputs[1], out, options)
     else:
@@ -98,25 +118,39 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from xspec.runtime.prepared.format import open_prepared
+    from xspec.runtime.prepared.format import NEWER_SKIPS, open_prepared
+    from xspec.runtime.prepared.lines import KINDS
 
     prepared = open_prepared(Path(args.directory))
     manifest = prepared.manifest
     if args.json:
-        print(manifest.model_dump_json(indent=2))
+        print(_printable_json(manifest.model_dump_json(indent=2)))
         return 0
     unit = "documents" if manifest.kind == "text" else "sentence pairs"
-    print(f"{prepared.path}: {manifest.kind}, {manifest.examples:,} {unit}, format version {manifest.version} "
+    print(f"{shown(prepared.path)}: {manifest.kind}, {manifest.examples:,} {unit}, format version {manifest.version} "
           "(checked: sizes, hashes, boundaries, token ids)")
     for name, count in manifest.tokens.items():
         print(f"  {name}: {count:,} tokens ({manifest.dtype}, {len(manifest.streams[name])} shard"
               f"{'s' if len(manifest.streams[name]) != 1 else ''}), longest {manifest.longest[name]:,}")
-    print(f"  vocabulary: {manifest.vocabulary.pieces:,} pieces, {manifest.vocabulary.origin}")
+    print(f"  vocabulary: {prepared.pieces:,} pieces, {printable(manifest.vocabulary.origin)}")
     skipped = manifest.skipped
-    print(f"  skipped: {skipped.empty:,} empty, {skipped.too_long:,} too long, {skipped.invalid_utf8:,} invalid UTF-8")
+    newer = "".join(f", {getattr(skipped, kind):,} {KINDS[kind]}" for kind in NEWER_SKIPS if getattr(skipped, kind))
+    print(f"  skipped: {skipped.empty:,} empty, {skipped.too_long:,} too long, {skipped.invalid_utf8:,} invalid UTF-8"
+          f"{newer}")
     for place in skipped.where:
-        print(f"    {place}")
+        print(f"    {printable(place)}")
     for source in manifest.sources:
-        print(f"  source: {source.path} ({source.bytes:,} bytes, sha256 {source.sha256[:12]}...)")
-    print(f"  command: {manifest.command}")
+        print(f"  source: {printable(source.path)} ({source.bytes:,} bytes, sha256 {source.sha256[:12]}...)")
+    print(f"  command: {printable(manifest.command)}")
     return 0
+
+
+def _printable_json(text: str) -> str:
+    """JSON with every character a terminal could obey (they stand only inside its strings) written as its
+    \\u escape: the same JSON value."""
+    return "".join(c if c.isprintable() or c == "\n" else _json_escape(c) for c in text)
+
+
+def _json_escape(c: str) -> str:
+    units = c.encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{int.from_bytes(units[i:i + 2], 'big'):04x}" for i in range(0, len(units), 2))
