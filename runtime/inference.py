@@ -35,13 +35,17 @@ def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
 
 
 def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:
-    """The checkpoint's sentencepiece model (an imported checkpoint's own tokenizer), which must have no more
-    pieces than the model has embeddings."""
+    """The checkpoint's sentencepiece model (or an imported checkpoint's own tokenizer), which must produce no
+    id past the model's embedding."""
     if checkpoint.tokenizer is not None:
-        from xspec.runtime.tokenizer import CheckpointTokenizer
+        from xspec.base.text import shown
+        from xspec.runtime.tokenizer import CheckpointTokenizer, check_against_embedding
 
-        return CheckpointTokenizer.from_description(checkpoint.tokenizer, checkpoint.vocab_proto,  # type: ignore[return-value]
-                                                    f"{checkpoint.path}: its tokenizer")
+        # Made again and probed as at import; its ids and special ids checked against this model's embedding.
+        where = shown(checkpoint.path)
+        tokenizer = CheckpointTokenizer.from_description(checkpoint.tokenizer, checkpoint.vocab_proto, where)
+        check_against_embedding(tokenizer, spec.vocab_size, where)
+        return tokenizer  # type: ignore[return-value]
     vocab = Vocab.from_bytes(checkpoint.vocab_proto, f"{checkpoint.path}: its sentencepiece model")
     if len(vocab) > spec.vocab_size:
         raise UserError(f"{checkpoint.path}: its sentencepiece model has {len(vocab)} pieces, but the model's "

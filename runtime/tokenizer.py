@@ -1,47 +1,98 @@
 """An imported checkpoint's own tokenizer: tokenizer.json through the `tokenizers` library, or a sentencepiece
 tokenizer.model. Both are data (JSON, a protobuf), never code. Chat templates (tokenizer_config.json's
 chat_template) are not read: prompts are plain text. `xspec import` finds it in a checkpoint directory
-(xspec/hf/tokenizer.py); a checkpoint keeps its description and file, and loading one makes it again here."""
+(xspec/hf/tokenizer.py); a checkpoint keeps its description and file, and loading one makes it again here.
+
+A tokenizer is untrusted like the rest of a checkpoint, and it does work: its normalizer, pre-tokenizer and
+decoder may hold regular expressions, which a backtracking engine can spend minutes on over one long line,
+and the `tokenizers` library panics (a pyo3 PanicException, which is a BaseException) when one passes its
+engine's retry limit. So, wherever one is made (at import, and again when a checkpoint is loaded), it is
+probed on long runs of each kind of character and refused when its time grows faster than the text
+(`_Probe`). Every call into the library then runs in a worker thread with a time budget, which both
+libraries allow by releasing the GIL while they work: a line that still stalls it is an error naming the
+line, never a hang (the thread is left to finish or to end with the process). Whatever the library raises,
+a panic included, is an error naming the file.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+import queue
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from functools import partial
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 from xspec.base.errors import UserError
+from xspec.base.strict_json import parse_json
+from xspec.base.text import printable
 
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE = "tokenizer.model"
 KINDS = {TOKENIZER_JSON: "tokenizers", SENTENCEPIECE: "sentencepiece"}
+FILES = {kind: name for name, kind in KINDS.items()}
 NONE = "none"               # a checkpoint directory without a tokenizer: the model runs on token ids alone
+
+# Time budgets. Tokenizers built as Llama 2's and 3's, Qwen2's, GPT-2's, BERT's and T5's encode a 1 MiB
+# line (xspec's longest) of the worst kind for each in 0.6 to 4 s on one core of the 2-core development
+# machine; a call gets five times that and never less than two seconds: only a stalled tokenizer runs out.
+BUDGET_BASE_S = 2.0
+BUDGET_PER_CHARACTER_S = 20e-6
+BUDGET_PER_TOKEN_S = 1e-3           # decoding
+READ_TIMEOUT_S = 60.0               # making one from its file (64 MiB at most; 2 MB: 0.05 s)
+CHUNK_CHARACTERS = 1 << 20          # lines encoded in one call: at most this much text ...
+CHUNK_LINES = 4096                  # ... and this many lines
+
+# The probe: each kind of character in a run of PROBE_SHORT and of PROBE_LONG characters. Four times the
+# text takes four times as long where the work is linear, sixteen times where it is quadratic.
+PROBE_TEXTS = (("letters", "a"), ("digits", "7"), ("spaces", " "), ("punctuation marks", "!"),
+               ("line breaks", "\n"), ("mixed characters", "a1 !\n"), ("non-ASCII characters", "é中🙂"),
+               ("combining accents", "\u0301"))
+PROBE_SHORT, PROBE_LONG = 1_000, 4_000
+PROBE_GROWTH = 8.0                  # refused at this ratio of times (thread CPU time, least of three tries) ...
+PROBE_FLOOR_S = 0.01                # ... once the long run takes this long: below it, times are noise
+PROBE_TIMEOUT_S = 2.0               # any one step of the probe
+PROBE_TOKEN_S = 0.05                # decoding the vocabulary's longest token alone
+
+
+class TokenizingError(UserError):
+    """A line the tokenizer could not encode, in its time budget or at all. `index` is the line's place in
+    the list given to `encode`; `at("prompts.txt:12")` names it as its file and line number instead."""
+
+    def __init__(self, origin: str, index: int, line: str, problem: str) -> None:
+        self.origin, self.index, self.problem = origin, index, problem
+        super().__init__(f"{origin}: {problem}: line {index + 1} of the text given, {_preview(line)}")
+
+    def at(self, place: str) -> UserError:
+        return UserError(f"{place}: {self.origin}: {self.problem}")
+
+
+def _preview(line: str, length: int = 30) -> str:
+    return f'"{printable(line[:length])}{"..." if len(line) > length else ""}"'
 
 
 class CheckpointTokenizer:
     """Text <-> ids as the checkpoint's model was trained with; `bos_id`/`eos_id` from its config (None
-    where it has none). The interface of runtime/vocab.py's Vocab: encode, decode, len, model_proto."""
+    where it has none). The interface of runtime/vocab.py's Vocab: encode, decode, len, model_proto.
+    `origin` names it in errors (`DIR/tokenizer.json`, or a checkpoint's `...: its tokenizer.json`)."""
 
     def __init__(self, kind: str, data: bytes, bos_id: int | None, eos_ids: list[int], origin: str) -> None:
         self.kind, self.model_proto, self.bos_id, self.eos_ids = kind, data, bos_id, eos_ids
         self._origin = origin
-        try:
-            if kind == NONE:
-                self._size = 0
-            elif kind == "tokenizers":
-                from tokenizers import Tokenizer
-
-                self._tokenizer = Tokenizer.from_str(data.decode("utf-8"))
-                # The ids' bound: added tokens may leave gaps, so their count can fall short of it.
-                ids = self._tokenizer.get_vocab(with_added_tokens=True).values()
-                self._size = max(max(ids, default=-1) + 1, self._tokenizer.get_vocab_size(with_added_tokens=True))
-            else:
-                import sentencepiece as spm
-
-                self._sp = spm.SentencePieceProcessor(model_proto=data)
-                self._size = self._sp.get_piece_size()
-        except Exception as error:  # the libraries raise assorted types for a file they cannot parse
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise UserError(f"{origin}: not a {kind} tokenizer ({reason})") from None
+        self._library: _Tokenizers | _Sentencepiece | None = None
+        if kind == "tokenizers":
+            self._library = _Tokenizers(data, origin)
+        elif kind == "sentencepiece":
+            self._library = _Sentencepiece(data, origin)
+        self._size = self._library.size if self._library is not None else 0
+        if self._library is not None:
+            _Probe(self._library, origin).run()
 
     def __len__(self) -> int:
+        """The bound of the ids it produces (added tokens may leave gaps, so more than it has tokens)."""
         return self._size
 
     @property
@@ -63,34 +114,371 @@ class CheckpointTokenizer:
 
     never_generated: tuple[int, ...] = ()
 
-    def _needed(self) -> None:
-        if self.kind == NONE:
+    def _needed(self) -> _Tokenizers | _Sentencepiece:
+        if self._library is None:
             raise UserError(f"{self._origin}: none (the checkpoint directory had no tokenizer.json or "
                             "tokenizer.model): text cannot be turned into token ids")
+        return self._library
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        self._needed()
-        if self.kind == "tokenizers":
-            return [e.ids for e in self._tokenizer.encode_batch(lines, add_special_tokens=False)]
-        return self._sp.encode(lines)
+        """Each line's ids, a batch of lines to a call, each call within its time budget."""
+        library = self._needed()
+        encoded: list[list[int]] = []
+        for start, chunk in _chunks(lines):
+            try:
+                encoded += _bounded(lambda: library.encode(chunk), _budget(chunk))
+            except (_Overtime, _Failed):     # which line it was: each alone, with a budget of its own
+                encoded += [self._encode_line(library, start + i, line) for i, line in enumerate(chunk)]
+        return encoded
+
+    def _encode_line(self, library: _Tokenizers | _Sentencepiece, index: int, line: str) -> list[int]:
+        budget = _budget([line])
+        try:
+            return _bounded(lambda: library.encode([line]), budget)[0]
+        except _Overtime:
+            raise TokenizingError(self._origin, index, line, f"encoding a line of {len(line):,} characters took "
+                                  f"more than {_seconds(budget)} (its normalizer or pre-tokenizer is too slow on "
+                                  "it: a regular expression that backtracks?)") from None
+        except _Failed as failed:
+            raise TokenizingError(self._origin, index, line, f"cannot encode a line of {len(line):,} characters "
+                                  f"({failed.reason})") from None
 
     def decode(self, ids: list[int]) -> str:
-        self._needed()
-        if self.kind == "tokenizers":
-            return self._tokenizer.decode(ids, skip_special_tokens=True)
-        specials = {self.bos_id, *self.eos_ids}
-        return self._sp.decode([i for i in ids if i not in specials])
+        library = self._needed()
+        if self.kind == "sentencepiece":
+            specials = {self.bos_id, *self.eos_ids}
+            ids = [i for i in ids if i not in specials]
+        budget = BUDGET_BASE_S + BUDGET_PER_TOKEN_S * len(ids)
+        try:
+            return _bounded(lambda: library.decode(list(ids)), budget)
+        except _Overtime:
+            raise UserError(f"{self._origin}: decoding {len(ids):,} token ids took more than {_seconds(budget)} (its "
+                            "decoder is too slow on them)") from None
+        except _Failed as failed:
+            raise UserError(f"{self._origin}: cannot decode {len(ids):,} token ids ({failed.reason})") from None
 
     def describe(self) -> dict:
         return {"kind": self.kind, "bos_id": self.bos_id, "eos_ids": self.eos_ids}
 
+    def special_ids(self) -> list[tuple[str, int]]:
+        """(describe()'s key, id) of each special id: ("bos_id", 1), ("eos_ids[0]", 2), ..."""
+        bos = [("bos_id", self.bos_id)] if self.bos_id is not None else []
+        return bos + [(f"eos_ids[{i}]", eos) for i, eos in enumerate(self.eos_ids)]
+
     @classmethod
-    def from_description(cls, description: str, data: bytes, origin: str) -> "CheckpointTokenizer":
+    def from_description(cls, description: str, data: bytes, where: str) -> "CheckpointTokenizer":
+        """The tokenizer a checkpoint keeps (`where`: the checkpoint) from its description and file."""
+        info = parse_json(description, f"{where}: metadata xspec.tokenizer")
+        kinds = (*KINDS.values(), NONE)
+        if not (isinstance(info, dict) and info.keys() == {"kind", "bos_id", "eos_ids"} and info["kind"] in kinds
+                and (info["bos_id"] is None or type(info["bos_id"]) is int)
+                and isinstance(info["eos_ids"], list) and all(type(i) is int for i in info["eos_ids"])):
+            raise UserError(f"{where}: not a checkpoint xspec wrote (metadata xspec.tokenizer: not a tokenizer "
+                            "description)")
+        kind = info["kind"]
+        origin = f"{where}: its {FILES[kind]}" if kind in FILES else f"{where}: its tokenizer"
+        return cls(kind, data, info["bos_id"], info["eos_ids"], origin)
+
+
+def check_against_embedding(tokenizer: CheckpointTokenizer, rows: int, where: str) -> None:
+    """A loaded checkpoint's tokenizer (`where`: the checkpoint) against its model, whose embedding has `rows`:
+    every id the tokenizer produces must be a row, and every special id one of its tokens (or, without a
+    tokenizer, a row)."""
+    if tokenizer.kind != NONE and len(tokenizer) > rows:
+        raise UserError(f"{where}: its {FILES[tokenizer.kind]} produces ids up to {len(tokenizer) - 1:,}, but the "
+                        f"model's embedding has {rows:,} rows")
+    bound = len(tokenizer) if tokenizer.kind != NONE else rows
+    holder = f"its {FILES[tokenizer.kind]} has {bound:,} ids" if tokenizer.kind != NONE else \
+        f"the model's embedding has {rows:,} rows"
+    for key, value in tokenizer.special_ids():
+        if not 0 <= value < bound:
+            raise UserError(f"{where}: not a checkpoint xspec wrote (metadata xspec.tokenizer: {key} {value} is "
+                            f"not a token id: {holder})")
+
+
+# --- the libraries -----------------------------------------------------------------------------------
+
+class _Tokenizers:
+    """tokenizer.json through the `tokenizers` library (whose encode_batch and decode_batch release the GIL)."""
+
+    def __init__(self, data: bytes, origin: str) -> None:
+        value = parse_json(data, origin)     # UTF-8, JSON, no key given twice: one message for each
+        if not isinstance(value, dict) or not isinstance(value.get("model"), dict):
+            raise UserError(f"{origin}: not a tokenizers tokenizer (expected a JSON object with a \"model\" object)")
+        from tokenizers import Tokenizer
+
+        text = data.decode("utf-8")
+        self.tokenizer = _read(lambda: Tokenizer.from_str(text), f"{origin}: not a tokenizers tokenizer")
+        # Lengths are xspec's to handle (a long prompt keeps its last tokens), and padding would add ids to
+        # every line of a batch: whatever the file sets for either is not applied.
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        vocabulary = self.tokenizer.get_vocab(with_added_tokens=True)
+        # The ids' bound: added tokens may leave gaps, so their count can fall short of it.
+        self.size = max(max(vocabulary.values(), default=-1) + 1, self.tokenizer.get_vocab_size(True))
+        longest = max(vocabulary, key=len, default=None)
+        self.longest = (longest, vocabulary[longest]) if longest is not None else None
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=False)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode_batch([ids], skip_special_tokens=True)[0]
+
+
+class _Sentencepiece:
+    """tokenizer.model through sentencepiece (which releases the GIL while it encodes and decodes)."""
+
+    longest = None      # no decoder of its own to probe: pieces are joined
+
+    def __init__(self, data: bytes, origin: str) -> None:
+        import sentencepiece as spm
+
+        if not data:        # SentencePieceProcessor(model_proto=b"") loads nothing, and fails only when used
+            raise UserError(f"{origin}: not a sentencepiece tokenizer (an empty file)")
+        self.processor = _read(lambda: spm.SentencePieceProcessor(model_proto=data),
+                               f"{origin}: not a sentencepiece tokenizer")
+        self.size = self.processor.get_piece_size()
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return self.processor.encode(lines)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.processor.decode(ids)
+
+
+def _read(load: Callable[[], T], refusal: str) -> T:
+    """What `load` makes of a tokenizer's file, or a UserError starting with `refusal` saying why (the library
+    raises assorted types for a file it cannot read, a panic among them)."""
+    try:
+        return _bounded(load, READ_TIMEOUT_S)
+    except _Overtime:
+        raise UserError(f"{refusal} (reading it takes more than {READ_TIMEOUT_S:.0f} s)") from None
+    except _Failed as failed:
+        raise UserError(f"{refusal} ({failed.reason})") from None
+
+
+# --- calls with a time budget ----------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class _Overtime(Exception):
+    """The call was still running when its budget ran out."""
+
+
+class _Failed(Exception):
+    """The call raised; `reason` says what, in one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def _budget(lines: list[str]) -> float:
+    return BUDGET_BASE_S + BUDGET_PER_CHARACTER_S * sum(len(line) for line in lines)
+
+
+def _chunks(lines: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """(index of the first, lines) of at most CHUNK_LINES lines and CHUNK_CHARACTERS characters (or one line)."""
+    start, size = 0, 0
+    for i, line in enumerate(lines):
+        if i > start and (size + len(line) > CHUNK_CHARACTERS or i - start >= CHUNK_LINES):
+            yield start, lines[start:i]
+            start, size = i, 0
+        size += len(line)
+    if start < len(lines):
+        yield start, lines[start:]
+
+
+def _bounded(call: Callable[[], T], seconds: float) -> T:
+    """call()'s result, run by the worker thread and waited for at most `seconds` (else _Overtime: the worker
+    is left to finish it, or to end with the process, and the next call gets a new one); whatever it
+    raises, a native panic included, is _Failed."""
+    return _bounded_timed(call, seconds)[0]
+
+
+def _bounded_timed(call: Callable[[], T], seconds: float) -> tuple[T, float]:
+    """As _bounded, with the CPU time the worker thread spent on the call: a measure of the call alone, which
+    neither other processes nor this process's other threads (an abandoned call among them) change."""
+    outcome: list = []
+    finished = threading.Event()
+    with _calls.lock, _failure_report_held_back() as failed:
+        if _calls.worker is None:
+            _calls.worker = _start_worker()
+        _calls.worker.put((call, outcome, finished))
+        if not finished.wait(seconds):
+            _calls.worker = None
+            raise _Overtime
+        done, value, cpu = outcome[0]
+        failed.append(not done)
+    if done:
+        return value, cpu
+    _reraise_interrupt(value)
+    raise _Failed(_reason(value))
+
+
+class _Calls:
+    """The worker thread's queue, and what the calls share; made anew in a forked child, which has neither
+    the thread nor a lock another thread may have held."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()                    # one call at a time: one worker, one stderr
+        self.worker: queue.SimpleQueue | None = None
+        self.held: BinaryIO | None = None               # where stderr goes during a call
+
+
+_calls = _Calls()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: globals().update(_calls=_Calls()))
+
+
+def _start_worker() -> queue.SimpleQueue:
+    calls: queue.SimpleQueue = queue.SimpleQueue()
+
+    def serve() -> None:
+        while True:
+            call, outcome, finished = calls.get()
+            start = time.thread_time()
+            try:
+                # Both libraries work on the calling thread for one text: its CPU time is the call's.
+                outcome.append((True, call(), time.thread_time() - start))
+            except BaseException as error:      # a pyo3 PanicException is no Exception
+                outcome.append((False, error, time.thread_time() - start))
+            finished.set()
+
+    threading.Thread(target=serve, name="xspec-tokenizer", daemon=True).start()
+    return calls
+
+
+def _is_panic(error: BaseException) -> bool:
+    # pyo3_runtime.PanicException cannot be imported by name: it is known by its class's name.
+    return type(error).__name__ == "PanicException"
+
+
+def _reraise_interrupt(error: BaseException) -> None:
+    if isinstance(error, (KeyboardInterrupt, SystemExit)):
+        raise error
+
+
+def _reason(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    text = printable(lines[0][:200]) if lines else type(error).__name__
+    return f"the tokenizers library panicked: {text}" if _is_panic(error) else text
+
+
+@contextmanager
+def _failure_report_held_back() -> Iterator[list[bool]]:
+    """While a call runs, what the process writes to stderr (fd 2) is held in a temporary file and passed on
+    afterwards, unless the call failed (True appended to the list): the library then wrote its own report
+    there (Rust's panic report, a backtrace with RUST_BACKTRACE set; sentencepiece's log), which the error
+    raised instead says in one line. (_calls.lock held.)"""
+    failed: list[bool] = []
+    held = _held_file()
+    saved = _duplicated_stderr() if held is not None else None
+    if held is None or saved is None:
+        yield failed
+        return
+    sys.stderr.flush()
+    os.dup2(held.fileno(), 2)
+    try:
+        yield failed
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.seek(0)
+        written = held.read()
+        held.seek(0)
+        held.truncate()
+        if written and not any(failed):
+            _write_all(2, written)
+
+
+def _held_file() -> BinaryIO | None:
+    """The temporary file stderr goes to during a call (one for the process); None where none can be made."""
+    if _calls.held is None:
         try:
-            info = json.loads(description)
-            kind, bos, eos = info["kind"], info["bos_id"], info["eos_ids"]
-            assert kind in (*KINDS.values(), NONE) and (bos is None or type(bos) is int)
-            assert isinstance(eos, list) and all(type(i) is int for i in eos)
-        except (ValueError, KeyError, TypeError, AssertionError):
-            raise UserError(f"{origin}: not a tokenizer description xspec wrote") from None
-        return cls(kind, data, bos, eos, origin)
+            _calls.held = tempfile.TemporaryFile()
+        except OSError:
+            return None
+    return _calls.held
+
+
+def _duplicated_stderr() -> int | None:
+    try:
+        return os.dup(2)
+    except OSError:                 # no stderr at all: nothing to hold back
+        return None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+# --- the probe -----------------------------------------------------------------------------------------
+
+class _Probe:
+    """Refuses a tokenizer whose encoding or decoding time grows faster than the text, that fails on a long
+    run of one kind of character, or that takes long to decode its longest token. Its cost for real
+    tokenizers (Llama 2 and 3, Qwen2, GPT-2, BERT, T5 shapes, sentencepiece): 10 to 60 ms."""
+
+    def __init__(self, library: _Tokenizers | _Sentencepiece, origin: str) -> None:
+        self.library, self.origin = library, origin
+
+    def run(self) -> None:
+        self._timed("encoding a first line", lambda: self.library.encode(["warm up"]))
+        for what, unit in PROBE_TEXTS:
+            texts = [(unit * n)[:n] for n in (PROBE_SHORT, PROBE_LONG)]
+            ids = self._compare([f"encoding {len(t):,} {what}" for t in texts],
+                                [partial(self._encode, t) for t in texts])
+            self._compare([f"decoding the ids of {len(t):,} {what}" for t in texts],
+                          [partial(self.library.decode, i) for i in ids])
+        if self.library.longest is not None:
+            self._longest_token(*self.library.longest)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.library.encode([text])[0]
+
+    def _timed(self, doing: str, call: Callable[[], T]) -> tuple[float, T]:
+        """(CPU seconds the call took on its thread, result): other load on the machine does not count."""
+        try:
+            result, seconds = _bounded_timed(call, PROBE_TIMEOUT_S)
+        except _Overtime:
+            raise self._refusal(f"{doing} takes more than {PROBE_TIMEOUT_S:.0f} s") from None
+        except _Failed as failed:
+            raise self._refusal(f"{doing} fails ({failed.reason})") from None
+        return seconds, result
+
+    def _compare(self, doing: list[str], calls: list[Callable[[], T]]) -> list[T]:
+        timed = [self._timed(d, c) for d, c in zip(doing, calls)]
+        times = [t for t, _ in timed]
+        for _ in range(2):              # a suspect: the least of three tries, as a busy machine adds time
+            if not _grows_too_fast(times):
+                break
+            times = [min(t, self._timed(d, c)[0]) for t, d, c in zip(times, doing, calls)]
+        if _grows_too_fast(times):
+            ratio = times[1] / max(times[0], 1e-9)
+            raise self._refusal(f"{doing[1]} takes {times[1] * 1000:.0f} ms, {ratio:.0f} times as "
+                                f"long as {doing[0].split(' ', 1)[1]} ({times[0] * 1000:.1f} ms): its time grows "
+                                "faster than the text (a regular expression that backtracks?)")
+        return [result for _, result in timed]
+
+    def _longest_token(self, token: str, index: int) -> None:
+        doing = f"decoding its longest token (id {index}, {len(token):,} characters)"
+        seconds = self._timed(doing, lambda: self.library.decode([index]))[0]
+        if seconds > PROBE_TOKEN_S:             # a suspect: the lesser of two tries
+            seconds = min(seconds, self._timed(doing, lambda: self.library.decode([index]))[0])
+        if seconds > PROBE_TOKEN_S:
+            raise self._refusal(f"{doing} takes {seconds * 1000:.0f} ms")
+
+    def _refusal(self, problem: str) -> UserError:
+        return UserError(f"{self.origin}: {problem}; refusing a tokenizer that long text would stall")
+
+
+def _grows_too_fast(times: list[float]) -> bool:
+    return times[1] > PROBE_FLOOR_S and times[1] > PROBE_GROWTH * times[0]

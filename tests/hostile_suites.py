@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 HOSTILE_SUITES = ("test_hostile_input.py", "test_hf_hostile.py", "test_hf_hostile_files.py", "test_output_dir.py",
-                  "test_prepared_hostile.py", "test_prepare_formats.py", "fuzz")
+                  "test_prepared_hostile.py", "test_prepare_formats.py", "test_tokenizer_hostile.py", "fuzz")
 
 
 def is_hostile_suite(path: Path) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -11,6 +12,7 @@ from xspec.commands.arguments import float_at_least, int_at_least
 from xspec.commands.translate import add_model_arguments, answer_lines
 from xspec.base.errors import UserError
 from xspec.base.files import check_output_file, write_atomically
+from xspec.base.text import printable
 
 NAME = "generate"
 COMPUTES = True
@@ -91,17 +93,32 @@ def run(args: argparse.Namespace) -> int:
 
     def continue_lines(window: list[str], first: int, name: str) -> Iterator[str]:
         line = first
-        for done in generator.stream(window, warning(name, first), first=first - 1):
-            yield "".join(_format(window[line - first + i], decode(ids), args.echo) for i, ids in enumerate(done))
-            line += len(done)
+        with _lines_named(name, first):
+            for done in generator.stream(window, warning(name, first), first=first - 1):
+                yield "".join(_format(window[line - first + i], decode(ids), args.echo)
+                              for i, ids in enumerate(done))
+                line += len(done)
 
     if args.prompt is None:
         answer_lines(args.input, args.output, args.window, continue_lines)
     elif args.output:
         write_atomically(Path(args.output), "".join(continue_lines([args.prompt], 1, "--prompt")))
     else:
-        _stream_tokens(generator, args.prompt, args.echo, warning("--prompt", 1))
+        with _lines_named("--prompt", 1):
+            _stream_tokens(generator, args.prompt, args.echo, warning("--prompt", 1))
     return 0
+
+
+@contextmanager
+def _lines_named(name: str, first: int) -> Iterator[None]:
+    """A prompt the tokenizer cannot encode named by its file and line (`prompts.txt:12`), not its place in
+    the window of lines read (runtime/tokenizer.py's TokenizingError)."""
+    from xspec.runtime.tokenizer import TokenizingError
+
+    try:
+        yield
+    except TokenizingError as error:
+        raise error.at(f"{printable(name)}:{first + error.index}") from None
 
 
 def _stream_tokens(generator, prompt: str, echo: bool, warn) -> None:

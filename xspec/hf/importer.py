@@ -28,7 +28,7 @@ from xspec.hf.families import Mapped, map_config
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
-from xspec.hf.tokenizer import find_tokenizer
+from xspec.hf.tokenizer import check_fits, find_tokenizer
 from xspec.runtime.tokenizer import CheckpointTokenizer
 
 MODEL_SPEC = "model.xspec"
@@ -61,6 +61,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
             raise SpecError(str(error).replace(str(work), str(out)), error.diagnostics) from None
         _check_sizes(spec)
         plan = _plan(mapped, spec, weights)
+        check_fits(tokenizer, config, source, spec.vocab_size)   # the embedding's rows, as _plan checked them
         _write_weights(work, plan, weights, spec, tokenizer)
         verification = None
         if verify:

@@ -1,30 +1,76 @@
 """Finding a Hugging Face checkpoint directory's tokenizer (tokenizer.json preferred, else tokenizer.model)
-and its special ids; the tokenizer itself is runtime/tokenizer.py's, which a loaded checkpoint uses too."""
+and its special ids; the tokenizer itself is runtime/tokenizer.py's, which a loaded checkpoint uses too.
+
+What the directory says is checked against what it is: config.json's bos_token_id and eos_token_id must be
+ids of the tokenizer's vocabulary, and every id the tokenizer produces a row of the model's embedding."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from xspec.base.errors import UserError
-from xspec.base.files import read_regular_file
-from xspec.runtime.tokenizer import KINDS, NONE, CheckpointTokenizer
+from xspec.base.input_dir import InputDirectory
+from xspec.base.text import printable, shown
+from xspec.runtime.tokenizer import FILES, KINDS, NONE, CheckpointTokenizer
 
 MAX_TOKENIZER_BYTES = 64 << 20
+CONFIG = "config.json"
+CHECKPOINT = "a Hugging Face save_pretrained directory"
 
 
-def special_ids(config: dict) -> tuple[int | None, list[int]]:
+def special_ids(config: dict, origin: str = CONFIG) -> tuple[int | None, list[int]]:
+    """config.json's bos_token_id and eos_token_id (one id, or a list of them); `origin` names the file."""
     bos, eos = config.get("bos_token_id"), config.get("eos_token_id")
-    eos_ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
-    if not (bos is None or type(bos) is int) or not all(type(i) is int for i in eos_ids):
-        raise UserError("config.json: bos_token_id and eos_token_id must be token ids")
-    return bos, eos_ids
+    for key, value in _special_keys(bos, eos):
+        if type(value) is not int or value < 0:
+            raise UserError(f"{origin}: {key} {_json(value)} is not a token id (an integer from 0)")
+    return bos, eos if isinstance(eos, list) else [] if eos is None else [eos]
 
 
-def find_tokenizer(directory: Path, config: dict) -> CheckpointTokenizer:
-    """The directory's tokenizer (tokenizer.json preferred), or one of kind "none" when it has neither file."""
-    bos, eos = special_ids(config)
+def _special_keys(bos, eos) -> list[tuple[str, object]]:
+    """(key as config.json spells it, value) of each special id given."""
+    keys = [("bos_token_id", bos)] if bos is not None else []
+    if isinstance(eos, list):
+        return keys + [(f"eos_token_id[{i}]", value) for i, value in enumerate(eos)]
+    return keys + ([("eos_token_id", eos)] if eos is not None else [])
+
+
+def _json(value) -> str:
+    return printable(json.dumps(value)[:40])
+
+
+def find_tokenizer(directory: Path | InputDirectory, config: dict) -> CheckpointTokenizer:
+    """The directory's tokenizer (tokenizer.json preferred), or one of kind "none" when it has neither file.
+    A file that is there is read as every file of the checkpoint is (xspec/base/input_dir.py: regular files
+    inside the directory only), made and probed (runtime/tokenizer.py), and config.json's special ids must be
+    in its vocabulary."""
+    folder = directory if isinstance(directory, InputDirectory) else InputDirectory.open(directory, CHECKPOINT)
+    bos, eos = special_ids(config, shown(folder.file(CONFIG)))
     for name, kind in KINDS.items():
-        path = directory / name
-        if path.is_file():
-            return CheckpointTokenizer(kind, read_regular_file(path, MAX_TOKENIZER_BYTES), bos, eos, str(path))
-    return CheckpointTokenizer(NONE, b"", bos, eos, f"{directory}: its tokenizer")
+        if folder.has(name):
+            path = shown(folder.file(name))
+            tokenizer = CheckpointTokenizer(kind, folder.read(name, MAX_TOKENIZER_BYTES), bos, eos, path)
+            _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids")
+            return tokenizer
+    return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer")
+
+
+def check_fits(tokenizer: CheckpointTokenizer, config: dict, directory: Path | InputDirectory,
+               rows: int) -> None:
+    """Every id the tokenizer produces, and each of config.json's special ids, must be a row of the model's
+    embedding (`rows`, the tensor's, as the import checked its shape)."""
+    folder = directory if isinstance(directory, InputDirectory) else InputDirectory.open(directory, CHECKPOINT)
+    if tokenizer.kind != NONE and len(tokenizer) > rows:
+        raise UserError(f"{shown(folder.file(FILES[tokenizer.kind]))}: its ids reach {len(tokenizer) - 1:,} (with "
+                        f"its added tokens), but the model's embedding has {rows:,} rows (config.json's "
+                        "vocab_size); a tokenizer of another model?")
+    _check_special_ids(config, folder, rows, f"the model's embedding has {rows:,} rows")
+
+
+def _check_special_ids(config: dict, folder: InputDirectory, bound: int, holder: str) -> None:
+    """Each of config.json's special ids below `bound`; `holder` ("the model's embedding has 300 rows") says
+    whose bound it is."""
+    for key, value in _special_keys(config.get("bos_token_id"), config.get("eos_token_id")):
+        if isinstance(value, int) and value >= bound:
+            raise UserError(f"{shown(folder.file(CONFIG))}: {key} {value} is not a token id: {holder}")
