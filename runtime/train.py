@@ -1,12 +1,13 @@
 """Training any compiled spec with the paper's recipe (§5), then scoring the test split (§6.1).
 
-The flow of `train()`: check the run (on resume: the recorded data and the checkpoint's model) ->
-data -> shared vocabulary (trained by rank 0, sent to the others) -> the model and its loss, replicated
-or sharded over the processes and compiled if asked, Adam and the eq. 3 schedule (or the last
-checkpoint's state) -> only then write the run's spec.xspec and run.json -> the updates (loop.py) until
-a limit, Ctrl-C or a non-finite loss stops them (recorded in run.json) -> the test split scored (BLEU
-for translation, perplexity for a language model). Nothing here depends on the architecture (the model
-is whatever `spec.build()` returns) or on the task (runtime/tasks: what the data is, how it is scored).
+The flow of `train()`: check the run (on resume: the recorded data and the checkpoint's model; a prepared
+corpus's vocabulary sizes the model) -> data -> shared vocabulary (trained by rank 0, sent to the others)
+-> the model and its loss, replicated or sharded over the processes and compiled if asked, Adam and the
+eq. 3 schedule (or the last checkpoint's state) -> only then write the run's spec.xspec and run.json -> the
+updates (loop.py) until a limit, Ctrl-C or a non-finite loss stops them (recorded in run.json) -> the test
+split scored (BLEU for translation, perplexity for a language model). Nothing here depends on the
+architecture (the model is whatever `spec.build()` returns) or on the task (runtime/tasks: what the data
+is, how it is scored).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -31,9 +33,10 @@ from xspec.runtime.loop import Diverged, Progress, StopRequested, Trainer, torch
 from xspec.runtime.memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from xspec.runtime.precision import choose_precision
 from xspec.runtime.run_log import RunLog
-from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, DataFiles, RunRecord, Split, read_metrics_log,
-                                   read_run_record, rewrite_metrics_log, write_final_metrics, write_run_files,
-                                   write_run_record)
+from xspec.runtime.prepared.format import VOCAB_FILE, open_prepared
+from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord, Split,
+                                   read_metrics_log, read_run_record, rewrite_metrics_log, write_final_metrics,
+                                   write_run_files, write_run_record)
 from xspec.runtime.schedule import make_optimizer, make_scheduler
 from xspec.runtime.step import TrainingStep, compile_step, distribute
 from xspec.runtime.tasks import Corpus, Task, task_for
@@ -103,7 +106,11 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         raise UserError(f"--resume {run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
     record = _resumed_record(run_dir, options) if options.resume else \
         RunRecord(options.data, truncate=bool(options.truncate))
-    resumed = _same_model_checkpoint(existing[-1], spec) if options.resume else None
+    last = ckpt.load_weights(existing[-1]) if options.resume else None
+    sized = _sized_to_prepared_vocab(spec, record.data, options, last, say)
+    if sized is not spec:
+        spec, task = sized, task_for(sized)
+    resumed = _same_model(last, spec) if last is not None else None
     initial = _same_model_checkpoint(ckpt.resolve(options.init), spec) if options.init and not options.resume else None
     if initial is not None and options.vocab_file is not None:
         raise UserError("--init keeps the vocabulary of the run it starts from; drop --vocab")
@@ -253,12 +260,15 @@ def _describe_split(name: str, split: Split | None, run_dir: Path) -> str:
 
 
 def _same_model_checkpoint(path: Path, spec) -> ckpt.Checkpoint:
-    """The checkpoint to resume from; its model parameters must be the spec's (section settings
+    return _same_model(ckpt.load_weights(path), spec)
+
+
+def _same_model(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:
+    """The checkpoint to resume (or start) from; its model parameters must be the spec's (section settings
     such as train.max_steps may change)."""
-    saved = ckpt.load_weights(path)
     difference = ckpt.params_difference(model_params(saved.params), model_params(spec.params))
     if difference:
-        raise UserError(f"{path}: a checkpoint from a different spec ({difference})")
+        raise UserError(f"{saved.path}: a checkpoint from a different spec ({difference})")
     return saved
 
 
@@ -350,14 +360,59 @@ def _vocab(spec, task: Task, run_dir: Path, context: distributed.Context, vocab_
             proto = load_or_train_vocab(run_dir, task.vocab_text(), spec.data.vocab_size,
                                         spec.data.vocab_model).model_proto
     vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / MODEL_FILE))
-    if len(vocab) > spec.vocab_size:
-        if prepared is not None:
-            raise UserError(f"{prepared[0]}: the prepared data's vocabulary has {len(vocab)} pieces, but the model's "
-                            f"embedding has {spec.vocab_size} rows; prepare it with --vocab-size <= {spec.vocab_size}, "
-                            "or give the model a larger vocabulary")
+    if len(vocab) > spec.vocab_size:     # (a prepared vocabulary has sized the model: _sized_to_prepared_vocab)
         raise UserError(f"{run_dir / MODEL_FILE}: {len(vocab)} pieces, but the model's embedding "
                         f"has {spec.vocab_size} rows; set data.vocab_size <= {spec.vocab_size}")
     return vocab
+
+
+# The parameter that sizes the embedding and the output projection in every shipped spec (and import).
+VOCAB_PARAM = "vocab"
+
+
+def _sized_to_prepared_vocab(spec, data: DataFiles, options: RunOptions, last: ckpt.Checkpoint | None,
+                             say: Callable[[str], None]):
+    """The spec whose embedding has a row for each piece of the prepared data's vocabulary: its `vocab` set to
+    that vocabulary's size, as `--set vocab=N` sets it (the run's spec.xspec keeps it). Where the spec cannot
+    take it, the embedding must at least hold every piece. A run that starts from other weights (--init) keeps
+    their vocabulary and size; a resumed run takes the size only where the run it continues did."""
+    found = None if options.init is not None and not options.resume else _prepared_vocab_size(data)
+    if found is None or found[1] == spec.vocab_size:
+        return spec
+    path, pieces = found
+    if last is not None and last.params.get(VOCAB_PARAM) != pieces:
+        return spec                     # the run kept the spec's size; the checkpoint check says if it differs
+    rows = spec.vocab_size
+    if VOCAB_PARAM in spec.overrides:   # said on the command line (or by the caller): kept, if it holds the pieces
+        if pieces > rows:
+            raise UserError(f"{path}: the prepared data's vocabulary has {pieces} pieces, but the model's embedding "
+                            f"has {rows} rows; prepare it with --vocab-size <= {rows}, or drop --set {VOCAB_PARAM}="
+                            f"{spec.overrides[VOCAB_PARAM]} (the model then takes the prepared vocabulary's size)")
+        return spec
+    # The resolved spec holds data.vocab_size as a number: it follows `vocab` as it does in the spec file.
+    sized = spec.with_overrides({VOCAB_PARAM: pieces, "data.vocab_size": pieces}) if VOCAB_PARAM in spec.params \
+        else None
+    if sized is None or sized.vocab_size != pieces:
+        if pieces > rows:
+            raise UserError(f"{path}: the prepared data's vocabulary has {pieces} pieces, but the model's embedding "
+                            f"has {rows} rows, and {spec.name} has no `{VOCAB_PARAM}` parameter that sizes it; "
+                            f"prepare it with --vocab-size <= {rows}, or set the parameter that sizes the embedding "
+                            f"with --set NAME={pieces}")
+        return spec                     # rows beyond the vocabulary are never used
+    say(f"{VOCAB_PARAM} = {pieces} (the spec says {spec.params[VOCAB_PARAM]}), as --set {VOCAB_PARAM}={pieces} "
+        f"would set it: the model's embedding takes the prepared data's vocabulary, {path}, of {pieces} pieces")
+    return sized
+
+
+def _prepared_vocab_size(data: DataFiles) -> tuple[Path, int] | None:
+    """The vocabulary file of the run's first prepared directory and its number of pieces (read from the file
+    itself); None when no split is prepared. The task checks later that every directory has this vocabulary."""
+    for split in data.splits().values():
+        if isinstance(split, PreparedSplit):
+            prepared = open_prepared(split.dirs[0], verify=False)     # verified in full when the task reads it
+            path = prepared.path / VOCAB_FILE
+            return path, len(Vocab.from_bytes(prepared.vocab_proto, str(path)))
+    return None
 
 
 def _users_vocab(path: Path, proto: bytes, run_dir: Path) -> bytes:

@@ -26,6 +26,10 @@ perplexity (the last line) and a few sampled continuations.
 With no data (neither flags nor the spec's `data` section), trains on the built-in demo task, a
 generated artificial language pair (a language model: its English-like side).
 
+--data DIR trains on a corpus that `xspec data prepare` wrote, with its vocabulary: the model's `vocab`
+is set to that vocabulary's number of pieces, as --set vocab=N would set it (one line says so; the run's
+spec keeps it). An explicit --set vocab=N must hold every piece.
+
 --init RUN starts from the weights of RUN's latest checkpoint (an `xspec import`, or any run) and keeps
 its vocabulary (an import's own tokenizer): fine-tuning. Without a spec, the spec is RUN's own; with one,
 its model parameters must be RUN's. The optimizer and the learning-rate schedule start anew.
@@ -63,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                  ("" if split == "train" else "; either task: a prepared data directory"))
     parser.add_argument("--data", metavar="DIR[:W][,DIR:W...]",
                         help="training data prepared by xspec data prepare, read as needed (memory does not grow "
-                             "with the corpus); several directories mixed by weight, e.g. web:0.7,books:0.3")
+                             "with the corpus), whose vocabulary sizes the model; several directories mixed by "
+                             "weight, e.g. web:0.7,books:0.3")
     parser.add_argument("--vocab", metavar="FILE",
                         help="a sentencepiece model to use instead of training one (ids 0-3: pad, unk, bos, eos)")
     parser.add_argument("-o", "--output", "--out", metavar="DIR", dest="output",
