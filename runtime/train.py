@@ -25,6 +25,7 @@ import torch
 from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file, write_bytes_atomically
 from xspec.base.process import find_tcmalloc, uses_tcmalloc
+from xspec.base.text import shown
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime import distributed, state_dicts
 from xspec.runtime.compile_choice import use_compile
@@ -297,7 +298,7 @@ def _mixture_line(examples, progress: Progress) -> str | None:
     if not parts or not progress.source_tokens:
         return None
     total = sum(progress.source_tokens) or 1
-    shares = ", ".join(f"{p.examples.prepared.path} {n / total:.1%} (weight {p.weight:.1%})"
+    shares = ", ".join(f"{shown(p.examples.prepared.path)} {n / total:.1%} (weight {p.weight:.1%})"
                        for p, n in zip(parts, progress.source_tokens))
     return f"data mixture, share of the {total:,} training tokens so far: {shares}"
 
@@ -361,8 +362,10 @@ def _vocab(spec, task: Task, run_dir: Path, context: distributed.Context, vocab_
                                         spec.data.vocab_model).model_proto
     vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / MODEL_FILE))
     if len(vocab) > spec.vocab_size:     # (a prepared vocabulary has sized the model: _sized_to_prepared_vocab)
-        raise UserError(f"{run_dir / MODEL_FILE}: {len(vocab)} pieces, but the model's embedding "
-                        f"has {spec.vocab_size} rows; set data.vocab_size <= {spec.vocab_size}")
+        origin, fix = (f"--vocab {shown(vocab_file)}", f"give one of at most {spec.vocab_size} pieces") \
+            if vocab_file is not None else (shown(run_dir / MODEL_FILE), f"set data.vocab_size <= {spec.vocab_size}")
+        raise UserError(f"{origin}: {len(vocab)} pieces, but the model's embedding has {spec.vocab_size} rows; "
+                        f"{fix}, or --set vocab={len(vocab)}")
     return vocab
 
 

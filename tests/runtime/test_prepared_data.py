@@ -350,6 +350,11 @@ def test_prepared_data_of_another_vocabulary_than_the_runs_is_refused(texts, tex
         "but the model's embedding has 100 rows; prepare it with --vocab-size <= 100" in err, err
     code, err = _run("train", TINY, "--data", str(text_dir), "--no-test", "-o", str(tmp_path / "r3"))
     assert code == 1 and "a language model's text, but the model is a translation model" in err, err
+    vocab = text_dir / "sentencepiece.model"          # 120 pieces, given as a vocabulary of the user's
+    code, err = _run("train", LM, *SMALL_LM, "--set", "vocab=100", "--train", str(texts / "valid.txt"), "--vocab",
+                     str(vocab), "--no-test", "-o", str(tmp_path / "r5"))
+    assert code == 1 and err.endswith(f"--vocab {vocab}: 120 pieces, but the model's embedding has 100 rows; give "
+                                      "one of at most 100 pieces, or --set vocab=120\n"), err
 
 
 # --- the order ---------------------------------------------------------------------------------------

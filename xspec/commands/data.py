@@ -64,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prepare.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write (must not exist)")
     prepare.add_argument("--vocab", metavar="FILE", help="a sentencepiece model to use instead of training one")
     prepare.add_argument("--vocab-size", type=int_at_least(8), default=37000, metavar="N",
-                         help="pieces of the vocabulary trained (default 37000, the paper's; a spec's "
-                              "data.vocab_size must be at most its embedding's rows)")
+                         help="pieces of the vocabulary trained (default 37000, the paper's; `xspec train --data` "
+                              "sizes the model's embedding to it)")
     prepare.add_argument("--vocab-model", choices=("bpe", "unigram"), default="bpe",
                          help="the sentencepiece algorithm (default bpe, the paper's)")
     prepare.add_argument("--vocab-sample", type=int_at_least(1), default=1_000_000, metavar="LINES",
