@@ -212,6 +212,15 @@ def test_force_replaces_only_an_earlier_import_never_the_checkpoint(tmp_path):
         import_checkpoint(directory, directory, force=True, verify=False)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    with pytest.raises(UserError, match="not a directory `xspec import` wrote; --force replaces only an earlier"):
+    with pytest.raises(UserError, match="holds notes.txt, which no xspec import wrote there"):
         import_checkpoint(directory, tmp_path / "mine", force=True, verify=False)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    import_checkpoint(directory, tmp_path / "run", verify=False)
+    (tmp_path / "run" / "checkpoints" / "step-00000100.safetensors").write_text("trained since")
+    with pytest.raises(UserError, match="holds checkpoints/step-00000100.safetensors, which no xspec import wrote"):
+        import_checkpoint(directory, tmp_path / "run", force=True, verify=False)
+    (tmp_path / "run" / "checkpoints" / "step-00000100.safetensors").unlink()
+    import_checkpoint(directory, tmp_path / "run", force=True, verify=False)
+    (tmp_path / "link").symlink_to(tmp_path / "run")
+    with pytest.raises(UserError, match="link: a symlink; give the directory itself"):
+        import_checkpoint(directory, tmp_path / "link", force=True, verify=False)

@@ -39,6 +39,8 @@ def check_replaceable(path: Path, option: str, what: str) -> Path:
     """Refuses, before any work, an output that xspec may not fill: a file, a path that cannot be created,
     or a directory holding anything but an earlier output xspec wrote there (`what` names it: "export")."""
     check_output_dir(path, option)
+    if path.is_symlink():       # replacing would swap the link for a directory, leaving what it names
+        raise UserError(f"{option} {shown(path)}: a symlink; give the directory itself")
     if not path.is_dir() or not any(path.iterdir()):
         return path
     stray = _unwritten(path)

@@ -5,15 +5,13 @@
     OUT/spec.xspec                          the same, resolved into one self-contained text (as every run has)
     OUT/checkpoints/step-00000000.safetensors  the weights under the spec's names, the spec and the tokenizer
     OUT/import.json                         the source, the family, what was set aside and why, the check
+    OUT/.xspec-written.json                 every file above: --force replaces OUT only as it was written
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -22,6 +20,8 @@ import torch
 
 import xspec
 from xspec.base.errors import SpecError, UserError
+from xspec.base.output_dir import check_replaceable, write_directory
+from xspec.base.text import shown
 from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
 from xspec.hf.families import Mapped, map_config
@@ -32,6 +32,7 @@ from xspec.hf.tokenizer import check_fits, find_tokenizer
 from xspec.runtime.tokenizer import CheckpointTokenizer
 
 MODEL_SPEC = "model.xspec"
+WRITER = "xspec import"
 
 
 @dataclass
@@ -52,12 +53,12 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     mapped = map_config(config, str(source / CONFIG))
     weights = open_weights(source, config)
     tokenizer = find_tokenizer(source, config)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".importing"))
-    try:
+    made: dict = {}
+
+    def fill(work: Path) -> None:
         try:
             spec = _write_spec(work, source, mapped)
-        except SpecError as error:    # named where the spec would be written, not the temporary folder
+        except SpecError as error:    # named where the spec would be written, not the staging folder
             raise SpecError(str(error).replace(str(work), str(out)), error.diagnostics) from None
         _check_sizes(spec)
         plan = _plan(mapped, spec, weights)
@@ -69,25 +70,22 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
 
             verification = verify_import(source, work, mapped, say, spec, device)
         _write_record(work, source, mapped, tokenizer, verification)
-        _replace(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return Imported(out, mapped, spec, tokenizer, verification)
+        made.update(spec=spec, verification=verification)
+
+    write_directory(out, fill, WRITER)
+    return Imported(out, mapped, made["spec"], tokenizer, made["verification"])
 
 
 def _check_output(source: Path, out: Path, force: bool) -> None:
-    """OUT is new, or (with --force) an earlier import or an empty directory; never the checkpoint itself."""
+    """OUT is new, or (with --force) an earlier import as it was written, or an empty directory
+    (xspec/base/output_dir.py); never the checkpoint itself."""
     inside = [out.resolve(), *out.resolve().parents]
     if source.resolve() in inside or out.resolve() in [source.resolve(), *source.resolve().parents]:
-        raise UserError(f"{out}: the output may not be the checkpoint directory {source}, inside it, or around it")
-    if not out.exists() and not out.is_symlink():
-        return
-    if not force:
-        raise UserError(f"{out}: already exists; pass --force to replace it")
-    if out.is_symlink() or not out.is_dir() or (any(out.iterdir()) and not (out / IMPORT_FILE).is_file()):
-        raise UserError(f"{out}: not a directory `xspec import` wrote; --force replaces only an earlier import "
-                        "(or an empty directory)")
+        raise UserError(f"{shown(out)}: the output may not be the checkpoint directory {shown(source)}, inside it, "
+                        "or around it")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise UserError(f"{shown(out)}: already exists; pass --force to replace it")
+    check_replaceable(out, "-o", "import")
 
 
 def _write_spec(work: Path, source: Path, mapped: Mapped):
@@ -195,15 +193,3 @@ def _write_record(work: Path, source: Path, mapped: Mapped, tokenizer, verificat
               "not_architectural": mapped.notes, "tokenizer": tokenizer.describe(), "verification": verification,
               "config": mapped.config}
     (work / IMPORT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-
-
-def _replace(work: Path, out: Path) -> None:
-    """Moves the finished import into place; an earlier OUT (with --force) goes only once it is complete."""
-    if out.exists():
-        old = out.with_name(f".{out.name}.replaced")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(work, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(work, out)
