@@ -150,7 +150,7 @@ def test_a_user_error_reaches_the_terminal_escaped(monkeypatch, capsys):
 
     monkeypatch.setattr(compile_command, "run", refuse)
     assert cli.main(["compile", TINY]) == 1
-    assert capsys.readouterr().err == "xspec: error: bad\\x1b]0;title\\x07 name\nsecond line\n"
+    assert capsys.readouterr().err == "xspec: error: bad\\x1b]0;title\\x07 name\\nsecond line\n"
 
 
 def test_a_bug_with_debug_shows_the_traceback(monkeypatch, capsys):

@@ -174,7 +174,7 @@ SAFETENSORS_CASES = [
      "its header claims 1,000,000,000 bytes"),
     ("empty", lambda p: p.write_bytes(b""), "0 bytes, shorter than the 8-byte header length"),
     ("a header that is not JSON", lambda p: p.write_bytes(struct.pack("<Q", 4) + b"\xff{{{" + b"0" * 64),
-     "its header is not JSON"),
+     "its header is not UTF-8 (byte 0)"),
     ("offsets that disagree with the shape", lie_about_offsets, "its offsets give"),
     ("overlapping tensors", overlap, "(overlapping or scattered data)"),
 ]

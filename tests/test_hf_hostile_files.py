@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,61 @@ def test_what_an_import_record_holds_reaches_the_terminal_escaped(tmp_path, caps
     assert "\x1b" not in shown and "\x07" not in shown
     assert "  from        /models/\\x1b[2J\\nverified    yes (model_type qwen3)\n" in shown
     assert "  unchanged   \\x1b]0;title\\x07: why\n" in shown
+
+
+def import_verified_error(capsys, source: Path, out: Path) -> str:
+    capsys.readouterr()
+    code = main(["import", str(source), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("xspec: error: ") and err.count("\n") == 1, err
+    assert not out.exists()
+    return err.removeprefix("xspec: error: ").rstrip("\n")
+
+
+def test_what_transformers_cannot_run_while_verifying_is_one_message(tmp_path, capsys):
+    directory = copy("qwen3", tmp_path / "checkpoint")
+    set_value("dtype", "{0}")(directory)
+    assert import_verified_error(capsys, directory, tmp_path / "out").startswith(
+        f"{directory}: transformers' Qwen3ForCausalLM cannot run this checkpoint to verify the import (AttributeError:")
+
+
+def test_verification_reads_nothing_but_the_checked_files(tmp_path, capsys):
+    """transformers, given the checkpoint directory, would read generation_config.json through its link."""
+    directory = copy("qwen3", tmp_path / "checkpoint")
+    (tmp_path / "elsewhere.json").write_text("{ not json: transformers fails reading this")
+    (directory / "generation_config.json").unlink(missing_ok=True)
+    (directory / "generation_config.json").symlink_to(tmp_path / "elsewhere.json")
+    assert main(["import", str(directory), "-o", str(tmp_path / "out")]) == 0
+    assert "verified against transformers' Qwen3ForCausalLM" in capsys.readouterr().out
+
+
+def rewrite_header(change):
+    def rewrite(directory: Path) -> None:
+        path = directory / "model.safetensors"
+        data = path.read_bytes()
+        (length,) = struct.unpack("<Q", data[:8])
+        header, length = change(data[8:8 + length].decode(), length)
+        path.write_bytes(struct.pack("<Q", length) + header.encode() + data[8 + len(header):])
+    return rewrite
+
+
+def test_a_header_length_that_is_off_or_a_key_given_twice_is_a_lying_file(tmp_path, capsys):
+    directory = copy("olmo2", tmp_path / "a")
+    rewrite_header(lambda header, length: (header, length - 1))(directory)      # the padding's last space
+    assert "its tensors end at byte" in import_error(capsys, directory, tmp_path / "out")
+    directory = copy("olmo2", tmp_path / "b")
+    rewrite_header(lambda header, length: (header.replace('"dtype":"F32"', '"dtype":"F32","dtype":"F32"', 1),
+                                           length + 15))(directory)
+    assert "its header is not JSON xspec reads (the key 'dtype' is given twice in one object)" in \
+        import_error(capsys, directory, tmp_path / "out")
+
+
+def test_a_pad_id_beyond_the_embedding_and_a_key_with_a_line_break_are_one_line(tmp_path, capsys):
+    directory = copy("qwen3", tmp_path / "a")
+    set_value("pad_token_id", 4294967296)(directory)
+    assert import_error(capsys, directory, tmp_path / "out") == (
+        f"{directory}/config.json: pad_token_id 4294967296 is not a token id: the model's embedding has 300 rows")
+    directory = copy("qwen3", tmp_path / "b")
+    set_value("rope_parameters.hidden_size\n", [1])(directory)
+    assert import_error(capsys, directory, tmp_path / "out").startswith(
+        f"{directory}/config.json: rope_parameters.hidden_size\\n ([1]) is not supported with rope_type")

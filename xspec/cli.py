@@ -69,8 +69,12 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     except UserError as error:
         if args.debug:
             traceback.print_exc()
-        message = str(error) if isinstance(error, SpecError) else f"xspec: error: {error}"
-        print(printable_lines(message), file=sys.stderr)     # messages quote input: nothing a terminal obeys
+        # Messages quote input: nothing in them a terminal obeys, and a line break from input starts no line
+        # (a spec's diagnostics are the one message of several lines, each line escaped).
+        if isinstance(error, SpecError):
+            print(printable_lines(str(error)), file=sys.stderr)
+        else:
+            print(f"xspec: error: {printable(str(error))}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:  # e.g. `xspec compile ... --json | head`
         sys.stderr.close()

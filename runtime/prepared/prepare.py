@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from xspec.base.errors import UserError
 from xspec.base.files import open_regular_file, read_regular_file
+from xspec.base.strict_json import parse_json
 from xspec.base.text import shown
 from xspec.runtime.prepared.format import (FORMAT, MANIFEST, MAX_VOCAB_BYTES, OFFSET, SHARD_TOKENS, VERSION,
                                            VOCAB_FILE, FileRecord, Manifest, Skipped, SourceRecord, Taken,
@@ -327,8 +328,8 @@ def _lock(path: Path, out: Path) -> BinaryIO:
 
 def _read_progress(path: Path) -> Optional[Progress]:
     """An interrupted prepare's record, if it is one (checked: names, counts and kinds prepare writes)."""
-    try:
-        return Progress.model_validate_json(read_regular_file(path, MAX_PROGRESS_BYTES))
+    try:       # strict JSON first: pydantic's reader keeps the last of a key given twice
+        return Progress.model_validate(parse_json(read_regular_file(path, MAX_PROGRESS_BYTES), shown(path)))
     except (UserError, ValidationError):
         return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -124,7 +125,9 @@ def _show(args: argparse.Namespace) -> int:
     prepared = open_prepared(Path(args.directory))
     manifest = prepared.manifest
     if args.json:
-        print(_printable_json(manifest.model_dump_json(indent=2)))
+        # json.dumps, not pydantic's writer, which refuses a lone surrogate ("\ud800" is JSON, so a manifest's
+        # string may hold one): _printable_json writes it as the escape it came as
+        print(_printable_json(json.dumps(manifest.model_dump(mode="json"), indent=2, ensure_ascii=False)))
         return 0
     unit = "documents" if manifest.kind == "text" else "sentence pairs"
     print(f"{shown(prepared.path)}: {manifest.kind}, {manifest.examples:,} {unit}, format version {manifest.version} "

@@ -68,7 +68,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
         if verify:
             from xspec.hf.verify import verify_import
 
-            verification = verify_import(source, work, mapped, say, spec, device)
+            verification = verify_import(weights, work, mapped, say, spec, device)
         _write_record(work, source, mapped, tokenizer, verification)
         made.update(spec=spec, verification=verification)
 

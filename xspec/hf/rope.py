@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable
 from xspec.hf.config_reader import ConfigReader, refuse, render
 
 # The parameters each rope_type has in the specs, beside rope_theta and rope_type.
@@ -83,8 +84,9 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = No
             raise UserError(f"{cfg.file}: {where}.{name} {render(value)} is not {KINDS[name]}")
     if values:
         extra = sorted(values)[0]
-        raise UserError(f"{cfg.file}: {where}.{extra} ({render(values[extra])}) is not supported with rope_type "
-                        f"{render(rope_type)} (supported: {', '.join(PARAMETERS[rope_type]) or 'no parameters'})")
+        supported = ", ".join(PARAMETERS[rope_type]) or "no parameters"
+        raise UserError(f"{cfg.file}: {where}.{printable(extra)} ({render(values[extra])}) is not supported with "
+                        f"rope_type {render(rope_type)} (supported: {supported})")
     if rope_type != "default" and "factor" not in rope:
         raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no factor")
     if "original_max_position_embeddings" in PARAMETERS[rope_type]:

@@ -20,6 +20,7 @@ import torch
 
 from xspec.base.errors import UserError
 from xspec.base.files import open_regular_file
+from xspec.base.strict_json import parse_json
 from xspec.base.text import printable, shown
 
 MAX_HEADER_BYTES = 100 << 20       # safetensors' own bound on the JSON header
@@ -89,9 +90,9 @@ def _read_header(handle: BinaryIO, size: int, path: Path) -> tuple[dict, int]:
         raise _lying(path, f"its header claims {length:,} bytes; the file has {size - 8:,} after the length "
                            "(truncated, or not safetensors)")
     try:
-        header = json.loads(handle.read(length).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise _lying(path, "its header is not JSON") from None
+        header = parse_json(handle.read(length), "header")    # strict: a tensor's key given twice is refused
+    except UserError as error:
+        raise _lying(path, f"its header is {str(error).removeprefix('header: ')}") from None
     if not isinstance(header, dict):
         raise _lying(path, "its header is not a JSON object")
     return header, 8 + length
@@ -127,6 +128,8 @@ def _checked_entries(header: dict, start: int, size: int, path: Path) -> dict:
             raise _lying(path, f"tensor {name} starts at {begin:,}, where {position:,} was expected "
                                "(overlapping or scattered data)")
         position = end
+    if start + position != size:      # as safetensors requires: a header length that is off shows here
+        raise _lying(path, f"its tensors end at byte {start + position:,}, but the file has {size:,} bytes")
     return entries
 
 

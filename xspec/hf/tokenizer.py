@@ -22,15 +22,19 @@ CHECKPOINT = "a Hugging Face save_pretrained directory"
 def special_ids(config: dict, origin: str = CONFIG) -> tuple[int | None, list[int]]:
     """config.json's bos_token_id and eos_token_id (one id, or a list of them); `origin` names the file."""
     bos, eos = config.get("bos_token_id"), config.get("eos_token_id")
-    for key, value in _special_keys(bos, eos):
+    for key, value in _special_keys(config, pad=True):
         if type(value) is not int or value < 0:
             raise UserError(f"{origin}: {key} {_json(value)} is not a token id (an integer from 0)")
     return bos, eos if isinstance(eos, list) else [] if eos is None else [eos]
 
 
-def _special_keys(bos, eos) -> list[tuple[str, object]]:
-    """(key as config.json spells it, value) of each special id given."""
-    keys = [("bos_token_id", bos)] if bos is not None else []
+def _special_keys(config: dict, pad: bool = False) -> list[tuple[str, object]]:
+    """(key as config.json spells it, value) of each special id given: bos, eos (one or a list) and, with
+    `pad`, pad_token_id, which xspec does not use but transformers' class does (a row of its embedding,
+    which some checkpoints reserve beyond the tokenizer's ids)."""
+    names = ("bos_token_id", "pad_token_id") if pad else ("bos_token_id",)
+    keys = [(key, config[key]) for key in names if config.get(key) is not None]
+    eos = config.get("eos_token_id")
     if isinstance(eos, list):
         return keys + [(f"eos_token_id[{i}]", value) for i, value in enumerate(eos)]
     return keys + ([("eos_token_id", eos)] if eos is not None else [])
@@ -65,12 +69,12 @@ def check_fits(tokenizer: CheckpointTokenizer, config: dict, directory: Path | I
         raise UserError(f"{shown(folder.file(FILES[tokenizer.kind]))}: its ids reach {len(tokenizer) - 1:,} (with "
                         f"its added tokens), but the model's embedding has {rows:,} rows (config.json's "
                         "vocab_size); a tokenizer of another model?")
-    _check_special_ids(config, folder, rows, f"the model's embedding has {rows:,} rows")
+    _check_special_ids(config, folder, rows, f"the model's embedding has {rows:,} rows", pad=True)
 
 
-def _check_special_ids(config: dict, folder: InputDirectory, bound: int, holder: str) -> None:
+def _check_special_ids(config: dict, folder: InputDirectory, bound: int, holder: str, pad: bool = False) -> None:
     """Each of config.json's special ids below `bound`; `holder` ("the model's embedding has 300 rows") says
     whose bound it is."""
-    for key, value in _special_keys(config.get("bos_token_id"), config.get("eos_token_id")):
+    for key, value in _special_keys(config, pad):
         if isinstance(value, int) and value >= bound:
             raise UserError(f"{shown(folder.file(CONFIG))}: {key} {value} is not a token id: {holder}")

@@ -8,13 +8,18 @@ layers on both sides, and says so."""
 from __future__ import annotations
 
 import importlib
+import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable, shown
+from xspec.hf.checkpoint_dir import CONFIG, INDEX, CheckpointDir
 from xspec.hf.families import Mapped
 
 MAX_KL = 1e-5                 # nats per token, averaged
@@ -87,7 +92,35 @@ def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor) -> 
         return model(tokens).float()
 
 
-def _their_logits(source: Path, hf_class, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+def _reference_directory(weights: CheckpointDir, into: Path) -> Path:
+    """What the checkpoint's own class is given to read: config.json as xspec read it and links to the weight
+    files xspec checked, nothing else. From the checkpoint directory itself, transformers would read
+    whatever else it holds (generation_config.json, ...) and follow its links wherever they lead."""
+    (into / CONFIG).write_text(json.dumps(weights.config), encoding="utf-8")
+    files = {id(file): file for file in weights.files.values()}.values()
+    for file in files:
+        (into / file.path.name).symlink_to(os.path.realpath(file.path))
+    if len(files) > 1:
+        index = {"metadata": {"total_size": weights.weight_bytes},
+                 "weight_map": {name: file.path.name for name, file in weights.files.items()}}
+        (into / INDEX).write_text(json.dumps(index), encoding="utf-8")
+    return into
+
+
+def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+    """The logits of the checkpoint's own class; whatever transformers raises on this checkpoint is an error
+    naming it (xspec's reading let through a value the reference cannot run)."""
+    with tempfile.TemporaryDirectory(prefix="xspec-reference-") as folder:
+        try:
+            return _reference_logits(_reference_directory(weights, Path(folder)), hf_class, checked, tokens)
+        except Exception as error:      # transformers raises assorted types for what it cannot run
+            reason = printable(" ".join(str(error).split())[:300]) or type(error).__name__
+            raise UserError(f"{shown(weights.path)}: transformers' {hf_class.__name__} cannot run this checkpoint "
+                            f"to verify the import ({type(error).__name__}: {reason}); import with --no-verify to "
+                            "skip the check") from None
+
+
+def _reference_logits(source: Path, hf_class, checked: int, tokens: torch.Tensor) -> torch.Tensor:
     import transformers
 
     config = hf_class.config_class.from_pretrained(source)
@@ -110,9 +143,9 @@ def _their_logits(source: Path, hf_class, checked: int, tokens: torch.Tensor) ->
         return reference.to(tokens.device)(tokens).logits.float()
 
 
-def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str], None], spec,
+def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Callable[[str], None], spec,
                   device: str | None = None) -> dict:
-    """The check, of the import written in `work` (compiled as `spec`) against the checkpoint in `source`."""
+    """The check, of the import written in `work` (compiled as `spec`) against the checkpoint `weights` holds."""
     if not transformers_available():
         say("not verified: transformers is not installed (pip install 'xspec[hf]' to compare the import's "
             "logits with the checkpoint's own class)")
@@ -129,7 +162,7 @@ def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str],
     checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
     # One model at a time: ours, then the checkpoint's own class.
     our_logits = _our_logits(work, layers, checked, tokens)
-    hf_logits = _their_logits(source, getattr(transformers, mapped.hf_class), checked, tokens)
+    hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens)
     difference = (our_logits - hf_logits).abs().max().item()
     scale = hf_logits.abs().max().item()
     kl = torch.nn.functional.kl_div(our_logits.log_softmax(-1), hf_logits.log_softmax(-1), log_target=True,
@@ -142,7 +175,7 @@ def verify_import(source: Path, work: Path, mapped: Mapped, say: Callable[[str],
         detail += f", on the first {checked} of {layers} layers on both sides (the whole model does not fit in " \
                   "memory as float32)"
     if not (math.isfinite(difference) and difference <= MAX_RELATIVE_DIFFERENCE * max(1.0, scale) and kl <= MAX_KL):
-        raise UserError(f"{source}: the imported model's logits differ from {mapped.hf_class}'s: {detail} "
+        raise UserError(f"{shown(weights.path)}: the imported model's logits differ from {mapped.hf_class}'s: {detail} "
                         f"(allowed: {MAX_RELATIVE_DIFFERENCE:g} of the largest logit, KL {MAX_KL:g}); nothing written")
     say(f"verified against transformers' {mapped.hf_class}: {detail}")
     return figures
