@@ -1,4 +1,5 @@
-"""Counts of fuzz cases and how they ended, for the summary printed after the tests (conftest.py)."""
+"""Counts of fuzz cases and how they ended, for the summary printed after the tests (conftest.py): specs
+(how many compiled and ran), and commands run on mutated input files (how many the command accepted)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections import Counter
 from .oracle import Outcome
 
 CASES: dict[str, Counter] = {}
+INPUTS: dict[str, Counter] = {}      # commands on mutated input files, by group of mutations
 
 
 def record(kind: str, outcome: Outcome) -> Counter:
@@ -22,6 +24,14 @@ def counts(kind: str) -> Counter:
     return CASES.get(kind, Counter())
 
 
+def record_command(kind: str, accepted: bool, seconds: float) -> None:
+    """Count one command run on a mutated input of group `kind`: whether it succeeded, and its time."""
+    counts = INPUTS.setdefault(kind, Counter())
+    counts["commands"] += 1
+    counts["accepted"] += accepted
+    counts["milliseconds"] += round(seconds * 1000)
+
+
 def summary() -> list[str]:
     lines = []
     for kind, counts in CASES.items():
@@ -31,4 +41,11 @@ def summary() -> list[str]:
     compiled = sum(c["compiled"] for c in CASES.values())
     if total:
         lines.append(f"all: {total:,} cases, {compiled / total:.0%} compiled")
+    for kind, counts in INPUTS.items():
+        lines.append(f"{kind}: {counts['commands']:,} commands, {counts['accepted'] / counts['commands']:.0%} "
+                     f"succeeded, {counts['milliseconds'] / 1000:.1f} s")
+    commands = sum(c["commands"] for c in INPUTS.values())
+    if commands:
+        seconds = sum(c["milliseconds"] for c in INPUTS.values()) / 1000
+        lines.append(f"all inputs: {commands:,} commands on mutated files, {seconds:.1f} s")
     return lines
