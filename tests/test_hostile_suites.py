@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from hostile_suites import HOSTILE_SUITES, is_hostile_suite
@@ -24,7 +25,9 @@ def test_the_suites_are_recognised_by_path():
 def test_a_hostile_case_that_reaches_the_last_resort_fails(pytester):
     pytester.makeconftest((TESTS / "conftest.py").read_text())
     pytester.makepyfile(hostile_suites=(TESTS / "hostile_suites.py").read_text())
-    pytester.makepyfile(test_hostile_input='''
+    # In a suite's folder, under a name no module of this session has (pytest imports test files by name).
+    (pytester.path / "fuzz").mkdir()
+    (pytester.path / "fuzz" / "test_reaching_the_last_resort.py").write_text(textwrap.dedent('''
         from xspec import cli
         from xspec.commands import compile as compile_command
 
@@ -33,7 +36,7 @@ def test_a_hostile_case_that_reaches_the_last_resort_fails(pytester):
                 raise RuntimeError("a bug")
             monkeypatch.setattr(compile_command, "run", broken)
             assert cli.main(["compile", "x.xspec"]) == 70
-    ''')
+    '''))
     result = pytester.runpytest("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*a hostile input reached the CLI's last resort: xspec compile: internal error while "

@@ -110,26 +110,15 @@ def prepared(workspace, texts) -> dict[str, Template]:
 @pytest.fixture(scope="module")
 def interrupted(workspace, texts, prepared) -> Template:
     """The folder a prepare of texts/a.txt leaves when interrupted after its fifth chunk, with its progress."""
-    from xspec.runtime.prepared import prepare as prepare_module
+    from prepare_interruption import stop_after
 
     out = workspace / "interrupted" / "out"
     out.parent.mkdir()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(prepare_module, "CHUNK_LINES", 16)
-        patch.setattr(prepare_module, "CHECKPOINT_SECONDS", 0.0)
-        add = prepare_module._TextWriter.add
-
-        def interrupted_add(self, encoded):
-            add(self, encoded)
-            self.fuzz_chunks = getattr(self, "fuzz_chunks", 0) + 1
-            if self.fuzz_chunks >= 5:
-                raise KeyboardInterrupt
-
-        patch.setattr(prepare_module._TextWriter, "add", interrupted_add)
+        stop_after(patch, 5)
         status, said = cli("data", "prepare", str(texts / "a.txt"), "-o", str(out), *PREPARE)
     partial = out.parent / f".{out.name}.partial"
-    if status != 130 or not (partial / PROGRESS).is_file():
-        pytest.skip(f"no interrupted prepare to resume (exit status {status}): {said}")
+    assert status == 130 and (partial / PROGRESS).is_file(), f"no interrupted prepare (exit status {status}): {said}"
     return template(partial, "text")
 
 

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from prepare_interruption import stop_after
 from xspec.cli import main
 from xspec.runtime.demo_data import generate_split
 from xspec.runtime.prepared import prepare as prepare_module
@@ -258,20 +259,11 @@ def test_an_interrupted_prepare_of_zstandard_json_lines_resumes_to_the_same_dire
     path.write_bytes(zstandard.ZstdCompressor().compress(_jsonl(LINES)))
     options = _options(plain)
     said: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        stop_after(patch, 4)
+        with pytest.raises(KeyboardInterrupt):
+            prepare_text([path], tmp_path / "out", options, say=said.append)
     monkeypatch.setattr(prepare_module, "CHUNK_LINES", 16)
-    monkeypatch.setattr(prepare_module, "CHECKPOINT_SECONDS", 0.0)
-    original = prepare_module._TextWriter.add
-
-    def add(self, encoded):
-        original(self, encoded)
-        self.chunks = getattr(self, "chunks", 0) + 1
-        if self.chunks == 4:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(prepare_module._TextWriter, "add", add)
-    with pytest.raises(KeyboardInterrupt):
-        prepare_text([path], tmp_path / "out", options, say=said.append)
-    monkeypatch.setattr(prepare_module._TextWriter, "add", original)
     said.clear()
     manifest = prepare_text([path], tmp_path / "out", options, say=said.append)
     assert said[0] == f"{tmp_path / 'out'}: resuming an interrupted prepare after its first 48 documents"

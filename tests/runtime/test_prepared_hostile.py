@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from prepare_interruption import stop_after
 from xspec.base.errors import UserError
 from xspec.cli import INTERNAL_ERROR, main
 from xspec.runtime.demo_data import generate_split
@@ -150,21 +151,12 @@ def test_ids_changed_after_the_checks_are_named_where_they_are_read(prepared, tm
 def _interrupt(corpus: Path, out: Path, monkeypatch, after_chunks: int = 4) -> Path:
     """An interrupted prepare of `corpus` into `out`, its progress recorded after each chunk but the last;
     returns its hidden folder."""
-    monkeypatch.setattr(prepare_module, "CHUNK_LINES", 16)
-    monkeypatch.setattr(prepare_module, "CHECKPOINT_SECONDS", 0.0)
     monkeypatch.setattr(prepare_module, "SHARD_TOKENS", 300)
-    original = prepare_module._TextWriter.add
-
-    def add(self, encoded):
-        original(self, encoded)
-        self.chunks = getattr(self, "chunks", 0) + 1
-        if self.chunks == after_chunks:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(prepare_module._TextWriter, "add", add)
-    with pytest.raises(KeyboardInterrupt):
-        prepare_text([corpus], out, OPTIONS, say=_quiet)
-    monkeypatch.setattr(prepare_module._TextWriter, "add", original)
+    with pytest.MonkeyPatch.context() as patch:
+        stop_after(patch, after_chunks)
+        with pytest.raises(KeyboardInterrupt):
+            prepare_text([corpus], out, OPTIONS, say=_quiet)
+    monkeypatch.setattr(prepare_module, "CHUNK_LINES", 16)
     return out.parent / f".{out.name}.partial"
 
 
