@@ -10,10 +10,13 @@ of its own, padded in its batch.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from xspec.base.errors import UserError
+from xspec.base.text import shown
 from xspec.runtime.batching import Batch, collate_sequences
 from xspec.runtime.corpus import read_lines
 from xspec.runtime.data_order import WholeCorpusWindows
@@ -27,6 +30,33 @@ class Documents:
     lines: list[str]
     path: Path
     empty_skipped: int = 0
+
+
+@contextmanager
+def lines_named(docs: Documents) -> Iterator[None]:
+    """Inside, a document that an imported checkpoint's tokenizer cannot encode (runtime/tokenizer.py's
+    TokenizingError, which counts the lines given to `encode`: docs.lines) is named by its file and line."""
+    from xspec.runtime.tokenizer import TokenizingError
+
+    try:
+        yield
+    except TokenizingError as error:
+        raise error.at(f"{shown(docs.path)}:{_line_number(docs.path, error.index)}") from None
+
+
+def _line_number(path: Path, index: int) -> int:
+    """The line of `path` holding its `index`-th non-empty line (read again: only an error needs it; a prepared
+    split, decoded back into lines, is counted as they are)."""
+    try:
+        lines = read_lines(path)
+    except UserError:
+        return index + 1
+    kept = -1
+    for number, line in enumerate(lines, start=1):
+        kept += bool(line.strip())
+        if kept == index:
+            return number
+    return index + 1
 
 
 def read_documents(path: Path) -> Documents:
@@ -93,7 +123,8 @@ def windows(sequence: list[int], size: int) -> list[list[int]]:
 
 def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, truncate: bool) -> EncodedText:
     """`size`: a block's predictions (blocks), or the most inputs of a line's sequence (lines)."""
-    encoded = vocab.encode(docs.lines)
+    with lines_named(docs):
+        encoded = vocab.encode(docs.lines)
     if mode == "blocks":
         stream = [document_start(vocab)]
         for ids in encoded:

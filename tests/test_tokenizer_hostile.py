@@ -169,6 +169,19 @@ def test_a_line_that_makes_the_tokenizer_panic_is_one_line_naming_it(tilde_run, 
                                       f"cannot encode a line of 40 characters ({PANIC})\n")
 
 
+def test_fine_tuning_and_scoring_name_the_text_files_line_the_tokenizer_breaks_on(tilde_run, tmp_path, capfd):
+    text = tmp_path / "train.txt"
+    text.write_text("w3 w4\n\nw5 w6\nw7 " + "§" * 40 + "\n")
+    code = main(["train", "--init", str(tilde_run), "--train", str(text), "--no-test", "-o", str(tmp_path / "tuned"),
+                 "--set", "train.max_steps=1", "--device", "cpu"])
+    assert code == 1
+    assert capfd.readouterr().err.endswith(f"xspec: error: {text}:4: {step_file(tilde_run)}: its tokenizer.json: "
+                                           f"cannot encode a line of 43 characters ({PANIC})\n")
+    assert main(["eval", str(tilde_run), "--text", str(text), "--device", "cpu"]) == 1
+    assert capfd.readouterr().err == (f"xspec: error: {text}:4: {step_file(tilde_run)}: its tokenizer.json: "
+                                      f"cannot encode a line of 43 characters ({PANIC})\n")
+
+
 def test_through_the_api_the_error_shows_the_lines_place_and_start(tilde_run):
     import xspec
 

@@ -14,7 +14,7 @@ from xspec.base.errors import UserError
 from xspec.base.files import write_atomically
 from xspec.runtime.demo_data import write_demo_text
 from xspec.runtime.distributed import Context
-from xspec.runtime.documents import Documents, encode_documents, read_documents
+from xspec.runtime.documents import Documents, encode_documents, lines_named, read_documents
 from xspec.runtime.generation import Generator
 from xspec.runtime.prepared.format import PreparedDir
 from xspec.runtime.prepared.splits import check_run_vocabulary, decoded_documents, shared_vocabulary, train_text
@@ -97,9 +97,11 @@ class LanguageModelling(SplitReader):
         if not self.train_counts and self.train_examples is not None:       # prepared: counted now, a chunk at a time
             counts = self.train_examples.token_counts()
             self.train_counts = Counter({i: int(n) for i, n in enumerate(counts.tolist()) if n})
-        scores = score_lines(model, vocab, test.lines, context.device, longest)
+        with lines_named(test):
+            scores = score_lines(model, vocab, test.lines, context.device, longest)
+            test_ids = vocab.encode(test.lines)
         # each line as a document: its tokens and the EOS after them (the first EOS is context, not predicted)
-        unigram = unigram_perplexity(self.train_counts, ([*ids, EOS] for ids in vocab.encode(test.lines)), len(vocab))
+        unigram = unigram_perplexity(self.train_counts, ([*ids, EOS] for ids in test_ids), len(vocab))
         prompts = [" ".join(line.split()[:PROMPT_WORDS]) for line in test.lines[:SAMPLE_PROMPTS]] + [""]
         generator = Generator(model, vocab, self.spec.decode, context.device, longest, seed=self.spec.train.seed)
         continuations = generator.generate(prompts)

@@ -1,5 +1,5 @@
-"""A directory a user gives xspec to read (a checkpoint, a prepared corpus, a run): its files are read
-only from inside it.
+"""A directory a user gives xspec to read (a checkpoint, a prepared corpus): its files are read only from
+inside it.
 
 The rule for symlinks: a link is followed when its target lies inside the directory given, and refused,
 naming the link and where it leads, when it leads out. A Hugging Face cache snapshot

@@ -82,12 +82,13 @@ def _bleu(trained, args: argparse.Namespace) -> int:
 
 
 def _perplexity(trained, name: str, path: Path, batch_tokens: int) -> int:
-    from xspec.runtime.documents import read_documents
+    from xspec.runtime.documents import lines_named, read_documents
 
     if not trained.is_language_model:
         raise UserError(f"{name}: a translation model; score it with --src FILE --ref FILE")
     documents = read_documents(path)
-    scores = trained.score_lines(documents.lines, batch_tokens)
+    with lines_named(documents):
+        scores = trained.score_lines(documents.lines, batch_tokens)
     print(f"{shown(path)}: perplexity {scores.perplexity:.3f}, {scores.bits_per_token:.4f} bits per token, "
           f"{scores.bits_per_byte:.4f} bits per byte ({len(documents.lines):,} lines, "
           f"{sum(scores.tokens):,} tokens)")
