@@ -9,9 +9,9 @@ from typing import Optional
 import torch
 
 from xspec.base.errors import UserError
-from xspec.runtime import checkpoint as ckpt
-from xspec.runtime.best import Criterion, best_dir
-from xspec.runtime.run_dir import METRICS_LOG, read_metrics_log
+from . import checkpoint as ckpt
+from .best import Criterion, best_dir
+from .run_dir import METRICS_LOG, read_metrics_log
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -50,7 +50,7 @@ def average_run(run_dir: Path, output: Path, last: Optional[int] = None, best: O
         if not found:
             raise UserError(f"{run_dir}: no checkpoints in {run_dir / ckpt.CHECKPOINT_DIR}")
         if last is None:        # the spec's train.average_last (§6.1: 5 base, 20 big)
-            from xspec.runtime.inference import compile_checkpoint_spec
+            from .inference import compile_checkpoint_spec
 
             last = compile_checkpoint_spec(ckpt.load_weights(found[-1])).train.average_last
         if last > len(found):

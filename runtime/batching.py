@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from xspec.runtime.vocab import BOS, EOS, PAD
+from .vocab import BOS, EOS, PAD
 
 
 def padded_lengths(src_lens: list[int], tgt_lens: list[int]) -> list[int]:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from xspec.runtime.cache import new_cache
-from xspec.runtime.ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
-from xspec.runtime.vocab import BOS, EOS, PAD
+from .cache import new_cache
+from .ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
+from .vocab import BOS, EOS, PAD
 
 
 @dataclass

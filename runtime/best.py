@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from xspec.runtime.checkpoint import CHECKPOINT_DIR, checkpoints_in, step_of, weights_file
+from .checkpoint import CHECKPOINT_DIR, checkpoints_in, step_of, weights_file
 
 BEST_DIR = "best"
 

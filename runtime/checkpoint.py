@@ -32,8 +32,8 @@ from safetensors.torch import save_file
 
 from xspec.base.errors import UserError
 from xspec.base.files import write_atomically_with
-from xspec.runtime import nested_state
-from xspec.runtime.run_dir import MAX_SPEC_BYTES
+from . import nested_state
+from .run_dir import MAX_SPEC_BYTES
 
 CHECKPOINT_DIR = "checkpoints"
 _STEP_FILE = re.compile(r"step-(\d+)\.safetensors")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file
-from xspec.runtime.batching import Batch, collate
-from xspec.runtime.data_order import WholeCorpusWindows
-from xspec.runtime.vocab import EOS, Vocab
+from .batching import Batch, collate
+from .data_order import WholeCorpusWindows
+from .vocab import EOS, Vocab
 
 
 def read_lines(path: Path) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from xspec.runtime.batching import padded_lengths
+from .batching import padded_lengths
 
 WINDOW = 65_536                     # examples planned together (about 65 of the paper's updates)
 

@@ -17,10 +17,10 @@ from typing import Iterator
 
 from xspec.base.errors import UserError
 from xspec.base.text import shown
-from xspec.runtime.batching import Batch, collate_sequences
-from xspec.runtime.corpus import read_lines
-from xspec.runtime.data_order import WholeCorpusWindows
-from xspec.runtime.vocab import EOS, Vocab, document_end, document_start
+from .batching import Batch, collate_sequences
+from .corpus import read_lines
+from .data_order import WholeCorpusWindows
+from .vocab import EOS, Vocab, document_end, document_start
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Documents:
 def lines_named(docs: Documents) -> Iterator[None]:
     """Inside, a document that an imported checkpoint's tokenizer cannot encode (runtime/tokenizer.py's
     TokenizingError, which counts the lines given to `encode`: docs.lines) is named by its file and line."""
-    from xspec.runtime.tokenizer import TokenizingError
+    from .tokenizer import TokenizingError
 
     try:
         yield

@@ -37,10 +37,10 @@ from torch.export import Dim
 from xspec.base.errors import UserError
 from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
 from xspec.base.text import shown
-from xspec.runtime.vocab import BOS, EOS, MODEL_FILE, PAD, UNK
+from .vocab import BOS, EOS, MODEL_FILE, PAD, UNK
 
 if TYPE_CHECKING:
-    from xspec.runtime.inference import TrainedModel
+    from .inference import TrainedModel
 
 SUFFIXES = {"exported-program": ".pt2", "onnx": ".onnx"}
 MANIFEST = "export.json"

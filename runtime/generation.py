@@ -9,12 +9,12 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from xspec.compiler.sections import DecodeSection
-from xspec.runtime.beam_search import continue_prompts
-from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
-from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
-from xspec.runtime.precision import choose_precision
-from xspec.runtime.sampling import Sampling, sample
-from xspec.runtime.vocab import EOS, Vocab, document_end, document_start, never_generated
+from .beam_search import continue_prompts
+from .decode_batches import in_input_order, length_sorted_chunks
+from .ensemble import ModelOrEnsemble, eval_members
+from .precision import choose_precision
+from .sampling import Sampling, sample
+from .vocab import EOS, Vocab, document_end, document_start, never_generated
 
 
 @dataclass(frozen=True)

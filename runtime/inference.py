@@ -17,16 +17,16 @@ from pydantic import ValidationError
 from xspec.base.errors import UserError
 from xspec.compiler.sections import DecodeSection
 from xspec.compiler.spec import compile_source
-from xspec.runtime import checkpoint as ckpt
-from xspec.runtime.compile_choice import use_compile
-from xspec.runtime.corpus import EncodedPairs, encode_source
-from xspec.runtime.distributed import pick_device
-from xspec.runtime.generation import Generator
-from xspec.runtime.ensemble import ModelOrEnsemble
-from xspec.runtime.scoring import LineScores, example_log_probs, score_lines
-from xspec.runtime.tasks import max_sequence_tokens
-from xspec.runtime.translation import Translator
-from xspec.runtime.vocab import Vocab
+from . import checkpoint as ckpt
+from .compile_choice import use_compile
+from .corpus import EncodedPairs, encode_source
+from .distributed import pick_device
+from .generation import Generator
+from .ensemble import ModelOrEnsemble
+from .scoring import LineScores, example_log_probs, score_lines
+from .tasks import max_sequence_tokens
+from .translation import Translator
+from .vocab import Vocab
 
 
 def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
@@ -39,7 +39,7 @@ def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:
     id past the model's embedding."""
     if checkpoint.tokenizer is not None:
         from xspec.base.text import shown
-        from xspec.runtime.tokenizer import CheckpointTokenizer, check_against_embedding
+        from .tokenizer import CheckpointTokenizer, check_against_embedding
 
         # Made again and probed as at import; its ids and special ids checked against this model's embedding.
         where = shown(checkpoint.path)

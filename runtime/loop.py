@@ -24,18 +24,18 @@ import torch.nn as nn
 
 from xspec.base.errors import UserError
 from xspec.base.files import link_atomically
-from xspec.runtime import checkpoint as ckpt
-from xspec.runtime import distributed, state_dicts
-from xspec.runtime.batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
-from xspec.runtime.data_order import Window
-from xspec.runtime.precision import Precision
-from xspec.runtime.prefetch import Prefetcher
-from xspec.runtime.best import BestRecord, Criterion, best_checkpoint, remove_unkept
-from xspec.runtime.run_log import RunLog, StepFigures
-from xspec.runtime.schedule import skip_if
-from xspec.runtime.step import TrainingStep
-from xspec.runtime.tasks import Examples
-from xspec.runtime.vocab import Vocab
+from . import checkpoint as ckpt
+from . import distributed, state_dicts
+from .batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
+from .data_order import Window
+from .precision import Precision
+from .prefetch import Prefetcher
+from .best import BestRecord, Criterion, best_checkpoint, remove_unkept
+from .run_log import RunLog, StepFigures
+from .schedule import skip_if
+from .step import TrainingStep
+from .tasks import Examples
+from .vocab import Vocab
 
 
 @dataclass

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from xspec.base.errors import UserError
-from xspec.runtime.distributed import Context
-from xspec.runtime.precision import Precision
+from .distributed import Context
+from .precision import Precision
 
 # Beyond its tensors, a CPU process that trains holds the allocator's arenas and per-thread caches and
 # torch's own working memory: 85-180 MiB measured here over the specs of bench/memory.py.

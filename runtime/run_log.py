@@ -26,7 +26,7 @@ from typing import Optional, TextIO
 import torch
 from tqdm import tqdm
 
-from xspec.runtime.run_dir import append_metrics
+from .run_dir import append_metrics
 
 TRAIN_LOG = "train.log"
 TENSORBOARD_DIR = "tensorboard"

@@ -14,9 +14,9 @@ from typing import Callable, Optional
 
 import torch
 
-from xspec.runtime.beam_search import LanguageModelSteps
-from xspec.runtime.ensemble import ModelOrEnsemble, ensemble_steps, members
-from xspec.runtime.vocab import BOS, EOS, PAD
+from .beam_search import LanguageModelSteps
+from .ensemble import ModelOrEnsemble, ensemble_steps, members
+from .vocab import BOS, EOS, PAD
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from xspec.runtime.batching import micro_batches
-from xspec.runtime.documents import EncodedText, document_sequence, windows
-from xspec.runtime.ensemble import ModelOrEnsemble, eval_members, mixture_log_probs
-from xspec.runtime.precision import choose_precision
-from xspec.runtime.batching import NO_LABEL
-from xspec.runtime.vocab import Vocab
+from .batching import micro_batches
+from .documents import EncodedText, document_sequence, windows
+from .ensemble import ModelOrEnsemble, eval_members, mixture_log_probs
+from .precision import choose_precision
+from .batching import NO_LABEL
+from .vocab import Vocab
 
 
 @torch.no_grad()

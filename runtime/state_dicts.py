@@ -12,7 +12,7 @@ from itertools import chain
 import torch
 import torch.nn as nn
 
-from xspec.runtime.step import TrainingStep
+from .step import TrainingStep
 
 MODEL_PREFIX = "model."  # TrainingStep's attribute: the model's names inside the step module
 

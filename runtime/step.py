@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.runtime.distributed import Context
-from xspec.runtime.batching import NO_LABEL
+from .distributed import Context
+from .batching import NO_LABEL
 
 
 class TrainingStep(nn.Module):

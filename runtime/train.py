@@ -26,23 +26,23 @@ from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file, write_bytes_atomically
 from xspec.base.process import find_tcmalloc, uses_tcmalloc
 from xspec.base.text import shown
-from xspec.runtime import checkpoint as ckpt
-from xspec.runtime import distributed, state_dicts
-from xspec.runtime.compile_choice import use_compile
-from xspec.runtime.best import Criterion, best_checkpoint
-from xspec.runtime.loop import Diverged, Progress, StopRequested, Trainer, torch_seed
-from xspec.runtime.memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
-from xspec.runtime.precision import choose_precision
-from xspec.runtime.run_log import RunLog
-from xspec.runtime.prepared.format import VOCAB_FILE, open_prepared
-from xspec.runtime.run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord, Split,
+from . import checkpoint as ckpt
+from . import distributed, state_dicts
+from .compile_choice import use_compile
+from .best import Criterion, best_checkpoint
+from .loop import Diverged, Progress, StopRequested, Trainer, torch_seed
+from .memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
+from .precision import choose_precision
+from .run_log import RunLog
+from .prepared.format import VOCAB_FILE, open_prepared
+from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord, Split,
                                    read_metrics_log, read_run_record, rewrite_metrics_log, write_final_metrics,
                                    write_run_files, write_run_record)
-from xspec.runtime.schedule import make_optimizer, make_scheduler
-from xspec.runtime.step import TrainingStep, compile_step, distribute
-from xspec.runtime.tasks import Corpus, Task, task_for
-from xspec.runtime.vocab import MODEL_FILE, Vocab, load_or_train_vocab
-from xspec.runtime.inference import checkpoint_vocab
+from .schedule import make_optimizer, make_scheduler
+from .step import TrainingStep, compile_step, distribute
+from .tasks import Corpus, Task, task_for
+from .vocab import MODEL_FILE, Vocab, load_or_train_vocab
+from .inference import checkpoint_vocab
 
 
 class Interrupted(UserError):

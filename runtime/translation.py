@@ -10,13 +10,13 @@ import torch
 from tqdm import tqdm
 
 from xspec.compiler.sections import DecodeSection
-from xspec.runtime.batching import pad
-from xspec.runtime.beam_search import Hypothesis, beam_search
-from xspec.runtime.corpus import encode_source
-from xspec.runtime.decode_batches import in_input_order, length_sorted_chunks
-from xspec.runtime.ensemble import ModelOrEnsemble, eval_members
-from xspec.runtime.precision import choose_precision
-from xspec.runtime.vocab import PAD, Vocab
+from .batching import pad
+from .beam_search import Hypothesis, beam_search
+from .corpus import encode_source
+from .decode_batches import in_input_order, length_sorted_chunks
+from .ensemble import ModelOrEnsemble, eval_members
+from .precision import choose_precision
+from .vocab import PAD, Vocab
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ import numpy as np
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable, shown
-from xspec.runtime.batching import Batch, collate, collate_sequences
-from xspec.runtime.data_order import WINDOW, Permutation, Window, sequence_slice
-from xspec.runtime.prepared.format import PreparedDir
-from xspec.runtime.vocab import EOS
+from ..batching import Batch, collate, collate_sequences
+from ..data_order import WINDOW, Permutation, Window, sequence_slice
+from .format import PreparedDir
+from ..vocab import EOS
 
 
 class _Prepared:

@@ -41,7 +41,7 @@ from xspec.base.files import open_regular_file
 from xspec.base.input_dir import InputDirectory
 from xspec.base.strict_json import parse_json
 from xspec.base.text import printable, shown
-from xspec.runtime.vocab import EOS, Vocab
+from ..vocab import EOS, Vocab
 
 FORMAT = "xspec-prepared"
 VERSION = 1

@@ -43,12 +43,12 @@ from xspec.base.errors import UserError
 from xspec.base.files import open_regular_file, read_regular_file
 from xspec.base.strict_json import parse_json
 from xspec.base.text import shown
-from xspec.runtime.prepared.format import (FORMAT, MANIFEST, MAX_VOCAB_BYTES, OFFSET, SHARD_TOKENS, VERSION,
+from .format import (FORMAT, MANIFEST, MAX_VOCAB_BYTES, OFFSET, SHARD_TOKENS, VERSION,
                                            VOCAB_FILE, FileRecord, Manifest, Skipped, SourceRecord, Taken,
                                            VocabularyRecord, blocks, scan_ids, scan_offsets)
-from xspec.runtime.prepared.lines import Digest, Skips
-from xspec.runtime.prepared.sources import Reading, aligned_lines, text_lines
-from xspec.runtime.vocab import EOS, Vocab, train_vocab
+from .lines import Digest, Skips
+from .sources import Reading, aligned_lines, text_lines
+from ..vocab import EOS, Vocab, train_vocab
 
 if TYPE_CHECKING:
     import sentencepiece as spm

@@ -23,7 +23,7 @@ from xspec.base.errors import UserError
 from xspec.base.files import open_regular_file
 from xspec.base.strict_json import parse_json
 from xspec.base.text import printable, shown
-from xspec.runtime.prepared.lines import Digest, Line, Skips, cut_lines, text_line
+from .lines import Digest, Line, Skips, cut_lines, text_line
 
 READ_BYTES = 1 << 20                # read (and decompressed) at a time
 ZSTD_FEED = 1 << 10                 # compressed bytes zstandard is given at a time: a block of at least 4 bytes

@@ -13,10 +13,10 @@ from typing import Optional
 
 from xspec.base.errors import UserError
 from xspec.base.text import shown
-from xspec.runtime.prepared.examples import Mixture, PreparedPairs, PreparedText
-from xspec.runtime.prepared.format import MANIFEST, VOCAB_FILE, PreparedDir, open_prepared
-from xspec.runtime.run_dir import PreparedSplit
-from xspec.runtime.vocab import Vocab
+from .examples import Mixture, PreparedPairs, PreparedText
+from .format import MANIFEST, VOCAB_FILE, PreparedDir, open_prepared
+from ..run_dir import PreparedSplit
+from ..vocab import Vocab
 
 MAX_DECODED_EXAMPLES = 1_000_000    # a validation or test split is decoded into memory
 

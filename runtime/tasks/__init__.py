@@ -20,13 +20,13 @@ from typing import Iterable, Optional, Protocol
 import torch
 
 from xspec.base.errors import UserError
-from xspec.runtime.batching import Batch
-from xspec.runtime.data_order import Window
-from xspec.runtime.distributed import Context
-from xspec.runtime.prepared.format import PreparedDir
-from xspec.runtime.prepared.splits import open_split
-from xspec.runtime.run_dir import DataFiles, PreparedSplit, Split
-from xspec.runtime.vocab import Vocab
+from ..batching import Batch
+from ..data_order import Window
+from ..distributed import Context
+from ..prepared.format import PreparedDir
+from ..prepared.splits import open_split
+from ..run_dir import DataFiles, PreparedSplit, Split
+from ..vocab import Vocab
 
 
 class Examples(Protocol):
@@ -128,8 +128,8 @@ class Task(Protocol):
 
 
 def task_for(spec) -> Task:
-    from xspec.runtime.tasks.language_model import LanguageModelling
-    from xspec.runtime.tasks.translation import Translation
+    from .language_model import LanguageModelling
+    from .translation import Translation
 
     if not spec.has_decoder:
         raise UserError(f"{spec.name}: an encoder-only model (no decoder, so no logits): xspec trains "

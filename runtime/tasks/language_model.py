@@ -12,17 +12,17 @@ import torch
 
 from xspec.base.errors import UserError
 from xspec.base.files import write_atomically
-from xspec.runtime.demo_data import write_demo_text
-from xspec.runtime.distributed import Context
-from xspec.runtime.documents import Documents, encode_documents, lines_named, read_documents
-from xspec.runtime.generation import Generator
-from xspec.runtime.prepared.format import PreparedDir
-from xspec.runtime.prepared.splits import check_run_vocabulary, decoded_documents, shared_vocabulary, train_text
-from xspec.runtime.run_dir import DATA_DIR, SAMPLES, DataFiles, Split
-from xspec.runtime.scoring import score_lines
-from xspec.runtime.tasks import Corpus, Outcome, SplitReader, max_sequence_tokens
-from xspec.runtime.unigram import token_counts, unigram_perplexity
-from xspec.runtime.vocab import EOS, Vocab
+from ..demo_data import write_demo_text
+from ..distributed import Context
+from ..documents import Documents, encode_documents, lines_named, read_documents
+from ..generation import Generator
+from ..prepared.format import PreparedDir
+from ..prepared.splits import check_run_vocabulary, decoded_documents, shared_vocabulary, train_text
+from ..run_dir import DATA_DIR, SAMPLES, DataFiles, Split
+from ..scoring import score_lines
+from . import Corpus, Outcome, SplitReader, max_sequence_tokens
+from ..unigram import token_counts, unigram_perplexity
+from ..vocab import EOS, Vocab
 
 SAMPLE_PROMPTS = 3          # test documents whose first words are continued at the end of a run
 PROMPT_WORDS = 3

@@ -11,16 +11,16 @@ import torch
 
 from xspec.base.errors import UserError
 from xspec.base.files import write_atomically
-from xspec.runtime.corpus import ParallelText, encode_pairs, read_parallel
-from xspec.runtime.demo_data import write_demo_data
-from xspec.runtime.distributed import Context
-from xspec.runtime.evaluate import score
-from xspec.runtime.prepared.format import PreparedDir
-from xspec.runtime.prepared.splits import check_run_vocabulary, decoded_pairs, shared_vocabulary, train_pairs
-from xspec.runtime.run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, Split
-from xspec.runtime.tasks import Corpus, Outcome, SplitReader, max_sequence_tokens
-from xspec.runtime.translation import Translator
-from xspec.runtime.vocab import Vocab
+from ..corpus import ParallelText, encode_pairs, read_parallel
+from ..demo_data import write_demo_data
+from ..distributed import Context
+from ..evaluate import score
+from ..prepared.format import PreparedDir
+from ..prepared.splits import check_run_vocabulary, decoded_pairs, shared_vocabulary, train_pairs
+from ..run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, Split
+from . import Corpus, Outcome, SplitReader, max_sequence_tokens
+from ..translation import Translator
+from ..vocab import Vocab
 
 
 class Translation(SplitReader):
