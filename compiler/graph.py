@@ -262,7 +262,9 @@ class _Builder:
         name = frame.names[id(stmt)]
         if not self._claim(frame.instance, name, stmt):
             return
-        stack = Instance(path=_join(frame.instance.path, name), kind="stack", span=stmt.span)
+        # The count as the spec wrote it (`repeat layers`: config.layers), never a parameter of the same value.
+        stack = Instance(path=_join(frame.instance.path, name), kind="stack", span=stmt.span,
+                         count_source=config_expression(stmt.count, count, self.config, frame.env.get))
         self.budget.module(stmt.span)
         frame.instance.children[name] = stack
         single = single_block_call(stmt, self.model.blocks)

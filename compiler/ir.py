@@ -145,6 +145,7 @@ class Instance:
     node: Optional[str] = None  # ops: the graph node
     has_cache: bool = False  # forward() takes the decoder cache
     result_node: Optional[str] = None  # blocks: the graph node of the tensor they return
+    count_source: Optional[str] = None  # stacks: their count read from the config (`config.layers`), if so written
 
     @property
     def name(self) -> str:

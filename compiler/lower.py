@@ -150,7 +150,8 @@ class _Lowering:
         if child.kind == "stack":
             classes = self.layer_classes[child.path]
             if len(set(classes)) == 1:
-                return f"nn.ModuleList([{classes[0]}(config) for _ in range({self.names.size(len(classes))})])"
+                count = child.count_source or literal(len(classes))
+                return f"nn.ModuleList([{classes[0]}(config) for _ in range({count})])"
             # flat: no deep expression
             return f"nn.ModuleList([{', '.join(f'{name}(config)' for name in classes)}])"
         if child.path in self.context.inline:  # its steps are written in the caller: it holds its modules

@@ -164,6 +164,32 @@ def test_a_model_built_from_another_config_has_its_sizes(tmp_path: Path):
     assert set(default.state_dict()) == set(spec.build("cpu").state_dict())
 
 
+# Specs whose stacks repeat one layer class; gemma2, gemma3, gpt_oss and qwen3_moe build their layers' classes
+# from arithmetic on the layer index, one constructor call each, which a config edit does not reach.
+UNIFORM_STACKS = ["base", "lm", "modern/llama", "modern/mistral", "modern/qwen3", "modern/olmo2", "modern/mixtral"]
+
+
+@pytest.mark.parametrize("name", UNIFORM_STACKS)
+def test_a_config_with_another_layer_count_builds_the_model_set_layers_builds(name: str):
+    """The stack's count is read from the parameter the spec's `repeat` names, whatever else has its value
+    (llama's kv_heads is 2 as its layers are)."""
+    spec = xspec.compile(f"specs/{name}.xspec")
+    namespace: dict = {}
+    exec(compile_checked(spec.python_source, "model.py"), namespace)
+    config_class = next(v for k, v in namespace.items() if k.endswith("Config") and isinstance(v, type))
+    edited = namespace["Model"](config_class(layers=3)).state_dict()
+    expected = xspec.compile(f"specs/{name}.xspec", overrides={"layers": 3}).build("cpu").state_dict()
+    assert {k: v.shape for k, v in edited.items()} == {k: v.shape for k, v in expected.items()}
+
+
+def test_a_literal_repeat_count_is_written_as_a_number_even_where_a_parameter_has_its_value():
+    text = Path("specs/lm.xspec").read_text()
+    assert "repeat layers {" in text
+    source = xspec.compile_source(text.replace("repeat layers {", "repeat 4 {"), "specs/lm.xspec",
+                                  overrides={"heads": 4}).python_source
+    assert "for _ in range(4)])" in source and "range(config" not in source
+
+
 def test_base_reads_in_under_250_lines():
     """The paper's model, whole: its config, the prelude code it uses and its blocks (no decoding cache:
     that is the runtime's)."""

@@ -18,6 +18,7 @@ class LlamaConfig:
     heads: int = 4
     d_k: int = 32
     d_v: int = 32
+    layers: int = 2
     kv_heads: int = 2
     rms_norm_eps: float = 1e-06
     attention_bias: bool = False
@@ -179,7 +180,8 @@ class Decoder(nn.Module):  # block decoder, llama.xspec:39
     def __init__(self, config):
         super().__init__()
         self.embedding = Embedding(config.vocab, config.d_model)  # llama.xspec:40
-        self.layers = nn.ModuleList([LmLayer(config) for _ in range(2)])  # llama.xspec:41
+        self.layers = nn.ModuleList(  # llama.xspec:41
+            [LmLayer(config) for _ in range(config.layers)])
         self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:42
         self.generator = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:43
 
