@@ -553,3 +553,6 @@ class _Sources:
 
     def size(self, value: object) -> str:
         return literal(value)
+
+    def from_config(self, name: str) -> bool:
+        return name in self.node.sources

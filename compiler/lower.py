@@ -67,6 +67,9 @@ class _Written:
     def size(self, value: object) -> str:
         return self.names.size(value)
 
+    def from_config(self, name: str) -> bool:
+        return name in self.node.sources
+
 
 class _Lowering:
     def __init__(self, model: ResolvedModel, validated: ValidatedModel) -> None:

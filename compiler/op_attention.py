@@ -238,7 +238,7 @@ def rotary_module(a: AttentionAttrs, w: Written) -> str:
     that scaling reads (only those, and only where they differ from the defaults, so the line says what
     applies)."""
     names = []
-    if a.rotary_base != 10000.0:
+    if a.rotary_base != 10000.0 or w.from_config("rotary_base"):
         names.append("rotary_base")
     if a.rotary_scaling != "default":
         names += ["rotary_scaling", "rotary_factor"]
@@ -267,9 +267,13 @@ def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
     for name in ("kdim", "vdim"):
         if i[name] != i["d_model"]:
             args.append(f"{name}={w.size(i[name])}")
-    for name, default in (("causal", False), ("dropout", 0.0), ("bias", True)):
-        if getattr(a, name) != default:
+    # causal and dropout are parameters of every attention; bias of those with projection options only
+    # (_features), so it is written where it differs from its default alone.
+    for name, default in (("causal", False), ("dropout", 0.0)):
+        if getattr(a, name) != default or w.from_config(name):
             args.append(f"{name}={w.attr(name)}")
+    if not a.bias:
+        args.append(f"bias={w.attr('bias')}")
     if a.key_heads != a.heads:
         args.append(f"kv_heads={w.attr('kv_heads')}")
     if a.rotary:

@@ -58,6 +58,11 @@ class Written(Protocol):
         """An inferred size: the config's parameter of that value (`config.d_model`), else the value."""
         ...
 
+    def from_config(self, name: str) -> bool:
+        """Whether the spec wrote the attribute from its parameters: an option then goes into generated
+        code even at its default, so that editing the config's field changes the model."""
+        ...
+
 
 @dataclass(frozen=True)
 class Input:

@@ -21,6 +21,7 @@ class LlamaConfig:
     layers: int = 2
     kv_heads: int = 2
     rms_norm_eps: float = 1e-06
+    rope_theta: float = 10000.0
     attention_bias: bool = False
 
 
@@ -165,7 +166,8 @@ class LmLayer(nn.Module):  # block lm_layer, llama.xspec:33
         self.self_attn = MultiHeadAttention(  # llama.xspec:34
             config.d_model, config.heads, config.d_k, config.d_v, causal=True,
             bias=config.attention_bias, kv_heads=config.kv_heads,
-            rotary=RotaryEmbedding(config.d_k), kv_cache='append', self_attention=True)
+            rotary=RotaryEmbedding(config.d_k, base=config.rope_theta), kv_cache='append',
+            self_attention=True)
         self.sublayer_2 = nn.ModuleDict({  # llama.xspec:36
             'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
         self.ffn = FeedForward(config)  # llama.xspec:36
