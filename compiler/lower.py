@@ -35,12 +35,19 @@ SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_mo
 
 
 def _preludes_used(code: str, features: frozenset[str]) -> list[str]:
-    """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`), in the prelude's
-    order, each cut to the `features` the model uses. Prelude classes construct none of each other (an
-    attention's rotary embedding is built by the generated code and passed in), so these are all the
-    file needs."""
-    return [prelude.source(features) for name, prelude in prelude_classes().items()
-            if re.search(rf"(?<![\w.]){name}\b", code)]
+    """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`) and those they
+    extend (YarnRotaryEmbedding's RotaryEmbedding), in the prelude's order, each cut to the `features`
+    the model uses. Prelude classes construct none of each other (an attention's rotary embedding is
+    built by the generated code and passed in), so these are all the file needs."""
+    classes = prelude_classes()
+    used = {name for name in classes if re.search(rf"(?<![\w.]){name}\b", code)}
+    pending = list(used)
+    while pending:
+        for base in classes[pending.pop()].bases:
+            if base in classes and base not in used:
+                used.add(base)
+                pending.append(base)
+    return [prelude.source(features) for name, prelude in classes.items() if name in used]
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> str:

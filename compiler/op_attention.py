@@ -143,6 +143,10 @@ def _rotary_problems(a: AttentionAttrs) -> list[tuple[str, str]]:
         problems.append(("rotary_fraction", f"rotary_fraction = {a.rotary_fraction} of d_k = {a.d_k} is {dims:g} "
                                             "features, but rotary positions rotate pairs of features: it must be a "
                                             "whole, even number"))
+    if a.rotary_fraction != 1 and a.rotary_scaling != "default":
+        problems.append(("rotary_scaling", f"rotary_scaling = \"{a.rotary_scaling}\" with rotary_fraction = "
+                                           f"{a.rotary_fraction}: a scaling of partial rotary positions is not "
+                                           "supported (no family has one)"))
     if a.rotary_scaling != "default" and a.rotary_factor <= 0:
         problems.append(("rotary_factor", f"rotary_factor = {a.rotary_factor} divides the frequencies: it must be "
                                           "positive"))
@@ -234,30 +238,32 @@ def _norm(features: str, a: AttentionAttrs, w: Written) -> str:
 
 
 def rotary_module(a: AttentionAttrs, w: Written) -> str:
-    """The RotaryEmbedding a rotary attention holds: its features, base, and scaling with the parameters
-    that scaling reads (only those, and only where they differ from the defaults, so the line says what
-    applies)."""
-    names = []
-    if a.rotary_base != 10000.0 or w.from_config("rotary_base"):
-        names.append("rotary_base")
-    if a.rotary_scaling != "default":
-        names += ["rotary_scaling", "rotary_factor"]
-    if a.rotary_scaling == "llama3":
-        names += ["rotary_low_freq_factor", "rotary_high_freq_factor", "rotary_original_max_len"]
-    if a.rotary_scaling == "yarn":
-        names += ["rotary_original_max_len", "rotary_beta_fast", "rotary_beta_slow", "rotary_attention_factor",
-                  "rotary_truncate"]
-    options = [f"{ROTARY_ARGUMENTS[name]}={w.attr(name)}" for name in names]
+    """The rotary embedding a rotary attention holds: the class of its scaling (prelude_rotary.py), its
+    features, and the parameters that scaling reads (an optional one where it differs from its default or
+    the spec reads it from a parameter, so the line says what applies)."""
     features = w.attr("d_k") if a.rotary_fraction == 1 else w.size(int(a.rotary_dims))
-    return f"RotaryEmbedding({', '.join([features, *options])})"
+    cls, required, optional = ROTARY_CLASSES[a.rotary_scaling if a.rotary_fraction == 1 else "partial"]
+    options = [*required, *(name for name in optional
+                            if getattr(a, name) != AttentionAttrs.model_fields[name].default or w.from_config(name))]
+    return f"{cls}({', '.join([features, *(f'{ROTARY_ARGUMENTS[name]}={w.attr(name)}' for name in options)])})"
 
 
-# RotaryEmbedding's argument for each attribute it takes (prelude_attention.py).
-ROTARY_ARGUMENTS = {"rotary_base": "base", "rotary_scaling": "scaling", "rotary_factor": "factor",
-                    "rotary_original_max_len": "original_max_len", "rotary_low_freq_factor": "low_freq_factor",
-                    "rotary_high_freq_factor": "high_freq_factor", "rotary_beta_fast": "beta_fast",
-                    "rotary_beta_slow": "beta_slow", "rotary_attention_factor": "attention_factor",
-                    "rotary_truncate": "truncate"}
+# Each scaling's class (prelude_rotary.py), the attributes it always takes, and those it takes where they
+# matter; the rotary base comes last, as in the classes' signatures.
+ROTARY_CLASSES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "default": ("RotaryEmbedding", (), ("rotary_base",)),
+    "partial": ("PartialRotaryEmbedding", (), ("rotary_base",)),
+    "linear": ("LinearRotaryEmbedding", ("rotary_factor",), ("rotary_base",)),
+    "llama3": ("Llama3RotaryEmbedding", ("rotary_factor", "rotary_low_freq_factor", "rotary_high_freq_factor",
+                                         "rotary_original_max_len"), ("rotary_base",)),
+    "yarn": ("YarnRotaryEmbedding", ("rotary_factor", "rotary_original_max_len"),
+             ("rotary_beta_fast", "rotary_beta_slow", "rotary_attention_factor", "rotary_truncate", "rotary_base")),
+}
+# The rotary classes' argument for each attribute they take.
+ROTARY_ARGUMENTS = {"rotary_base": "base", "rotary_factor": "factor", "rotary_original_max_len": "original_max_len",
+                    "rotary_low_freq_factor": "low_freq_factor", "rotary_high_freq_factor": "high_freq_factor",
+                    "rotary_beta_fast": "beta_fast", "rotary_beta_slow": "beta_slow",
+                    "rotary_attention_factor": "attention_factor", "rotary_truncate": "truncate"}
 
 
 def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
@@ -305,9 +311,7 @@ def _features(a: AttentionAttrs, i: Inferred) -> frozenset[str]:
     used = {name for name in ("alibi", "window", "softcap", "sinks", "causal", "scale") if getattr(a, name) not in
             (False, None)}
     if a.rotary:
-        used |= {"rotary", f"rotary_{a.rotary_scaling}"}
-    if a.rotary and a.rotary_fraction != 1:
-        used.add("rotary_partial")
+        used.add("rotary")
     if a.qk_norm != "none":
         used.add("qk_norm")
     if i["kdim"] != i["d_model"] or i["vdim"] != i["d_model"] or not a.bias or a.key_heads != a.heads \

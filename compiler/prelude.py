@@ -1,7 +1,7 @@
 """Modules that generated models use. Their source is copied into every generated file that uses
 them, so a compiled model depends on torch alone; they are also imported from here by the tests.
-Attention and the mixture of experts have files of their own (prelude_attention.py,
-prelude_experts.py; codecheck.PRELUDES lists them all).
+Rotary embeddings, attention and the mixture of experts have files of their own (prelude_rotary.py,
+prelude_attention.py, prelude_experts.py; prune.PRELUDES lists them all).
 
 A statement whose first line ends in `# with: FEATURE, ...` serves those features only: a
 generated file keeps it where its spec uses one of them, else leaves it out; one tagged
@@ -14,7 +14,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .prelude_attention import MultiHeadAttention, RotaryEmbedding  # noqa: F401 (for the tests)
+from .prelude_attention import MultiHeadAttention  # noqa: F401 (for the tests)
+from .prelude_rotary import (  # noqa: F401 (for the tests)
+    LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding, RotaryEmbedding,
+    YarnRotaryEmbedding)
 from .prelude_experts import MixtureOfExperts  # noqa: F401 (for the tests)
 
 

@@ -1,105 +1,13 @@
 """Attention modules that generated models use (their source is copied into every generated file
 that uses them, so a compiled model depends on torch alone): multi-head attention with the newer
-family's options, and the rotary position embeddings it may hold. A statement tagged `# with: ...`
-serves those features only (compiler/prelude.py)."""
+family's options (the rotary position embeddings it may hold are prelude_rotary.py's). A statement
+tagged `# with: ...` serves those features only (compiler/prelude.py)."""
 
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-
-class RotaryEmbedding(nn.Module):
-    """Rotary position embeddings (Su et al., 2021) of the first `dim` features of each head: the
-    feature pair (i, i + dim/2) of position p is turned by the angle p * theta_i,
-    theta_i = base^(-2i/dim); the head's other features pass unchanged (partial rotary, as GPT-NeoX
-    and Phi-3 rotate a fraction).
-
-    `scaling` changes the frequencies for contexts beyond the one a checkpoint was trained at
-    (`original_max_len`), as checkpoints declare it:
-      linear  every theta_i / factor (position interpolation, Chen et al., 2023);
-      llama3  wavelengths beyond original_max_len / low_freq_factor divided by factor, those below
-              original_max_len / high_freq_factor kept, a smooth blend between (Llama 3.1);
-      yarn    NTK-by-parts: features turning fewer than beta_slow times over the original context
-              interpolated, more than beta_fast kept, a linear ramp between; cos and sin scaled by
-              attention_factor, 0.1 ln(factor) + 1 unless given (Peng et al., 2023).
-    """
-
-    def __init__(self, dim,
-                 scaling="default", factor=1.0,  # with: rotary_linear, rotary_llama3, rotary_yarn
-                 original_max_len=None,  # with: rotary_llama3, rotary_yarn
-                 low_freq_factor=1.0, high_freq_factor=4.0,  # with: rotary_llama3
-                 beta_fast=32.0, beta_slow=1.0, attention_factor=None, truncate=True,  # with: rotary_yarn
-                 base=10000.0):
-        super().__init__()
-        self.dim = dim
-        exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
-        inverse_frequency = 1.0 / (base ** exponents)
-        self.attention_factor = 1.0  # with: rotary_yarn
-        if scaling == "linear":  # with: rotary_linear
-            inverse_frequency = inverse_frequency / factor
-        if scaling == "llama3":  # with: rotary_llama3
-            inverse_frequency = self.llama3(inverse_frequency, factor, low_freq_factor,
-                                            high_freq_factor, original_max_len)
-        if scaling == "yarn":  # with: rotary_yarn
-            inverse_frequency = self.yarn(base ** exponents, dim, base, factor, original_max_len,
-                                          beta_fast, beta_slow, truncate)
-            if attention_factor is None:
-                attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
-            self.attention_factor = attention_factor
-        # Derived, so not in checkpoints.
-        self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)
-
-    @staticmethod
-    def llama3(inverse_frequency, factor, low_freq_factor, high_freq_factor,  # with: rotary_llama3
-               original_max_len):
-        wavelength = 2 * math.pi / inverse_frequency
-        long = original_max_len / low_freq_factor  # wavelengths beyond this are divided by factor
-        short = original_max_len / high_freq_factor  # ... below this kept
-        scaled = torch.where(wavelength > long, inverse_frequency / factor, inverse_frequency)
-        smooth = (original_max_len / wavelength - low_freq_factor)
-        smooth = smooth / (high_freq_factor - low_freq_factor)
-        blended = (1 - smooth) * scaled / factor + smooth * scaled
-        between = ~(wavelength < short) * ~(wavelength > long)
-        return torch.where(between, blended, scaled)
-
-    @staticmethod
-    def yarn(frequency_base, dim, base, factor, original_max_len, beta_fast,  # with: rotary_yarn
-             beta_slow, truncate):
-        def feature(turns):  # the feature that turns `turns` times over the original context
-            return dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
-
-        low, high = feature(beta_fast), feature(beta_slow)
-        if truncate:
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, dim - 1)
-        if low == high:
-            high += 0.001  # a ramp of one step
-        ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-        kept = 1 - ramp  # 1: the original frequency, 0: interpolated
-        return (1.0 / (factor * frequency_base)) * (1 - kept) + (1.0 / frequency_base) * kept
-
-    @staticmethod
-    def rotate_half(x):
-        """[x1, x2] -> [-x2, x1] over the last dimension's two halves: the rotation of rotary
-        embeddings."""
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat([-x2, x1], dim=-1)
-
-    def forward(self, x, start):
-        """x [B, h, T, d_k] at positions start, start + 1, ...: rotated in float32, in x's
-        dtype."""
-        position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
-        angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
-        cos, sin = angles.cos(), angles.sin()
-        if self.attention_factor != 1.0:  # with: rotary_yarn
-            cos, sin = cos * self.attention_factor, sin * self.attention_factor
-        turned = x[..., :self.dim].float()
-        turned = (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
-        if self.dim < x.size(-1):  # with: rotary_partial
-            turned = torch.cat([turned, x[..., self.dim:]], dim=-1)  # the features not rotated
-        return turned
 
 
 class MultiHeadAttention(nn.Module):

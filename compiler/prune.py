@@ -27,8 +27,8 @@ from typing import Optional
 from .wrap import outer_call, packed, split_arguments
 
 # The files whose classes generated code may copy, in the order a module defines them.
-PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_attention.py",
-                                                              "prelude_experts.py"))
+PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_rotary.py",
+                                                              "prelude_attention.py", "prelude_experts.py"))
 TAG = re.compile(r"\s+# (with|without): ([a-z0-9_]+(?:, [a-z0-9_]+)*)$")
 
 
@@ -55,6 +55,11 @@ class PreludeClass:
     removable: frozenset[int]  # the AST line numbers of its tagged statements
     arguments: frozenset[int]  # the AST line numbers of its tagged lines of arguments
     spans: tuple[tuple[int, int], ...]  # (first line, last line), from 0, of each signature or call holding them
+
+    @property
+    def bases(self) -> tuple[str, ...]:
+        """The classes it extends by name (another prelude class, or `nn.Module`: not a bare name)."""
+        return tuple(base.id for base in self.node.bases if isinstance(base, ast.Name))
 
     def source(self, features: frozenset[str]) -> str:
         """The class without the tagged statements and arguments none of `features` asks for, tags

@@ -6,7 +6,8 @@ FlexAttention against the plain path."""
 import pytest
 import torch
 
-from xspec.compiler.prelude import MultiHeadAttention, RMSNorm, RotaryEmbedding
+from xspec.compiler.prelude import (LinearRotaryEmbedding, Llama3RotaryEmbedding, MultiHeadAttention,
+                                    PartialRotaryEmbedding, RMSNorm, RotaryEmbedding, YarnRotaryEmbedding)
 from xspec.runtime.cache import DecoderCache
 from float32 import assert_close
 
@@ -77,7 +78,7 @@ OPTIONS = [
     {"q_norm": torch.nn.RMSNorm(8, eps=1e-6), "k_norm": torch.nn.RMSNorm(8, eps=1e-6)},            # per head
     {"q_norm": torch.nn.RMSNorm(32, eps=1e-6), "k_norm": torch.nn.RMSNorm(16, eps=1e-6)},           # projection
     {"q_norm": RMSNorm(8, offset=1.0), "k_norm": RMSNorm(8, offset=1.0), "rotary": RotaryEmbedding(8)},
-    {"rotary": RotaryEmbedding(4, base=500.0)},                                                      # partial
+    {"rotary": PartialRotaryEmbedding(4, base=500.0)},                                               # partial
     {"window": 4, "softcap": 3.0, "sinks": True, "rotary": RotaryEmbedding(8), "scale": 0.2},
 ]
 
@@ -191,26 +192,27 @@ def hf_frequencies(scaling: dict, head_dim: int = 64, fraction: float = 1.0) -> 
 
 
 SCALINGS = [
-    ({"rope_type": "linear", "factor": 4.0}, {"scaling": "linear", "factor": 4.0}),
+    ({"rope_type": "linear", "factor": 4.0}, LinearRotaryEmbedding, {"factor": 4.0}),
     ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
       "original_max_position_embeddings": 256},
-     {"scaling": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_len": 256}),
+     Llama3RotaryEmbedding, {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_len": 256}),
     ({"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 256, "beta_fast": 32.0,
-      "beta_slow": 1.0}, {"scaling": "yarn", "factor": 16.0, "original_max_len": 256}),
+      "beta_slow": 1.0}, YarnRotaryEmbedding, {"factor": 16.0, "original_max_len": 256}),
     ({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 256, "beta_fast": 16.0,
       "beta_slow": 2.0, "truncate": False, "attention_factor": 1.5},
-     {"scaling": "yarn", "factor": 32.0, "original_max_len": 256, "beta_fast": 16.0, "beta_slow": 2.0,
-      "truncate": False, "attention_factor": 1.5}),
+     YarnRotaryEmbedding, {"factor": 32.0, "original_max_len": 256, "beta_fast": 16.0, "beta_slow": 2.0,
+                           "truncate": False, "attention_factor": 1.5}),
 ]
 
 
-@pytest.mark.parametrize("hf, ours", SCALINGS, ids=lambda s: s.get("rope_type", s.get("scaling")))
+@pytest.mark.parametrize("hf, kind, ours", SCALINGS, ids=lambda s: s["rope_type"] if isinstance(s, dict) and "rope_type"
+                         in s else "")
 @torch.no_grad()
-def test_rotary_scalings_turn_positions_beyond_the_original_context_as_hugging_face(hf, ours):
+def test_rotary_scalings_turn_positions_beyond_the_original_context_as_hugging_face(hf, kind, ours):
     frequencies, factor = hf_frequencies(hf)
-    rotary = RotaryEmbedding(64, **ours)
+    rotary = kind(64, **ours)
     assert_close(rotary.inverse_frequency, frequencies)
-    assert rotary.attention_factor == pytest.approx(factor)
+    assert getattr(rotary, "attention_factor", 1.0) == pytest.approx(factor)
     x = torch.randn(1, 2, 3, 64)
     position = 3000                                              # far past the original 256 positions
     angles = position * frequencies
@@ -224,7 +226,7 @@ def test_rotary_scalings_turn_positions_beyond_the_original_context_as_hugging_f
 @torch.no_grad()
 def test_partial_rotary_turns_the_first_features_and_passes_the_rest():
     frequencies, _ = hf_frequencies({"rope_type": "default"}, head_dim=16, fraction=0.5)
-    rotary = RotaryEmbedding(8)
+    rotary = PartialRotaryEmbedding(8)
     assert_close(rotary.inverse_frequency, frequencies)
     x = torch.randn(1, 1, 4, 16)
     out = rotary(x, 5)

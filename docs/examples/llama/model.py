@@ -39,28 +39,14 @@ class Embedding(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embeddings (Su et al., 2021) of the first `dim` features of each head: the
-    feature pair (i, i + dim/2) of position p is turned by the angle p * theta_i,
-    theta_i = base^(-2i/dim); the head's other features pass unchanged (partial rotary, as GPT-NeoX
-    and Phi-3 rotate a fraction).
-
-    `scaling` changes the frequencies for contexts beyond the one a checkpoint was trained at
-    (`original_max_len`), as checkpoints declare it:
-      linear  every theta_i / factor (position interpolation, Chen et al., 2023);
-      llama3  wavelengths beyond original_max_len / low_freq_factor divided by factor, those below
-              original_max_len / high_freq_factor kept, a smooth blend between (Llama 3.1);
-      yarn    NTK-by-parts: features turning fewer than beta_slow times over the original context
-              interpolated, more than beta_fast kept, a linear ramp between; cos and sin scaled by
-              attention_factor, 0.1 ln(factor) + 1 unless given (Peng et al., 2023).
-    """
+    """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
+    is turned by the angle p * theta_i, theta_i = base^(-2i/dim)."""
 
     def __init__(self, dim, base=10000.0):
         super().__init__()
-        self.dim = dim
         exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
-        inverse_frequency = 1.0 / (base ** exponents)
         # Derived, so not in checkpoints.
-        self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)
+        self.register_buffer("inverse_frequency", 1.0 / (base ** exponents), persistent=False)
 
     @staticmethod
     def rotate_half(x):
@@ -70,14 +56,15 @@ class RotaryEmbedding(nn.Module):
         return torch.cat([-x2, x1], dim=-1)
 
     def forward(self, x, start):
-        """x [B, h, T, d_k] at positions start, start + 1, ...: rotated in float32, in x's
+        """x [B, h, T, dim] at positions start, start + 1, ...: rotated in float32, in x's
         dtype."""
         position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
         angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
-        cos, sin = angles.cos(), angles.sin()
-        turned = x[..., :self.dim].float()
-        turned = (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
-        return turned
+        return self.rotate(x, angles.cos(), angles.sin())
+
+    def rotate(self, x, cos, sin):
+        turned = x.float()
+        return (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
 
 
 class MultiHeadAttention(nn.Module):

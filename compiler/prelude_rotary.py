@@ -1,0 +1,110 @@
+"""Rotary position embeddings that generated models use, one class per way of computing the
+frequencies (the compiler copies the one a spec's attention names, with the plain class it
+extends). None has an option it does not use: a spec with Llama 3.1's scaling gets
+Llama3RotaryEmbedding, one without any gets RotaryEmbedding alone."""
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
+    is turned by the angle p * theta_i, theta_i = base^(-2i/dim)."""
+
+    def __init__(self, dim, base=10000.0):
+        super().__init__()
+        exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+        # Derived, so not in checkpoints.
+        self.register_buffer("inverse_frequency", 1.0 / (base ** exponents), persistent=False)
+
+    @staticmethod
+    def rotate_half(x):
+        """[x1, x2] -> [-x2, x1] over the last dimension's two halves: the rotation of rotary
+        embeddings."""
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([-x2, x1], dim=-1)
+
+    def forward(self, x, start):
+        """x [B, h, T, dim] at positions start, start + 1, ...: rotated in float32, in x's
+        dtype."""
+        position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
+        angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
+        return self.rotate(x, angles.cos(), angles.sin())
+
+    def rotate(self, x, cos, sin):
+        turned = x.float()
+        return (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
+
+
+class PartialRotaryEmbedding(RotaryEmbedding):
+    """Rotary embeddings of the first `dim` features of each head; the others pass unchanged
+    (GPT-NeoX and Phi-3 rotate a fraction)."""
+
+    def __init__(self, dim, base=10000.0):
+        super().__init__(dim, base)
+        self.dim = dim
+
+    def forward(self, x, start):
+        turned = super().forward(x[..., :self.dim], start)
+        return torch.cat([turned, x[..., self.dim:]], dim=-1)
+
+
+class LinearRotaryEmbedding(RotaryEmbedding):
+    """Position interpolation (Chen et al., 2023): every theta_i divided by `factor`, for
+    contexts `factor` times the one a checkpoint was trained at."""
+
+    def __init__(self, dim, factor, base=10000.0):
+        super().__init__(dim, base)
+        self.inverse_frequency = self.inverse_frequency / factor
+
+
+class Llama3RotaryEmbedding(RotaryEmbedding):
+    """Llama 3.1's scaling: wavelengths beyond original_max_len / low_freq_factor divided by
+    `factor`, those below original_max_len / high_freq_factor kept, a smooth blend between."""
+
+    def __init__(self, dim, factor, low_freq_factor, high_freq_factor, original_max_len,
+                 base=10000.0):
+        super().__init__(dim, base)
+        frequency = self.inverse_frequency
+        wavelength = 2 * math.pi / frequency
+        long = original_max_len / low_freq_factor  # wavelengths beyond this are divided by factor
+        short = original_max_len / high_freq_factor  # ... below this kept
+        scaled = torch.where(wavelength > long, frequency / factor, frequency)
+        smooth = (original_max_len / wavelength - low_freq_factor)
+        smooth = smooth / (high_freq_factor - low_freq_factor)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        between = ~(wavelength < short) * ~(wavelength > long)
+        self.inverse_frequency = torch.where(between, blended, scaled)
+
+
+class YarnRotaryEmbedding(RotaryEmbedding):
+    """YaRN's NTK-by-parts (Peng et al., 2023): features turning fewer than beta_slow times over
+    the original context interpolated by `factor`, more than beta_fast kept, a linear ramp
+    between; cos and sin scaled by attention_factor, 0.1 ln(factor) + 1 unless given."""
+
+    def __init__(self, dim, factor, original_max_len, beta_fast=32.0, beta_slow=1.0,
+                 attention_factor=None, truncate=True, base=10000.0):
+        super().__init__(dim, base)
+
+        def feature(turns):  # the feature that turns `turns` times over the original context
+            return dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = feature(beta_fast), feature(beta_slow)
+        if truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001  # a ramp of one step
+        ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        kept = 1 - ramp  # 1: the original frequency, 0: interpolated
+        frequency_base = base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
+        interpolated, original = 1.0 / (factor * frequency_base), 1.0 / frequency_base
+        self.inverse_frequency = interpolated * (1 - kept) + original * kept
+        if attention_factor is None:
+            attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        self.attention_factor = attention_factor
+
+    def rotate(self, x, cos, sin):
+        return super().rotate(x, cos * self.attention_factor, sin * self.attention_factor)
