@@ -48,7 +48,7 @@ def micro_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int) -> 
 def _pack(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
     """`indices` in order, cut into runs whose padded size (sentences x longest) is at most `max_tokens`;
     a sentence longer than that alone."""
-    batches, current, longest = [], [], 0
+    batches, current, longest = list[list[int]](), list[int](), 0
     for i in indices:
         if current and (len(current) + 1) * max(longest, lengths[i]) > max_tokens:
             batches.append(current)
@@ -137,7 +137,7 @@ def _rounds(batches: list[list[int]], tgt_lens: list[int], src_lens: list[int] |
 def _fill_updates(rounds: list[list[list[int]]], tgt_lens: list[int], batch_tokens: int) -> list[list[list[list[int]]]]:
     """Consecutive rounds grouped so that each update's target tokens (with EOS) come as close to
     `batch_tokens` as whole rounds allow."""
-    updates, current, tokens = [], [], 0
+    updates, current, tokens = list[list[list[list[int]]]](), list[list[list[int]]](), 0
     for group in rounds:
         size = sum(tgt_lens[i] + 1 for b in group for i in b)
         if current and abs(tokens + size - batch_tokens) >= abs(tokens - batch_tokens):

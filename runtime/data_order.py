@@ -52,8 +52,13 @@ class Window:
 class WholeCorpusWindows:
     """For examples held in memory: window n is epoch n, every example in its own order."""
 
-    src_lens: list[int]
-    tgt_lens: list[int]
+    @property
+    def src_lens(self) -> list[int]:        # each subclass's own
+        raise NotImplementedError
+
+    @property
+    def tgt_lens(self) -> list[int]:
+        raise NotImplementedError
 
     def window(self, number: int, seed: int) -> Window:
         return Window(number, number, self.src_lens, self.tgt_lens)

@@ -50,7 +50,7 @@ class Lexicon:
 
 
 def _words(rng: random.Random, syllables: list[str], count: int, taken: set[str]) -> list[str]:
-    words = []
+    words: list[str] = []
     while len(words) < count:
         word = "".join(rng.choice(syllables) for _ in range(rng.randint(2, 3)))
         if word not in taken:

@@ -113,11 +113,14 @@ def share_bytes(context: Context, data: bytes | None) -> bytes:
         assert data is not None
         return data
     # gloo and NCCL both move tensors: the length first, then the bytes as uint8.
-    size = torch.tensor([len(data) if context.is_main else 0], dtype=torch.long, device=context.device)
-    dist.broadcast(size, src=0)
     if context.is_main:
-        buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(context.device)
-    else:
-        buffer = torch.empty(int(size.item()), dtype=torch.uint8, device=context.device)
+        assert data is not None
+        size = torch.tensor([len(data)], dtype=torch.long, device=context.device)
+        dist.broadcast(size, src=0)
+        dist.broadcast(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(context.device), src=0)
+        return data
+    size = torch.tensor([0], dtype=torch.long, device=context.device)
+    dist.broadcast(size, src=0)
+    buffer = torch.empty(int(size.item()), dtype=torch.uint8, device=context.device)
     dist.broadcast(buffer, src=0)
-    return data if context.is_main else bytes(buffer.cpu().tolist())
+    return bytes(buffer.cpu().tolist())

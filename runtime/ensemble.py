@@ -17,7 +17,7 @@ from typing import Protocol, Sequence, Union
 
 import torch
 
-ModelOrEnsemble = Union[torch.nn.Module, Sequence[torch.nn.Module]]
+ModelOrEnsemble = Union[torch.nn.Module, list[torch.nn.Module], tuple[torch.nn.Module, ...]]
 
 
 def members(model: ModelOrEnsemble) -> list[torch.nn.Module]:

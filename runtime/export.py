@@ -28,7 +28,7 @@ import logging
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import torch
 from torch import nn
@@ -37,6 +37,7 @@ from torch.export import Dim
 from xspec.base.errors import UserError
 from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
 from xspec.base.text import shown
+from .tokenizer import CheckpointTokenizer
 from .vocab import BOS, EOS, MODEL_FILE, PAD, UNK
 
 if TYPE_CHECKING:
@@ -70,7 +71,8 @@ def cached_attention(model: nn.Module, kind: str) -> list[tuple[str, nn.Module]]
 
 
 def slot(name: str, module: nn.Module) -> CacheSlot:
-    return CacheSlot(name, module.kv_heads, module.d_k, module.d_v)
+    # A generated attention module's ints: torch types a module's attributes Tensor | Module.
+    return CacheSlot(name, module.kv_heads, module.d_k, module.d_v)  # type: ignore[arg-type]
 
 
 class TensorCache:
@@ -105,11 +107,12 @@ class EncoderGraph(nn.Module):
         self.memory_attention = memory_attention   # a plain list: the modules are the model's own
 
     def forward(self, src: torch.Tensor, src_padding_mask: torch.Tensor) -> tuple[torch.Tensor, list, list]:
-        memory = self.model.encode(src, src_padding_mask)
+        # The generated model's and attention's own methods: torch types a module's attributes Tensor | Module.
+        memory = self.model.encode(src, src_padding_mask)  # type: ignore[operator]
         keys, values = [], []
         for attention in self.memory_attention:
             # What the module computes of a memory tensor and keeps in a DecoderCache (no cache: no position).
-            k, v = attention._keys_values(memory, memory, None)
+            k, v = attention._keys_values(memory, memory, None)  # type: ignore[operator]
             keys.append(k)
             values.append(v)
         return memory, keys, values
@@ -132,7 +135,8 @@ class TranslationStep(nn.Module):
         # argument by identity; the memory itself is not needed, and None stands for it.
         kept = {module: (None, None, k, v) for module, k, v in zip(self.memory_attention, memory_keys, memory_values)}
         cache = TensorCache(self.self_attention, past_keys, past_values, kept)
-        logits = self.model.decode(tokens, None, memory_padding_mask, cache=cache)    # [B, 1, vocab]
+        # [B, 1, vocab]; the generated model's own method: torch types a module's attributes Tensor | Module.
+        logits = self.model.decode(tokens, None, memory_padding_mask, cache=cache)  # type: ignore[operator]
         return logits[:, -1], cache.keys, cache.values
 
 
@@ -148,7 +152,7 @@ class LanguageModelStep(nn.Module):
     def forward(self, tokens: torch.Tensor, past_keys: list[torch.Tensor],
                 past_values: list[torch.Tensor]) -> tuple[torch.Tensor, list, list]:
         cache = TensorCache(self.self_attention, past_keys, past_values, {})
-        logits = self.model.decode(tokens, cache=cache)                               # [B, 1, vocab]
+        logits = self.model.decode(tokens, cache=cache)  # type: ignore[operator]  # [B, 1, vocab], as above
         return logits[:, -1], cache.keys, cache.values
 
 
@@ -172,7 +176,7 @@ class Plan:
     graphs: list[Graph]
     self_attention: list[CacheSlot]
     memory_attention: list[CacheSlot]
-    dimensions: dict[str, dict]         # name -> {"min": ..., "max": ...} (None: no bound)
+    dimensions: dict[str, dict[str, Optional[int]]]     # name -> {"min": ..., "max": ...} (None: no bound)
 
 
 def listed(name: str, count: int) -> list[str]:
@@ -200,19 +204,20 @@ def plan(trained: TrainedModel) -> Plan:
     if longest <= EXAMPLE_PAST + 1:
         raise UserError(f"{spec.name}: {longest} positions are too few to export (at least {EXAMPLE_PAST + 2})")
     batch, past = Dim("batch", min=1), Dim("past", min=0, max=longest - 1)
-    dimensions = {"batch": {"min": 1, "max": None}, "past": {"min": 0, "max": longest - 1}}
+    dimensions: dict[str, dict[str, Optional[int]]] = {"batch": {"min": 1, "max": None},
+                                                       "past": {"min": 0, "max": longest - 1}}
     device, dtype = trained.device, next(model.parameters()).dtype
     modules = [module for _, module in self_attention]
     layers = len(modules)
+    self_slots = [slot(name, module) for name, module in self_attention]
     tokens = torch.full((EXAMPLE_BATCH, 1), EOS + 1, dtype=torch.long, device=device)
-    past_keys = [torch.zeros(EXAMPLE_BATCH, module.kv_heads, EXAMPLE_PAST, module.d_k, dtype=dtype, device=device)
-                 for module in modules]
-    past_values = [torch.zeros(EXAMPLE_BATCH, module.kv_heads, EXAMPLE_PAST, module.d_v, dtype=dtype, device=device)
-                   for module in modules]
+    past_keys = [torch.zeros(EXAMPLE_BATCH, s.heads, EXAMPLE_PAST, s.key_dim, dtype=dtype, device=device)
+                 for s in self_slots]
+    past_values = [torch.zeros(EXAMPLE_BATCH, s.heads, EXAMPLE_PAST, s.value_dim, dtype=dtype, device=device)
+                   for s in self_slots]
     past_shapes = [{0: batch, 2: past}] * layers
     past_names = [*listed("past_keys", layers), *listed("past_values", layers)]
     step_outputs = ["logits", *listed("present_keys", layers), *listed("present_values", layers)]
-    self_slots = [slot(name, module) for name, module in self_attention]
     if not spec.has_encoder:
         step = Graph("decoder", LanguageModelStep(model, modules), (tokens, past_keys, past_values),
                      ({0: batch}, past_shapes, past_shapes), ["tokens", *past_names], step_outputs)
@@ -268,6 +273,7 @@ def write_onnx(graph: Graph, path: Path) -> None:
                                         verbose=False)
         except Exception as error:   # as above: a model the exporter cannot translate
             raise UserError(f"torch.onnx cannot export the {graph.name} graph: {_reason(error)}") from error
+    assert program is not None       # None only from the older exporter (dynamo=False)
     program.save(str(path))          # the weights go to a file beside it only past ONNX's 2 GB limit
 
 
@@ -306,7 +312,7 @@ def manifest(trained: TrainedModel, format: str, exported: Plan) -> dict:
     spec = trained.spec
     translation = spec.has_encoder
     tokenizer = trained.tokenizer
-    if hasattr(tokenizer, "describe"):    # an import's own tokenizer: its ids, and documents from BOS to EOS
+    if isinstance(tokenizer, CheckpointTokenizer):  # an import's own: its ids, and documents from BOS to EOS
         return {**_manifest(trained, format, exported, translation),
                 "tokenizer": tokenizer_file(tokenizer),
                 "special_tokens": {"bos": tokenizer.bos_id, "eos": tokenizer.eos_id},

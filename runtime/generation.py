@@ -65,7 +65,8 @@ class Generator:
         eval_members(self.model)
         chunks = length_sorted_chunks(range(len(lines)), [len(p) for p in prompts], self.batch_tokens,
                                       equal_length=True)
-        yield from in_input_order([None] * len(lines), chunks, continue_chunk)
+        results: list[Optional[list[int]]] = [None] * len(lines)
+        yield from in_input_order(results, chunks, continue_chunk)
 
     def _continue(self, batch: torch.Tensor, indices: list[int], follow) -> list[list[int]]:
         d = self.decode

@@ -70,18 +70,23 @@ class _Scoring:
     device: torch.device
 
     @property
-    def members(self) -> ModelOrEnsemble: ...
+    def members(self) -> ModelOrEnsemble:
+        raise NotImplementedError
 
     @property
-    def label(self) -> str: ...
+    def label(self) -> str:
+        raise NotImplementedError
 
     @property
-    def is_language_model(self) -> bool: ...
+    def is_language_model(self) -> bool:
+        raise NotImplementedError
 
     @property
-    def max_tokens(self) -> int: ...
+    def max_tokens(self) -> int:
+        raise NotImplementedError
 
-    def decode_settings(self, **overrides) -> DecodeSection: ...
+    def decode_settings(self, **overrides) -> DecodeSection:
+        raise NotImplementedError
 
     def translator(self, batch_tokens: int = 4000, **overrides) -> Translator:
         if self.is_language_model:

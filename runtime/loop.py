@@ -16,7 +16,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ from .schedule import skip_if
 from .step import TrainingStep
 from .tasks import Examples
 from .vocab import Vocab
+
+if TYPE_CHECKING:
+    from xspec.compiler.spec import CompiledSpec
 
 
 @dataclass
@@ -68,7 +71,7 @@ class Progress:
         and the best validations (absent from the states of earlier versions, as are the window, which
         was then the epoch, the parts and the mixture's tokens)."""
         counts = ("step", "epoch", "update", "train_tokens")
-        later = {"window": state.get("epoch"), "parts": 0, "source_tokens": []}
+        later: dict[str, Any] = {"window": state.get("epoch"), "parts": 0, "source_tokens": []}
         state = {**later, **state}
         seconds = state.get("train_seconds")
         best = BestRecord.from_state(state["best"]) if "best" in state else BestRecord()
@@ -122,6 +125,7 @@ class _Pending:
     loss_sum: torch.Tensor
     grad_norm: torch.Tensor
     aux_sum: Optional[torch.Tensor] = None  # the model's auxiliary loss (MoE load balancing), token-summed
+    aux_read: Optional[float] = None        # aux_sum read back, summed over processes
 
 
 @dataclass
@@ -129,14 +133,14 @@ class Trainer:
     """What the loop works with. `step` is the model and its loss; `wrapped` is it replicated (DDP) or
     sharded (FSDP) over the processes; `runner` is `wrapped`, compiled or not, which updates call."""
 
-    spec: object
+    spec: CompiledSpec
     run_dir: Path
     context: distributed.Context
     precision: Precision
     step: TrainingStep
     wrapped: nn.Module
     runner: nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Adam          # fused (runtime/schedule.py): skip_if needs it
     scheduler: torch.optim.lr_scheduler.LRScheduler
     examples: Examples                  # the training split's (runtime/tasks)
     valid: Optional[Examples]
@@ -221,11 +225,11 @@ class Trainer:
                   for indices, counts in rank_passes(update, context.rank, context.world_size, window.padded,
                                                      self.pass_tokens)]
         tokens = [window.tgt_lens[i] + 1 for micro_batch in update for i in micro_batch]
-        by_source = []
+        by_source: list[int] = []
         if window.source_of is not None:
             sources = window.source_of[[i for micro_batch in update for i in micro_batch]]
-            by_source = np.bincount(sources, weights=tokens, minlength=int(window.source_of.max()) + 1)
-            by_source = [int(n) for n in by_source]
+            counted = np.bincount(sources, weights=tokens, minlength=int(window.source_of.max()) + 1)
+            by_source = [int(n) for n in counted]
         return Prepared(window, index, parts, passes, sum(tokens), by_source)
 
     def _update(self, update: Prepared) -> _Pending:
@@ -264,14 +268,20 @@ class Trainer:
                 total += loss.detach()
         return total
 
-    def _gradient_sync(self, last: bool):
+    def _gradient_sync(self, last: bool) -> ContextManager:
         """Gradients are reduced over processes once per update, at its last pass."""
         if not self.context.distributed:
             return nullcontext()
+        from torch.distributed.fsdp import FSDPModule
+        from torch.nn.parallel import DistributedDataParallel
+
         if self.sharded:
+            assert isinstance(self.wrapped, FSDPModule)         # runtime/step.py: distribute
             self.wrapped.set_requires_gradient_sync(last)
             return nullcontext()
-        return nullcontext() if last else self.runner.no_sync()
+        # `runner` may be the compiled `wrapped`, whose no_sync is the wrapped module's.
+        assert isinstance(self.wrapped, DistributedDataParallel)
+        return nullcontext() if last else self.wrapped.no_sync()
 
     def _optimizer_step(self) -> torch.Tensor:
         """Clip (if asked), then step, skipping an update whose gradients are not finite: decided on the
@@ -284,7 +294,7 @@ class Trainer:
         if cfg.clip_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(parameters, cfg.clip_norm)
         else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -302,21 +312,21 @@ class Trainer:
         losses = [p.loss_sum for p in pending] + [p.aux_sum for p in pending if p.aux_sum is not None]
         values = torch.cat([torch.stack(losses), torch.stack([p.grad_norm for p in pending]),
                             torch.tensor([float(f) for f in flags], device=self.context.device)])
-        values = distributed.all_sum_tensor(self.context, values.double()).tolist()
-        auxiliary, values = values[n:len(losses)], values[:n] + values[len(losses):]
+        summed = distributed.all_sum_tensor(self.context, values.double()).tolist()
+        auxiliary, summed = summed[n:len(losses)], summed[:n] + summed[len(losses):]
         for update, aux in zip([p for p in pending if p.aux_sum is not None], auxiliary):
-            update.aux_sum = aux
-        return values[:n], [v / world for v in values[n:2 * n]], [v > 0 for v in values[2 * n:]]
+            update.aux_read = aux
+        return summed[:n], [v / world for v in summed[n:2 * n]], [v > 0 for v in summed[2 * n:]]
 
     def _log_steps(self, pending: list[_Pending], losses: list[float], norms: list[float], seconds: float) -> None:
         tokens_per_s = sum(p.tokens for p in pending) / max(seconds, 1e-9)
-        figures = []
+        figures: list[StepFigures] = []
         for update, loss_sum, norm in zip(pending, losses, norms):
             loss = loss_sum / update.tokens
             if not math.isfinite(loss):
                 self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
                 raise Diverged(update.step, loss)
-            aux = update.aux_sum / update.tokens if update.aux_sum is not None else None
+            aux = update.aux_read / update.tokens if update.aux_read is not None else None
             figures.append(StepFigures(update.step, loss, update.lr, update.tokens, tokens_per_s, norm, aux))
         self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
 
@@ -386,6 +396,7 @@ class Trainer:
             if same_as_best:
                 link_atomically(best_checkpoint(self.run_dir, progress.step), path)
             else:
+                assert tensors is not None          # gathered unless same_as_best
                 self._write_weights(path, tensors)
             ckpt.prune(self.run_dir, spec.train.keep_checkpoints)
         progress.last_checkpoint = path

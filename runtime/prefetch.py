@@ -23,18 +23,19 @@ class Prefetcher(Generic[Item, Prepared]):
         self._next: Optional[Future] = None
 
     def __iter__(self) -> Iterator[Prepared]:
-        if self._executor is None:
+        executor = self._executor
+        if executor is None:
             yield from map(self.prepare, self.items)
             return
         try:
-            self._next = self._submit()
+            self._next = self._submit(executor)
             while self._next is not None:
                 prepared = self._next.result()
-                self._next = self._submit()
+                self._next = self._submit(executor)
                 yield prepared
         finally:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=True, cancel_futures=True)
 
-    def _submit(self) -> Optional[Future]:
+    def _submit(self, executor: ThreadPoolExecutor) -> Optional[Future]:
         item = next(self.items, None)
-        return None if item is None else self._executor.submit(self.prepare, item)
+        return None if item is None else executor.submit(self.prepare, item)

@@ -21,12 +21,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TYPE_CHECKING, Optional, TextIO
 
 import torch
 from tqdm import tqdm
 
 from .run_dir import append_metrics
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: at run time only when asked
 
 TRAIN_LOG = "train.log"
 TENSORBOARD_DIR = "tensorboard"
@@ -55,7 +58,7 @@ class RunLog:
         self.run_dir: Optional[Path] = None
         self._file: Optional[TextIO] = None
         self._buffered: list[str] = []
-        self._writer = None
+        self._writer: Optional[SummaryWriter] = None
         self._bar: Optional[tqdm] = None
         self._window: list[StepFigures] = []
         self._max_steps = 0

@@ -30,7 +30,8 @@ def make_optimizer(parameters, train: TrainSection) -> torch.optim.Adam:
     Fused: one kernel for all parameters (several times faster than the per-tensor loop, on CPUs too),
     and it can skip an update on the device when told the gradients are not finite (`skip_if`)."""
     base_lr = train.lr if train.lr_schedule == "constant" else 1.0
-    return torch.optim.Adam(parameters, lr=base_lr, betas=tuple(train.adam_betas), eps=train.adam_eps,
+    beta1, beta2 = train.adam_betas
+    return torch.optim.Adam(parameters, lr=base_lr, betas=(beta1, beta2), eps=train.adam_eps,
                             weight_decay=train.weight_decay, fused=True)
 
 

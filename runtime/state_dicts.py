@@ -8,6 +8,7 @@ translates anywhere. With FSDP every rank takes part in gathering and in loading
 from __future__ import annotations
 
 from itertools import chain
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -24,7 +25,9 @@ def model_state(step: TrainingStep, wrapped: nn.Module, sharded: bool) -> dict[s
         return step.model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    full = get_model_state_dict(wrapped, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # Typed as state_dict() is: torch's state-dict type admits sharded values, which full_state_dict gathers.
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full: dict[str, Any] = get_model_state_dict(wrapped, options=options)
     return {name.removeprefix(MODEL_PREFIX): tensor for name, tensor in full.items()}
 
 
@@ -44,8 +47,8 @@ def optimizer_state(wrapped: nn.Module, optimizer: torch.optim.Optimizer, sharde
         return optimizer.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    full = get_optimizer_state_dict(wrapped, optimizer,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full: dict[str, Any] = get_optimizer_state_dict(wrapped, optimizer, options=options)  # as model_state's
     if not full:  # gathered on rank 0 only: the other processes get nothing to write
         return {}
     index = {name: i for i, name in enumerate(_parameter_names(wrapped, optimizer))}
@@ -61,9 +64,9 @@ def load_optimizer_state(wrapped: nn.Module, optimizer: torch.optim.Optimizer, s
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     names = _parameter_names(wrapped, optimizer)
-    by_name = {"state": {names[i]: values for i, values in state["state"].items()},
-               "param_groups": [{**group, "params": [names[i] for i in group["params"]]}
-                                for group in state["param_groups"]]}
+    by_name: dict[str, Any] = {"state": {names[i]: values for i, values in state["state"].items()},
+                               "param_groups": [{**group, "params": [names[i] for i in group["params"]]}
+                                                for group in state["param_groups"]]}
     set_optimizer_state_dict(wrapped, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
 
 

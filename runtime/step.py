@@ -11,6 +11,7 @@ log. Checkpoints, validation and decoding use the model itself (`step.model`).
 from __future__ import annotations
 
 import inspect
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -21,6 +22,8 @@ from .batching import NO_LABEL
 
 
 class TrainingStep(nn.Module):
+    auxiliary_sum: torch.Tensor     # a buffer (registered below)
+
     def __init__(self, model: nn.Module, label_smoothing: float, aux_loss_coef: float = 0.0) -> None:
         super().__init__()
         self.model = model
@@ -41,7 +44,8 @@ class TrainingStep(nn.Module):
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
         if smoothed and self.has_auxiliary_loss:
             counted = labels != NO_LABEL                     # [B, T]: the positions that are not padding
-            weighted = self.model.auxiliary_loss(counted) * counted.sum()
+            # A generated model's method: torch types a module's attributes Tensor | Module.
+            weighted = self.model.auxiliary_loss(counted) * counted.sum()  # type: ignore[operator]
             self.auxiliary_sum += weighted.detach()
             loss = loss + self.aux_loss_coef * weighted
         return loss
@@ -66,14 +70,14 @@ def distribute(step: TrainingStep, context: Context, sharding: str) -> nn.Module
 
         for layer in _stack_layers(step.model):
             fully_shard(layer)
-        return fully_shard(step)
+        return cast(nn.Module, fully_shard(step))     # the step itself, its class now an FSDPModule too
     from torch.nn.parallel import DistributedDataParallel
 
     # The model's buffers (positional tables) are computed, never trained: no need to re-send them each
     # forward. torch 2.13 names that forward_sync_buffers and warns on the older broadcast_buffers.
     device_ids = [context.device] if context.device.type == "cuda" else None
     newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-    no_sync = {"forward_sync_buffers" if newer else "broadcast_buffers": False}
+    no_sync: dict[str, Any] = {"forward_sync_buffers" if newer else "broadcast_buffers": False}
     return DistributedDataParallel(step, device_ids=device_ids, **no_sync)
 
 
@@ -98,4 +102,4 @@ def _stack_layers(model: nn.Module) -> list[nn.Module]:
 
 def compile_step(module: nn.Module) -> nn.Module:
     """torch.compile of the whole step, lengths dynamic: batches of new lengths reuse the compiled code."""
-    return torch.compile(module, dynamic=True)
+    return cast(nn.Module, torch.compile(module, dynamic=True))     # an OptimizedModule

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -121,6 +121,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
         # machines need no shared filesystem to read it.
         record = replace(record, data=task.demo_files(run_dir))
     data = record.data
+    assert data.train is not None           # given, or the demo's
     for note in task.read(data):           # every file checked before any work is done
         say(note)
     kept = initial if initial is not None else resumed if resumed is not None and resumed.tokenizer else None
@@ -192,6 +193,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     model = _decoding_model(spec, trainer)
     if not context.is_main:
         return {}
+    assert model is not None                # rank 0 holds it whole
     metrics = {"steps": progress.step, "valid_loss": valid_loss,
                "train_tokens_per_s": round(progress.train_tokens / max(progress.train_seconds, 1e-9), 1),
                "train_seconds": round(progress.train_seconds, 1), "stopped": stopped}
@@ -252,7 +254,7 @@ def _resumed_record(run_dir: Path, options: RunOptions) -> RunRecord:
 _ROLES = {"train": "training data", "valid": "validation data", "test": "test data"}
 
 
-def _describe_split(name: str, split: Split | None, run_dir: Path) -> str:
+def _describe_split(name: str, split: Split | PreparedSplit | None, run_dir: Path) -> str:
     if split is None:
         return f"without {name} files"
     if name == "train" and isinstance(split, Split) and split.src.resolve().parent == (run_dir / DATA_DIR).resolve():
@@ -477,9 +479,9 @@ def _memory_plan(spec, context: distributed.Context, precision, corpus: Corpus, 
     return plan
 
 
-def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module:
+def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module | None:
     """The trained model for beam search on rank 0: the model itself, or, when its parameters are sharded
-    over the processes, a copy holding them whole (gathering takes every process)."""
+    over the processes, a copy holding them whole (gathering takes every process; the others get None)."""
     if not trainer.sharded:
         return trainer.step.model
     tensors = state_dicts.model_state(trainer.step, trainer.wrapped, sharded=True)
@@ -492,11 +494,17 @@ def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module:
 def _validation_bleu(spec, task: Task, trainer: Trainer):
     """train.validate_bleu: the validation split translated by rank 0 (the model gathered whole when it is
     sharded), its BLEU sent to every process."""
+    from .tasks.translation import Translation
+
+    assert isinstance(task, Translation)    # train.validate_bleu is refused for other tasks (train)
     context = trainer.context
 
     def bleu() -> float:
         model = _decoding_model(spec, trainer)
-        value = task.validation_bleu(model, trainer.vocab, context.device) if context.is_main else 0.0
+        value = 0.0
+        if context.is_main:
+            assert model is not None            # rank 0 holds it whole
+            value = task.validation_bleu(model, trainer.vocab, context.device)
         trainer.wrapped.train()                     # decoding left the model in eval mode
         total = torch.tensor([value], dtype=torch.float64, device=context.device)
         return distributed.all_sum_tensor(context, total).item()
@@ -521,7 +529,7 @@ def model_params(params: dict) -> dict:
 
 
 @contextmanager
-def _stop_on_signals():
+def _stop_on_signals() -> Iterator[Callable[[], bool]]:
     """Ctrl-C / SIGTERM end training at the next update boundary, after a checkpoint; a second Ctrl-C
     interrupts at once."""
     received: list[int] = []

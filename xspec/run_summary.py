@@ -18,8 +18,8 @@ from xspec.base.text import printable
 from xspec.base.files import read_regular_file
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.best import best_dir
-from xspec.runtime.run_dir import (DATA_DIR, METRICS_FILE, RUN_FILE, SPEC_FILE, read_metrics_log, read_run_record,
-                                   read_run_spec)
+from xspec.runtime.run_dir import (DATA_DIR, METRICS_FILE, RUN_FILE, SPEC_FILE, RunRecord, Split, read_metrics_log,
+                                   read_run_record, read_run_spec)
 
 _STOPS = {"max_steps": "reached train.max_steps", "max_minutes": "reached train.max_minutes",
           "patience": "early stopping (train.patience)", "interrupted": "interrupted (Ctrl-C or SIGTERM)",
@@ -57,7 +57,8 @@ def summarize(run_dir: Path) -> RunSummary:
     language_model = not spec.has_encoder
     data = {name: None if split is None else [str(f) for f in split.files]
             for name, split in record.data.splits().items()}
-    demo = record.data.train is not None and record.data.train.src.resolve().parent == (run_dir / DATA_DIR).resolve()
+    train = record.data.train          # prepared directories (--data) are never the demo's
+    demo = isinstance(train, Split) and train.src.resolve().parent == (run_dir / DATA_DIR).resolve()
     records = read_metrics_log(run_dir)
     final = _final_metrics(run_dir)
     steps = [r for r in records if "loss" in r]
@@ -104,16 +105,17 @@ def _final_metrics(run_dir: Path) -> dict[str, Any]:
     return value
 
 
-def _commands(run_dir: Path, spec, record, language_model: bool, best: list[Path]) -> dict[str, str]:
+def _commands(run_dir: Path, spec, record: RunRecord, language_model: bool, best: list[Path]) -> dict[str, str]:
     run = shlex.quote(str(run_dir))
     commands = {"resume": f"xspec train --resume {run}"}
-    reason, cfg = (record.stopped or {}).get("reason"), spec.train
+    reason, cfg = (record.stopped or {}).get("reason", ""), spec.train
     further = {"max_steps": f"train.max_steps={2 * cfg.max_steps}",
                "max_minutes": f"train.max_minutes={2 * (cfg.max_minutes or 0):g}",
                "patience": f"train.patience={2 * (cfg.patience or 0)}"}.get(reason)
     if further is not None:     # the limit it stopped at would stop a resumed run at once
         commands["resume"] += f" --set {further}"
     test = record.data.test
+    test = test if isinstance(test, Split) else None      # prepared directories: eval reads text files
     if language_model:
         commands["generate"] = f"xspec generate {run} --prompt 'a beginning'"
         commands["evaluate"] = f"xspec eval {run} --text " + (shlex.quote(str(test.src)) if test else "TEST.txt")
@@ -162,7 +164,7 @@ def render(summary: RunSummary) -> str:
         text += f"; started {t['started']}, {t['wall_seconds'] / 60:,.1f} min of wall time logged"
     row("training", text)
     if s.stopped is not None:
-        row("stopped", f"{_STOPS.get(s.stopped.get('reason'), s.stopped.get('reason'))} at step "
+        row("stopped", f"{_STOPS.get(s.stopped['reason'], s.stopped['reason'])} at step "
                        f"{s.stopped.get('step')}")
     else:
         row("stopped", "not yet (running, or killed without a checkpoint's notice)")

@@ -228,6 +228,7 @@ class Mixture:
         for c, (part, take) in enumerate(zip(self.parts, self.take)):
             local, part_epoch = sequence_slice(part.examples.count, number * take, take, f"{seed}:{c}")
             window = part.examples.window_of(number, part_epoch, local)
+            assert window.ids is not None       # window_of's windows carry their examples' ids
             epoch = part_epoch if epoch is None else epoch
             src += window.src_lens
             tgt += window.tgt_lens

@@ -31,7 +31,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, Literal, Optional
+from typing import BinaryIO, Final, Iterable, Iterator, Literal, Optional
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -43,8 +43,8 @@ from xspec.base.strict_json import parse_json
 from xspec.base.text import printable, shown
 from ..vocab import EOS, Vocab
 
-FORMAT = "xspec-prepared"
-VERSION = 1
+FORMAT: Final = "xspec-prepared"
+VERSION: Final = 1
 MANIFEST = "manifest.json"
 VOCAB_FILE = "sentencepiece.model"
 SHARD_TOKENS = 1 << 28              # ids per shard file: 512 MiB of uint16
@@ -53,6 +53,7 @@ MAX_VOCAB_BYTES = 1 << 30           # a sentencepiece model: megabytes
 CHECK_CHUNK = 1 << 24               # ids (or offsets) read at a time when checking: bounded memory
 OFFSET = np.dtype("<i8")
 NEWER_SKIPS = ("not_json", "not_object", "no_field", "not_string")
+Kind = Literal["text", "parallel"]       # what a prepared directory holds: documents or sentence pairs
 
 
 class _Record(BaseModel):
@@ -94,7 +95,7 @@ class Skipped(_Record):
 class Manifest(_Record):
     format: Literal["xspec-prepared"]
     version: Literal[1]
-    kind: Literal["text", "parallel"]
+    kind: Kind
     dtype: Literal["uint16", "uint32"]
     vocabulary: VocabularyRecord
     streams: dict[str, list[str]]       # "tokens" (text); "source", "target" (parallel): shard files in order
@@ -224,7 +225,7 @@ class PreparedDir:
     vocab_proto: bytes
     pieces: int                         # the vocabulary's size, read from its file
     streams: dict[str, TokenStream]
-    offsets: dict[str, np.memmap]       # int64, examples + 1 each
+    offsets: dict[str, np.ndarray]      # int64, examples + 1 each; memory-mapped where not empty
     source: InputDirectory
 
     @property
@@ -268,10 +269,11 @@ def open_prepared(directory: Path, verify: bool = True) -> PreparedDir:
         for name in manifest.offsets:
             _scan_index(source, name, manifest, len(streams[_stream_of(name)]))
         for name in manifest.stream_names():
-            ends = Taken(blocks(source.open_file(manifest.offsets["documents"]),
-                                 source.file(manifest.offsets["documents"]), OFFSET)) if name == "tokens" else None
-            scan_ids(name, _shard_chunks(source, manifest, name, pieces, hashed=True), pieces, ends,
-                     source.file(manifest.offsets["documents"]) if ends is not None else None)
+            ends: Optional[tuple[Taken, Path]] = None
+            if name == "tokens":
+                index = source.file(manifest.offsets["documents"])
+                ends = Taken(blocks(source.open_file(manifest.offsets["documents"]), index, OFFSET)), index
+            scan_ids(name, _shard_chunks(source, manifest, name, pieces, hashed=True), pieces, ends)
     return PreparedDir(directory, manifest, proto, pieces, streams, offsets, source)
 
 
@@ -426,24 +428,24 @@ class Taken:
         return taken
 
 
-def scan_ids(name: str, chunks: Iterable[IdChunk], pieces: int, ends: Optional[Taken] = None,
-             index: Optional[Path] = None) -> None:
-    """Every id of a stream below `pieces`; for text, given `ends` (the offsets of the documents' ends,
-    read from `index`), an EOS exactly where each document ends and nowhere else."""
+def scan_ids(name: str, chunks: Iterable[IdChunk], pieces: int, ends: Optional[tuple[Taken, Path]] = None) -> None:
+    """Every id of a stream below `pieces`; for text, given `ends` (the offsets of the documents' ends, and
+    the index they are read from), an EOS exactly where each document ends and nowhere else."""
     position = 0                            # in the stream
     for path, at, chunk in chunks:
         check_ids(path, at, chunk, pieces, name)
         if ends is not None:
-            _check_ends(np.flatnonzero(chunk == EOS), position, ends, path, at, index)
+            _check_ends(np.flatnonzero(chunk == EOS), position, ends[0], path, at, ends[1])
         position += len(chunk)
     if ends is not None:
-        held = ends.taken
-        if len(ends.take(1)):
+        taken, index = ends
+        held = taken.taken
+        if len(taken.take(1)):
             raise UserError(f"{shown(index)}: the index does not match its shards (it holds more ends of documents "
                             f"than the {held:,} EOSes of the {name} stream)")
 
 
-def _check_ends(found: np.ndarray, position: int, ends: Taken, path: Path, at: int, index: Optional[Path]) -> None:
+def _check_ends(found: np.ndarray, position: int, ends: Taken, path: Path, at: int, index: Path) -> None:
     """The EOSes `found` in a chunk (the chunk's first id at stream `position`, shard position `at`) are the
     next ends of documents the index gives."""
     before = ends.taken

@@ -8,6 +8,7 @@ each kind and keeps the first few places, which `xspec data prepare` prints and 
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,7 @@ class Digest:
     sha256: "hashlib._Hash" = field(default_factory=lambda: hashlib.sha256())
     bytes: int = 0
 
-    def update(self, block: bytes) -> None:
+    def update(self, block: builtins.bytes) -> None:     # `bytes` in here is the field
         self.sha256.update(block)
         self.bytes += len(block)
 

@@ -44,7 +44,7 @@ from xspec.base.files import open_regular_file, read_regular_file
 from xspec.base.strict_json import parse_json
 from xspec.base.text import shown
 from .format import (FORMAT, MANIFEST, MAX_VOCAB_BYTES, OFFSET, SHARD_TOKENS, VERSION,
-                                           VOCAB_FILE, FileRecord, Manifest, Skipped, SourceRecord, Taken,
+                                           VOCAB_FILE, FileRecord, Kind, Manifest, Skipped, SourceRecord, Taken,
                                            VocabularyRecord, blocks, scan_ids, scan_offsets)
 from .lines import Digest, Skips
 from .sources import Reading, aligned_lines, text_lines
@@ -110,7 +110,7 @@ class _StartOver(Exception):
     """An interrupted prepare's record that disagrees with its files or inputs; the message says how."""
 
 
-def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, out: Path, options: PrepareOptions,
+def _prepare(kind: Kind, files: list[Path], read: Callable, text_of: Callable, out: Path, options: PrepareOptions,
              say: Callable[[str], None]) -> Manifest:
     out = Path(out)
     if os.path.lexists(out):
@@ -154,7 +154,7 @@ def _prepare(kind: str, files: list[Path], read: Callable, text_of: Callable, ou
     return manifest
 
 
-def _write(kind: str, files: list[Path], read: Callable, text_of: Callable, work: Path, out: Path,
+def _write(kind: Kind, files: list[Path], read: Callable, text_of: Callable, work: Path, out: Path,
            fingerprint: dict, progress: Optional["Progress"], options: PrepareOptions,
            say: Callable[[str], None]) -> tuple[Manifest, Vocab, Skips]:
     """Everything but the manifest's file into `work`, from the start or, given `progress`, after what it
@@ -414,8 +414,8 @@ def _scan_written(work: Path, name: str, shards: ShardsState, index: str, count:
                            shards.length - 1 if text else shards.length, least=1 if text else 0)
     if (largest - 1 if text and count > 1 else largest) != longest:
         raise UserError(f"{shown(path)}: its longest example is not the {longest:,} ids the record says")
-    ends = Taken(blocks(_at_least(path, size), path, OFFSET, limit=size)) if text else None
-    scan_ids(name, _written_ids(work, shards, dtype, kept), pieces, ends, path)
+    ends = (Taken(blocks(_at_least(path, size), path, OFFSET, limit=size)), path) if text else None
+    scan_ids(name, _written_ids(work, shards, dtype, kept), pieces, ends)
     return kept
 
 
@@ -639,6 +639,7 @@ class _Offsets:
     def __init__(self, path: Path, first: int, count: Optional[int] = None,
                  written: Optional[dict[str, "hashlib._Hash"]] = None) -> None:
         self.path = path
+        self._handle: BinaryIO
         if count is None:
             self._handle, self._digest, self.count = open(path, "wb"), hashlib.sha256(), 0
             self.write(np.array([first], dtype=np.int64))
@@ -694,8 +695,8 @@ class _TextWriter:
         self.examples += len(lengths)
         self._longest = max(self._longest, int(lengths.max()))
 
-    def close(self) -> dict[str, Optional[FileRecord]]:
-        records: dict = dict(self.tokens.close())
+    def close(self) -> dict[str, FileRecord]:
+        records: dict[str, FileRecord] = dict(self.tokens.close())
         records["documents.bin"] = self.offsets.close()
         self.streams, self.offset_files = {"tokens": self.tokens.names}, {"documents": "documents.bin"}
         self.tokens_count = {"tokens": self.tokens.length}
@@ -732,8 +733,8 @@ class _ParallelWriter:
                 self._longest[name] = max(self._longest[name], int(lengths.max()))
         self.examples += len(encoded[0][1])
 
-    def close(self) -> dict[str, Optional[FileRecord]]:
-        records: dict = {}
+    def close(self) -> dict[str, FileRecord]:
+        records: dict[str, FileRecord] = {}
         for name, (shards, offsets) in self.sides.items():
             records.update(shards.close())
             records[f"{name}.bin"] = offsets.close()

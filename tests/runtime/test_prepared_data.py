@@ -465,6 +465,8 @@ def test_translation_trains_on_a_prepared_corpus(pairs_dir, tmp_path):
                      "--set", "train.validate_every_steps=2", "-o", str(tmp_path / "mt"))
     assert code == 0, err
     assert "600 sentence pairs" in err and read_metrics_log(tmp_path / "mt")[-1].get("valid_loss") is not None
+    code, out = _run("show", str(tmp_path / "mt"))        # it read the prepared split's `src`: AttributeError
+    assert code == 0 and f"data        train: {pairs_dir}\n" in out, out
 
 
 def test_a_large_plain_text_file_is_sent_to_prepare(texts, tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class UserError(Exception):
     """A mistake in the user's input (a file, a flag, a checkpoint), not a bug in xspec.
@@ -37,7 +39,7 @@ class processing:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, error, traceback) -> bool:
+    def __exit__(self, kind, error, traceback) -> Literal[False]:      # never swallows the exception
         if error is not None and not hasattr(error, _INPUT_ATTRIBUTE):
             try:
                 setattr(error, _INPUT_ATTRIBUTE, self.what)

@@ -65,7 +65,7 @@ def _unwritten(path: Path) -> str | None:
 
 def _entries(path: Path) -> set[str]:
     """Every file, link and folder under `path` (relative, '/'-separated), the record excepted."""
-    found = set()
+    found: set[str] = set()
     for folder, directories, files in os.walk(path):
         relative = Path(folder).relative_to(path)
         found.update((relative / name).as_posix() for name in (*directories, *files))

@@ -108,8 +108,8 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
     texts = {name: getattr(args, f"{name}_text") for name in names}
     prepared = _prepared_splits(args, texts)
     if "train" in prepared and (texts["train"] or any(parallel["train"])):
-        given = "--train" if texts["train"] else "--train-src/--train-tgt"
-        raise UserError(f"--data and {given} both give the training data: give one")
+        flag = "--train" if texts["train"] else "--train-src/--train-tgt"
+        raise UserError(f"--data and {flag} both give the training data: give one")
     texts = {name: None if name in prepared else path for name, path in texts.items()}
     if spec.has_encoder:
         given = [f"--{name}" for name, path in texts.items() if path is not None]
@@ -169,7 +169,9 @@ def _parallel_split(name: str, given: tuple[str | None, str | None], spec, spec_
         base, where = spec_dir, f"the spec's data.{name}_src/{name}_tgt"
         if (src is None) != (tgt is None):
             raise UserError(f"the spec's data section sets only one of {name}_src and {name}_tgt")
-    return None if src is None else Split(_absolute(base, src, where), _absolute(base, tgt, where))
+    if src is None or tgt is None:          # neither (one alone is refused above)
+        return None
+    return Split(_absolute(base, src, where), _absolute(base, tgt, where))
 
 
 def _vocab_file(args: argparse.Namespace, spec, spec_dir: Path | None) -> Path | None:

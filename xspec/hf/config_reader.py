@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
@@ -131,6 +131,6 @@ class ConfigReader:
                             "guessing what it changes")
 
 
-def refuse(what: str, supported: Sequence[Any], file: str = "config.json", note: str = "") -> None:
+def refuse(what: str, supported: Sequence[Any], file: str = "config.json", note: str = "") -> NoReturn:
     listed = ", ".join(str(v) if isinstance(v, str) else render(v) for v in supported)
     raise UserError(f"{file}: {what} is not supported (supported: {listed}){note}")

@@ -24,7 +24,7 @@ from xspec.hf.safetensors_file import write_safetensors
 def _nodes(spec) -> list[tuple]:
     """The op graph without source positions: what the model computes, in order."""
     graph = json.loads(spec.graph_json())
-    inputs = {}
+    inputs: dict[str, list[tuple]] = {}
     for edge in graph["edges"]:
         inputs.setdefault(edge["to"], []).append((edge["from"], tuple(edge["ports"])))
     return [(n["id"], n["op"], json.dumps(n["attrs"], sort_keys=True), n["shape"], n["module"],
@@ -159,7 +159,7 @@ def _write_tokenizer(tokenizer, out: Path) -> list[str]:
         return []
     if kind == "tokenizers":
         (out / "tokenizer.json").write_bytes(tokenizer.model_proto)
-        settings = {"tokenizer_class": "PreTrainedTokenizerFast"}
+        settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
         written = ["tokenizer.json"]
     else:
         (out / "tokenizer.model").write_bytes(tokenizer.model_proto)

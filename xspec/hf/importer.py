@@ -14,7 +14,7 @@ import base64
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
@@ -31,6 +31,9 @@ from xspec.hf.spec_text import copy_family, model_name, spec_text
 from xspec.hf.tokenizer import check_fits, find_tokenizer
 from xspec.runtime.tokenizer import CheckpointTokenizer
 
+if TYPE_CHECKING:
+    from xspec.compiler.spec import CompiledSpec
+
 MODEL_SPEC = "model.xspec"
 WRITER = "xspec import"
 
@@ -39,7 +42,7 @@ WRITER = "xspec import"
 class Imported:
     out: Path
     mapped: Mapped
-    spec: object
+    spec: CompiledSpec
     tokenizer: CheckpointTokenizer
     verification: dict | None
 

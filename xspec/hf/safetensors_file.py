@@ -164,4 +164,4 @@ def _byte_chunks(tensor: torch.Tensor, chunk_bytes: int = 64 << 20) -> Iterator[
     per_chunk = max(1, chunk_bytes // flat.element_size())
     for begin in range(0, flat.numel(), per_chunk):
         piece = flat[begin:begin + per_chunk].contiguous()
-        yield memoryview(piece.view(torch.uint8).numpy())
+        yield piece.view(torch.uint8).numpy().data     # a memoryview of the array: no copy

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.ops import OPS
 from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
@@ -53,7 +54,7 @@ def attention_kinds(spec: CompiledSpec) -> dict[str, list[str]]:
 def table1(spec: CompiledSpec, n: int, d: int, kernel: int, neighbourhood: int) -> list[Table1Row]:
     rows = []
     for kind, nodes in attention_kinds(spec).items():
-        a = node_of(spec.graph, nodes[0]).attrs
+        a = node_of(spec.graph, nodes[0]).attrs_as(AttentionAttrs)
         # During training every position is computed at once, masked or not: O(1) sequential steps,
         # and any two positions are one attention step apart.
         rows.append(Table1Row(kind, ("O(n^2 d)", "O(1)", "O(1)"), n * n * d, 1, 1, len(nodes),

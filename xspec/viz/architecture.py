@@ -128,6 +128,7 @@ class _Drawer:
         params = format_count(self.view.spec.count_under(frame.path))
         name = frame.path.rsplit(".", 1)[-1]
         if frame.kind == "kind":  # one kind of layer of a stack whose layers differ
+            assert frame.count is not None      # its layers, counted
             each = format_count(self.view.spec.count_under(frame.path))
             label = (f'<<FONT POINT-SIZE="16"><B>{frame.count}×</B></FONT><BR/>'
                      f'<FONT POINT-SIZE="10" COLOR="{MUTED}">layer{"s" if frame.count > 1 else ""} '

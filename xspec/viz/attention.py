@@ -114,7 +114,8 @@ def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sen
     """Encodes `sentence`, decodes it greedily unless `target` is given, and returns the maps of
     the chosen layer and head (None: all)."""
     sites = select(attention_sites(spec), layer)
-    heads = min(model.get_submodule(s.module).heads for s in sites)
+    # A generated attention module's int: torch types a module's attributes Tensor | Module.
+    heads: int = min(model.get_submodule(s.module).heads for s in sites)  # type: ignore[type-var,assignment]
     if head is not None and not 1 <= head <= heads:
         raise UserError(f"--head {head}: the model's attention has heads 1 to {heads}")
     src_ids, tgt_ids = _token_ids(spec, model, vocab, sentence, target)

@@ -57,7 +57,7 @@ class Diff:
 
     def unit_status(self, view: View, unit: "Unit") -> Optional[Status]:
         found = [self.ops[n] for n in unit.ops + unit.folded if n in self.ops]
-        count_change = self.frame_change(unit.instance) if unit.kind == "stack" else None
+        count_change = self.frame_change(unit.instance) if unit.kind == "stack" and unit.instance else None
         if count_change:  # depth 1 draws a whole stack as one box
             found.append(Status("changed", [count_change]))
         if not found:

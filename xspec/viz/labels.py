@@ -13,6 +13,7 @@ from typing import Optional
 import networkx as nx
 
 from xspec.compiler.entries import LOGITS
+from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.ops import OPS
 
 from .view import Unit, View, build_view
@@ -32,7 +33,7 @@ class Label:
 def unit_label(view: View, unit: Unit) -> Label:
     graph, last = view.graph, unit.ops[-1]
     if view.depth == "1" and unit.instance:
-        label = _collapsed_label(view, unit)
+        label = _collapsed_label(view, unit, unit.instance)
     elif unit.kind == "block":
         label = _block_label(view, unit)
     elif unit.kind == "add_norm":
@@ -63,7 +64,7 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
 
 
 def _attention_label(graph: nx.DiGraph, node: str) -> Label:
-    attrs, sources = node_of(graph, node).attrs, node_of(graph, node).inputs
+    attrs, sources = node_of(graph, node).attrs_as(AttentionAttrs), node_of(graph, node).inputs
     entry = OPS[node_of(graph, node).op]
     title = f"Masked {entry.title}" if attrs.causal else entry.title  # §3.2.3
     first, *rest = entry.details(attrs, node_of(graph, node).inferred)
@@ -108,18 +109,19 @@ _FAMILY_PRIORITY = (Family.ATTENTION, Family.EXPERTS, Family.FEED_FORWARD, Famil
 _SUBLAYER_ENDS = ("Add & Norm", "Add")
 
 
-def _collapsed_label(view: View, unit: Unit) -> Label:
-    """A block or a whole repeated stack at depth 1, named by the depth-2 boxes it holds, in order."""
+def _collapsed_label(view: View, unit: Unit, instance: str) -> Label:
+    """A block or a whole repeated stack at depth 1 (`instance`: unit.instance), named by the depth-2 boxes
+    it holds, in order."""
     inner = build_view(view.spec, "2")
-    boxes = [u for uid, u in inner.units.items() if _inside(inner, uid, unit.instance)]
+    boxes = [u for uid, u in inner.units.items() if _inside(inner, uid, instance)]
     titles = [unit_label_title(inner, u) for u in boxes]
     families = {unit_label(inner, u).family for u in boxes}
     family = next((f for f in _FAMILY_PRIORITY if f in families), Family.IO)
     if unit.kind == "stack":
-        name = unit.instance.rsplit(".", 1)[-1]
-        return Label(f"{view.frames_count(unit.instance)}× {name}", _sublayer_lines(titles), family=family)
+        name = instance.rsplit(".", 1)[-1]
+        return Label(f"{view.frames_count(instance)}× {name}", _sublayer_lines(titles), family=family)
     named = [t for t in titles if t not in _SUBLAYER_ENDS]
-    return Label(" + ".join(dict.fromkeys(named)) or unit.instance, family=family)
+    return Label(" + ".join(dict.fromkeys(named)) or instance, family=family)
 
 
 def _sublayer_lines(titles: list[str]) -> list[str]:
@@ -158,7 +160,7 @@ def _params(view: View, unit: Unit) -> Optional[str]:
             each = view.spec.count_under(f"{unit.instance}.0")
             return f"{view.frames_count(unit.instance)} × {format_count(each)} = {format_count(total)} params"
         return f"{format_count(total)} params" if total else None
-    modules = [node_of(view.graph, n).module for n in unit.ops if node_of(view.graph, n).module]
+    modules = [module for n in unit.ops if (module := node_of(view.graph, n).module)]
     total = sum(view.spec.count_under(m) for m in modules)
     return f"{format_count(total)} params" if total else None
 

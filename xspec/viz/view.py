@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import networkx as nx
 
-from xspec.compiler.ops import OPS
+from xspec.compiler.ops import OPS, IOAttrs
 from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
@@ -345,7 +345,7 @@ def residual_sources(graph: nx.DiGraph, add: str) -> set[str]:
 
 def edge_role(graph: nx.DiGraph, src: str, dst: str) -> str:
     ports = graph.edges[src, dst]["ports"]
-    if family(graph, src) == Family.IO and node_of(graph, src).attrs.kind == "mask":
+    if family(graph, src) == Family.IO and node_of(graph, src).attrs_as(IOAttrs).kind == "mask":
         return "mask"
     if family(graph, dst) == Family.RESIDUAL and src in residual_sources(graph, dst):
         return "residual"
