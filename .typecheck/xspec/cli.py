@@ -1,0 +1,1 @@
+../../xspec/cli.py

@@ -1,0 +1,1 @@
+../../xspec/keys.py

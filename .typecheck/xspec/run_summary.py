@@ -1,0 +1,1 @@
+../../xspec/run_summary.py
