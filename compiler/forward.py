@@ -471,7 +471,8 @@ class _Forward:
 
     # --- functions and loops ------------------------------------------------------------------
     def _function(self, step: Step, program: Program, top: bool, index: int) -> list[str]:
-        """A spec function: `None` if nothing calls it, a lambda for one step, else a nested def."""
+        """A spec function: `None` if nothing calls it, else a nested def (a function that is one expression
+        returns it: a def, not a lambda bound to a name, as PEP 8 and the project's linter ask)."""
         name = self._name_output(step.outputs[0], "fn", program, top, index)
         comment = f"  # {where(step.span)}"
         body = step.body
@@ -483,11 +484,12 @@ class _Forward:
         (param, param_ref), = body.params.items()
         param = self._bind(param_ref, self._fresh(param), top=False)
         only = body.steps[0] if len(body.steps) == 1 else None
+        # Every statement names its spec line: the def, and the return (which the comment lets wrap, if long).
         if not body.steps:
-            lines = [f"{name} = lambda {param}: {self._operand(body.results[0])}{comment}"]
+            lines = [f"def {name}({param}):{comment}", f"{INDENT}return {self._operand(body.results[0])}{comment}"]
         elif only is not None and only.kind != "function" and list(only.outputs) == list(body.results):
             expression, _ = self._call(_Item(only, "", only.span))
-            lines = [f"{name} = lambda {param}: {expression}{comment}"]
+            lines = [f"def {name}({param}):{comment}", f"{INDENT}return {expression}{comment}"]
         else:
             self.depth += 1
             lines = [f"def {name}({param}):{comment}", *(INDENT + line for line in self._body(body, top=False))]
