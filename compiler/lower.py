@@ -237,7 +237,8 @@ class _Lowering:
         root = self.validated.graph.root
         name = self.model_class
         has_encoder, has_decoder = ENCODER in root.children, DECODER in root.children
-        lines = [f"class {name}(nn.Module):  # the whole model: encode, decode, forward",
+        methods = ", ".join([*(["encode"] if has_encoder else []), *(["decode"] if has_decoder else []), "forward"])
+        lines = [f"class {name}(nn.Module):  # the whole model: {methods}",
                  f"{INDENT}def __init__(self, config=None):", f"{INDENT * 2}super().__init__()",
                  f"{INDENT * 2}config = config if config is not None else {self.config_class}()"]
         for child in root.children.values():

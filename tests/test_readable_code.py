@@ -195,6 +195,13 @@ def test_an_option_the_spec_reads_from_a_parameter_is_a_config_field_even_at_its
     assert dict(edited.named_buffers())[name].tolist() == dict(built.named_buffers())[name].tolist()
 
 
+def test_the_model_class_names_the_methods_it_has():
+    assert "class TransformerLm(nn.Module):  # the whole model: decode, forward\n" in \
+        xspec.compile("specs/lm.xspec").python_source
+    assert "class TransformerBase(nn.Module):  # the whole model: encode, decode, forward\n" in \
+        xspec.compile("specs/base.xspec").python_source
+
+
 def test_a_spec_function_of_one_expression_is_a_def_not_a_named_lambda():
     """PEP 8 (ruff's E731): gemma's `h => attention(h, h, h)` sublayer function."""
     source = xspec.compile("specs/modern/gemma2.xspec").python_source

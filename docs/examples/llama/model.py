@@ -182,7 +182,7 @@ class Decoder(nn.Module):  # block decoder, llama.xspec:39
         return self.generator(x)  # [batch, tgt_len, vocab]  llama.xspec:43
 
 
-class Llama(nn.Module):  # the whole model: encode, decode, forward
+class Llama(nn.Module):  # the whole model: decode, forward
     def __init__(self, config=None):
         super().__init__()
         config = config if config is not None else LlamaConfig()
