@@ -33,11 +33,10 @@ from .best import Criterion, best_checkpoint
 from .loop import Diverged, Progress, StopRequested, Trainer, torch_seed
 from .memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from .precision import choose_precision
-from .run_log import RunLog
 from .prepared.format import VOCAB_FILE, open_prepared
-from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord, Split,
-                                   read_metrics_log, read_run_record, rewrite_metrics_log, write_final_metrics,
-                                   write_run_files, write_run_record)
+from .run_log import RunLog
+from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord, Split, read_metrics_log,
+                      read_run_record, rewrite_metrics_log, write_final_metrics, write_run_files, write_run_record)
 from .schedule import make_optimizer, make_scheduler
 from .step import TrainingStep, compile_step, distribute
 from .tasks import Corpus, Task, task_for
@@ -415,8 +414,7 @@ def _prepared_vocab_size(data: DataFiles) -> tuple[Path, int] | None:
     for split in data.splits().values():
         if isinstance(split, PreparedSplit):
             prepared = open_prepared(split.dirs[0], verify=False)     # verified in full when the task reads it
-            path = prepared.path / VOCAB_FILE
-            return path, len(Vocab.from_bytes(prepared.vocab_proto, str(path)))
+            return prepared.path / VOCAB_FILE, prepared.pieces               # read from the vocabulary itself
     return None
 
 

@@ -105,3 +105,11 @@ def test_a_name_with_control_characters_is_shown_escaped(tmp_path):
     message = refusal(out)
     assert "\x1b" not in message and "\n" not in message and "holds x\\ny, which" in message
     assert os.path.exists(out / "x\ny")
+
+
+def test_a_directory_holding_only_an_unreadable_record_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / WRITTEN).write_text("not json")
+    assert refusal(out).startswith(f"-o {out}: holds {WRITTEN}, which no xspec export wrote there")
+    assert (out / WRITTEN).read_text() == "not json"

@@ -43,9 +43,8 @@ from xspec.base.errors import UserError
 from xspec.base.files import open_regular_file, read_regular_file
 from xspec.base.strict_json import parse_json
 from xspec.base.text import shown
-from .format import (FORMAT, MANIFEST, MAX_VOCAB_BYTES, OFFSET, SHARD_TOKENS, VERSION,
-                                           VOCAB_FILE, FileRecord, Kind, Manifest, Skipped, SourceRecord, Taken,
-                                           VocabularyRecord, blocks, scan_ids, scan_offsets)
+from .format import (FORMAT, MANIFEST, MAX_VOCAB_BYTES, OFFSET, SHARD_TOKENS, VERSION, VOCAB_FILE, FileRecord,
+                     Kind, Manifest, Skipped, SourceRecord, Taken, VocabularyRecord, blocks, scan_ids, scan_offsets)
 from .lines import Digest, Skips
 from .sources import Reading, aligned_lines, text_lines
 from ..vocab import EOS, Vocab, train_vocab

@@ -57,7 +57,7 @@ def _unwritten(path: Path) -> str | None:
     try:
         record = parse_json(read_regular_file(path / WRITTEN, MAX_RECORD_BYTES), shown(path / WRITTEN))
     except UserError:
-        return next(iter(sorted(_entries(path))))
+        return min(_entries(path), default=WRITTEN)     # the record itself, when it is all there is
     files = record.get("files") if isinstance(record, dict) else None
     listed = set(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else set()
     return next((entry for entry in sorted(_entries(path)) if entry not in listed), None)

@@ -6,12 +6,12 @@ ids of the tokenizer's vocabulary, and every id the tokenizer produces a row of 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from xspec.base.errors import UserError
 from xspec.base.input_dir import InputDirectory
-from xspec.base.text import printable, shown
+from xspec.base.text import shown
+from xspec.hf.config_reader import render
 from xspec.runtime.tokenizer import FILES, KINDS, NONE, CheckpointTokenizer
 
 MAX_TOKENIZER_BYTES = 64 << 20
@@ -24,7 +24,7 @@ def special_ids(config: dict, origin: str = CONFIG) -> tuple[int | None, list[in
     bos, eos = config.get("bos_token_id"), config.get("eos_token_id")
     for key, value in _special_keys(config, pad=True):
         if type(value) is not int or value < 0:
-            raise UserError(f"{origin}: {key} {_json(value)} is not a token id (an integer from 0)")
+            raise UserError(f"{origin}: {key} {render(value)} is not a token id (an integer from 0)")
     return bos, eos if isinstance(eos, list) else [] if eos is None else [eos]
 
 
@@ -38,10 +38,6 @@ def _special_keys(config: dict, pad: bool = False) -> list[tuple[str, object]]:
     if isinstance(eos, list):
         return keys + [(f"eos_token_id[{i}]", value) for i, value in enumerate(eos)]
     return keys + ([("eos_token_id", eos)] if eos is not None else [])
-
-
-def _json(value) -> str:
-    return printable(json.dumps(value)[:40])
 
 
 def find_tokenizer(directory: Path | InputDirectory, config: dict) -> CheckpointTokenizer:
