@@ -257,12 +257,6 @@ class _Lowering:
                       f"{INDENT * 2}if cache is not None:",
                       f"{INDENT * 3}cache.length += tgt_tokens.size(1)",
                       f"{INDENT * 2}return logits"]
-        losses = sorted({OPS[node.op].auxiliary_loss for node in self.validated.graph.graph} - {""})
-        if losses:  # e.g. a mixture of experts' load balancing, which the trainer adds to the loss
-            lines += ["", f"{INDENT}def auxiliary_loss(self, counted=None):",
-                      f'{INDENT * 2}"""The training loss the model adds to its own, from its last forward."""',
-                      f"{INDENT * 2}return "
-                      f"{' + '.join(f'{identifier(c)}.auxiliary_loss(self, counted)' for c in losses)}"]
         if has_encoder and has_decoder:
             forward = ["def forward(self, src_tokens, tgt_tokens, src_padding_mask=None):",
                        f"{INDENT}memory = self.encode(src_tokens, src_padding_mask)",

@@ -11,8 +11,9 @@ down(act(gate x) * up x): SwiGLU (`silu`), GeGLU (`gelu_tanh`), or gpt-oss's cla
 (`clamped_swiglu`: gate clamped above at swiglu_limit, up to +-swiglu_limit, (up + 1) * gate * sigmoid(alpha
 gate)). A shared expert that every token uses is a feed-forward block added beside it in the spec.
 
-The module (prelude_experts.py) records, each forward, what the load-balancing loss needs; the model's
-`auxiliary_loss()` pools the records of every layer (Switch/Mixtral form) and the trainer adds it.
+The module (prelude_experts.py: a router, an activation and the experts, pieces chosen by the options)
+records, each forward, what the load-balancing loss needs; training pools the records of every layer
+(runtime/load_balance.py, Switch/Mixtral form) and adds it.
 """
 
 from __future__ import annotations
@@ -104,25 +105,22 @@ def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
 
 
 def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
-    """MixtureOfExperts(d_model, experts, top_k, d_ff, ...): the options that differ from its defaults."""
-    args = [w.size(i["d_model"]), w.attr("experts"), w.attr("top_k"), w.attr("d_ff")]
-    # The defaults of MixtureOfExperts (prelude_experts.py): an option written only where it differs.
-    defaults = {"scoring": "softmax", "normalize": False, "routing_scale": 1.0, "router_bias": False, "bias": False,
-                "activation": "silu"}
-    if a.activation == "clamped_swiglu":
-        defaults |= {"swiglu_limit": None, "swiglu_alpha": None}  # always written: they define the activation
-    args += [f"{name}={w.attr(name)}" for name, default in defaults.items() if getattr(a, name) != default]
+    """MixtureOfExperts(d_model, experts, d_ff, router, activation): the pieces of prelude_experts.py this
+    mixture uses, each option written where it differs from the piece's default or is read from a
+    parameter."""
+    d_model = w.size(i["d_model"])
+    router = [d_model, w.attr("experts"), w.attr("top_k")]
+    for name, keyword, default in (("router_bias", "bias", False), ("normalize", "normalize", False),
+                                   ("routing_scale", "scale", 1.0)):
+        if getattr(a, name) != default or w.from_config(name):
+            router.append(f"{keyword}={w.attr(name)}")
+    router_class = "SigmoidRouter" if a.scoring == "sigmoid" else "Router"
+    activation = {"silu": "SwiGLU()", "gelu_tanh": "GeGLU()",
+                  "clamped_swiglu": f"ClampedSwiGLU({w.attr('swiglu_limit')}, {w.attr('swiglu_alpha')})"}[a.activation]
+    args = [d_model, w.attr("experts"), w.attr("d_ff"), f"{router_class}({', '.join(router)})", activation]
+    if a.bias:
+        args.append(f"bias={w.attr('bias')}")
     return f"MixtureOfExperts({', '.join(args)})"
-
-
-def _features(a: ExpertsAttrs, i: Inferred) -> frozenset[str]:
-    """The prelude code this mixture runs beyond the plain path (the `# with:` tags of prelude_experts.py):
-    each option it takes other than the defaults (softmax scores, no renormalizing, scale 1, no biases,
-    SwiGLU)."""
-    used = {"moe_sigmoid": a.scoring == "sigmoid", "moe_normalize": a.normalize,
-            "moe_routing_scale": a.routing_scale != 1, "moe_bias": a.bias,
-            "moe_gelu_tanh": a.activation == "gelu_tanh", "moe_clamped_swiglu": a.activation == "clamped_swiglu"}
-    return frozenset(name for name, wanted in used.items() if wanted)
 
 
 def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
@@ -144,6 +142,6 @@ EXPERTS = OpDef(
                     "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
     family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
-    inactive=_inactive, auxiliary_loss="MixtureOfExperts", features=_features,
+    inactive=_inactive,
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
 )

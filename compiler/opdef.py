@@ -114,10 +114,6 @@ class OpDef(Generic[AttrsT]):
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
     inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0
-    # The prelude class whose static `auxiliary_loss(model)` combines what this op's modules recorded in
-    # the last forward into a training loss of the model's own (a mixture of experts' load balancing); the
-    # generated model then has an `auxiliary_loss()` method.
-    auxiliary_loss: str = ""
     # The prelude code it needs beyond the plain path: features that keep statements tagged
     # `# with: FEATURE` in the prelude classes a generated file copies (compiler/prune.py).
     features: Callable[[AttrsT, Inferred], frozenset[str]] = lambda a, i: frozenset()

@@ -21,6 +21,7 @@ from . import checkpoint as ckpt
 from .compile_choice import use_compile
 from .corpus import EncodedPairs, encode_source
 from .distributed import pick_device
+from .expert_products import register_expert_products
 from .generation import Generator
 from .ensemble import ModelOrEnsemble
 from .scoring import LineScores, example_log_probs, score_lines
@@ -241,6 +242,7 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     chosen = pick_device(str(device) if device is not None else None)
     model, vocab = build_from_checkpoint(checkpoint, spec, chosen)
     if use_compile(compile, chosen):
+        register_expert_products()
         model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats
     return TrainedModel(spec, model, vocab, chosen, checkpoint.path)
 

@@ -3,8 +3,8 @@
 `TrainingStep` is the model and its loss together (§5.4: label-smoothed cross entropy over the target
 tokens), so that DistributedDataParallel or FSDP wrap, and `torch.compile` compiles, both: the loss over
 the [tokens x vocab] logits is then fused into the compiled graph instead of running eagerly on a
-float32 copy of them. A model with a loss of its own (a mixture of experts' load balancing: the generated
-model's `auxiliary_loss()`) has it added, weighted by `train.router_aux_loss_coef`, and kept apart for the
+float32 copy of them. A model with a loss of its own (a mixture of experts' load balancing,
+runtime/load_balance.py) has it added, weighted by `train.router_aux_loss_coef`, and kept apart for the
 log. Checkpoints, validation and decoding use the model itself (`step.model`).
 """
 
@@ -19,6 +19,8 @@ import torch.nn.functional as F
 
 from .distributed import Context
 from .batching import NO_LABEL
+from .expert_products import register_expert_products
+from .load_balance import load_balancing_loss, routing_modules
 
 
 class TrainingStep(nn.Module):
@@ -29,7 +31,9 @@ class TrainingStep(nn.Module):
         self.model = model
         self.label_smoothing = label_smoothing
         self.aux_loss_coef = aux_loss_coef
-        self.has_auxiliary_loss = hasattr(model, "auxiliary_loss")
+        self.has_auxiliary_loss = bool(routing_modules(model))
+        if self.has_auxiliary_loss:
+            register_expert_products()  # so that torch.compile traces the experts as one graph
         # The auxiliary loss of the passes since it was last taken, each times its target tokens (as the
         # token loss is summed): a tensor on the device, so reading it waits for nothing until the log does.
         self.register_buffer("auxiliary_sum", torch.zeros(()), persistent=False)
@@ -44,8 +48,7 @@ class TrainingStep(nn.Module):
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
         if smoothed and self.has_auxiliary_loss:
             counted = labels != NO_LABEL                     # [B, T]: the positions that are not padding
-            # A generated model's method: torch types a module's attributes Tensor | Module.
-            weighted = self.model.auxiliary_loss(counted) * counted.sum()  # type: ignore[operator]
+            weighted = load_balancing_loss(self.model, counted) * counted.sum()
             self.auxiliary_sum += weighted.detach()
             loss = loss + self.aux_loss_coef * weighted
         return loss

@@ -1,18 +1,28 @@
-"""The mixture-of-experts module against a reference written here token by token from its definition (every
-router and expert option), its compiled path (the registered grouped op) against its eager one, and the
-load-balancing loss against the Switch Transformer's formula."""
+"""The mixture-of-experts pieces against a reference written here token by token from their definition (every
+router and activation, with and without biases), the compiled path (the grouped op the runtime registers)
+against the eager one, and the load-balancing loss against the Switch Transformer's formula."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from xspec.compiler.prelude import MixtureOfExperts
+from xspec.compiler.prelude_experts import (ClampedSwiGLU, GeGLU, MixtureOfExperts, Router, SigmoidRouter,
+                                            SwiGLU)
+from xspec.runtime.expert_products import register_expert_products
+from xspec.runtime.load_balance import load_balancing_loss
 from float32 import assert_close
 
+ACTIVATIONS = {"silu": SwiGLU, "gelu_tanh": GeGLU}
 
-def experts(**options) -> MixtureOfExperts:
+
+def experts(experts=5, top_k=2, normalize=True, scoring="softmax", routing_scale=1.0, router_bias=False,
+            activation="silu", swiglu_limit=7.0, bias=False) -> MixtureOfExperts:
+    """The module the compiler writes for `moe(x, ...)` with these options."""
     torch.manual_seed(0)
-    module = MixtureOfExperts(16, **{"experts": 5, "top_k": 2, "d_ff": 12, "normalize": True, **options})
+    router = {"softmax": Router, "sigmoid": SigmoidRouter}[scoring](16, experts, top_k, bias=router_bias,
+                                                                    normalize=normalize, scale=routing_scale)
+    act = ClampedSwiGLU(swiglu_limit, 1.702) if activation == "clamped_swiglu" else ACTIVATIONS[activation]()
+    module = MixtureOfExperts(16, experts, 12, router, act, bias=bias)
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.3)
@@ -23,23 +33,24 @@ def token_by_token(module: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
     """Each token through its chosen experts, one at a time."""
     out = torch.zeros_like(x)
     for t, token in enumerate(x):
-        logits = module.router(token)
-        scores = logits.softmax(-1) if module.scoring == "softmax" else logits.sigmoid()
-        weights, chosen = scores.topk(module.top_k)
-        if module.normalize:
+        router, activation = module.router, module.activation
+        logits = token @ router.weight.T + (router.bias if router.bias is not None else 0)
+        scores = logits.sigmoid() if isinstance(router, SigmoidRouter) else logits.softmax(-1)
+        weights, chosen = scores.topk(router.top_k)
+        if router.normalize:
             weights = weights / weights.sum()
-        for weight, e in zip(weights * module.routing_scale, chosen.tolist()):
+        for weight, e in zip(weights * router.scale, chosen.tolist()):
             def linear(name, h):
-                bias = getattr(module, f"{name}_bias")
+                bias = getattr(module, f"{name}_bias") if module.bias else None
                 return h @ getattr(module, name)[e].T + (bias[e] if bias is not None else 0)
             gate, up = linear("gate", token), linear("up", token)
-            if module.activation == "silu":
+            if isinstance(activation, SwiGLU):
                 hidden = F.silu(gate) * up
-            elif module.activation == "gelu_tanh":
+            elif isinstance(activation, GeGLU):
                 hidden = F.gelu(gate, approximate="tanh") * up
             else:
-                gate, up = gate.clamp(max=module.swiglu_limit), up.clamp(-module.swiglu_limit, module.swiglu_limit)
-                hidden = (up + 1) * gate * torch.sigmoid(module.swiglu_alpha * gate)
+                gate, up = gate.clamp(max=activation.limit), up.clamp(-activation.limit, activation.limit)
+                hidden = (up + 1) * gate * torch.sigmoid(activation.alpha * gate)
             out[t] += weight * linear("down", hidden)
     return out
 
@@ -59,6 +70,7 @@ def test_grouped_experts_compute_each_tokens_chosen_experts(options):
 
 def test_the_compiled_path_gives_the_eager_outputs_and_gradients():
     """While torch.compile traces, the experts' products go through the registered op (xspec::grouped_linear)."""
+    register_expert_products()
     module = experts(bias=True, activation="clamped_swiglu")
     x = torch.randn(3, 5, 16, requires_grad=True)
     eager = module(x)
@@ -82,14 +94,15 @@ def test_the_load_balancing_loss_is_switchs_pooled_over_layers():
     holder = torch.nn.ModuleList([first, second])
     # Switch (Fedus et al., 2022, eq. 4-6): N * sum_i f_i * P_i, f_i the fraction of choices to expert i
     # (here per token, as top-k Mixtral counts it) and P_i its mean router probability, over both layers.
-    probabilities = torch.cat([first.router(x).softmax(-1), second.router(y).softmax(-1)])
-    choices = torch.cat([F.one_hot(first.router(x).topk(2).indices, 5).sum(1),
-                         F.one_hot(second.router(y).topk(3).indices, 5).sum(1)]).float()
+    first_logits, second_logits = x @ first.router.weight.T, y @ second.router.weight.T
+    probabilities = torch.cat([first_logits.softmax(-1), second_logits.softmax(-1)])
+    choices = torch.cat([F.one_hot(first_logits.topk(2).indices, 5).sum(1),
+                         F.one_hot(second_logits.topk(3).indices, 5).sum(1)]).float()
     expected = 5 * (choices.mean(0) * probabilities.mean(0)).sum()
-    assert_close(MixtureOfExperts.auxiliary_loss(holder), expected)
+    assert_close(load_balancing_loss(holder), expected)
     # A router indifferent between its experts (uniform P): the loss is top_k, whichever experts the ties choose.
     uniform = experts(experts=4, top_k=1)
     with torch.no_grad():
         uniform.router.weight.zero_()
     uniform(torch.randn(8, 16))
-    assert_close(MixtureOfExperts.auxiliary_loss(uniform), torch.tensor(1.0))
+    assert_close(load_balancing_loss(uniform), torch.tensor(1.0))
