@@ -1,6 +1,7 @@
 """What each way of computing attention's scores costs (docs/language.md, "Which path computes the
-scores"): SDPA with a boolean mask, the plain path (scores written out), FlexAttention run eagerly and
-FlexAttention compiled, for a sliding window alone and for a window with soft-capping and sinks.
+scores"): the module's own (SDPA with a boolean mask for a window alone; the scores written out for soft
+caps and sinks), the scores written out for a window alone too, and the runtime's FlexAttention run
+eagerly and compiled, for a sliding window alone and for a window with soft-capping and sinks.
 
     python bench/attention_paths.py                 # this machine's device; --device cuda on a GPU
     python bench/attention_paths.py --lengths 1024 4096 --window 256
@@ -19,18 +20,37 @@ import time
 
 import torch
 
-from xspec.compiler.prelude import MultiHeadAttention, RotaryEmbedding
-
+from xspec.compiler.op_attention import AttentionAttrs
+from xspec.compiler.prelude import RotaryEmbedding
+from xspec.compiler.prelude_attention import (ExplicitAttention, RotaryAttention, SinkAttention,
+                                              SlidingWindowAttention, SoftCapAttention)
+from xspec.runtime.attention_kernels import run_through_flex
 
 VARIANTS = {"window": {}, "window + soft cap": {"softcap": 50.0}, "window + soft cap + sinks": {"softcap": 50.0,
                                                                                               "sinks": True}}
 
 
-def attention(window: int, options: dict, d_model: int, heads: int, kv_heads: int, device: str) -> MultiHeadAttention:
+def attention(path: str, window: int, options: dict, d_model: int, heads: int, kv_heads: int,
+              device: str) -> torch.nn.Module:
+    """The attention a spec with these options gets (its pieces), run by `path`."""
     torch.manual_seed(0)
     d_k = d_model // heads
-    return MultiHeadAttention(d_model, heads=heads, d_k=d_k, d_v=d_k, kv_heads=kv_heads, bias=False, causal=True,
-                              rotary=RotaryEmbedding(d_k), window=window, self_attention=True, **options).to(device)
+    pieces = [SlidingWindowAttention]
+    if "softcap" in options:
+        pieces.append(SoftCapAttention)
+    if options.get("sinks"):
+        pieces.append(SinkAttention)
+    if path == "plain" and not options:
+        pieces.append(ExplicitAttention)  # a window alone, its scores written out
+    cls = type("Attention", (*pieces, RotaryAttention), {})
+    kwargs = {"softcap": options["softcap"]} if "softcap" in options else {}
+    module = cls(d_model, heads, d_k, d_k, kv_heads=kv_heads, bias=False, causal=True, rotary=RotaryEmbedding(d_k),
+                 window=window, **kwargs).to(device)
+    if path.startswith("flex"):
+        attrs = AttentionAttrs(heads=heads, d_k=d_k, d_v=d_k, kv_heads=kv_heads, causal=True, window=window,
+                               softcap=options.get("softcap"), sinks=options.get("sinks", False), rotary=True)
+        run_through_flex(module, attrs, compiled=path == "flex compiled")
+    return module
 
 
 def peak_mib(device: str) -> float:
@@ -39,7 +59,7 @@ def peak_mib(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(module: MultiHeadAttention, x: torch.Tensor, repeat: int, backward: bool) -> tuple[float, float]:
+def measure(module: torch.nn.Module, x: torch.Tensor, repeat: int, backward: bool) -> tuple[float, float]:
     """(median ms per forward, and backward if asked; seconds the first call took)."""
     def run() -> float:
         started = time.perf_counter()
@@ -78,12 +98,12 @@ def main() -> None:
 
 def table(args: argparse.Namespace, backward: bool) -> None:
     for label, options in VARIANTS.items():
-        paths = ["sdpa", "plain", "flex", "flex compiled"] if not options else ["plain", "flex", "flex compiled"]
+        paths = ["own (SDPA)", "plain", "flex", "flex compiled"] if not options else ["own (plain)", "flex",
+                                                                                      "flex compiled"]
         for path in paths:
             times, firsts = [], []
             for n in args.lengths:
-                module = attention(args.window, options, args.d_model, args.heads, args.kv_heads, args.device)
-                module.kernel = {"flex": "flex_eager", "flex compiled": "flex"}.get(path, path)
+                module = attention(path, args.window, options, args.d_model, args.heads, args.kv_heads, args.device)
                 x = torch.randn(1, n, args.d_model, device=args.device, requires_grad=backward)
                 try:
                     ms, first = measure(module, x, args.repeat, backward)

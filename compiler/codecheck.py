@@ -7,8 +7,8 @@ may contain only what the code generator emits:
   - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F` and
     `from dataclasses import dataclass`;
   - one `@dataclass` config class: a docstring and fields `name: int = 512` (int, float, str, bool);
-  - classes copied from the prelude files (compiler/prune.py), each the prelude's own with some of its
-    feature-tagged statements left out (compared as ASTs);
+  - classes copied from the prelude files (compiler/library.py), each the prelude's own (compared as
+    ASTs), and classes that only extend several of them and have a docstring;
   - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
     same statements) and return, over names they bind themselves, the module's classes, and
     `range`/`super` — no other builtin, and not `torch`; attributes only public ones (plus
@@ -30,7 +30,7 @@ from types import CodeType
 from typing import NoReturn
 
 from .config import MAX_EXPONENT
-from .prune import is_pruned_copy, prelude_classes
+from .library import is_copy, prelude_classes
 
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 FROM_IMPORTS = {("dataclasses", "dataclass", None)}
@@ -71,8 +71,10 @@ def check_module(source: str) -> ast.Module:
             _check_config(node)
         elif isinstance(node, ast.ClassDef):
             if node.name in prelude_classes():
-                if not is_pruned_copy(prelude_classes()[node.name], node):
+                if not is_copy(prelude_classes()[node.name], node):
                     _refuse(node, f"class {node.name} differs from the prelude's")
+            elif len(node.bases) > 1:
+                _check_combined(node)
             else:
                 _check_class(node, module_names)
         elif isinstance(node, ast.Assign):
@@ -101,6 +103,13 @@ def _check_config(node: ast.ClassDef) -> None:
                                                                and isinstance(item.value.op, ast.USub)))):
             _refuse(item, f"a {type(item).__name__} in the config {node.name}")
         _check_expr(item.value, set())
+
+
+def _check_combined(node: ast.ClassDef) -> None:
+    """A class of several prelude classes together: their names as bases, a docstring, nothing else."""
+    if node.decorator_list or node.keywords or len(node.body) != 1 or not _is_docstring(node.body[0]) or not all(
+            isinstance(base, ast.Name) and base.id in prelude_classes() for base in node.bases):
+        _refuse(node, f"class {node.name} is not prelude classes combined")
 
 
 def _check_class(node: ast.ClassDef, module_names: set[str]) -> None:

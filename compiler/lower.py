@@ -26,7 +26,7 @@ from .forward import Context, file_label, forward_lines, identifier, inline_call
 from .ir import Instance, Node
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
-from .prune import prelude_classes
+from .library import prelude_classes, with_bases
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
 from .wrap import INDENT, LINE_LIMIT, wrap
@@ -34,20 +34,30 @@ from .wrap import INDENT, LINE_LIMIT, wrap
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
 
-def _preludes_used(code: str, features: frozenset[str]) -> list[str]:
+def _preludes_used(code: str, combined: dict[str, tuple[str, ...]]) -> list[str]:
     """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`) and those they
-    extend (YarnRotaryEmbedding's RotaryEmbedding), in the prelude's order, each cut to the `features`
-    the model uses. Prelude classes construct none of each other (an attention's rotary embedding is
-    built by the generated code and passed in), so these are all the file needs."""
+    extend (YarnRotaryEmbedding's RotaryEmbedding), in the prelude's order. Prelude classes construct
+    none of each other (an attention's rotary embedding is built by the generated code and passed in),
+    so these are all the file needs; nor do the classes `combined` of several, whose pieces they are."""
     classes = prelude_classes()
-    used = {name for name in classes if re.search(rf"(?<![\w.]){name}\b", code)}
-    pending = list(used)
-    while pending:
-        for base in classes[pending.pop()].bases:
-            if base in classes and base not in used:
-                used.add(base)
-                pending.append(base)
-    return [prelude.source(features) for name, prelude in classes.items() if name in used]
+    named = {name for name in classes if re.search(rf"(?<![\w.]){name}\b", code)}
+    named |= {piece for pieces in combined.values() for piece in pieces}
+    return [classes[name].source for name in with_bases(named)]
+
+
+def _combined(name: str, pieces: tuple[str, ...]) -> str:
+    """A class of the generated file that is the prelude classes `pieces` together."""
+    header = f"class {name}({', '.join(pieces)}):"
+    if len(header) >= LINE_LIMIT:  # the bases on lines of their own, as many to a line as fit
+        lines, line = [f"class {name}("], INDENT * 2
+        for piece in pieces:
+            if len(line) + len(piece) + 2 >= LINE_LIMIT:
+                lines.append(line.rstrip())
+                line = INDENT * 2
+            line += piece + ", "
+        header = "\n".join([*lines, line.removesuffix(", ") + "):"])
+    names = ", ".join(piece.removesuffix("Attention") for piece in pieces)
+    return f'{header}\n{INDENT}"""{names}: each piece above."""\n'
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> str:
@@ -87,8 +97,12 @@ class _Lowering:
         self.bodies: dict[str, str] = {}  # class name -> its source
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.order: list[str] = []  # class sources in definition order
-        self.model_class = class_name(model.name, set(prelude_classes()))
-        self.config_class = class_name(f"{model.name}_config", {*prelude_classes(), self.model_class})
+        # Classes of the file that combine prelude classes (an attention's pieces), by name.
+        composed = dict(OPS[node.op].composes(node.attrs, node.inferred) for node in self.graph)
+        self.combined = {name: pieces for name, pieces in composed.items() if len(pieces) > 1}
+        self.library = {*prelude_classes(), *self.combined}  # names generated classes do not take
+        self.model_class = class_name(model.name, self.library)
+        self.config_class = class_name(f"{model.name}_config", {*self.library, self.model_class})
         self.fields = config_fields(model.params)
         self.names = ConfigNames(self.fields)
         self.holders: dict[str, dict[str, tuple[str, Span]]] = {}  # instance -> constructor -> attribute, line
@@ -100,10 +114,11 @@ class _Lowering:
         for child in root.children.values():
             self._define(child, child.name)
         model_class = self._model_class()
-        features = frozenset().union(*(OPS[node.op].features(node.attrs, node.inferred) for node in self.graph))
-        preludes = _preludes_used("".join(self.order) + model_class, features)
+        combined = self.combined
+        preludes = _preludes_used("".join(self.order) + model_class, combined)
+        composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
-        body = [self._config("".join(self.order)), *preludes, *classes, model_class]
+        body = [self._config("".join(self.order)), *preludes, *composites, *classes, model_class]
         parts = [self._header(uses_math=bool(re.search(r"\bmath\.", "".join(body)))), *body]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
@@ -128,7 +143,7 @@ class _Lowering:
             self.bodies[name] = self.order[index] = merged
         else:
             # Not a name another class, a prelude class, the model class or the code's own names have.
-            name = class_name(base, {*self.classes.values(), *prelude_classes(), self.model_class,
+            name = class_name(base, {*self.classes.values(), *self.library, self.model_class,
                                      self.config_class})
             self.classes[key] = name
             self.bodies[name] = body.replace("{NAME}", name, 1)

@@ -266,59 +266,56 @@ ROTARY_ARGUMENTS = {"rotary_base": "base", "rotary_factor": "factor", "rotary_or
                     "rotary_attention_factor": "attention_factor", "rotary_truncate": "truncate"}
 
 
+# The pieces of prelude_attention.py, in the order a class that combines several lists them; the name each
+# gives that class.
+PIECES = (("SlidingWindowAttention", "SlidingWindow"), ("ALiBiAttention", "ALiBi"), ("SoftCapAttention", "SoftCap"),
+          ("SinkAttention", "Sink"), ("QKNormAttention", "QKNorm"), ("ProjectionQKNormAttention", "ProjectionQKNorm"),
+          ("RotaryAttention", "Rotary"), ("CrossAttention", "Cross"))
+
+
+def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
+    """The attention's class and the pieces it is made of: MultiHeadAttention alone, a piece, or a class of
+    the generated file that extends the pieces it uses (SlidingWindowRotaryAttention)."""
+    used = {"SlidingWindowAttention": a.window is not None, "ALiBiAttention": a.alibi,
+            "SoftCapAttention": a.softcap is not None, "SinkAttention": a.sinks,
+            "QKNormAttention": a.qk_norm == "head", "ProjectionQKNormAttention": a.qk_norm == "projection",
+            "RotaryAttention": a.rotary, "CrossAttention": not i.get("self_attention", False)}
+    pieces = tuple(piece for piece, _ in PIECES if used[piece])
+    if not pieces:
+        return "MultiHeadAttention", ()
+    if len(pieces) == 1:
+        return pieces[0], pieces
+    return "".join(short for piece, short in PIECES if piece in pieces) + "Attention", pieces
+
+
 def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
-    """MultiHeadAttention(d_model, heads, d_k, d_v, ...): the options that differ from its defaults."""
+    """The attention's class (d_model, heads, d_k, d_v, ...): the options that differ from the defaults,
+    and what each piece takes."""
     d_model = w.size(i["d_model"])
     args = [d_model, w.attr("heads"), w.attr("d_k"), w.attr("d_v")]
+    if a.key_heads != a.heads:
+        args.append(f"kv_heads={w.attr('kv_heads')}")
+    if not a.bias or w.from_config("bias"):
+        args.append(f"bias={w.attr('bias')}")
+    if a.has_out_bias != a.bias:
+        args.append(f"out_bias={a.has_out_bias!r}")
     for name in ("kdim", "vdim"):
         if i[name] != i["d_model"]:
             args.append(f"{name}={w.size(i[name])}")
-    # causal and dropout are parameters of every attention; bias of those with projection options only
-    # (_features), so it is written where it differs from its default alone.
-    for name, default in (("causal", False), ("dropout", 0.0)):
+    for name, default in (("causal", False), ("dropout", 0.0), ("scale", None)):
         if getattr(a, name) != default or w.from_config(name):
             args.append(f"{name}={w.attr(name)}")
-    if not a.bias:
-        args.append(f"bias={w.attr('bias')}")
-    if a.key_heads != a.heads:
-        args.append(f"kv_heads={w.attr('kv_heads')}")
-    if a.rotary:
-        args.append(f"rotary={rotary_module(a, w)}")
-    if a.alibi:
-        args.append("alibi=True")
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
         head = w.attr("d_k")
         args += [f"q_norm={_norm(head if a.qk_norm == 'head' else w.size(q_size), a, w)}",
                  f"k_norm={_norm(head if a.qk_norm == 'head' else w.size(k_size), a, w)}"]
-    if a.has_out_bias != a.bias:
-        args.append(f"out_bias={a.has_out_bias!r}")
-    for name in ("window", "softcap", "scale"):
+    if a.rotary:
+        args.append(f"rotary={rotary_module(a, w)}")
+    for name in ("window", "softcap"):
         if getattr(a, name) is not None:
             args.append(f"{name}={w.attr(name)}")
-    if a.sinks:
-        args.append("sinks=True")
-    if i.get("kv_cache", "none") != "none":
-        args.append(f"kv_cache={i['kv_cache']!r}")
-    if i.get("self_attention", False):
-        args.append("self_attention=True")
-    return f"MultiHeadAttention({', '.join(args)})"
-
-
-def _features(a: AttentionAttrs, i: Inferred) -> frozenset[str]:
-    """The prelude code this attention runs beyond the plain path (the `# with:` tags of
-    prelude_attention.py and of the decoder cache)."""
-    used = {name for name in ("alibi", "window", "softcap", "sinks", "causal", "scale") if getattr(a, name) not in
-            (False, None)}
-    if a.rotary:
-        used.add("rotary")
-    if a.qk_norm != "none":
-        used.add("qk_norm")
-    if i["kdim"] != i["d_model"] or i["vdim"] != i["d_model"] or not a.bias or a.key_heads != a.heads \
-            or a.has_out_bias != a.bias:
-        used.add("projection_options")
-    used |= {"append": {"cache"}, "static": {"cross_cache"}}.get(str(i.get("kv_cache")), set())
-    return frozenset(used)
+    return f"{attention_class(a, i)[0]}({', '.join(args)})"
 
 
 def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
@@ -376,7 +373,7 @@ ATTENTION = OpDef(
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
-    flops=_flops, saved=_saved, features=_features,
+    flops=_flops, saved=_saved, composes=attention_class,
 )
 
 

@@ -114,9 +114,9 @@ class OpDef(Generic[AttrsT]):
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
     inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0
-    # The prelude code it needs beyond the plain path: features that keep statements tagged
-    # `# with: FEATURE` in the prelude classes a generated file copies (compiler/prune.py).
-    features: Callable[[AttrsT, Inferred], frozenset[str]] = lambda a, i: frozenset()
+    # The class its module is, and the prelude classes that class combines: where there are several, the
+    # generated file defines it, extending them (compiler/prelude_attention.py's pieces).
+    composes: Callable[[AttrsT, Inferred], tuple[str, tuple[str, ...]]] = lambda a, i: ("", ())
     # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
     # the module that makes the logits (the pre-softmax projection) look through it.
     elementwise: bool = False

@@ -1,12 +1,8 @@
-"""Modules that generated models use. Their source is copied into every generated file that uses
-them, so a compiled model depends on torch alone; they are also imported from here by the tests.
-Rotary embeddings, attention and the mixture of experts have files of their own (prelude_rotary.py,
-prelude_attention.py, prelude_experts.py; prune.PRELUDES lists them all).
-
-A statement whose first line ends in `# with: FEATURE, ...` serves those features only: a
-generated file keeps it where its spec uses one of them, else leaves it out; one tagged
-`# without: ...` is kept only where none is used (compiler/prune.py). `diagrams` code is never
-copied: tools call it from here on generated modules."""
+"""Modules that generated models use. A class's source is copied whole into every generated file
+that uses it, so a compiled model depends on torch alone; they are also imported from here by the
+tests. Rotary embeddings, attention and the mixture of experts have files of their own
+(prelude_rotary.py, prelude_attention.py, prelude_experts.py; library.PRELUDES lists them all),
+each made of small classes, one per option, that a spec's options choose."""
 
 import math
 

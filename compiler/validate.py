@@ -150,12 +150,12 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
     for node in graph:
         if OPS[node.op].family == Family.ATTENTION:
             node.inferred["self_attention"] = node.inputs["key"] == node.inputs["query"]
-            positional = [name for name in ("rotary", "alibi", "window")
+            positional = [name for name in ("causal", "rotary", "alibi", "window")
                           if getattr(node.attrs, name) not in (False, None)]
             if positional and not node.inferred["self_attention"]:
                 what = f"{positional[0]} = true" if positional[0] != "window" else "a sliding window"
                 diagnostics.error("attention-positions", node.span, f"{what} needs self-attention: "
-                                  "it encodes the distance between a query and a key of the same sequence",
+                                  "it relates a query to the keys of its own sequence by position",
                                   "pass the same tensor as query and key, or drop it from this attention")
     target = TGT.node
     if target not in graph:

@@ -1,6 +1,5 @@
-"""Long lines of generated code wrapped at a call's arguments: the generated blocks' lines (hanging, the
-arguments on the lines after the call's head) and the prelude's signatures and calls that pruning shortened
-(packed under the opening parenthesis, as the prelude writes them)."""
+"""Long lines of generated code wrapped at a call's arguments: the generated blocks' lines, hanging (the
+arguments on the lines after the call's head)."""
 
 from __future__ import annotations
 
@@ -78,17 +77,3 @@ def _depths(text: str) -> list[Optional[int]]:
         depths.append(depth)
         depth += char in "([{"
     return depths
-
-
-def packed(head: str, items: list[str], tail: str) -> list[str]:
-    """`head` (up to its opening parenthesis), then `items` joined by commas and packed under the
-    character after that parenthesis, then `tail` (`)`, `):`): the prelude's own layout of a long
-    signature or call."""
-    pieces = [item + "," for item in items[:-1]] + [items[-1] + tail] if items else [tail]
-    lines = [head + pieces[0]]
-    for piece in pieces[1:]:
-        if len(lines[-1]) + 1 + len(piece) < LINE_LIMIT:
-            lines[-1] += " " + piece
-        else:
-            lines.append(" " * len(head) + piece)
-    return lines

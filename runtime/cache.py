@@ -1,8 +1,9 @@
 """The cache incremental decoding keeps between steps, for a compiled model.
 
 A generated model's attention reads and writes it through a small contract: `length` (positions decoded,
-where the next step's positions start; the model's `decode` moves it on), `append(module, k, v)` (a
-self-attention's new keys and values in, all it cached out) and `memory` (an attention over the encoder
+where the next step's positions start; the model's `decode` moves it on), `append(module, k, v, window)` (a
+self-attention's new keys and values in, all it cached out, or the last `window` positions' for a sliding
+window) and `memory` (an attention over the encoder
 output keeps that output's keys and values there, once per memory tensor). Beam search moves its rows
 with `reorder`. Generated files do not hold the cache: they carry the model alone, on torch alone.
 runtime/export.py implements the same contract over tensors for exported decoding steps.
@@ -28,10 +29,10 @@ class DecoderCache:
         self.tensors: dict[nn.Module, list[torch.Tensor]] = {}   # self-attention -> keys, values, 2 spares
         self.memory: dict[nn.Module, tuple] = {}   # encoder-decoder attention -> (key in, value in, keys, values)
 
-    def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
+               window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Writes k, v [B, h, T, d] after the cached positions; returns the keys and values `module`
-        attends to: all it cached, or a sliding window's (`ring`)."""
-        window = getattr(module, "window", None)    # generated attention without the option has no window
+        attends to: all it cached, or, with a sliding `window`, those of the ring that holds it (`ring`)."""
         start, end, rows = self.length, self.length + k.size(2), k.size(0)
         needed, size = end, max(self.capacity, 2 * end)
         if window is not None:

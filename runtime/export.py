@@ -37,6 +37,8 @@ from torch.export import Dim
 from xspec.base.errors import UserError
 from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
 from xspec.base.text import shown
+from xspec.compiler.op_attention import AttentionAttrs
+from xspec.compiler.spec import CompiledSpec
 from .tokenizer import CheckpointTokenizer
 from .vocab import BOS, EOS, MODEL_FILE, PAD, UNK
 
@@ -64,10 +66,12 @@ class CacheSlot:
     value_dim: int
 
 
-def cached_attention(model: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
-    """The generated attention modules whose keys and values a decoding cache keeps (`kv_cache`):
-    "append" for self-attention (grows a position per step), "static" for attention over the memory."""
-    return [(name, module) for name, module in model.named_modules() if getattr(module, "kv_cache", None) == kind]
+def cached_attention(spec: CompiledSpec, model: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
+    """The attention modules whose keys and values a decoding cache keeps, as the spec's graph says
+    (`kv_cache`): "append" for self-attention (grows a position per step), "static" for attention over
+    the memory; in the model's order."""
+    paths = {node.module for node in spec.ops if node.inferred.get("kv_cache") == kind and node.module}
+    return [(name, module) for name, module in model.named_modules() if name in paths]
 
 
 def slot(name: str, module: nn.Module) -> CacheSlot:
@@ -88,8 +92,9 @@ class TensorCache:
         self.length = past_keys[0].size(2)     # positions decoded before this step
         self.memory = memory                    # cross-attention module -> (key input, value input, keys, values)
 
-    def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        index = self.slots[module]
+    def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
+               window: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        index = self.slots[module]  # a window is refused before (`plan`)
         self.keys[index] = torch.cat([self.past_keys[index], k], dim=2)        # [B, h, past + new, d_k]
         self.values[index] = torch.cat([self.past_values[index], v], dim=2)    # [B, h, past + new, d_v]
         return self.keys[index], self.values[index]
@@ -112,7 +117,7 @@ class EncoderGraph(nn.Module):
         keys, values = [], []
         for attention in self.memory_attention:
             # What the module computes of a memory tensor and keeps in a DecoderCache (no cache: no position).
-            k, v = attention._keys_values(memory, memory, None)  # type: ignore[operator]
+            k, v = attention.keys_values(memory, memory, 0, None)  # type: ignore[operator]
             keys.append(k)
             values.append(v)
         return memory, keys, values
@@ -189,15 +194,16 @@ def plan(trained: TrainedModel) -> Plan:
     if not spec.has_decoder:
         raise UserError(f"{spec.name}: an encoder-only model has no logits to decode; export takes translation "
                         "and language models")
-    self_attention = cached_attention(model, "append")
+    self_attention = cached_attention(spec, model, "append")
     if not self_attention:
         raise UserError(f"{spec.name}: its decoder has no self-attention whose keys and values a step could "
                         "carry; export writes decoding steps with their cache")
-    windowed = [name for name, module in self_attention if getattr(module, "window", None) is not None]
+    windowed = [node.module for node in spec.ops if node.inferred.get("kv_cache") == "append"
+                and node.attrs_as(AttentionAttrs).window is not None]
     if windowed:  # a step would carry a ring of `window` positions, which the exported cache does not model
         raise UserError(f"{spec.name}: export does not yet write sliding-window attention ({windowed[0]}); its "
                         "decoding cache keeps a ring of the last positions, which the exported steps do not carry")
-    if any(type(module).__name__ == "MixtureOfExperts" for module in model.modules()):
+    if any(node.op == "moe" for node in spec.ops):
         raise UserError(f"{spec.name}: export does not yet write a mixture of experts: the experts' token counts "
                         "depend on the routing, which torch.export's static graphs cannot follow")
     longest = trained.max_tokens
@@ -224,7 +230,7 @@ def plan(trained: TrainedModel) -> Plan:
         return Plan([step], self_slots, [], dimensions)
 
     # A translation model: the encoder, and a step that also reads the memory's keys and values.
-    memory_attention = cached_attention(model, "static")
+    memory_attention = cached_attention(spec, model, "static")
     memory_layers = len(memory_attention)
     source = Dim("src_len", min=1, max=longest)
     dimensions["src_len"] = {"min": 1, "max": longest}

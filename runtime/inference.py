@@ -18,6 +18,7 @@ from xspec.base.errors import UserError
 from xspec.compiler.sections import DecodeSection
 from xspec.compiler.spec import compile_source
 from . import checkpoint as ckpt
+from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
 from .corpus import EncodedPairs, encode_source
 from .distributed import pick_device
@@ -59,6 +60,8 @@ def build_from_checkpoint(checkpoint: ckpt.Checkpoint, spec, device: torch.devic
     vocab = checkpoint_vocab(checkpoint, spec)
     model = spec.build(device=str(device))
     ckpt.load_into(model, checkpoint)
+    if torch.device(device).type == "cuda":
+        use_flex_attention(model, spec)  # soft caps, sinks and windows fused
     return model.eval(), vocab
 
 

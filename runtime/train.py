@@ -28,6 +28,7 @@ from xspec.base.process import find_tcmalloc, uses_tcmalloc
 from xspec.base.text import shown
 from . import checkpoint as ckpt
 from . import distributed, state_dicts
+from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
 from .best import Criterion, best_checkpoint
 from .loop import Diverged, Progress, StopRequested, Trainer, torch_seed
@@ -441,7 +442,10 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     precision = choose_precision(context.device, cfg.precision)
     plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log)
     torch.manual_seed(torch_seed(cfg.seed))
-    step = TrainingStep(spec.build(device=str(context.device)), cfg.label_smoothing, cfg.router_aux_loss_coef)
+    model = spec.build(device=str(context.device))
+    if context.device.type == "cuda":
+        use_flex_attention(model, spec)  # soft caps, sinks and windows fused
+    step = TrainingStep(model, cfg.label_smoothing, cfg.router_aux_loss_coef)
     wrapped = distribute(step, context, cfg.sharding)
     optimizer = make_optimizer(wrapped.parameters(), cfg)
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped

@@ -1,14 +1,18 @@
 """Attention's newer options against references written here from their definitions: biases, a head size
 of its own, QK-norm, soft-capping and the scale, sliding windows and their ring-buffer cache, sinks,
 partial rotary and the frequency scalings (against Hugging Face's rope functions, a test-only oracle), and
-FlexAttention against the plain path."""
+the runtime's FlexAttention against the module's own computation."""
 
 import pytest
 import torch
 
+from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.prelude import (LinearRotaryEmbedding, Llama3RotaryEmbedding, MultiHeadAttention,
                                     PartialRotaryEmbedding, RMSNorm, RotaryEmbedding, YarnRotaryEmbedding)
+from xspec.runtime.attention_kernels import flex_attention
 from xspec.runtime.cache import DecoderCache
+from xspec.viz.attention import scores_inputs
+from attention_pieces import compose
 from float32 import assert_close
 
 # FlexAttention off CUDA runs its unfused reference implementation, and says so: these tests want exactly that.
@@ -17,8 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 
 def attention(**options) -> MultiHeadAttention:
     torch.manual_seed(0)
-    module = MultiHeadAttention(32, heads=4, d_k=8, d_v=6, kv_heads=2, bias=False, causal=True,
-                                self_attention=True, kv_cache="append", **options).eval()
+    module = compose(32, heads=4, d_k=8, d_v=6, kv_heads=2, bias=False, causal=True, **options).eval()
     with torch.no_grad():  # sinks and norms start at what makes them inert: move them
         for name, parameter in module.named_parameters():
             if "norm" in name or name == "sinks":
@@ -31,24 +34,27 @@ def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor
     T = x.size(1)
     q = module.q_proj(x)
     k = module.k_proj(x)
-    if module.q_norm is not None and not module.norm_per_head:
-        q, k = module.q_norm(q), module.k_norm(k)
+    q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+    norm_per_head = q_norm is not None and q_norm.weight.numel() == module.d_k
+    if q_norm is not None and not norm_per_head:
+        q, k = q_norm(q), k_norm(k)
     q = q.unflatten(-1, (module.heads, module.d_k)).transpose(1, 2)
     k = k.unflatten(-1, (module.kv_heads, module.d_k)).transpose(1, 2)
     v = module.v_proj(x).unflatten(-1, (module.kv_heads, module.d_v)).transpose(1, 2)
-    if module.q_norm is not None and module.norm_per_head:
-        q, k = module.q_norm(q), module.k_norm(k)
-    if module.rotary is not None:
+    if q_norm is not None and norm_per_head:
+        q, k = q_norm(q), k_norm(k)
+    if hasattr(module, "rotary"):
         q, k = module.rotary(q, 0), module.rotary(k, 0)
+    softcap, sinks = getattr(module, "softcap", None), getattr(module, "sinks", None)
     heads = []
     for h in range(module.heads):
         kv = h // (module.heads // module.kv_heads)
         scores = q[:, h] @ k[:, kv].transpose(-2, -1) * (module.scale or module.d_k ** -0.5)  # [B, T, T]
-        if module.softcap is not None:
-            scores = module.softcap * torch.tanh(scores / module.softcap)
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
         scores = scores.masked_fill(~allowed, float("-inf"))
-        if module.sinks is not None:
-            sink = module.sinks[h].expand(x.size(0), T, 1)
+        if sinks is not None:
+            sink = sinks[h].expand(x.size(0), T, 1)
             weights = torch.cat([scores, sink], dim=-1).softmax(-1)[..., :T]
         else:
             weights = scores.softmax(-1)
@@ -90,10 +96,13 @@ def test_each_option_computes_its_definition(options):
     x = torch.randn(2, 9, 32)
     expected = reference(module, x, causal(9, options.get("window")))
     assert_close(module(x, x, x), expected)
-    module.kernel = "plain"
-    assert_close(module(x, x, x), expected)
-    module.kernel = "flex_eager"  # FlexAttention's reference implementation: what CUDA runs compiled
-    assert_close(module(x, x, x), expected)
+    # FlexAttention's reference implementation: what the runtime runs compiled on CUDA.
+    attrs = AttentionAttrs(heads=4, d_k=8, d_v=6, kv_heads=2, causal=True, scale=options.get("scale"),
+                           window=options.get("window"), softcap=options.get("softcap"))
+    q = module.queries(module.q_proj(x).unflatten(-1, (4, 8)).transpose(1, 2), 0)
+    k, v = module.keys_values(x, x, 0, None)
+    flexed = flex_attention(q, k, v, attrs, None, getattr(module, "sinks", None), compiled=False)
+    assert_close(module.out_proj(flexed.transpose(1, 2).flatten(2)), expected)
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "plain")
@@ -143,7 +152,8 @@ def test_the_window_is_a_sliding_window_of_keys():
 def test_the_attention_weights_diagrams_draw_include_caps_sinks_and_windows():
     module = attention(window=3, softcap=2.0, sinks=True)
     x = torch.randn(2, 7, 32)
-    weights = module.weights(x, x, x)
+    q, k, mask, is_causal = scores_inputs(module, x, x, x, None)
+    weights = module.weights(q, k, mask, is_causal)
     assert (weights.sum(-1) < 1).all()                          # the sinks take a share of each row
     assert (weights[..., causal(7, 3).logical_not()] == 0).all()
 
@@ -162,7 +172,7 @@ def test_qk_norm_normalizes_before_the_rotation(per_head):
     if per_head:
         q = q / q.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * module.q_norm.weight
     q = module.rotary(q, 0)
-    expected, _, _, _, _ = module._prepare(x, x, x, None, None)
+    expected, _, _, _ = scores_inputs(module, x, x, x, None)
     assert_close(expected, q)
 
 
@@ -232,3 +242,29 @@ def test_partial_rotary_turns_the_first_features_and_passes_the_rest():
     out = rotary(x, 5)
     assert torch.equal(out[..., 8:], x[..., 8:])
     assert_close(out[..., :8], RotaryEmbedding(8)(x[..., :8], 5))
+
+
+@pytest.mark.parametrize("spec_path", ["specs/modern/gemma2.xspec", "specs/modern/gpt_oss.xspec",
+                                       "specs/modern/mistral.xspec"])
+@torch.no_grad()
+def test_the_runtimes_flex_attention_gives_the_models_own_logits(spec_path):
+    """What CUDA runs (FlexAttention for soft caps, sinks and windows, here its reference implementation): the
+    modules the spec's graph names run through it, and a decoding step runs the module's own."""
+    import xspec
+    from xspec.runtime.attention_kernels import use_flex_attention
+
+    spec = xspec.compile(spec_path)
+    torch.manual_seed(0)
+    model = spec.build("cpu").eval()
+    for name, parameter in model.named_parameters():
+        if name.endswith("sinks"):
+            parameter.copy_(torch.randn_like(parameter))
+    tokens = torch.randint(4, spec.vocab_size, (2, 19))
+    expected = model(tokens)
+    flexed = use_flex_attention(model, spec, compiled=False)
+    assert flexed and all(".self_attn" in path for path in flexed)
+    assert_close(model(tokens), expected)
+    cache = DecoderCache()
+    steps = [model.decode(tokens[:, :11], cache=cache)] + [model.decode(tokens[:, t:t + 1], cache=cache)
+                                                           for t in range(11, 19)]
+    assert_close(torch.cat(steps, dim=1), expected)

@@ -117,17 +117,17 @@ model m {
     (("Model = ", "Model = print or "), "a module-level assignment"),
     (("class MultiHeadAttention(nn.Module):", "class MultiHeadAttention(nn.Module):\n    evil = 1"),
      "differs from the prelude's"),
-    # A prelude class may leave out statements tagged for features, and change nothing else.
-    (("        self.self_attention = self_attention", "        self.self_attention = True"),
-     "differs from the prelude's"),
-    (("        self.self_attention = self_attention\n", ""), "differs from the prelude's"),
-    # ... and parameters and keyword arguments on lines tagged for features, and no others.
-    ((' kv_cache="none",\n                 self_attention=False):', ' kv_cache="none"):'),
-     "differs from the prelude's"),
-    (("                 self_attention=False):", "                 self_attention=False, sinks=True):"),
-     "differs from the prelude's"),
-    ((",\n                                             dropout_p=self.dropout if self.training else 0.0)", ")"),
-     "differs from the prelude's"),
+    # A prelude class is copied whole: a statement, a parameter or a keyword changed or left out is refused.
+    (("        self.causal, self.dropout, self.scale = causal, dropout, scale",
+      "        self.causal, self.dropout, self.scale = True, dropout, scale"), "differs from the prelude's"),
+    (("        self.causal, self.dropout, self.scale = causal, dropout, scale\n", ""), "differs from the prelude's"),
+    ((" dropout=0.0, scale=None):", " dropout=0.0):"), "differs from the prelude's"),
+    (("dropout_p=dropout, scale=self.scale,", "dropout_p=dropout,"), "differs from the prelude's"),
+    # A class of prelude classes together extends them and has a docstring, nothing else.
+    (("class MultiHeadAttention(nn.Module):", "class Both(MultiHeadAttention, Embedding):\n    evil = 1\n\n\n"
+                                             "class MultiHeadAttention(nn.Module):"), "not prelude classes combined"),
+    (("class MultiHeadAttention(nn.Module):", "class Both(MultiHeadAttention, nn.Module):\n    \"\"\"x\"\"\"\n\n\n"
+                                             "class MultiHeadAttention(nn.Module):"), "not prelude classes combined"),
     (("\n\nModel = ", "\n__import__('os')\n\nModel = "), "a module-level Expr"),
 ], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])
 def test_the_check_refuses_in_the_module_what_the_generator_never_emits(edit: tuple[str, str], refused: str):

@@ -9,19 +9,22 @@ import torch
 import torch.nn.functional as F
 
 import xspec
-from xspec.compiler.prelude import MultiHeadAttention, RotaryEmbedding
+from xspec.compiler.prelude import RotaryEmbedding
+from xspec.compiler.prelude_attention import ALiBiAttention
 from xspec.runtime.cache import DecoderCache
+from xspec.viz.attention import scores_inputs, sdpa_weights
+from attention_pieces import compose
 from float32 import assert_close
 
 LLAMA = "specs/modern/llama.xspec"
-alibi_slopes = MultiHeadAttention.alibi_slopes
+alibi_slopes = ALiBiAttention.alibi_slopes
 
 
-def only_attention(**kwargs) -> MultiHeadAttention:
+def only_attention(**kwargs) -> torch.nn.Module:
     torch.manual_seed(0)
     if kwargs.get("rotary") is True:
         kwargs["rotary"] = RotaryEmbedding(8)
-    return MultiHeadAttention(32, heads=4, d_k=8, d_v=8, bias=False, self_attention=True, **kwargs).eval()
+    return compose(32, heads=4, d_k=8, d_v=8, bias=False, **kwargs).eval()
 
 
 @torch.no_grad()
@@ -290,7 +293,8 @@ def test_the_weights_diagrams_draw_are_those_forward_applies(options):
     x = torch.randn(2, 6, 32)
     padding = torch.zeros(2, 6, dtype=torch.bool)
     padding[1, 4:] = True
-    weights = attention.weights(x, x, x, padding)                              # [B, h, T, T]
+    q, k, mask, is_causal = scores_inputs(attention, x, x, x, padding)
+    weights = sdpa_weights(q, k, mask, is_causal, 8 ** -0.5)                   # [B, h, T, T]
     assert weights.shape == (2, 4, 6, 6)
     v = attention.v_proj(x).unflatten(-1, (attention.kv_heads, 8)).transpose(1, 2)
     v = v.repeat_interleave(4 // attention.kv_heads, dim=1)

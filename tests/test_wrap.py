@@ -2,7 +2,7 @@
 
 import pytest
 
-from xspec.compiler.wrap import LINE_LIMIT, outer_call, packed, split_arguments
+from xspec.compiler.wrap import outer_call, split_arguments
 
 
 @pytest.mark.parametrize("code, opening", [
@@ -16,9 +16,3 @@ def test_arguments_split_only_at_top_level_commas():
     items = ["a", "(b, c)", "[d, e]", "'f, (g'", "h=i(j, k)"]
     assert split_arguments("a, (b, c), [d, e], 'f, (g', h=i(j, k),") == items
     assert split_arguments("") == []
-
-
-def test_packed_arguments_stay_under_the_limit_below_their_parenthesis():
-    lines = packed("    def __init__(", [f"option_{i}=None" for i in range(12)], "):")
-    assert len(lines) > 1 and all(len(line) < LINE_LIMIT for line in lines)
-    assert all(line.startswith(" " * len("    def __init__(")) for line in lines[1:]) and lines[-1].endswith("):")

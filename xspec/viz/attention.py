@@ -1,8 +1,9 @@
 """Attention maps of a trained model for one sentence (the paper's Figures 3-5), as heatmaps.
 
-The weights are recomputed by each attention module itself (`MultiHeadAttention.weights`) from the
-inputs a forward hook captures: softmax(Q Kᵀ / sqrt(d_k)) with the module's masks, positions and key
-heads (§3.2.1), per head (§3.2.2).
+The weights are recomputed from the inputs a forward hook captures, through the attention module's
+own `prepare` (its queries, keys and mask, positions and key heads included): softmax(Q Kᵀ / sqrt(d_k))
+masked (§3.2.1), per head (§3.2.2), as SDPA computes them, or by the module's `weights` where its
+options (soft caps, sinks) make it compute them itself.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from xspec.compiler.prelude import MultiHeadAttention
+import math
+
+from xspec.compiler.op_attention import AttentionAttrs, score_scale
 from xspec.compiler.ops import OPS
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
@@ -86,7 +89,8 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
     handles = []
     for site in sites:
         module = model.get_submodule(site.module)
-        handles.append(module.register_forward_hook(_recorder(site.module, captured), with_kwargs=True))
+        attrs = node_of(spec.graph, site.module).attrs_as(AttentionAttrs)
+        handles.append(module.register_forward_hook(_recorder(site.module, attrs, captured), with_kwargs=True))
     try:
         model.eval()
         with torch.no_grad():
@@ -100,13 +104,42 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
     return captured
 
 
-def _recorder(name: str, captured: dict[str, torch.Tensor]):
+def _recorder(name: str, attrs: AttentionAttrs, captured: dict[str, torch.Tensor]):
     def hook(module, args, kwargs, output):
         query, key, value = args[:3]
         padding = args[3] if len(args) > 3 else kwargs.get("padding_mask")
-        # A generated module's class is the prelude's less what its spec does not use, weights() too.
-        captured[name] = MultiHeadAttention.weights(module, query, key, value, padding)[0]
+        q, k, mask, is_causal = scores_inputs(module, query, key, value, padding)
+        if attrs.softcap is not None or attrs.sinks:  # computed by the module (ExplicitAttention)
+            captured[name] = module.weights(q, k, mask, is_causal)[0]
+        else:
+            captured[name] = sdpa_weights(q, k, mask, is_causal, score_scale(attrs))[0]
     return hook
+
+
+def scores_inputs(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  padding: Optional[torch.Tensor]) -> tuple:
+    """A generated attention's queries [B, h, Tq, d_k] and keys [B, kv_h, Tk, d_k], and the mask SDPA
+    takes with whether its causal mask serves, through the module's own steps (no cache)."""
+    attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
+    q = attention.queries(attention.q_proj(query).unflatten(-1, (attention.heads, -1)).transpose(1, 2), 0)
+    k, _ = attention.keys_values(key, value, 0, None)
+    return (q, k, *attention.mask(q, k, padding, None))
+
+
+def sdpa_weights(q: torch.Tensor, k: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool,
+                 scale: float) -> torch.Tensor:
+    """The weights F.scaled_dot_product_attention gives the values: softmax(Q Kᵀ * scale), a boolean
+    mask's False keys left out and a float mask added, each key head serving a group of query heads:
+    [B, h, Tq, Tk]."""
+    k = k.repeat_interleave(q.size(1) // k.size(1), dim=1)
+    scores = q @ k.transpose(-2, -1) * scale
+    if is_causal:
+        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, -math.inf)
+    elif mask is not None:
+        scores = scores + mask
+    return scores.softmax(dim=-1)
 
 
 def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sentence: str,

@@ -69,19 +69,17 @@ class RotaryEmbedding(nn.Module):
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2). A decoding cache (xspec's
-    DecoderCache) keeps keys and values a step at a time (kv_cache "append") or the encoder
-    output's once ("static")."""
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2); keys and values of `kv_heads`
+    heads, each serving heads / kv_heads query heads (grouped-query attention)."""
 
-    def __init__(self, d_model, heads, d_k, d_v, kdim=None, vdim=None, bias=True, kv_heads=None,
-                 out_bias=None, rotary=None, causal=False, dropout=0.0, kv_cache="none",
-                 self_attention=False):
+    sdpa_causal = True  # SDPA's own causal mask serves where nothing else masks
+
+    def __init__(self, d_model, heads, d_k, d_v, kv_heads=None, bias=True, out_bias=None,
+                 kdim=None, vdim=None, causal=False, dropout=0.0, scale=None):
         super().__init__()
-        self.heads, self.kv_heads, self.d_k, self.d_v = heads, heads, d_k, d_v
-        self.kv_heads = kv_heads or heads
-        self.causal, self.dropout, self.kv_cache = causal, dropout, kv_cache
-        self.self_attention = self_attention
-        # W^Q, W^K, W^V and W^O (§3.2.2); keys and values of widths and heads of their own
+        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
+        self.causal, self.dropout, self.scale = causal, dropout, scale
+        # W^Q, W^K, W^V and W^O (§3.2.2)
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
         self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
@@ -91,46 +89,63 @@ class MultiHeadAttention(nn.Module):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
-        self.rotary = rotary
-
-    def _project(self, x, projection, heads, d):
-        """x projected and split into heads: [B, T, h*d] -> [B, h, T, d]."""
-        return projection(x).unflatten(-1, (heads, d)).transpose(1, 2)
-
-    def _keys_values(self, key, value, cache):
-        k = self._project(key, self.k_proj, self.kv_heads, self.d_k)
-        v = self._project(value, self.v_proj, self.kv_heads, self.d_v)
-        if self.rotary is not None:
-            k = self.rotary(k, cache.length if cache is not None else 0)  # cached: kept turned
-        if cache is not None and self.kv_cache == "append":
-            k, v = cache.append(self, k, v)
-        return k, v
-
-    def _prepare(self, query, key, value, padding_mask, cache):
-        """Heads of queries, keys and values, the mask SDPA takes, and whether SDPA's own causal
-        mask serves instead."""
-        q = self._project(query, self.q_proj, self.heads, self.d_k)  # [B, h, Tq, d_k]
-        if self.rotary is not None:
-            q = self.rotary(q, cache.length if cache is not None else 0)
-        k, v = self._keys_values(key, value, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
-        mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
-        # From static facts only (torch.compile cannot branch on a symbolic size).
-        is_causal = self.causal and self.self_attention and cache is None and mask is None
-        # One new query (a decoding step) sees every key the cache returns: no mask.
-        if self.causal and not is_causal and not (cache is not None and q.size(2) == 1):
-            # Query i sits at absolute position (Tk - Tq + i) and sees keys up to it (§3.2.3).
-            past = k.size(2) - q.size(2)
-            ones = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device)
-            allowed = ones.tril(past)
-            mask = allowed if mask is None else mask & allowed
-        return q, k, v, mask, is_causal
 
     def forward(self, query, key, value, padding_mask=None, cache=None):
-        q, k, v, mask, is_causal = self._prepare(query, key, value, padding_mask, cache)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                             dropout_p=self.dropout if self.training else 0.0,
-                                             enable_gqa=self.kv_heads != self.heads)
-        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, h, Tq, d_v] -> [B, Tq, h*d_v]
+        start = cache.length if cache is not None else 0
+        q = self.queries(self.q_proj(query).unflatten(-1, (self.heads, -1)).transpose(1, 2), start)
+        k, v = self.keys_values(key, value, start, cache)  # [B, kv_h, Tk, d_k], [B, kv_h, Tk, d_v]
+        out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, Tq, h*d_v]
+
+    def queries(self, q, start):  # q [B, h, Tq, d_k]
+        return q
+
+    def keys(self, k, start):
+        return k
+
+    def keys_values(self, key, value, start, cache):
+        k = self.keys(self.k_proj(key).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2), start)
+        v = self.v_proj(value).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
+        return (k, v) if cache is None else self.cached(cache, k, v)
+
+    def cached(self, cache, k, v):
+        return cache.append(self, k, v)  # the keys and values of every position decoded
+
+    def mask(self, q, k, padding_mask, cache):
+        """The mask SDPA takes (True: attend), and whether its own causal mask serves instead: from
+        static facts only (torch.compile cannot branch on a symbolic size)."""
+        mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
+        if not self.causal or (cache is not None and q.size(2) == 1):  # a step sees all cached
+            return mask, False
+        if self.sdpa_causal and cache is None and mask is None:
+            return None, True
+        visible = self.visible(q.size(2), k.size(2), q.device)
+        return (visible if mask is None else mask & visible), False
+
+    def visible(self, queries, keys, device):
+        """[Tq, Tk]: query i, at position Tk - Tq + i, sees the keys up to it (§3.2.3)."""
+        return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
+
+    def attend(self, q, k, v, mask, is_causal):
+        dropout = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                              dropout_p=dropout, scale=self.scale,
+                                              enable_gqa=self.kv_heads != self.heads)
+
+
+class RotaryAttention(MultiHeadAttention):
+    """Queries and keys turned by rotary position embeddings (Su et al., 2021); keys are cached
+    turned."""
+
+    def __init__(self, *args, rotary, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rotary = rotary
+
+    def queries(self, q, start):
+        return self.rotary(super().queries(q, start), start)
+
+    def keys(self, k, start):
+        return self.rotary(super().keys(k, start), start)
 
 
 class FeedForward(nn.Module):  # block feed_forward, llama.xspec:28
@@ -150,11 +165,10 @@ class LmLayer(nn.Module):  # block lm_layer, llama.xspec:33
         super().__init__()
         self.sublayer_1 = nn.ModuleDict({  # llama.xspec:34
             'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
-        self.self_attn = MultiHeadAttention(  # llama.xspec:34
-            config.d_model, config.heads, config.d_k, config.d_v, causal=True,
-            bias=config.attention_bias, kv_heads=config.kv_heads,
-            rotary=RotaryEmbedding(config.d_k, base=config.rope_theta), kv_cache='append',
-            self_attention=True)
+        self.self_attn = RotaryAttention(  # llama.xspec:34
+            config.d_model, config.heads, config.d_k, config.d_v, kv_heads=config.kv_heads,
+            bias=config.attention_bias, causal=True,
+            rotary=RotaryEmbedding(config.d_k, base=config.rope_theta))
         self.sublayer_2 = nn.ModuleDict({  # llama.xspec:36
             'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
         self.ffn = FeedForward(config)  # llama.xspec:36
