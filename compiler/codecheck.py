@@ -15,7 +15,8 @@ may contain only what the code generator emits:
     `super().__init__`); `nn.X`, `F.x` and `math.x` only called on the spot, so no module object
     (`F.torch`) can be reached or stored;
   - literals that are numbers, strings, booleans or None (finite floats only); powers only by a small
-    literal exponent (`config.query_pre_attn_scalar ** -0.5`);
+    literal exponent (`config.query_pre_attn_scalar ** -0.5`); arithmetic, comparisons, `and`, `or` and
+    `not` (a layer's choice, `if (i + 1) % config.sliding_window_pattern != 0:`);
   - `Model = SomeGeneratedClass`.
 
 Anything else (a `__import__`, an `eval`, a string that escaped its docstring, a dunder attribute) is
@@ -37,8 +38,8 @@ FROM_IMPORTS = {("dataclasses", "dataclass", None)}
 BUILTINS = frozenset({"range", "super"})
 LIBRARIES = frozenset({"nn", "F", "math"})  # generated classes call nn.Linear, F.relu, math.sqrt; torch: prelude only
 FIELD_TYPES = frozenset({"int", "float", "str", "bool"})
-OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult)
-COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.FloorDiv, ast.Mod)
+COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 
 class GeneratedCodeError(Exception):
@@ -222,8 +223,11 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
         if not (value is None or isinstance(value, (bool, int, str)) or
                 (isinstance(value, float) and math.isfinite(value))):
             _refuse(node, f"the constant {value!r}")
-    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
         _check_expr(node.operand, scope)
+    elif isinstance(node, ast.BoolOp):
+        for operand in node.values:
+            _check_expr(operand, scope)
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and _is_small_exponent(node.right):
         _check_expr(node.left, scope)
     elif isinstance(node, ast.BinOp) and isinstance(node.op, OPERATORS):

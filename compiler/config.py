@@ -10,6 +10,7 @@ a size the shape rules inferred reads the one parameter of that value, where jus
 
 from __future__ import annotations
 
+import ast as pyast
 import keyword
 import math
 from typing import Callable, Optional
@@ -77,6 +78,31 @@ def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], 
             raise _NotConfig
         return f"math.{expr.callee.id}({_outer(argument)})", MATH[expr.callee.id](a)
     raise _NotConfig
+
+
+# What a layer's condition may compute (`(i + 1) % sliding_window_pattern != 0`).
+CONDITION_OPERATORS = frozenset({"+", "-", "*", "//", "%", "==", "!=", "<", "<=", ">", ">=", "and", "or"})
+
+
+def config_condition(expr: ast.Expr, fields: dict[str, Constant], index: str) -> Optional[str]:
+    """A condition over the layer's index (`index`) and parameters as Python over `config`
+    (`(i + 1) % config.sliding_window_pattern != 0`), or None where it reads anything else."""
+    if isinstance(expr, ast.Name):
+        return index if expr.id == index else f"config.{expr.id}" if expr.id in fields else None
+    if isinstance(expr, ast.Literal):
+        return repr(expr.value)
+    if isinstance(expr, ast.UnaryOp):
+        operand = config_condition(expr.operand, fields, index)
+        return None if operand is None else f"({expr.op} {operand})" if expr.op == "not" else f"(-{operand})"
+    if isinstance(expr, ast.BinOp) and expr.op in CONDITION_OPERATORS:
+        left, right = config_condition(expr.left, fields, index), config_condition(expr.right, fields, index)
+        return None if left is None or right is None else f"({left} {expr.op} {right})"
+    return None
+
+
+def condition_source(code: str) -> str:
+    """A condition `config_condition` wrote, with only the parentheses Python needs."""
+    return pyast.unparse(pyast.parse(code, mode="eval"))
 
 
 def _literal_number(expr: ast.Expr) -> Optional[int | float]:

@@ -270,6 +270,8 @@ class _Builder:
         single = single_block_call(stmt, self.model.blocks)
         if single is not None and stmt.index is not None and not self._same_call_in_every_layer(single[0], stmt, frame):
             single = None  # the layers' calls differ by more than constants: each layer runs its own body
+        if single is not None and stmt.index is not None:
+            stack.index_param = _index_parameter(single[0], self.model.blocks[single[0].callee.id], stmt.index.id)
         carried = tuple(v for v in assigned(stmt.body) if v in frame.env)
         watched = (single[1],) if single is not None else carried
         # What the layers carry is one local of the loop, a value of its own: the body reads it, not the
@@ -739,3 +741,15 @@ def _bind_op_args(op: OpDef[Any], call: ast.Call, diagnostics: Diagnostics) -> O
                           f"{', '.join(repr(m) for m in missing)}")
         return None
     return bound
+
+
+def _index_parameter(call: ast.Call, block: ast.Block, index: str) -> Optional[str]:
+    """The parameter of `block` that `call` passes the repeat's index as it is (`lm_layer(x, i)`), if one."""
+    for param, arg in zip(block.params, call.args):
+        if isinstance(arg, ast.Name) and arg.id == index:
+            return param.id
+    for keyword in call.kwargs:
+        if isinstance(keyword.value, ast.Name) and keyword.value.id == index:
+            return keyword.name
+    return None
+

@@ -146,6 +146,9 @@ class Instance:
     has_cache: bool = False  # forward() takes the decoder cache
     result_node: Optional[str] = None  # blocks: the graph node of the tensor they return
     count_source: Optional[str] = None  # stacks: their count read from the config (`config.layers`), if so written
+    # Stacks of one block call passed the layer's index as it is (`repeat i in layers { lm_layer(x, i) }`):
+    # the block parameter that receives it, by which a layer's class may choose its modules.
+    index_param: Optional[str] = None
 
     @property
     def name(self) -> str:

@@ -1,13 +1,15 @@
 """Stage 5, lower: emit a readable PyTorch module from the module tree and its programs (compiler/ir.py).
 
-One class per distinct block (identical instances share a class), and in each `forward` one line per
-step of its program, with a comment naming the spec line it comes from: an op, a block call, a spec
-function (a nested `def`, or a `lambda` for one step), a function's call, and a repeated stack as one
-`for` loop over an `nn.ModuleList`. Lowering reads the graph's nodes and the programs, never the spec's
-syntax. Names in the output are identifiers the graph builder checked (compiler/names.py), or made here
-from them; constants are emitted with `repr`; text from the spec (file names, string values) is escaped
-for the docstring or comment it lands in, and the finished module's AST is checked (compiler/codecheck.py)
-before anything compiles or runs it.
+One class per distinct block (identical instances share a class; the layers of a stack that a block
+makes differently by their index share one that takes the index, compiler/layer_choice.py), and in each
+`forward` one line per step of its program, with a comment naming the spec line it comes from: an op, a
+block call, a spec function (a nested `def`), a function's call, and a repeated stack as one `for` loop
+over an `nn.ModuleList`. Lowering reads the graph's nodes and the programs; of the spec's syntax, only
+the condition of an `if` by which a layer's block chooses its modules. Names in the output are
+identifiers the graph builder checked (compiler/names.py), or made here from them; constants are
+emitted with `repr`; text from the spec (file names, string values) is escaped for the docstring or
+comment it lands in, and the finished module's AST is checked (compiler/codecheck.py) before anything
+compiles or runs it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .diagnostics import Span
 from .entries import DECODER, ENCODER
 from .forward import Context, file_label, forward_lines, identifier, inline_calls, literal, where
 from .ir import Instance, Node
+from .layer_choice import layer_class_by_index
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
 from .library import prelude_classes, with_bases
@@ -96,6 +99,7 @@ class _Lowering:
         self.class_of: dict[str, str] = {}  # instance path -> class name
         self.bodies: dict[str, str] = {}  # class name -> its source
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
+        self.indexed: dict[str, str] = {}  # stack path -> the name its layers' one class takes the index by
         self.order: list[str] = []  # class sources in definition order
         # Classes of the file that combine prelude classes (an attention's pieces), by name.
         composed = dict(OPS[node.op].composes(node.attrs, node.inferred) for node in self.graph)
@@ -126,15 +130,41 @@ class _Lowering:
     def _define(self, instance: Instance, base: str) -> str:
         """Emit the class of a block instance (children first) and return its name. `base` is the
         block's name, from which the class is named (`encoder_layer` -> `EncoderLayer`)."""
+        self._define_children(instance, base)
+        return self._register(instance, base, self._class_body(instance))
+
+    def _define_children(self, instance: Instance, base: str) -> None:
         for child in instance.children.values():
             if child.kind == "block" and child.path not in self.context.inline:
                 self._define(child, child.block_name or f"{base}_layer")
             elif child.kind == "stack":
-                # Layers differ where the first changes the width the others see (`x = linear(x, 4)` on
-                # 8 features), or a value carried from layer to layer changes what a layer computes.
-                self.layer_classes[child.path] = [self._define(item, item.block_name or f"{base}_layer")
-                                                  for item in child.children.values()]
-        body = self._class_body(instance)
+                self.layer_classes[child.path] = self._define_layers(child, base)
+
+    def _define_layers(self, stack: Instance, base: str) -> list[str]:
+        """The class of each layer of a stack. Layers differ where the first changes the width the others
+        see (`x = linear(x, 4)` on 8 features), a value carried from layer to layer changes what a layer
+        computes, or the block chooses modules by the layer's index: those are one class that takes the
+        index (compiler/layer_choice.py)."""
+        layers = list(stack.children.values())
+        bases = [item.block_name or f"{base}_layer" for item in layers]
+        for item, item_base in zip(layers, bases):
+            self._define_children(item, item_base)
+        bodies = [self._class_body(item) for item in layers]
+        keys = [SHAPE_COMMENT.sub("  # ", body) for body in bodies]
+        if stack.index_param is not None and len(set(keys)) > 1 and layers[0].block_name is not None:
+            merged = layer_class_by_index(self.model.blocks[layers[0].block_name], stack.index_param, layers,
+                                          bodies, keys, self.fields)
+            if merged is not None:
+                name = self._register(layers[0], bases[0], merged)
+                for item in layers:
+                    self.class_of[item.path] = name
+                self.indexed[stack.path] = stack.index_param
+                return [name] * len(layers)
+        return [self._register(item, item_base, body) for item, item_base, body in zip(layers, bases, bodies)]
+
+    def _register(self, instance: Instance, base: str, body: str) -> str:
+        """The class of `body`: one written before with the same code (its shape comments merged), or a new
+        one named after `base`."""
         key = SHAPE_COMMENT.sub("  # ", body)  # layers that differ only in their lengths share a class
         name = self.classes.get(key)
         if name is not None:
@@ -174,8 +204,11 @@ class _Lowering:
             return module(node.attrs, node.inferred, _Written(node, self.names))
         if child.kind == "stack":
             classes = self.layer_classes[child.path]
+            count = child.count_source or literal(len(classes))
+            if child.path in self.indexed:
+                index = self.indexed[child.path]
+                return f"nn.ModuleList([{classes[0]}(config, {index}) for {index} in range({count})])"
             if len(set(classes)) == 1:
-                count = child.count_source or literal(len(classes))
                 return f"nn.ModuleList([{classes[0]}(config) for _ in range({count})])"
             # flat: no deep expression
             return f"nn.ModuleList([{', '.join(f'{name}(config)' for name in classes)}])"

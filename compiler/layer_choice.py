@@ -1,0 +1,130 @@
+"""One class for the layers of a stack that differ by their index: `if` statements of the layer's block
+that read the index (`if (i + 1) % sliding_window_pattern != 0 { ... }`) become `if` statements of the
+class's constructor over the config and the index it is given, instead of a class per kind of layer.
+
+The layers' classes are written first (compiler/lower.py), one per layer; they merge where they differ
+only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
+explains, a condition that reads more than the index and parameters) leaves them apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from . import ast
+from .config import condition_source, config_condition
+from .diagnostics import Span
+from .evaluate import Constant
+from .forward import where
+from .ir import Instance
+from .wrap import INDENT
+
+ATTRIBUTE = re.compile(rf"^{INDENT * 2}self\.(\w+) = ")
+
+
+@dataclass(frozen=True)
+class _Layer:
+    header: str
+    attributes: dict[str, str]  # attribute -> its constructor's line, in order
+    forward: str  # the rest of the class, from the blank line after the constructor
+
+
+def _split(body: str) -> Optional[_Layer]:
+    lines = body.rstrip("\n").split("\n")
+    try:
+        blank = lines.index("")
+    except ValueError:
+        return None
+    attributes = {}
+    for line in lines[3:blank]:
+        match = ATTRIBUTE.match(line)
+        if match is None:
+            return None
+        attributes[match.group(1)] = line
+    return _Layer(lines[0], attributes, "\n".join(lines[blank:]))
+
+
+def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], bodies: list[str], keys: list[str],
+                         fields: dict[str, Constant]) -> Optional[str]:
+    """The body of one class for `layers` (their bodies and shape-free keys as lower.py writes them), whose
+    constructor takes the layer's index as `index` and chooses its modules by the block's conditions; None
+    where they cannot be one class."""
+    parts, written = [_split(key) for key in keys], _split(bodies[0])
+    if any(p is None for p in parts) or written is None or index in ("self", "config"):
+        return None
+    split = [p for p in parts if p is not None]
+    first = split[0]
+    if any(list(p.attributes) != list(first.attributes) for p in split):
+        return None
+    forward = _one_forward(written.forward, [p.forward for p in split])
+    if forward is None:
+        return None
+    differing = [a for a in first.attributes if len({p.attributes[a] for p in split}) > 1]
+    choices: dict[int, tuple[ast.If, dict[str, dict[bool, str]]]] = {}  # id(if) -> (if, attribute -> branch -> line)
+    for attribute in differing:
+        for layer, part in zip(layers, split):
+            child = layer.children.get(attribute)
+            found = _deciding_if(block.body, child.span) if child is not None else None
+            if found is None:
+                return None
+            statement, taken = found
+            chosen = choices.setdefault(id(statement), (statement, {}))[1].setdefault(attribute, {})
+            if chosen.setdefault(taken, part.attributes[attribute]) != part.attributes[attribute]:
+                return None  # layers in one branch differ: something else chose
+    conditions = {}
+    for key, (statement, branches) in choices.items():
+        condition = config_condition(statement.condition, fields, index)
+        if condition is None or any(len(lines) != 2 for lines in branches.values()):
+            return None
+        conditions[key] = condition_source(condition)
+    lines = [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()"]
+    done: set[int] = set()
+    for attribute, line in written.attributes.items():
+        decided = next(((k, s, b) for k, (s, b) in choices.items() if attribute in b), None)
+        if decided is None:
+            lines.append(line)
+            continue
+        key, statement, branches = decided
+        if key in done:
+            continue
+        done.add(key)
+        lines.append(f"{INDENT * 2}if {conditions[key]}:  # {where(statement.span)}")
+        lines += [INDENT + branch[True] for branch in branches.values()]
+        lines.append(f"{INDENT * 2}else:")
+        lines += [INDENT + branch[False] for branch in branches.values()]
+    return "\n".join(lines) + "\n" + forward + "\n"
+
+
+def _one_forward(written: str, forwards: list[str]) -> Optional[str]:
+    """The first layer's forward (`written`), if every layer's is the same code: a line whose spec line
+    differs (a function each branch defines) names them all."""
+    rows = [forward.split("\n") for forward in forwards]
+    if any(len(row) != len(rows[0]) for row in rows):
+        return None
+    lines = written.split("\n")
+    for number, versions in enumerate(zip(*rows)):
+        code = {version.split("  # ", 1)[0] for version in versions}
+        if len(code) > 1:
+            return None
+        pointers = list(dict.fromkeys(version.rsplit("  # ", 1)[-1] for version in versions if "  # " in version))
+        if len(pointers) > 1 and lines[number].endswith(pointers[0]):
+            lines[number] = lines[number].removesuffix(pointers[0]) + ", ".join(pointers)
+    return "\n".join(lines)
+
+
+def _deciding_if(body: tuple[ast.Stmt, ...], span: Span) -> Optional[tuple[ast.If, bool]]:
+    """The `if` statement of `body` (not nested in another) one of whose branches holds `span`, and which."""
+    for statement in body:
+        if isinstance(statement, ast.If):
+            for taken, branch in ((True, statement.then), (False, statement.orelse)):
+                if branch and _holds(branch, span):
+                    return statement, taken
+    return None
+
+
+def _holds(statements: tuple[ast.Stmt, ...], span: Span) -> bool:
+    start, end = statements[0].span, statements[-1].span
+    return span.file == start.file and (start.line, start.col) <= (span.line, span.col) \
+        and (span.end_line, span.end_col) <= (end.end_line, end.end_col)

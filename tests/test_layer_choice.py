@@ -1,0 +1,71 @@
+"""Layers a block makes differently by their index (`if (i + 1) % sliding_window_pattern != 0 { ... }`) are one
+generated class whose constructor takes the index and chooses its modules by the spec's condition, over the
+config: never a class or a constructor call per layer, at any depth; the config edited builds the model the
+same `--set` compiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+
+import pytest
+import torch
+
+import xspec
+from xspec.compiler.wrap import LINE_LIMIT
+
+
+def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
+    spec = xspec.compile("specs/modern/gemma3.xspec", overrides={"layers": 62})
+    source = spec.python_source
+    assert not [line for line in source.split("\n") if len(line) >= LINE_LIMIT]
+    assert re.findall(r"^class (LmLayer\w*)\(", source, re.M) == ["LmLayer"]
+    assert "[LmLayer(config, i) for i in range(config.layers)]" in source
+    assert "        if (i + 1) % config.sliding_window_pattern != 0:  # gemma3.xspec:16\n" in source
+    model = spec.build("cpu")
+    windows = [getattr(layer.self_attn, "window", None) for layer in model.decoder.layers]
+    assert windows == [None if (i + 1) % 6 == 0 else 8 for i in range(62)]
+
+
+@pytest.mark.parametrize("path, compiled_with, edited", [
+    ("specs/modern/gemma3.xspec", {"layers": 6}, {"layers": 12, "sliding_window_pattern": 4}),
+    ("specs/modern/gpt_oss.xspec", {}, {"layers": 5}),
+    ("specs/modern/qwen3_moe.xspec", {"layers": 4, "decoder_sparse_step": 2},
+     {"layers": 6, "decoder_sparse_step": 3}),
+    ("specs/modern/qwen3_moe.xspec", {"layers": 4, "use_sliding_window": True, "max_window_layers": 2},
+     {"layers": 5, "max_window_layers": 3}),
+])
+def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_with, edited):
+    generated = xspec.compile(path, overrides=compiled_with)
+    module = sys.modules[generated.model_class().__module__]
+    config_class = next(v for k, v in vars(module).items() if k.endswith("Config") and dataclasses.is_dataclass(v))
+    torch.manual_seed(0)
+    from_config = generated.model_class()(dataclasses.replace(config_class(), **edited))
+    torch.manual_seed(0)
+    from_set = xspec.compile(path, overrides={**compiled_with, **edited}).build("cpu")
+    assert [type(m).__name__ for m in from_config.modules()] == [type(m).__name__ for m in from_set.modules()]
+    assert {k: v.shape for k, v in from_config.state_dict().items()} == \
+        {k: v.shape for k, v in from_set.state_dict().items()}
+    tokens = torch.randint(4, 100, (2, 9))
+    from_set.load_state_dict(from_config.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(from_config.eval()(tokens), from_set.eval()(tokens))
+
+
+def test_layers_that_differ_by_more_than_an_if_on_their_index_keep_classes_of_their_own():
+    """A width computed from the index, not chosen by an `if`: no condition says which layer is which."""
+    source = xspec.compile_source("""
+model m {
+  param layers = 2
+  block layer(x, i) {
+    return linear(x, 8 + i) as proj
+  }
+  block decoder(tokens) {
+    x = embedding(tokens, 10, 8)
+    repeat i in layers { x = layer(x, i) }
+    return linear(x, 10)
+  }
+}""", "<spec>").python_source
+    assert re.findall(r"^class (Layer\w*)\(", source, re.M) == ["Layer", "Layer2"]
+    assert "(config, i)" not in source
