@@ -29,6 +29,15 @@ class ListExpr:
 
 
 @dataclass(frozen=True)
+class Index:
+    """`layer_types[i]`: an item of a list, by a whole number from 0."""
+
+    value: "Expr"
+    index: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
 class BinOp:
     op: str  # "+", "-", "*", "/", "//", "%", "**", comparisons, "and", "or"
     left: "Expr"
@@ -71,7 +80,7 @@ class Lambda:
     span: Span
 
 
-Expr = Union[Literal, Name, ListExpr, BinOp, UnaryOp, Call, Lambda]
+Expr = Union[Literal, Name, ListExpr, Index, BinOp, UnaryOp, Call, Lambda]
 
 # --- statements (block bodies) ---------------------------------------------------------------
 

@@ -30,6 +30,9 @@ def call_site_names(body: tuple[ast.Stmt, ...], blocks: Collection[str]) -> dict
             visit_expr(expr.right)
         elif isinstance(expr, ast.UnaryOp):
             visit_expr(expr.operand)
+        elif isinstance(expr, ast.Index):
+            visit_expr(expr.value)
+            visit_expr(expr.index)
         elif isinstance(expr, ast.Lambda):
             visit_expr(expr.body)
 
@@ -103,6 +106,8 @@ def subexpressions(expr: ast.Expr) -> Iterator[ast.Expr]:
             pending.append(node.body)
         elif isinstance(node, ast.ListExpr):
             pending += node.items
+        elif isinstance(node, ast.Index):
+            pending += [node.value, node.index]
 
 
 def assigned(body: tuple[ast.Stmt, ...]) -> list[str]:
@@ -131,6 +136,8 @@ def reads(expr: ast.Expr) -> list[str]:
         return [n for n in reads(expr.body) if n != expr.param.id]
     if isinstance(expr, ast.ListExpr):
         return [n for item in expr.items for n in reads(item)]
+    if isinstance(expr, ast.Index):
+        return reads(expr.value) + reads(expr.index)
     return []
 
 

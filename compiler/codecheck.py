@@ -37,7 +37,7 @@ IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.funct
 FROM_IMPORTS = {("dataclasses", "dataclass", None)}
 BUILTINS = frozenset({"range", "super"})
 LIBRARIES = frozenset({"nn", "F", "math"})  # generated classes call nn.Linear, F.relu, math.sqrt; torch: prelude only
-FIELD_TYPES = frozenset({"int", "float", "str", "bool"})
+FIELD_TYPES = frozenset({"int", "float", "str", "bool", "tuple"})
 OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.FloorDiv, ast.Mod)
 COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
@@ -100,8 +100,8 @@ def _check_config(node: ast.ClassDef) -> None:
             continue
         if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.simple
                 and isinstance(item.annotation, ast.Name) and item.annotation.id in FIELD_TYPES
-                and (isinstance(item.value, ast.Constant) or (isinstance(item.value, ast.UnaryOp)
-                                                               and isinstance(item.value.op, ast.USub)))):
+                and (isinstance(item.value, (ast.Constant, ast.Tuple)) or (isinstance(item.value, ast.UnaryOp)
+                                                                          and isinstance(item.value.op, ast.USub)))):
             _refuse(item, f"a {type(item).__name__} in the config {node.name}")
         _check_expr(item.value, set())
 
@@ -254,9 +254,9 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
     elif isinstance(node, (ast.List, ast.Tuple)) and isinstance(node.ctx, ast.Load):
         for element in node.elts:
             _check_expr(element, scope)
-    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
-            and type(node.slice.value) is int:
+    elif isinstance(node, ast.Subscript):  # an item by a whole number or a name (`config.layer_types[i]`)
         _check_expr(node.value, scope)
+        _check_expr(node.slice, scope)
     else:
         _refuse(node, f"a {type(node).__name__} expression")
 

@@ -31,9 +31,10 @@ MAX_EXPONENT = 4
 
 
 def config_fields(params: dict[str, Constant]) -> dict[str, Constant]:
-    """The parameters a config holds: scalar values under names Python can use as fields."""
+    """The parameters a config holds: scalars and lists of them (tuples, a per-layer schedule) under names
+    Python can use as fields."""
     return {name: value for name, value in params.items()
-            if isinstance(value, (bool, int, float, str)) and name.isidentifier()
+            if isinstance(value, (bool, int, float, str, tuple)) and name.isidentifier()
             and not keyword.iskeyword(name) and not name.startswith("_") and name not in SHADOWED}
 
 
@@ -91,6 +92,9 @@ def config_condition(expr: ast.Expr, fields: dict[str, Constant], index: str) ->
         return index if expr.id == index else f"config.{expr.id}" if expr.id in fields else None
     if isinstance(expr, ast.Literal):
         return repr(expr.value)
+    if isinstance(expr, ast.Index):
+        items, index_code = config_condition(expr.value, fields, index), config_condition(expr.index, fields, index)
+        return None if items is None or index_code is None else f"{items}[{index_code}]"
     if isinstance(expr, ast.UnaryOp):
         operand = config_condition(expr.operand, fields, index)
         return None if operand is None else f"({expr.op} {operand})" if expr.op == "not" else f"(-{operand})"

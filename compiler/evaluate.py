@@ -89,6 +89,8 @@ def evaluate(expr: ast.Expr, lookup: Lookup, budget: Optional[Budget] = None) ->
         return lookup(expr)
     if isinstance(expr, ast.ListExpr):
         return check_value(tuple(evaluate(item, lookup, budget) for item in expr.items), expr.span)
+    if isinstance(expr, ast.Index):
+        return _item(evaluate(expr.value, lookup, budget), evaluate(expr.index, lookup, budget), expr)
     if isinstance(expr, ast.UnaryOp):
         value = evaluate(expr.operand, lookup, budget)
         if expr.op == "not":
@@ -99,6 +101,18 @@ def evaluate(expr: ast.Expr, lookup: Lookup, budget: Optional[Budget] = None) ->
     if isinstance(expr, ast.Call):
         return check_value(_call(expr, lookup, budget), expr.span)
     raise ConstantError("not-constant", expr.span, "a function is not a constant value")
+
+
+def _item(items: Constant, index: Constant, expr: ast.Index) -> Constant:
+    if not isinstance(items, tuple):
+        raise ConstantError("type", expr.value.span, f"only a list has items, not {describe(items)}")
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise ConstantError("type", expr.index.span, f"a list's item is chosen by a whole number, not "
+                            f"{describe(index)}")
+    if not 0 <= index < len(items):
+        raise ConstantError("value", expr.span, f"item {index} of a list of {len(items)}: items are counted "
+                            f"from 0 to {len(items) - 1}")
+    return items[index]
 
 
 # A scalar the checks accept comes back as it was given (they refuse values, never convert them).

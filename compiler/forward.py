@@ -60,7 +60,7 @@ def literal(value: object) -> str:
     if value is None:
         return "None"
     if isinstance(value, tuple):
-        return "(" + "".join(f"{literal(item)}, " for item in value) + ")"
+        return "(" + ", ".join(literal(item) for item in value) + ("," if len(value) == 1 else "") + ")"
     for kind in (bool, int, float, str):
         if isinstance(value, kind):
             return repr(kind(value))

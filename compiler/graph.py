@@ -233,9 +233,12 @@ class _Builder:
                 condition = self._constant(stmt.condition, frame, "an if condition")
                 if isinstance(condition, bool):
                     self._exec(stmt.then if condition else stmt.orelse, frame)
-                elif not isinstance(condition, Poison):
+                    continue
+                if not isinstance(condition, Poison):
                     self._error("type", stmt.condition.span, f"an if condition must be true or false, got "
                                 f"{describe(condition)}")
+                for name in assigned(stmt.then + stmt.orelse):  # reported: their uses say nothing more
+                    frame.env[name] = POISON
                 continue
             self.budget.step(stmt.span)
             if isinstance(stmt, ast.Assign):
@@ -317,6 +320,8 @@ class _Builder:
             now = {n: frame.env[n].ref for n in watched if _is_runtime(frame.env.get(n))}
             if index == 0:
                 first = now
+            elif any(isinstance(frame.env.get(n), Poison) for n in watched):
+                return  # reported where it went wrong: what the layers carry says nothing more
             elif now.keys() != first.keys():
                 changed = next(iter(now.keys() ^ first.keys()))
                 self._error("value", stmt.span, f"layer {index} of this repeat leaves '{changed}' "
@@ -525,7 +530,9 @@ class _Builder:
         local = frame.env.get(name)
         if isinstance(local, Closure):
             return self._call_closure(local, call, frame)
-        if local is not None and not isinstance(local, Poison):
+        if isinstance(local, Poison):
+            return POISON  # reported where it was made
+        if local is not None:
             self._error("type", call.callee.span, f"'{name}' is {describe_value(local)}, not a function")
             return POISON
         if name in self.model.blocks:

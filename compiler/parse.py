@@ -250,6 +250,9 @@ class _ToAst(Transformer):
     def name(self, meta, token):
         return self._name(token)
 
+    def index(self, meta, value, index):
+        return ast.Index(value, index, _span(self.file, meta))
+
     def list(self, meta, *items):
         return ast.ListExpr(tuple(i for i in items if i is not None), _span(self.file, meta))
 

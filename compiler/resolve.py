@@ -268,6 +268,8 @@ def _relocate(expr: ast.Expr) -> ast.Expr:
         return ast.Literal(expr.value, COMMAND_LINE)
     if isinstance(expr, ast.ListExpr):
         return ast.ListExpr(tuple(_relocate(i) for i in expr.items), COMMAND_LINE)
+    if isinstance(expr, ast.Index):
+        return ast.Index(_relocate(expr.value), _relocate(expr.index), COMMAND_LINE)
     if isinstance(expr, ast.UnaryOp):
         return ast.UnaryOp(expr.op, _relocate(expr.operand), COMMAND_LINE)
     if isinstance(expr, ast.BinOp):
@@ -341,6 +343,8 @@ def _names_read(expr: ast.Expr) -> list[ast.Name]:
             found.append(node)
         elif isinstance(node, ast.ListExpr):
             pending.extend(reversed(node.items))
+        elif isinstance(node, ast.Index):
+            pending.extend((node.index, node.value))
         elif isinstance(node, ast.UnaryOp):
             pending.append(node.operand)
         elif isinstance(node, ast.BinOp):

@@ -69,3 +69,50 @@ model m {
 }""", "<spec>").python_source
     assert re.findall(r"^class (Layer\w*)\(", source, re.M) == ["Layer", "Layer2"]
     assert "(config, i)" not in source
+
+
+SCHEDULED = """import "specs/modern/mistral.xspec"
+
+model scheduled extends mistral {
+  set layers = 4
+  param layer_types = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+
+  block lm_layer(x, i) {
+    if layer_types[i] == "sliding_attention" {
+      attend = h => attention(h, h, h, heads = heads, kv_heads = kv_heads, d_k = head_dim, d_v = head_dim,
+                              causal = true, rotary = true, window = sliding_window) as self_attn
+    } else {
+      attend = h => attention(h, h, h, heads = heads, kv_heads = kv_heads, d_k = head_dim, d_v = head_dim,
+                              causal = true, rotary = true) as self_attn
+    }
+    x = sublayer(x, attend)
+    return sublayer(x, h => feed_forward(h) as ffn)
+  }
+
+  block decoder(tokens) {
+    x = embedding(tokens, vocab, d_model) as embedding
+    repeat i in layers { x = lm_layer(x, i) }
+    return linear(rms_norm(x, eps = rms_norm_eps) as norm, vocab, bias = false) as generator
+  }
+}
+"""
+
+
+def windows(model: torch.nn.Module) -> list:
+    return [getattr(layer.self_attn, "window", None) for layer in model.decoder.layers]
+
+
+def test_a_list_parameter_is_a_per_layer_schedule_the_config_holds():
+    spec = xspec.compile_source(SCHEDULED, "scheduled.xspec")
+    source = spec.python_source
+    assert "    layer_types: tuple = ('sliding_attention', 'full_attention', 'sliding_attention', " \
+           "'full_attention')\n" in source
+    assert "        if config.layer_types[i] == 'sliding_attention':  # scheduled.xspec:8\n" in source
+    assert windows(spec.build("cpu")) == [8, None, 8, None]
+    # --set takes a list; the config edited to the same list builds the same model.
+    schedule = ("full_attention", "full_attention", "sliding_attention")
+    overrides = {"layers": 3, "layer_types": list(schedule)}
+    from_set = xspec.compile_source(SCHEDULED, "scheduled.xspec", overrides=overrides).build("cpu")
+    module = sys.modules[spec.model_class().__module__]
+    config = dataclasses.replace(module.ScheduledConfig(), layers=3, layer_types=schedule)
+    assert windows(from_set) == windows(spec.model_class()(config)) == [None, None, 8]
