@@ -377,10 +377,5 @@ ATTENTION = OpDef(
 )
 
 
-def positional(a: AttentionAttrs) -> list[str]:
-    """The options that relate a query to keys of its own sequence by position (they need self-attention)."""
-    return [name for name in ("rotary", "alibi", "window") if getattr(a, name) not in (False, None)]
-
-
 def score_scale(a: AttentionAttrs) -> float:
     return a.scale if a.scale is not None else 1 / math.sqrt(a.d_k)
