@@ -180,6 +180,8 @@ def _binop(expr: ast.BinOp, lookup: Lookup, budget: Optional[Budget]) -> Constan
         except TypeError:  # lists compare item by item: [1] < ["a"] compares a number with a string
             raise ConstantError("type", expr.op_span, f"cannot compare {describe(left)} with {describe(right)}: "
                                 "their items differ in type") from None
+    if isinstance(left, tuple) or isinstance(right, tuple):
+        return _list_arithmetic(expr, left, right)
     if expr.op == "+" and isinstance(left, str) and isinstance(right, str):
         if len(left) + len(right) > MAX_STRING:
             raise ConstantError("too-large", expr.op_span, f"a string of {len(left) + len(right):,} characters "
@@ -204,6 +206,25 @@ def _binop(expr: ast.BinOp, lookup: Lookup, budget: Optional[Budget]) -> Constan
     if isinstance(result, complex):  # (-8) ** 0.5
         raise ConstantError("value", expr.op_span, f"{_operand(left)} ** {_operand(right)} is not a real number")
     return result
+
+
+def _list_arithmetic(expr: ast.BinOp, left: Constant, right: Constant) -> Constant:
+    """Lists joined (`a + b`) or repeated (`["sliding_attention"] * 5`), within the list limit."""
+    if expr.op == "+" and isinstance(left, tuple) and isinstance(right, tuple):
+        items, times = left + right, 1
+    elif expr.op == "*" and isinstance(left, tuple) and type(right) is int:
+        items, times = left, right
+    elif expr.op == "*" and isinstance(right, tuple) and type(left) is int:
+        items, times = right, left
+    else:
+        raise ConstantError("type", expr.op_span, f"'{expr.op}' of {describe(left)} and {describe(right)}: lists "
+                            "are joined by + and repeated by * a whole number")
+    if times < 0:
+        raise ConstantError("value", expr.op_span, f"a list repeated {times} times: the count may not be negative")
+    if len(items) * times > MAX_LIST_ITEMS:
+        raise ConstantError("too-large", expr.op_span, f"a list of {len(items) * times:,} items exceeds the limit of "
+                            f"{MAX_LIST_ITEMS:,}")
+    return items * times
 
 
 def _operand(value: Union[int, float]) -> str:

@@ -247,7 +247,7 @@ class _Lowering:
     def _config(self, code: str) -> str:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
         takes it."""
-        fields = [f"{INDENT}{name}: {type(value).__name__} = {literal(value)}" for name, value in self.fields.items()
+        fields = [_field(name, value) for name, value in self.fields.items()
                   if re.search(rf"\bconfig\.{name}\b", code)]
         doc = f"The parameters of {file_label(self.model.span.file)} that sizes and rates are read from."
         return "\n".join(["@dataclass", f"class {self.config_class}:", INDENT + _docstring(doc), "",
@@ -316,6 +316,20 @@ class _Lowering:
                        f"{INDENT}return self.encode(src_tokens, src_padding_mask)"]
         lines += ["", *(INDENT + line for line in forward), "", "", f"Model = {name}"]
         return "\n".join(lines)
+
+
+def _field(name: str, value: object) -> str:
+    """A config field; a list's items packed on lines of their own where one line would be too long."""
+    line = f"{INDENT}{name}: {type(value).__name__} = {literal(value)}"
+    if len(line) < LINE_LIMIT or not isinstance(value, tuple):
+        return line
+    lines, current = [f"{INDENT}{name}: tuple = ("], INDENT * 2
+    for item in [literal(v) for v in value]:
+        if current.strip() and len(current) + len(item) + 2 >= LINE_LIMIT:
+            lines.append(current.rstrip())
+            current = INDENT * 2
+        current += item + ", "
+    return "\n".join([*lines, current.removesuffix(", ") + ")"])
 
 
 def _stack_sizes(instance: Instance) -> dict[str, int]:

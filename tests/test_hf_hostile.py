@@ -66,6 +66,11 @@ CONFIG_CASES = [
     ("qwen2", lambda c: c.update(layer_types=["full_attention"] * 3),
      'config.json: layer_types[1] "full_attention" is not supported: the spec has sliding_attention there '
      "(sliding from max_window_layers on when use_sliding_window)"),
+    ("gemma3", lambda c: c.update(layer_types=["full_attention"] * 2),
+     "config.json: layer_types is not a list of 3 layer kinds (num_hidden_layers)"),
+    ("gpt_oss", lambda c: c.update(layer_types=["sliding_attention", "chunked_attention", "full_attention"]),
+     'config.json: layer_types[1] "chunked_attention" is not supported (supported: sliding_attention, '
+     "full_attention)"),
     ("mistral", lambda c: c.update(hidden_act="gelu"),
      'config.json: hidden_act "gelu" is not supported (supported: silu)'),
     ("mixtral", lambda c: c.update(router_jitter_noise=0.1),

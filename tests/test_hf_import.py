@@ -19,9 +19,14 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 NAMES = [family.name for family in FAMILIES]
 # Llama 3.2's small models tie the output projection to the embedding (no lm_head.weight is saved).
-# Llama's other rotary scalings: linear, and YaRN (positions past its 8 original ones).
+# Llama's other rotary scalings: linear, and YaRN (positions past its 8 original ones). Layer kinds of a
+# checkpoint's own (layer_types), in no family's default pattern.
 CASES = [(name, "", {}) for name in NAMES] + [("llama3", "-tied", {"tie_word_embeddings": True}),
                                               ("llama3", "-linear", rope("linear")), ("llama3", "-yarn", rope("yarn"))]
+CASES += [(name, "-layer-types", {"layer_types": kinds}) for name, kinds in (
+    ("gemma3", ["full_attention", "sliding_attention", "full_attention"]),
+    ("gemma2", ["full_attention", "full_attention", "sliding_attention"]),
+    ("gpt_oss", ["full_attention", "sliding_attention", "sliding_attention"]))]
 IDS = [name + variant for name, variant, _ in CASES]
 
 

@@ -1,4 +1,4 @@
-"""Layers a block makes differently by their index (`if (i + 1) % sliding_window_pattern != 0 { ... }`) are one
+"""Layers a block makes differently by their index (`if layer_types[i] == "sliding_attention" { ... }`) are one
 generated class whose constructor takes the index and chooses its modules by the spec's condition, over the
 config: never a class or a constructor call per layer, at any depth; the config edited builds the model the
 same `--set` compiles."""
@@ -22,15 +22,17 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
     assert not [line for line in source.split("\n") if len(line) >= LINE_LIMIT]
     assert re.findall(r"^class (LmLayer\w*)\(", source, re.M) == ["LmLayer"]
     assert "[LmLayer(config, i) for i in range(config.layers)]" in source
-    assert "        if (i + 1) % config.sliding_window_pattern != 0:  # gemma3.xspec:16\n" in source
+    assert "        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:19\n" in source
     model = spec.build("cpu")
     windows = [getattr(layer.self_attn, "window", None) for layer in model.decoder.layers]
     assert windows == [None if (i + 1) % 6 == 0 else 8 for i in range(62)]
 
 
 @pytest.mark.parametrize("path, compiled_with, edited", [
-    ("specs/modern/gemma3.xspec", {"layers": 6}, {"layers": 12, "sliding_window_pattern": 4}),
-    ("specs/modern/gpt_oss.xspec", {}, {"layers": 5}),
+    ("specs/modern/gemma3.xspec", {"layers": 6}, {"layers": 12}),
+    # The schedule is data: more layers than it lists need it longer too.
+    ("specs/modern/gpt_oss.xspec", {},
+     {"layers": 5, "layer_types": ("full_attention",) * 2 + ("sliding_attention",) * 3}),
     ("specs/modern/qwen3_moe.xspec", {"layers": 4, "decoder_sparse_step": 2},
      {"layers": 6, "decoder_sparse_step": 3}),
     ("specs/modern/qwen3_moe.xspec", {"layers": 4, "use_sliding_window": True, "max_window_layers": 2},
@@ -43,7 +45,8 @@ def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_
     torch.manual_seed(0)
     from_config = generated.model_class()(dataclasses.replace(config_class(), **edited))
     torch.manual_seed(0)
-    from_set = xspec.compile(path, overrides={**compiled_with, **edited}).build("cpu")
+    as_set = {k: list(v) if isinstance(v, tuple) else v for k, v in edited.items()}
+    from_set = xspec.compile(path, overrides={**compiled_with, **as_set}).build("cpu")
     assert [type(m).__name__ for m in from_config.modules()] == [type(m).__name__ for m in from_set.modules()]
     assert {k: v.shape for k, v in from_config.state_dict().items()} == \
         {k: v.shape for k, v in from_set.state_dict().items()}
@@ -105,8 +108,8 @@ def windows(model: torch.nn.Module) -> list:
 def test_a_list_parameter_is_a_per_layer_schedule_the_config_holds():
     spec = xspec.compile_source(SCHEDULED, "scheduled.xspec")
     source = spec.python_source
-    assert "    layer_types: tuple = ('sliding_attention', 'full_attention', 'sliding_attention', " \
-           "'full_attention')\n" in source
+    assert ("    layer_types: tuple = (\n"
+            "        'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention')\n") in source
     assert "        if config.layer_types[i] == 'sliding_attention':  # scheduled.xspec:8\n" in source
     assert windows(spec.build("cpu")) == [8, None, 8, None]
     # --set takes a list; the config edited to the same list builds the same model.

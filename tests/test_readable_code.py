@@ -182,9 +182,9 @@ def test_a_spec_function_of_one_expression_is_a_def_not_a_named_lambda():
     """PEP 8 (ruff's E731): gemma's `h => attention(h, h, h)` sublayer function."""
     source = xspec.compile("specs/modern/gemma2.xspec").python_source
     assert " = lambda " not in source
-    # Each branch of the layer's `if` defines it (lines 25 and 30): the one class's forward names both.
-    assert ("        def attend(h):  # gemma2.xspec:25, gemma2.xspec:30\n"
-            "            return self.self_attn(h, h, h, cache=cache)  # gemma2.xspec:25, gemma2.xspec:30\n") in source
+    # Each branch of the layer's `if` defines it (lines 27 and 32): the one class's forward names both.
+    assert ("        def attend(h):  # gemma2.xspec:27, gemma2.xspec:32\n"
+            "            return self.self_attn(h, h, h, cache=cache)  # gemma2.xspec:27, gemma2.xspec:32\n") in source
 
 
 def test_a_literal_repeat_count_is_written_as_a_number_even_where_a_parameter_has_its_value():

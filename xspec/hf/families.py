@@ -88,6 +88,23 @@ def _layer_kinds(cfg: ConfigReader, expected: list[str], rule: str) -> None:
                             f"{spec} there ({rule})")
 
 
+LAYER_KINDS = ("sliding_attention", "full_attention")
+
+
+def _layer_types(cfg: ConfigReader) -> None:
+    """layer_types, when given: each layer's kind, which the spec's layers read by their index."""
+    given = cfg.get("layer_types", None)
+    if given is None:
+        return
+    layers = cfg.config["num_hidden_layers"]
+    if not isinstance(given, list) or len(given) != layers:
+        raise UserError(f"{cfg.file}: layer_types is not a list of {layers} layer kinds (num_hidden_layers)")
+    for i, kind in enumerate(given):
+        if kind not in LAYER_KINDS:
+            refuse(f"layer_types[{i}] {render(kind)}", list(LAYER_KINDS), cfg.file)
+    cfg.put("layer_types", list(given), "layer_types")
+
+
 def _window(cfg: ConfigReader, key: str = "sliding_window") -> int:
     return cfg.map(key, "sliding_window")
 
@@ -225,9 +242,7 @@ def _gemma2(cfg: ConfigReader, m: Mapped) -> None:
     _gemma_common(cfg, m)
     cfg.map("attn_logit_softcapping", "attn_logit_softcapping", integer=False, least=1e-9)
     _default_rope(cfg)
-    layers = cfg.config["num_hidden_layers"]
-    _layer_kinds(cfg, ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
-                 "even layers slide")
+    _layer_types(cfg)
 
 
 def _gemma3(cfg: ConfigReader, m: Mapped) -> None:
@@ -238,9 +253,7 @@ def _gemma3(cfg: ConfigReader, m: Mapped) -> None:
         raise UserError(f"{cfg.file}: sliding_window_pattern and _sliding_window_pattern disagree")
     pattern = cfg.number(spellings[0], 6) if spellings else 6
     cfg.put("sliding_window_pattern", pattern, spellings[0] if spellings else "sliding_window_pattern (default)")
-    layers = cfg.config["num_hidden_layers"]
-    _layer_kinds(cfg, ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)],
-                 f"every {pattern}th layer global")
+    _layer_types(cfg)
     if cfg.has("rope_parameters") and isinstance(cfg.config["rope_parameters"], dict) \
             and "full_attention" in cfg.config["rope_parameters"]:
         local = read_rope(cfg, ("default",), kind="sliding_attention")
@@ -306,9 +319,7 @@ def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
                        ("beta_fast", "beta_fast"), ("beta_slow", "beta_slow")):
         cfg.put(param, rope.get(key, {"beta_fast": 32.0, "beta_slow": 1.0}.get(key)), f"{rope.where}.{key}")
     m.scaled_from = rope["original_max_position_embeddings"]
-    layers = cfg.config["num_hidden_layers"]
-    _layer_kinds(cfg, ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
-                 "even layers slide")
+    _layer_types(cfg)
 
 
 @dataclass(frozen=True)

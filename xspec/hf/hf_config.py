@@ -60,6 +60,8 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
         config["sliding_window"] = params["sliding_window"] if params["use_sliding_window"] else None
     if model_type == "qwen3_moe":
         config["mlp_only_layers"] = []
+    if model_type in ("gemma2", "gemma3_text", "gpt_oss"):  # each layer's kind, as the spec's layers read it
+        config["layer_types"] = list(params["layer_types"][:params["layers"]])
     if model_type == "gemma3_text":
         factor = params["rope_scaling_factor"]
         config["rope_scaling"] = {"rope_type": "linear", "factor": factor} if factor != 1.0 else None

@@ -70,7 +70,22 @@ def literal(value: Any) -> str:
         return repr(value) if ("e" in repr(value) or "." in repr(value)) else f"{value}.0"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(item) for item in value) + "]"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+SET_WIDTH = 80               # a longer `set` line (a per-layer list) is packed over several
+
+
+def _packed(head: str, items: list[str], tail: str) -> list[str]:
+    lines, line = [], head
+    for item in items:
+        if line.strip() != head.strip() and len(line) + len(item) + 2 > 100:
+            lines.append(line.rstrip())
+            line = " " * len(head)
+        line += item + ", "
+    return [*lines, line.removesuffix(", ") + tail]
 
 
 KEYWORDS = {"and", "as", "block", "else", "extends", "false", "if", "import", "in", "model", "not", "or", "param",
@@ -93,10 +108,13 @@ def spec_text(name: str, family: str, imported: str, settings: list[Setting], so
              f"# {family} spec with this checkpoint's values, each commented with the config.json key it came from.",
              "# Chat templates are not imported.",
              f'import "{imported}"', "", f"model {name} extends {family} {{"]
-    width = max(len(f"set {s.param} = {literal(s.value)}") for s in settings)
-    for s in settings:
-        text = f"set {s.param} = {literal(s.value)}"
-        lines.append(f"  {text.ljust(width)}  # {s.source}")
+    texts = [f"set {s.param} = {literal(s.value)}" for s in settings]
+    width = max(len(text) for text in texts if len(text) <= SET_WIDTH)
+    for s, text in zip(settings, texts):
+        if len(text) <= SET_WIDTH:
+            lines.append(f"  {text.ljust(width)}  # {s.source}")
+        else:  # a list: its items packed on lines under the opening bracket
+            lines += _packed(f"  set {s.param} = [", [literal(v) for v in s.value], f"]  # {s.source}")
     block = min(BLOCK_SIZE, max_positions)
     lines += ["", "  data {", f"    max_tokens = {max_positions}   # max_position_embeddings",
               f"    block_size = {block}   # tokens a fine-tuning block predicts", "  }", "}", ""]
