@@ -79,7 +79,8 @@ SET_WIDTH = 80               # a longer `set` line (a per-layer list) is packed 
 
 
 def _packed(head: str, items: list[str], tail: str) -> list[str]:
-    lines, line = [], head
+    lines: list[str] = []
+    line = head
     for item in items:
         if line.strip() != head.strip() and len(line) + len(item) + 2 > 100:
             lines.append(line.rstrip())
@@ -109,12 +110,13 @@ def spec_text(name: str, family: str, imported: str, settings: list[Setting], so
              "# Chat templates are not imported.",
              f'import "{imported}"', "", f"model {name} extends {family} {{"]
     texts = [f"set {s.param} = {literal(s.value)}" for s in settings]
-    width = max(len(text) for text in texts if len(text) <= SET_WIDTH)
-    for s, text in zip(settings, texts):
-        if len(text) <= SET_WIDTH:
-            lines.append(f"  {text.ljust(width)}  # {s.source}")
-        else:  # a list: its items packed on lines under the opening bracket
+    packed = [isinstance(s.value, list) and len(text) > SET_WIDTH for s, text in zip(settings, texts)]
+    width = max((len(text) for text, long in zip(texts, packed) if not long), default=0)
+    for s, text, long in zip(settings, texts, packed):
+        if long:  # a list: its items packed on lines under the opening bracket
             lines += _packed(f"  set {s.param} = [", [literal(v) for v in s.value], f"]  # {s.source}")
+        else:
+            lines.append(f"  {text.ljust(width)}  # {s.source}")
     block = min(BLOCK_SIZE, max_positions)
     lines += ["", "  data {", f"    max_tokens = {max_positions}   # max_position_embeddings",
               f"    block_size = {block}   # tokens a fine-tuning block predicts", "  }", "}", ""]
