@@ -27,6 +27,7 @@ CASES += [(name, "-layer-types", {"layer_types": kinds}) for name, kinds in (
     ("gemma3", ["full_attention", "sliding_attention", "full_attention"]),
     ("gemma2", ["full_attention", "full_attention", "sliding_attention"]),
     ("gpt_oss", ["full_attention", "sliding_attention", "sliding_attention"]))]
+CASES += [("qwen3_moe", "-dense-first", {"decoder_sparse_step": 1, "mlp_only_layers": [0]})]  # experts after layer 0
 IDS = [name + variant for name, variant, _ in CASES]
 
 

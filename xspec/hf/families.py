@@ -219,10 +219,23 @@ def _qwen3_moe(cfg: ConfigReader, m: Mapped) -> None:
         cfg.get(key)
     cfg.map("num_experts_per_tok", "num_experts_per_tok")
     cfg.map("moe_intermediate_size", "moe_intermediate_size")
-    cfg.map("decoder_sparse_step", "decoder_sparse_step", 1)
+    step = cfg.map("decoder_sparse_step", "decoder_sparse_step", 1)
     cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", False), "norm_topk_prob")
     cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
-    cfg.expect("mlp_only_layers", [[]], [], " (dense layers are those decoder_sparse_step leaves)")
+    _sparse_layers(cfg, step)
+
+
+def _sparse_layers(cfg: ConfigReader, step: int) -> None:
+    """Which layers have experts: those decoder_sparse_step picks, less mlp_only_layers, as transformers
+    decides; the spec's layers read it by their index (sparse_layers) where the list changes it."""
+    layers = cfg.config["num_hidden_layers"]
+    dense = cfg.get("mlp_only_layers", [])
+    if not isinstance(dense, list) or not all(type(i) is int and 0 <= i < layers for i in dense):
+        raise UserError(f"{cfg.file}: mlp_only_layers {render(dense)} is not a list of layer indices from 0 to "
+                        f"{layers - 1}")
+    if dense:
+        cfg.put("sparse_layers", [i not in dense and (i + 1) % step == 0 for i in range(layers)],
+                "mlp_only_layers, decoder_sparse_step")
 
 
 def _gemma_common(cfg: ConfigReader, m: Mapped) -> None:

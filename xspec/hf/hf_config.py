@@ -58,8 +58,12 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
         config["hidden_act"] = "silu"
     if model_type == "qwen2" or model_type.startswith("qwen3"):
         config["sliding_window"] = params["sliding_window"] if params["use_sliding_window"] else None
-    if model_type == "qwen3_moe":
-        config["mlp_only_layers"] = []
+    if model_type == "qwen3_moe":  # the layers without experts beyond those decoder_sparse_step leaves
+        sparse, step = params["sparse_layers"], params["decoder_sparse_step"]
+        if any(sparse[i] != ((i + 1) % step == 0) for i in range(params["layers"])):
+            config["decoder_sparse_step"] = 1
+        config["mlp_only_layers"] = [i for i in range(params["layers"])
+                                     if not sparse[i] and (i + 1) % config["decoder_sparse_step"] == 0]
     if model_type in ("gemma2", "gemma3_text", "gpt_oss"):  # each layer's kind, as the spec's layers read it
         config["layer_types"] = list(params["layer_types"][:params["layers"]])
     if model_type == "gemma3_text":
