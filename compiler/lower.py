@@ -32,7 +32,7 @@ from .ops import OPS
 from .library import prelude_classes, with_bases
 from .resolve import ResolvedModel
 from .validate import ValidatedModel
-from .wrap import INDENT, LINE_LIMIT, wrap
+from .wrap import INDENT, LINE_LIMIT, wrap, wrapped
 
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
@@ -50,15 +50,9 @@ def _preludes_used(code: str, combined: dict[str, tuple[str, ...]]) -> list[str]
 
 def _combined(name: str, pieces: tuple[str, ...]) -> str:
     """A class of the generated file that is the prelude classes `pieces` together."""
-    header = f"class {name}({', '.join(pieces)}):"
-    if len(header) >= LINE_LIMIT:  # the bases on lines of their own, as many to a line as fit
-        lines, line = [f"class {name}("], INDENT * 2
-        for piece in pieces:
-            if len(line) + len(piece) + 2 >= LINE_LIMIT:
-                lines.append(line.rstrip())
-                line = INDENT * 2
-            line += piece + ", "
-        header = "\n".join([*lines, line.removesuffix(", ") + "):"])
+    # Where too long, the bases hang one level deeper than the body, as a long `def` line's arguments do.
+    first, *rest = wrapped(f"class {name}({', '.join(pieces)})", INDENT)
+    header = "\n".join([first.removeprefix(INDENT), *rest]) + ":"
     names = ", ".join(piece.removesuffix("Attention") for piece in pieces)
     return f'{header}\n{INDENT}"""{names}: each piece above."""\n'
 
@@ -319,17 +313,8 @@ class _Lowering:
 
 
 def _field(name: str, value: object) -> str:
-    """A config field; a list's items packed on lines of their own where one line would be too long."""
-    line = f"{INDENT}{name}: {type(value).__name__} = {literal(value)}"
-    if len(line) < LINE_LIMIT or not isinstance(value, tuple):
-        return line
-    lines, current = [f"{INDENT}{name}: tuple = ("], INDENT * 2
-    for item in [literal(v) for v in value]:
-        if current.strip() and len(current) + len(item) + 2 >= LINE_LIMIT:
-            lines.append(current.rstrip())
-            current = INDENT * 2
-        current += item + ", "
-    return "\n".join([*lines, current.removesuffix(", ") + ")"])
+    """A config field; a list's items packed on the lines after it where one line would be too long."""
+    return "\n".join(wrapped(f"{name}: {type(value).__name__} = {literal(value)}", INDENT))
 
 
 def _stack_sizes(instance: Instance) -> dict[str, int]:

@@ -143,9 +143,8 @@ class SlidingWindowAttention(MultiHeadAttention):
         super().__init__(*args, **kwargs)
         self.window = window
 
-    def visible(self, queries, keys, device):
-        ones = torch.ones(queries, keys, dtype=torch.bool, device=device)
-        return super().visible(queries, keys, device) & ones.triu(keys - queries - self.window + 1)
+    def visible(self, queries, keys, device):  # the causal mask less the keys before the window
+        return super().visible(queries, keys, device).triu(keys - queries - self.window + 1)
 
     def cached(self, cache, k, v):
         return cache.append(self, k, v, window=self.window)

@@ -46,14 +46,21 @@ def run_through_flex(module: nn.Module, attrs: AttentionAttrs, compiled: bool = 
     module.forward = types.MethodType(_flex_forward(attrs, compiled, type(module).forward), module)
 
 
+def heads_of(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+             value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A generated attention's queries [B, h, Tq, d_k], keys [B, kv_h, Tk, d_k] and values [..., d_v], by
+    its own steps (positions, norms) and without a cache, as its forward makes them."""
+    attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
+    q = attention.q_proj(query).unflatten(-1, (attention.heads, -1)).transpose(1, 2)
+    return (attention.queries(q, 0), *attention.keys_values(key, value, 0, None))
+
+
 def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torch.Tensor]):
     def forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 padding_mask: Optional[torch.Tensor] = None, cache: Any = None) -> torch.Tensor:
         if cache is not None or (module.training and attrs.dropout):
             return own(module, query, key, value, padding_mask, cache)
-        q = module.q_proj(query).unflatten(-1, (attrs.heads, attrs.d_k)).transpose(1, 2)  # [B, h, Tq, d_k]
-        q = module.queries(q, 0)
-        k, v = module.keys_values(key, value, 0, None)
+        q, k, v = heads_of(module, query, key, value)
         sinks = module.sinks if attrs.sinks else None
         out = flex_attention(q, k, v, attrs, padding_mask, sinks, compiled)
         return module.out_proj(out.transpose(1, 2).flatten(2))

@@ -9,7 +9,7 @@ import torch
 from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.prelude import (LinearRotaryEmbedding, Llama3RotaryEmbedding, MultiHeadAttention,
                                     PartialRotaryEmbedding, RMSNorm, RotaryEmbedding, YarnRotaryEmbedding)
-from xspec.runtime.attention_kernels import flex_attention
+from xspec.runtime.attention_kernels import flex_attention, heads_of
 from xspec.runtime.cache import DecoderCache
 from xspec.viz.attention import scores_inputs
 from attention_pieces import compose
@@ -99,8 +99,7 @@ def test_each_option_computes_its_definition(options):
     # FlexAttention's reference implementation: what the runtime runs compiled on CUDA.
     attrs = AttentionAttrs(heads=4, d_k=8, d_v=6, kv_heads=2, causal=True, scale=options.get("scale"),
                            window=options.get("window"), softcap=options.get("softcap"))
-    q = module.queries(module.q_proj(x).unflatten(-1, (4, 8)).transpose(1, 2), 0)
-    k, v = module.keys_values(x, x, 0, None)
+    q, k, v = heads_of(module, x, x, x)
     flexed = flex_attention(q, k, v, attrs, None, getattr(module, "sinks", None), compiled=False)
     assert_close(module.out_proj(flexed.transpose(1, 2).flatten(2)), expected)
 

@@ -8,6 +8,7 @@ options (soft caps, sinks) make it compute them itself.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +16,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-import math
-
 from xspec.compiler.op_attention import AttentionAttrs, score_scale
 from xspec.compiler.ops import OPS
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
+from xspec.runtime.attention_kernels import heads_of
 from xspec.runtime.beam_search import beam_search
 from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
 from xspec.runtime.tasks import max_sequence_tokens
@@ -120,9 +120,8 @@ def scores_inputs(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
                   padding: Optional[torch.Tensor]) -> tuple:
     """A generated attention's queries [B, h, Tq, d_k] and keys [B, kv_h, Tk, d_k], and the mask SDPA
     takes with whether its causal mask serves, through the module's own steps (no cache)."""
+    q, k, _ = heads_of(module, query, key, value)
     attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
-    q = attention.queries(attention.q_proj(query).unflatten(-1, (attention.heads, -1)).transpose(1, 2), 0)
-    k, _ = attention.keys_values(key, value, 0, None)
     return (q, k, *attention.mask(q, k, padding, None))
 
 
