@@ -20,7 +20,6 @@ lowering (prelude_attention.py has the module), FLOPs, saved activations, and wh
 
 from __future__ import annotations
 
-import math
 from typing import Literal, Optional
 
 from pydantic import Field
@@ -94,12 +93,12 @@ def _shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
         mask = require(shapes["mask"], "the mask", dtype="bool")
         if mask.dims != k.dims[:-1]:
             raise ShapeError(f"the padding mask {mask} must match the keys' {TensorType(k.dims[:-1])}")
-    inferred: Inferred = {
-        "d_model": concrete_last(q, "the query"),
-        "kdim": concrete_last(k, "the key"),
-        "vdim": concrete_last(v, "the value"),
-    }
-    return q, inferred
+    d_model = concrete_last(q, "the query")
+    for name, x in (("key", k), ("value", v)):
+        if concrete_last(x, f"the {name}") != d_model:
+            raise ShapeError(f"the {name} {x} must have the query's width, d_model = {d_model}: its projection "
+                             "reads d_model features")
+    return q, {"d_model": d_model}
 
 
 def _check(a: AttentionAttrs) -> list[tuple[str, str]]:
@@ -122,6 +121,9 @@ def _check(a: AttentionAttrs) -> list[tuple[str, str]]:
         problems.append(("softcap", f"softcap = {a.softcap} caps scores at +-softcap: it must be positive"))
     if a.scale is not None and a.scale <= 0:
         problems.append(("scale", f"scale = {a.scale}: the scores' scale must be positive"))
+    if a.dropout and (a.softcap is not None or a.sinks):
+        problems.append(("dropout", "dropout on the attention weights with softcap or sinks is not supported: "
+                                    "their weights are computed without it"))
     return problems
 
 
@@ -166,11 +168,11 @@ def _rotary_problems(a: AttentionAttrs) -> list[tuple[str, str]]:
 
 
 def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
-    d_model, kdim, vdim = size(i, "d_model"), size(i, "kdim"), size(i, "vdim")
+    d_model = size(i, "d_model")
     params = {
         **linear_params("q_proj.", d_model, a.heads * a.d_k, a.bias),
-        **linear_params("k_proj.", kdim, a.key_heads * a.d_k, a.bias),
-        **linear_params("v_proj.", vdim, a.key_heads * a.d_v, a.bias),
+        **linear_params("k_proj.", d_model, a.key_heads * a.d_k, a.bias),
+        **linear_params("v_proj.", d_model, a.key_heads * a.d_v, a.bias),
         **linear_params("out_proj.", a.heads * a.d_v, d_model, a.has_out_bias),
     }
     if a.qk_norm != "none":
@@ -194,8 +196,7 @@ def _flops(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> di
     them (what SDPA and the plain path run)."""
     n_k, d_model = n_in["key"], size(i, "d_model")
     return {
-        "attention_qkv": 2 * (n_q * d_model * a.heads * a.d_k + n_k * size(i, "kdim") * a.key_heads * a.d_k
-                              + n_k * size(i, "vdim") * a.key_heads * a.d_v),
+        "attention_qkv": 2 * d_model * (n_q * a.heads * a.d_k + n_k * a.key_heads * (a.d_k + a.d_v)),
         "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
         "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
         "attention_out": 2 * n_q * a.heads * a.d_v * d_model,
@@ -239,28 +240,37 @@ def _norm(features: str, a: AttentionAttrs, w: Written) -> str:
 
 def rotary_module(a: AttentionAttrs, w: Written) -> str:
     """The rotary embedding a rotary attention holds: the class of its scaling (prelude_rotary.py), its
-    features, and the parameters that scaling reads (an optional one where it differs from its default or
-    the spec reads it from a parameter, so the line says what applies)."""
+    features and base, and the parameters that scaling reads."""
     features = w.attr("d_k") if a.rotary_fraction == 1 else w.size(int(a.rotary_dims))
-    cls, required, optional = ROTARY_CLASSES[a.rotary_scaling if a.rotary_fraction == 1 else "partial"]
-    options = [*required, *(name for name in optional
-                            if getattr(a, name) != AttentionAttrs.model_fields[name].default or w.from_config(name))]
-    return f"{cls}({', '.join([features, *(f'{ROTARY_ARGUMENTS[name]}={w.attr(name)}' for name in options)])})"
+    cls, names = ROTARY_CLASSES[a.rotary_scaling if a.rotary_fraction == 1 else "partial"]
+    args = [features, w.attr("rotary_base")]
+    for name in names:
+        value = _yarn_attention_factor(a, w) if _derived(a, w, name) else w.attr(name)
+        args.append(f"{ROTARY_ARGUMENTS[name]}={value}")
+    return f"{cls}({', '.join(args)})"
 
 
-# Each scaling's class (prelude_rotary.py), the attributes it always takes, and those it takes where they
-# matter; the rotary base comes last, as in the classes' signatures.
-ROTARY_CLASSES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "default": ("RotaryEmbedding", (), ("rotary_base",)),
-    "partial": ("PartialRotaryEmbedding", (), ("rotary_base",)),
-    "linear": ("LinearRotaryEmbedding", ("rotary_factor",), ("rotary_base",)),
+def _derived(a: AttentionAttrs, w: Written, name: str) -> bool:
+    return name == "rotary_attention_factor" and a.rotary_attention_factor is None and not w.from_config(name)
+
+
+def _yarn_attention_factor(a: AttentionAttrs, w: Written) -> str:
+    """YaRN's attention factor where the spec gives none: 0.1 ln(factor) + 1 (1 for no scaling)."""
+    return f"0.1 * math.log({w.attr('rotary_factor')}) + 1.0" if a.rotary_factor > 1 else "1.0"
+
+
+# Each scaling's class (prelude_rotary.py) and the attributes it takes after the features and the base.
+ROTARY_CLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "default": ("RotaryEmbedding", ()),
+    "partial": ("PartialRotaryEmbedding", ()),
+    "linear": ("LinearRotaryEmbedding", ("rotary_factor",)),
     "llama3": ("Llama3RotaryEmbedding", ("rotary_factor", "rotary_low_freq_factor", "rotary_high_freq_factor",
-                                         "rotary_original_max_len"), ("rotary_base",)),
-    "yarn": ("YarnRotaryEmbedding", ("rotary_factor", "rotary_original_max_len"),
-             ("rotary_beta_fast", "rotary_beta_slow", "rotary_attention_factor", "rotary_truncate", "rotary_base")),
+                                         "rotary_original_max_len")),
+    "yarn": ("YarnRotaryEmbedding", ("rotary_factor", "rotary_original_max_len", "rotary_beta_fast",
+                                     "rotary_beta_slow", "rotary_attention_factor", "rotary_truncate")),
 }
 # The rotary classes' argument for each attribute they take.
-ROTARY_ARGUMENTS = {"rotary_base": "base", "rotary_factor": "factor", "rotary_original_max_len": "original_max_len",
+ROTARY_ARGUMENTS = {"rotary_factor": "factor", "rotary_original_max_len": "original_max_len",
                     "rotary_low_freq_factor": "low_freq_factor", "rotary_high_freq_factor": "high_freq_factor",
                     "rotary_beta_fast": "beta_fast", "rotary_beta_slow": "beta_slow",
                     "rotary_attention_factor": "attention_factor", "rotary_truncate": "truncate"}
@@ -269,7 +279,8 @@ ROTARY_ARGUMENTS = {"rotary_base": "base", "rotary_factor": "factor", "rotary_or
 # The pieces of prelude_attention.py, in the order a class that combines several lists them; the name each
 # gives that class.
 PIECES = (("SlidingWindowAttention", "SlidingWindow"), ("ALiBiAttention", "ALiBi"), ("SoftCapAttention", "SoftCap"),
-          ("SinkAttention", "Sink"), ("QKNormAttention", "QKNorm"), ("ProjectionQKNormAttention", "ProjectionQKNorm"),
+          ("SinkAttention", "Sink"), ("DropoutAttention", "Dropout"), ("ScaledAttention", "Scaled"),
+          ("QKNormAttention", "QKNorm"), ("ProjectionQKNormAttention", "ProjectionQKNorm"),
           ("RotaryAttention", "Rotary"), ("CrossAttention", "Cross"))
 
 
@@ -278,6 +289,7 @@ def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...
     the generated file that extends the pieces it uses (SlidingWindowRotaryAttention)."""
     used = {"SlidingWindowAttention": a.window is not None, "ALiBiAttention": a.alibi,
             "SoftCapAttention": a.softcap is not None, "SinkAttention": a.sinks,
+            "DropoutAttention": a.dropout > 0, "ScaledAttention": a.scale is not None,
             "QKNormAttention": a.qk_norm == "head", "ProjectionQKNormAttention": a.qk_norm == "projection",
             "RotaryAttention": a.rotary, "CrossAttention": not i.get("self_attention", False)}
     pieces = tuple(piece for piece, _ in PIECES if used[piece])
@@ -289,22 +301,12 @@ def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...
 
 
 def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
-    """The attention's class (d_model, heads, d_k, d_v, ...): the options that differ from the defaults,
-    and what each piece takes."""
-    d_model = w.size(i["d_model"])
-    args = [d_model, w.attr("heads"), w.attr("d_k"), w.attr("d_v")]
-    if a.key_heads != a.heads:
-        args.append(f"kv_heads={w.attr('kv_heads')}")
-    if not a.bias or w.from_config("bias"):
-        args.append(f"bias={w.attr('bias')}")
-    if a.has_out_bias != a.bias:
-        args.append(f"out_bias={a.has_out_bias!r}")
-    for name in ("kdim", "vdim"):
-        if i[name] != i["d_model"]:
-            args.append(f"{name}={w.size(i[name])}")
-    for name, default in (("causal", False), ("dropout", 0.0), ("scale", None)):
-        if getattr(a, name) != default or w.from_config(name):
-            args.append(f"{name}={w.attr(name)}")
+    """The attention's class (d_model, heads, kv_heads, d_k, d_v, bias, out_bias, causal), and what each
+    of its pieces takes."""
+    kv_heads = w.attr("kv_heads") if a.kv_heads is not None else w.attr("heads")
+    out_bias = w.attr("bias") if a.out_bias is None else w.attr("out_bias")
+    args = [w.size(i["d_model"]), w.attr("heads"), kv_heads, w.attr("d_k"), w.attr("d_v"),
+            f"bias={w.attr('bias')}", f"out_bias={out_bias}", f"causal={w.attr('causal')}"]
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
         head = w.attr("d_k")
@@ -312,8 +314,9 @@ def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
                  f"k_norm={_norm(head if a.qk_norm == 'head' else w.size(k_size), a, w)}"]
     if a.rotary:
         args.append(f"rotary={rotary_module(a, w)}")
-    for name in ("window", "softcap"):
-        if getattr(a, name) is not None:
+    for name, used in (("window", a.window is not None), ("softcap", a.softcap is not None),
+                       ("scale", a.scale is not None), ("dropout", a.dropout > 0)):
+        if used:
             args.append(f"{name}={w.attr(name)}")
     return f"{attention_class(a, i)[0]}({', '.join(args)})"
 
@@ -376,6 +379,3 @@ ATTENTION = OpDef(
     flops=_flops, saved=_saved, composes=attention_class,
 )
 
-
-def score_scale(a: AttentionAttrs) -> float:
-    return a.scale if a.scale is not None else 1 / math.sqrt(a.d_k)

@@ -105,22 +105,30 @@ def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
 
 
 def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
-    """MixtureOfExperts(d_model, experts, d_ff, router, activation): the pieces of prelude_experts.py this
-    mixture uses, each option written where it differs from the piece's default or is read from a
-    parameter."""
+    """MixtureOfExperts(d_model, experts, d_ff, router, activation), or its biased piece: the pieces of
+    prelude_experts.py this mixture uses."""
     d_model = w.size(i["d_model"])
-    router = [d_model, w.attr("experts"), w.attr("top_k")]
-    for name, keyword, default in (("router_bias", "bias", False), ("normalize", "normalize", False),
-                                   ("routing_scale", "scale", 1.0)):
-        if getattr(a, name) != default or w.from_config(name):
-            router.append(f"{keyword}={w.attr(name)}")
-    router_class = "SigmoidRouter" if a.scoring == "sigmoid" else "Router"
+    router = [d_model, w.attr("experts"), w.attr("top_k"), f"bias={w.attr('router_bias')}",
+              f"normalize={w.attr('normalize')}"]
+    if a.routing_scale != 1:
+        router.append(f"scale={w.attr('routing_scale')}")
     activation = {"silu": "SwiGLU()", "gelu_tanh": "GeGLU()",
                   "clamped_swiglu": f"ClampedSwiGLU({w.attr('swiglu_limit')}, {w.attr('swiglu_alpha')})"}[a.activation]
-    args = [d_model, w.attr("experts"), w.attr("d_ff"), f"{router_class}({', '.join(router)})", activation]
-    if a.bias:
-        args.append(f"bias={w.attr('bias')}")
-    return f"MixtureOfExperts({', '.join(args)})"
+    experts = "BiasedMixtureOfExperts" if a.bias else "MixtureOfExperts"
+    router_module = f"{router_pieces(a, i)[0]}({', '.join(router)})"
+    return f"{experts}({', '.join([d_model, w.attr('experts'), w.attr('d_ff'), router_module, activation])})"
+
+
+def router_pieces(a: ExpertsAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
+    """The router's class and its pieces: Router, a piece (SigmoidRouter, ScaledRouter), or a class of the
+    generated file that extends both (ScaledSigmoidRouter)."""
+    used = {"ScaledRouter": a.routing_scale != 1, "SigmoidRouter": a.scoring == "sigmoid"}
+    pieces = tuple(piece for piece, chosen in used.items() if chosen)
+    if not pieces:
+        return "Router", ()
+    if len(pieces) == 1:
+        return pieces[0], pieces
+    return "ScaledSigmoidRouter", pieces
 
 
 def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
@@ -142,6 +150,6 @@ EXPERTS = OpDef(
                     "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
     family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
-    inactive=_inactive,
+    inactive=_inactive, composes=router_pieces,
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
 )

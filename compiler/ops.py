@@ -18,7 +18,7 @@ from pydantic import Field
 
 from .op_attention import ATTENTION, AttentionAttrs  # noqa: F401 (AttentionAttrs: re-exported)
 from .op_experts import EXPERTS
-from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, linear_params, no_params
+from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, Written, linear_params, no_params
 from .opdef import size as _size
 from .shapes import ShapeError, TensorType, broadcast, concrete_last, require
 
@@ -73,6 +73,12 @@ def _same(shapes: Shapes, attrs: Attrs) -> tuple[TensorType, Inferred]:
 
 
 # --- shape rules ---------------------------------------------------------------------------
+
+
+def _embedding_module(a: EmbeddingAttrs, i: Inferred, w: Written) -> str:
+    if a.scale != 1 or w.from_config("scale"):
+        return f"ScaledEmbedding({w.attr('vocab')}, {w.attr('dim')}, {w.attr('scale')})"
+    return f"Embedding({w.attr('vocab')}, {w.attr('dim')})"
 
 
 def _embedding_shape(shapes: Shapes, a: EmbeddingAttrs) -> tuple[TensorType, Inferred]:
@@ -152,8 +158,7 @@ OPS: dict[str, OpDef[Any]] = {
             name="embedding", doc="token embedding, times `scale` (§3.4)", family=Family.EMBEDDING,
             inputs=(Input("tokens"),), attrs=EmbeddingAttrs, infer=_embedding_shape,
             params=lambda a, i: {"weight": (a.vocab, a.dim)},
-            module=lambda a, i, w: f"Embedding({w.attr('vocab')}, {w.attr('dim')}"
-                                   + (f", scale={w.attr('scale')})" if a.scale != 1 else ")"),
+            module=_embedding_module,
             call=_call_module, title="Embedding", facts=lambda a, i: {"d_model": a.dim, "vocab": a.vocab},
             details=lambda a, i: [f"{a.vocab} × {a.dim}"] + ([f"scaled by {_scale_text(a.scale)}"] if a.scale != 1
                                                              else []),

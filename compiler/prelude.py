@@ -8,7 +8,6 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .prelude_attention import MultiHeadAttention  # noqa: F401 (for the tests)
 from .prelude_rotary import (  # noqa: F401 (for the tests)
@@ -17,17 +16,24 @@ from .prelude_rotary import (  # noqa: F401 (for the tests)
 from .prelude_experts import MixtureOfExperts  # noqa: F401 (for the tests)
 
 
-class Embedding(nn.Module):
-    """Token embedding multiplied by `scale` (§3.4: sqrt(d_model))."""
+class Embedding(nn.Embedding):
+    """Token embeddings, rows of variance 1 / dim."""
 
-    def __init__(self, vocab, dim, scale=1.0):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab, dim))
+    def __init__(self, vocab, dim):
+        super().__init__(vocab, dim)
+        nn.init.normal_(self.weight, std=dim ** -0.5)
+
+
+class ScaledEmbedding(nn.Embedding):
+    """Token embeddings multiplied by `scale` (§3.4: sqrt(d_model))."""
+
+    def __init__(self, vocab, dim, scale):
+        super().__init__(vocab, dim)
         self.scale = scale
         nn.init.normal_(self.weight, std=dim ** -0.5)  # unit-variance rows once scaled
 
     def forward(self, tokens):
-        return F.embedding(tokens, self.weight) * self.scale
+        return super().forward(tokens) * self.scale
 
 
 class SinusoidalPositions(nn.Module):

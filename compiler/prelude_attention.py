@@ -19,20 +19,17 @@ import torch.nn.functional as F
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2); keys and values of `kv_heads`
-    heads, each serving heads / kv_heads query heads (grouped-query attention)."""
+    heads, each serving heads / kv_heads query heads (grouped-query attention where fewer)."""
 
     sdpa_causal = True  # SDPA's own causal mask serves where nothing else masks
 
-    def __init__(self, d_model, heads, d_k, d_v, kv_heads=None, bias=True, out_bias=None,
-                 kdim=None, vdim=None, causal=False, dropout=0.0, scale=None):
+    def __init__(self, d_model, heads, kv_heads, d_k, d_v, *, bias, out_bias, causal):
         super().__init__()
-        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
-        self.causal, self.dropout, self.scale = causal, dropout, scale
+        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal
         # W^Q, W^K, W^V and W^O (§3.2.2)
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
-        out_bias = bias if out_bias is None else out_bias
+        self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
         self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
@@ -76,9 +73,7 @@ class MultiHeadAttention(nn.Module):
         return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
     def attend(self, q, k, v, mask, is_causal):
-        dropout = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              dropout_p=dropout, scale=self.scale,
                                               enable_gqa=self.kv_heads != self.heads)
 
 
@@ -134,6 +129,31 @@ class ProjectionQKNormAttention(QKNormAttention):
         return norm(x.transpose(1, 2).flatten(2)).unflatten(-1, x.shape[1::2]).transpose(1, 2)
 
 
+class ScaledAttention(MultiHeadAttention):
+    """Scores scaled by `scale` instead of 1/sqrt(d_k) (Gemma: query_pre_attn_scalar^-0.5): the
+    queries are multiplied by scale * sqrt(d_k), which the attention's 1/sqrt(d_k) cancels."""
+
+    def __init__(self, *args, scale, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = scale
+
+    def queries(self, q, start):
+        return super().queries(q, start) * (self.scale * q.size(-1) ** 0.5)
+
+
+class DropoutAttention(MultiHeadAttention):
+    """Dropout on the attention weights while training."""
+
+    def __init__(self, *args, dropout, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dropout = dropout
+
+    def attend(self, q, k, v, mask, is_causal):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                              dropout_p=self.dropout if self.training else 0.0,
+                                              enable_gqa=self.kv_heads != self.heads)
+
+
 class SlidingWindowAttention(MultiHeadAttention):
     """Each query sees its last `window` positions only (Mistral); the cache keeps those."""
 
@@ -182,15 +202,14 @@ class ExplicitAttention(MultiHeadAttention):
 
     def attend(self, q, k, v, mask, is_causal):
         weights = self.weights(q, k, mask, is_causal)
-        weights = F.dropout(weights, p=self.dropout, training=self.training)
         return (weights.unflatten(1, (self.kv_heads, -1)) @ v.unsqueeze(2)).flatten(1, 2)
 
     def weights(self, q, k, mask, is_causal):
-        """softmax(Q K^T * scale), masked: [B, h, Tq, Tk]. Query heads share their key head without
-        copying it (grouped as [B, kv_h, h / kv_h, ...])."""
+        """softmax(Q K^T / sqrt(d_k)), masked: [B, h, Tq, Tk]. Query heads share their key head
+        without copying it (grouped as [B, kv_h, h / kv_h, ...])."""
         grouped = q.unflatten(1, (self.kv_heads, -1))  # [B, kv_h, g, Tq, d_k]
         scores = (grouped @ k.unsqueeze(2).transpose(-2, -1)).flatten(1, 2)  # [B, h, Tq, Tk]
-        scores = self.scores(scores * (self.scale or 1 / math.sqrt(self.d_k)))
+        scores = self.scores(scores * q.size(-1) ** -0.5)
         if is_causal:
             mask = self.visible(q.size(2), k.size(2), q.device)
         if mask is not None and mask.dtype == torch.bool:

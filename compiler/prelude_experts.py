@@ -1,8 +1,8 @@
 """The mixture of experts that generated models use, as pieces the compiler chooses between: a
-router (softmax or sigmoid scores), an activation of the gated experts (SwiGLU, GeGLU, gpt-oss's
-clamped SwiGLU), and the bank of experts that holds them. A generated file copies the pieces its
-spec names and nothing else. The load-balancing loss is training's (runtime/load_balance.py): it
-reads what each forward records in `routed`."""
+router (softmax or sigmoid scores, its weights scaled or not), an activation of the gated experts
+(SwiGLU, GeGLU, gpt-oss's clamped SwiGLU), and the bank of experts that holds them (with biases or
+without). A generated file copies the pieces its spec names and nothing else. The load-balancing
+loss is training's (runtime/load_balance.py): it reads what each forward records in `routed`."""
 
 import torch
 import torch.nn as nn
@@ -11,12 +11,11 @@ import torch.nn.functional as F
 
 class Router(nn.Linear):
     """Each token's `top_k` experts by softmax(x W_r), their probabilities as weights (Shazeer et
-    al., 2017), renormalized to sum to 1 where `normalize` (norm_topk_prob) and times `scale`
-    (routed_scaling_factor)."""
+    al., 2017), renormalized to sum to 1 where `normalize` (norm_topk_prob)."""
 
-    def __init__(self, d_model, experts, top_k, bias=False, normalize=False, scale=1.0):
+    def __init__(self, d_model, experts, top_k, *, bias, normalize):
         super().__init__(d_model, experts, bias=bias)
-        self.top_k, self.normalize, self.scale = top_k, normalize, scale
+        self.top_k, self.normalize = top_k, normalize
 
     def scores(self, logits):
         return logits.softmax(dim=-1)
@@ -28,7 +27,7 @@ class Router(nn.Linear):
         weights, chosen = self.scores(logits).topk(self.top_k, dim=-1)
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights * self.scale, chosen, logits.softmax(dim=-1)
+        return weights, chosen, logits.softmax(dim=-1)
 
 
 class SigmoidRouter(Router):
@@ -36,6 +35,18 @@ class SigmoidRouter(Router):
 
     def scores(self, logits):
         return logits.sigmoid()
+
+
+class ScaledRouter(Router):
+    """The chosen experts' weights multiplied by `scale` (routed_scaling_factor)."""
+
+    def __init__(self, *args, scale, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = scale
+
+    def forward(self, tokens):
+        weights, chosen, probabilities = super().forward(tokens)
+        return weights * self.scale, chosen, probabilities
 
 
 class SwiGLU(nn.Module):
@@ -68,25 +79,17 @@ class ClampedSwiGLU(nn.Module):
 class MixtureOfExperts(nn.Module):
     """`experts` gated feed-forward experts, down(activation(gate x, up x)), each token through the
     `top_k` its router chooses, their outputs weighted by the router (Shazeer et al., 2017; Fedus
-    et al., 2022; Jiang et al., 2024).
+    et al., 2022). The (token, choice) pairs are sorted by expert, and each expert multiplies
+    its rows at once. `routed` keeps the last choices, for the load-balancing loss."""
 
-    The (token, choice) pairs are sorted by expert and each expert multiplies its tokens at once,
-    with no loop over tokens. Each forward records its choices and router probabilities in
-    `routed`, which the load-balancing loss reads."""
-
-    def __init__(self, d_model, experts, d_ff, router, activation, bias=False):
+    def __init__(self, d_model, experts, d_ff, router, activation):
         super().__init__()
         self.router, self.activation = router, activation
         # [E, out, in], as nn.Linear keeps its weight
         self.gate = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
         self.up = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
         self.down = nn.Parameter(torch.randn(experts, d_model, d_ff) * d_ff ** -0.5)
-        if bias:
-            self.gate_bias = nn.Parameter(torch.zeros(experts, d_ff))
-            self.up_bias = nn.Parameter(torch.zeros(experts, d_ff))
-            self.down_bias = nn.Parameter(torch.zeros(experts, d_model))
-        self.bias = bias
-        self.routed = None  # the last forward's chosen experts [N, top_k], probabilities [N, E]
+        self.routed = None  # the chosen experts [N, top_k] and probabilities [N, E]
 
     def forward(self, x):
         tokens = x.reshape(-1, x.size(-1))  # [N, d]
@@ -94,27 +97,23 @@ class MixtureOfExperts(nn.Module):
         self.routed = (chosen, probabilities)
         flat = chosen.flatten()  # [N * top_k]: the (token, choice) pairs
         order = flat.argsort(stable=True)  # the pairs grouped by expert
-        expert, rows = flat[order], order // chosen.size(1)  # each pair's expert and token
+        rows = order // chosen.size(1)  # each pair's token
         counts = torch.zeros(self.gate.size(0), dtype=torch.int64, device=x.device)
-        counts = counts.scatter_add_(0, flat, torch.ones_like(flat))
-        grouped = tokens[rows]  # [N * top_k, d]
-        gate = self.grouped_linear(grouped, self.gate, counts)
-        up = self.grouped_linear(grouped, self.up, counts)
-        if self.bias:
-            gate = gate + self.gate_bias[expert].to(gate.dtype)
-            up = up + self.up_bias[expert].to(up.dtype)
-        out = self.grouped_linear(self.activation(gate, up), self.down, counts)
-        if self.bias:
-            out = out + self.down_bias[expert].to(out.dtype)
+        counts = counts.scatter_add_(0, flat, torch.ones_like(flat))  # the pairs of each expert
+        out = self.experts(tokens[rows], flat[order], counts)  # [N * top_k, d]
         out = out * weights.flatten()[order, None].to(out.dtype)
         summed = tokens.new_zeros(tokens.shape).index_add_(0, rows, out.to(tokens.dtype))
         return summed.reshape(x.shape)
+
+    def experts(self, x, expert, counts):  # x [S, d], its rows' experts [S] in order
+        gate, up = (self.grouped_linear(x, weight, counts) for weight in (self.gate, self.up))
+        return self.grouped_linear(self.activation(gate, up), self.down, counts)
 
     @staticmethod
     def grouped_linear(x, weight, counts):
         """x [S, in], rows grouped by expert (`counts` of each), times each expert's weight
         [E, out, in] transposed: [S, out]. On CUDA in bfloat16 one grouped product; while
-        torch.compile traces, the op xspec's runtime registers (xspec::grouped_linear), which keeps
+        torch.compile traces, the op the runtime registers (xspec::grouped_linear), which keeps
         sizes that depend on the routing out of the graph; otherwise one product per expert."""
         if x.is_cuda and x.dtype == torch.bfloat16:
             offsets = counts.cumsum(dim=0).to(torch.int32)
@@ -123,3 +122,19 @@ class MixtureOfExperts(nn.Module):
             return torch.ops.xspec.grouped_linear(x, weight.to(x.dtype), counts)
         parts = x.split(counts.tolist())
         return torch.cat([part @ weight[e].transpose(0, 1) for e, part in enumerate(parts)])
+
+
+class BiasedMixtureOfExperts(MixtureOfExperts):
+    """Experts whose gate, up and down projections have biases (gpt-oss)."""
+
+    def __init__(self, d_model, experts, d_ff, *args, **kwargs):
+        super().__init__(d_model, experts, d_ff, *args, **kwargs)
+        self.gate_bias = nn.Parameter(torch.zeros(experts, d_ff))
+        self.up_bias = nn.Parameter(torch.zeros(experts, d_ff))
+        self.down_bias = nn.Parameter(torch.zeros(experts, d_model))
+
+    def experts(self, x, expert, counts):
+        gate = self.grouped_linear(x, self.gate, counts) + self.gate_bias[expert].to(x.dtype)
+        up = self.grouped_linear(x, self.up, counts) + self.up_bias[expert].to(x.dtype)
+        out = self.grouped_linear(self.activation(gate, up), self.down, counts)
+        return out + self.down_bias[expert].to(out.dtype)

@@ -11,38 +11,30 @@ import torch.nn as nn
 
 class RotaryEmbedding(nn.Module):
     """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
-    is turned by the angle p * theta_i, theta_i = base^(-2i/dim)."""
+    is turned by the angle p * theta_i, theta_i = base^(-2i/dim), in float32."""
 
-    def __init__(self, dim, base=10000.0):
+    def __init__(self, dim, base):
         super().__init__()
         exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
         # Derived, so not in checkpoints.
         self.register_buffer("inverse_frequency", 1.0 / (base ** exponents), persistent=False)
 
-    @staticmethod
-    def rotate_half(x):
-        """[x1, x2] -> [-x2, x1] over the last dimension's two halves: the rotation of rotary
-        embeddings."""
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat([-x2, x1], dim=-1)
-
-    def forward(self, x, start):
-        """x [B, h, T, dim] at positions start, start + 1, ...: rotated in float32, in x's
-        dtype."""
+    def forward(self, x, start):  # x [B, h, T, dim] at positions start, start + 1, ...
         position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
         angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
         return self.rotate(x, angles.cos(), angles.sin())
 
     def rotate(self, x, cos, sin):
-        turned = x.float()
-        return (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
+        x1, x2 = x.float().chunk(2, dim=-1)
+        turned = torch.cat([-x2, x1], dim=-1)  # each pair (x1, x2) a quarter turn on
+        return (x.float() * cos + turned * sin).to(x.dtype)
 
 
 class PartialRotaryEmbedding(RotaryEmbedding):
     """Rotary embeddings of the first `dim` features of each head; the others pass unchanged
     (GPT-NeoX and Phi-3 rotate a fraction)."""
 
-    def __init__(self, dim, base=10000.0):
+    def __init__(self, dim, base):
         super().__init__(dim, base)
         self.dim = dim
 
@@ -55,7 +47,7 @@ class LinearRotaryEmbedding(RotaryEmbedding):
     """Position interpolation (Chen et al., 2023): every theta_i divided by `factor`, for
     contexts `factor` times the one a checkpoint was trained at."""
 
-    def __init__(self, dim, factor, base=10000.0):
+    def __init__(self, dim, base, factor):
         super().__init__(dim, base)
         self.inverse_frequency = self.inverse_frequency / factor
 
@@ -64,8 +56,7 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
     """Llama 3.1's scaling: wavelengths beyond original_max_len / low_freq_factor divided by
     `factor`, those below original_max_len / high_freq_factor kept, a smooth blend between."""
 
-    def __init__(self, dim, factor, low_freq_factor, high_freq_factor, original_max_len,
-                 base=10000.0):
+    def __init__(self, dim, base, factor, low_freq_factor, high_freq_factor, original_max_len):
         super().__init__(dim, base)
         frequency = self.inverse_frequency
         wavelength = 2 * math.pi / frequency
@@ -82,10 +73,11 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
 class YarnRotaryEmbedding(RotaryEmbedding):
     """YaRN's NTK-by-parts (Peng et al., 2023): features turning fewer than beta_slow times over
     the original context interpolated by `factor`, more than beta_fast kept, a linear ramp
-    between; cos and sin scaled by attention_factor, 0.1 ln(factor) + 1 unless given."""
+    between (its ends rounded to whole features where `truncate`); cos and sin scaled by
+    attention_factor."""
 
-    def __init__(self, dim, factor, original_max_len, beta_fast=32.0, beta_slow=1.0,
-                 attention_factor=None, truncate=True, base=10000.0):
+    def __init__(self, dim, base, factor, original_max_len, beta_fast, beta_slow,
+                 attention_factor, truncate):
         super().__init__(dim, base)
 
         def feature(turns):  # the feature that turns `turns` times over the original context
@@ -102,8 +94,6 @@ class YarnRotaryEmbedding(RotaryEmbedding):
         frequency_base = base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
         interpolated, original = 1.0 / (factor * frequency_base), 1.0 / frequency_base
         self.inverse_frequency = interpolated * (1 - kept) + original * kept
-        if attention_factor is None:
-            attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
         self.attention_factor = attention_factor
 
     def rotate(self, x, cos, sin):

@@ -94,8 +94,9 @@ def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Att
     attend: Callable[..., Any] = flex
     if compiled and not torch.compiler.is_compiling():
         attend = _compiled()
+    # A scale of the spec's own is in the queries already (ScaledAttention).
     options: dict[str, Any] = {"score_mod": capped if softcap is not None else None, "block_mask": block_mask,
-               "scale": attrs.scale, "enable_gqa": q.size(1) != k.size(1)}
+                               "enable_gqa": q.size(1) != k.size(1)}
     if sinks is None:
         return attend(q, k, v, **options)
     out, aux = attend(q, k, v, **options, return_aux=AuxRequest(lse=True))

@@ -74,9 +74,11 @@ def cached_attention(spec: CompiledSpec, model: nn.Module, kind: str) -> list[tu
     return [(name, module) for name, module in model.named_modules() if name in paths]
 
 
-def slot(name: str, module: nn.Module) -> CacheSlot:
-    # A generated attention module's ints: torch types a module's attributes Tensor | Module.
-    return CacheSlot(name, module.kv_heads, module.d_k, module.d_v)  # type: ignore[arg-type]
+def slot(spec: CompiledSpec, name: str) -> CacheSlot:
+    """The cache slot of the attention module at `name`, its sizes as the spec's graph says."""
+    node = next(node for node in spec.ops if node.module == name)
+    a = node.attrs_as(AttentionAttrs)
+    return CacheSlot(name, a.key_heads, a.d_k, a.d_v)
 
 
 class TensorCache:
@@ -215,7 +217,7 @@ def plan(trained: TrainedModel) -> Plan:
     device, dtype = trained.device, next(model.parameters()).dtype
     modules = [module for _, module in self_attention]
     layers = len(modules)
-    self_slots = [slot(name, module) for name, module in self_attention]
+    self_slots = [slot(spec, name) for name, _ in self_attention]
     tokens = torch.full((EXAMPLE_BATCH, 1), EOS + 1, dtype=torch.long, device=device)
     past_keys = [torch.zeros(EXAMPLE_BATCH, s.heads, EXAMPLE_PAST, s.key_dim, dtype=dtype, device=device)
                  for s in self_slots]
@@ -248,7 +250,7 @@ def plan(trained: TrainedModel) -> Plan:
                  (tokens, src_padding_mask, memory_keys, memory_values, past_keys, past_values),
                  ({0: batch}, {0: batch, 1: source}, memory_shapes, memory_shapes, past_shapes, past_shapes),
                  ["tokens", "memory_padding_mask", *memory_names, *past_names], step_outputs)
-    memory_slots = [slot(name, module) for name, module in memory_attention]
+    memory_slots = [slot(spec, name) for name, _ in memory_attention]
     return Plan([encoder_graph, step], self_slots, memory_slots, dimensions)
 
 

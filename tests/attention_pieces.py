@@ -9,19 +9,20 @@ import torch
 from xspec.compiler import prelude_attention
 from xspec.compiler.op_attention import AttentionAttrs, attention_class
 
-PIECE_OPTIONS = ("rotary", "q_norm", "k_norm", "window", "softcap")  # what a piece's constructor takes
 
 
-def compose(d_model: int, heads: int, d_k: int, d_v: int, self_attention: bool = True, **options) -> torch.nn.Module:
+def compose(d_model: int, heads: int, d_k: int, d_v: int, kv_heads: int | None = None, bias: bool = True,
+            causal: bool = False, self_attention: bool = True, **options) -> torch.nn.Module:
     """`heads` heads of queries over `d_model` features; options as the pieces take them (`rotary` a
-    rotary embedding module, `q_norm`/`k_norm` norm modules, `sinks`/`alibi` booleans)."""
+    rotary embedding module, `q_norm`/`k_norm` norm modules, `window`, `softcap`, `scale`, `dropout`
+    numbers, `sinks`/`alibi` booleans)."""
     norm = options.get("q_norm")
     qk_norm = "none" if norm is None else "head" if norm.weight.numel() == d_k else "projection"
-    attrs = AttentionAttrs(heads=heads, d_k=d_k, d_v=d_v, kv_heads=options.get("kv_heads"),
-                           causal=options.get("causal", False), rotary="rotary" in options,
+    attrs = AttentionAttrs(heads=heads, d_k=d_k, d_v=d_v, kv_heads=kv_heads, causal=causal, rotary="rotary" in options,
                            alibi=options.pop("alibi", False), window=options.get("window"),
-                           softcap=options.get("softcap"), sinks=options.pop("sinks", False), qk_norm=qk_norm)
+                           softcap=options.get("softcap"), scale=options.get("scale"),
+                           dropout=options.get("dropout", 0.0), sinks=options.pop("sinks", False), qk_norm=qk_norm)
     name, pieces = attention_class(attrs, {"self_attention": self_attention})
     bases = tuple(getattr(prelude_attention, piece) for piece in pieces) or (prelude_attention.MultiHeadAttention,)
     cls = type(name, bases, {}) if len(bases) > 1 else bases[0]
-    return cls(d_model, heads, d_k, d_v, **options)
+    return cls(d_model, heads, kv_heads or heads, d_k, d_v, bias=bias, out_bias=bias, causal=causal, **options)

@@ -3,6 +3,8 @@ of its own, QK-norm, soft-capping and the scale, sliding windows and their ring-
 partial rotary and the frequency scalings (against Hugging Face's rope functions, a test-only oracle), and
 the runtime's FlexAttention against the module's own computation."""
 
+import math
+
 import pytest
 import torch
 
@@ -35,12 +37,13 @@ def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor
     q = module.q_proj(x)
     k = module.k_proj(x)
     q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
-    norm_per_head = q_norm is not None and q_norm.weight.numel() == module.d_k
+    d_k, d_v = module.q_proj.out_features // module.heads, module.v_proj.out_features // module.kv_heads
+    norm_per_head = q_norm is not None and q_norm.weight.numel() == d_k
     if q_norm is not None and not norm_per_head:
         q, k = q_norm(q), k_norm(k)
-    q = q.unflatten(-1, (module.heads, module.d_k)).transpose(1, 2)
-    k = k.unflatten(-1, (module.kv_heads, module.d_k)).transpose(1, 2)
-    v = module.v_proj(x).unflatten(-1, (module.kv_heads, module.d_v)).transpose(1, 2)
+    q = q.unflatten(-1, (module.heads, d_k)).transpose(1, 2)
+    k = k.unflatten(-1, (module.kv_heads, d_k)).transpose(1, 2)
+    v = module.v_proj(x).unflatten(-1, (module.kv_heads, d_v)).transpose(1, 2)
     if q_norm is not None and norm_per_head:
         q, k = q_norm(q), k_norm(k)
     if hasattr(module, "rotary"):
@@ -49,7 +52,7 @@ def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor
     heads = []
     for h in range(module.heads):
         kv = h // (module.heads // module.kv_heads)
-        scores = q[:, h] @ k[:, kv].transpose(-2, -1) * (module.scale or module.d_k ** -0.5)  # [B, T, T]
+        scores = q[:, h] @ k[:, kv].transpose(-2, -1) * getattr(module, "scale", d_k ** -0.5)  # [B, T, T]
         if softcap is not None:
             scores = softcap * torch.tanh(scores / softcap)
         scores = scores.masked_fill(~allowed, float("-inf"))
@@ -83,9 +86,9 @@ OPTIONS = [
     {"sinks": True},
     {"q_norm": torch.nn.RMSNorm(8, eps=1e-6), "k_norm": torch.nn.RMSNorm(8, eps=1e-6)},            # per head
     {"q_norm": torch.nn.RMSNorm(32, eps=1e-6), "k_norm": torch.nn.RMSNorm(16, eps=1e-6)},           # projection
-    {"q_norm": RMSNorm(8, offset=1.0), "k_norm": RMSNorm(8, offset=1.0), "rotary": RotaryEmbedding(8)},
-    {"rotary": PartialRotaryEmbedding(4, base=500.0)},                                               # partial
-    {"window": 4, "softcap": 3.0, "sinks": True, "rotary": RotaryEmbedding(8), "scale": 0.2},
+    {"q_norm": RMSNorm(8, offset=1.0), "k_norm": RMSNorm(8, offset=1.0), "rotary": RotaryEmbedding(8, 10000.0)},
+    {"rotary": PartialRotaryEmbedding(4, 500.0)},                                               # partial
+    {"window": 4, "softcap": 3.0, "sinks": True, "rotary": RotaryEmbedding(8, 10000.0), "scale": 0.2},
 ]
 
 
@@ -97,8 +100,8 @@ def test_each_option_computes_its_definition(options):
     expected = reference(module, x, causal(9, options.get("window")))
     assert_close(module(x, x, x), expected)
     # FlexAttention's reference implementation: what the runtime runs compiled on CUDA.
-    attrs = AttentionAttrs(heads=4, d_k=8, d_v=6, kv_heads=2, causal=True, scale=options.get("scale"),
-                           window=options.get("window"), softcap=options.get("softcap"))
+    attrs = AttentionAttrs(heads=4, d_k=8, d_v=6, kv_heads=2, causal=True, window=options.get("window"),
+                           softcap=options.get("softcap"))
     q, k, v = heads_of(module, x, x, x)
     flexed = flex_attention(q, k, v, attrs, None, getattr(module, "sinks", None), compiled=False)
     assert_close(module.out_proj(flexed.transpose(1, 2).flatten(2)), expected)
@@ -121,7 +124,7 @@ def test_cached_decoding_equals_full_decoding_past_the_window(options):
 
 @torch.no_grad()
 def test_a_windowed_cache_holds_the_window_through_chunks_and_beam_reorders():
-    module = attention(window=4, rotary=RotaryEmbedding(8))
+    module = attention(window=4, rotary=RotaryEmbedding(8, 10000.0))
     x = torch.randn(3, 20, 32)
     cache = DecoderCache(capacity=2)
     rows = torch.arange(3)
@@ -162,7 +165,7 @@ def test_the_attention_weights_diagrams_draw_include_caps_sinks_and_windows():
 def test_qk_norm_normalizes_before_the_rotation(per_head):
     size = 8 if per_head else 32
     module = attention(q_norm=torch.nn.RMSNorm(size), k_norm=torch.nn.RMSNorm(8 if per_head else 16),
-                       rotary=RotaryEmbedding(8))
+                       rotary=RotaryEmbedding(8, 10000.0))
     x = torch.randn(1, 5, 32)
     q = module.q_proj(x)
     if not per_head:
@@ -206,7 +209,9 @@ SCALINGS = [
       "original_max_position_embeddings": 256},
      Llama3RotaryEmbedding, {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_len": 256}),
     ({"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 256, "beta_fast": 32.0,
-      "beta_slow": 1.0}, YarnRotaryEmbedding, {"factor": 16.0, "original_max_len": 256}),
+      "beta_slow": 1.0}, YarnRotaryEmbedding, {"factor": 16.0, "original_max_len": 256, "beta_fast": 32.0,
+                                               "beta_slow": 1.0, "attention_factor": 0.1 * math.log(16.0) + 1.0,
+                                               "truncate": True}),
     ({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 256, "beta_fast": 16.0,
       "beta_slow": 2.0, "truncate": False, "attention_factor": 1.5},
      YarnRotaryEmbedding, {"factor": 32.0, "original_max_len": 256, "beta_fast": 16.0, "beta_slow": 2.0,
@@ -219,7 +224,7 @@ SCALINGS = [
 @torch.no_grad()
 def test_rotary_scalings_turn_positions_beyond_the_original_context_as_hugging_face(hf, kind, ours):
     frequencies, factor = hf_frequencies(hf)
-    rotary = kind(64, **ours)
+    rotary = kind(64, 10000.0, **ours)
     assert_close(rotary.inverse_frequency, frequencies)
     assert getattr(rotary, "attention_factor", 1.0) == pytest.approx(factor)
     x = torch.randn(1, 2, 3, 64)
@@ -229,18 +234,18 @@ def test_rotary_scalings_turn_positions_beyond_the_original_context_as_hugging_f
     turned = x * cos + torch.cat([-x[..., 32:], x[..., :32]], -1) * sin
     assert_close(rotary(x[:, :, :1], position), turned[:, :, :1])
     # Dropping the scaling changes what a position far out becomes.
-    assert not torch.allclose(RotaryEmbedding(64)(x[:, :, :1], position), turned[:, :, :1], atol=1e-3)
+    assert not torch.allclose(RotaryEmbedding(64, 10000.0)(x[:, :, :1], position), turned[:, :, :1], atol=1e-3)
 
 
 @torch.no_grad()
 def test_partial_rotary_turns_the_first_features_and_passes_the_rest():
     frequencies, _ = hf_frequencies({"rope_type": "default"}, head_dim=16, fraction=0.5)
-    rotary = PartialRotaryEmbedding(8)
+    rotary = PartialRotaryEmbedding(8, 10000.0)
     assert_close(rotary.inverse_frequency, frequencies)
     x = torch.randn(1, 1, 4, 16)
     out = rotary(x, 5)
     assert torch.equal(out[..., 8:], x[..., 8:])
-    assert_close(out[..., :8], RotaryEmbedding(8)(x[..., :8], 5))
+    assert_close(out[..., :8], RotaryEmbedding(8, 10000.0)(x[..., :8], 5))
 
 
 @pytest.mark.parametrize("spec_path", ["specs/modern/gemma2.xspec", "specs/modern/gpt_oss.xspec",

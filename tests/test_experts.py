@@ -6,8 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xspec.compiler.prelude_experts import (ClampedSwiGLU, GeGLU, MixtureOfExperts, Router, SigmoidRouter,
-                                            SwiGLU)
+from xspec.compiler import prelude_experts
+from xspec.compiler.op_experts import ExpertsAttrs, router_pieces
+from xspec.compiler.prelude_experts import (BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts,
+                                            SigmoidRouter, SwiGLU)
 from xspec.runtime.expert_products import register_expert_products
 from xspec.runtime.load_balance import load_balancing_loss
 from float32 import assert_close
@@ -19,10 +21,15 @@ def experts(experts=5, top_k=2, normalize=True, scoring="softmax", routing_scale
             activation="silu", swiglu_limit=7.0, bias=False) -> MixtureOfExperts:
     """The module the compiler writes for `moe(x, ...)` with these options."""
     torch.manual_seed(0)
-    router = {"softmax": Router, "sigmoid": SigmoidRouter}[scoring](16, experts, top_k, bias=router_bias,
-                                                                    normalize=normalize, scale=routing_scale)
+    attrs = ExpertsAttrs(experts=experts, top_k=top_k, d_ff=12, normalize=normalize, scoring=scoring,
+                         routing_scale=routing_scale)
+    name, pieces = router_pieces(attrs, {})
+    bases = tuple(getattr(prelude_experts, piece) for piece in pieces) or (prelude_experts.Router,)
+    router_class = type(name, bases, {}) if len(bases) > 1 else bases[0]
+    scale = {"scale": routing_scale} if routing_scale != 1 else {}
+    router = router_class(16, experts, top_k, bias=router_bias, normalize=normalize, **scale)
     act = ClampedSwiGLU(swiglu_limit, 1.702) if activation == "clamped_swiglu" else ACTIVATIONS[activation]()
-    module = MixtureOfExperts(16, experts, 12, router, act, bias=bias)
+    module = (BiasedMixtureOfExperts if bias else MixtureOfExperts)(16, experts, 12, router, act)
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.3)
@@ -39,9 +46,9 @@ def token_by_token(module: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
         weights, chosen = scores.topk(router.top_k)
         if router.normalize:
             weights = weights / weights.sum()
-        for weight, e in zip(weights * router.scale, chosen.tolist()):
+        for weight, e in zip(weights * getattr(router, "scale", 1.0), chosen.tolist()):
             def linear(name, h):
-                bias = getattr(module, f"{name}_bias") if module.bias else None
+                bias = getattr(module, f"{name}_bias", None)
                 return h @ getattr(module, name)[e].T + (bias[e] if bias is not None else 0)
             gate, up = linear("gate", token), linear("up", token)
             if isinstance(activation, SwiGLU):

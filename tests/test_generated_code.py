@@ -118,11 +118,11 @@ model m {
     (("class MultiHeadAttention(nn.Module):", "class MultiHeadAttention(nn.Module):\n    evil = 1"),
      "differs from the prelude's"),
     # A prelude class is copied whole: a statement, a parameter or a keyword changed or left out is refused.
-    (("        self.causal, self.dropout, self.scale = causal, dropout, scale",
-      "        self.causal, self.dropout, self.scale = True, dropout, scale"), "differs from the prelude's"),
-    (("        self.causal, self.dropout, self.scale = causal, dropout, scale\n", ""), "differs from the prelude's"),
-    ((" dropout=0.0, scale=None):", " dropout=0.0):"), "differs from the prelude's"),
-    (("dropout_p=dropout, scale=self.scale,", "dropout_p=dropout,"), "differs from the prelude's"),
+    (("        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal",
+      "        self.heads, self.kv_heads, self.causal = heads, kv_heads, True"), "differs from the prelude's"),
+    (("        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal\n", ""), "differs from the prelude's"),
+    ((" *, bias, out_bias, causal):", " *, bias, out_bias, causal=False):"), "differs from the prelude's"),
+    (("is_causal=is_causal,\n", "is_causal=is_causal, scale=1.0,\n"), "differs from the prelude's"),
     # A class of prelude classes together extends them and has a docstring, nothing else.
     (("class MultiHeadAttention(nn.Module):", "class Both(MultiHeadAttention, Embedding):\n    evil = 1\n\n\n"
                                              "class MultiHeadAttention(nn.Module):"), "not prelude classes combined"),

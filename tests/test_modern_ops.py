@@ -23,7 +23,7 @@ alibi_slopes = ALiBiAttention.alibi_slopes
 def only_attention(**kwargs) -> torch.nn.Module:
     torch.manual_seed(0)
     if kwargs.get("rotary") is True:
-        kwargs["rotary"] = RotaryEmbedding(8)
+        kwargs["rotary"] = RotaryEmbedding(8, 10000.0)
     return compose(32, heads=4, d_k=8, d_v=8, bias=False, **kwargs).eval()
 
 
@@ -294,7 +294,7 @@ def test_the_weights_diagrams_draw_are_those_forward_applies(options):
     padding = torch.zeros(2, 6, dtype=torch.bool)
     padding[1, 4:] = True
     q, k, mask, is_causal = scores_inputs(attention, x, x, x, padding)
-    weights = sdpa_weights(q, k, mask, is_causal, 8 ** -0.5)                   # [B, h, T, T]
+    weights = sdpa_weights(q, k, mask, is_causal)                   # [B, h, T, T]
     assert weights.shape == (2, 4, 6, 6)
     v = attention.v_proj(x).unflatten(-1, (attention.kv_heads, 8)).transpose(1, 2)
     v = v.repeat_interleave(4 // attention.kv_heads, dim=1)

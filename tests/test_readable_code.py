@@ -113,12 +113,12 @@ def test_sizes_come_from_the_config_by_the_spec_names():
     source = xspec.compile("specs/modern/llama.xspec").python_source
     assert "self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)  # llama.xspec:29" in source
     assert "nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)" in source
-    assert "kv_heads=config.kv_heads" in source
-    assert "rotary=RotaryEmbedding(config.d_k, base=config.rope_theta)" in source
+    assert "config.d_model, config.heads, config.kv_heads, config.d_k, config.d_v," in source
+    assert "rotary=RotaryEmbedding(config.d_k, config.rope_theta)" in source
     # An argument the spec computes from parameters is written so (exactly the same value), a power too.
     assert "scale=config.query_pre_attn_scalar ** -0.5" in xspec.compile("specs/modern/gemma2.xspec").python_source
-    assert ("        self.embed = Embedding(  # base.xspec:33\n"
-            "            config.vocab, config.d_model, scale=math.sqrt(config.d_model))\n") in \
+    assert ("        self.embed = ScaledEmbedding(  # base.xspec:33\n"
+            "            config.vocab, config.d_model, math.sqrt(config.d_model))\n") in \
         xspec.compile("specs/base.xspec").python_source
 
 
@@ -162,7 +162,7 @@ def test_a_config_with_another_layer_count_builds_the_model_set_layers_builds(na
 def test_an_option_the_spec_reads_from_a_parameter_is_a_config_field_even_at_its_default():
     """llama's rope_theta is the rotary default, 10000: still written, so a config edit reaches the model."""
     spec = xspec.compile("specs/modern/llama.xspec")
-    assert spec.params["rope_theta"] == 10000.0 and "base=config.rope_theta" in spec.python_source
+    assert spec.params["rope_theta"] == 10000.0 and "(config.d_k, config.rope_theta)" in spec.python_source
     namespace: dict = {}
     exec(compile_checked(spec.python_source, "model.py"), namespace)
     edited = namespace["Model"](namespace["LlamaConfig"](rope_theta=500000.0))

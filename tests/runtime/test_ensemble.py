@@ -128,11 +128,12 @@ def test_a_model_with_itself_is_the_model(beam):
 def test_greedy_generation_follows_the_mixture():
     models = [_model(5, spec=LM, max_len=40), _model(6, spec=LM, max_len=40)]
     prompts = torch.cat([torch.full((4, 1), EOS), torch.randint(4, VOCAB, (4, 3))], 1)   # [4, 4]
-    tokens = torch.cat([prompts, torch.tensor(sample(models, prompts, 3, None))], 1)    # [4, 7]; no EOS drawn
-    assert tokens.size(1) == 7
-    mixed = torch.stack([torch.softmax(m.decode(tokens).double(), -1) for m in models]).mean(0)  # [4, 7, V]
-    mixed[..., PAD] = mixed[..., BOS] = 0
-    assert torch.equal(mixed[:, 3:6].argmax(-1), tokens[:, 4:7])
+    for prompt, continuation in zip(prompts, sample(models, prompts, 3, None)):
+        expected = (continuation + [EOS])[:3]                   # a continuation leaves out the EOS it ends at
+        tokens = torch.cat([prompt, torch.tensor(expected, dtype=prompt.dtype)])[None]          # [1, 4 + n]
+        mixed = torch.stack([torch.softmax(m.decode(tokens).double(), -1) for m in models]).mean(0)  # [1, 4 + n, V]
+        mixed[..., PAD] = mixed[..., BOS] = 0
+        assert mixed[0, 3:3 + len(expected)].argmax(-1).tolist() == expected
 
 
 # --- trained runs and the commands ---------------------------------------------------------------

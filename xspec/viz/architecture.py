@@ -311,9 +311,8 @@ def _draw_attention_internals(graph: graphviz.Digraph, view: View, unit: Unit, h
         # labelloc "b" is the top with rankdir=BT: away from the three inputs entering below.
         mha.attr(label=header, style="rounded,filled", fillcolor=colors["fillcolor"], color=colors["color"],
                  labeljust="c", labelloc="b", **{"class": "attention", "id": f"frame:{node}"})
-        for part, width, source_dim in (("q", a.d_k, inferred["d_model"]), ("k", a.d_k, inferred["kdim"]),
-                                        ("v", a.d_v, inferred["vdim"])):
-            mha.node(n(part), box(f"Linear {part.upper()}", f"{source_dim} → {a.heads}·{width}"), **inner)
+        for part, width in (("q", a.d_k), ("k", a.d_k), ("v", a.d_v)):
+            mha.node(n(part), box(f"Linear {part.upper()}", f"{inferred['d_model']} → {a.heads}·{width}"), **inner)
         with mha.subgraph(name=f"cluster_{node}/sdpa") as sdpa:
             sdpa.attr(label=f"Scaled Dot-Product Attention  (×{a.heads} heads)", fontsize="10", labelloc="b",
                       style="rounded,filled", fillcolor="white", color="#BBBBBB")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from xspec.compiler.op_attention import AttentionAttrs, score_scale
+from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.ops import OPS
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
@@ -112,7 +112,7 @@ def _recorder(name: str, attrs: AttentionAttrs, captured: dict[str, torch.Tensor
         if attrs.softcap is not None or attrs.sinks:  # computed by the module (ExplicitAttention)
             captured[name] = module.weights(q, k, mask, is_causal)[0]
         else:
-            captured[name] = sdpa_weights(q, k, mask, is_causal, score_scale(attrs))[0]
+            captured[name] = sdpa_weights(q, k, mask, is_causal)[0]
     return hook
 
 
@@ -125,13 +125,13 @@ def scores_inputs(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     return (q, k, *attention.mask(q, k, padding, None))
 
 
-def sdpa_weights(q: torch.Tensor, k: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool,
-                 scale: float) -> torch.Tensor:
-    """The weights F.scaled_dot_product_attention gives the values: softmax(Q Kᵀ * scale), a boolean
+def sdpa_weights(q: torch.Tensor, k: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool) -> torch.Tensor:
+    """The weights F.scaled_dot_product_attention gives the values: softmax(Q Kᵀ / sqrt(d_k)) (a piece
+    with another scale folds it into the queries), a boolean
     mask's False keys left out and a float mask added, each key head serving a group of query heads:
     [B, h, Tq, Tk]."""
     k = k.repeat_interleave(q.size(1) // k.size(1), dim=1)
-    scores = q @ k.transpose(-2, -1) * scale
+    scores = q @ k.transpose(-2, -1) * q.size(-1) ** -0.5
     if is_causal:
         mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
     if mask is not None and mask.dtype == torch.bool:

@@ -24,17 +24,16 @@ class TransformerBaseConfig:
     max_len: int = 1024
 
 
-class Embedding(nn.Module):
-    """Token embedding multiplied by `scale` (§3.4: sqrt(d_model))."""
+class ScaledEmbedding(nn.Embedding):
+    """Token embeddings multiplied by `scale` (§3.4: sqrt(d_model))."""
 
-    def __init__(self, vocab, dim, scale=1.0):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab, dim))
+    def __init__(self, vocab, dim, scale):
+        super().__init__(vocab, dim)
         self.scale = scale
         nn.init.normal_(self.weight, std=dim ** -0.5)  # unit-variance rows once scaled
 
     def forward(self, tokens):
-        return F.embedding(tokens, self.weight) * self.scale
+        return super().forward(tokens) * self.scale
 
 
 class SinusoidalPositions(nn.Module):
@@ -57,20 +56,17 @@ class SinusoidalPositions(nn.Module):
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2); keys and values of `kv_heads`
-    heads, each serving heads / kv_heads query heads (grouped-query attention)."""
+    heads, each serving heads / kv_heads query heads (grouped-query attention where fewer)."""
 
     sdpa_causal = True  # SDPA's own causal mask serves where nothing else masks
 
-    def __init__(self, d_model, heads, d_k, d_v, kv_heads=None, bias=True, out_bias=None,
-                 kdim=None, vdim=None, causal=False, dropout=0.0, scale=None):
+    def __init__(self, d_model, heads, kv_heads, d_k, d_v, *, bias, out_bias, causal):
         super().__init__()
-        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
-        self.causal, self.dropout, self.scale = causal, dropout, scale
+        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal
         # W^Q, W^K, W^V and W^O (§3.2.2)
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
-        out_bias = bias if out_bias is None else out_bias
+        self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
         self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
@@ -114,9 +110,7 @@ class MultiHeadAttention(nn.Module):
         return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
     def attend(self, q, k, v, mask, is_causal):
-        dropout = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              dropout_p=dropout, scale=self.scale,
                                               enable_gqa=self.kv_heads != self.heads)
 
 
@@ -136,8 +130,8 @@ class CrossAttention(MultiHeadAttention):
 class Embed(nn.Module):  # block embed, base.xspec:32
     def __init__(self, config):
         super().__init__()
-        self.embed = Embedding(  # base.xspec:33
-            config.vocab, config.d_model, scale=math.sqrt(config.d_model))
+        self.embed = ScaledEmbedding(  # base.xspec:33
+            config.vocab, config.d_model, math.sqrt(config.d_model))
         self.positions = SinusoidalPositions(config.d_model, config.max_len)  # base.xspec:37
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:37
 
@@ -161,7 +155,8 @@ class EncoderLayer(nn.Module):  # block encoder_layer, base.xspec:41
         super().__init__()
         self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:42
         self.self_attn = MultiHeadAttention(  # base.xspec:42
-            config.d_model, config.heads, config.d_k, config.d_v)
+            config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
+            out_bias=True, causal=False)
         self.sublayer_2 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:43
         self.ffn = FeedForward(config)  # base.xspec:43
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:23
@@ -190,10 +185,12 @@ class DecoderLayer(nn.Module):  # block decoder_layer, base.xspec:47
         super().__init__()
         self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:48
         self.self_attn = MultiHeadAttention(  # base.xspec:48
-            config.d_model, config.heads, config.d_k, config.d_v, causal=True)
+            config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
+            out_bias=True, causal=True)
         self.sublayer_2 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:49
         self.cross_attn = CrossAttention(  # base.xspec:49
-            config.d_model, config.heads, config.d_k, config.d_v)
+            config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
+            out_bias=True, causal=False)
         self.sublayer_3 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:50
         self.ffn = FeedForward(config)  # base.xspec:50
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:23

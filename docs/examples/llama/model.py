@@ -25,65 +25,49 @@ class LlamaConfig:
     attention_bias: bool = False
 
 
-class Embedding(nn.Module):
-    """Token embedding multiplied by `scale` (§3.4: sqrt(d_model))."""
+class Embedding(nn.Embedding):
+    """Token embeddings, rows of variance 1 / dim."""
 
-    def __init__(self, vocab, dim, scale=1.0):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab, dim))
-        self.scale = scale
-        nn.init.normal_(self.weight, std=dim ** -0.5)  # unit-variance rows once scaled
-
-    def forward(self, tokens):
-        return F.embedding(tokens, self.weight) * self.scale
+    def __init__(self, vocab, dim):
+        super().__init__(vocab, dim)
+        nn.init.normal_(self.weight, std=dim ** -0.5)
 
 
 class RotaryEmbedding(nn.Module):
     """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
-    is turned by the angle p * theta_i, theta_i = base^(-2i/dim)."""
+    is turned by the angle p * theta_i, theta_i = base^(-2i/dim), in float32."""
 
-    def __init__(self, dim, base=10000.0):
+    def __init__(self, dim, base):
         super().__init__()
         exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
         # Derived, so not in checkpoints.
         self.register_buffer("inverse_frequency", 1.0 / (base ** exponents), persistent=False)
 
-    @staticmethod
-    def rotate_half(x):
-        """[x1, x2] -> [-x2, x1] over the last dimension's two halves: the rotation of rotary
-        embeddings."""
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat([-x2, x1], dim=-1)
-
-    def forward(self, x, start):
-        """x [B, h, T, dim] at positions start, start + 1, ...: rotated in float32, in x's
-        dtype."""
+    def forward(self, x, start):  # x [B, h, T, dim] at positions start, start + 1, ...
         position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
         angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
         return self.rotate(x, angles.cos(), angles.sin())
 
     def rotate(self, x, cos, sin):
-        turned = x.float()
-        return (turned * cos + self.rotate_half(turned) * sin).to(x.dtype)
+        x1, x2 = x.float().chunk(2, dim=-1)
+        turned = torch.cat([-x2, x1], dim=-1)  # each pair (x1, x2) a quarter turn on
+        return (x.float() * cos + turned * sin).to(x.dtype)
 
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2); keys and values of `kv_heads`
-    heads, each serving heads / kv_heads query heads (grouped-query attention)."""
+    heads, each serving heads / kv_heads query heads (grouped-query attention where fewer)."""
 
     sdpa_causal = True  # SDPA's own causal mask serves where nothing else masks
 
-    def __init__(self, d_model, heads, d_k, d_v, kv_heads=None, bias=True, out_bias=None,
-                 kdim=None, vdim=None, causal=False, dropout=0.0, scale=None):
+    def __init__(self, d_model, heads, kv_heads, d_k, d_v, *, bias, out_bias, causal):
         super().__init__()
-        self.heads, self.kv_heads, self.d_k, self.d_v = heads, kv_heads or heads, d_k, d_v
-        self.causal, self.dropout, self.scale = causal, dropout, scale
+        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal
         # W^Q, W^K, W^V and W^O (§3.2.2)
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(kdim or d_model, self.kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(vdim or d_model, self.kv_heads * d_v, bias=bias)
-        out_bias = bias if out_bias is None else out_bias
+        self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
         self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
@@ -127,9 +111,7 @@ class MultiHeadAttention(nn.Module):
         return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
     def attend(self, q, k, v, mask, is_causal):
-        dropout = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              dropout_p=dropout, scale=self.scale,
                                               enable_gqa=self.kv_heads != self.heads)
 
 
@@ -166,9 +148,9 @@ class LmLayer(nn.Module):  # block lm_layer, llama.xspec:33
         self.sublayer_1 = nn.ModuleDict({  # llama.xspec:34
             'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
         self.self_attn = RotaryAttention(  # llama.xspec:34
-            config.d_model, config.heads, config.d_k, config.d_v, kv_heads=config.kv_heads,
-            bias=config.attention_bias, causal=True,
-            rotary=RotaryEmbedding(config.d_k, base=config.rope_theta))
+            config.d_model, config.heads, config.kv_heads, config.d_k, config.d_v,
+            bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
+            rotary=RotaryEmbedding(config.d_k, config.rope_theta))
         self.sublayer_2 = nn.ModuleDict({  # llama.xspec:36
             'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
         self.ffn = FeedForward(config)  # llama.xspec:36
