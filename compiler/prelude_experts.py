@@ -64,7 +64,7 @@ class GeGLU(nn.Module):
 
 
 class ClampedSwiGLU(nn.Module):
-    """gpt-oss's SwiGLU: the gate clamped above at `limit` and up to +-limit, then
+    """gpt-oss's gated activation: the gate clamped above at `limit` and up to +-limit, then
     (up + 1) * gate * sigmoid(alpha * gate)."""
 
     def __init__(self, limit, alpha):
