@@ -6,14 +6,15 @@ may contain only what the code generator emits:
 
   - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F` and
     `from dataclasses import dataclass`;
-  - one `@dataclass` config class: a docstring and fields `name: int = 512` (int, float, str, bool);
+  - one `@dataclass` config class: a docstring, fields `name: int = 512` (int, float, str, bool,
+    tuple; None where computed), and `__post_init__(self)` assigning the computed ones;
   - classes copied from the prelude files (compiler/library.py), each the prelude's own (compared as
     ASTs), and classes that only extend several of them and have a docstring;
   - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
     same statements) and return, over names they bind themselves, the module's classes, and
-    `range`/`super` — no other builtin, and not `torch`; attributes only public ones (plus
-    `super().__init__`); `nn.X`, `F.x` and `math.x` only called on the spot, so no module object
-    (`F.torch`) can be reached or stored;
+    `range`/`super`/`int` (a partial rotary width, int(head_dim * fraction)) — no other builtin, and
+    not `torch`; attributes only public ones (plus `super().__init__`); `nn.X`, `F.x` and `math.x`
+    only called on the spot, so no module object (`F.torch`) can be reached or stored;
   - literals that are numbers, strings, booleans or None (finite floats only); powers only by a small
     literal exponent (`config.query_pre_attn_scalar ** -0.5`); arithmetic, comparisons, `and`, `or` and
     `not` (a layer's choice, `if (i + 1) % config.sliding_window_pattern != 0:`);
@@ -35,7 +36,7 @@ from .library import is_copy, prelude_classes
 
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 FROM_IMPORTS = {("dataclasses", "dataclass", None)}
-BUILTINS = frozenset({"range", "super"})
+BUILTINS = frozenset({"int", "range", "super"})
 LIBRARIES = frozenset({"nn", "F", "math"})  # generated classes call nn.Linear, F.relu, math.sqrt; torch: prelude only
 FIELD_TYPES = frozenset({"int", "float", "str", "bool", "tuple"})
 OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.FloorDiv, ast.Mod)
@@ -98,12 +99,43 @@ def _check_config(node: ast.ClassDef) -> None:
             continue
         if isinstance(item, ast.Pass) and len(node.body) <= 2:
             continue
+        if isinstance(item, ast.FunctionDef) and index == len(node.body) - 1:
+            _check_post_init(item, node.name)
+            continue
         if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.simple
                 and isinstance(item.annotation, ast.Name) and item.annotation.id in FIELD_TYPES
                 and (isinstance(item.value, (ast.Constant, ast.Tuple)) or (isinstance(item.value, ast.UnaryOp)
                                                                           and isinstance(item.value.op, ast.USub)))):
             _refuse(item, f"a {type(item).__name__} in the config {node.name}")
         _check_expr(item.value, set())
+
+
+def _check_post_init(node: ast.FunctionDef, config: str) -> None:
+    """`__post_init__(self)`: fields the spec computes from others, each where it is None."""
+    arguments = node.args
+    if node.name != "__post_init__" or node.decorator_list or node.returns or len(arguments.args) != 1 \
+            or arguments.args[0].arg != "self" or arguments.vararg or arguments.kwarg or arguments.kwonlyargs \
+            or arguments.posonlyargs or arguments.defaults:
+        _refuse(node, f"a method of the config {config} other than __post_init__(self)")
+
+    def check_assignment(statement: ast.stmt) -> None:
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Attribute) and _is_self(statement.targets[0].value)):
+            _refuse(statement, f"a {type(statement).__name__} in {config}.__post_init__")
+        _check_attribute(statement.targets[0], {"self"})
+        _check_expr(statement.value, {"self"})
+
+    for statement in node.body:
+        if isinstance(statement, ast.If) and not statement.orelse:
+            _check_expr(statement.test, {"self"})
+            for inner in statement.body:
+                check_assignment(inner)
+        else:
+            check_assignment(statement)
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
 
 
 def _check_combined(node: ast.ClassDef) -> None:

@@ -4,8 +4,9 @@ sizes and constants from it.
 Generated classes take the config as nanoGPT's take its GPTConfig, so `nn.Linear(config.d_model,
 config.d_ff)` points back to the spec's `d_ff`. An op argument written as an expression of parameters
 (`d_ff`, `sqrt(d_model)`, `4 * d_model`) is recorded with its node as that expression over `config`
-(the graph builder calls `config_expression`), kept only where it computes exactly the checked value;
-a size the shape rules inferred reads the one parameter of that value, where just one has it.
+(the graph builder calls `config_expression`), kept only where it computes exactly the checked value.
+A module's input width is the expression of the op that made it (compiler/lower.py follows the graph);
+only shape comments, and the width of a graph input, read the one parameter of a value (`ConfigNames`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ SHADOWED = frozenset({"int", "float", "str", "bool", "dataclass"})
 # The spec's math functions that generated code may call through `math`.
 MATH = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}
 OPERATORS: dict[str, Callable[[object, object], object]] = {
-    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}  # type: ignore[operator]
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,  # type: ignore[operator]
+    "//": lambda a, b: a // b, "%": lambda a, b: a % b}  # type: ignore[operator]
 # A power generated code may take: of a positive value, by a literal exponent no larger than this
 # (`config.query_pre_attn_scalar ** -0.5`); the checker (compiler/codecheck.py) allows no other.
 MAX_EXPONENT = 4
@@ -44,10 +46,22 @@ def config_expression(expr: ast.Expr, value: object, fields: dict[str, Constant]
     parameters (a local name of the same value counts: a block argument passed the parameter) and
     computes `value` exactly, of its type; else None, and generated code writes the value itself."""
     try:
-        code, computed = _render(expr, fields, local)
+        code, computed = _render(expr, fields, local, "config.")
     except _NotConfig:
         return None
     if type(computed) is not type(value) or computed != value or "config." not in code:
+        return None
+    return _outer(code)
+
+
+def derived_field(expr: ast.Expr, value: object, fields: dict[str, Constant]) -> Optional[str]:
+    """A parameter the spec computes from others (`d_k = d_model / heads`) as Python over the config's own
+    fields (`self.d_model // self.heads`), if it computes `value` exactly; else None (a constant)."""
+    try:
+        code, computed = _render(expr, fields, lambda name: None, "self.")
+    except _NotConfig:
+        return None
+    if type(computed) is not type(value) or computed != value or "self." not in code:
         return None
     return _outer(code)
 
@@ -56,25 +70,54 @@ class _NotConfig(Exception):
     pass
 
 
-def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], object]) -> tuple[str, object]:
+def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], object],
+            prefix: str) -> tuple[str, object]:
+    """Python for `expr` over the fields (each written `{prefix}{name}`) and the value it computes."""
+    def render(part: ast.Expr) -> tuple[str, object]:
+        return _render(part, fields, local, prefix)
+
     if isinstance(expr, ast.Name):
         if expr.id not in fields or local(expr.id) not in (None, fields[expr.id]):
             raise _NotConfig
-        return f"config.{expr.id}", fields[expr.id]
-    if isinstance(expr, ast.Literal) and type(expr.value) in (int, float):
+        return f"{prefix}{expr.id}", fields[expr.id]
+    if isinstance(expr, ast.Literal) and type(expr.value) in (int, float, str, bool):
         return repr(expr.value), expr.value
+    if isinstance(expr, ast.ListExpr):  # a list is a tuple in the config
+        items = [render(item) for item in expr.items]
+        code = ", ".join(code for code, _ in items) + ("," if len(items) == 1 else "")
+        return f"({code})", tuple(value for _, value in items)
+    if isinstance(expr, ast.UnaryOp) and expr.op == "-":
+        operand, a = render(expr.operand)
+        if isinstance(a, bool) or not isinstance(a, (int, float)):
+            raise _NotConfig
+        return f"(-{operand})", -a
     if isinstance(expr, ast.BinOp) and expr.op in OPERATORS:
-        (left, a), (right, b) = _render(expr.left, fields, local), _render(expr.right, fields, local)
-        return f"({left} {expr.op} {right})", OPERATORS[expr.op](a, b)
+        (left, a), (right, b) = render(expr.left), render(expr.right)
+        if isinstance(a, bool) or isinstance(b, bool):
+            raise _NotConfig
+        try:
+            return f"({left} {expr.op} {right})", OPERATORS[expr.op](a, b)
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            raise _NotConfig from None
+    if isinstance(expr, ast.BinOp) and expr.op == "/":  # the spec's exact quotient of whole numbers: //
+        (left, a), (right, b) = render(expr.left), render(expr.right)
+        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) \
+                or not isinstance(b, (int, float)) or not b:
+            raise _NotConfig
+        if isinstance(a, int) and isinstance(b, int):
+            if a % b:
+                raise _NotConfig  # the spec's inexact quotient is an error where it is used
+            return f"({left} // {right})", a // b
+        return f"({left} / {right})", a / b
     if isinstance(expr, ast.BinOp) and expr.op == "**":
         exponent = _literal_number(expr.right)
-        base, a = _render(expr.left, fields, local)
+        base, a = render(expr.left)
         if exponent is None or abs(exponent) > MAX_EXPONENT or isinstance(a, bool) or not isinstance(a, (int, float)) \
                 or a <= 0:
             raise _NotConfig
         return f"({base} ** {exponent!r})", a ** exponent
     if isinstance(expr, ast.Call) and expr.callee.id in MATH and len(expr.args) == 1 and not expr.kwargs:
-        argument, a = _render(expr.args[0], fields, local)
+        argument, a = render(expr.args[0])
         if isinstance(a, bool) or not isinstance(a, (int, float)) or (expr.callee.id != "exp" and a <= 0):
             raise _NotConfig
         return f"math.{expr.callee.id}({_outer(argument)})", MATH[expr.callee.id](a)
@@ -125,7 +168,8 @@ def _outer(code: str) -> str:
 
 
 class ConfigNames:
-    """Sizes as the config names them: a whole number is the one parameter of that value, if one only."""
+    """Sizes as the config names them, by value: a whole number is the one parameter of that value, if one
+    only. For shape comments, and a graph input's width: module arguments follow the spec's expressions."""
 
     def __init__(self, fields: dict[str, Constant]) -> None:
         by_value: dict[int, list[str]] = {}

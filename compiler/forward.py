@@ -441,7 +441,7 @@ class _Forward:
             if op.module is not None:
                 attribute = item.prefix + identifier(node.id.rsplit(".", 1)[-1])
             elif op.holder is not None:
-                attribute = self.context.holder(self.instance, node.id, op.holder(node.attrs, _Sources(node)))
+                attribute = self.context.holder(self.instance, node.id, op.holder(node.attrs, Arguments(node)))
             else:
                 attribute = ""
             inputs = {port: code(port) for port in step.inputs}
@@ -544,17 +544,20 @@ def _defined(program: Program) -> set[str]:
     return refs
 
 
-class _Sources:
-    """An op's attributes as generated code writes them: the spec's parameter expression, else the value."""
+class Arguments:
+    """An op's constructor arguments as generated code writes them (opdef.Written): each attribute as the
+    spec's parameter expression over the config (`config.d_ff`), else its value; an input's width as
+    `width` gives it (the lowering follows the graph for it)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, node: Node, width: Optional[Callable[[str], str]] = None) -> None:
+        self.node, self._width = node, width
 
     def attr(self, name: str) -> str:
         return self.node.sources.get(name) or literal(getattr(self.node.attrs, name))
 
-    def size(self, value: object) -> str:
-        return literal(value)
+    def width(self, port: str) -> str:
+        assert self._width is not None, f"{self.node.id}: an input's width read where the graph is not followed"
+        return self._width(self.node.inputs[port])
 
     def from_config(self, name: str) -> bool:
         return name in self.node.sources

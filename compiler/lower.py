@@ -21,18 +21,19 @@ from typing import Optional
 from xspec.base.text import printable
 
 from .codecheck import check_module
-from .config import ConfigNames, config_fields
+from .config import ConfigNames, condition_source, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER
-from .forward import Context, file_label, forward_lines, identifier, inline_calls, literal, where
-from .ir import Instance, Node
+from .forward import Arguments, Context, file_label, forward_lines, identifier, inline_calls, literal, where
+from .ir import Instance
 from .layer_choice import layer_class_by_index
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
 from .library import prelude_classes, with_bases
 from .resolve import ResolvedModel
+from .shapes import TensorType
 from .validate import ValidatedModel
-from .wrap import INDENT, LINE_LIMIT, wrap, wrapped
+from .wrap import INDENT, LINE_LIMIT, assignment, wrap, wrapped
 
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
@@ -69,22 +70,6 @@ def _docstring(text: str) -> str:
     return '"""' + "\n".join(lines) + '"""'
 
 
-class _Written:
-    """A module's constructor arguments as the spec wrote them (opdef.Written)."""
-
-    def __init__(self, node: Node, names: ConfigNames) -> None:
-        self.node, self.names = node, names
-
-    def attr(self, name: str) -> str:
-        return self.node.sources.get(name) or literal(getattr(self.node.attrs, name))
-
-    def size(self, value: object) -> str:
-        return self.names.size(value)
-
-    def from_config(self, name: str) -> bool:
-        return name in self.node.sources
-
-
 class _Lowering:
     def __init__(self, model: ResolvedModel, validated: ValidatedModel) -> None:
         self.model, self.validated = model, validated
@@ -103,6 +88,7 @@ class _Lowering:
         self.config_class = class_name(f"{model.name}_config", {*self.library, self.model_class})
         self.fields = config_fields(model.params)
         self.names = ConfigNames(self.fields)
+        self.widths: dict[str, str] = {}  # node id -> its output's last size, as generated code writes it
         self.holders: dict[str, dict[str, tuple[str, Span]]] = {}  # instance -> constructor -> attribute, line
         self.context = Context(self.graph, validated.graph.tensors, self.names,
                                inline_calls(validated.graph.root), self._holder)
@@ -195,7 +181,7 @@ class _Lowering:
             node = self.graph[child.node]
             module = OPS[node.op].module
             assert module is not None
-            return module(node.attrs, node.inferred, _Written(node, self.names))
+            return module(node.attrs, node.inferred, Arguments(node, self._width))
         if child.kind == "stack":
             classes = self.layer_classes[child.path]
             count = child.count_source or literal(len(classes))
@@ -229,6 +215,31 @@ class _Lowering:
             held[constructor] = (name, self.graph[node_id].span)
         return held[constructor][0]
 
+    def _width(self, node_id: str) -> str:
+        """The last size of a node's output as the spec's expressions give it: the attribute of the op that
+        made it (OpDef.width), through the ops that keep an input's (a norm, attention, an addition). A
+        graph input's reads the one parameter of its value, if one only."""
+        pending = [node_id]
+        while pending:
+            node = self.graph[pending[-1]]
+            if node.id in self.widths:
+                pending.pop()
+                continue
+            own, size = OPS[node.op].width, node.checked_shape().dims[-1]
+            kept = [source for source in node.inputs.values()
+                    if (self.graph[source].shape or TensorType(())).dims[-1:] == (size,)]
+            if own is not None:
+                self.widths[node.id] = Arguments(node, self._width).attr(own)
+            elif not kept:
+                self.widths[node.id] = self.names.size(size)
+            elif kept[0] in self.widths:
+                self.widths[node.id] = self.widths[kept[0]]
+            else:
+                pending.append(kept[0])  # its input's first (a stack of thousands of layers: no recursion)
+                continue
+            pending.pop()
+        return self.widths[node_id]
+
     # --- the file around the classes ----------------------------------------------------------
     def _header(self, uses_math: bool) -> str:
         """The docstring and imports (math only where the file calls it: a file reads clean under a linter)."""
@@ -240,12 +251,42 @@ class _Lowering:
 
     def _config(self, code: str) -> str:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
-        takes it."""
-        fields = [_field(name, value) for name, value in self.fields.items()
-                  if re.search(rf"\bconfig\.{name}\b", code)]
+        takes it. A parameter the spec computes from others (`d_k = d_model / heads`) is None unless
+        given and computed from them after (`__post_init__`), so an edited config builds what --set builds."""
+        derived = self._derived_fields()
+        used = {name for name in self.fields if re.search(rf"\bconfig\.{name}\b", code)}
+        pending = [name for name in used if name in derived]
+        while pending:  # and the parameters the computed ones read
+            for name in re.findall(r"\bself\.(\w+)", derived[pending.pop()]):
+                if name not in used:
+                    used.add(name)
+                    pending += [name] if name in derived else []
+        fields = [_field(name, value, computed=name in derived) for name, value in self.fields.items()
+                  if name in used]
         doc = f"The parameters of {file_label(self.model.span.file)} that sizes and rates are read from."
-        return "\n".join(["@dataclass", f"class {self.config_class}:", INDENT + _docstring(doc), "",
-                          *(fields or [f"{INDENT}pass"])])
+        lines = ["@dataclass", f"class {self.config_class}:", INDENT + _docstring(doc), "",
+                 *(fields or [f"{INDENT}pass"])]
+        computed = [name for name in _dependency_order(derived) if name in used]
+        if computed:
+            lines += ["", f"{INDENT}def __post_init__(self):  # None: computed from the others, as the spec does"]
+            for name in computed:
+                line = f"self.{name} = {derived[name]} if self.{name} is None else self.{name}"
+                if len(INDENT * 2 + line) < LINE_LIMIT:
+                    lines.append(INDENT * 2 + line)
+                else:
+                    lines += [f"{INDENT * 2}if self.{name} is None:",
+                              *assignment(f"self.{name}", derived[name], INDENT * 3)]
+        return "\n".join(lines)
+
+    def _derived_fields(self) -> dict[str, str]:
+        """The config's fields the spec computes from other fields: name -> Python over `self`."""
+        derived = {}
+        for name, value in self.fields.items():
+            expression = self.model.expressions.get(name)
+            code = derived_field(expression, value, self.fields) if expression is not None else None
+            if code is not None:
+                derived[name] = condition_source(code)  # only the parentheses Python needs
+        return derived
 
     def _tie_lines(self) -> list[str]:
         """One assignment per tied tensor, except where a tensor of every layer of a stack is tied to the
@@ -312,9 +353,25 @@ class _Lowering:
         return "\n".join(lines)
 
 
-def _field(name: str, value: object) -> str:
-    """A config field; a list's items packed on the lines after it where one line would be too long."""
-    return "\n".join(wrapped(f"{name}: {type(value).__name__} = {literal(value)}", INDENT))
+def _field(name: str, value: object, computed: bool) -> str:
+    """A config field (None where `__post_init__` computes it); a list's items packed on the lines after it
+    where one line would be too long."""
+    return "\n".join(wrapped(f"{name}: {type(value).__name__} = {'None' if computed else literal(value)}", INDENT))
+
+
+def _dependency_order(derived: dict[str, str]) -> list[str]:
+    """The computed fields, each after the computed fields it reads."""
+    order: list[str] = []
+    def visit(name: str, seen: tuple[str, ...]) -> None:
+        if name in order or name in seen:
+            return
+        for read in re.findall(r"\bself\.(\w+)", derived[name]):
+            if read in derived:
+                visit(read, (*seen, name))
+        order.append(name)
+    for name in derived:
+        visit(name, ())
+    return order
 
 
 def _stack_sizes(instance: Instance) -> dict[str, int]:

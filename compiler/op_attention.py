@@ -241,7 +241,10 @@ def _norm(features: str, a: AttentionAttrs, w: Written) -> str:
 def rotary_module(a: AttentionAttrs, w: Written) -> str:
     """The rotary embedding a rotary attention holds: the class of its scaling (prelude_rotary.py), its
     features and base, and the parameters that scaling reads."""
-    features = w.attr("d_k") if a.rotary_fraction == 1 else w.size(int(a.rotary_dims))
+    features = w.attr("d_k")
+    if a.rotary_fraction != 1:  # int(head_dim * partial_rotary_factor), as transformers computes it
+        features = f"int({_product(w, ('d_k', 'rotary_fraction'), a.rotary_dims)})" \
+            if w.from_config("d_k") or w.from_config("rotary_fraction") else str(int(a.rotary_dims))
     cls, names = ROTARY_CLASSES[a.rotary_scaling if a.rotary_fraction == 1 else "partial"]
     args = [features, w.attr("rotary_base")]
     for name in names:
@@ -300,18 +303,28 @@ def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...
     return "".join(short for piece, short in PIECES if piece in pieces) + "Attention", pieces
 
 
+def _product(w: Written, names: tuple[str, ...], value: float) -> str:
+    """A size the attributes `names` multiply to (heads * d_k): over the config where the spec read one of
+    them from it, else the value."""
+    if not any(w.from_config(name) for name in names):
+        return repr(value)
+    return " * ".join(code if code.replace(".", "").replace("_", "").isalnum() else f"({code})"
+                      for code in (w.attr(name) for name in names))
+
+
 def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
     """The attention's class (d_model, heads, kv_heads, d_k, d_v, bias, out_bias, causal), and what each
     of its pieces takes."""
     kv_heads = w.attr("kv_heads") if a.kv_heads is not None else w.attr("heads")
     out_bias = w.attr("bias") if a.out_bias is None else w.attr("out_bias")
-    args = [w.size(i["d_model"]), w.attr("heads"), kv_heads, w.attr("d_k"), w.attr("d_v"),
+    args = [w.width("query"), w.attr("heads"), kv_heads, w.attr("d_k"), w.attr("d_v"),
             f"bias={w.attr('bias')}", f"out_bias={out_bias}", f"causal={w.attr('causal')}"]
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
-        head = w.attr("d_k")
-        args += [f"q_norm={_norm(head if a.qk_norm == 'head' else w.size(q_size), a, w)}",
-                 f"k_norm={_norm(head if a.qk_norm == 'head' else w.size(k_size), a, w)}"]
+        key_heads = "kv_heads" if a.kv_heads is not None else "heads"
+        q_features = w.attr("d_k") if a.qk_norm == "head" else _product(w, ("heads", "d_k"), q_size)
+        k_features = w.attr("d_k") if a.qk_norm == "head" else _product(w, (key_heads, "d_k"), k_size)
+        args += [f"q_norm={_norm(q_features, a, w)}", f"k_norm={_norm(k_features, a, w)}"]
     if a.rotary:
         args.append(f"rotary={rotary_module(a, w)}")
     for name, used in (("window", a.window is not None), ("softcap", a.softcap is not None),

@@ -107,7 +107,7 @@ def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
 def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
     """MixtureOfExperts(d_model, experts, d_ff, router, activation), or its biased piece: the pieces of
     prelude_experts.py this mixture uses."""
-    d_model = w.size(i["d_model"])
+    d_model = w.width("x")
     router = [d_model, w.attr("experts"), w.attr("top_k"), f"bias={w.attr('router_bias')}",
               f"normalize={w.attr('normalize')}"]
     if a.routing_scale != 1:

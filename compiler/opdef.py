@@ -54,8 +54,10 @@ class Written(Protocol):
         """The attribute as the spec wrote it over the config (`config.d_ff`), else its value."""
         ...
 
-    def size(self, value: object) -> str:
-        """An inferred size: the config's parameter of that value (`config.d_model`), else the value."""
+    def width(self, port: str) -> str:
+        """The last size of the tensor at input `port` as the spec's expressions give it: the attribute
+        that made it (`config.d_model` from `embedding(tokens, vocab, d_model)`), followed through the
+        ops that keep it."""
         ...
 
     def from_config(self, name: str) -> bool:
@@ -117,6 +119,9 @@ class OpDef(Generic[AttrsT]):
     # The class its module is, and the prelude classes that class combines: where there are several, the
     # generated file defines it, extending them (compiler/prelude_attention.py's pieces).
     composes: Callable[[AttrsT, Inferred], tuple[str, tuple[str, ...]]] = lambda a, i: ("", ())
+    # The attribute whose value is the output's last size (linear: `out`); None: the op keeps the last
+    # size of an input (a norm, attention, an addition), which generated code then names as that input's.
+    width: Optional[str] = None
     # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
     # the module that makes the logits (the pre-softmax projection) look through it.
     elementwise: bool = False

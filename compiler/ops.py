@@ -158,7 +158,7 @@ OPS: dict[str, OpDef[Any]] = {
             name="embedding", doc="token embedding, times `scale` (§3.4)", family=Family.EMBEDDING,
             inputs=(Input("tokens"),), attrs=EmbeddingAttrs, infer=_embedding_shape,
             params=lambda a, i: {"weight": (a.vocab, a.dim)},
-            module=_embedding_module,
+            module=_embedding_module, width="dim",
             call=_call_module, title="Embedding", facts=lambda a, i: {"d_model": a.dim, "vocab": a.vocab},
             details=lambda a, i: [f"{a.vocab} × {a.dim}"] + ([f"scaled by {_scale_text(a.scale)}"] if a.scale != 1
                                                              else []),
@@ -168,7 +168,7 @@ OPS: dict[str, OpDef[Any]] = {
             doc="PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5)",
             family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=_no_params,
-            module=lambda a, i, w: f"SinusoidalPositions({w.size(i['dim'])}, {w.attr('max_len')})",
+            module=lambda a, i, w: f"SinusoidalPositions({w.width('x')}, {w.attr('max_len')})",
             call=_call_with_cache, uses_cache=True,
             buffers=lambda a, i: {"table": (a.max_len, _size(i, "dim"))},
             title="Positional Encoding", details=lambda a, i: [f"sinusoidal, max_len {a.max_len}"],
@@ -178,7 +178,7 @@ OPS: dict[str, OpDef[Any]] = {
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",
             family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=lambda a, i: {"weight": (a.max_len, _size(i, "dim"))},
-            module=lambda a, i, w: f"LearnedPositions({w.size(i['dim'])}, {w.attr('max_len')})",
+            module=lambda a, i, w: f"LearnedPositions({w.width('x')}, {w.attr('max_len')})",
             call=_call_with_cache, uses_cache=True,
             title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "learned"},
@@ -187,9 +187,9 @@ OPS: dict[str, OpDef[Any]] = {
             name="linear", doc="x W + b", family=Family.FEED_FORWARD,
             inputs=(Input("x"),), attrs=LinearAttrs, infer=_linear_shape,
             params=lambda a, i: _linear_params("", _size(i, "in_features"), a.out, a.bias),
-            module=lambda a, i, w: f"nn.Linear({w.size(i['in_features'])}, {w.attr('out')}"
+            module=lambda a, i, w: f"nn.Linear({w.width('x')}, {w.attr('out')}"
                                    + ("" if a.bias else ", bias=False") + ")",
-            call=_call_module, title="Linear",
+            width="out", call=_call_module, title="Linear",
             flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * _size(i, "in_features") * a.out},
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
         ),
@@ -197,7 +197,7 @@ OPS: dict[str, OpDef[Any]] = {
             name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family=Family.NORM,
             inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),), **({"bias": (_size(i, "dim"),)} if a.bias else {})},
-            module=lambda a, i, w: f"nn.LayerNorm({w.size(i['dim'])}"
+            module=lambda a, i, w: f"nn.LayerNorm({w.width('x')}"
                                    + ("" if a.eps == 1e-5 else f", eps={w.attr('eps')}")
                                    + ("" if a.bias else ", bias=False") + ")",
             call=_call_module, title="Layer Norm", details=lambda a, i: [] if a.bias else ["no bias"],
@@ -207,8 +207,8 @@ OPS: dict[str, OpDef[Any]] = {
                                  "2019); with offset, * (offset + g) (Gemma's 1 + g)",
             family=Family.NORM, inputs=(Input("x"),), attrs=RMSNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),)},
-            module=lambda a, i, w: (f"nn.RMSNorm({w.size(i['dim'])}, eps={w.attr('eps')})" if a.offset == 0
-                                    else f"RMSNorm({w.size(i['dim'])}, eps={w.attr('eps')}, "
+            module=lambda a, i, w: (f"nn.RMSNorm({w.width('x')}, eps={w.attr('eps')})" if a.offset == 0
+                                    else f"RMSNorm({w.width('x')}, eps={w.attr('eps')}, "
                                          f"offset={w.attr('offset')})"),
             call=_call_module, title="RMS Norm", details=lambda a, i: [f"× ({a.offset:g} + w)"] if a.offset else [],
         ),

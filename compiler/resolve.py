@@ -29,6 +29,8 @@ class ResolvedModel:
     name: str
     span: Span
     params: dict[str, Constant]
+    # Each parameter's expression as the spec (or a --set) last wrote it: what a config recomputes.
+    expressions: dict[str, ast.Expr]
     blocks: dict[str, ast.Block]
     sections: dict[str, pydantic.BaseModel]
     ties: list[ast.Tie]  # those whose condition holds
@@ -62,6 +64,7 @@ def resolve(
     # Later stages still run after errors here, to report theirs too; they poison failed parameters.
     return ResolvedModel(
         name=entry.model.name.id, span=entry.model.name.span, params=params,
+        expressions={name: param.value for name, param in merged.params.items()},
         blocks=merged.blocks, sections=sections, ties=ties,
         files={f.path: f.source for f in loader.files.values()},
         failed_params=set(merged.params) - set(params),

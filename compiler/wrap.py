@@ -1,8 +1,9 @@
 """Long lines of generated code wrapped at a call's arguments: the generated blocks' lines, hanging (the
-arguments on the lines after the call's head)."""
+arguments on the lines after the call's head); and long arithmetic at its operators."""
 
 from __future__ import annotations
 
+import ast
 from typing import Optional
 
 INDENT = "    "
@@ -77,3 +78,35 @@ def _depths(text: str) -> list[Optional[int]]:
         depths.append(depth)
         depth += char in "([{"
     return depths
+
+
+# Binding strength of the operators arithmetic is split at; a split operation is parenthesized whole.
+_PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2, ast.FloorDiv: 2, ast.Mod: 2, ast.Pow: 3}
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
+
+
+def assignment(target: str, code: str, indent: str) -> list[str]:
+    """`target = code` on one line, or where too long, the expression in parentheses split at its
+    operators, each operand on a line of its own (as far as it must be)."""
+    line = f"{indent}{target} = {code}"
+    expression = ast.parse(code, mode="eval").body
+    if len(line) < LINE_LIMIT or not isinstance(expression, ast.BinOp):
+        return [line]
+    laid = _laid_out(expression, indent, 0, False)  # "(", the operands a level in, ... ")"
+    return [f"{indent}{target} = (", *laid[1:]]
+
+
+def _laid_out(node: ast.expr, indent: str, outer: int, right: bool) -> list[str]:
+    """`node` at `indent`: one line, or a parenthesized operation over several lines."""
+    strength = _PRECEDENCE.get(type(node.op), 0) if isinstance(node, ast.BinOp) else 0
+    text = ast.unparse(node)
+    grouped = isinstance(node, ast.BinOp) and (strength < outer or (right and strength == outer))
+    if grouped:
+        text = f"({text})"
+    if len(indent + text) < LINE_LIMIT or not isinstance(node, ast.BinOp) or type(node.op) not in _SYMBOLS:
+        return [indent + text]
+    inner = indent + INDENT
+    left = _laid_out(node.left, inner, strength, False)
+    right_lines = _laid_out(node.right, inner, strength, True)
+    right_lines[0] = f"{inner}{_SYMBOLS[type(node.op)]} {right_lines[0].lstrip()}"
+    return [f"{indent}(", *left, *right_lines[:-1], right_lines[-1] + ")"]

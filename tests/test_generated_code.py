@@ -115,6 +115,12 @@ model m {
     (("@dataclass\nclass TransformerTinyConfig:", "@dataclass(frozen=print)\nclass TransformerTinyConfig:"),
      "not a plain dataclass"),
     (("Model = ", "Model = print or "), "a module-level assignment"),
+    # The config computes fields in __post_init__ by assignments to its own fields, nothing else.
+    (("    def __post_init__(self):", "    def setup(self):"), "other than __post_init__"),
+    (("    def __post_init__(self):", "    def __post_init__(self, other):"), "other than __post_init__"),
+    (("        self.d_k = self.d_model", "        print(self)\n        self.d_k = self.d_model"),
+     "a Expr in TransformerTinyConfig.__post_init__"),
+    (("        self.d_k = self.d_model // self.heads", "        self.d_k = __import__('os')"), "'__import__'"),
     (("class MultiHeadAttention(nn.Module):", "class MultiHeadAttention(nn.Module):\n    evil = 1"),
      "differs from the prelude's"),
     # A prelude class is copied whole: a statement, a parameter or a keyword changed or left out is refused.

@@ -29,7 +29,7 @@ SCALED_LINEAR = OpDef(
     name="scaled_linear", doc="x W * factor (a test op)", family="feed_forward", inputs=(Input("x"),),
     attrs=ScaledLinearAttrs, infer=_shape,
     params=lambda a, i: {"weight": (a.out, i["in_features"])},
-    module=lambda a, i, w: f"nn.Linear({w.size(i['in_features'])}, {w.attr('out')}, bias=False)",
+    module=lambda a, i, w: f"nn.Linear({w.width('x')}, {w.attr('out')}, bias=False)", width="out",
     call=lambda target, inputs, a, cache: f"self.{target}({inputs['x']}) * {a.factor!r}",
     title="Scaled Linear", details=lambda a, i: [f"× {a.factor:g}"],
     flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * i["in_features"] * a.out},

@@ -141,22 +141,44 @@ def test_a_model_built_from_another_config_has_its_sizes(tmp_path: Path):
     assert set(default.state_dict()) == set(spec.build("cpu").state_dict())
 
 
-# Specs whose stacks repeat one layer class; gemma2, gemma3, gpt_oss and qwen3_moe build their layers' classes
-# from arithmetic on the layer index, one constructor call each, which a config edit does not reach.
-UNIFORM_STACKS = ["base", "lm", "modern/llama", "modern/mistral", "modern/qwen3", "modern/olmo2", "modern/mixtral"]
+FAMILIES = ["base", "big", "lm", *(f"modern/{path.stem}" for path in sorted(Path("specs/modern").glob("*.xspec")))]
 
 
-@pytest.mark.parametrize("name", UNIFORM_STACKS)
-def test_a_config_with_another_layer_count_builds_the_model_set_layers_builds(name: str):
-    """The stack's count is read from the parameter the spec's `repeat` names, whatever else has its value
-    (llama's kv_heads is 2 as its layers are)."""
-    spec = xspec.compile(f"specs/{name}.xspec")
+def _edits(params: dict) -> list[dict]:
+    """Edits of the parameters a config holds whose result --set can also build: the depth, the width (with
+    what the spec computes from it left to the config), the feed-forward's width, the head count."""
+    edits = [{"layers": 3}, {"d_model": 2 * params["d_model"]}]
+    if isinstance(params.get("d_ff"), int):
+        edits.append({"d_ff": params["d_ff"] + 8})
+    edits.append({"heads": params["heads"] // 2, **({"kv_heads": 1} if "kv_heads" in params else {})})
+    return edits
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_an_edited_config_builds_the_model_set_builds(name: str):
+    """Every family: building the generated file from an edited config gives the model that compiling with
+    the same --set gives, also where the spec computes other parameters from the edited one (base's d_k
+    from d_model and heads, gemma3's layer_types from layers) and where two parameters share a value
+    (llama's layers and kv_heads, 2; big's d_model and max_len, 1024)."""
+    path = f"specs/{name}.xspec"
+    spec = xspec.compile(path)
     namespace: dict = {}
     exec(compile_checked(spec.python_source, "model.py"), namespace)
     config_class = next(v for k, v in namespace.items() if k.endswith("Config") and isinstance(v, type))
-    edited = namespace["Model"](config_class(layers=3)).state_dict()
-    expected = xspec.compile(f"specs/{name}.xspec", overrides={"layers": 3}).build("cpu").state_dict()
-    assert {k: v.shape for k, v in edited.items()} == {k: v.shape for k, v in expected.items()}
+    fields = set(config_class.__dataclass_fields__)
+    tried = 0
+    for edit in _edits(spec.params):
+        if not set(edit) <= fields:
+            continue
+        try:
+            expected = xspec.compile(path, overrides=edit).build("cpu")
+        except xspec.SpecError:
+            continue  # not a valid model of this family
+        edited = namespace["Model"](config_class(**edit))
+        assert {k: v.shape for k, v in edited.state_dict().items()} == \
+            {k: v.shape for k, v in expected.state_dict().items()}, edit
+        tried += 1
+    assert tried >= 2
 
 
 def test_an_option_the_spec_reads_from_a_parameter_is_a_config_field_even_at_its_default():

@@ -1,8 +1,11 @@
-"""Wrapping generated lines: a call's arguments found past nested brackets and string literals."""
+"""Wrapping generated lines: a call's arguments found past nested brackets and string literals; long
+arithmetic split at its operators."""
+
+import ast
 
 import pytest
 
-from xspec.compiler.wrap import outer_call, split_arguments
+from xspec.compiler.wrap import LINE_LIMIT, assignment, outer_call, split_arguments
 
 
 @pytest.mark.parametrize("code, opening", [
@@ -16,3 +19,13 @@ def test_arguments_split_only_at_top_level_commas():
     items = ["a", "(b, c)", "[d, e]", "'f, (g'", "h=i(j, k)"]
     assert split_arguments("a, (b, c), [d, e], 'f, (g', h=i(j, k),") == items
     assert split_arguments("") == []
+
+
+def test_long_arithmetic_is_split_at_its_operators_and_keeps_its_meaning():
+    code = ("(('sliding_attention',) * (self.sliding_window_pattern - 1) + ('full_attention',)) * "
+            "(self.layers // self.sliding_window_pattern + 1) - self.offset_of_the_schedule_in_layers")
+    lines = assignment("self.layer_types", code, "            ")
+    assert len(lines) > 1 and all(len(line) < LINE_LIMIT for line in lines)
+    assert ast.dump(ast.parse("\n".join(lines).strip())) == ast.dump(ast.parse(f"self.layer_types = {code}"))
+    assert assignment("self.d_k", "self.d_model // self.heads", "        ") == \
+        ["        self.d_k = self.d_model // self.heads"]

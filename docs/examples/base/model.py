@@ -17,11 +17,15 @@ class TransformerBaseConfig:
     d_model: int = 512
     d_ff: int = 2048
     heads: int = 8
-    d_k: int = 64
-    d_v: int = 64
+    d_k: int = None
+    d_v: int = None
     layers: int = 6
     dropout: float = 0.1
     max_len: int = 1024
+
+    def __post_init__(self):  # None: computed from the others, as the spec does
+        self.d_k = self.d_model // self.heads if self.d_k is None else self.d_k
+        self.d_v = self.d_model // self.heads if self.d_v is None else self.d_v
 
 
 class ScaledEmbedding(nn.Embedding):

@@ -16,13 +16,17 @@ class LlamaConfig:
     d_model: int = 128
     d_ff: int = 344
     heads: int = 4
-    d_k: int = 32
-    d_v: int = 32
+    d_k: int = None
+    d_v: int = None
     layers: int = 2
     kv_heads: int = 2
     rms_norm_eps: float = 1e-06
     rope_theta: float = 10000.0
     attention_bias: bool = False
+
+    def __post_init__(self):  # None: computed from the others, as the spec does
+        self.d_k = self.d_model // self.heads if self.d_k is None else self.d_k
+        self.d_v = self.d_model // self.heads if self.d_v is None else self.d_v
 
 
 class Embedding(nn.Embedding):
