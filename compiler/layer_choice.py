@@ -9,7 +9,7 @@ explains, a condition that reads more than the index and parameters) leaves them
 
 from __future__ import annotations
 
-import re
+import ast as pyast
 from dataclasses import dataclass
 from typing import Optional
 
@@ -21,8 +21,6 @@ from .forward import where
 from .ir import Instance
 from .wrap import INDENT
 
-ATTRIBUTE = re.compile(rf"^{INDENT * 2}self\.(\w+) = ")
-
 
 @dataclass(frozen=True)
 class _Layer:
@@ -32,18 +30,29 @@ class _Layer:
 
 
 def _split(body: str) -> Optional[_Layer]:
+    """A layer class as lower.py writes it (`class {NAME}(nn.Module):`, a constructor of one line per
+    module, a blank line, the forward), read from its syntax tree: None where it is not so."""
     lines = body.rstrip("\n").split("\n")
     try:
-        blank = lines.index("")
-    except ValueError:
+        tree = pyast.parse(body.replace("{NAME}", "Layer", 1))
+    except SyntaxError:
+        return None
+    cls = tree.body[0] if len(tree.body) == 1 and isinstance(tree.body[0], pyast.ClassDef) else None
+    init = cls.body[0] if cls is not None and cls.body and isinstance(cls.body[0], pyast.FunctionDef) else None
+    if init is None or init.name != "__init__" or len(init.body) < 1:
         return None
     attributes = {}
-    for line in lines[3:blank]:
-        match = ATTRIBUTE.match(line)
-        if match is None:
+    for statement in init.body[1:]:  # after super().__init__()
+        target = statement.targets[0] if isinstance(statement, pyast.Assign) and len(statement.targets) == 1 \
+            else None
+        if not (isinstance(target, pyast.Attribute) and isinstance(target.value, pyast.Name)
+                and target.value.id == "self" and statement.lineno == statement.end_lineno):
             return None
-        attributes[match.group(1)] = line
-    return _Layer(lines[0], attributes, "\n".join(lines[blank:]))
+        attributes[target.attr] = lines[statement.lineno - 1]
+    end = init.end_lineno or init.lineno
+    if end >= len(lines) or lines[end] != "":
+        return None
+    return _Layer(lines[0], attributes, "\n".join(lines[end:]))
 
 
 def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], bodies: list[str], keys: list[str],

@@ -20,6 +20,7 @@ from typing import Optional
 
 from xspec.base.text import printable
 
+from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
 from .config import ConfigNames, condition_source, config_fields, derived_field
 from .diagnostics import Span
@@ -44,7 +45,7 @@ def _preludes_used(code: str, combined: dict[str, tuple[str, ...]]) -> list[str]
     none of each other (an attention's rotary embedding is built by the generated code and passed in),
     so these are all the file needs; nor do the classes `combined` of several, whose pieces they are."""
     classes = prelude_classes()
-    named = {name for name in classes if re.search(rf"(?<![\w.]){name}\b", code)}
+    named = names_used(code) & set(classes)
     named |= {piece for pieces in combined.values() for piece in pieces}
     return [classes[name].source for name in with_bases(named)]
 
@@ -103,7 +104,7 @@ class _Lowering:
         composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
         body = [self._config("".join(self.order)), *preludes, *composites, *classes, model_class]
-        parts = [self._header(uses_math=bool(re.search(r"\bmath\.", "".join(body)))), *body]
+        parts = [self._header(uses_math=bool(attributes_read("\n".join(body), "math"))), *body]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
@@ -204,8 +205,7 @@ class _Lowering:
         parameter it reads (`self.dropout = nn.Dropout(config.dropout)`), else after the op."""
         held = self.holders.setdefault(instance.path, {})
         if constructor not in held:
-            match = re.search(r"\(config\.(\w+)\)$", constructor)
-            base = match.group(1) if match else self.graph[node_id].op
+            base = config_argument(constructor) or self.graph[node_id].op
             taken = {*instance.children, *(attribute for attribute, _ in held.values())}
             name = base
             for n in itertools.count(2):
@@ -254,10 +254,10 @@ class _Lowering:
         takes it. A parameter the spec computes from others (`d_k = d_model / heads`) is None unless
         given and computed from them after (`__post_init__`), so an edited config builds what --set builds."""
         derived = self._derived_fields()
-        used = {name for name in self.fields if re.search(rf"\bconfig\.{name}\b", code)}
+        used = set(attributes_read(code, "config")) & set(self.fields)
         pending = [name for name in used if name in derived]
         while pending:  # and the parameters the computed ones read
-            for name in re.findall(r"\bself\.(\w+)", derived[pending.pop()]):
+            for name in attributes_read(derived[pending.pop()], "self"):
                 if name not in used:
                     used.add(name)
                     pending += [name] if name in derived else []
@@ -365,7 +365,7 @@ def _dependency_order(derived: dict[str, str]) -> list[str]:
     def visit(name: str, seen: tuple[str, ...]) -> None:
         if name in order or name in seen:
             return
-        for read in re.findall(r"\bself\.(\w+)", derived[name]):
+        for read in attributes_read(derived[name], "self"):
             if read in derived:
                 visit(read, (*seen, name))
         order.append(name)
