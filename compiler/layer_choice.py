@@ -15,6 +15,7 @@ from typing import Optional
 
 from . import ast
 from .config import condition_source, config_condition
+from .op_attention import OPTIONAL_PIECES
 from .diagnostics import Span
 from .evaluate import Constant
 from .forward import where
@@ -56,10 +57,10 @@ def _split(body: str) -> Optional[_Layer]:
 
 
 def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], bodies: list[str], keys: list[str],
-                         fields: dict[str, Constant]) -> Optional[str]:
+                         fields: dict[str, Constant], pieces_of: dict[str, tuple[str, ...]]) -> Optional[str]:
     """The body of one class for `layers` (their bodies and shape-free keys as lower.py writes them), whose
     constructor takes the layer's index as `index` and chooses its modules by the block's conditions; None
-    where they cannot be one class."""
+    where they cannot be one class. `pieces_of` gives the prelude pieces of the file's combined classes."""
     parts, written = [_split(key) for key in keys], _split(bodies[0])
     if any(p is None for p in parts) or written is None or index in ("self", "config"):
         return None
@@ -99,6 +100,11 @@ def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], b
         if key in done:
             continue
         done.add(key)
+        merged = [_merged_choice(branch[True], branch[False], conditions[key], where(statement.span), pieces_of)
+                  for branch in branches.values()]
+        if all(line is not None for line in merged):  # one constructor call, its arguments chosen
+            lines += [line for line in merged if line is not None]
+            continue
         lines.append(f"{INDENT * 2}if {conditions[key]}:  # {where(statement.span)}")
         lines += [INDENT + branch[True] for branch in branches.values()]
         lines.append(f"{INDENT * 2}else:")
@@ -137,3 +143,57 @@ def _holds(statements: tuple[ast.Stmt, ...], span: Span) -> bool:
     start, end = statements[0].span, statements[-1].span
     return span.file == start.file and (start.line, start.col) <= (span.line, span.col) \
         and (span.end_line, span.end_col) <= (end.end_line, end.end_col)
+
+
+def _merged_choice(chosen: str, other: str, condition: str, pointer: str,
+                   pieces_of: dict[str, tuple[str, ...]]) -> Optional[str]:
+    """The constructor line of a module whose class the condition chooses, as one call where the two
+    classes differ only by pieces whose option may be None (a sliding window, None in a global layer, as
+    transformers writes `sliding_window if layer_type == "sliding_attention" else None`): the class with
+    them, that option chosen by the condition (the line points to the spec's `if`). None where they
+    differ otherwise."""
+    first, second = _constructor_call(chosen), _constructor_call(other)
+    if first is None or second is None:
+        return None
+    (target, call, code), (other_target, other_call, other_code) = first, second
+    names = [c.func.id for c in (call, other_call) if isinstance(c.func, pyast.Name)]
+    if target != other_target or len(names) != 2 or [pyast.dump(a) for a in call.args] != \
+            [pyast.dump(a) for a in other_call.args]:
+        return None
+    pieces = [set(pieces_of.get(name, (name,))) for name in names]
+    differing = pieces[0] ^ pieces[1]
+    if not differing or not differing <= set(OPTIONAL_PIECES):
+        return None
+    cls = names[0] if pieces[0] >= pieces[1] else names[1] if pieces[1] >= pieces[0] else None
+    if cls is None:
+        return None
+    optional = {OPTIONAL_PIECES[piece] for piece in differing}
+    mine, theirs = _keywords(call, code), _keywords(other_call, other_code)
+    arguments = [pyast.get_source_segment(code, a) or "" for a in call.args]
+    for name in dict.fromkeys([*mine, *theirs]):
+        a, b = mine.get(name), theirs.get(name)
+        if a is not None and b is not None and a[1] == b[1]:
+            arguments.append(f"{name}={a[0]}")
+        elif name not in optional:  # another difference: the branches say it better
+            return None
+        else:
+            arguments.append(f"{name}={a[0] if a else 'None'} if {condition} else {b[0] if b else 'None'}")
+    return f"{INDENT * 2}{target} = {cls}({', '.join(arguments)})  # {pointer}"
+
+
+def _constructor_call(line: str) -> Optional[tuple[str, pyast.Call, str]]:
+    """`self.x = Cls(...)  # spec:line`: its target, call and code."""
+    code = line.strip().partition("  # ")[0]
+    try:
+        statement = pyast.parse(code).body[0]
+    except SyntaxError:
+        return None
+    if not (isinstance(statement, pyast.Assign) and isinstance(statement.value, pyast.Call)):
+        return None
+    return code[:code.index(" = ")], statement.value, code
+
+
+def _keywords(call: pyast.Call, code: str) -> dict[str, tuple[str, str]]:
+    """Each keyword argument's source and syntax tree."""
+    return {k.arg: (pyast.get_source_segment(code, k.value) or "", pyast.dump(k.value))
+            for k in call.keywords if k.arg is not None}

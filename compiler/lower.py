@@ -99,7 +99,8 @@ class _Lowering:
         for child in root.children.values():
             self._define(child, child.name)
         model_class = self._model_class()
-        combined = self.combined
+        used = names_used("".join(self.order) + model_class)
+        combined = {name: pieces for name, pieces in self.combined.items() if name in used}
         preludes = _preludes_used("".join(self.order) + model_class, combined)
         composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
@@ -134,7 +135,7 @@ class _Lowering:
         keys = [SHAPE_COMMENT.sub("  # ", body) for body in bodies]
         if stack.index_param is not None and len(set(keys)) > 1 and layers[0].block_name is not None:
             merged = layer_class_by_index(self.model.blocks[layers[0].block_name], stack.index_param, layers,
-                                          bodies, keys, self.fields)
+                                          bodies, keys, self.fields, self.combined)
             if merged is not None:
                 name = self._register(layers[0], bases[0], merged)
                 for item in layers:

@@ -287,6 +287,11 @@ PIECES = (("SlidingWindowAttention", "SlidingWindow"), ("ALiBiAttention", "ALiBi
           ("RotaryAttention", "Rotary"), ("CrossAttention", "Cross"))
 
 
+# Pieces whose option may be None, which turns them off: layers a spec chooses between by a condition share
+# one class (compiler/layer_choice.py), e.g. Gemma 2's local and global attention.
+OPTIONAL_PIECES = {"SlidingWindowAttention": "window"}
+
+
 def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
     """The attention's class and the pieces it is made of: MultiHeadAttention alone, a piece, or a class of
     the generated file that extends the pieces it uses (SlidingWindowRotaryAttention)."""

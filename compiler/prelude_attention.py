@@ -155,16 +155,17 @@ class DropoutAttention(MultiHeadAttention):
 
 
 class SlidingWindowAttention(MultiHeadAttention):
-    """Each query sees its last `window` positions only (Mistral); the cache keeps those."""
-
-    sdpa_causal = False  # its mask is built here
+    """Each query sees its last `window` positions only (Mistral), or all of them where `window` is
+    None (the global layers of Gemma 2 and gpt-oss); the cache keeps those."""
 
     def __init__(self, *args, window, **kwargs):
         super().__init__(*args, **kwargs)
         self.window = window
+        self.sdpa_causal = window is None  # with a window, its mask is built here
 
     def visible(self, queries, keys, device):  # the causal mask less the keys before the window
-        return super().visible(queries, keys, device).triu(keys - queries - self.window + 1)
+        visible = super().visible(queries, keys, device)
+        return visible if self.window is None else visible.triu(keys - queries - self.window + 1)
 
     def cached(self, cache, k, v):
         return cache.append(self, k, v, window=self.window)

@@ -123,6 +123,25 @@ def test_cached_decoding_equals_full_decoding_past_the_window(options):
 
 
 @torch.no_grad()
+def test_a_window_of_none_is_full_causal_attention_and_caches_every_position():
+    """A global layer of Gemma 2 or gpt-oss: the windowed class with window None."""
+    from xspec.compiler.prelude_attention import SlidingWindowAttention
+    plain = attention(rotary=RotaryEmbedding(8, 10000.0))
+    torch.manual_seed(0)
+    windowless = type("SlidingWindowRotaryAttention", (SlidingWindowAttention, type(plain)), {})(
+        32, 4, 2, 8, 6, bias=False, out_bias=False, causal=True, rotary=RotaryEmbedding(8, 10000.0), window=None)
+    windowless.load_state_dict(plain.state_dict())
+    windowless.eval()
+    x = torch.randn(2, 11, 32)
+    assert_close(windowless(x, x, x), plain(x, x, x))
+    assert_close(windowless(x, x, x), reference(plain, x, causal(11)))
+    cache = DecoderCache(capacity=2)
+    steps = [step(windowless, x[:, :4], cache)] + [step(windowless, x[:, t:t + 1], cache) for t in range(4, 11)]
+    assert_close(torch.cat(steps, dim=1), plain(x, x, x))
+    assert cache.tensors[windowless][0].size(2) >= 11
+
+
+@torch.no_grad()
 def test_a_windowed_cache_holds_the_window_through_chunks_and_beam_reorders():
     module = attention(window=4, rotary=RotaryEmbedding(8, 10000.0))
     x = torch.randn(3, 20, 32)
