@@ -6,8 +6,11 @@ only ratios taken side by side mean anything; see ../shared/BASELINES.md). Run u
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python bench/speed.py [--size tiny|small]
 
 Training: a batch of 128 x 32 source and target tokens, forward + label-smoothed loss + backward +
-Adam step. Decoding: the runtime's beam search (beam 4) over 64 sentences of 24 tokens for 74 steps
-(EOS banned), with the model's key/value cache.
+Adam step. xspec computes in the precision its runtime chooses (`--precision`, default auto: bf16
+autocast on a CPU with bf16 matrix instructions, runtime/precision.py); nn.Transformer in float32 and,
+where the CPU has them, under the same bf16 autocast. Decoding: the runtime's beam search (beam 4) over
+64 sentences of 24 tokens for 74 steps (EOS banned), with the model's key/value cache, in xspec's
+precision.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from torch import nn
 
 import xspec
 from xspec.runtime.beam_search import beam_search
+from xspec.runtime.precision import Precision, choose_precision
 from xspec.runtime.vocab import EOS
 
 SIZES = {  # (d_model, layers, heads, d_ff), vocab 8000 as in BASELINES.md
@@ -55,9 +59,10 @@ class HandWritten(nn.Module):
         return hidden @ self.embed.weight.T
 
 
-def train_step(model, optimizer, src, tgt_in, labels, padding) -> None:
-    logits = model(src, tgt_in, padding)
-    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing=0.1)
+def train_step(model, optimizer, precision: Precision, src, tgt_in, labels, padding) -> None:
+    with precision.autocast():
+        logits = model(src, tgt_in, padding)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), label_smoothing=0.1)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -84,6 +89,8 @@ def main() -> None:
     parser.add_argument("--size", choices=SIZES, default="tiny")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5, help="training steps per round and candidate")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                        help="xspec's precision, chosen as train.precision chooses it")
     parser.add_argument("--compile", action="store_true",
                         help="also time a torch.compile'd copy of the xspec model (and its compile time)")
     args = parser.parse_args()
@@ -91,29 +98,41 @@ def main() -> None:
     torch.manual_seed(0)
     spec = xspec.compile("specs/base.xspec", overrides={"vocab": 8000, "d_model": d_model, "layers": layers,
                                                         "heads": heads, "d_ff": d_ff})
+    chosen = choose_precision(torch.device("cpu"), args.precision)
+    fp32 = Precision("cpu", None)
+    print(f"xspec computes in {chosen.describe()}")
     candidates = {"xspec": spec.build(device="cpu"), "nn.Transformer": HandWritten(8000, d_model, layers, heads, d_ff)}
+    precisions = {"xspec": chosen, "nn.Transformer": fp32}
+    if chosen.dtype is not None:
+        torch.manual_seed(0)
+        candidates["nn.Transformer bf16"] = HandWritten(8000, d_model, layers, heads, d_ff)
+        precisions["nn.Transformer bf16"] = chosen
     if args.compile:
         candidates["xspec compiled"] = torch.compile(spec.build(device="cpu"))
+        precisions["xspec compiled"] = chosen
     optimizers = {k: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9) for k, m in candidates.items()}
     src, tgt = torch.randint(4, 8000, (128, 32)), torch.randint(4, 8000, (128, 33))
     padding = torch.zeros(128, 32, dtype=torch.bool)
     speeds: dict[str, list[float]] = {k: [] for k in candidates}
     for name, model in candidates.items():       # warm-up (and compilation)
         start = time.perf_counter()
-        train_step(model, optimizers[name], src, tgt[:, :-1], tgt[:, 1:], padding)
-        train_step(model, optimizers[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
         print(f"  {name}: first two steps {time.perf_counter() - start:.1f} s")
     for _ in range(args.rounds):
         for name, model in candidates.items():
             start = time.perf_counter()
             for _ in range(args.steps):
-                train_step(model, optimizers[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+                train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
             speeds[name].append(args.steps * 128 * 32 / (time.perf_counter() - start))
     median = {k: statistics.median(v) for k, v in speeds.items()}
     print(f"{args.size}: training, target tokens/s (median of {args.rounds} rounds, {torch.get_num_threads()} threads)")
     for name, value in median.items():
         print(f"  {name:15s} {value:8,.0f}   rounds: {', '.join(f'{v:,.0f}' for v in speeds[name])}")
-    print(f"  xspec / nn.Transformer = {median['xspec'] / median['nn.Transformer']:.2f}")
+    print(f"  xspec ({chosen.name}) / nn.Transformer (fp32) = {median['xspec'] / median['nn.Transformer']:.2f}")
+    if "nn.Transformer bf16" in median:
+        print(f"  xspec ({chosen.name}) / nn.Transformer (bf16) = "
+              f"{median['xspec'] / median['nn.Transformer bf16']:.2f}")
     if args.compile:
         print(f"  compiled / eager xspec = {median['xspec compiled'] / median['xspec']:.2f}")
 
@@ -122,10 +141,11 @@ def main() -> None:
     times = []
     for _ in range(3):
         start = time.perf_counter()
-        beam_search(model, sources, torch.zeros_like(sources, dtype=torch.bool), beam=4, alpha=0.6,
-                    max_len_a=0.0, max_len_b=74)
+        with torch.no_grad(), chosen.autocast():
+            beam_search(model, sources, torch.zeros_like(sources, dtype=torch.bool), beam=4, alpha=0.6,
+                        max_len_a=0.0, max_len_b=74)
         times.append(time.perf_counter() - start)
-    print(f"{args.size}: xspec beam search, beam 4, 64 sentences x 74 steps: "
+    print(f"{args.size}: xspec beam search ({chosen.name}), beam 4, 64 sentences x 74 steps: "
           f"{64 / statistics.median(times):.1f} sentences/s (median of 3)")
 
 

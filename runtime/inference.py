@@ -123,7 +123,8 @@ class _Scoring:
             if targets is not None:
                 raise UserError("a language model scores texts alone; targets are for translation models")
             return self.score_lines(texts).log_probs
-        return score_pairs(self.members, self.tokenizer, self.max_tokens, self.device, texts, targets)
+        return score_pairs(self.members, self.tokenizer, self.max_tokens, self.device, texts, targets,
+                           self.decode_settings().precision)
 
     def score_lines(self, lines: list[str], batch_tokens: int = 4000) -> LineScores:
         """A language model's log-probability of each line (in windows of its positions), with perplexity
@@ -131,7 +132,8 @@ class _Scoring:
         if not self.is_language_model:
             raise UserError(f"{self.label}: perplexity of text is for language models; a translation model "
                             "is scored with score(sources, targets) or BLEU")
-        return score_lines(self.members, self.tokenizer, lines, self.device, self.max_tokens, batch_tokens)
+        return score_lines(self.members, self.tokenizer, lines, self.device, self.max_tokens, batch_tokens,
+                           self.decode_settings().precision)
 
 
 class TrainedModel(_Scoring):
@@ -222,7 +224,7 @@ class TrainedEnsemble(_Scoring):
 
 
 def score_pairs(model: ModelOrEnsemble, tokenizer: Vocab, max_tokens: int, device: torch.device, sources: list[str],
-                targets: Optional[list[str]]) -> list[float]:
+                targets: Optional[list[str]], precision: str = "auto") -> list[float]:
     """log P (nats) of each target given its source, under a translation model or an ensemble of them."""
     if targets is None or len(targets) != len(sources):
         raise UserError("a translation model scores targets given their sources: score(sources, targets) "
@@ -233,7 +235,7 @@ def score_pairs(model: ModelOrEnsemble, tokenizer: Vocab, max_tokens: int, devic
     if too_long or longer:
         line = (too_long[0][0] if too_long else longer[0]) + 1
         raise UserError(f"line {line}: longer than the model's {max_tokens} positions")
-    return example_log_probs(model, EncodedPairs(encoded_sources, encoded), device)
+    return example_log_probs(model, EncodedPairs(encoded_sources, encoded), device, precision=precision)
 
 
 def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, None] = None,

@@ -1,29 +1,48 @@
 """How a device computes: one place for autocast and loss scaling, for training and decoding alike.
 
-On CPUs everything is float32. On GPUs, "auto" is bf16 autocast where the GPU supports bf16 (Ampere and
-later), else fp16 autocast with a `torch.amp.GradScaler` (fp16 gradients underflow without one); the
-spec's `train.precision` can ask for one of them, or float32.
+"auto" is bf16 autocast where the device multiplies bf16 matrices fast: GPUs that support bf16 (Ampere
+and later), and CPUs whose kernel reports bf16 matrix instructions (x86's AMX or AVX-512 BF16, Arm's
+BF16 extension). Elsewhere it is fp16 autocast with a `torch.amp.GradScaler` on GPUs (fp16 gradients
+underflow without one) and float32 on CPUs. A spec's `train.precision` and `decode.precision` can ask
+for one of them, or float32. Under autocast the weights, the optimizer's state, the loss and the norms'
+statistics stay float32.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import platform
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ContextManager, Optional
 
 import torch
 
 from xspec.base.errors import UserError
 
+# The CPU flags (/proc/cpuinfo) of instructions that multiply bf16 matrices at several times the float32
+# rate: x86's AMX tiles and AVX-512 BF16 dot products, Arm's BF16 extension.
+BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+CPU_INFO = Path("/proc/cpuinfo")
+# Set to 0, a run takes the CPU to have none (its "auto" is float32 everywhere): for comparisons with
+# float32, and for the test suite, whose figures are float32's on any CPU.
+NO_BF16_VARIABLE = "XSPEC_CPU_BF16"
+
 
 @dataclass(frozen=True)
 class Precision:
     device_type: str
     dtype: Optional[torch.dtype]  # the autocast dtype; None: full precision
+    reason: str = ""  # why it was chosen, for the run's log
 
     @property
     def name(self) -> str:
         return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[self.dtype]
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.reason})" if self.reason else self.name
 
     def autocast(self) -> ContextManager:
         return torch.autocast(self.device_type, dtype=self.dtype) if self.dtype is not None else nullcontext()
@@ -33,17 +52,61 @@ class Precision:
         return torch.amp.GradScaler(self.device_type) if self.dtype == torch.float16 else None
 
 
-def choose_precision(device: torch.device, requested: str = "auto") -> Precision:
-    if device.type != "cuda":
-        if requested in ("bf16", "fp16"):
-            raise UserError(f"train.precision = \"{requested}\" needs a GPU; this run is on {device}")
-        return Precision(device.type, None)
+def cpu_bf16_instructions() -> Optional[str]:
+    """The CPU's bf16 matrix instructions by their flag (`amx_bf16`), from what the kernel reports; None
+    where it reports none, nothing can be read (another operating system: float32 is then the safe
+    choice), or XSPEC_CPU_BF16 is 0."""
+    if os.environ.get(NO_BF16_VARIABLE, "").strip() == "0":
+        return None
+    return _reported_bf16_flag()
+
+
+@functools.cache
+def _reported_bf16_flag() -> Optional[str]:
+    if platform.system() != "Linux":
+        return None
+    try:
+        return bf16_flag(CPU_INFO.read_text(encoding="ascii", errors="replace"))
+    except OSError:
+        return None
+
+
+def bf16_flag(cpu_info: str) -> Optional[str]:
+    """The first of BF16_FLAGS that /proc/cpuinfo's text lists among a processor's flags or features."""
+    for line in cpu_info.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            return next((flag for flag in BF16_FLAGS if flag in flags), None)
+    return None
+
+
+def choose_precision(device: torch.device, requested: str = "auto", setting: str = "train.precision") -> Precision:
+    """The precision a run on `device` computes in, as `requested` ("auto", "bf16", "fp16", "fp32") by the
+    spec's `setting`."""
     if requested == "fp32":
-        return Precision("cuda", None)
+        return Precision(device.type, None, f"{setting} = \"fp32\"")
+    if device.type == "cuda":
+        return _gpu_precision(device, requested, setting)
+    if requested == "fp16":
+        raise UserError(f"{setting} = \"fp16\" needs a GPU; this run is on {device} (use \"bf16\", \"auto\" or "
+                        "\"fp32\")")
+    flag = cpu_bf16_instructions() if device.type == "cpu" else None
+    if requested == "bf16" and flag is None:
+        raise UserError(f"{setting} = \"bf16\": this {device.type} has no bf16 matrix instructions (none of "
+                        f"{', '.join(BF16_FLAGS)}), so bf16 would be slower than float32; use \"auto\" or \"fp32\"")
+    if flag is not None:
+        return Precision(device.type, torch.bfloat16, f"{setting} = \"{requested}\"; the CPU has {flag}")
+    return Precision(device.type, None, f"{setting} = \"auto\"; no bf16 matrix instructions on this "
+                                        f"{device.type}")
+
+
+def _gpu_precision(device: torch.device, requested: str, setting: str) -> Precision:
     bf16 = torch.cuda.is_bf16_supported()
+    name = torch.cuda.get_device_name(device)
     if requested == "bf16" and not bf16:
-        raise UserError(f"train.precision = \"bf16\": {torch.cuda.get_device_name(device)} does not support "
-                        "bf16; use \"fp16\" or \"auto\"")
+        raise UserError(f"{setting} = \"bf16\": {name} does not support bf16; use \"fp16\" or \"auto\"")
     if requested == "bf16" or (requested == "auto" and bf16):
-        return Precision("cuda", torch.bfloat16)
-    return Precision("cuda", torch.float16)
+        return Precision("cuda", torch.bfloat16, f"{setting} = \"{requested}\"; {name} supports bf16")
+    reason = f"{setting} = \"fp16\"" if requested == "fp16" else f"{setting} = \"auto\"; {name} has no bf16"
+    return Precision("cuda", torch.float16, reason)

@@ -18,28 +18,31 @@ import torch.nn.functional as F
 from .batching import micro_batches
 from .documents import EncodedText, document_sequence, windows
 from .ensemble import ModelOrEnsemble, eval_members, mixture_log_probs
-from .precision import choose_precision
+from .precision import Precision, choose_precision
 from .batching import NO_LABEL
 from .vocab import Vocab
 
 
 @torch.no_grad()
-def example_log_probs(model: ModelOrEnsemble, examples, device: torch.device, batch_tokens: int = 4000) -> list[float]:
-    """log P (nats) of each example's labels given its inputs (`examples`: EncodedText or EncodedPairs)."""
+def example_log_probs(model: ModelOrEnsemble, examples, device: torch.device, batch_tokens: int = 4000,
+                      precision: str = "auto") -> list[float]:
+    """log P (nats) of each example's labels given its inputs (`examples`: EncodedText or EncodedPairs), in
+    the `decode.precision` asked for."""
     models = eval_members(model)
+    computed = choose_precision(device, precision, "decode.precision")
     totals = [0.0] * len(examples)
     for indices in micro_batches(examples.src_lens, examples.tgt_lens, batch_tokens):
         batch = examples.collate(indices).to(device)
-        each = [_label_log_probs(m, batch, device) for m in models]       # M x [B, T]
+        each = [_label_log_probs(m, batch, computed) for m in models]     # M x [B, T]
         token_log_probs = each[0] if len(each) == 1 else mixture_log_probs(each)
         for i, value in zip(indices, token_log_probs.sum(dim=1).tolist()):
             totals[i] = value
     return totals
 
 
-def _label_log_probs(model: torch.nn.Module, batch, device: torch.device) -> torch.Tensor:
+def _label_log_probs(model: torch.nn.Module, batch, precision: Precision) -> torch.Tensor:
     """[B, T] log-probability of each label (0 at padding)."""
-    with choose_precision(device).autocast():
+    with precision.autocast():
         logits = model(*batch.inputs)                                       # [B, T, V]
     return -F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=NO_LABEL, reduction="none")
 
@@ -69,7 +72,7 @@ class LineScores:
 
 
 def score_lines(model: ModelOrEnsemble, vocab: Vocab, lines: list[str], device: torch.device, max_positions: int,
-                batch_tokens: int = 4000) -> LineScores:
+                batch_tokens: int = 4000, precision: str = "auto") -> LineScores:
     """Each line's log-probability under a decoder-only model (windows of at most `max_positions`)."""
     pieces, owner = [], []
     for line, ids in enumerate(vocab.encode(lines)):
@@ -78,7 +81,7 @@ def score_lines(model: ModelOrEnsemble, vocab: Vocab, lines: list[str], device: 
             owner.append(line)
     log_probs = [0.0] * len(lines)
     for line, value in zip(owner, example_log_probs(model, EncodedText(pieces, len(lines), "lines"), device,
-                                                     max(batch_tokens, max_positions))):
+                                                     max(batch_tokens, max_positions), precision)):
         log_probs[line] += value
     tokens = [0] * len(lines)
     for line, piece in zip(owner, pieces):

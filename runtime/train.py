@@ -26,6 +26,7 @@ from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file, write_bytes_atomically
 from xspec.base.process import find_tcmalloc, uses_tcmalloc
 from xspec.base.text import shown
+from xspec.base.threads import ThreadChoice
 from . import checkpoint as ckpt
 from . import distributed, state_dicts
 from .attention_kernels import use_flex_attention
@@ -75,6 +76,7 @@ class RunOptions:
     dist_timeout_minutes: float = distributed.DEFAULT_TIMEOUT_MINUTES
     vocab_file: Path | None = None      # a sentencepiece model to use instead of training one
     init: Path | None = None            # a run or checkpoint whose weights (and vocabulary) training starts from
+    threads: ThreadChoice | None = None  # the CPU threads the command chose (xspec/base/threads.py), for the log
 
 
 def train(spec, options: RunOptions) -> dict:
@@ -161,8 +163,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     where = f"device {context.device}"
     if context.distributed:
         where += f", {context.world_size} processes" + (", parameters sharded (FSDP)" if trainer.sharded else "")
-    if context.device.type == "cuda":
-        where += f", {trainer.precision.name}"
+    where += f", {trainer.precision.describe()}"
+    if options.threads is not None and context.device.type == "cpu":
+        where += f", {options.threads.describe()}"
     say(f"{spec.name}: {spec.parameters:,} parameters, vocabulary {len(vocab)}, {where}")
     if context.device.type == "cpu" and not uses_tcmalloc():
         library = find_tcmalloc()

@@ -98,7 +98,8 @@ class LanguageModelling(SplitReader):
             counts = self.train_examples.token_counts()
             self.train_counts = Counter({i: int(n) for i, n in enumerate(counts.tolist()) if n})
         with lines_named(test):
-            scores = score_lines(model, vocab, test.lines, context.device, longest)
+            scores = score_lines(model, vocab, test.lines, context.device, longest,
+                                 precision=self.spec.decode.precision)
             test_ids = vocab.encode(test.lines)
         # each line as a document: its tokens and the EOS after them (the first EOS is context, not predicted)
         unigram = unigram_perplexity(self.train_counts, ([*ids, EOS] for ids in test_ids), len(vocab))
