@@ -1,6 +1,7 @@
 """How an `xspec` process that computes runs: its CPU threads and its memory allocator.
 
-Commands that compute (training, decoding, scoring, exporting) take `--threads N` and, on a CPU,
+Commands that compute (training, decoding, scoring, exporting) take `--threads N` (default: the cores
+free when they start, xspec/base/threads.py) and, on a CPU,
 use tcmalloc where it is installed: glibc's malloc returns and re-requests the memory of every
 step's tensors, and a training step ran 1.7x (quiet machine) to ~8x (loaded machine) slower with it
 here. An allocator must be chosen before the process starts, so the command re-executes itself once
@@ -15,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Optional
+
+from xspec.base.threads import ThreadChoice, choose_threads
 
 # Where Debian/Ubuntu (libtcmalloc-minimal4, libgoogle-perftools4) and Fedora (gperftools-libs) put it.
 TCMALLOC_PATHS = (
@@ -59,9 +62,18 @@ def reexec_with_tcmalloc(args: argparse.Namespace) -> None:
     os.execve(sys.executable, sys.orig_argv, env)
 
 
-def apply_threads(args: argparse.Namespace) -> None:
-    threads = getattr(args, "threads", None)
-    if threads is not None:
-        import torch
+def apply_threads(args: argparse.Namespace) -> Optional[ThreadChoice]:
+    """The CPU threads of a command that computes (xspec/base/threads.py): --threads, XSPEC_THREADS, else the
+    cores free now; torch's own choice on a GPU, and for each of several processes (torchrun), unless
+    --threads says. The choice is kept in `args.thread_choice` for the run's log."""
+    if not hasattr(args, "threads"):
+        return None
+    import torch
 
-        torch.set_num_threads(threads)
+    on_gpu = getattr(args, "device", None) != "cpu" and torch.cuda.is_available()
+    several = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    choice = None if args.threads is None and (on_gpu or several) else choose_threads(args.threads)
+    if choice is not None:
+        torch.set_num_threads(choice.threads)
+    args.thread_choice = choice
+    return choice

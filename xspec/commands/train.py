@@ -237,7 +237,8 @@ def run(args: argparse.Namespace) -> int:
                          tensorboard=args.tensorboard,
                          evaluate=not args.no_test, dist_timeout_minutes=args.dist_timeout,
                          vocab_file=_vocab_file(args, spec, spec_dir),
-                         init=Path(args.init) if args.init else None)
+                         init=Path(args.init) if args.init else None,
+                         threads=getattr(args, "thread_choice", None))
     train(spec, options)
     return 0
 

@@ -1,0 +1,55 @@
+"""A run's CPU threads: the cores it may use less those other work keeps busy (from /proc/stat, simulated
+here), or what --threads and XSPEC_THREADS say."""
+
+from __future__ import annotations
+
+import pytest
+
+from xspec.base.errors import UserError
+from xspec.base import threads
+from xspec.base.threads import busy_cores, choose_threads, cpu_times
+
+# Two readings of /proc/stat 100 ticks apart per CPU: cpu0 busy 90 of 100 ticks, cpu1 idle (iowait counts
+# as idle), cpu2 half busy.
+BEFORE = ("cpu  300 0 300 900 0 0 0 0 0 0\n"
+          "cpu0 100 0 100 300 0 0 0 0 0 0\ncpu1 100 0 100 300 0 0 0 0 0 0\ncpu2 100 0 100 300 0 0 0 0 0 0\n"
+          "intr 12345\n")
+AFTER = ("cpu  400 0 400 1000 0 0 0 0 0 0\n"
+         "cpu0 180 0 110 310 0 0 0 0 0 0\ncpu1 100 0 100 390 10 0 0 0 0 0\ncpu2 130 0 120 350 0 0 0 0 0 0\n"
+         "intr 12399\n")
+
+
+def test_each_cpus_busy_share_is_read_from_two_samples():
+    assert cpu_times(BEFORE) == {0: (300, 500), 1: (300, 500), 2: (300, 500)}
+    assert busy_cores(BEFORE, AFTER, [0, 1, 2]) == pytest.approx(0.9 + 0.0 + 0.5)
+    assert busy_cores(BEFORE, AFTER, [1]) == pytest.approx(0.0)   # only the cores the process may use
+
+
+def simulate(monkeypatch, cpus: list[int], busy):
+    monkeypatch.delenv(threads.THREADS_VARIABLE, raising=False)
+    monkeypatch.setattr(threads, "allowed_cores", lambda: cpus)
+    monkeypatch.setattr(threads, "measure_busy_cores", lambda allowed: busy)
+
+
+def test_a_run_takes_the_free_cores_and_at_least_one(monkeypatch):
+    simulate(monkeypatch, [0, 1], 1.1)
+    chosen = choose_threads()
+    assert chosen.threads == 1
+    assert chosen.describe() == "1 thread (2 cores allowed, 1.1 busy with other work when the run started)"
+    simulate(monkeypatch, [0, 1, 2, 3], 0.2)
+    assert choose_threads().threads == 4
+    simulate(monkeypatch, [0, 1], 2.0)
+    assert choose_threads().threads == 1
+    simulate(monkeypatch, [0, 1, 2], None)
+    assert choose_threads().describe() == "3 threads (3 cores allowed; their load cannot be read)"
+
+
+def test_the_option_and_the_variable_choose_instead(monkeypatch):
+    simulate(monkeypatch, [0, 1], 1.9)
+    assert choose_threads(2).describe() == "2 threads (--threads 2)"
+    monkeypatch.setenv(threads.THREADS_VARIABLE, "3")
+    assert choose_threads().describe() == "3 threads (XSPEC_THREADS=3)"
+    assert choose_threads(1).threads == 1                                   # the option over the variable
+    monkeypatch.setenv(threads.THREADS_VARIABLE, "many")
+    with pytest.raises(UserError, match="XSPEC_THREADS='many': a number of threads, at least 1"):
+        choose_threads()
