@@ -1,6 +1,8 @@
 """One class for the layers of a stack that differ by their index: `if` statements of the layer's block
 that read the index (`if (i + 1) % sliding_window_pattern != 0 { ... }`) become `if` statements of the
 class's constructor over the config and the index it is given, instead of a class per kind of layer.
+Where the two branches make one module of classes that differ only by a piece whose option may be None
+(a sliding window), the constructor makes one call, that option chosen by the condition.
 
 The layers' classes are written first (compiler/lower.py), one per layer; they merge where they differ
 only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
@@ -15,11 +17,11 @@ from typing import Optional
 
 from . import ast
 from .config import condition_source, config_condition
-from .op_attention import OPTIONAL_PIECES
 from .diagnostics import Span
 from .evaluate import Constant
 from .forward import where
 from .ir import Instance
+from .op_attention import OPTIONAL_PIECES
 from .wrap import INDENT
 
 
