@@ -6,9 +6,9 @@ only ratios taken side by side mean anything; see ../shared/BASELINES.md). Run u
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python bench/speed.py [--size tiny|small]
 
 Training: a batch of 128 x 32 source and target tokens, forward + label-smoothed loss + backward +
-Adam step. xspec computes in the precision its runtime chooses (`--precision`, default auto: bf16
-autocast on a CPU with bf16 matrix instructions, runtime/precision.py); nn.Transformer in float32 and,
-where the CPU has them, under the same bf16 autocast. Decoding: the runtime's beam search (beam 4) over
+Adam step. xspec computes in the precision `--precision` asks for, as train.precision does
+(runtime/precision.py: bf16 autocast needs a CPU with bf16 matrix instructions); nn.Transformer in
+float32 and, where xspec runs in bf16, under the same autocast. Decoding: the runtime's beam search (beam 4) over
 64 sentences of 24 tokens for 74 steps (EOS banned), with the model's key/value cache, in xspec's
 precision.
 """

@@ -65,8 +65,8 @@ class TrainSection(_Section):
                                                                    "many updates (default: 1 on CPUs, 10 on GPUs)")
     seed: int = Field(1, description="seeds the batches' order, dropout and initialisation")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
-        "auto", description="auto: bf16 autocast on GPUs that have it and on CPUs with bf16 matrix instructions "
-                            "(AMX, AVX-512 BF16), fp16 with loss scaling on older GPUs, float32 on other CPUs")
+        "auto", description="auto: bf16 autocast on GPUs that have it, fp16 with loss scaling on older ones, "
+                            "float32 on CPUs (bf16: autocast on a CPU with AMX or AVX-512 BF16)")
     sharding: Literal["none", "fsdp"] = Field(
         "none", description="fsdp: parameters, gradients and optimizer state sharded over the processes; "
                             "none: the model replicated (DDP)")
@@ -114,9 +114,9 @@ class DecodeSection(_Section):
 
     beam: int = Field(4, ge=1, description="beam size (§6.1: 4; 1: greedy)")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
-        "auto", description="translating, generating and scoring: auto is bf16 autocast where the device "
-                            "multiplies bf16 fast (GPUs that have it, CPUs with AMX or AVX-512 BF16), else "
-                            "float32 (fp16 on older GPUs)")
+        "auto", description="translating, generating and scoring: auto is bf16 autocast on GPUs that have it, "
+                            "fp16 on older ones, float32 on CPUs (bf16: autocast on a CPU with AMX or AVX-512 "
+                            "BF16)")
     length_penalty: float = Field(0.6, ge=0, description="alpha of lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6)")
     max_len_a: float = Field(1.0, ge=0, description="output length at most a * input length + b")
     max_len_b: int = Field(50, ge=0, description="... + b (§6.1: input length + 50)")

@@ -1,17 +1,17 @@
 """How a device computes: one place for autocast and loss scaling, for training and decoding alike.
 
-"auto" is bf16 autocast where the device multiplies bf16 matrices fast: GPUs that support bf16 (Ampere
-and later), and CPUs whose kernel reports bf16 matrix instructions (x86's AMX or AVX-512 BF16, Arm's
-BF16 extension). Elsewhere it is fp16 autocast with a `torch.amp.GradScaler` on GPUs (fp16 gradients
-underflow without one) and float32 on CPUs. A spec's `train.precision` and `decode.precision` can ask
-for one of them, or float32. Under autocast the weights, the optimizer's state, the loss and the norms'
-statistics stay float32.
+On GPUs, "auto" is bf16 autocast where the GPU supports bf16 (Ampere and later), else fp16 autocast with
+a `torch.amp.GradScaler` (fp16 gradients underflow without one). On CPUs, "auto" is float32: bf16
+autocast is offered where the kernel reports bf16 matrix instructions (x86's AMX or AVX-512 BF16, Arm's
+BF16 extension), and asked for by name, because on such a CPU it ran a fixed-shape training step 1.6-2.1x
+faster but the trainer's batches, of varying shapes, 1.9x slower (docs/runtime.md). A spec's
+`train.precision` and `decode.precision` choose. Under autocast the weights, the optimizer's state, the
+loss and the norms' statistics stay float32.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import platform
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -26,9 +26,6 @@ from xspec.base.errors import UserError
 # rate: x86's AMX tiles and AVX-512 BF16 dot products, Arm's BF16 extension.
 BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 CPU_INFO = Path("/proc/cpuinfo")
-# Set to 0, a run takes the CPU to have none (its "auto" is float32 everywhere): for comparisons with
-# float32, and for the test suite, whose figures are float32's on any CPU.
-NO_BF16_VARIABLE = "XSPEC_CPU_BF16"
 
 
 @dataclass(frozen=True)
@@ -52,17 +49,11 @@ class Precision:
         return torch.amp.GradScaler(self.device_type) if self.dtype == torch.float16 else None
 
 
+@functools.cache
 def cpu_bf16_instructions() -> Optional[str]:
     """The CPU's bf16 matrix instructions by their flag (`amx_bf16`), from what the kernel reports; None
-    where it reports none, nothing can be read (another operating system: float32 is then the safe
-    choice), or XSPEC_CPU_BF16 is 0."""
-    if os.environ.get(NO_BF16_VARIABLE, "").strip() == "0":
-        return None
-    return _reported_bf16_flag()
-
-
-@functools.cache
-def _reported_bf16_flag() -> Optional[str]:
+    where it reports none, or nothing can be read (another operating system: float32 is then the safe
+    choice)."""
     if platform.system() != "Linux":
         return None
     try:
@@ -94,11 +85,14 @@ def choose_precision(device: torch.device, requested: str = "auto", setting: str
     flag = cpu_bf16_instructions() if device.type == "cpu" else None
     if requested == "bf16" and flag is None:
         raise UserError(f"{setting} = \"bf16\": this {device.type} has no bf16 matrix instructions (none of "
-                        f"{', '.join(BF16_FLAGS)}), so bf16 would be slower than float32; use \"auto\" or \"fp32\"")
+                        f"{', '.join(BF16_FLAGS)}), so bf16 would be slower than float32; use "
+                        "\"auto\" or \"fp32\"")
+    if requested == "bf16":
+        return Precision(device.type, torch.bfloat16, f"{setting} = \"bf16\"; the CPU has {flag}")
     if flag is not None:
-        return Precision(device.type, torch.bfloat16, f"{setting} = \"{requested}\"; the CPU has {flag}")
-    return Precision(device.type, None, f"{setting} = \"auto\"; no bf16 matrix instructions on this "
-                                        f"{device.type}")
+        return Precision(device.type, None, f"{setting} = \"auto\"; the CPU has {flag}, but bf16 autocast ran "
+                                            "training's varying batch shapes slower; \"bf16\" to use it")
+    return Precision(device.type, None, f"{setting} = \"auto\" on a {device.type}")
 
 
 def _gpu_precision(device: torch.device, requested: str, setting: str) -> Precision:

@@ -1,4 +1,4 @@
-"""Every test computes in float32 unless it asks for bf16, with one thread (below).
+"""Every command a test runs uses one thread (below).
 
 The hostile-input suites never reach the command line's last resort: every case they try must end in a
 message about the input (exit status 1 or 2) or succeed, never in "internal error" (status 70).
@@ -13,11 +13,8 @@ from pathlib import Path
 
 import pytest
 
-# The figures the tests compare are float32's on any CPU: on one with bf16 matrix instructions, "auto" would
-# otherwise compute in bf16 (runtime/precision.py), also in the commands tests run as processes. Tests of
-# bf16 ask for it (tests/runtime/test_precision.py).
-os.environ["XSPEC_CPU_BF16"] = "0"
-# And one intra-op thread in the runs they start (the models are tiny), without measuring the machine's load.
+# One intra-op thread in the commands the tests run (the models are tiny), without measuring the machine's
+# load (xspec/base/threads.py); also in those they run as processes.
 os.environ["XSPEC_THREADS"] = "1"
 
 from hostile_suites import is_hostile_suite

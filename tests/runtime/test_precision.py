@@ -1,7 +1,6 @@
-"""The precision a run computes in: bf16 autocast where the CPU reports bf16 matrix instructions (read from
-/proc/cpuinfo's flags, simulated here), float32 where it does not, and a message for what the CPU cannot
-do. Where this CPU has them, a short training run and the scores of a trained model in bf16 against
-float32's."""
+"""The precision a run computes in on a CPU: bf16 autocast where it reports bf16 matrix instructions (read
+from /proc/cpuinfo's flags, simulated here) and a run asks for it, float32 otherwise, and a message for
+what the CPU cannot do. Where this CPU has them, a short training run in bf16 against float32's."""
 
 from __future__ import annotations
 
@@ -30,44 +29,36 @@ def test_the_bf16_instructions_are_read_from_the_cpus_flags(cpu_info, flag):
 
 
 def simulate(monkeypatch, flag):
-    """This process's CPU reports `flag` (None: no bf16 instructions), and no variable overrides it."""
-    monkeypatch.setattr(precision, "_reported_bf16_flag", lambda: flag)
-    monkeypatch.delenv(precision.NO_BF16_VARIABLE, raising=False)
+    """This process's CPU reports `flag` (None: no bf16 instructions)."""
+    monkeypatch.setattr(precision, "cpu_bf16_instructions", lambda: flag)
 
 
-def test_auto_is_bf16_on_a_cpu_with_bf16_instructions_and_says_why(monkeypatch):
+def test_bf16_is_there_to_ask_for_on_a_cpu_with_bf16_instructions_and_auto_is_float32(monkeypatch):
+    """Measured on such a CPU, bf16 autocast ran the trainer's batches of varying shapes slower than float32."""
     simulate(monkeypatch, "amx_bf16")
+    asked = choose_precision(CPU, "bf16", "decode.precision")
+    assert asked.dtype == torch.bfloat16
+    assert asked.describe() == 'bf16 (decode.precision = "bf16"; the CPU has amx_bf16)'
     chosen = choose_precision(CPU, "auto")
-    assert chosen.dtype == torch.bfloat16
-    assert chosen.describe() == 'bf16 (train.precision = "auto"; the CPU has amx_bf16)'
-    assert choose_precision(CPU, "bf16", "decode.precision").dtype == torch.bfloat16
+    assert chosen.dtype is None and "the CPU has amx_bf16, but" in chosen.describe()
     assert choose_precision(CPU, "fp32").dtype is None
     with pytest.raises(UserError, match='train.precision = "fp16" needs a GPU'):
         choose_precision(CPU, "fp16")
 
 
-def test_auto_is_float32_on_a_cpu_without_them_and_bf16_is_refused(monkeypatch):
+def test_bf16_is_refused_on_a_cpu_without_them(monkeypatch):
     simulate(monkeypatch, None)
-    chosen = choose_precision(CPU, "auto", "decode.precision")
-    assert chosen.dtype is None
-    assert chosen.describe() == 'fp32 (decode.precision = "auto"; no bf16 matrix instructions on this cpu)'
+    assert choose_precision(CPU, "auto").describe() == 'fp32 (train.precision = "auto" on a cpu)'
     with pytest.raises(UserError, match='decode.precision = "bf16": this cpu has no bf16 matrix instructions'):
         choose_precision(CPU, "bf16", "decode.precision")
 
 
-def test_the_variable_makes_a_cpu_with_them_compute_in_float32(monkeypatch):
-    simulate(monkeypatch, "amx_bf16")
-    monkeypatch.setenv(precision.NO_BF16_VARIABLE, "0")
-    assert choose_precision(CPU, "auto").dtype is None
-
-
-needs_bf16 = pytest.mark.skipif(precision._reported_bf16_flag() is None,
+needs_bf16 = pytest.mark.skipif(precision.cpu_bf16_instructions() is None,
                                 reason="this CPU reports no bf16 matrix instructions")
 
 
 @needs_bf16
-def test_a_bf16_run_trains_and_scores_as_float32_does(small_corpus, tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv(precision.NO_BF16_VARIABLE, raising=False)
+def test_a_bf16_run_trains_as_float32_does(small_corpus, tmp_path, capsys):
     runs = {}
     for name in ("fp32", "bf16"):
         spec = xspec.compile("specs/tiny.xspec", overrides={
