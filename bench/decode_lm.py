@@ -1,0 +1,127 @@
+"""Greedy decoding of an imported Llama: xspec's runtime against transformers' `generate`, in one process.
+
+    python bench/decode_lm.py [--size 30m|120m] [--rounds 3]
+
+transformers writes a random Llama checkpoint (30m: hidden 512, 8 layers, 8 heads over 4 key/value heads,
+vocabulary 8000, 31.8M parameters; 120m: hidden 768, 12 layers, 12 over 4, vocabulary 32000) with a
+word-level tokenizer; `xspec import` reads it. Then, alternating round by round: transformers'
+`generate` (greedy, float32) and xspec's greedy decoding with its cache (runtime/sampling.py) in float32,
+under bf16 autocast (what decode.precision = "auto" chooses on a CPU with bf16 matrix instructions), and
+with the weights themselves in bf16. Each decodes 4 prompts of 32 tokens for 64 new ones (no end token).
+It prints ms per decoded position, medians, and the bf16 variants' logits against float32's (max |Δ| and
+KL on the prompts). It checks nothing (transformers is needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import xspec
+from xspec.runtime.precision import Precision
+from xspec.runtime.sampling import sample
+from xspec.runtime.vocab import EOS
+
+SIZES = {
+    "30m": dict(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
+                num_attention_heads=8, num_key_value_heads=4),
+    "120m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                 num_attention_heads=12, num_key_value_heads=4),
+}
+PROMPTS, PROMPT_LEN, NEW = 4, 32, 64
+
+
+def write_checkpoint(directory: Path, size: str) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(**SIZES[size], max_position_embeddings=512, tie_word_embeddings=False,
+                         bos_token_id=1, eos_token_id=2)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    words = {f"w{i}": i for i in range(config.vocab_size)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(directory / "tokenizer.json"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=SIZES, default="30m")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    from transformers import LlamaForCausalLM
+
+    with tempfile.TemporaryDirectory() as temporary:
+        source, run = Path(temporary) / "hf", Path(temporary) / "run"
+        write_checkpoint(source, args.size)
+        subprocess.run([sys.executable, "-m", "xspec", "import", str(source), "-o", str(run), "--no-verify"],
+                       check=True, stdout=subprocess.DEVNULL)
+        hf = LlamaForCausalLM.from_pretrained(source).eval()
+        ours = xspec.load(run, device="cpu").members.eval()
+    torch.manual_seed(1)
+    prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (PROMPTS, PROMPT_LEN))
+    prompts[:, 0] = EOS  # xspec's prompts start at the end token, as its documents do
+    fp32, bf16 = Precision("cpu", None), Precision("cpu", torch.bfloat16)
+    halved = _copy_in_bf16(ours)
+
+    def ours_in(model, precision: Precision):
+        def run_once() -> None:
+            with torch.no_grad(), precision.autocast():
+                sample(model, prompts, NEW, None, end_token=-1, never=(), vocab_size=None)
+        return run_once
+
+    def theirs() -> None:
+        with torch.no_grad():
+            hf.generate(prompts, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, eos_token_id=None,
+                        pad_token_id=0)
+
+    candidates = {"transformers generate (fp32)": theirs, "xspec (fp32)": ours_in(ours, fp32),
+                  "xspec (bf16 autocast)": ours_in(ours, bf16), "xspec (bf16 weights)": ours_in(halved, fp32)}
+    for run_once in candidates.values():  # warm-up
+        run_once()
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(args.rounds):
+        for name, run_once in candidates.items():
+            start = time.perf_counter()
+            run_once()
+            times[name].append((time.perf_counter() - start) * 1000 / NEW)
+    reference = statistics.median(times["transformers generate (fp32)"])
+    print(f"{args.size}: greedy decoding, {PROMPTS} prompts x {PROMPT_LEN} tokens + {NEW} new, "
+          f"{torch.get_num_threads()} threads; ms per position (median of {args.rounds}), speed against transformers")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"  {name:30s} {median:7.2f} ms   {reference / median:5.2f}x   rounds: "
+              f"{', '.join(f'{v:.2f}' for v in values)}")
+    with torch.no_grad():
+        exact = ours.decode(prompts).float()
+        for name, logits in (("bf16 autocast", _autocast_logits(ours, prompts)),
+                             ("bf16 weights", halved.decode(prompts).float())):
+            delta = (logits - exact).abs().max().item()
+            kl = torch.nn.functional.kl_div(logits.log_softmax(-1), exact.log_softmax(-1), log_target=True,
+                                            reduction="batchmean").item() / PROMPT_LEN
+            agree = (logits.argmax(-1) == exact.argmax(-1)).float().mean().item()
+            print(f"  logits, {name} against fp32: max |Δ| {delta:.3f}, KL {kl:.2e} nats per position, "
+                  f"argmax the same at {agree:.1%} of positions")
+
+
+def _copy_in_bf16(model: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(model).to(torch.bfloat16)
+
+
+def _autocast_logits(model: torch.nn.Module, prompts: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return model.decode(prompts).float()
+
+
+if __name__ == "__main__":
+    main()
