@@ -15,6 +15,7 @@ KL on the prompts). It checks nothing (transformers is needed).
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import subprocess
 import sys
@@ -113,8 +114,6 @@ def main() -> None:
 
 
 def _copy_in_bf16(model: torch.nn.Module) -> torch.nn.Module:
-    import copy
-
     return copy.deepcopy(model).to(torch.bfloat16)
 
 
