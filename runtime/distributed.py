@@ -45,16 +45,25 @@ def pick_device(requested: str | None, local_rank: int = 0) -> torch.device:
 DEFAULT_TIMEOUT_MINUTES = 60.0
 
 
+def _process_count(variable: str, default: str | None, least: int) -> int:
+    """A whole number torchrun sets in the environment, checked: a message, not a traceback."""
+    value = os.environ.get(variable, default)
+    if value is None or not value.strip().isdigit() or int(value) < least:
+        raise UserError(f"{variable}={value!r}: torchrun sets it to a whole number of at least {least}; run under "
+                        "torchrun, or unset WORLD_SIZE for one process")
+    return int(value)
+
+
 def setup(requested_device: str | None, timeout_minutes: float = DEFAULT_TIMEOUT_MINUTES) -> Context:
     """Joins the process group when started by torchrun (it sets WORLD_SIZE, RANK, LOCAL_RANK).
 
     `timeout_minutes` bounds every collective, including the first ones, where the other ranks wait
     while rank 0 prepares the run (the vocabulary of a large corpus can take a while): NCCL's default
     of 10 minutes would end such runs."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = _process_count("WORLD_SIZE", "1", 1)
     if world_size == 1:
         return Context(0, 1, pick_device(requested_device))
-    local_rank = int(os.environ["LOCAL_RANK"])
+    local_rank = _process_count("LOCAL_RANK", None, 0)
     device = pick_device(requested_device, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -10,8 +10,10 @@ import sys
 import pytest
 
 from test_runtime_cli import ROOT, SHRINK, TINY, _data_args
+from xspec.base.errors import UserError
 from xspec.cli import main
 from xspec.runtime.demo_data import generate_split
+from xspec.runtime.distributed import setup
 from xspec.runtime.run_dir import read_metrics_log
 
 STEPS = ["--set", "dropout=0", "--set", "train.max_steps=20", "--set", "train.batch_tokens=1200",
@@ -111,3 +113,15 @@ def test_a_language_model_takes_the_same_steps_on_two_processes(tmp_path):
     _succeeded(_torchrun("train", *lm, "--train", str(text), "--out", str(tmp_path / "two")))
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert len(one) == 6 and two == pytest.approx(one, rel=2e-4, abs=2e-4)
+
+
+@pytest.mark.parametrize("world_size, local_rank", [("abc", "0"), ("0", "0"), ("2", None), ("2", "-1")])
+def test_torchruns_variables_that_are_not_counts_are_named(monkeypatch, world_size, local_rank):
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    if local_rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    named = "WORLD_SIZE" if world_size in ("abc", "0") else "LOCAL_RANK"
+    with pytest.raises(UserError, match=f"{named}=.*torchrun sets it to a whole number"):
+        setup("cpu")

@@ -71,7 +71,8 @@ def apply_threads(args: argparse.Namespace) -> Optional[ThreadChoice]:
     import torch
 
     on_gpu = getattr(args, "device", None) != "cpu" and torch.cuda.is_available()
-    several = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    world = os.environ.get("WORLD_SIZE", "").strip()
+    several = world.isdigit() and int(world) > 1  # torchrun's; anything else is one process
     choice = None if args.threads is None and (on_gpu or several) else choose_threads(args.threads)
     if choice is not None:
         torch.set_num_threads(choice.threads)
