@@ -45,23 +45,24 @@ def config_expression(expr: ast.Expr, value: object, fields: dict[str, Constant]
     """`expr` as Python over `config` (`config.d_ff`, `math.sqrt(config.d_model)`), if it reads only
     parameters (a local name of the same value counts: a block argument passed the parameter) and
     computes `value` exactly, of its type; else None, and generated code writes the value itself."""
-    try:
-        code, computed = _render(expr, fields, local, "config.")
-    except _NotConfig:
-        return None
-    if type(computed) is not type(value) or computed != value or "config." not in code:
-        return None
-    return _outer(code)
+    return _exactly(expr, value, fields, local, "config.")
 
 
 def derived_field(expr: ast.Expr, value: object, fields: dict[str, Constant]) -> Optional[str]:
     """A parameter the spec computes from others (`d_k = d_model / heads`) as Python over the config's own
     fields (`self.d_model // self.heads`), if it computes `value` exactly; else None (a constant)."""
+    return _exactly(expr, value, fields, lambda name: None, "self.")
+
+
+def _exactly(expr: ast.Expr, value: object, fields: dict[str, Constant], local: Callable[[str], object],
+             prefix: str) -> Optional[str]:
+    """`expr` over the fields (`{prefix}{name}`), where it reads at least one and computes `value` exactly,
+    of its type."""
     try:
-        code, computed = _render(expr, fields, lambda name: None, "self.")
+        code, computed = _render(expr, fields, local, prefix)
     except _NotConfig:
         return None
-    if type(computed) is not type(value) or computed != value or "self." not in code:
+    if type(computed) is not type(value) or computed != value or prefix not in code:
         return None
     return _outer(code)
 
