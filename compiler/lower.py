@@ -39,15 +39,14 @@ from .wrap import INDENT, LINE_LIMIT, assignment, wrap, wrapped
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
 
-def _preludes_used(code: str, combined: dict[str, tuple[str, ...]]) -> list[str]:
-    """The prelude classes the generated `code` names (`RMSNorm(`, not `nn.RMSNorm(`) and those they
-    extend (YarnRotaryEmbedding's RotaryEmbedding), in the prelude's order. Prelude classes construct
+def _preludes_used(named: set[str], combined: dict[str, tuple[str, ...]]) -> list[str]:
+    """The prelude classes among the names generated code uses (`RMSNorm(`, not `nn.RMSNorm(`) and those
+    they extend (YarnRotaryEmbedding's RotaryEmbedding), in the prelude's order. Prelude classes construct
     none of each other (an attention's rotary embedding is built by the generated code and passed in),
     so these are all the file needs; nor do the classes `combined` of several, whose pieces they are."""
     classes = prelude_classes()
-    named = names_used(code) & set(classes)
-    named |= {piece for pieces in combined.values() for piece in pieces}
-    return [classes[name].source for name in with_bases(named)]
+    used = (named & set(classes)) | {piece for pieces in combined.values() for piece in pieces}
+    return [classes[name].source for name in with_bases(used)]
 
 
 def _combined(name: str, pieces: tuple[str, ...]) -> str:
@@ -101,7 +100,7 @@ class _Lowering:
         model_class = self._model_class()
         used = names_used("".join(self.order) + model_class)
         combined = {name: pieces for name, pieces in self.combined.items() if name in used}
-        preludes = _preludes_used("".join(self.order) + model_class, combined)
+        preludes = _preludes_used(used, combined)
         composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
         body = [self._config("".join(self.order)), *preludes, *composites, *classes, model_class]
@@ -254,11 +253,11 @@ class _Lowering:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
         takes it. A parameter the spec computes from others (`d_k = d_model / heads`) is None unless
         given and computed from them after (`__post_init__`), so an edited config builds what --set builds."""
-        derived = self._derived_fields()
+        derived = self._derived_fields()  # name -> (Python over `self`, the fields it reads)
         used = set(attributes_read(code, "config")) & set(self.fields)
         pending = [name for name in used if name in derived]
         while pending:  # and the parameters the computed ones read
-            for name in attributes_read(derived[pending.pop()], "self"):
+            for name in derived[pending.pop()][1]:
                 if name not in used:
                     used.add(name)
                     pending += [name] if name in derived else []
@@ -271,22 +270,23 @@ class _Lowering:
         if computed:
             lines += ["", f"{INDENT}def __post_init__(self):  # None: computed from the others, as the spec does"]
             for name in computed:
-                line = f"self.{name} = {derived[name]} if self.{name} is None else self.{name}"
+                line = f"self.{name} = {derived[name][0]} if self.{name} is None else self.{name}"
                 if len(INDENT * 2 + line) < LINE_LIMIT:
                     lines.append(INDENT * 2 + line)
                 else:
                     lines += [f"{INDENT * 2}if self.{name} is None:",
-                              *assignment(f"self.{name}", derived[name], INDENT * 3)]
+                              *assignment(f"self.{name}", derived[name][0], INDENT * 3)]
         return "\n".join(lines)
 
-    def _derived_fields(self) -> dict[str, str]:
-        """The config's fields the spec computes from other fields: name -> Python over `self`."""
+    def _derived_fields(self) -> dict[str, tuple[str, list[str]]]:
+        """The config's fields the spec computes from other fields: name -> Python over `self` (with only the
+        parentheses Python needs), and the fields it reads."""
         derived = {}
         for name, value in self.fields.items():
             expression = self.model.expressions.get(name)
             code = derived_field(expression, value, self.fields) if expression is not None else None
             if code is not None:
-                derived[name] = condition_source(code)  # only the parentheses Python needs
+                derived[name] = (condition_source(code), attributes_read(code, "self"))
         return derived
 
     def _tie_lines(self) -> list[str]:
@@ -360,16 +360,18 @@ def _field(name: str, value: object, computed: bool) -> str:
     return "\n".join(wrapped(f"{name}: {type(value).__name__} = {'None' if computed else literal(value)}", INDENT))
 
 
-def _dependency_order(derived: dict[str, str]) -> list[str]:
+def _dependency_order(derived: dict[str, tuple[str, list[str]]]) -> list[str]:
     """The computed fields, each after the computed fields it reads."""
     order: list[str] = []
+
     def visit(name: str, seen: tuple[str, ...]) -> None:
         if name in order or name in seen:
             return
-        for read in attributes_read(derived[name], "self"):
+        for read in derived[name][1]:
             if read in derived:
                 visit(read, (*seen, name))
         order.append(name)
+
     for name in derived:
         visit(name, ())
     return order
