@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast as pyast
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional
 
 from . import ast
 from .config import condition_source, config_condition
@@ -21,7 +21,6 @@ from .diagnostics import Span
 from .evaluate import Constant
 from .forward import where
 from .ir import Instance
-from .op_attention import OPTIONAL_PIECES
 from .wrap import INDENT
 
 
@@ -59,10 +58,12 @@ def _split(body: str) -> Optional[_Layer]:
 
 
 def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], bodies: list[str], keys: list[str],
-                         fields: dict[str, Constant], pieces_of: dict[str, tuple[str, ...]]) -> Optional[str]:
+                         fields: dict[str, Constant], pieces_of: dict[str, tuple[str, ...]],
+                         optional: Mapping[str, str]) -> Optional[str]:
     """The body of one class for `layers` (their bodies and shape-free keys as lower.py writes them), whose
     constructor takes the layer's index as `index` and chooses its modules by the block's conditions; None
-    where they cannot be one class. `pieces_of` gives the prelude pieces of the file's combined classes."""
+    where they cannot be one class. `pieces_of` gives the prelude pieces of the file's combined classes,
+    `optional` the pieces whose option may be None, with that option (OpDef.optional_pieces)."""
     parts, written = [_split(key) for key in keys], _split(bodies[0])
     if any(p is None for p in parts) or written is None or index in ("self", "config"):
         return None
@@ -102,8 +103,8 @@ def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], b
         if key in done:
             continue
         done.add(key)
-        merged = [_merged_choice(branch[True], branch[False], conditions[key], where(statement.span), pieces_of)
-                  for branch in branches.values()]
+        merged = [_merged_choice(branch[True], branch[False], conditions[key], where(statement.span), pieces_of,
+                                 optional) for branch in branches.values()]
         if all(line is not None for line in merged):  # one constructor call, its arguments chosen
             lines += [line for line in merged if line is not None]
             continue
@@ -147,8 +148,8 @@ def _holds(statements: tuple[ast.Stmt, ...], span: Span) -> bool:
         and (span.end_line, span.end_col) <= (end.end_line, end.end_col)
 
 
-def _merged_choice(chosen: str, other: str, condition: str, pointer: str,
-                   pieces_of: dict[str, tuple[str, ...]]) -> Optional[str]:
+def _merged_choice(chosen: str, other: str, condition: str, pointer: str, pieces_of: dict[str, tuple[str, ...]],
+                   optional_pieces: Mapping[str, str]) -> Optional[str]:
     """The constructor line of a module whose class the condition chooses, as one call where the two
     classes differ only by pieces whose option may be None (a sliding window, None in a global layer, as
     transformers writes `sliding_window if layer_type == "sliding_attention" else None`): the class with
@@ -164,12 +165,12 @@ def _merged_choice(chosen: str, other: str, condition: str, pointer: str,
         return None
     pieces = [set(pieces_of.get(name, (name,))) for name in names]
     differing = pieces[0] ^ pieces[1]
-    if not differing or not differing <= set(OPTIONAL_PIECES):
+    if not differing or not differing <= set(optional_pieces):
         return None
     cls = names[0] if pieces[0] >= pieces[1] else names[1] if pieces[1] >= pieces[0] else None
     if cls is None:
         return None
-    optional = {OPTIONAL_PIECES[piece] for piece in differing}
+    optional = {optional_pieces[piece] for piece in differing}
     mine, theirs = _keywords(call, code), _keywords(other_call, other_code)
     arguments = [pyast.get_source_segment(code, a) or "" for a in call.args]
     for name in dict.fromkeys([*mine, *theirs]):

@@ -134,7 +134,9 @@ class _Lowering:
         keys = [SHAPE_COMMENT.sub("  # ", body) for body in bodies]
         if stack.index_param is not None and len(set(keys)) > 1 and layers[0].block_name is not None:
             merged = layer_class_by_index(self.model.blocks[layers[0].block_name], stack.index_param, layers,
-                                          bodies, keys, self.fields, self.combined)
+                                          bodies, keys, self.fields, self.combined,
+                                          {piece: option for op in OPS.values() for piece, option in
+                                           op.optional_pieces.items()})
             if merged is not None:
                 name = self._register(layers[0], bases[0], merged)
                 for item in layers:

@@ -287,8 +287,7 @@ PIECES = (("SlidingWindowAttention", "SlidingWindow"), ("ALiBiAttention", "ALiBi
           ("RotaryAttention", "Rotary"), ("CrossAttention", "Cross"))
 
 
-# Pieces whose option may be None, which turns them off: layers a spec chooses between by a condition share
-# one class (compiler/layer_choice.py), e.g. Gemma 2's local and global attention.
+# Pieces whose option may be None, which turns them off: Gemma 2's local and global layers share one call.
 OPTIONAL_PIECES = {"SlidingWindowAttention": "window"}
 
 
@@ -394,6 +393,6 @@ ATTENTION = OpDef(
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
-    flops=_flops, saved=_saved, composes=attention_class,
+    flops=_flops, saved=_saved, composes=attention_class, optional_pieces=OPTIONAL_PIECES,
 )
 

@@ -4,9 +4,9 @@ their own, which imports this one; ops.py registers every entry in the one table
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Generic, Optional, Protocol, TypeVar
+from typing import Callable, Generic, Mapping, Optional, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -119,6 +119,9 @@ class OpDef(Generic[AttrsT]):
     # The class its module is, and the prelude classes that class combines: where there are several, the
     # generated file defines it, extending them (compiler/prelude_attention.py's pieces).
     composes: Callable[[AttrsT, Inferred], tuple[str, tuple[str, ...]]] = lambda a, i: ("", ())
+    # Of those pieces, the ones whose option may be None, which turns them off (a sliding window): the
+    # layers a condition chooses between share one call, that option chosen (compiler/layer_choice.py).
+    optional_pieces: Mapping[str, str] = field(default_factory=dict)
     # The attribute whose value is the output's last size (linear: `out`); None: the op keeps the last
     # size of an input (a norm, attention, an addition), which generated code then names as that input's.
     width: Optional[str] = None
