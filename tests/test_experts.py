@@ -12,6 +12,7 @@ from xspec.compiler.prelude_experts import (BiasedMixtureOfExperts, ClampedSwiGL
                                             SigmoidRouter, SwiGLU)
 from xspec.runtime.expert_products import register_expert_products
 from xspec.runtime.load_balance import load_balancing_loss
+from attention_pieces import pieces_class
 from float32 import assert_close
 
 ACTIVATIONS = {"silu": SwiGLU, "gelu_tanh": GeGLU}
@@ -23,9 +24,7 @@ def experts(experts=5, top_k=2, normalize=True, scoring="softmax", routing_scale
     torch.manual_seed(0)
     attrs = ExpertsAttrs(experts=experts, top_k=top_k, d_ff=12, normalize=normalize, scoring=scoring,
                          routing_scale=routing_scale)
-    name, pieces = router_pieces(attrs, {})
-    bases = tuple(getattr(prelude_experts, piece) for piece in pieces) or (prelude_experts.Router,)
-    router_class = type(name, bases, {}) if len(bases) > 1 else bases[0]
+    router_class = pieces_class(prelude_experts, *router_pieces(attrs, {}), prelude_experts.Router)
     scale = {"scale": routing_scale} if routing_scale != 1 else {}
     router = router_class(16, experts, top_k, bias=router_bias, normalize=normalize, **scale)
     act = ClampedSwiGLU(swiglu_limit, 1.702) if activation == "clamped_swiglu" else ACTIVATIONS[activation]()
