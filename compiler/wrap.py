@@ -90,20 +90,23 @@ def assignment(target: str, code: str, indent: str) -> list[str]:
     operators, each operand on a line of its own (as far as it must be)."""
     line = f"{indent}{target} = {code}"
     expression = ast.parse(code, mode="eval").body
-    if len(line) < LINE_LIMIT or not isinstance(expression, ast.BinOp):
+    if len(line) < LINE_LIMIT or not (isinstance(expression, ast.BinOp) and type(expression.op) in _SYMBOLS):
         return [line]
-    laid = _laid_out(expression, indent, 0, False)  # "(", the operands a level in, ... ")"
+    # Split even where the expression alone would fit the line: the target is on it too.
+    laid = _laid_out(expression, indent, 0, False, split=True)  # "(", the operands a level in, ... ")"
     return [f"{indent}{target} = (", *laid[1:]]
 
 
-def _laid_out(node: ast.expr, indent: str, outer: int, right: bool) -> list[str]:
-    """`node` at `indent`: one line, or a parenthesized operation over several lines."""
+def _laid_out(node: ast.expr, indent: str, outer: int, right: bool, split: bool = False) -> list[str]:
+    """`node` at `indent`: one line, or (too long for one, or `split`) a parenthesized operation over
+    several lines."""
     strength = _PRECEDENCE.get(type(node.op), 0) if isinstance(node, ast.BinOp) else 0
     text = ast.unparse(node)
     grouped = isinstance(node, ast.BinOp) and (strength < outer or (right and strength == outer))
     if grouped:
         text = f"({text})"
-    if len(indent + text) < LINE_LIMIT or not isinstance(node, ast.BinOp) or type(node.op) not in _SYMBOLS:
+    if not isinstance(node, ast.BinOp) or type(node.op) not in _SYMBOLS or (
+            not split and len(indent + text) < LINE_LIMIT):
         return [indent + text]
     inner = indent + INDENT
     left = _laid_out(node.left, inner, strength, False)

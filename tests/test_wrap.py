@@ -29,3 +29,11 @@ def test_long_arithmetic_is_split_at_its_operators_and_keeps_its_meaning():
     assert ast.dump(ast.parse("\n".join(lines).strip())) == ast.dump(ast.parse(f"self.layer_types = {code}"))
     assert assignment("self.d_k", "self.d_model // self.heads", "        ") == \
         ["        self.d_k = self.d_model // self.heads"]
+
+
+def test_an_assignment_too_long_for_its_line_is_split_where_its_expression_alone_would_fit():
+    """The target shares the first line: a string holding brackets and quotes is a literal, not syntax."""
+    code = "('sliding_attention', 'x\\')\" + self.__class__ #') * ((self.layers + 1) // 2)"
+    lines = assignment("self.layer_types", code, " " * 12)
+    assert len(lines) == 3 and all(len(line) < LINE_LIMIT for line in lines)
+    assert ast.dump(ast.parse("\n".join(lines).strip())) == ast.dump(ast.parse(f"self.layer_types = {code}"))
