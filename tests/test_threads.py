@@ -45,11 +45,20 @@ def test_a_run_takes_the_free_cores_and_at_least_one(monkeypatch):
 
 
 def test_the_option_and_the_variable_choose_instead(monkeypatch):
-    simulate(monkeypatch, [0, 1], 1.9)
+    simulate(monkeypatch, [0, 1, 2, 3], 3.9)
     assert choose_threads(2).describe() == "2 threads (--threads 2)"
     monkeypatch.setenv(threads.THREADS_VARIABLE, "3")
     assert choose_threads().describe() == "3 threads (XSPEC_THREADS=3)"
     assert choose_threads(1).threads == 1                                   # the option over the variable
     monkeypatch.setenv(threads.THREADS_VARIABLE, "many")
     with pytest.raises(UserError, match="XSPEC_THREADS='many': a number of threads, at least 1"):
+        choose_threads()
+
+
+def test_never_more_threads_than_cores_the_process_may_use(monkeypatch):
+    simulate(monkeypatch, [0, 1], 0.0)
+    with pytest.raises(UserError, match="--threads 100000: this process may use 2 cores, so at most 2 threads"):
+        choose_threads(100000)
+    monkeypatch.setenv(threads.THREADS_VARIABLE, "3")
+    with pytest.raises(UserError, match="XSPEC_THREADS=3: this process may use 2 cores"):
         choose_threads()

@@ -70,20 +70,31 @@ def measure_busy_cores(cpus: list[int]) -> Optional[float]:
 
 
 def choose_threads(requested: Optional[int] = None) -> ThreadChoice:
-    """`requested` (--threads), else XSPEC_THREADS, else the allowed cores that are free now (at least one)."""
+    """`requested` (--threads), else XSPEC_THREADS, else the allowed cores that are free now (at least one).
+    Never more threads than the cores the process may use: more only fight over them (and thousands make
+    OpenMP fail to start them)."""
+    cpus = allowed_cores()
     if requested is None:
         value = os.environ.get(THREADS_VARIABLE, "").strip()
         if value:
             if not value.isdigit() or int(value) < 1:
                 raise UserError(f"{THREADS_VARIABLE}={value!r}: a number of threads, at least 1")
-            return ThreadChoice(int(value), f"{THREADS_VARIABLE}={value}")
+            asked = f"{THREADS_VARIABLE}={value}"
+            return ThreadChoice(_at_most(int(value), cpus, asked), asked)
     elif requested < 1:
         raise UserError(f"--threads {requested}: a number of threads, at least 1")
     else:
-        return ThreadChoice(requested, f"--threads {requested}")
-    cpus = allowed_cores()
+        asked = f"--threads {requested}"
+        return ThreadChoice(_at_most(requested, cpus, asked), asked)
     busy = measure_busy_cores(cpus)
     if busy is None:
         return ThreadChoice(len(cpus), f"{len(cpus)} cores allowed; their load cannot be read")
     free = max(1, len(cpus) - round(busy))
     return ThreadChoice(free, f"{len(cpus)} cores allowed, {busy:.1f} busy with other work when the run started")
+
+
+def _at_most(threads: int, cpus: list[int], asked: str) -> int:
+    if threads > len(cpus):
+        raise UserError(f"{asked}: this process may use {len(cpus)} core{'s' if len(cpus) != 1 else ''}, so at most "
+                        f"{len(cpus)} thread{'s' if len(cpus) != 1 else ''}")
+    return threads

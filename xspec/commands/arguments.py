@@ -106,8 +106,9 @@ def add_device_argument(parser: argparse.ArgumentParser, note: str = "") -> None
 def add_process_arguments(parser: argparse.ArgumentParser) -> None:
     """--threads and --tcmalloc/--no-tcmalloc: what every command that computes takes (xspec/base/process.py)."""
     parser.add_argument("--threads", type=int_at_least(1), metavar="N",
-                        help="CPU threads for torch (default: XSPEC_THREADS, else the cores free when the "
-                             "command starts: on a busy machine, fewer threads are much faster)")
+                        help="CPU threads for torch, at most the cores the process may use (default: "
+                             "XSPEC_THREADS, else the cores free when the command starts: on a busy machine, "
+                             "fewer threads are much faster)")
     parser.add_argument("--tcmalloc", action=argparse.BooleanOptionalAction, default=True,
                         help="on a CPU, run with tcmalloc when it is installed (several times faster than glibc's "
                              "malloc here; default: on)")
