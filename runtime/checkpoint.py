@@ -120,12 +120,20 @@ def _read_safetensors(path: Path, what: str) -> tuple[dict[str, str], dict[str, 
             tensors = {name: f.get_tensor(name) for name in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
         with open(path, "rb") as f:
-            start = f.read(8)
-        if start.startswith(_ZIP) or start.startswith(_PICKLE):
+            start = f.read(9)
+        if _is_pickle(start):
             _refuse_pickle(path)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UserError(f"{path}: corrupt or truncated {what} ({reason})") from None
     return metadata, tensors
+
+
+def _is_pickle(start: bytes) -> bool:
+    """Whether a file's first 9 bytes are torch.save's archive or a pickle. A safetensors header (JSON)
+    opens at byte 8, so a damaged safetensors file whose length begins with 0x80 is not named a pickle."""
+    if start.startswith(_ZIP):
+        return True
+    return start.startswith(_PICKLE) and start[8:9] != b"{"
 
 
 def _refuse_pickle(path: Path) -> None:

@@ -259,3 +259,7 @@ def test_a_checkpoint_whose_header_length_starts_like_a_pickle_loads(tmp_path):
     assert path.read_bytes()[0] == 0x80
     saved = ckpt.load_weights(path)
     assert saved.spec_source == "x" * padding and torch.equal(saved.tensors["w"], torch.ones(2))
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+    with pytest.raises(UserError, match=r"truncated\.safetensors: corrupt or truncated checkpoint"):
+        ckpt.load_weights(truncated)
