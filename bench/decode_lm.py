@@ -1,15 +1,17 @@
 """Greedy decoding of an imported Llama: xspec's runtime against transformers' `generate`, in one process.
 
-    python bench/decode_lm.py [--size 30m|120m] [--rounds 3]
+    python bench/decode_lm.py [--size 30m|120m] [--rounds 3] [--compile]
 
 transformers writes a random Llama checkpoint (30m: hidden 512, 8 layers, 8 heads over 4 key/value heads,
 vocabulary 8000, 31.8M parameters; 120m: hidden 768, 12 layers, 12 over 4, vocabulary 32000) with a
 word-level tokenizer; `xspec import` reads it. Then, alternating round by round: transformers'
 `generate` (greedy, float32) and xspec's greedy decoding with its cache (runtime/sampling.py) in float32,
-under bf16 autocast (what decode.precision = "auto" chooses on a CPU with bf16 matrix instructions), and
-with the weights themselves in bf16. Each decodes 4 prompts of 32 tokens for 64 new ones (no end token).
-It prints ms per decoded position, medians, and the bf16 variants' logits against float32's (max |Δ| and
-KL on the prompts). It checks nothing (transformers is needed).
+under bf16 autocast (decode.precision = "bf16"), and with its linear layers' weights kept in bf16 and in
+int8 (decode.weights, runtime/weight_formats.py). Each decodes 4 prompts of 32 tokens for 64 new ones
+(no end token). It prints ms per decoded position, medians, and each variant's logits against float32's
+(max |Δ|, KL and argmax agreement on the prompts). --compile adds float32 and int8 with the decoder's step
+through torch.compile (about two minutes of compiling each, not counted). It checks nothing (transformers
+is needed).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import xspec
 from xspec.runtime.precision import Precision
 from xspec.runtime.sampling import sample
 from xspec.runtime.vocab import EOS
+from xspec.runtime.weight_formats import store_weights
 
 SIZES = {
     "30m": dict(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
@@ -57,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=SIZES, default="30m")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd steps")
     args = parser.parse_args()
     from transformers import LlamaForCausalLM
 
@@ -71,7 +75,7 @@ def main() -> None:
     prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (PROMPTS, PROMPT_LEN))
     prompts[:, 0] = EOS  # xspec's prompts start at the end token, as its documents do
     fp32, bf16 = Precision("cpu", None), Precision("cpu", torch.bfloat16)
-    halved = _copy_in_bf16(ours)
+    stored = {name: _copy_stored(ours, name) for name in ("bf16", "int8")}
 
     def ours_in(model, precision: Precision):
         def run_once() -> None:
@@ -85,7 +89,13 @@ def main() -> None:
                         pad_token_id=0)
 
     candidates = {"transformers generate (fp32)": theirs, "xspec (fp32)": ours_in(ours, fp32),
-                  "xspec (bf16 autocast)": ours_in(ours, bf16), "xspec (bf16 weights)": ours_in(halved, fp32)}
+                  "xspec (bf16 autocast)": ours_in(ours, bf16), "xspec (bf16 weights)": ours_in(stored["bf16"], fp32),
+                  "xspec (int8 weights)": ours_in(stored["int8"], fp32)}
+    if args.compile:
+        for name, model in (("fp32", ours), ("int8 weights", stored["int8"])):
+            compiled = copy.deepcopy(model)
+            compiled.decode = torch.compile(compiled.decode, dynamic=True)
+            candidates[f"xspec ({name}, compiled)"] = ours_in(compiled, fp32)
     for run_once in candidates.values():  # warm-up
         run_once()
     times: dict[str, list[float]] = {name: [] for name in candidates}
@@ -104,7 +114,8 @@ def main() -> None:
     with torch.no_grad():
         exact = ours.decode(prompts).float()
         for name, logits in (("bf16 autocast", _autocast_logits(ours, prompts)),
-                             ("bf16 weights", halved.decode(prompts).float())):
+                             ("bf16 weights", stored["bf16"].decode(prompts).float()),
+                             ("int8 weights", stored["int8"].decode(prompts).float())):
             delta = (logits - exact).abs().max().item()
             kl = torch.nn.functional.kl_div(logits.log_softmax(-1), exact.log_softmax(-1), log_target=True,
                                             reduction="batchmean").item() / PROMPT_LEN
@@ -113,8 +124,10 @@ def main() -> None:
                   f"argmax the same at {agree:.1%} of positions")
 
 
-def _copy_in_bf16(model: torch.nn.Module) -> torch.nn.Module:
-    return copy.deepcopy(model).to(torch.bfloat16)
+def _copy_stored(model: torch.nn.Module, weight_format: str) -> torch.nn.Module:
+    stored = copy.deepcopy(model)
+    store_weights(stored, weight_format)
+    return stored
 
 
 def _autocast_logits(model: torch.nn.Module, prompts: torch.Tensor) -> torch.Tensor:

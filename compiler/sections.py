@@ -117,6 +117,10 @@ class DecodeSection(_Section):
         "auto", description="translating, generating and scoring: auto is bf16 autocast on GPUs that have it, "
                             "fp16 on older ones, float32 on CPUs (bf16: autocast on a CPU with AMX or AVX-512 "
                             "BF16)")
+    weights: Literal["auto", "fp32", "bf16", "int8"] = Field(
+        "auto", description="translating, generating and scoring: the linear layers' weights kept as trained "
+                            "(auto, fp32), in bf16, or in int8 with a scale per output channel: fewer bytes "
+                            "read per token, logits slightly changed (CPUs with bf16 matrix instructions, GPUs)")
     length_penalty: float = Field(0.6, ge=0, description="alpha of lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6)")
     max_len_a: float = Field(1.0, ge=0, description="output length at most a * input length + b")
     max_len_b: int = Field(50, ge=0, description="... + b (§6.1: input length + 50)")

@@ -28,6 +28,7 @@ from .ensemble import ModelOrEnsemble
 from .scoring import LineScores, example_log_probs, score_lines
 from .tasks import max_sequence_tokens
 from .translation import Translator
+from .weight_formats import choose_weight_format, store_weights
 from .vocab import Vocab
 
 
@@ -239,13 +240,16 @@ def score_pairs(model: ModelOrEnsemble, tokenizer: Vocab, max_tokens: int, devic
 
 
 def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, None] = None,
-         compile: str = "off") -> TrainedModel:
+         compile: str = "off", weights: Optional[str] = None) -> TrainedModel:
     """The latest checkpoint of a run directory, or a checkpoint file. `compile` (auto, on, off): whether
-    the decoder's step runs through torch.compile (lengths and batch sizes dynamic)."""
+    the decoder's step runs through torch.compile (lengths and batch sizes dynamic). `weights` (auto, fp32,
+    bf16, int8; default: the spec's decode.weights): what the linear layers' weights are kept in."""
     checkpoint = ckpt.load_weights(ckpt.resolve(Path(run_or_checkpoint)))
     spec = compile_checkpoint_spec(checkpoint)
     chosen = pick_device(str(device) if device is not None else None)
     model, vocab = build_from_checkpoint(checkpoint, spec, chosen)
+    setting = "--weights" if weights is not None else "decode.weights"
+    store_weights(model, choose_weight_format(chosen, weights or spec.decode.weights, setting))
     if use_compile(compile, chosen):
         register_expert_products()
         model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats
@@ -253,18 +257,18 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
 
 
 def load_ensemble(runs: Sequence[Union[str, Path]], device: Union[str, torch.device, None] = None,
-                  compile: str = "off") -> Union[TrainedModel, TrainedEnsemble]:
+                  compile: str = "off", weights: Optional[str] = None) -> Union[TrainedModel, TrainedEnsemble]:
     """One run or checkpoint: `load`'s model. Several: an ensemble of them, which must share one vocabulary
     (the same sentencepiece model) and one task (all translation models, or all language models); their
     architectures may differ."""
     if not runs:
         raise UserError("no run or checkpoint to load")
-    first = load(runs[0], device, compile)
+    first = load(runs[0], device, compile, weights)
     if len(runs) == 1:
         return first
     models = [first]
     for run in runs[1:]:
-        model = load(run, first.device, compile)
+        model = load(run, first.device, compile, weights)
         if model.tokenizer.model_proto != first.tokenizer.model_proto:
             raise UserError(f"{runs[0]} and {run} have different vocabularies (their sentencepiece models differ); "
                             "the models of an ensemble must share one")

@@ -54,15 +54,17 @@ def compile_source(text: str, name: str = "<spec>", overrides: Optional[Mapping[
     return compile_text(text, name, overrides, allow_imports)
 
 
-def load(run_or_checkpoint, device=None, compile: str = "off") -> TrainedModel:
+def load(run_or_checkpoint, device=None, compile: str = "off", weights: Optional[str] = None) -> TrainedModel:
     """A trained run (its latest checkpoint) or checkpoint file, ready to translate, generate or score.
 
     `device`: "cpu", "cuda", ... (default: CUDA when available); `compile` ("auto", "on", "off"):
-    whether the decoder's step runs through torch.compile. Raises UserError for what cannot be loaded.
+    whether the decoder's step runs through torch.compile; `weights` ("auto", "fp32", "bf16", "int8";
+    default: the spec's decode.weights): what the linear layers' weights are kept in. Raises UserError
+    for what cannot be loaded.
     """
     from xspec.runtime.inference import load as load_trained
 
-    return load_trained(run_or_checkpoint, device, compile)
+    return load_trained(run_or_checkpoint, device, compile, weights)
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ from xspec.runtime.batching import NO_LABEL, collate_sequences
 from xspec.runtime.beam_search import continue_prompts
 from xspec.runtime.demo_data import generate_split
 from xspec.runtime.documents import Documents, encode_documents, windows
+from xspec.runtime.precision import cpu_bf16_instructions
 from xspec.runtime.run_dir import DataFiles, Split, read_metrics_log
 from xspec.runtime.sampling import Sampling, draw, filtered_probabilities, sample
 from xspec.runtime.train import RunOptions, train
@@ -291,6 +292,22 @@ def test_generate_and_eval_text_commands(lm_run, demo_text, capsys, tmp_path):
     assert _xspec(capsys, "average", str(lm_run), "--last", "3", "-o", str(averaged))[0] == 0
     code, out, _ = _xspec(capsys, "eval", str(averaged), "--text", str(demo_text.test.src))
     assert code == 0 and 1 < float(out.split("perplexity ")[1].split(",")[0]) < metrics["unigram_perplexity"]
+
+
+@pytest.mark.skipif(cpu_bf16_instructions() is None, reason="bf16 and int8 weights need bf16 instructions")
+def test_bf16_and_int8_weights_score_and_generate_as_float32_does_within_their_rounding(lm_run, demo_text, capsys):
+    """decode.weights (--weights): the perplexity of the test text within 1% of float32's."""
+    perplexities = {}
+    for weights in ("fp32", "bf16", "int8"):
+        code, out, _ = _xspec(capsys, "eval", str(lm_run), "--text", str(demo_text.test.src), "--weights", weights)
+        assert code == 0
+        perplexities[weights] = float(out.split("perplexity ")[1].split(",")[0])
+        code, out, _ = _xspec(capsys, "generate", str(lm_run), "--prompt", "the", "--beam", "1",
+                              "--max-new-tokens", "5", "--weights", weights)
+        assert code == 0 and len(out.splitlines()) == 1 and out.strip()
+    assert perplexities["bf16"] == pytest.approx(perplexities["fp32"], rel=0.01)
+    assert perplexities["int8"] == pytest.approx(perplexities["fp32"], rel=0.01)
+    assert perplexities["int8"] != perplexities["fp32"]  # the int8 weights were used
 
 
 @pytest.mark.parametrize("argv, message", [

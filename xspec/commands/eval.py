@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                         "language model")
     if args.output:
         check_output_file(Path(args.output), "--output")
-    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile)
+    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
     name = " + ".join(args.models)
     if args.text is not None:
         return _perplexity(trained, name, Path(args.text), args.batch_tokens)

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output_file(Path(args.output), "--output")
     chosen = settings(args)
-    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile)
+    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
     generator = trained.generator(args.batch_tokens, args.seed, **chosen)
     decode = trained.tokenizer.decode
 

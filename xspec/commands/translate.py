@@ -47,7 +47,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, ensemble: bool = False) -> None:
-    """RUN_OR_CHECKPOINT, --device and --compile: what every command that loads a trained model takes.
+    """RUN_OR_CHECKPOINT, --device, --compile and --weights: what every command that loads a trained model takes.
     `ensemble`: one or more (`args.models`, a list) instead of one (`args.model`)."""
     if ensemble:
         parser.add_argument("models", metavar="RUN_OR_CHECKPOINT", nargs="+",
@@ -57,6 +57,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, ensemble: bool = False)
     add_device_argument(parser)
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                         help="torch.compile the decoder step (auto: on for CUDA, off on CPU)")
+    parser.add_argument("--weights", choices=("auto", "fp32", "bf16", "int8"),
+                        help="keep the linear layers' weights as trained (auto, fp32), in bf16 or in int8 (one "
+                             "scale per output channel): fewer bytes per decoded token (default: decode.weights)")
 
 
 def decode_overrides(args: argparse.Namespace, nbest: int | None = None) -> dict:
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
-    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile)
+    trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
     translator = trained.translator(args.batch_tokens, **decode_overrides(args, args.nbest))
 
     def translate(window: list[str], first: int, name: str) -> Iterator[str]:

@@ -1,0 +1,88 @@
+"""Decoding's weight formats (runtime/weight_formats.py): bf16 and int8 linear layers whose products agree
+with float32's within their rounding, which layers are replaced, and which requests are refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from xspec.base.errors import UserError
+from xspec.runtime import weight_formats
+from xspec.runtime.weight_formats import Bf16Linear, Int8Linear, choose_weight_format, store_weights
+
+CPU = torch.device("cpu")
+
+
+def _linear(in_features: int, out_features: int, bias: bool) -> nn.Linear:
+    torch.manual_seed(in_features + out_features)
+    return nn.Linear(in_features, out_features, bias=bias)
+
+
+@pytest.mark.parametrize("in_features", [48, 40])   # 48: torch's int8 kernel; 40: the dequantized product
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_products_equal_the_dequantized_weights_product(in_features, bias):
+    linear = _linear(in_features, 33, bias)
+    quantized = Int8Linear(linear)
+    x = torch.randn(2, 5, in_features)
+    dequantized = quantized.quantized.float() * quantized.scale.float()[:, None]
+    expected = x.to(torch.bfloat16).float() @ dequantized.t() + (linear.bias.detach() if bias else 0)
+    got = quantized(x)
+    assert got.shape == (2, 5, 33) and got.dtype == torch.float32
+    assert torch.allclose(got, expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+    exact = linear(x).detach()  # and within int8's rounding of the float32 layer
+    assert (got - exact).abs().max() < 0.03 * exact.abs().max()
+
+
+def test_each_output_channel_has_its_own_scale():
+    linear = _linear(32, 3, False)
+    with torch.no_grad():
+        linear.weight[0] *= 100.0
+        linear.weight[2] = 0.0
+    quantized = Int8Linear(linear)
+    peaks = quantized.quantized.abs().amax(dim=1).tolist()
+    assert peaks == [127, 127, 0]
+    assert quantized.scale[0].item() == pytest.approx(100 * quantized.scale[1].item(), rel=0.5)
+    assert torch.equal(quantized(torch.randn(4, 32))[:, 2], torch.zeros(4))
+
+
+def test_bf16_layers_return_their_inputs_dtype_within_bf16_rounding():
+    linear = _linear(24, 10, True)
+    x = torch.randn(3, 24)
+    got = Bf16Linear(linear)(x)
+    exact = linear(x).detach()
+    assert got.dtype == torch.float32 and linear.weight.dtype == torch.float32
+    assert (got - exact).abs().max() < 0.02 * exact.abs().max()
+
+
+class _Router(nn.Linear):
+    """A subclass with a forward of its own, as the experts' router is."""
+
+    def forward(self, x):
+        return super().forward(x).softmax(-1)
+
+
+@pytest.mark.parametrize("weight_format, kind", [("int8", Int8Linear), ("bf16", Bf16Linear)])
+def test_only_plain_linear_layers_are_replaced(weight_format, kind):
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32)),
+                          _Router(32, 4), nn.Embedding(10, 16))
+    x = torch.randn(2, 16)
+    before = model[:4](x).detach()
+    assert store_weights(model, weight_format) == 2
+    assert isinstance(model[0], kind) and isinstance(model[2][0], kind)
+    assert type(model[3]) is _Router and model[3].weight.dtype == torch.float32
+    assert model[4].weight.dtype == torch.float32 and model[2][1].weight.dtype == torch.float32
+    assert torch.allclose(model[:4](x), before, atol=0.02)
+    assert store_weights(model, "fp32") == 0
+
+
+def test_auto_keeps_the_trained_weights_and_the_others_need_bf16_instructions(monkeypatch):
+    monkeypatch.setattr(weight_formats, "cpu_bf16_instructions", lambda: "amx_bf16")
+    assert [choose_weight_format(CPU, asked) for asked in ("auto", "fp32", "bf16", "int8")] == \
+        ["fp32", "fp32", "bf16", "int8"]
+    monkeypatch.setattr(weight_formats, "cpu_bf16_instructions", lambda: None)
+    assert choose_weight_format(CPU, "auto") == "fp32"
+    with pytest.raises(UserError, match=r'--weights = "int8": this CPU has no bf16 matrix instructions'):
+        choose_weight_format(CPU, "int8", "--weights")
+    with pytest.raises(UserError, match=r"decode.weights = 'int4': one of auto, fp32, bf16, int8"):
+        choose_weight_format(CPU, "int4")
