@@ -24,6 +24,7 @@ import torch.nn as nn
 
 from xspec.base.errors import UserError
 from xspec.base.files import link_atomically
+from xspec.base.threads import ThreadWatch
 from . import checkpoint as ckpt
 from . import distributed, state_dicts
 from .batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
@@ -153,6 +154,8 @@ class Trainer:
     bleu: Optional[Callable[[], float]] = None
     # The step whose weights save_best wrote last: a checkpoint of the same step links that file.
     best_written_at: Optional[int] = None
+    # Chooses the CPU threads again when the machine's load changes (where they came from the free cores).
+    thread_watch: Optional[ThreadWatch] = None
 
     @property
     def sharded(self) -> bool:
@@ -174,7 +177,10 @@ class Trainer:
         for update in updates:
             started = time.time()
             pending.append(self._update(update))
-            progress.train_seconds += time.time() - started
+            seconds = time.time() - started
+            progress.train_seconds += seconds
+            if self.thread_watch is not None and (line := self.thread_watch.observe(seconds / max(update.tokens, 1))):
+                self.log.message(line)
             at_limit = progress.step >= cfg.max_steps
             validate_now = self.valid is not None and progress.step % cfg.validate_every_steps == 0
             read_now = at_limit or validate_now or progress.step % log_every == 0

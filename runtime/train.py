@@ -26,7 +26,7 @@ from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file, write_bytes_atomically
 from xspec.base.process import find_tcmalloc, uses_tcmalloc
 from xspec.base.text import shown
-from xspec.base.threads import ThreadChoice
+from xspec.base.threads import ThreadChoice, ThreadWatch
 from . import checkpoint as ckpt
 from . import distributed, state_dicts
 from .attention_kernels import use_flex_attention
@@ -166,6 +166,8 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     where += f", {trainer.precision.describe()}"
     if options.threads is not None and context.device.type == "cpu":
         where += f", {options.threads.describe()}"
+        if options.threads.from_free_cores:
+            trainer.thread_watch = ThreadWatch(options.threads.threads, torch.set_num_threads)
     say(f"{spec.name}: {spec.parameters:,} parameters, vocabulary {len(vocab)}, {where}")
     if context.device.type == "cpu" and not uses_tcmalloc():
         library = find_tcmalloc()

@@ -62,3 +62,59 @@ def test_never_more_threads_than_cores_the_process_may_use(monkeypatch):
     monkeypatch.setenv(threads.THREADS_VARIABLE, "3")
     with pytest.raises(UserError, match="XSPEC_THREADS=3: this process may use 2 cores"):
         choose_threads()
+
+
+class _Machine:
+    """Two cores whose busy ticks, this process's CPU seconds and a clock move on as `run` says."""
+
+    def __init__(self) -> None:
+        self.busy, self.idle, self.now, self.own = [0, 0], [0, 0], 0.0, 0.0
+        self.applied: list[int] = []
+
+    def stat(self) -> str:
+        return "".join(f"cpu{i} {self.busy[i]} 0 0 {self.idle[i]} 0 0 0 0 0 0\n" for i in range(2))
+
+    def run(self, seconds: float, own_cores: float, other_cores: float) -> None:
+        """`seconds` pass (100 ticks each) with this process on `own_cores` and other work on `other_cores`."""
+        used = own_cores + other_cores
+        for i in range(2):
+            share = min(1.0, max(0.0, used - i))
+            self.busy[i] += round(100 * seconds * share)
+            self.idle[i] += round(100 * seconds * (1 - share))
+        self.now += seconds
+        self.own += own_cores * seconds
+
+    def watch(self, count: int) -> threads.ThreadWatch:
+        """A watch over a run that started with `count` threads."""
+        return threads.ThreadWatch(count, self.applied.append, [0, 1], self.stat, lambda: self.now, lambda: self.own)
+
+
+def _updates(machine: _Machine, watch, count: int, seconds: float, own: float, other: float) -> list[str]:
+    lines = []
+    for _ in range(count):
+        machine.run(seconds, own, other)
+        if (line := watch.observe(seconds / 1000)) is not None:
+            lines.append(line)
+    return lines
+
+
+def test_a_run_drops_a_thread_when_other_work_takes_a_core():
+    machine = _Machine()
+    watch = machine.watch(2)
+    assert _updates(machine, watch, 8, 5.0, own=2.0, other=0.0) == []       # the first updates warm up
+    assert _updates(machine, watch, 8, 0.5, own=2.0, other=0.0) == []       # quiet: the baseline
+    lines = _updates(machine, watch, 8, 1.5, own=1.0, other=1.0)              # another process starts
+    assert lines == ["threads: 2 -> 1 (2.0x the time per token; 1.0 of 2 cores busy with other work)"]
+    assert machine.applied == [1]
+    assert _updates(machine, watch, 16, 0.9, own=1.0, other=1.0) == []       # steady again: no more changes
+
+
+def test_a_run_takes_a_core_back_within_a_minute_of_it_coming_free():
+    """With one thread on a core of its own, the time per token hardly changes when the other core frees;
+    the minute's look finds it."""
+    machine = _Machine()
+    watch = machine.watch(1)
+    assert _updates(machine, watch, 16, 1.0, own=1.0, other=1.0) == []   # warm-up, then the baseline
+    lines = _updates(machine, watch, 60, 1.0, own=1.0, other=0.0)
+    assert lines == ["threads: 1 -> 2 (a minute on; 0.0 of 2 cores busy with other work)"]
+    assert machine.applied == [2]

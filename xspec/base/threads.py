@@ -2,16 +2,18 @@
 when it starts, measured from /proc/stat over a moment. Two threads fighting for one free core cost
 several times more than the core itself (with one of two cores kept busy, a 2-thread training run ran
 6.3x slower than on a quiet machine, a 1-thread run 1.6x: docs/runtime.md), so a run takes only the free
-cores. `--threads N` or XSPEC_THREADS chooses instead (xspec/base/process.py applies it).
+cores. `--threads N` or XSPEC_THREADS chooses instead (xspec/base/process.py applies it). A training run
+chooses again when its time per token says the machine changed, or every minute (ThreadWatch).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from xspec.base.errors import UserError
 
@@ -24,6 +26,7 @@ SAMPLE_SECONDS = 0.3
 class ThreadChoice:
     threads: int
     reason: str
+    from_free_cores: bool = False  # chosen from the load, not asked for: a run may choose again
 
     def describe(self) -> str:
         return f"{self.threads} thread{'s' if self.threads != 1 else ''} ({self.reason})"
@@ -90,7 +93,8 @@ def choose_threads(requested: Optional[int] = None) -> ThreadChoice:
     if busy is None:
         return ThreadChoice(len(cpus), f"{len(cpus)} cores allowed; their load cannot be read")
     free = max(1, len(cpus) - round(busy))
-    return ThreadChoice(free, f"{len(cpus)} cores allowed, {busy:.1f} busy with other work when the run started")
+    return ThreadChoice(free, f"{len(cpus)} cores allowed, {busy:.1f} busy with other work when the run started",
+                        from_free_cores=True)
 
 
 def _at_most(threads: int, cpus: list[int], asked: str) -> int:
@@ -98,3 +102,66 @@ def _at_most(threads: int, cpus: list[int], asked: str) -> int:
         raise UserError(f"{asked}: this process may use {len(cpus)} core{'s' if len(cpus) != 1 else ''}, so at most "
                         f"{len(cpus)} thread{'s' if len(cpus) != 1 else ''}")
     return threads
+
+
+class ThreadWatch:
+    """Chooses a run's threads again while it computes, where they were chosen from the free cores. Each
+    update reports its seconds per token; when the median of the last WINDOW moves CHANGE times away from
+    the median after the last choice (another process started or stopped), or RECHECK_SECONDS have passed,
+    the cores other work kept busy since the last look decide: all the cores' busy time (/proc/stat) less
+    this process's own CPU time. `apply` sets the thread count (torch.set_num_threads)."""
+
+    WINDOW = 8
+    CHANGE = 1.4
+    RECHECK_SECONDS = 60.0
+
+    def __init__(self, threads: int, apply: Callable[[int], None], cpus: Optional[list[int]] = None,
+                 read_stat: Callable[[], str] = lambda: PROC_STAT.read_text(encoding="ascii"),
+                 clock: Callable[[], float] = time.monotonic, own_cpu: Callable[[], float] = time.process_time):
+        self.threads, self.apply, self.cpus = threads, apply, cpus if cpus is not None else allowed_cores()
+        self.read_stat, self.clock, self.own_cpu = read_stat, clock, own_cpu
+        self.recent: list[float] = []
+        self.baseline: Optional[float] = None
+        self.seen = 0
+        self._look()
+
+    def observe(self, seconds_per_token: float) -> Optional[str]:
+        """One update's time; a line for the log when the thread count changed. The first WINDOW updates
+        only warm up (allocations, first kernels)."""
+        self.seen += 1
+        if self.seen <= self.WINDOW:
+            return None
+        self.recent = (self.recent + [seconds_per_token])[-self.WINDOW:]
+        if len(self.recent) < self.WINDOW:
+            return None
+        median = statistics.median(self.recent)
+        if self.baseline is None:  # the load is measured from here on
+            self.baseline = median
+            self._look()
+        changed = max(median / self.baseline, self.baseline / median) >= self.CHANGE
+        if not changed and self.clock() - self.since < self.RECHECK_SECONDS:
+            return None
+        return self._choose_again(f"{median / self.baseline:.1f}x the time per token" if changed else "a minute on")
+
+    def _look(self) -> None:
+        try:
+            self.stat: Optional[str] = self.read_stat()
+        except OSError:
+            self.stat = None
+        self.since, self.cpu_since = self.clock(), self.own_cpu()
+
+    def _choose_again(self, why: str) -> Optional[str]:
+        before, elapsed, own = self.stat, self.clock() - self.since, self.own_cpu() - self.cpu_since
+        self._look()
+        self.recent, self.baseline = [], None
+        if before is None or self.stat is None or elapsed <= 0:
+            return None
+        others = max(0.0, busy_cores(before, self.stat, self.cpus) - own / elapsed)
+        free = max(1, len(self.cpus) - round(others))
+        if free == self.threads:
+            return None
+        line = (f"threads: {self.threads} -> {free} ({why}; {others:.1f} of {len(self.cpus)} cores busy with "
+                "other work)")
+        self.threads = free
+        self.apply(free)
+        return line
