@@ -68,6 +68,20 @@ def train_step(model, optimizer, precision: Precision, src, tgt_in, labels, padd
     optimizer.zero_grad(set_to_none=True)
 
 
+def print_profile(name: str, step, steps: int = 3, top: int = 10) -> None:
+    """The operators that take most of `steps` calls of `step`, by their own CPU time, with their share."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiled:
+        for _ in range(steps):
+            step()
+    averages = sorted(profiled.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in averages)
+    print(f"  profile, {name}: {total / 1000 / steps:.1f} ms a step")
+    for event in averages[:top]:
+        print(f"    {event.key:48s} {event.self_cpu_time_total / total:6.1%}  {event.count // steps:5d} calls a step")
+
+
 class NoEos(nn.Module):
     """Bans EOS so that every sentence decodes for the full length (a fixed amount of work)."""
 
@@ -93,6 +107,8 @@ def main() -> None:
                         help="xspec's precision, chosen as train.precision chooses it")
     parser.add_argument("--compile", action="store_true",
                         help="also time a torch.compile'd copy of the xspec model (and its compile time)")
+    parser.add_argument("--profile", action="store_true",
+                        help="then profile 3 training steps of each candidate: the operators taking most time")
     args = parser.parse_args()
     d_model, layers, heads, d_ff = SIZES[args.size]
     torch.manual_seed(0)
@@ -133,6 +149,10 @@ def main() -> None:
     if "nn.Transformer bf16" in median:
         print(f"  xspec ({chosen.name}) / nn.Transformer (bf16) = "
               f"{median['xspec'] / median['nn.Transformer bf16']:.2f}")
+    if args.profile:
+        for name, model in candidates.items():
+            print_profile(name, lambda: train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1],
+                                                   tgt[:, 1:], padding))
     if args.compile:
         print(f"  compiled / eager xspec = {median['xspec compiled'] / median['xspec']:.2f}")
 

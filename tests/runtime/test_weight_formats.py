@@ -19,16 +19,17 @@ def _linear(in_features: int, out_features: int, bias: bool) -> nn.Linear:
     return nn.Linear(in_features, out_features, bias=bias)
 
 
-@pytest.mark.parametrize("in_features", [48, 40])   # 48: torch's int8 kernel; 40: the dequantized product
+# torch's int8 kernel takes 48 features and 10 rows; 40 features, or 48 rows, the dequantized product.
+@pytest.mark.parametrize("in_features, rows", [(48, 5), (40, 5), (48, 24)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_int8_products_equal_the_dequantized_weights_product(in_features, bias):
+def test_int8_products_equal_the_dequantized_weights_product(in_features, rows, bias):
     linear = _linear(in_features, 33, bias)
     quantized = Int8Linear(linear)
-    x = torch.randn(2, 5, in_features)
+    x = torch.randn(2, rows, in_features)
     dequantized = quantized.quantized.float() * quantized.scale.float()[:, None]
     expected = x.to(torch.bfloat16).float() @ dequantized.t() + (linear.bias.detach() if bias else 0)
     got = quantized(x)
-    assert got.shape == (2, 5, 33) and got.dtype == torch.float32
+    assert got.shape == (2, rows, 33) and got.dtype == torch.float32
     assert torch.allclose(got, expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
     exact = linear(x).detach()  # and within int8's rounding of the float32 layer
     assert (got - exact).abs().max() < 0.03 * exact.abs().max()
