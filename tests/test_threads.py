@@ -104,7 +104,7 @@ def test_a_run_drops_a_thread_when_other_work_takes_a_core():
     assert _updates(machine, watch, 8, 5.0, own=2.0, other=0.0) == []       # the first updates warm up
     assert _updates(machine, watch, 8, 0.5, own=2.0, other=0.0) == []       # quiet: the baseline
     lines = _updates(machine, watch, 8, 1.5, own=1.0, other=1.0)              # another process starts
-    assert lines == ["threads: 2 -> 1 (2.0x the time per token; 1.0 of 2 cores busy with other work)"]
+    assert lines == ["threads: 2 -> 1 (2.0x the time per token; 0.8 of 2 cores busy with other work)"]
     assert machine.applied == [1]
     assert _updates(machine, watch, 16, 0.9, own=1.0, other=1.0) == []       # steady again: no more changes
 

@@ -104,12 +104,21 @@ def _at_most(threads: int, cpus: list[int], asked: str) -> int:
     return threads
 
 
+@dataclass(frozen=True)
+class _Look:
+    """A moment of the run: the clock, /proc/stat's text (None: unreadable) and this process's CPU time."""
+
+    when: float
+    stat: Optional[str]
+    own_cpu: float
+
+
 class ThreadWatch:
     """Chooses a run's threads again while it computes, where they were chosen from the free cores. Each
     update reports its seconds per token; when the median of the last WINDOW moves CHANGE times away from
     the median after the last choice (another process started or stopped), or RECHECK_SECONDS have passed,
-    the cores other work kept busy since the last look decide: all the cores' busy time (/proc/stat) less
-    this process's own CPU time. `apply` sets the thread count (torch.set_num_threads)."""
+    the cores other work kept busy over those WINDOW updates decide: all the cores' busy time
+    (/proc/stat) less this process's own CPU time. `apply` sets the thread count (torch.set_num_threads)."""
 
     WINDOW = 8
     CHANGE = 1.4
@@ -121,42 +130,43 @@ class ThreadWatch:
         self.threads, self.apply, self.cpus = threads, apply, cpus if cpus is not None else allowed_cores()
         self.read_stat, self.clock, self.own_cpu = read_stat, clock, own_cpu
         self.recent: list[float] = []
+        self.looks: list[_Look] = []  # before and after each of the last WINDOW updates
         self.baseline: Optional[float] = None
         self.seen = 0
-        self._look()
+        self.chosen_at = clock()
 
     def observe(self, seconds_per_token: float) -> Optional[str]:
         """One update's time; a line for the log when the thread count changed. The first WINDOW updates
         only warm up (allocations, first kernels)."""
         self.seen += 1
+        self.looks = [*self.looks, self._look()][-(self.WINDOW + 1):]
         if self.seen <= self.WINDOW:
             return None
         self.recent = (self.recent + [seconds_per_token])[-self.WINDOW:]
         if len(self.recent) < self.WINDOW:
             return None
         median = statistics.median(self.recent)
-        if self.baseline is None:  # the load is measured from here on
+        if self.baseline is None:
             self.baseline = median
-            self._look()
         changed = max(median / self.baseline, self.baseline / median) >= self.CHANGE
-        if not changed and self.clock() - self.since < self.RECHECK_SECONDS:
+        if not changed and self.clock() - self.chosen_at < self.RECHECK_SECONDS:
             return None
         return self._choose_again(f"{median / self.baseline:.1f}x the time per token" if changed else "a minute on")
 
-    def _look(self) -> None:
+    def _look(self) -> _Look:
         try:
-            self.stat: Optional[str] = self.read_stat()
+            stat: Optional[str] = self.read_stat()
         except OSError:
-            self.stat = None
-        self.since, self.cpu_since = self.clock(), self.own_cpu()
+            stat = None
+        return _Look(self.clock(), stat, self.own_cpu())
 
     def _choose_again(self, why: str) -> Optional[str]:
-        before, elapsed, own = self.stat, self.clock() - self.since, self.own_cpu() - self.cpu_since
-        self._look()
-        self.recent, self.baseline = [], None
-        if before is None or self.stat is None or elapsed <= 0:
+        first, last = self.looks[0], self.looks[-1]
+        self.recent, self.baseline, self.chosen_at = [], None, self.clock()
+        elapsed = last.when - first.when
+        if first.stat is None or last.stat is None or elapsed <= 0:
             return None
-        others = max(0.0, busy_cores(before, self.stat, self.cpus) - own / elapsed)
+        others = max(0.0, busy_cores(first.stat, last.stat, self.cpus) - (last.own_cpu - first.own_cpu) / elapsed)
         free = max(1, len(self.cpus) - round(others))
         if free == self.threads:
             return None
