@@ -10,16 +10,12 @@ Training never sees these modules: they are made at load, for decoding and scori
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from xspec.base.errors import UserError
 from .precision import cpu_bf16_instructions
-
-WeightFormat = Literal["auto", "fp32", "bf16", "int8"]
 
 # torch's CPU int8 kernel reads its input in blocks of 16 features; other widths give wrong numbers or crash.
 _INT8_KERNEL_BLOCK = 16
