@@ -18,6 +18,8 @@ may contain only what the code generator emits:
   - literals that are numbers, strings, booleans or None (finite floats only); powers only by a small
     literal exponent (`config.query_pre_attn_scalar ** -0.5`); arithmetic, comparisons, `and`, `or` and
     `not` (a layer's choice, `if (i + 1) % config.sliding_window_pattern != 0:`);
+  - `raise ValueError(f"layer {i} ...")`, a string or an f-string of checked expressions (a layer whose
+    branch the file was generated without);
   - `Model = SomeGeneratedClass`.
 
 Anything else (a `__import__`, an `eval`, a string that escaped its docstring, a dunder attribute) is
@@ -220,8 +222,19 @@ def _check_statement(node: ast.stmt, scope: set[str]) -> None:
             _check_statement(statement, scope)
     elif isinstance(node, ast.FunctionDef) and not node.decorator_list and not node.returns:
         _check_body(node, scope)  # a spec function of more than one step
+    elif _is_refusal(node):  # a layer's branch the file was generated without (compiler/layer_choice.py)
+        assert isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+        _check_expr(node.exc.args[0], scope)
     else:
         _refuse(node, f"a {type(node).__name__} statement")
+
+
+def _is_refusal(node: ast.stmt) -> bool:
+    """`raise ValueError(message)`, the message a string or an f-string."""
+    return isinstance(node, ast.Raise) and node.cause is None and isinstance(node.exc, ast.Call) \
+        and isinstance(node.exc.func, ast.Name) and node.exc.func.id == "ValueError" \
+        and len(node.exc.args) == 1 and not node.exc.keywords \
+        and isinstance(node.exc.args[0], (ast.Constant, ast.JoinedStr))
 
 
 def _check_target(node: ast.expr, scope: set[str]) -> None:
@@ -257,6 +270,14 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
             _refuse(node, f"the constant {value!r}")
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
         _check_expr(node.operand, scope)
+    elif isinstance(node, ast.JoinedStr):  # an f-string: its text, and names or expressions formatted plainly
+        for part in node.values:
+            if isinstance(part, ast.FormattedValue) and part.conversion == -1 and part.format_spec is None:
+                _check_expr(part.value, scope)
+            elif not isinstance(part, ast.Constant):
+                _refuse(part, "a formatted value with a conversion or a format")
+            else:
+                _check_expr(part, scope)
     elif isinstance(node, ast.BoolOp):
         for operand in node.values:
             _check_expr(operand, scope)

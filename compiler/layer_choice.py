@@ -7,6 +7,10 @@ Where the two branches make one module of classes that differ only by a piece wh
 The layers' classes are written first (compiler/lower.py), one per layer; they merge where they differ
 only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
 explains, a condition that reads more than the index and parameters) leaves them apart.
+
+A branch no layer takes at the spec's values is not in the file, so a config edited to take it (more
+layers, another `layer_types`) would build a model the spec does not describe. The constructor refuses
+it by name instead (`branch_guards`).
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from typing import Mapping, Optional
 from . import ast
 from .config import condition_source, config_condition
 from .diagnostics import Span
-from .evaluate import Constant
+from .evaluate import Constant, ConstantError, evaluate
 from .forward import where
 from .ir import Instance
-from .wrap import INDENT
+from .wrap import INDENT, LINE_LIMIT
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,74 @@ def _split(body: str) -> Optional[_Layer]:
     return _Layer(lines[0], attributes, "\n".join(lines[end:]))
 
 
+def branch_guards(block: ast.Block, index: str, count: int, fields: dict[str, Constant]) -> list[str]:
+    """The constructor's lines that refuse a layer whose `if` (of the block's own statements, over the
+    index and parameters) takes a branch none of the `count` layers takes at the spec's values: one `if`
+    for them all where it fits a line."""
+    refused: list[tuple[pyast.expr, Span]] = []  # (the untaken branch's condition, the spec's `if`)
+    for statement in block.body:
+        condition = config_condition(statement.condition, fields, index) if isinstance(statement, ast.If) else None
+        if condition is None:
+            continue
+        assert isinstance(statement, ast.If)
+        taken = {_value(statement.condition, index, layer, fields) for layer in range(count)}
+        if len(taken) != 1 or None in taken:
+            continue
+        tree = pyast.parse(condition_source(condition), mode="eval").body
+        refused.append((tree if taken == {False} else pyast.UnaryOp(pyast.Not(), tree), statement.span))
+    if not refused:
+        return []
+    either = pyast.BoolOp(pyast.Or(), [tree for tree, _ in refused]) if len(refused) > 1 else refused[0][0]
+    test = [f"{INDENT * 2}if {pyast.unparse(either)}:  # {', '.join(where(span) for _, span in refused)}"]
+    if len(test[0]) >= LINE_LIMIT and len(refused) > 1:  # `(A` and `or B):`, an operand and its `if` a line
+        operands = [f"({pyast.unparse(tree)})" if isinstance(tree, pyast.BoolOp) and isinstance(tree.op, pyast.Or)
+                    else pyast.unparse(tree) for tree, _ in refused]
+        test = [f"{INDENT * 2}if ({operands[0]}", *(f"{INDENT * 4}or {operand}" for operand in operands[1:])]
+        test[-1] += "):"
+        test = [f"{line}  # {where(span)}" for line, (_, span) in zip(test, refused)]
+    first = pyast.JoinedStr([pyast.Constant("layer "), pyast.FormattedValue(pyast.Name(index), -1),
+                             pyast.Constant(" takes a branch this file was generated without: ")])
+    raising = f"{INDENT * 3}raise ValueError("
+    refusal = [raising + pyast.unparse(first),
+               " " * len(raising) + repr("compile the spec with these values (xspec compile --set)") + ")"]
+    return [*test, *refusal]
+
+
+def _value(condition: ast.Expr, index: str, layer: int, fields: dict[str, Constant]) -> Optional[bool]:
+    """The condition's truth in layer `layer`; None where it is not a truth value the spec can compute."""
+    def lookup(name: ast.Name) -> Constant:
+        if name.id == index:
+            return layer
+        if name.id in fields:
+            return fields[name.id]
+        raise ConstantError("unknown-name", name.span, name.id)
+
+    try:
+        value = evaluate(condition, lookup)
+    except ConstantError:
+        return None
+    return value if isinstance(value, bool) else None
+
+
+def guarded_layer_class(body: str, index: str, guards: list[str]) -> Optional[str]:
+    """One layer class (`body`, as lower.py writes it) whose constructor takes the index as `index` and
+    refuses the branches `guards` name; None where it is not of lower.py's form."""
+    written = _split(body)
+    if written is None or index in ("self", "config"):
+        return None
+    lines = [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()",
+             *guards, *written.attributes.values()]
+    return "\n".join(lines) + "\n" + written.forward + "\n"
+
+
 def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], bodies: list[str], keys: list[str],
                          fields: dict[str, Constant], pieces_of: dict[str, tuple[str, ...]],
-                         optional: Mapping[str, str]) -> Optional[str]:
+                         optional: Mapping[str, str], guards: list[str]) -> Optional[str]:
     """The body of one class for `layers` (their bodies and shape-free keys as lower.py writes them), whose
     constructor takes the layer's index as `index` and chooses its modules by the block's conditions; None
     where they cannot be one class. `pieces_of` gives the prelude pieces of the file's combined classes,
-    `optional` the pieces whose option may be None, with that option (OpDef.optional_pieces)."""
+    `optional` the pieces whose option may be None, with that option (OpDef.optional_pieces); `guards`
+    refuse the branches no layer takes (`branch_guards`)."""
     parts, written = [_split(key) for key in keys], _split(bodies[0])
     if any(p is None for p in parts) or written is None or index in ("self", "config"):
         return None
@@ -92,7 +157,8 @@ def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], b
         if condition is None or any(len(lines) != 2 for lines in branches.values()):
             return None
         conditions[key] = condition_source(condition)
-    lines = [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()"]
+    lines = [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()",
+             *guards]
     done: set[int] = set()
     for attribute, line in written.attributes.items():
         decided = next(((k, s, b) for k, (s, b) in choices.items() if attribute in b), None)

@@ -27,7 +27,7 @@ from .diagnostics import Span
 from .entries import DECODER, ENCODER
 from .forward import Arguments, Context, file_label, forward_lines, identifier, inline_calls, literal, where
 from .ir import Instance
-from .layer_choice import layer_class_by_index
+from .layer_choice import branch_guards, guarded_layer_class, layer_class_by_index
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
 from .library import prelude_classes, with_bases
@@ -132,11 +132,15 @@ class _Lowering:
             self._define_children(item, item_base)
         bodies = [self._class_body(item) for item in layers]
         keys = [SHAPE_COMMENT.sub("  # ", body) for body in bodies]
-        if stack.index_param is not None and len(set(keys)) > 1 and layers[0].block_name is not None:
-            merged = layer_class_by_index(self.model.blocks[layers[0].block_name], stack.index_param, layers,
-                                          bodies, keys, self.fields, self.combined,
-                                          {piece: option for op in OPS.values() for piece, option in
-                                           op.optional_pieces.items()})
+        if stack.index_param is not None and layers[0].block_name is not None:
+            block = self.model.blocks[layers[0].block_name]
+            guards = branch_guards(block, stack.index_param, len(layers), self.fields)
+            if len(set(keys)) > 1:
+                merged = layer_class_by_index(block, stack.index_param, layers, bodies, keys, self.fields,
+                                              self.combined, {piece: option for op in OPS.values() for piece, option
+                                                              in op.optional_pieces.items()}, guards)
+            else:
+                merged = guarded_layer_class(bodies[0], stack.index_param, guards) if guards else None
             if merged is not None:
                 name = self._register(layers[0], bases[0], merged)
                 for item in layers:

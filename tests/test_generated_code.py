@@ -71,6 +71,12 @@ INIT = "        self.encoder = Encoder(config)"  # a line of the generated model
     ("x = b'bytes'", "the constant b'bytes'"),
     ("x = config.d_model ** 10", "a BinOp"),  # a power only by a small literal exponent
     ("x = config.d_model ** config.d_ff", "a BinOp"),
+    # A refusal is `raise ValueError(text)`, nothing else: no other exception, no cause, no formatting.
+    ("raise RuntimeError('x')", "a Raise statement"),
+    ("raise ValueError('x') from None", "a Raise statement"),
+    ("raise ValueError(eval('1'))", "a Raise statement"),
+    ("raise ValueError(f'{eval(1)}')", "the name 'eval'"),
+    ("raise ValueError(f'{config!r}')", "a formatted value with a conversion"),
 ], ids=lambda value: value[:30])
 def test_the_check_refuses_in_a_method_what_the_generator_never_emits(line: str, refused: str):
     assert INIT in TINY
@@ -88,6 +94,11 @@ def test_the_check_looks_into_functions_defined_in_a_method(lines: list[str], re
     inserted = "".join(f"\n        {line}" for line in lines)
     with pytest.raises(GeneratedCodeError, match=refused):
         compile_checked(TINY.replace(INIT, INIT + inserted, 1), "<test>")
+
+
+def test_a_refusal_with_an_f_string_passes_the_check():
+    compile_checked(TINY.replace(INIT, f"{INIT}\n        raise ValueError(f'layer {{config}} and ' 'more')", 1),
+                    "<test>")
 
 
 def test_a_power_by_a_small_literal_exponent_passes_the_check():

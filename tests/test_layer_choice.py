@@ -121,3 +121,21 @@ def test_a_list_parameter_is_a_per_layer_schedule_the_config_holds():
     module = sys.modules[spec.model_class().__module__]
     config = dataclasses.replace(module.ScheduledConfig(), layers=3, layer_types=schedule)
     assert windows(from_set) == windows(spec.model_class()(config)) == [None, None, 8]
+
+
+@pytest.mark.parametrize("path, edited, layer", [
+    ("specs/modern/gemma3.xspec", {"layers": 12}, 5),   # two layers, both local: no global layer written
+    ("specs/modern/qwen3.xspec", {"use_sliding_window": True, "max_window_layers": 1}, 1),
+    ("specs/modern/qwen3_moe.xspec", {"sparse_layers": (True, False)}, 1),   # every layer sparse: no dense one
+])
+def test_an_edited_config_that_takes_a_branch_the_file_lacks_is_refused(path, edited, layer):
+    """A branch no layer takes at the spec's values is not in the file: an edit that reaches it is refused
+    by name, and the same --set builds the model."""
+    generated = xspec.compile(path)
+    module = sys.modules[generated.model_class().__module__]
+    config_class = next(v for k, v in vars(module).items() if k.endswith("Config") and dataclasses.is_dataclass(v))
+    with pytest.raises(ValueError, match=f"^layer {layer} takes a branch this file was generated without: "
+                                         r"compile the spec with these values \(xspec compile --set\)$"):
+        generated.model_class()(dataclasses.replace(config_class(), **edited))
+    as_set = {k: list(v) if isinstance(v, tuple) else v for k, v in edited.items()}
+    assert xspec.compile(path, overrides=as_set).model_class()() is not None
