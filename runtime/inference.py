@@ -28,8 +28,8 @@ from .ensemble import ModelOrEnsemble
 from .scoring import LineScores, example_log_probs, score_lines
 from .tasks import max_sequence_tokens
 from .translation import Translator
-from .weight_formats import choose_weight_format, store_weights
 from .vocab import Vocab
+from .weight_formats import choose_weight_format, store_weights
 
 
 def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):

@@ -223,7 +223,7 @@ def test_base_reads_in_under_255_lines():
     assert len(xspec.compile("specs/base.xspec").python_source.split("\n")) < 255
 
 
-@pytest.mark.parametrize("name", ["base", "llama"])
+@pytest.mark.parametrize("name", ["base", "llama", "gemma3", "mixtral"])
 def test_the_examples_in_the_docs_are_what_the_compiler_writes(name: str):
     path = next(Path("specs").rglob(f"{name}.xspec"))
     example = Path(f"docs/examples/{name}/model.py")
