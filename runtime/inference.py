@@ -266,6 +266,11 @@ def load_ensemble(runs: Sequence[Union[str, Path]], device: Union[str, torch.dev
     first = load(runs[0], device, compile, weights)
     if len(runs) == 1:
         return first
+    if use_compile(compile, first.device):
+        # Members of one spec share its generated classes' code, whose compiled versions torch counts
+        # together: past its limit (8) it would run the later members uncompiled, saying so only in a log.
+        limit = torch._dynamo.config.recompile_limit
+        torch._dynamo.config.recompile_limit = max(limit, 8 * len(runs))
     models = [first]
     for run in runs[1:]:
         model = load(run, first.device, compile, weights)
