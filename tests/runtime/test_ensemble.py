@@ -184,14 +184,14 @@ def test_translate_with_a_run_twice_is_the_run(runs, small_corpus, capsys):
     assert code == 0 and out == _xspec(capsys, "eval", a, "--src", source, "--ref", str(small_corpus.test.tgt))[1]
 
 
-def test_a_compiled_ensemble_leaves_torch_room_to_compile_every_member(runs, monkeypatch):
+def test_a_compiled_ensemble_leaves_torch_room_to_compile_every_member(runs):
     """Members of one spec share their generated classes, so their compiled steps count against one
     recompile limit: an ensemble raises it, or torch would run the later members uncompiled."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
-    ensemble = load_ensemble([runs["a"]] * 3, device="cpu", compile="on")
-    assert isinstance(ensemble, TrainedEnsemble)
-    assert len({type(member.model).decode.__code__ for member in ensemble.models}) == 1
-    assert torch._dynamo.config.recompile_limit == 24
+    with torch._dynamo.config.patch(recompile_limit=8):  # restored after (pytest's monkeypatch deletes it)
+        ensemble = load_ensemble([runs["a"]] * 3, device="cpu", compile="on")
+        assert isinstance(ensemble, TrainedEnsemble)
+        assert len({type(member.model).decode.__code__ for member in ensemble.models}) == 1
+        assert torch._dynamo.config.recompile_limit == 24
 
 
 def test_an_ensemble_of_two_runs_translates_and_scores(runs, small_corpus, capsys):
