@@ -222,19 +222,21 @@ def _check_statement(node: ast.stmt, scope: set[str]) -> None:
             _check_statement(statement, scope)
     elif isinstance(node, ast.FunctionDef) and not node.decorator_list and not node.returns:
         _check_body(node, scope)  # a spec function of more than one step
-    elif _is_refusal(node):  # a layer's branch the file was generated without (compiler/layer_choice.py)
-        assert isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
-        _check_expr(node.exc.args[0], scope)
+    elif (message := _refusal_message(node)) is not None:  # a branch the file lacks (compiler/layer_choice.py)
+        _check_expr(message, scope)
     else:
         _refuse(node, f"a {type(node).__name__} statement")
 
 
-def _is_refusal(node: ast.stmt) -> bool:
-    """`raise ValueError(message)`, the message a string or an f-string."""
-    return isinstance(node, ast.Raise) and node.cause is None and isinstance(node.exc, ast.Call) \
-        and isinstance(node.exc.func, ast.Name) and node.exc.func.id == "ValueError" \
-        and len(node.exc.args) == 1 and not node.exc.keywords \
-        and isinstance(node.exc.args[0], (ast.Constant, ast.JoinedStr))
+def _refusal_message(node: ast.stmt) -> ast.expr | None:
+    """The message of `raise ValueError(message)`, a string or an f-string; None for any other statement."""
+    if not (isinstance(node, ast.Raise) and node.cause is None and isinstance(node.exc, ast.Call)):
+        return None
+    call = node.exc
+    if not (isinstance(call.func, ast.Name) and call.func.id == "ValueError" and len(call.args) == 1
+            and not call.keywords and isinstance(call.args[0], (ast.Constant, ast.JoinedStr))):
+        return None
+    return call.args[0]
 
 
 def _check_target(node: ast.expr, scope: set[str]) -> None:

@@ -116,9 +116,14 @@ def guarded_layer_class(body: str, index: str, guards: list[str]) -> Optional[st
     written = _split(body)
     if written is None or index in ("self", "config"):
         return None
-    lines = [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()",
-             *guards, *written.attributes.values()]
+    lines = [*_indexed_constructor(written, index, guards), *written.attributes.values()]
     return "\n".join(lines) + "\n" + written.forward + "\n"
+
+
+def _indexed_constructor(written: _Layer, index: str, guards: list[str]) -> list[str]:
+    """The class line and the start of a constructor that takes the layer's index, its guards first."""
+    return [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()",
+            *guards]
 
 
 def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], bodies: list[str], keys: list[str],
@@ -157,8 +162,7 @@ def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], b
         if condition is None or any(len(lines) != 2 for lines in branches.values()):
             return None
         conditions[key] = condition_source(condition)
-    lines = [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()",
-             *guards]
+    lines = _indexed_constructor(written, index, guards)
     done: set[int] = set()
     for attribute, line in written.attributes.items():
         decided = next(((k, s, b) for k, (s, b) in choices.items() if attribute in b), None)

@@ -62,12 +62,17 @@ def busy_cores(before: str, after: str, cpus: list[int]) -> float:
     return busy
 
 
+def read_proc_stat() -> str:
+    """/proc/stat's text: every CPU's time, in ticks, by kind (raises OSError where there is none)."""
+    return PROC_STAT.read_text(encoding="ascii")
+
+
 def measure_busy_cores(cpus: list[int]) -> Optional[float]:
     """Cores of `cpus` busy over SAMPLE_SECONDS now; None where /proc/stat cannot be read."""
     try:
-        before = PROC_STAT.read_text(encoding="ascii")
+        before = read_proc_stat()
         time.sleep(SAMPLE_SECONDS)
-        return busy_cores(before, PROC_STAT.read_text(encoding="ascii"), cpus)
+        return busy_cores(before, read_proc_stat(), cpus)
     except OSError:
         return None
 
@@ -125,7 +130,7 @@ class ThreadWatch:
     RECHECK_SECONDS = 60.0
 
     def __init__(self, threads: int, apply: Callable[[int], None], cpus: Optional[list[int]] = None,
-                 read_stat: Callable[[], str] = lambda: PROC_STAT.read_text(encoding="ascii"),
+                 read_stat: Callable[[], str] = read_proc_stat,
                  clock: Callable[[], float] = time.monotonic, own_cpu: Callable[[], float] = time.process_time):
         self.threads, self.apply, self.cpus = threads, apply, cpus if cpus is not None else allowed_cores()
         self.read_stat, self.clock, self.own_cpu = read_stat, clock, own_cpu
