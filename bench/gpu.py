@@ -110,7 +110,9 @@ def measure(spec_name: str, args: argparse.Namespace) -> dict:
         graphs_before, breaks_before = compiled_graphs()
 
         flops = Flops(spec, data)
-        timed = [update for _, (_, _, update) in zip(range(args.steps), trainer.planned_updates())]
+        # Planned micro-batches hold a window's local ids; the corpus is indexed by global ones.
+        timed = [[window.global_ids(m) for m in update]
+                 for _, (window, _, _, update) in zip(range(args.steps), trainer.planned_updates())]
         real_flops, padded_flops = (3 * sum(f) for f in zip(*(flops.micro_batch(m) for u in timed for m in u)))
         tokens = sum(len(data.target[i]) + 1 for update in timed for m in update for i in m)
         if cuda:
