@@ -70,7 +70,7 @@ class Generator:
 
     def _continue(self, batch: torch.Tensor, indices: list[int], follow) -> list[list[int]]:
         d = self.decode
-        with choose_precision(self.device, self.decode.precision, "decode.precision").autocast():
+        with choose_precision(self.device, self.decode.precision, "decode.precision").context():
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,

@@ -266,7 +266,7 @@ class Trainer:
         total = torch.zeros((), device=context.device)
         for i, (batch, counts) in enumerate(update.passes):
             with self._gradient_sync(last=i == len(update.passes) - 1):
-                with self.precision.autocast():
+                with self.precision.context():
                     loss = self.runner(batch.labels, *batch.inputs)
                 weighted = loss * (context.world_size / update.tokens if counts else 0.0)
                 (self.scaler.scale(weighted) if self.scaler is not None else weighted).backward()
@@ -364,7 +364,7 @@ class Trainer:
         self.wrapped.eval()
         for indices, counts in shard(batches, context.rank, context.world_size):
             batch = valid.collate(indices).to(context.device)
-            with self.precision.autocast():
+            with self.precision.context():
                 loss = self.wrapped(batch.labels, *batch.inputs, smoothed=False)
             if counts:
                 totals += torch.stack([loss.double(), torch.tensor(float(batch.target_tokens), device=context.device,

@@ -42,7 +42,7 @@ def example_log_probs(model: ModelOrEnsemble, examples, device: torch.device, ba
 
 def _label_log_probs(model: torch.nn.Module, batch, precision: Precision) -> torch.Tensor:
     """[B, T] log-probability of each label (0 at padding)."""
-    with precision.autocast():
+    with precision.context():
         logits = model(*batch.inputs)                                       # [B, T, V]
     return -F.cross_entropy(logits.float().transpose(1, 2), batch.labels, ignore_index=NO_LABEL, reduction="none")
 

@@ -52,7 +52,7 @@ class Translator:
 
         def translate_chunk(chunk: list[int]) -> list[list[Hypothesis]]:
             src = pad([sources[i] for i in chunk]).to(self.device)
-            with choose_precision(self.device, self.decode.precision, "decode.precision").autocast():
+            with choose_precision(self.device, self.decode.precision, "decode.precision").context():
                 return beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
                                    max_positions=self.max_tokens, vocab_size=len(self.vocab))

@@ -1,6 +1,7 @@
 """The precision a run computes in on a CPU: bf16 autocast where it reports bf16 matrix instructions (read
 from /proc/cpuinfo's flags, simulated here) and a run asks for it, float32 otherwise, and a message for
-what the CPU cannot do. Where this CPU has them, a short training run in bf16 against float32's."""
+what the CPU cannot do. Where this CPU has them, a short training run in bf16 against float32's. On a GPU,
+the context keeps attention off cuDNN's kernel, which plans again for every sequence length."""
 
 from __future__ import annotations
 
@@ -51,6 +52,25 @@ def test_bf16_is_refused_on_a_cpu_without_them(monkeypatch):
     assert choose_precision(CPU, "auto").describe() == 'fp32 (train.precision = "auto" on a cpu)'
     with pytest.raises(UserError, match='decode.precision = "bf16": this cpu has no bf16 matrix instructions'):
         choose_precision(CPU, "bf16", "decode.precision")
+
+
+@pytest.mark.parametrize("device_type, cudnn_inside", [("cuda", False), ("cpu", True)])
+def test_the_context_turns_cudnn_attention_off_on_a_gpu_and_back_on_after(device_type, cudnn_inside):
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        with precision.Precision(device_type, None).context():  # fp32: no autocast, any build of torch
+            assert torch.backends.cuda.cudnn_sdp_enabled() is cudnn_inside
+            assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_the_context_autocasts_to_the_chosen_dtype():
+    with precision.Precision("cpu", torch.bfloat16).context():
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+    assert not torch.is_autocast_enabled("cpu")
 
 
 needs_bf16 = pytest.mark.skipif(precision.cpu_bf16_instructions() is None,
