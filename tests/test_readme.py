@@ -155,6 +155,7 @@ NOT_RUN = {
     "bench/compare_versions.py": _BENCH,
     "bench/scaling.py": _BENCH,
     "bench/gpu.py": _BENCH,
+    "bench/cuda_decode.py": _BENCH,
 }
 
 
