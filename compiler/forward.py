@@ -452,8 +452,7 @@ class _Forward:
             # The value taken in keeps its parentheses only where an operator would bind part of it.
             grouped = op.call(attribute, {port: f"({text})" if resolved[port] == taking.ref else text
                                           for port, text in inputs.items()}, node.attrs, cache)
-            same = pyast.dump(pyast.parse(plain, mode="eval")) == pyast.dump(pyast.parse(grouped, mode="eval"))
-            return plain if same else grouped
+            return plain if _same_expression(plain, grouped) else grouped
         args = [code(port) for port in step.inputs]
         if step.kind == "block":
             child = self._child(item.prefix, step.target)
@@ -533,6 +532,12 @@ class _Forward:
         for last, name in carried_names:
             self._bind(last, name, top)
         return lines
+
+
+@functools.lru_cache(maxsize=4096)  # layers and specs repeat their expressions
+def _same_expression(a: str, b: str) -> bool:
+    """Whether two expressions parse to one tree (they differ at most in redundant parentheses)."""
+    return pyast.dump(pyast.parse(a, mode="eval")) == pyast.dump(pyast.parse(b, mode="eval"))
 
 
 def _defined(program: Program) -> set[str]:

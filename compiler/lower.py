@@ -98,13 +98,13 @@ class _Lowering:
         for child in root.children.values():
             self._define(child, child.name)
         model_class = self._model_class()
-        used = names_used("".join(self.order) + model_class)
+        used = names_used(*self.order, model_class)
         combined = {name: pieces for name, pieces in self.combined.items() if name in used}
         preludes = _preludes_used(used, combined)
         composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
-        body = [self._config("".join(self.order)), *preludes, *composites, *classes, model_class]
-        parts = [self._header(uses_math=bool(attributes_read("\n".join(body), "math"))), *body]
+        body = [self._config(self.order), *preludes, *composites, *classes, model_class]
+        parts = [self._header(uses_math=bool(attributes_read(*body, owner="math"))), *body]
         return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
@@ -255,12 +255,12 @@ class _Lowering:
                 "from dataclasses import dataclass\n\n"
                 "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n")
 
-    def _config(self, code: str) -> str:
+    def _config(self, classes: list[str]) -> str:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
         takes it. A parameter the spec computes from others (`d_k = d_model / heads`) is None unless
         given and computed from them after (`__post_init__`), so an edited config builds what --set builds."""
         derived = self._derived_fields()  # name -> (Python over `self`, the fields it reads)
-        used = set(attributes_read(code, "config")) & set(self.fields)
+        used = set(attributes_read(*classes, owner="config")) & set(self.fields)
         pending = [name for name in used if name in derived]
         while pending:  # and the parameters the computed ones read
             for name in derived[pending.pop()][1]:
@@ -292,7 +292,7 @@ class _Lowering:
             expression = self.model.expressions.get(name)
             code = derived_field(expression, value, self.fields) if expression is not None else None
             if code is not None:
-                derived[name] = (condition_source(code), attributes_read(code, "self"))
+                derived[name] = (condition_source(code), attributes_read(code, owner="self"))
         return derived
 
     def _tie_lines(self) -> list[str]:
