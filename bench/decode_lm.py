@@ -79,7 +79,7 @@ def main() -> None:
 
     def ours_in(model, precision: Precision):
         def run_once() -> None:
-            with torch.no_grad(), precision.autocast():
+            with torch.no_grad(), precision.context():
                 sample(model, prompts, NEW, None, end_token=-1, never=(), vocab_size=None)
         return run_once
 

@@ -60,7 +60,7 @@ class HandWritten(nn.Module):
 
 
 def train_step(model, optimizer, precision: Precision, src, tgt_in, labels, padding) -> None:
-    with precision.autocast():
+    with precision.context():
         logits = model(src, tgt_in, padding)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), label_smoothing=0.1)
     loss.backward()
@@ -161,7 +161,7 @@ def main() -> None:
     times = []
     for _ in range(3):
         start = time.perf_counter()
-        with torch.no_grad(), chosen.autocast():
+        with torch.no_grad(), chosen.context():
             beam_search(model, sources, torch.zeros_like(sources, dtype=torch.bool), beam=4, alpha=0.6,
                         max_len_a=0.0, max_len_b=74)
         times.append(time.perf_counter() - start)
