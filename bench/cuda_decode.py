@@ -46,6 +46,11 @@ def test_split(run: Path, lines: int) -> tuple[list[str], list[str] | None]:
     return (data / "test.txt").read_text(encoding="utf-8").splitlines()[:lines], None
 
 
+def load(run: Path, device: str, compiled: str) -> TrainedModel:
+    """The run's model with its weights as trained: only the precision of the products differs."""
+    return xspec.load(run, device=device, compile=compiled, weights="fp32")
+
+
 def decode(model: TrainedModel, texts: list[str], references: list[str] | None, precision: str,
            new_tokens: int) -> Decoded:
     started = time.perf_counter()
@@ -68,15 +73,14 @@ def compare(run: Path, args: argparse.Namespace) -> None:
     texts, references = test_split(run, args.lines)
     kind = "translate, beam" if references is not None else f"generate {args.new_tokens} greedy,"
     print(f"{run}: {len(texts)} lines; {kind} and score")
-    cpu = decode(xspec.load(run, device="cpu", compile="off"), texts, references, "fp32", args.new_tokens)
+    cpu = decode(load(run, "cpu", "off"), texts, references, "fp32", args.new_tokens)
     print(f"  {'device':<7} {'precision':<9} {'compiled':<8} {'identical':>11} {'BLEU':>6} {'max |dlogp|':>11} "
           f"{'seconds':>8}")
     ways = [("cpu", "fp32", "off", cpu)] + [(args.device, precision, compiled, None) for precision, compiled in
                                             (("fp32", "off"), ("bf16", "off"), ("bf16", "on"))]
     for device, precision, compiled, result in ways:
         if result is None:
-            result = decode(xspec.load(run, device=device, compile=compiled), texts, references, precision,
-                            args.new_tokens)
+            result = decode(load(run, device, compiled), texts, references, precision, args.new_tokens)
         same = sum(a == b for a, b in zip(result.outputs, cpu.outputs))
         bleu = (f"{sacrebleu.corpus_bleu(result.outputs, [references]).score:.2f}" if references is not None
                 else "-")

@@ -70,7 +70,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "xspec", "import", str(source), "-o", str(run), "--no-verify"],
                        check=True, stdout=subprocess.DEVNULL)
         hf = LlamaForCausalLM.from_pretrained(source).eval()
-        ours = xspec.load(run, device="cpu").members.eval()
+        ours = xspec.load(run, device="cpu", weights="fp32").members.eval()
     torch.manual_seed(1)
     prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (PROMPTS, PROMPT_LEN))
     prompts[:, 0] = EOS  # xspec's prompts start at the end token, as its documents do

@@ -45,7 +45,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "xspec", "import", str(source), "-o", str(run), "--no-verify"],
                        check=True, stdout=subprocess.DEVNULL)
         hf = LlamaForCausalLM.from_pretrained(source).train()
-        trained = xspec.load(run, device="cpu")
+        trained = xspec.load(run, device="cpu", weights="fp32")
     ours = TrainingStep(trained.model.train(), label_smoothing=0.0)
     ours_adam = make_optimizer(ours.parameters(), trained.spec.train)
     for group in ours_adam.param_groups:  # the trainer's schedule sets it; here both take one small rate

@@ -119,8 +119,9 @@ class DecodeSection(_Section):
                             "BF16)")
     weights: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto", description="translating, generating and scoring: the linear layers' weights kept as trained "
-                            "(auto, fp32), in bf16, or in int8 with a scale per output channel: fewer bytes "
-                            "read per token, logits slightly changed (CPUs with bf16 matrix instructions, GPUs)")
+                            "(fp32), in bf16, or in int8 with a scale per output channel: fewer bytes read per "
+                            "token, logits slightly changed (CPUs with bf16 matrix instructions, GPUs); auto: "
+                            "bf16 on such a CPU when the weights outgrow its last-level cache, else as trained")
     length_penalty: float = Field(0.6, ge=0, description="alpha of lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6)")
     max_len_a: float = Field(1.0, ge=0, description="output length at most a * input length + b")
     max_len_b: int = Field(50, ge=0, description="... + b (§6.1: input length + 50)")

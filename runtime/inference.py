@@ -29,7 +29,7 @@ from .scoring import LineScores, example_log_probs, score_lines
 from .tasks import max_sequence_tokens
 from .translation import Translator
 from .vocab import Vocab
-from .weight_formats import choose_weight_format, store_weights
+from .weight_formats import choose_weight_format, linear_weight_bytes, store_weights
 
 
 def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
@@ -249,7 +249,8 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     chosen = pick_device(str(device) if device is not None else None)
     model, vocab = build_from_checkpoint(checkpoint, spec, chosen)
     setting = "--weights" if weights is not None else "decode.weights"
-    store_weights(model, choose_weight_format(chosen, weights or spec.decode.weights, setting))
+    store_weights(model, choose_weight_format(chosen, weights or spec.decode.weights, setting,
+                                              linear_weight_bytes(model)))
     if use_compile(compile, chosen):
         register_expert_products()
         model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats

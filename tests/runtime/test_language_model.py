@@ -310,6 +310,23 @@ def test_bf16_and_int8_weights_score_and_generate_as_float32_does_within_their_r
     assert perplexities["int8"] != perplexities["fp32"]  # the int8 weights were used
 
 
+def test_weights_that_outgrow_the_cache_decode_in_bf16_and_export_as_trained(lm_run, tmp_path, monkeypatch, capsys):
+    """decode.weights = "auto" on a CPU with bf16 instructions whose cache the weights outgrow (simulated:
+    a 1 KiB cache): loading for decoding keeps them in bf16; exporting writes them as trained."""
+    from xspec.runtime import weight_formats
+
+    monkeypatch.setattr(weight_formats, "cpu_bf16_instructions", lambda: "amx_bf16")
+    monkeypatch.setattr(weight_formats, "last_level_cache_bytes", lambda: 1024)
+    decoding = xspec.load(lm_run, device="cpu")
+    assert any(isinstance(m, weight_formats.Bf16Linear) for m in decoding.model.modules())
+    as_trained = xspec.load(lm_run, device="cpu", weights="fp32")
+    assert not any(isinstance(m, weight_formats.Bf16Linear) for m in as_trained.model.modules())
+    code, _, err = _xspec(capsys, "export", str(lm_run), "--format", "exported-program", "-o", str(tmp_path / "ep"))
+    assert code == 0, err
+    program = torch.export.load(str(next((tmp_path / "ep").glob("*.pt2"))))
+    assert {tensor.dtype for tensor in program.state_dict.values()} == {torch.float32}
+
+
 @pytest.mark.parametrize("argv, message", [
     (["generate", "RUN", "--beam", "2", "--top-p", "0.9"], "--beam and --alpha are for beam search"),
     (["generate", "RUN", "--no-sample", "--temperature", "0.5"], "--no-sample with --temperature"),

@@ -77,13 +77,40 @@ def test_only_plain_linear_layers_are_replaced(weight_format, kind):
     assert store_weights(model, "fp32") == 0
 
 
-def test_auto_keeps_the_trained_weights_and_the_others_need_bf16_instructions(monkeypatch):
+def test_auto_keeps_weights_the_cache_holds_and_the_others_need_bf16_instructions(monkeypatch):
     monkeypatch.setattr(weight_formats, "cpu_bf16_instructions", lambda: "amx_bf16")
-    assert [choose_weight_format(CPU, asked) for asked in ("auto", "fp32", "bf16", "int8")] == \
+    monkeypatch.setattr(weight_formats, "last_level_cache_bytes", lambda: 300 * 2**20)
+    assert [choose_weight_format(CPU, asked, linear_bytes=2**20) for asked in ("auto", "fp32", "bf16", "int8")] == \
         ["fp32", "fp32", "bf16", "int8"]
+    assert choose_weight_format(CPU, "auto", linear_bytes=480 * 2**20) == "bf16"  # streamed from memory
+    assert choose_weight_format(torch.device("cuda"), "auto", linear_bytes=480 * 2**20) == "fp32"
+    monkeypatch.setattr(weight_formats, "last_level_cache_bytes", lambda: None)  # a cache Linux does not report
+    assert choose_weight_format(CPU, "auto", linear_bytes=480 * 2**20) == "fp32"
+    monkeypatch.setattr(weight_formats, "last_level_cache_bytes", lambda: 300 * 2**20)
     monkeypatch.setattr(weight_formats, "cpu_bf16_instructions", lambda: None)
-    assert choose_weight_format(CPU, "auto") == "fp32"
+    assert choose_weight_format(CPU, "auto", linear_bytes=480 * 2**20) == "fp32"
     with pytest.raises(UserError, match=r'--weights = "int8": this CPU has no bf16 matrix instructions'):
         choose_weight_format(CPU, "int8", "--weights")
     with pytest.raises(UserError, match=r"decode.weights = 'int4': one of auto, fp32, bf16, int8"):
         choose_weight_format(CPU, "int4")
+
+
+def test_the_last_level_cache_is_the_largest_linux_reports(monkeypatch, tmp_path):
+    for index, size in enumerate(["48K", "32K", "2048K", "307200K", "garbage", ""]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    (tmp_path / "index9").mkdir()  # no size file
+    monkeypatch.setattr(weight_formats, "CPU_CACHES", tmp_path)
+    weight_formats.last_level_cache_bytes.cache_clear()
+    try:
+        assert weight_formats.last_level_cache_bytes() == 307200 * 1024
+        monkeypatch.setattr(weight_formats, "CPU_CACHES", tmp_path / "absent")
+        weight_formats.last_level_cache_bytes.cache_clear()
+        assert weight_formats.last_level_cache_bytes() is None
+    finally:
+        weight_formats.last_level_cache_bytes.cache_clear()
+
+
+def test_the_bytes_counted_are_those_of_the_layers_replaced():
+    model = nn.Sequential(nn.Linear(16, 8), _Router(8, 4, bias=False), nn.Embedding(10, 16))
+    assert weight_formats.linear_weight_bytes(model) == (16 * 8 + 8) * 4

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     output = check_destination(Path(args.output))
     if args.format == "onnx":
         check_onnx_installed()
-    trained = load(Path(args.model), args.device)
+    trained = load(Path(args.model), args.device, weights="fp32")  # written as trained
     files = export_model(trained, args.format, output)
     kind = "language model" if trained.is_language_model else "translation model"
     print(f"exported {trained.spec.name} ({kind}, {shown(trained.path.name)}) to {shown(output)}: {', '.join(files)}")
@@ -82,7 +82,7 @@ def _export_hf(args: argparse.Namespace) -> int:
     from xspec.runtime.inference import load
 
     output = check_replaceable(Path(args.output), "--output", "export")
-    trained = load(Path(args.model), "cpu")
+    trained = load(Path(args.model), "cpu", weights="fp32")  # written as trained
     written: list[str] = []
     write_directory(output, lambda staging: written.extend(export_hf(trained, staging, args.max_shard_size)), WRITER)
     print(f"exported {shown(trained.spec.name)} ({shown(trained.path.name)}) as a Hugging Face checkpoint to "

@@ -79,7 +79,7 @@ def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor) -> 
     import xspec
 
     if checked == layers:
-        model = xspec.load(work, device=device).model
+        model = xspec.load(work, device=device, weights="fp32").model  # the reference is float32
     else:  # the first layers: the spec with fewer, their tensors read from the written checkpoint
         from xspec.hf.safetensors_file import SafetensorsFile
         from xspec.runtime.checkpoint import weights_file
