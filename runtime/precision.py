@@ -10,7 +10,7 @@ loss and the norms' statistics stay float32.
 
 On GPUs the context also keeps torch's attention off cuDNN's kernel: cuDNN builds an execution plan for
 every new sequence length, which took ~10 ms of the host's time per call and made the paper's base model
-train 5.9x slower on an H100 (34,000 against 202,000 target tokens/s, docs/runtime.md); FlashAttention
+train 5.7x slower on an H100 (35,500 against 202,000 target tokens/s, docs/runtime.md); FlashAttention
 and the memory-efficient kernel take any length as it comes.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import functools
 import platform
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Optional
+from typing import Iterator, Optional
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -49,14 +49,15 @@ class Precision:
     def describe(self) -> str:
         return f"{self.name} ({self.reason})" if self.reason else self.name
 
-    def context(self) -> ContextManager:
+    @contextmanager
+    def context(self) -> Iterator[None]:
         """Where the model computes: autocast to `dtype`, and on a GPU the attention kernels of GPU_ATTENTION."""
-        stack = ExitStack()
-        if self.device_type == "cuda":
-            stack.enter_context(sdpa_kernel(GPU_ATTENTION))
-        if self.dtype is not None:
-            stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
-        return stack
+        with ExitStack() as stack:
+            if self.device_type == "cuda":
+                stack.enter_context(sdpa_kernel(GPU_ATTENTION))
+            if self.dtype is not None:
+                stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
+            yield
 
     def grad_scaler(self) -> Optional[torch.amp.GradScaler]:
         """fp16 needs its loss scaled so small gradients do not underflow; bf16 and float32 do not."""

@@ -59,7 +59,9 @@ def test_the_context_turns_cudnn_attention_off_on_a_gpu_and_back_on_after(device
     before = torch.backends.cuda.cudnn_sdp_enabled()
     torch.backends.cuda.enable_cudnn_sdp(True)
     try:
-        with precision.Precision(device_type, None).context():  # fp32: no autocast, any build of torch
+        context = precision.Precision(device_type, None).context()  # fp32: no autocast, any build of torch
+        assert torch.backends.cuda.cudnn_sdp_enabled()  # nothing changes before the `with`
+        with context:
             assert torch.backends.cuda.cudnn_sdp_enabled() is cudnn_inside
             assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
         assert torch.backends.cuda.cudnn_sdp_enabled()
