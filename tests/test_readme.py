@@ -156,6 +156,7 @@ NOT_RUN = {
     "bench/scaling.py": _BENCH,
     "bench/gpu.py": _BENCH,
     "bench/cuda_decode.py": _BENCH,
+    "bench/gpu_check.sh": _BENCH,
 }
 
 
