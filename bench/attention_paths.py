@@ -21,9 +21,8 @@ import time
 import torch
 
 from xspec.compiler.op_attention import AttentionAttrs
-from xspec.compiler.prelude import RotaryEmbedding
-from xspec.compiler.prelude_attention import (ExplicitAttention, RotaryAttention, SinkAttention,
-                                              SlidingWindowAttention, SoftCapAttention)
+from xspec.nn import (ExplicitAttention, RotaryAttention, RotaryEmbedding, SinkAttention, SlidingWindowAttention,
+                      SoftCapAttention)
 from xspec.runtime.attention_kernels import run_through_flex
 
 VARIANTS = {"window": {}, "window + soft cap": {"softcap": 50.0}, "window + soft cap + sinks": {"softcap": 50.0,

@@ -19,7 +19,8 @@ from .validate import ValidatedModel, lint, validate
 class Compilation:
     model: ResolvedModel
     validated: ValidatedModel
-    python_source: str
+    python_source: str  # imports the op library, xspec.nn
+    standalone_source: str  # copies the library classes it uses: depends on torch alone
     resolved_source: str  # the spec as one self-contained text (compiler/flatten.py)
     diagnostics: Diagnostics  # warnings (a compilation with errors raises instead)
 
@@ -56,4 +57,5 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
                           f"takes more than {MAX_RESOLVED_BYTES // 1024} KiB, the limit for a self-contained spec",
                           "long string parameters are the usual cause")
         raise CompileFailed(diagnostics)
-    return Compilation(model, validated, lower(model, validated), resolved, diagnostics)
+    lowered = lower(model, validated)
+    return Compilation(model, validated, lowered.source, lowered.standalone, resolved, diagnostics)

@@ -1,5 +1,5 @@
 """What generated Python code reads, found in its syntax tree rather than by searching its text: the
-bare names it uses (a prelude class it constructs) and the attributes it reads of a name
+bare names it uses (a library class it constructs) and the attributes it reads of a name
 (`config.d_ff`, `math.sqrt`, `self.heads`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ast
 import functools
 
 
-@functools.lru_cache(maxsize=4096)  # the prelude's classes, and a spec's, recur from file to file
+@functools.lru_cache(maxsize=4096)  # the library's classes, and a spec's, recur from file to file
 def _reads(code: str) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
     """The bare names `code` reads, and each (name, attribute) it reads, in the order ast.walk meets them."""
     names, attributes = set(), []

@@ -4,12 +4,13 @@ Lowering builds source text from checked identifiers and `repr` literals, and es
 docstrings and comments; this check makes that a verified property rather than a hope. The module
 may contain only what the code generator emits:
 
-  - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F` and
-    `from dataclasses import dataclass`;
+  - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F`,
+    `from dataclasses import dataclass` and `from xspec.nn import ...` of the op library's classes;
   - one `@dataclass` config class: a docstring, fields `name: int = 512` (int, float, str, bool,
     tuple; None where computed), and `__post_init__(self)` assigning the computed ones;
-  - classes copied from the prelude files (compiler/library.py), each the prelude's own (compared as
-    ASTs), and classes that only extend several of them and have a docstring;
+  - in a standalone file, instead of that import, classes copied from the library (compiler/library.py),
+    each the library's own (compared as ASTs); and classes that only extend several library classes and
+    have a docstring;
   - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
     same statements) and return, over names they bind themselves, the module's classes, and
     `range`/`super`/`int` (a partial rotary width, int(head_dim * fraction)) — no other builtin, and
@@ -34,12 +35,12 @@ from types import CodeType
 from typing import NoReturn
 
 from .config import MAX_EXPONENT
-from .library import is_copy, prelude_classes
+from .library import MODULE, is_copy, library_classes
 
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 FROM_IMPORTS = {("dataclasses", "dataclass", None)}
 BUILTINS = frozenset({"int", "range", "super"})
-LIBRARIES = frozenset({"nn", "F", "math"})  # generated classes call nn.Linear, F.relu, math.sqrt; torch: prelude only
+LIBRARIES = frozenset({"nn", "F", "math"})  # nn.Linear, F.relu, math.sqrt; torch: the library's only
 FIELD_TYPES = frozenset({"int", "float", "str", "bool", "tuple"})
 OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.FloorDiv, ast.Mod)
 COMPARISONS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -61,24 +62,30 @@ def check_module(source: str) -> ast.Module:
     except SyntaxError as error:
         raise GeneratedCodeError(f"line {error.lineno}: {error.msg}") from None
     classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
-    module_names = classes | {"Model"}
+    imported = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom) and node.module == MODULE
+                for alias in node.names}
+    module_names = classes | imported | {"Model"}
     for index, node in enumerate(tree.body):
         if index == 0 and _is_docstring(node):
             continue
         if isinstance(node, ast.Import):
             if any((alias.name, alias.asname) not in IMPORTS for alias in node.names):
                 _refuse(node, "an import other than math, torch, torch.nn and torch.nn.functional")
+        elif isinstance(node, ast.ImportFrom) and node.module == MODULE and not node.level:
+            if any(alias.name not in library_classes() or alias.asname or alias.name in classes
+                   for alias in node.names):
+                _refuse(node, f"an import from {MODULE} of something other than its classes, as they are named")
         elif isinstance(node, ast.ImportFrom):
             if node.level or any((node.module, a.name, a.asname) not in FROM_IMPORTS for a in node.names):
-                _refuse(node, "an import other than `from dataclasses import dataclass`")
+                _refuse(node, f"an import other than `from dataclasses import dataclass` and `from {MODULE} import`")
         elif isinstance(node, ast.ClassDef) and node.decorator_list:
             _check_config(node)
         elif isinstance(node, ast.ClassDef):
-            if node.name in prelude_classes():
-                if not is_copy(prelude_classes()[node.name], node):
-                    _refuse(node, f"class {node.name} differs from the prelude's")
+            if node.name in library_classes():
+                if not is_copy(library_classes()[node.name], node):
+                    _refuse(node, f"class {node.name} differs from the library's")
             elif len(node.bases) > 1:
-                _check_combined(node)
+                _check_combined(node, imported | classes)
             else:
                 _check_class(node, module_names)
         elif isinstance(node, ast.Assign):
@@ -140,11 +147,13 @@ def _is_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
 
-def _check_combined(node: ast.ClassDef) -> None:
-    """A class of several prelude classes together: their names as bases, a docstring, nothing else."""
+def _check_combined(node: ast.ClassDef, defined: set[str]) -> None:
+    """A class of several library classes together (each imported or copied): their names as bases, a
+    docstring, nothing else."""
     if node.decorator_list or node.keywords or len(node.body) != 1 or not _is_docstring(node.body[0]) or not all(
-            isinstance(base, ast.Name) and base.id in prelude_classes() for base in node.bases):
-        _refuse(node, f"class {node.name} is not prelude classes combined")
+            isinstance(base, ast.Name) and base.id in library_classes() and base.id in defined
+            for base in node.bases):
+        _refuse(node, f"class {node.name} is not library classes combined")
 
 
 def _check_class(node: ast.ClassDef, module_names: set[str]) -> None:

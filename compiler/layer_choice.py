@@ -131,7 +131,7 @@ def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], b
                          optional: Mapping[str, str], guards: list[str]) -> Optional[str]:
     """The body of one class for `layers` (their bodies and shape-free keys as lower.py writes them), whose
     constructor takes the layer's index as `index` and chooses its modules by the block's conditions; None
-    where they cannot be one class. `pieces_of` gives the prelude pieces of the file's combined classes,
+    where they cannot be one class. `pieces_of` gives the library pieces of the file's combined classes,
     `optional` the pieces whose option may be None, with that option (OpDef.optional_pieces); `guards`
     refuse the branches no layer takes (`branch_guards`)."""
     parts, written = [_split(key) for key in keys], _split(bodies[0])

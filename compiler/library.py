@@ -1,48 +1,58 @@
-"""The classes generated code may copy: every class of the prelude files, read as text (compiling a
-spec does not import torch). A generated file copies a class whole, with the classes it extends; the
-generated-code checker (compiler/codecheck.py) accepts a copy whose AST is the prelude's.
+"""The op library generated code uses (xspec/nn/), as the compiler sees it: every class of its files,
+read as text (compiling a spec imports neither torch nor the library). A generated file imports the
+classes it uses from `xspec.nn`; a standalone one copies each whole, with the classes it extends, and the
+generated-code checker (compiler/codecheck.py) accepts a copy whose AST is the library's.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-# The files whose classes generated code may copy, in the order a module defines them.
-PRELUDES = tuple(Path(__file__).with_name(name) for name in ("prelude.py", "prelude_rotary.py",
-                                                              "prelude_attention.py", "prelude_experts.py"))
+MODULE = "xspec.nn"  # where generated files import the library from
+# Its files, in the order a standalone file defines their classes.
+FILES = ("embeddings.py", "norms.py", "rotary.py", "attention.py", "experts.py")
 
 
 @dataclass(frozen=True)
-class PreludeClass:
+class LibraryClass:
     name: str
     node: ast.ClassDef
     source: str  # from `class ...:` to its last line
 
     @property
     def bases(self) -> tuple[str, ...]:
-        """The classes it extends by name (another prelude class, or `nn.Module`: not a bare name)."""
+        """The classes it extends by name (another library class, or `nn.Module`: not a bare name)."""
         return tuple(base.id for base in self.node.bases if isinstance(base, ast.Name))
 
 
+def library_files() -> tuple[Path, ...]:
+    """The library's files, found as Python finds the package (without importing it: that imports torch)."""
+    spec = importlib.util.find_spec(MODULE)
+    assert spec is not None and spec.submodule_search_locations, f"{MODULE} is not installed"
+    folder = Path(list(spec.submodule_search_locations)[0])
+    return tuple(folder / name for name in FILES)
+
+
 @functools.cache
-def prelude_classes() -> dict[str, PreludeClass]:
+def library_classes() -> dict[str, LibraryClass]:
     classes = {}
-    for path in PRELUDES:
+    for path in library_files():
         text = path.read_text(encoding="utf-8")
         lines = text.split("\n")
         for node in ast.parse(text).body:
             if isinstance(node, ast.ClassDef):
                 source = "\n".join(lines[node.lineno - 1:node.end_lineno]) + "\n"
-                classes[node.name] = PreludeClass(node.name, node, source)
+                classes[node.name] = LibraryClass(node.name, node, source)
     return classes
 
 
 def with_bases(names: set[str]) -> list[str]:
-    """`names` and the prelude classes they extend, in the order the prelude files define them."""
-    classes = prelude_classes()
+    """`names` and the library classes they extend, in the order the library's files define them."""
+    classes = library_classes()
     used, pending = set(names), list(names)
     while pending:
         for base in classes[pending.pop()].bases:
@@ -52,6 +62,6 @@ def with_bases(names: set[str]) -> list[str]:
     return [name for name in classes if name in used]
 
 
-def is_copy(prelude: PreludeClass, copy: ast.ClassDef) -> bool:
-    """Whether `copy` is the prelude class, statement for statement (line numbers aside)."""
-    return ast.dump(prelude.node) == ast.dump(copy)
+def is_copy(library: LibraryClass, copy: ast.ClassDef) -> bool:
+    """Whether `copy` is the library class, statement for statement (line numbers aside)."""
+    return ast.dump(library.node) == ast.dump(copy)

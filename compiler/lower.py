@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from xspec.base.text import printable
@@ -30,27 +31,42 @@ from .ir import Instance
 from .layer_choice import branch_guards, guarded_layer_class, layer_class_by_index
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
-from .library import prelude_classes, with_bases
+from .library import MODULE, library_classes, with_bases
 from .resolve import ResolvedModel
 from .shapes import TensorType
 from .validate import ValidatedModel
 from .wrap import INDENT, LINE_LIMIT, assignment, wrap, wrapped
 
+# torch's modules a generated file may import, as it names them.
+MODULES = (("torch", "torch"), ("torch.nn as nn", "nn"), ("torch.nn.functional as F", "F"))
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
 
-def _preludes_used(named: set[str], combined: dict[str, tuple[str, ...]]) -> list[str]:
-    """The prelude classes among the names generated code uses (`RMSNorm(`, not `nn.RMSNorm(`) and those
-    they extend (YarnRotaryEmbedding's RotaryEmbedding), in the prelude's order. Prelude classes construct
-    none of each other (an attention's rotary embedding is built by the generated code and passed in),
-    so these are all the file needs; nor do the classes `combined` of several, whose pieces they are."""
-    classes = prelude_classes()
-    used = (named & set(classes)) | {piece for pieces in combined.values() for piece in pieces}
-    return [classes[name].source for name in with_bases(used)]
+@dataclass(frozen=True)
+class Lowered:
+    """The generated module, in its two forms."""
+
+    source: str  # imports the op library (`from xspec.nn import ...`)
+    standalone: str  # copies the library classes it uses instead: depends on torch alone
+
+
+def _library_used(named: set[str], combined: dict[str, tuple[str, ...]]) -> set[str]:
+    """The library classes among the names generated code uses (`RMSNorm(`, not `nn.RMSNorm(`), and the
+    pieces of the file's classes `combined` of several. Library classes construct none of each other (an
+    attention's rotary embedding is built by the generated code and passed in), so the file needs these
+    and, where it copies them, the classes they extend."""
+    return (named & set(library_classes())) | {piece for pieces in combined.values() for piece in pieces}
+
+
+def _library_import(names: set[str]) -> str:
+    """`from xspec.nn import A, B`, the names packed in parentheses where one line is too long."""
+    listed = ", ".join(sorted(names))
+    line = f"from {MODULE} import {listed}"
+    return line if len(line) < LINE_LIMIT else "\n".join(wrapped(f"from {MODULE} import ({listed})", "", split=True))
 
 
 def _combined(name: str, pieces: tuple[str, ...]) -> str:
-    """A class of the generated file that is the prelude classes `pieces` together."""
+    """A class of the generated file that is the library classes `pieces` together."""
     # Where too long, the bases hang one level deeper than the body, as a long `def` line's arguments do.
     first, *rest = wrapped(f"class {name}({', '.join(pieces)})", INDENT)
     header = "\n".join([first.removeprefix(INDENT), *rest]) + ":"
@@ -58,10 +74,11 @@ def _combined(name: str, pieces: tuple[str, ...]) -> str:
     return f'{header}\n{INDENT}"""{names}: each piece above."""\n'
 
 
-def lower(model: ResolvedModel, validated: ValidatedModel) -> str:
-    source = _Lowering(model, validated).module_source()
-    check_module(source)
-    return source
+def lower(model: ResolvedModel, validated: ValidatedModel) -> Lowered:
+    lowered = _Lowering(model, validated).module_sources()
+    check_module(lowered.source)
+    check_module(lowered.standalone)
+    return lowered
 
 
 def _docstring(text: str) -> str:
@@ -80,10 +97,10 @@ class _Lowering:
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.indexed: dict[str, str] = {}  # stack path -> the name its layers' one class takes the index by
         self.order: list[str] = []  # class sources in definition order
-        # Classes of the file that combine prelude classes (an attention's pieces), by name.
+        # Classes of the file that combine library classes (an attention's pieces), by name.
         composed = dict(OPS[node.op].composes(node.attrs, node.inferred) for node in self.graph)
         self.combined = {name: pieces for name, pieces in composed.items() if len(pieces) > 1}
-        self.library = {*prelude_classes(), *self.combined}  # names generated classes do not take
+        self.library = {*library_classes(), *self.combined}  # names generated classes do not take
         self.model_class = class_name(model.name, self.library)
         self.config_class = class_name(f"{model.name}_config", {*self.library, self.model_class})
         self.fields = config_fields(model.params)
@@ -93,19 +110,30 @@ class _Lowering:
         self.context = Context(self.graph, validated.graph.tensors, self.names,
                                inline_calls(validated.graph.root), self._holder)
 
-    def module_source(self) -> str:
+    def module_sources(self) -> Lowered:
         root = self.validated.graph.root
         for child in root.children.values():
             self._define(child, child.name)
         model_class = self._model_class()
         used = names_used(*self.order, model_class)
         combined = {name: pieces for name, pieces in self.combined.items() if name in used}
-        preludes = _preludes_used(used, combined)
+        library = _library_used(used, combined)
         composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
-        body = [self._config(self.order), *preludes, *composites, *classes, model_class]
-        parts = [self._header(uses_math=bool(attributes_read(*body, owner="math"))), *body]
-        return "\n\n\n".join(p.rstrip("\n") for p in parts) + "\n"
+        generated = [*composites, *classes, model_class]
+        copies = [library_classes()[name].source for name in with_bases(library)]
+        return Lowered(self._module([self._config(self.order), *generated], library),
+                       self._module([self._config(self.order), *copies, *generated], set()))
+
+    def _module(self, body: list[str], imported: set[str]) -> str:
+        """The file: its docstring, the imports `body` reads (a file reads clean under a linter), `body`."""
+        doc = (f"Model '{self.model.name}' ({self.validated.parameter_count:,} parameters), generated by xspec "
+               f"from\n{file_label(self.model.span.file)}: edit the spec, not this file.")
+        standard = ["import math"] if attributes_read(*body, owner="math") else []
+        torch = [f"import {module}" for module, name in MODULES if attributes_read(*body, owner=name)]
+        library = ["", _library_import(imported)] if imported else []
+        header = "\n".join([_docstring(doc), "", *standard, "from dataclasses import dataclass", "", *torch, *library])
+        return "\n\n\n".join(p.rstrip("\n") for p in [header, *body]) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
     def _define(self, instance: Instance, base: str) -> str:
@@ -159,7 +187,7 @@ class _Lowering:
             merged = _merge_shapes(self.order[index], body.replace("{NAME}", name, 1))
             self.bodies[name] = self.order[index] = merged
         else:
-            # Not a name another class, a prelude class, the model class or the code's own names have.
+            # Not a name another class, a library class, the model class or the code's own names have.
             name = class_name(base, {*self.classes.values(), *self.library, self.model_class,
                                      self.config_class})
             self.classes[key] = name
@@ -247,14 +275,6 @@ class _Lowering:
         return self.widths[node_id]
 
     # --- the file around the classes ----------------------------------------------------------
-    def _header(self, uses_math: bool) -> str:
-        """The docstring and imports (math only where the file calls it: a file reads clean under a linter)."""
-        doc = (f"Model '{self.model.name}' ({self.validated.parameter_count:,} parameters), generated by xspec "
-               f"from\n{file_label(self.model.span.file)}: edit the spec, not this file.")
-        return (_docstring(doc) + "\n\n" + ("import math\n" if uses_math else "") +
-                "from dataclasses import dataclass\n\n"
-                "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n")
-
     def _config(self, classes: list[str]) -> str:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
         takes it. A parameter the spec computes from others (`d_k = d_model / heads`) is None unless

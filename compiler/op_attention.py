@@ -15,7 +15,7 @@ quantity it holds (docs/language.md):
   bias, out_bias       biases of the Q, K, V projections and of the output projection
 
 Everything about the op is here: schema, rules between arguments, shape rule, learned tensors and buffers,
-lowering (prelude_attention.py has the module), FLOPs, saved activations, and what diagrams say.
+lowering (xspec/nn/attention.py has the module), FLOPs, saved activations, and what diagrams say.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def _norm(features: str, a: AttentionAttrs, w: Written) -> str:
 
 
 def rotary_module(a: AttentionAttrs, w: Written) -> str:
-    """The rotary embedding a rotary attention holds: the class of its scaling (prelude_rotary.py), its
+    """The rotary embedding a rotary attention holds: the class of its scaling (xspec/nn/rotary.py), its
     features and base, and the parameters that scaling reads."""
     features = w.attr("d_k")
     if a.rotary_fraction != 1:  # int(head_dim * partial_rotary_factor), as transformers computes it
@@ -262,7 +262,7 @@ def _yarn_attention_factor(a: AttentionAttrs, w: Written) -> str:
     return f"0.1 * math.log({w.attr('rotary_factor')}) + 1.0" if a.rotary_factor > 1 else "1.0"
 
 
-# Each scaling's class (prelude_rotary.py) and the attributes it takes after the features and the base.
+# Each scaling's class (xspec/nn/rotary.py) and the attributes it takes after the features and the base.
 ROTARY_CLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
     "default": ("RotaryEmbedding", ()),
     "partial": ("PartialRotaryEmbedding", ()),
@@ -279,7 +279,7 @@ ROTARY_ARGUMENTS = {"rotary_factor": "factor", "rotary_original_max_len": "origi
                     "rotary_attention_factor": "attention_factor", "rotary_truncate": "truncate"}
 
 
-# The pieces of prelude_attention.py, in the order a class that combines several lists them; the name each
+# The pieces of xspec/nn/attention.py, in the order a class that combines several lists them; the name each
 # gives that class.
 PIECES = (("SlidingWindowAttention", "SlidingWindow"), ("ALiBiAttention", "ALiBi"), ("SoftCapAttention", "SoftCap"),
           ("SinkAttention", "Sink"), ("DropoutAttention", "Dropout"), ("ScaledAttention", "Scaled"),

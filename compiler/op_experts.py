@@ -11,7 +11,7 @@ down(act(gate x) * up x): SwiGLU (`silu`), GeGLU (`gelu_tanh`), or gpt-oss's cla
 (`clamped_swiglu`: gate clamped above at swiglu_limit, up to +-swiglu_limit, (up + 1) * gate * sigmoid(alpha
 gate)). A shared expert that every token uses is a feed-forward block added beside it in the spec.
 
-The module (prelude_experts.py: a router, an activation and the experts, pieces chosen by the options)
+The module (xspec/nn/experts.py: a router, an activation and the experts, pieces chosen by the options)
 records, each forward, what the load-balancing loss needs; training pools the records of every layer
 (runtime/load_balance.py, Switch/Mixtral form) and adds it.
 """
@@ -106,7 +106,7 @@ def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
 
 def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
     """MixtureOfExperts(d_model, experts, d_ff, router, activation), or its biased piece: the pieces of
-    prelude_experts.py this mixture uses."""
+    xspec/nn/experts.py this mixture uses."""
     d_model = w.width("x")
     router = [d_model, w.attr("experts"), w.attr("top_k"), f"bias={w.attr('router_bias')}",
               f"normalize={w.attr('normalize')}"]

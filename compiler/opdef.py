@@ -116,8 +116,8 @@ class OpDef(Generic[AttrsT]):
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
     inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0
-    # The class its module is, and the prelude classes that class combines: where there are several, the
-    # generated file defines it, extending them (compiler/prelude_attention.py's pieces).
+    # The class its module is, and the library classes that class combines: where there are several, the
+    # generated file defines it, extending them (xspec/nn/attention.py's pieces).
     composes: Callable[[AttrsT, Inferred], tuple[str, tuple[str, ...]]] = lambda a, i: ("", ())
     # Of those pieces, the ones whose option may be None, which turns them off (a sliding window): the
     # layers a condition chooses between share one call, that option chosen (compiler/layer_choice.py).

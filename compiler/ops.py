@@ -4,7 +4,7 @@ Each entry (compiler/opdef.py) names the op's tensor inputs, its attribute schem
 spec's arguments are type-checked) and the rules between its arguments, its shape rule, its learned
 tensors, its lowering to PyTorch, its cost (FLOPs, saved activations), how diagrams name it (title and key
 attributes) and what it says of the model's hyperparameters. Adding an op means adding one entry here
-(and, for a new module, a class in a prelude file); an op with much to own keeps its entry in a module of
+(and, for a new module, a class in the op library, xspec/nn/); an op with much to own keeps its entry in a module of
 its own, registered here (op_attention.py, op_experts.py). Nothing outside the entries branches on an op's
 name, except the graph's own inputs and outputs.
 """

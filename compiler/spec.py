@@ -39,7 +39,8 @@ class CompiledSpec:
         self.params: dict[str, Any] = dict(model.params)
         self.ops: OpGraph = validated.graph.graph  # typed nodes in topological order (compiler/ir.py)
         self.parameters: int = validated.parameter_count
-        self.python_source: str = compilation.python_source
+        self.python_source: str = compilation.python_source  # imports the op library, xspec.nn
+        self.standalone_source: str = compilation.standalone_source  # the library classes copied in
         self.train: TrainSection = model.sections["train"]  # type: ignore[assignment]
         self.data: DataSection = model.sections["data"]  # type: ignore[assignment]
         self.decode: DecodeSection = model.sections["decode"]  # type: ignore[assignment]

@@ -5,7 +5,7 @@ where the next step's positions start; the model's `decode` moves it on), `appen
 self-attention's new keys and values in, all it cached out, or the last `window` positions' for a sliding
 window) and `memory` (an attention over the encoder
 output keeps that output's keys and values there, once per memory tensor). Beam search moves its rows
-with `reorder`. Generated files do not hold the cache: they carry the model alone, on torch alone.
+with `reorder`. Generated files do not hold the cache: they carry the model alone.
 runtime/export.py implements the same contract over tensors for exported decoding steps.
 """
 

@@ -1,7 +1,7 @@
 """The experts' products as an op of their own, `xspec::grouped_linear`, with its gradient, so that
 torch.compile keeps a model with a mixture of experts in one graph: it calls the op instead of tracing
 into sizes that depend on the routing. A generated mixture of experts calls it while torch.compile
-traces, where it is registered (compiler/prelude_experts.py); everything that compiles a model
+traces, where it is registered (xspec/nn/experts.py); everything that compiles a model
 registers it first."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The load-balancing loss of a mixture of experts (Switch, Fedus et al., 2022, eq. 4-6, as Mixtral and
 Hugging Face pool it), from what each routing module of a model recorded in its last forward: `routed`,
-the chosen experts [N, top_k] and the router's probabilities [N, experts] (compiler/prelude_experts.py)."""
+the chosen experts [N, top_k] and the router's probabilities [N, experts] (xspec/nn/experts.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The attention module the compiler writes for a set of options, built here from the prelude's pieces
-(compiler/prelude_attention.py) as the compiler chooses them (`attention_class`), for tests that exercise
+"""The attention module the compiler writes for a set of options, built here from the library's pieces
+(xspec/nn/attention.py) as the compiler chooses them (`attention_class`), for tests that exercise
 attention alone; and the class of any op's pieces, as a generated file combines them."""
 
 from __future__ import annotations
@@ -8,15 +8,14 @@ from types import ModuleType
 
 import torch
 
-from xspec.compiler import prelude_attention
+import xspec.nn
 from xspec.compiler.op_attention import AttentionAttrs, attention_class
 
 
-
-def pieces_class(prelude: ModuleType, name: str, pieces: tuple[str, ...], alone: type) -> type:
-    """The class a generated file uses for `pieces` of `prelude`: `alone` where there are none, the piece
+def pieces_class(library: ModuleType, name: str, pieces: tuple[str, ...], alone: type) -> type:
+    """The class a generated file uses for `pieces` of `library`: `alone` where there are none, the piece
     where one, else a class named `name` that extends them (as `class SlidingWindowRotaryAttention(...)`)."""
-    bases = tuple(getattr(prelude, piece) for piece in pieces) or (alone,)
+    bases = tuple(getattr(library, piece) for piece in pieces) or (alone,)
     return type(name, bases, {}) if len(bases) > 1 else bases[0]
 
 
@@ -31,6 +30,6 @@ def compose(d_model: int, heads: int, d_k: int, d_v: int, kv_heads: int | None =
                            alibi=options.pop("alibi", False), window=options.get("window"),
                            softcap=options.get("softcap"), scale=options.get("scale"),
                            dropout=options.get("dropout", 0.0), sinks=options.pop("sinks", False), qk_norm=qk_norm)
-    cls = pieces_class(prelude_attention, *attention_class(attrs, {"self_attention": self_attention}),
-                       prelude_attention.MultiHeadAttention)
+    cls = pieces_class(xspec.nn, *attention_class(attrs, {"self_attention": self_attention}),
+                       xspec.nn.MultiHeadAttention)
     return cls(d_model, heads, kv_heads or heads, d_k, d_v, bias=bias, out_bias=bias, causal=causal, **options)

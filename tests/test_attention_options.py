@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from xspec.compiler.op_attention import AttentionAttrs
-from xspec.compiler.prelude import (LinearRotaryEmbedding, Llama3RotaryEmbedding, MultiHeadAttention,
-                                    PartialRotaryEmbedding, RMSNorm, RotaryEmbedding, YarnRotaryEmbedding)
+from xspec.nn import (LinearRotaryEmbedding, Llama3RotaryEmbedding, MultiHeadAttention, PartialRotaryEmbedding,
+                      RMSNorm, RotaryEmbedding, YarnRotaryEmbedding)
 from xspec.runtime.attention_kernels import flex_attention, heads_of
 from xspec.runtime.cache import DecoderCache
 from xspec.viz.attention import scores_inputs
@@ -125,7 +125,7 @@ def test_cached_decoding_equals_full_decoding_past_the_window(options):
 @torch.no_grad()
 def test_a_window_of_none_is_full_causal_attention_and_caches_every_position():
     """A global layer of Gemma 2 or gpt-oss: the windowed class with window None."""
-    from xspec.compiler.prelude_attention import SlidingWindowAttention
+    from xspec.nn import SlidingWindowAttention
     plain = attention(rotary=RotaryEmbedding(8, 10000.0))
     torch.manual_seed(0)
     windowless = type("SlidingWindowRotaryAttention", (SlidingWindowAttention, type(plain)), {})(

@@ -6,10 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xspec.compiler import prelude_experts
+import xspec.nn
 from xspec.compiler.op_experts import ExpertsAttrs, router_pieces
-from xspec.compiler.prelude_experts import (BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts,
-                                            SigmoidRouter, SwiGLU)
+from xspec.nn import BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, SigmoidRouter, SwiGLU
 from xspec.runtime.expert_products import register_expert_products
 from xspec.runtime.load_balance import load_balancing_loss
 from attention_pieces import pieces_class
@@ -24,7 +23,7 @@ def experts(experts=5, top_k=2, normalize=True, scoring="softmax", routing_scale
     torch.manual_seed(0)
     attrs = ExpertsAttrs(experts=experts, top_k=top_k, d_ff=12, normalize=normalize, scoring=scoring,
                          routing_scale=routing_scale)
-    router_class = pieces_class(prelude_experts, *router_pieces(attrs, {}), prelude_experts.Router)
+    router_class = pieces_class(xspec.nn, *router_pieces(attrs, {}), xspec.nn.Router)
     scale = {"scale": routing_scale} if routing_scale != 1 else {}
     router = router_class(16, experts, top_k, bias=router_bias, normalize=normalize, **scale)
     act = ClampedSwiGLU(swiglu_limit, 1.702) if activation == "clamped_swiglu" else ACTIVATIONS[activation]()

@@ -50,10 +50,14 @@ def test_class_names_avoid_what_the_module_already_has():
 
 @pytest.mark.parametrize("path", sorted(Path("specs").rglob("*.xspec")), ids=lambda p: p.stem)
 def test_every_shipped_spec_generates_code_that_passes_the_check(path: Path):
-    check_module(xspec.compile(str(path)).python_source)
+    spec = xspec.compile(str(path))
+    check_module(spec.python_source)
+    check_module(spec.standalone_source)
 
 
-TINY = xspec.compile("specs/tiny.xspec").python_source
+TINY = xspec.compile("specs/tiny.xspec").standalone_source  # the library's classes copied in
+IMPORTING = xspec.compile("specs/tiny.xspec").python_source  # `from xspec.nn import ...`
+LIBRARY_IMPORT = "from xspec.nn import CrossAttention, MultiHeadAttention, ScaledEmbedding, SinusoidalPositions"
 
 
 INIT = "        self.encoder = Encoder(config)"  # a line of the generated model class's __init__
@@ -133,18 +137,18 @@ model m {
      "a Expr in TransformerTinyConfig.__post_init__"),
     (("        self.d_k = self.d_model // self.heads", "        self.d_k = __import__('os')"), "'__import__'"),
     (("class MultiHeadAttention(nn.Module):", "class MultiHeadAttention(nn.Module):\n    evil = 1"),
-     "differs from the prelude's"),
-    # A prelude class is copied whole: a statement, a parameter or a keyword changed or left out is refused.
+     "differs from the library's"),
+    # A library class is copied whole: a statement, a parameter or a keyword changed or left out is refused.
     (("        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal",
-      "        self.heads, self.kv_heads, self.causal = heads, kv_heads, True"), "differs from the prelude's"),
-    (("        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal\n", ""), "differs from the prelude's"),
-    ((" *, bias, out_bias, causal):", " *, bias, out_bias, causal=False):"), "differs from the prelude's"),
-    (("is_causal=is_causal,\n", "is_causal=is_causal, scale=1.0,\n"), "differs from the prelude's"),
-    # A class of prelude classes together extends them and has a docstring, nothing else.
+      "        self.heads, self.kv_heads, self.causal = heads, kv_heads, True"), "differs from the library's"),
+    (("        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal\n", ""), "differs from the library's"),
+    ((" *, bias, out_bias, causal):", " *, bias, out_bias, causal=False):"), "differs from the library's"),
+    (("is_causal=is_causal,\n", "is_causal=is_causal, scale=1.0,\n"), "differs from the library's"),
+    # A class of library classes together extends them and has a docstring, nothing else.
     (("class MultiHeadAttention(nn.Module):", "class Both(MultiHeadAttention, Embedding):\n    evil = 1\n\n\n"
-                                             "class MultiHeadAttention(nn.Module):"), "not prelude classes combined"),
+                                             "class MultiHeadAttention(nn.Module):"), "not library classes combined"),
     (("class MultiHeadAttention(nn.Module):", "class Both(MultiHeadAttention, nn.Module):\n    \"\"\"x\"\"\"\n\n\n"
-                                             "class MultiHeadAttention(nn.Module):"), "not prelude classes combined"),
+                                             "class MultiHeadAttention(nn.Module):"), "not library classes combined"),
     (("\n\nModel = ", "\n__import__('os')\n\nModel = "), "a module-level Expr"),
 ], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])
 def test_the_check_refuses_in_the_module_what_the_generator_never_emits(edit: tuple[str, str], refused: str):
@@ -154,6 +158,27 @@ def test_the_check_refuses_in_the_module_what_the_generator_never_emits(edit: tu
         compile_checked(TINY.replace(old, new, 1), "<test>")
 
 
+@pytest.mark.parametrize("edit, refused", [
+    ((LIBRARY_IMPORT, LIBRARY_IMPORT + " as M"), "other than its classes"),
+    ((LIBRARY_IMPORT, LIBRARY_IMPORT + ", attention"), "other than its classes"),
+    ((LIBRARY_IMPORT, LIBRARY_IMPORT + ", torch"), "other than its classes"),
+    ((LIBRARY_IMPORT, "from xspec.nn.attention import CrossAttention, MultiHeadAttention"), "an import other than"),
+    ((LIBRARY_IMPORT, "from .nn import CrossAttention, MultiHeadAttention"), "an import other than"),
+    # A class of the file may not take the name of one it imports.
+    (("class Embed(nn.Module):", "class MultiHeadAttention(nn.Module):\n    pass\n\n\nclass Embed(nn.Module):"),
+     "other than its classes"),
+    # A class combining library classes extends imported ones.
+    (("class Embed(nn.Module):", "class Both(MultiHeadAttention, RotaryAttention):\n    \"\"\"x\"\"\"\n\n\n"
+                                 "class Embed(nn.Module):"), "not library classes combined"),
+], ids=lambda value: value if isinstance(value, str) else value[1].strip()[:30])
+def test_the_check_refuses_an_import_of_the_library_the_generator_never_emits(edit: tuple[str, str], refused: str):
+    old, new = edit
+    assert old in IMPORTING
+    compile_checked(IMPORTING, "<test>")
+    with pytest.raises(GeneratedCodeError, match=refused):
+        compile_checked(IMPORTING.replace(old, new, 1), "<test>")
+
+
 def test_a_source_edited_after_compiling_does_not_run(tmp_path: Path):
     spec = xspec.compile("specs/tiny.xspec")
     spec.python_source = spec.python_source.replace("import math", "import os")
@@ -161,10 +186,10 @@ def test_a_source_edited_after_compiling_does_not_run(tmp_path: Path):
         spec.build("cpu")
 
 
-def test_a_generated_module_copies_only_the_prelude_classes_it_uses():
+def test_a_standalone_module_copies_only_the_library_classes_it_uses():
     import re
 
-    classes = lambda path: set(re.findall(r"^class (\w+)", xspec.compile(path).python_source, re.M))  # noqa: E731
+    classes = lambda path: set(re.findall(r"^class (\w+)", xspec.compile(path).standalone_source, re.M))  # noqa: E731
     assert not classes("specs/base.xspec") & {"RotaryEmbedding", "RMSNorm", "MixtureOfExperts"}
     assert {"RotaryEmbedding", "MixtureOfExperts"} <= classes("specs/modern/mixtral.xspec")
     assert "RMSNorm" in classes("specs/modern/gemma2.xspec") and "RMSNorm" not in classes("specs/modern/llama.xspec")

@@ -86,7 +86,7 @@ def test_a_checkpoint_spec_is_compiled_like_any_spec_and_may_not_import(tmp_path
 
 
 @pytest.mark.parametrize("text, classes", [
-    # A block `f` would be class F, shadowing torch.nn.functional; models named after prelude classes,
+    # A block `f` would be class F, shadowing torch.nn.functional; models named after library classes,
     # keywords or the generated module's own names get other class names.
     ("model m { block f(x) { return relu(x) }\n"
      "  block decoder(tokens) { return linear(f(embedding(tokens, 10, 8) as embed) as act, 10) as out } }", {"F2"}),

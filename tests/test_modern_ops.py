@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import xspec
-from xspec.compiler.prelude import RotaryEmbedding
-from xspec.compiler.prelude_attention import ALiBiAttention
+from xspec.nn import ALiBiAttention, RotaryEmbedding
 from xspec.runtime.cache import DecoderCache
 from xspec.viz.attention import scores_inputs, sdpa_weights
 from attention_pieces import compose

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import xspec
-from xspec.compiler.library import prelude_classes
+from xspec.compiler.library import library_classes
 
 SPECS = sorted(str(path) for path in Path("specs").rglob("*.xspec"))
 # Real depths: Gemma 3 27B, Qwen3-30B-A3B, gpt-oss-20b, Mixtral 8x7B.
@@ -26,7 +26,8 @@ BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z_0-9]*)`")
 
 def _source(spec: str, layers: int | None = None) -> str:
     overrides = {"layers": layers} if layers is not None else None
-    return xspec.compile(spec, overrides=overrides).python_source
+    # Standalone: the library classes the file uses are read with it, their options by its calls.
+    return xspec.compile(spec, overrides=overrides).standalone_source
 
 
 def _classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
@@ -91,7 +92,7 @@ def unread_attributes(source: str) -> list[str]:
 
 
 def names_docstrings_lack(source: str) -> list[str]:
-    """Names in backticks in a docstring that the file's code lacks, and prelude classes a docstring names
+    """Names in backticks in a docstring that the file's code lacks, and library classes a docstring names
     that the file does not define."""
     tree = ast.parse(source)
     names: set[str] = set()
@@ -114,7 +115,7 @@ def names_docstrings_lack(source: str) -> list[str]:
     found = []
     for owner, text in docstrings:
         found += [f"{owner}: `{name}`" for name in BACKTICKED.findall(text) if name not in names]
-        found += [f"{owner}: {name}" for name in prelude_classes()
+        found += [f"{owner}: {name}" for name in library_classes()
                   if re.search(rf"\b{name}\b", text) and name not in defined]
     return found
 

@@ -97,6 +97,7 @@ RUN = {
     "xspec eval runs/lm --text test.txt": Run("perplexity"),
     "xspec compile specs/base.xspec": Run("total                         63,082,496"),
     "xspec compile specs/base.xspec --set heads=16 --json": Run('"parameters": 63082496'),
+    "xspec compile specs/base.xspec --standalone": Run("total                         63,082,496"),
     "xspec viz specs/base.xspec": Run(needs=("dot",)),
     "xspec viz specs/table3/E_learned_positions.xspec --diff specs/base.xspec -o diff.svg": Run(needs=("dot",)),
     "xspec stats specs/big.xspec": Run("update of 25,000 tokens as about"),

@@ -19,13 +19,16 @@ DESCRIPTION = """\
 Parse, resolve, build the graph, validate and lower SPEC to a PyTorch module.
 
 Prints a summary (parameters per block and in total, output shapes), and writes
-OUTDIR/model.py (the generated module, which depends on torch alone), OUTDIR/graph.json
-(the op graph) and OUTDIR/spec.xspec (the resolved spec, imports inlined).
+OUTDIR/model.py (the generated module, which imports torch and the op library,
+xspec.nn; with --standalone, it copies the library classes it uses and depends on
+torch alone), OUTDIR/graph.json (the op graph) and OUTDIR/spec.xspec (the resolved
+spec, imports inlined).
 
 examples:
   xspec compile specs/base.xspec
   xspec compile specs/base.xspec --set heads=16 --set train.warmup_steps=8000
   xspec compile specs/big.xspec --emit python > big_model.py
+  xspec compile specs/modern/llama.xspec --emit python --standalone > llama.py
   xspec compile specs/tiny.xspec --json
 """
 
@@ -38,12 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--emit", choices=("summary", "python", "graph"), default="summary",
                         help="what to print: the summary (default), the generated Python, or the graph as JSON")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.add_argument("--standalone", action="store_true",
+                        help="write (and print) a model.py that copies the op library's classes it uses "
+                             "instead of importing them from xspec.nn: it depends on torch alone")
 
 
 def run(args: argparse.Namespace) -> int:
     spec = xspec.compile(args.spec, overrides=parse_overrides(args.overrides))
     out = Path(args.output) if args.output else Path("out") / Path(args.spec).stem
-    written = [write_atomically(out / "model.py", spec.python_source),
+    python = spec.standalone_source if args.standalone else spec.python_source
+    written = [write_atomically(out / "model.py", python),
                write_atomically(out / "graph.json", spec.graph_json()),
                write_atomically(out / "spec.xspec", spec.resolved_source)]
     if spec.warnings:
@@ -53,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         summary["written"] = [str(p) for p in written]
         print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=2))
     elif args.emit == "python":
-        print(spec.python_source, end="")
+        print(python, end="")
     elif args.emit == "graph":
         print(spec.graph_json())
     else:

@@ -4,9 +4,10 @@ base.xspec: edit the spec, not this file."""
 import math
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from xspec.nn import CrossAttention, MultiHeadAttention, ScaledEmbedding, SinusoidalPositions
 
 
 @dataclass
@@ -26,109 +27,6 @@ class TransformerBaseConfig:
     def __post_init__(self):  # None: computed from the others, as the spec does
         self.d_k = self.d_model // self.heads if self.d_k is None else self.d_k
         self.d_v = self.d_model // self.heads if self.d_v is None else self.d_v
-
-
-class ScaledEmbedding(nn.Embedding):
-    """Token embeddings multiplied by `scale` (§3.4: sqrt(d_model))."""
-
-    def __init__(self, vocab, dim, scale):
-        super().__init__(vocab, dim)
-        self.scale = scale
-        nn.init.normal_(self.weight, std=dim ** -0.5)  # unit-variance rows once scaled
-
-    def forward(self, tokens):
-        return super().forward(tokens) * self.scale
-
-
-class SinusoidalPositions(nn.Module):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (§3.5)."""
-
-    def __init__(self, dim, max_len):
-        super().__init__()
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
-        inverse_frequency = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
-        table = torch.zeros(max_len, dim)
-        table[:, 0::2] = torch.sin(position * inverse_frequency)
-        table[:, 1::2] = torch.cos(position * inverse_frequency[: dim // 2])
-        self.register_buffer("table", table, persistent=False)  # derived, so not in checkpoints
-
-    def forward(self, x, cache=None):
-        start = cache.length if cache is not None else 0
-        return self.table[start:start + x.size(-2)].to(x.dtype)  # [T, d]
-
-
-class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2); keys and values of `kv_heads`
-    heads, each serving heads / kv_heads query heads (grouped-query attention where fewer)."""
-
-    sdpa_causal = True  # SDPA's own causal mask serves where nothing else masks
-
-    def __init__(self, d_model, heads, kv_heads, d_k, d_v, *, bias, out_bias, causal):
-        super().__init__()
-        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal
-        # W^Q, W^K, W^V and W^O (§3.2.2)
-        self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
-        self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
-        for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            nn.init.xavier_uniform_(projection.weight)
-            if projection.bias is not None:
-                nn.init.zeros_(projection.bias)
-
-    def forward(self, query, key, value, padding_mask=None, cache=None):
-        start = cache.length if cache is not None else 0
-        q = self.queries(self.q_proj(query).unflatten(-1, (self.heads, -1)).transpose(1, 2), start)
-        k, v = self.keys_values(key, value, start, cache)  # [B, kv_h, Tk, d_k], [B, kv_h, Tk, d_v]
-        out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
-        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, Tq, h*d_v]
-
-    def queries(self, q, start):  # q [B, h, Tq, d_k]
-        return q
-
-    def keys(self, k, start):
-        return k
-
-    def keys_values(self, key, value, start, cache):
-        k = self.keys(self.k_proj(key).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2), start)
-        v = self.v_proj(value).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
-        return (k, v) if cache is None else self.cached(cache, k, v)
-
-    def cached(self, cache, k, v):
-        return cache.append(self, k, v)  # the keys and values of every position decoded
-
-    def mask(self, q, k, padding_mask, cache):
-        """The mask SDPA takes (True: attend), and whether its own causal mask serves instead: from
-        static facts only (torch.compile cannot branch on a symbolic size)."""
-        mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
-        if not self.causal or (cache is not None and q.size(2) == 1):  # a step sees all cached
-            return mask, False
-        if self.sdpa_causal and cache is None and mask is None:
-            return None, True
-        visible = self.visible(q.size(2), k.size(2), q.device)
-        return (visible if mask is None else mask & visible), False
-
-    def visible(self, queries, keys, device):
-        """[Tq, Tk]: query i, at position Tk - Tq + i, sees the keys up to it (§3.2.3)."""
-        return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
-
-    def attend(self, q, k, v, mask, is_causal):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              enable_gqa=self.kv_heads != self.heads)
-
-
-class CrossAttention(MultiHeadAttention):
-    """Attention over another sequence (the encoder's output, §3.2.3); while decoding, its keys
-    and values, computed once per memory tensor, are kept in the cache."""
-
-    def keys_values(self, key, value, start, cache):
-        kept = cache.memory.get(self) if cache is not None else None
-        if kept is None or kept[0] is not key or kept[1] is not value:
-            kept = (key, value, *super().keys_values(key, value, start, None))
-            if cache is not None:
-                cache.memory[self] = kept
-        return kept[2], kept[3]
 
 
 class Embed(nn.Module):  # block embed, base.xspec:32

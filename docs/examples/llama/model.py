@@ -3,9 +3,10 @@ llama.xspec: edit the spec, not this file."""
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from xspec.nn import Embedding, RotaryAttention, RotaryEmbedding
 
 
 @dataclass
@@ -27,111 +28,6 @@ class LlamaConfig:
     def __post_init__(self):  # None: computed from the others, as the spec does
         self.d_k = self.d_model // self.heads if self.d_k is None else self.d_k
         self.d_v = self.d_model // self.heads if self.d_v is None else self.d_v
-
-
-class Embedding(nn.Embedding):
-    """Token embeddings, rows of variance 1 / dim."""
-
-    def __init__(self, vocab, dim):
-        super().__init__(vocab, dim)
-        nn.init.normal_(self.weight, std=dim ** -0.5)
-
-
-class RotaryEmbedding(nn.Module):
-    """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
-    is turned by the angle p * theta_i, theta_i = base^(-2i/dim), in float32."""
-
-    def __init__(self, dim, base):
-        super().__init__()
-        exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
-        # Derived, so not in checkpoints.
-        self.register_buffer("inverse_frequency", 1.0 / (base ** exponents), persistent=False)
-
-    def forward(self, x, start):  # x [B, h, T, dim] at positions start, start + 1, ...
-        position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
-        angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
-        return self.rotate(x, angles.cos(), angles.sin())
-
-    def rotate(self, x, cos, sin):
-        x1, x2 = x.float().chunk(2, dim=-1)
-        turned = torch.cat([-x2, x1], dim=-1)  # each pair (x1, x2) a quarter turn on
-        return (x.float() * cos + turned * sin).to(x.dtype)
-
-
-class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V),
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2); keys and values of `kv_heads`
-    heads, each serving heads / kv_heads query heads (grouped-query attention where fewer)."""
-
-    sdpa_causal = True  # SDPA's own causal mask serves where nothing else masks
-
-    def __init__(self, d_model, heads, kv_heads, d_k, d_v, *, bias, out_bias, causal):
-        super().__init__()
-        self.heads, self.kv_heads, self.causal = heads, kv_heads, causal
-        # W^Q, W^K, W^V and W^O (§3.2.2)
-        self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
-        self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
-        for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            nn.init.xavier_uniform_(projection.weight)
-            if projection.bias is not None:
-                nn.init.zeros_(projection.bias)
-
-    def forward(self, query, key, value, padding_mask=None, cache=None):
-        start = cache.length if cache is not None else 0
-        q = self.queries(self.q_proj(query).unflatten(-1, (self.heads, -1)).transpose(1, 2), start)
-        k, v = self.keys_values(key, value, start, cache)  # [B, kv_h, Tk, d_k], [B, kv_h, Tk, d_v]
-        out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
-        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, Tq, h*d_v]
-
-    def queries(self, q, start):  # q [B, h, Tq, d_k]
-        return q
-
-    def keys(self, k, start):
-        return k
-
-    def keys_values(self, key, value, start, cache):
-        k = self.keys(self.k_proj(key).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2), start)
-        v = self.v_proj(value).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
-        return (k, v) if cache is None else self.cached(cache, k, v)
-
-    def cached(self, cache, k, v):
-        return cache.append(self, k, v)  # the keys and values of every position decoded
-
-    def mask(self, q, k, padding_mask, cache):
-        """The mask SDPA takes (True: attend), and whether its own causal mask serves instead: from
-        static facts only (torch.compile cannot branch on a symbolic size)."""
-        mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
-        if not self.causal or (cache is not None and q.size(2) == 1):  # a step sees all cached
-            return mask, False
-        if self.sdpa_causal and cache is None and mask is None:
-            return None, True
-        visible = self.visible(q.size(2), k.size(2), q.device)
-        return (visible if mask is None else mask & visible), False
-
-    def visible(self, queries, keys, device):
-        """[Tq, Tk]: query i, at position Tk - Tq + i, sees the keys up to it (§3.2.3)."""
-        return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
-
-    def attend(self, q, k, v, mask, is_causal):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              enable_gqa=self.kv_heads != self.heads)
-
-
-class RotaryAttention(MultiHeadAttention):
-    """Queries and keys turned by rotary position embeddings (Su et al., 2021); keys are cached
-    turned."""
-
-    def __init__(self, *args, rotary, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.rotary = rotary
-
-    def queries(self, q, start):
-        return self.rotary(super().queries(q, start), start)
-
-    def keys(self, k, start):
-        return self.rotary(super().keys(k, start), start)
 
 
 class FeedForward(nn.Module):  # block feed_forward, llama.xspec:28

@@ -1,19 +1,10 @@
-"""Modules that generated models use. A class's source is copied whole into every generated file
-that uses it, so a compiled model depends on torch alone; they are also imported from here by the
-tests. Rotary embeddings, attention and the mixture of experts have files of their own
-(prelude_rotary.py, prelude_attention.py, prelude_experts.py; library.PRELUDES lists them all),
-each made of small classes, one per option, that a spec's options choose."""
+"""Token embeddings and positions that generated models use: the plain and the scaled embedding
+(§3.4), the paper's sinusoidal positions (§3.5) and learned ones (Table 3, row E)."""
 
 import math
 
 import torch
 import torch.nn as nn
-
-from .prelude_attention import MultiHeadAttention  # noqa: F401 (for the tests)
-from .prelude_rotary import (  # noqa: F401 (for the tests)
-    LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding, RotaryEmbedding,
-    YarnRotaryEmbedding)
-from .prelude_experts import MixtureOfExperts  # noqa: F401 (for the tests)
 
 
 class Embedding(nn.Embedding):
@@ -64,17 +55,3 @@ class LearnedPositions(nn.Module):
     def forward(self, x, cache=None):
         start = cache.length if cache is not None else 0
         return self.weight[start:start + x.size(-2)]  # [T, d]
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * (offset + w), in float32: Gemma's RMSNorm (offset 1, w starting
-    at 0), where torch's nn.RMSNorm (offset 0) serves the others."""
-
-    def __init__(self, dim, eps=1e-6, offset=0.0):
-        super().__init__()
-        self.eps, self.offset = eps, offset
-        self.weight = nn.Parameter(torch.full((dim,), 1.0 - offset))  # offset + w = 1 at first
-
-    def forward(self, x):
-        normalized = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normalized * (self.offset + self.weight.float())).to(x.dtype)

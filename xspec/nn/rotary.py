@@ -1,7 +1,7 @@
 """Rotary position embeddings that generated models use, one class per way of computing the
-frequencies (the compiler copies the one a spec's attention names, with the plain class it
-extends). None has an option it does not use: a spec with Llama 3.1's scaling gets
-Llama3RotaryEmbedding, one without any gets RotaryEmbedding alone."""
+frequencies; a generated file imports the one its spec's attention names. None has an option it
+does not use: a spec with Llama 3.1's scaling gets Llama3RotaryEmbedding, one without any gets
+RotaryEmbedding alone."""
 
 import math
 

@@ -2,8 +2,8 @@
 class per option the newer families add, each overriding the one step it changes and calling the
 others through super(). A spec's attention is the core alone, one piece, or a class of the
 generated file that lists its pieces (`class SlidingWindowRotaryAttention(SlidingWindowAttention,
-RotaryAttention)`): the file copies those and nothing else. Rotary embeddings are
-prelude_rotary.py's.
+RotaryAttention)`): the file imports those and nothing else. Rotary embeddings are
+rotary.py's.
 
 Diagrams read an attention's queries, keys and mask through `queries`, `keys_values` and `mask`
 (and the weights of ExplicitAttention through `weights`). How the weights are computed
