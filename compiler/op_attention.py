@@ -149,6 +149,12 @@ def _rotary_problems(a: AttentionAttrs) -> list[tuple[str, str]]:
         problems.append(("rotary_scaling", f"rotary_scaling = \"{a.rotary_scaling}\" with rotary_fraction = "
                                            f"{a.rotary_fraction}: a scaling of partial rotary positions is not "
                                            "supported (no family has one)"))
+    return problems + rotary_scaling_problems(a)
+
+
+def rotary_scaling_problems(a) -> list[tuple[str, str]]:
+    """A frequency scaling's parameters, given and sensible (attention's and latent attention's alike)."""
+    problems = []
     if a.rotary_scaling != "default" and a.rotary_factor <= 0:
         problems.append(("rotary_factor", f"rotary_factor = {a.rotary_factor} divides the frequencies: it must be "
                                           "positive"))
@@ -238,10 +244,10 @@ def _norm(features: str, a: AttentionAttrs, w: Written) -> str:
     return f"RMSNorm({features}, eps={w.attr('qk_norm_eps')}, offset={w.attr('qk_norm_offset')})"
 
 
-def rotary_module(a: AttentionAttrs, w: Written) -> str:
-    """The rotary embedding a rotary attention holds: the class of its scaling (xspec/nn/rotary.py), its
-    features and base, and the parameters that scaling reads."""
-    features = w.attr("d_k")
+def rotary_module(a, w: Written, features: Optional[str] = None) -> str:
+    """The rotary embedding an attention holds: the class of its scaling (xspec/nn/rotary.py), its features
+    (`features`, else d_k or its rotary_fraction) and base, and the parameters that scaling reads."""
+    features = features or w.attr("d_k")
     if a.rotary_fraction != 1:  # int(head_dim * partial_rotary_factor), as transformers computes it
         features = f"int({_product(w, ('d_k', 'rotary_fraction'), a.rotary_dims)})" \
             if w.from_config("d_k") or w.from_config("rotary_fraction") else str(int(a.rotary_dims))

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from .op_attention import ATTENTION, AttentionAttrs  # noqa: F401 (AttentionAttrs: re-exported)
 from .op_experts import EXPERTS
+from .op_latent_attention import LATENT_ATTENTION
 from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, Written, linear_params, no_params
 from .opdef import size as _size
 from .shapes import ShapeError, TensorType, broadcast, concrete_last, require
@@ -213,6 +214,7 @@ OPS: dict[str, OpDef[Any]] = {
             call=_call_module, title="RMS Norm", details=lambda a, i: [f"× ({a.offset:g} + w)"] if a.offset else [],
         ),
         ATTENTION,
+        LATENT_ATTENTION,
         EXPERTS,
         OpDef(
             name="dropout", doc="dropout (§5.4: residual dropout)", family=Family.REGULARIZATION,

@@ -149,9 +149,10 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
     keys and values do not depend on the target (the encoder output) computes them once."""
     for node in graph:
         if OPS[node.op].family == Family.ATTENTION:
-            node.inferred["self_attention"] = node.inputs["key"] == node.inputs["query"]
+            # Latent attention has one input: causal self-attention over it.
+            node.inferred["self_attention"] = "key" not in node.inputs or node.inputs["key"] == node.inputs["query"]
             positional = [name for name in ("causal", "rotary", "alibi", "window")
-                          if getattr(node.attrs, name) not in (False, None)]
+                          if getattr(node.attrs, name, None) not in (False, None)]
             if positional and not node.inferred["self_attention"]:
                 what = f"{positional[0]} = true" if positional[0] != "window" else "a sliding window"
                 diagnostics.error("attention-positions", node.span, f"{what} needs self-attention: "
@@ -165,7 +166,9 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
         if OPS[node.op].family != Family.ATTENTION or not node.cached:
             continue
         sources = node.inputs
-        if sources["key"] == sources["query"] == sources["value"]:
+        if "key" not in sources:
+            node.inferred["kv_cache"] = "append"
+        elif sources["key"] == sources["query"] == sources["value"]:
             if not node.attrs_as(AttentionAttrs).causal:
                 diagnostics.error("decoder-attention", node.span, "decoder self-attention must be causal",
                                   "pass causal = true: a position may not attend to later ones (§3.2.3)")

@@ -38,6 +38,7 @@ from xspec.base.errors import UserError
 from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
 from xspec.base.text import shown
 from xspec.compiler.op_attention import AttentionAttrs
+from xspec.compiler.op_latent_attention import LatentAttentionAttrs
 from xspec.compiler.spec import CompiledSpec
 from .tokenizer import CheckpointTokenizer
 from .vocab import BOS, EOS, MODEL_FILE, PAD, UNK
@@ -200,6 +201,10 @@ def plan(trained: TrainedModel) -> Plan:
     if not self_attention:
         raise UserError(f"{spec.name}: its decoder has no self-attention whose keys and values a step could "
                         "carry; export writes decoding steps with their cache")
+    latent = [node.module for node in spec.ops if isinstance(node.attrs, LatentAttentionAttrs)]
+    if latent:  # its cache holds a latent and a rotary key per position, which the exported cache does not model
+        raise UserError(f"{spec.name}: export does not yet write latent attention ({latent[0]}); its decoding cache "
+                        "keeps a latent and a rotary key per position, which the exported steps do not carry")
     windowed = [node.module for node in spec.ops if node.inferred.get("kv_cache") == "append"
                 and node.attrs_as(AttentionAttrs).window is not None]
     if windowed:  # a step would carry a ring of `window` positions, which the exported cache does not model

@@ -176,6 +176,39 @@ def gemma_weights(state, sizes):
     return ours | {"decoder.generator.weight": ours["decoder.embedding.weight"]}  # tied
 
 
+LATENT = [  # DeepSeek's multi-head latent attention: the queries' latent, the keys' and values' latent
+    (r"model\.layers\.(\d+)\.self_attn\.q_a_proj\.(weight|bias)", r"decoder.layers.\1.self_attn.q_proj.down.\2"),
+    (r"model\.layers\.(\d+)\.self_attn\.q_a_layernorm\.weight", r"decoder.layers.\1.self_attn.q_proj.norm.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.q_b_proj\.weight", r"decoder.layers.\1.self_attn.q_proj.up.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.(weight|bias)", r"decoder.layers.\1.self_attn.kv_down.\2"),
+    (r"model\.layers\.(\d+)\.self_attn\.kv_a_layernorm\.weight", r"decoder.layers.\1.self_attn.kv_norm.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.kv_b_proj\.weight", r"decoder.layers.\1.self_attn.kv_up.weight"),
+]
+
+
+def deepseek_interleaved(sizes: dict) -> bool:
+    """Where the test's DeepSeek checkpoints lay rotary features in pairs (x0, x1), (x2, x3), ... (as
+    DeepSeek-V3's do): with a queries' latent; in halves without one."""
+    return sizes["q_lora_rank"] > 0
+
+
+def deepseek_weights(state, sizes):
+    """The latent attention's names; interleaved rotary rows (of q_proj or q_b_proj per head, and the shared
+    rotary key's at the end of kv_a_proj_with_mqa) put in halves: evens, then odds."""
+    ours = renamed(state, COMMON + PRE_NORM + LATENT)
+    if not deepseek_interleaved(sizes):
+        return ours
+    nope, rope_dim, latent = sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"], sizes["kv_lora_rank"]
+    halves = list(range(0, rope_dim, 2)) + list(range(1, rope_dim, 2))
+    for name, tensor in ours.items():
+        if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.up.weight")):
+            heads = tensor.view(-1, nope + rope_dim, tensor.size(-1))
+            ours[name] = torch.cat([heads[:, :nope], heads[:, nope:][:, halves]], dim=1).flatten(0, 1)
+        elif ".self_attn.kv_down." in name:
+            ours[name] = torch.cat([tensor[:latent], tensor[latent:][halves]])
+    return ours
+
+
 def rope(theta: float, **scaling) -> dict:
     return {"rope_parameters": {"rope_type": "default", "rope_theta": theta, **scaling}}
 
@@ -271,6 +304,17 @@ FAMILIES = [
                                           "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                                           "original_max_position_embeddings": s["original_max_position_embeddings"]}},
            gpt_oss_weights, window=6, experts=True),
+    Family("specs/modern/deepseek_v3.xspec", "DeepseekV3ForCausalLM", "DeepseekV3Config",
+           [{**BASE, "kv_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 12,
+             "qk_rope_head_dim": 8, "v_head_dim": 10},
+            {**ODD, "kv_heads": 6, "q_lora_rank": 0, "kv_lora_rank": 20, "qk_nope_head_dim": 8,
+             "qk_rope_head_dim": 4, "v_head_dim": 12},
+            {**WIDE, "kv_heads": 2, "q_lora_rank": 32, "kv_lora_rank": 24, "qk_nope_head_dim": 16,
+             "qk_rope_head_dim": 16, "v_head_dim": 16}],
+           lambda s: {"q_lora_rank": s["q_lora_rank"] or None, "first_k_dense_replace": s["layers"],
+                      "rope_interleave": deepseek_interleaved(s), "num_nextn_predict_layers": 0,
+                      "rms_norm_eps": 1e-6, **rope(10000.0)},
+           deepseek_weights),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

@@ -147,7 +147,8 @@ def test_counted_and_drawn(name):
     assert stats.active_parameters < spec.parameters if family.experts else stats.active_parameters == spec.parameters
     assert stats.flops.total > 0
     dot = architecture_dot(spec).source
-    assert "Mixture of Experts" in dot if family.experts else "Multi-Head Attention" in dot
+    attention = "Masked Multi-Head Latent Attention" if name == "deepseek_v3" else "Multi-Head Attention"
+    assert "Mixture of Experts" in dot if family.experts else attention in dot
 
 
 def test_layers_of_different_kinds_are_drawn_one_of_each():

@@ -28,6 +28,12 @@ CASES += [(name, "-layer-types", {"layer_types": kinds}) for name, kinds in (
     ("gemma2", ["full_attention", "full_attention", "sliding_attention"]),
     ("gpt_oss", ["full_attention", "sliding_attention", "sliding_attention"]))]
 CASES += [("qwen3_moe", "-dense-first", {"decoder_sparse_step": 1, "mlp_only_layers": [0]})]  # experts after layer 0
+# DeepSeek: queries straight from the input with rotary features in halves; YaRN past its 8 original positions,
+# its mscale and mscale_all_dim changing the cos and sin and the scores' scale.
+CASES += [("deepseek_v3", "-direct-queries", {"q_lora_rank": None, "rope_interleave": False}),
+          ("deepseek_v3", "-yarn", {"max_position_embeddings": 64, "rope_parameters": {
+              "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 8,
+              "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.9, "mscale_all_dim": 1.1}})]
 IDS = [name + variant for name, variant, _ in CASES]
 
 

@@ -7,6 +7,7 @@ taken here, set aside in `NOT_ARCHITECTURAL` or below with its reason, or refuse
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -335,6 +336,79 @@ def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
     _layer_types(cfg)
 
 
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    """YaRN's magnitude correction, as transformers computes it: 0.1 mscale ln(factor) + 1 (1 unscaled)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+# DeepSeek's mixture-of-experts attributes, which matter only where a layer has experts.
+DEEPSEEK_EXPERTS = ("n_shared_experts", "n_routed_experts", "routed_scaling_factor", "n_group", "topk_group",
+                    "num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size")
+
+
+def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
+    _common(cfg, tie_default=False)
+    heads = cfg.config["num_attention_heads"]
+    kv_heads = cfg.config.get("num_key_value_heads")
+    if kv_heads not in (None, heads):
+        raise UserError(f"{cfg.file}: num_key_value_heads {render(kv_heads)} is not supported: latent attention "
+                        f"makes every head's keys from the latent (supported: num_attention_heads, {heads})")
+    query_rank = cfg.get("q_lora_rank", None)
+    cfg.put("q_lora_rank", 0 if query_rank is None else cfg.number("q_lora_rank"), "q_lora_rank")
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        cfg.map(key, key)
+    if cfg.config["qk_rope_head_dim"] % 2:
+        raise UserError(f"{cfg.file}: qk_rope_head_dim {cfg.config['qk_rope_head_dim']} is odd: rotary positions "
+                        "turn pairs of features")
+    for key, derived in (("head_dim", "qk_rope_head_dim"), ("qk_head_dim", "qk_nope_head_dim + qk_rope_head_dim")):
+        expected = cfg.config["qk_rope_head_dim"] if key == "head_dim" else \
+            cfg.config["qk_nope_head_dim"] + cfg.config["qk_rope_head_dim"]
+        cfg.expect(key, [expected], expected, f" (transformers derives it: {derived})")
+    _bias(cfg, "attention_bias")
+    layers = cfg.config["num_hidden_layers"]
+    dense = cfg.number("first_k_dense_replace", 3, least=0)
+    if dense < layers:
+        raise UserError(f"{cfg.file}: first_k_dense_replace {dense} of {layers} layers: layers with DeepSeek's "
+                        f"mixture of experts are not supported yet (supported: first_k_dense_replace >= "
+                        f"num_hidden_layers, every layer dense)")
+    for key in DEEPSEEK_EXPERTS:
+        cfg.ignore(key, "no layer has experts (first_k_dense_replace >= num_hidden_layers)")
+    cfg.ignore("num_nextn_predict_layers", "multi-token prediction modules, which transformers does not run either; "
+                                           "xspec imports the model without them")
+    # Interleaved rotary features ((x0, x1), (x2, x3), ...) are the plain layout's rows reordered: import
+    # reorders them (weight_map.py), so the spec turns halves as every family does.
+    m.layout = "deepseek_interleaved" if cfg.flag("rope_interleave", True) else "deepseek"
+    rope = read_rope(cfg, ("default", "yarn"), scaling_extras=("mscale", "mscale_all_dim", "attention_factor"))
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+    if rope["rope_type"] == "default":
+        cfg.ignore("original_max_position_embeddings", "the context before a rotary scaling; none is declared")
+        return
+    factor = float(rope["factor"])
+    if factor < 1:
+        raise UserError(f"{cfg.file}: {rope.where}.factor {render(rope['factor'])} is not supported (supported: "
+                        "a YaRN factor of at least 1)")
+    cfg.put("rope_type", "yarn", f"{rope.where}.rope_type")
+    cfg.put("rope_factor", factor, f"{rope.where}.factor")
+    cfg.put("original_max_position_embeddings", rope["original_max_position_embeddings"],
+            f"{rope.where}.original_max_position_embeddings")
+    m.scaled_from = rope["original_max_position_embeddings"]
+    for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+        cfg.put(name, float(rope.get(name, default)), f"{rope.where}.{name}" if name in rope else f"{name} (default)")
+    truncate = rope.get("truncate", True)
+    cfg.put("rope_truncate", truncate, f"{rope.where}.truncate" if "truncate" in rope else "truncate (default)")
+    mscale, mscale_all_dim = float(rope.get("mscale") or 0), float(rope.get("mscale_all_dim") or 0)
+    if "attention_factor" in rope:
+        attention_factor, source = float(rope["attention_factor"]), f"{rope.where}.attention_factor"
+    elif mscale and mscale_all_dim:
+        attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+        source = f"{rope.where}.mscale / mscale_all_dim"
+    else:
+        attention_factor, source = _yarn_mscale(factor, 1.0), f"{rope.where}.factor (0.1 ln(factor) + 1)"
+    cfg.put("rope_attention_factor", attention_factor, source)
+    cfg.put("mscale_all_dim", mscale_all_dim, f"{rope.where}.mscale_all_dim" if mscale_all_dim else
+            f"{rope.where}: no mscale_all_dim")
+
+
 @dataclass(frozen=True)
 class Family:
     spec: str
@@ -355,6 +429,7 @@ FAMILIES: dict[str, Family] = {
     "mixtral": Family("mixtral", "MixtralForCausalLM", "mixtral", _mixtral),
     "qwen3_moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", _qwen3_moe),
     "gpt_oss": Family("gpt_oss", "GptOssForCausalLM", "gpt_oss", _gpt_oss),
+    "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
 }
 REFUSED_TYPES = {
     "gemma3": "a Gemma 3 checkpoint with its vision tower; xspec imports the text model (model_type gemma3_text)",

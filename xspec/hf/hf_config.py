@@ -34,6 +34,9 @@ OWN: dict[str, dict[str, str]] = {
     "gpt_oss": {"head_dim": "head_dim", "sliding_window": "sliding_window", "num_local_experts": "num_local_experts",
                 "num_experts_per_tok": "num_experts_per_tok", "swiglu_limit": "swiglu_limit",
                 "router_aux_loss_coef": "router_aux_loss_coef"},
+    "deepseek_v3": {"attention_bias": "attention_bias", "kv_lora_rank": "kv_lora_rank",
+                    "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
+                    "v_head_dim": "v_head_dim"},
 }
 
 
@@ -77,6 +80,22 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
                                   "truncate": False}
     if model_type == "llama" and "rope_type" in params:
         config["rope_scaling"] = _llama_scaling(params)
+    if model_type == "deepseek_v3":
+        config |= _deepseek(params)
+    return config
+
+
+def _deepseek(params: dict[str, Any]) -> dict[str, Any]:
+    """Queries' latent (null: none), every layer dense, the rotary features in halves (export writes them
+    so), and YaRN with its attention factor as the spec holds it."""
+    config: dict[str, Any] = {"q_lora_rank": params["q_lora_rank"] or None, "first_k_dense_replace": params["layers"],
+                              "rope_interleave": False, "num_nextn_predict_layers": 0}
+    if params["rope_type"] == "yarn":
+        config["rope_scaling"] = {"rope_type": "yarn", "factor": params["rope_factor"],
+                                  "original_max_position_embeddings": params["original_max_position_embeddings"],
+                                  "beta_fast": params["beta_fast"], "beta_slow": params["beta_slow"],
+                                  "truncate": params["rope_truncate"], "mscale_all_dim": params["mscale_all_dim"],
+                                  "attention_factor": params["rope_attention_factor"]}
     return config
 
 

@@ -21,10 +21,12 @@ ALL_TYPES = tuple(PARAMETERS)
 
 # What each parameter may be: checked where it is read, so no value of another type goes further.
 _POSITIVE, _COUNT, _FLAG, _FRACTION = "a number > 0", "an integer >= 1", "true or false", "a number in (0, 1]"
+_NONNEGATIVE = "a number >= 0"
 KINDS: dict[str, str] = {
     "factor": _POSITIVE, "low_freq_factor": _POSITIVE, "high_freq_factor": _POSITIVE, "beta_fast": _POSITIVE,
     "beta_slow": _POSITIVE, "original_max_position_embeddings": _COUNT, "truncate": _FLAG,
-    "partial_rotary_factor": _FRACTION,
+    "partial_rotary_factor": _FRACTION, "mscale": _NONNEGATIVE, "mscale_all_dim": _NONNEGATIVE,
+    "attention_factor": _POSITIVE,
 }
 
 
@@ -35,6 +37,8 @@ def _is(kind: str, value: Any) -> bool:
         return False
     if kind == _COUNT:
         return isinstance(value, int) and value >= 1
+    if kind == _NONNEGATIVE:
+        return value >= 0
     return value > 0 and (kind != _FRACTION or value <= 1)
 
 
@@ -45,8 +49,9 @@ class Rope(dict):
 
 
 def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = None,
-              default_theta: float = 10000.0) -> Rope:
-    """The rotary settings (of layer kind `kind`, e.g. "full_attention", where they differ by kind)."""
+              default_theta: float = 10000.0, scaling_extras: Sequence[str] = ()) -> Rope:
+    """The rotary settings (of layer kind `kind`, e.g. "full_attention", where they differ by kind), and the
+    parameters `scaling_extras` that the family's scaling also reads (DeepSeek's YaRN: mscale, mscale_all_dim)."""
     if cfg.has("rope_parameters"):
         found = cfg.get("rope_parameters")
         where = "rope_parameters"
@@ -76,7 +81,8 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = No
     rope.where = where
     if "partial_rotary_factor" in values:      # kept beside the rotary settings by newer versions
         rope["partial_rotary_factor"] = values.pop("partial_rotary_factor")
-    for name in PARAMETERS[rope_type]:
+    allowed = (*PARAMETERS[rope_type], *(scaling_extras if rope_type != "default" else ()))
+    for name in allowed:
         if name in values:
             rope[name] = values.pop(name)
     for name, value in rope.items():
@@ -84,7 +90,7 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = No
             raise UserError(f"{cfg.file}: {where}.{name} {render(value)} is not {KINDS[name]}")
     if values:
         extra = sorted(values)[0]
-        supported = ", ".join(PARAMETERS[rope_type]) or "no parameters"
+        supported = ", ".join(allowed) or "no parameters"
         raise UserError(f"{cfg.file}: {where}.{printable(extra)} ({render(values[extra])}) is not supported with "
                         f"rope_type {render(rope_type)} (supported: {supported})")
     if rope_type != "default" and "factor" not in rope:

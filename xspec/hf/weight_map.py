@@ -38,6 +38,13 @@ RENAMES = [  # the spec's names -> Hugging Face's, for what every family shares
     (r"decoder\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"model.layers.\1.self_attn.\2_norm.weight"),
     (r"decoder\.layers\.(\d+)\.self_attn\.sinks", r"model.layers.\1.self_attn.sinks"),
     (r"decoder\.layers\.(\d+)\.ffn\.(gate|up|down)\.(weight|bias)", r"model.layers.\1.mlp.\2_proj.\3"),
+    # latent attention's (DeepSeek): the queries' latent and the keys' and values'
+    (r"decoder\.layers\.(\d+)\.self_attn\.q_proj\.down\.(weight|bias)", r"model.layers.\1.self_attn.q_a_proj.\2"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.q_proj\.norm\.weight", r"model.layers.\1.self_attn.q_a_layernorm.weight"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.q_proj\.up\.weight", r"model.layers.\1.self_attn.q_b_proj.weight"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.kv_down\.(weight|bias)", r"model.layers.\1.self_attn.kv_a_proj_with_mqa.\2"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.kv_norm\.weight", r"model.layers.\1.self_attn.kv_a_layernorm.weight"),
+    (r"decoder\.layers\.(\d+)\.self_attn\.kv_up\.weight", r"model.layers.\1.self_attn.kv_b_proj.weight"),
 ]
 NORMS = {
     "pre_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.input_layernorm.weight"),
@@ -54,7 +61,8 @@ NORMS = {
                                   ("post_feedforward_norm", "post_feedforward_layernorm"))],
 }
 NORM_OF_LAYOUT = {"pre_norm": "pre_norm", "post_norm": "post_norm", "sandwich": "sandwich", "phi3": "pre_norm",
-                  "mixtral": "pre_norm", "qwen3_moe": "pre_norm", "gpt_oss": "pre_norm"}
+                  "mixtral": "pre_norm", "qwen3_moe": "pre_norm", "gpt_oss": "pre_norm", "deepseek": "pre_norm",
+                  "deepseek_interleaved": "pre_norm"}
 
 
 def groups(layout: str, names: list[str], shapes: dict[str, tuple[int, ...]], params: dict) -> list[Group]:
@@ -135,9 +143,36 @@ def _gpt_oss(name: str, shapes: dict, params: dict) -> Group | None:
     return Group((f"{base}.experts.down_proj_bias",), (name,), _same, _same)
 
 
+def _interleaved_rotary(name: str, shapes: dict, params: dict) -> Group | None:
+    """DeepSeek's rotary features as pairs (x0, x1), (x2, x3), ... (rope_interleave): the rows of the
+    projections that make them, reordered to halves (x0, x2, ..., x1, x3, ...), which the spec turns."""
+    found = re.fullmatch(r"decoder\.layers\.\d+\.self_attn\.(q_proj\.weight|q_proj\.up\.weight|kv_down\.\w+)", name)
+    if found is None:
+        return None
+    rope = params["qk_rope_head_dim"]
+    halves = torch.cat([torch.arange(0, rope, 2), torch.arange(1, rope, 2)])
+    pairs = halves.argsort()
+    if found[1].startswith("kv_down"):  # [kv_lora_rank + rope, ...]: the shared rotary key last
+        latent = params["kv_lora_rank"]
+
+        def reorder(order):
+            return lambda t: [torch.cat([t[0][:latent], t[0][latent:][order]])]
+    else:  # [heads * (nope + rope), ...]: each head's rotary features after its others
+        nope = params["qk_nope_head_dim"]
+
+        def reorder(order):
+            def apply(t: Tensors) -> Tensors:
+                heads = t[0].view(-1, nope + rope, t[0].size(-1))
+                return [torch.cat([heads[:, :nope], heads[:, nope:][:, order]], dim=1).flatten(0, 1)]
+            return apply
+    hf = _renamed(name, RENAMES)
+    return Group((hf,), (name,), reorder(halves), reorder(pairs))
+
+
 SPECIAL = {
     "phi3": _phi3,
     "mixtral": _per_expert("block_sparse_moe", {"gate": "w1", "up": "w3", "down": "w2"}, "gate"),
     "qwen3_moe": _per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate"),
     "gpt_oss": _gpt_oss,
+    "deepseek_interleaved": _interleaved_rotary,
 }

@@ -1,30 +1,34 @@
-"""The op library of generated models: small modules, one per option a spec may choose, that every
-generated `model.py` imports from here (`from xspec.nn import RotaryAttention, RotaryEmbedding`), as
-torchtitan's models import their shared modules. `xspec compile --standalone` copies the classes a spec
-uses into its file instead, so that it depends on torch alone.
+"""The op library of generated models: small modules, one per option a spec may choose, that
+every generated `model.py` imports from here (`from xspec.nn import RotaryAttention`), as
+torchtitan's models import their shared modules. `xspec compile --standalone` copies the classes
+a spec uses into its file instead, so that it depends on torch alone.
 
-Each class is plain PyTorch a reader can follow; an attention with several options is a class of the
-generated file that lists its pieces as bases. The files: embeddings.py (token embeddings, positions),
-norms.py, rotary.py (one class per rotary scaling), attention.py (the paper's attention and one piece
-per option), experts.py (the mixture of experts: routers, activations, the experts)."""
+Each class is plain PyTorch a reader can follow; an attention with several options is a class of
+the generated file that lists its pieces as bases. The files: embeddings.py (token embeddings,
+positions), norms.py, rotary.py (one class per rotary scaling), attention.py (the paper's
+attention and one piece per option), latent_attention.py (DeepSeek's multi-head latent
+attention), experts.py (the mixture of experts: routers, activations, the experts)."""
 
 from .embeddings import Embedding, LearnedPositions, ScaledEmbedding, SinusoidalPositions
 from .norms import RMSNorm
-from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding, RotaryEmbedding,
-                     YarnRotaryEmbedding)
-from .attention import (ALiBiAttention, CrossAttention, DropoutAttention, ExplicitAttention, MultiHeadAttention,
-                        ProjectionQKNormAttention, QKNormAttention, RotaryAttention, ScaledAttention,
-                        SinkAttention, SlidingWindowAttention, SoftCapAttention)
-from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, Router, ScaledRouter,
-                      SigmoidRouter, SwiGLU)
+from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
+                     RotaryEmbedding, YarnRotaryEmbedding)
+from .attention import (ALiBiAttention, CrossAttention, DropoutAttention, ExplicitAttention,
+                        MultiHeadAttention, ProjectionQKNormAttention, QKNormAttention,
+                        RotaryAttention, ScaledAttention, SinkAttention, SlidingWindowAttention,
+                        SoftCapAttention)
+from .latent_attention import LatentAttention, LowRankProjection
+from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, Router,
+                      ScaledRouter, SigmoidRouter, SwiGLU)
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "LearnedPositions", "RMSNorm",
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",
-    "MultiHeadAttention", "CrossAttention", "RotaryAttention", "QKNormAttention", "ProjectionQKNormAttention",
-    "ScaledAttention", "DropoutAttention", "SlidingWindowAttention", "ALiBiAttention", "ExplicitAttention",
-    "SoftCapAttention", "SinkAttention",
-    "Router", "SigmoidRouter", "ScaledRouter", "SwiGLU", "GeGLU", "ClampedSwiGLU", "MixtureOfExperts",
-    "BiasedMixtureOfExperts",
+    "MultiHeadAttention", "CrossAttention", "RotaryAttention", "QKNormAttention",
+    "ProjectionQKNormAttention", "ScaledAttention", "DropoutAttention", "SlidingWindowAttention",
+    "ALiBiAttention", "ExplicitAttention", "SoftCapAttention", "SinkAttention",
+    "LatentAttention", "LowRankProjection",
+    "Router", "SigmoidRouter", "ScaledRouter", "SwiGLU", "GeGLU", "ClampedSwiGLU",
+    "MixtureOfExperts", "BiasedMixtureOfExperts",
 ]

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.ops import OPS
 from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
@@ -54,11 +53,13 @@ def attention_kinds(spec: CompiledSpec) -> dict[str, list[str]]:
 def table1(spec: CompiledSpec, n: int, d: int, kernel: int, neighbourhood: int) -> list[Table1Row]:
     rows = []
     for kind, nodes in attention_kinds(spec).items():
-        a = node_of(spec.graph, nodes[0]).attrs_as(AttentionAttrs)
+        node = node_of(spec.graph, nodes[0])
+        facts = OPS[node.op].facts(node.attrs, node.inferred)  # heads, d_k, d_v of any kind of attention
+        heads, d_k, d_v = (int(facts[name]) for name in ("heads", "d_k", "d_v"))  # type: ignore[call-overload]
         # During training every position is computed at once, masked or not: O(1) sequential steps,
         # and any two positions are one attention step apart.
         rows.append(Table1Row(kind, ("O(n^2 d)", "O(1)", "O(1)"), n * n * d, 1, 1, len(nodes),
-                              multiply_adds=n * n * a.heads * (a.d_k + a.d_v)))
+                              multiply_adds=n * n * heads * (d_k + d_v)))
     rows += [
         Table1Row("recurrent (comparison)", ("O(n d^2)", "O(n)", "O(n)"), n * d * d, n, n, 0),
         Table1Row(f"convolutional, k={kernel} (comparison)", ("O(k n d^2)", "O(1)", "O(log_k(n))"),

@@ -58,10 +58,11 @@ class AttentionMap:
 
 
 def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
-    """Every attention op, read off the graph (all layers), in the order the model runs them."""
+    """Every attention op whose maps are drawn, read off the graph (all layers), in the order the model runs
+    them. Latent attention (DeepSeek) is not drawn yet: its weights are not read through the hooks below."""
     sites = []
     for node, data in spec.graph.nodes(data=True):
-        if OPS[data["node"].op].family != Family.ATTENTION:
+        if OPS[data["node"].op].family != Family.ATTENTION or not isinstance(data["node"].attrs, AttentionAttrs):
             continue
         sources = node_of(spec.graph, node).inputs
         entry = data["node"].scope.split(".")[0]
@@ -146,6 +147,8 @@ def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sen
     """Encodes `sentence`, decodes it greedily unless `target` is given, and returns the maps of
     the chosen layer and head (None: all)."""
     sites = select(attention_sites(spec), layer)
+    if not sites:
+        raise UserError(f"{spec.name}: no attention whose maps xspec draws (latent attention's are not drawn yet)")
     # A generated attention module's int: torch types a module's attributes Tensor | Module.
     heads: int = min(model.get_submodule(s.module).heads for s in sites)  # type: ignore[type-var,assignment]
     if head is not None and not 1 <= head <= heads:

@@ -13,7 +13,6 @@ from typing import Optional
 import networkx as nx
 
 from xspec.compiler.entries import LOGITS
-from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.ops import OPS
 
 from .view import Unit, View, build_view
@@ -64,9 +63,9 @@ def op_label(graph: nx.DiGraph, node: str) -> Label:
 
 
 def _attention_label(graph: nx.DiGraph, node: str) -> Label:
-    attrs, sources = node_of(graph, node).attrs_as(AttentionAttrs), node_of(graph, node).inputs
+    attrs, sources = node_of(graph, node).attrs, node_of(graph, node).inputs
     entry = OPS[node_of(graph, node).op]
-    title = f"Masked {entry.title}" if attrs.causal else entry.title  # §3.2.3
+    title = f"Masked {entry.title}" if getattr(attrs, "causal") else entry.title  # §3.2.3: every attention has it
     first, *rest = entry.details(attrs, node_of(graph, node).inferred)
     kind = _attention_kind(graph, node, sources) + (", padding mask" if "mask" in sources else "")
     return Label(title, [first, kind, *rest], family=Family.ATTENTION)

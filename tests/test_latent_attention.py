@@ -1,0 +1,89 @@
+"""Multi-head latent attention (specs/modern/deepseek_v3.xspec; its logits against transformers' DeepSeek-V3
+are in test_families.py and test_hf_import.py): the decoding cache keeps the latent and the rotary key per
+position, cached decoding equals a full forward, beam search's reordering moves the cache, and what the
+spec, the import and the export refuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xspec
+from float32 import assert_close
+from xspec.base.errors import UserError
+from xspec.hf.families import map_config
+from xspec.runtime.cache import DecoderCache
+
+SIZES = {"vocab": 61, "d_model": 32, "heads": 2, "layers": 2, "d_ff": 40, "q_lora_rank": 12, "kv_lora_rank": 10,
+         "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 8}
+
+
+def model(**changes) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return xspec.compile("specs/modern/deepseek_v3.xspec", overrides={**SIZES, **changes}).build("cpu").eval()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("q_lora_rank", [12, 0], ids=["query-latent", "direct-queries"])
+def test_the_cache_keeps_the_latent_and_the_rotary_key_and_decoding_equals_the_full_forward(q_lora_rank):
+    net = model(q_lora_rank=q_lora_rank)
+    tokens = torch.randint(0, 61, (3, 11), generator=torch.Generator().manual_seed(1))
+    full = net(tokens)
+    cache = DecoderCache()
+    parts = [net.decode(tokens[:, :4], cache=cache)]              # a prompt, then one token at a time,
+    parts += [net.decode(tokens[:, i:i + 1], cache=cache) for i in range(4, 8)]
+    parts.append(net.decode(tokens[:, 8:], cache=cache))          # then several after a cache
+    assert_close(torch.cat(parts, dim=1), full)
+    assert len(cache.tensors) == 2                                # one entry per layer's attention
+    for latent, rotary_key, *_ in cache.tensors.values():         # per position: 10 + 4 numbers, not 2 * 2 * (10 + 8)
+        assert latent.shape[:2] == (3, 1) and latent.size(3) == 10
+        assert rotary_key.shape[:2] == (3, 1) and rotary_key.size(3) == 4
+        assert latent.size(2) >= 11
+
+
+@torch.no_grad()
+def test_reordering_the_cache_moves_every_rows_latent():
+    """Beam search's reorder: the rows of the cache follow the chosen rows, as decoding them afresh does."""
+    net = model()
+    tokens = torch.randint(0, 61, (3, 7), generator=torch.Generator().manual_seed(2))
+    cache = DecoderCache()
+    net.decode(tokens[:, :6], cache=cache)
+    order = torch.tensor([2, 0, 0])
+    cache.reorder(order)
+    step = net.decode(tokens[order, 6:], cache=cache)
+    assert_close(step, net(tokens[order])[:, 6:])
+
+
+def test_an_odd_rotary_width_is_refused_at_its_argument():
+    with pytest.raises(xspec.SpecError, match="qk_rope_head_dim must be even"):
+        xspec.compile("specs/modern/deepseek_v3.xspec", overrides={"qk_rope_head_dim": 5})
+
+
+def _config(**changes) -> dict:
+    config = {"model_type": "deepseek_v3", "vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+              "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2, "q_lora_rank": None,
+              "kv_lora_rank": 10, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 8,
+              "first_k_dense_replace": 2, "rms_norm_eps": 1e-6, "hidden_act": "silu", "rope_interleave": True,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "max_position_embeddings": 64}
+    return config | changes
+
+
+def test_import_maps_a_dense_deepseek_config_and_its_rotary_layout():
+    mapped = map_config(_config())
+    assert mapped.spec == "deepseek_v3" and mapped.layout == "deepseek_interleaved"
+    assert mapped.params["q_lora_rank"] == 0 and mapped.params["kv_lora_rank"] == 10
+    assert map_config(_config(rope_interleave=False)).layout == "deepseek"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"first_k_dense_replace": 1}, "first_k_dense_replace 1 of 2 layers: layers with DeepSeek's mixture of experts"),
+    ({"num_key_value_heads": 1}, "num_key_value_heads 1 is not supported: latent attention"),
+    ({"qk_rope_head_dim": 5}, "qk_rope_head_dim 5 is odd"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 0.5,
+                          "original_max_position_embeddings": 8}}, "factor 0.5 is not supported"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type \"linear\""),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mscale": 1.0}}, "mscale"),
+], ids=["experts", "key-heads", "odd-rotary", "yarn-below-1", "linear", "mscale-without-yarn"])
+def test_import_refuses_what_the_spec_does_not_compute_by_name(changes, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        map_config(_config(**changes))

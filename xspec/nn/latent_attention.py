@@ -1,0 +1,65 @@
+"""Multi-head latent attention (MLA: DeepSeek-V2, Liu et al., 2024, §2.1), which DeepSeek-V3 and
+Kimi K2 use: keys and values are made from a small latent per token, so the decoding cache keeps
+that latent and one rotary key instead of every head's keys and values."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LowRankProjection(nn.Module):
+    """x W^D, normalized, then W^U: a projection through `rank` features (MLA's queries)."""
+
+    def __init__(self, d_in, rank, d_out, *, eps, bias):
+        super().__init__()
+        self.down = nn.Linear(d_in, rank, bias=bias)
+        self.norm = nn.RMSNorm(rank, eps=eps)
+        self.up = nn.Linear(rank, d_out, bias=False)
+
+    def forward(self, x):
+        return self.up(self.norm(self.down(x)))
+
+
+class LatentAttention(nn.Module):
+    """Each head's query and key: `nope_dim` features without positions, `rope_dim` turned by
+    `rotary`. Keys (their first part) and values come from the latent c = norm(x W^DKV) of
+    `latent_dim` features, through W^UK and W^UV; the key's rotary part, x W^KR, is one for all
+    heads. softmax(q k^T * scale) v per head, then W^O."""
+
+    def __init__(self, d_model, heads, latent_dim, nope_dim, rope_dim, v_dim, *, q_proj, rotary,
+                 eps, bias, scale):
+        super().__init__()
+        self.heads, self.latent_dim, self.scale = heads, latent_dim, scale
+        self.nope_dim, self.rope_dim, self.v_dim = nope_dim, rope_dim, v_dim
+        self.q_proj = q_proj  # d_model -> heads * (nope_dim + rope_dim)
+        self.rotary = rotary
+        self.kv_down = nn.Linear(d_model, latent_dim + rope_dim, bias=bias)  # W^DKV and W^KR
+        self.kv_norm = nn.RMSNorm(latent_dim, eps=eps)
+        self.kv_up = nn.Linear(latent_dim, heads * (nope_dim + v_dim), bias=False)  # W^UK, W^UV
+        self.out_proj = nn.Linear(heads * v_dim, d_model, bias=bias)
+
+    def forward(self, x, cache=None):
+        start = cache.length if cache is not None else 0
+        q = self.q_proj(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # [B, h, T, nope+rope]
+        q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
+        latent, k_rope = self.kv_down(x).split([self.latent_dim, self.rope_dim], dim=-1)
+        latent = self.kv_norm(latent)[:, None]  # [B, 1, T, latent_dim]
+        k_rope = self.rotary(k_rope[:, None], start)  # [B, 1, T, rope_dim]
+        if cache is not None:  # the latent and the rotary key of every position decoded
+            latent, k_rope = cache.append(self, latent, k_rope)
+        kv = self.kv_up(latent[:, 0]).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)  # [B, h, Tk, nope], [.., v]
+        q = torch.cat([q_nope, self.rotary(q_rope, start)], dim=-1)
+        k = torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1)
+        causal = cache is None  # SDPA's own mask; with a cache, `visible` offsets it
+        mask = None if causal else self.visible(q.size(2), k.size(2), q.device)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                             scale=self.scale)
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
+
+    def visible(self, queries, keys, device):
+        """[Tq, Tk]: query i, at position Tk - Tq + i, sees the keys up to it; None for one
+        query, which sees every key cached."""
+        if queries == 1:
+            return None
+        return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
