@@ -2,7 +2,8 @@
 one op (Shazeer et al., 2017; Switch, Fedus et al., 2022; Mixtral, Jiang et al., 2024).
 
     moe(x, experts, top_k, d_ff, scoring = "softmax", normalize = true, routing_scale = 1.0,
-        router_bias = false, bias = false, activation = "silu", swiglu_limit = 7.0, swiglu_alpha = 1.702)
+        router_bias = false, bias = false, activation = "silu", swiglu_limit = 7.0, swiglu_alpha = 1.702,
+        groups = 1, top_groups = 1, score_correction = false)
 
 Each token's router scores (softmax or sigmoid of x W_r) choose its `top_k` experts; their weights are
 renormalized to sum to 1 (`normalize`, a checkpoint's norm_topk_prob) and scaled by `routing_scale`; the
@@ -10,6 +11,10 @@ token's output is the weighted sum of its experts' outputs. An expert is a gated
 down(act(gate x) * up x): SwiGLU (`silu`), GeGLU (`gelu_tanh`), or gpt-oss's clamped SwiGLU
 (`clamped_swiglu`: gate clamped above at swiglu_limit, up to +-swiglu_limit, (up + 1) * gate * sigmoid(alpha
 gate)). A shared expert that every token uses is a feed-forward block added beside it in the spec.
+DeepSeek-V3's routing (§2.1.2) adds two options: `groups` of experts, a token choosing among those of its
+`top_groups` best groups (each group scored by its two best experts; n_group, topk_group), and
+`score_correction`, a bias per expert added to the scores for choosing only, which training moves to even
+out the loads (e_score_correction_bias: state checkpoints keep, not a learned weight).
 
 The module (xspec/nn/experts.py: a router, an activation and the experts, pieces chosen by the options)
 records, each forward, what the load-balancing loss needs; training pools the records of every layer
@@ -40,6 +45,9 @@ class ExpertsAttrs(Attrs):
     activation: Literal["silu", "gelu_tanh", "clamped_swiglu"] = "silu"
     swiglu_limit: float = 7.0  # clamped_swiglu
     swiglu_alpha: float = 1.702  # clamped_swiglu
+    groups: int = Field(1, gt=0)  # the experts in groups, a token choosing among its top groups' (n_group)
+    top_groups: int = Field(1, gt=0)  # topk_group
+    score_correction: bool = False  # a bias per expert in the choice only (e_score_correction_bias)
 
 
 def _shape(shapes: Shapes, a: ExpertsAttrs) -> tuple[TensorType, Inferred]:
@@ -54,6 +62,16 @@ def _check(a: ExpertsAttrs) -> list[tuple[str, str]]:
     if a.routing_scale <= 0:
         problems.append(("routing_scale", f"routing_scale = {a.routing_scale} scales the experts' weights: it "
                                           "must be positive"))
+    if a.experts % a.groups:
+        problems.append(("groups", f"groups = {a.groups} must divide the {a.experts} experts"))
+    elif a.groups > 1 and a.experts // a.groups < 2:
+        problems.append(("groups", f"groups = {a.groups} of {a.experts} experts: a group is scored by its two best "
+                                   "experts, so each needs at least 2"))
+    elif a.top_groups > a.groups:
+        problems.append(("top_groups", f"top_groups = {a.top_groups} of only {a.groups} groups"))
+    elif a.top_k > a.top_groups * (a.experts // a.groups):
+        problems.append(("top_k", f"top_k = {a.top_k} experts from {a.top_groups} groups of "
+                                  f"{a.experts // a.groups}: too few to choose from"))
     if a.activation == "clamped_swiglu" and a.swiglu_limit <= 0:
         problems.append(("swiglu_limit", f"swiglu_limit = {a.swiglu_limit} clamps to +-limit: it must be positive"))
     return problems
@@ -112,6 +130,8 @@ def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
               f"normalize={w.attr('normalize')}"]
     if a.routing_scale != 1:
         router.append(f"scale={w.attr('routing_scale')}")
+    if a.groups > 1:
+        router += [f"groups={w.attr('groups')}", f"top_groups={w.attr('top_groups')}"]
     activation = {"silu": "SwiGLU()", "gelu_tanh": "GeGLU()",
                   "clamped_swiglu": f"ClampedSwiGLU({w.attr('swiglu_limit')}, {w.attr('swiglu_alpha')})"}[a.activation]
     experts = "BiasedMixtureOfExperts" if a.bias else "MixtureOfExperts"
@@ -120,15 +140,17 @@ def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
 
 
 def router_pieces(a: ExpertsAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
-    """The router's class and its pieces: Router, a piece (SigmoidRouter, ScaledRouter), or a class of the
-    generated file that extends both (ScaledSigmoidRouter)."""
-    used = {"ScaledRouter": a.routing_scale != 1, "SigmoidRouter": a.scoring == "sigmoid"}
+    """The router's class and its pieces: Router, a piece (SigmoidRouter, ScaledRouter, ...), or a class of
+    the generated file that extends them (ScaledSigmoidRouter). The correction comes first: the groups
+    are scored with it, as DeepSeek-V3 does."""
+    used = {"CorrectedRouter": a.score_correction, "GroupLimitedRouter": a.groups > 1,
+            "ScaledRouter": a.routing_scale != 1, "SigmoidRouter": a.scoring == "sigmoid"}
     pieces = tuple(piece for piece, chosen in used.items() if chosen)
     if not pieces:
         return "Router", ()
     if len(pieces) == 1:
         return pieces[0], pieces
-    return "ScaledSigmoidRouter", pieces
+    return "".join(piece.removesuffix("Router") for piece in pieces) + "Router", pieces
 
 
 def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
@@ -137,6 +159,10 @@ def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str
 
 def _details(a: ExpertsAttrs, i: Inferred) -> list[str]:
     router = f"router: {a.scoring}" + (", top-k renormalized" if a.normalize else "")
+    if a.groups > 1:
+        router += f", top {a.top_groups} of {a.groups} groups"
+    if a.score_correction:
+        router += ", load-corrected choice"
     if a.routing_scale != 1:
         router += f", × {a.routing_scale:g}"
     total = sum(_prod(shape) for shape in _params(a, i).values())
@@ -151,5 +177,7 @@ EXPERTS = OpDef(
     family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
     inactive=_inactive, composes=router_pieces,
+    buffers=lambda a, i: {"router.correction_bias": (a.experts,)} if a.score_correction else {},
+    state=lambda a, i: {"router.correction_bias": (a.experts,)} if a.score_correction else {},
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
 )

@@ -113,6 +113,9 @@ class OpDef(Generic[AttrsT]):
     facts: Callable[[AttrsT, Inferred], dict[str, object]] = lambda a, i: {}
     # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
     buffers: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
+    # Of those buffers, the ones checkpoints keep (state_dict's persistent buffers): state that is not learned
+    # but changes what the model computes (a router's load-correction bias, which training moves).
+    state: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
     inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0

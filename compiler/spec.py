@@ -113,6 +113,11 @@ class CompiledSpec:
         return dict(self._compilation.validated.params)
 
     @property
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every buffer checkpoints keep (not learned, but read by the model), by its state_dict name."""
+        return dict(self._compilation.validated.state)
+
+    @property
     def ties(self) -> dict[str, str]:
         return dict(self._compilation.validated.ties)
 

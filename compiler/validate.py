@@ -38,6 +38,7 @@ class ValidatedModel:
     ties: dict[str, str]  # tied parameter -> the parameter it becomes (never itself tied)
     tie_lines: dict[str, int]  # tied parameter -> spec line, for comments in generated code
     buffers: dict[str, tuple[int, ...]]  # tensors modules allocate that are not learned, e.g. positional tables
+    state: dict[str, tuple[int, ...]]  # of those, the ones checkpoints keep (a router's load-correction bias)
 
     @property
     def parameter_count(self) -> int:
@@ -85,7 +86,8 @@ def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) 
     _attention_roles(built.graph, diagnostics)
     params = _module_tensors(built.graph, "params")
     ties, tie_lines = _check_ties(model, params, diagnostics)
-    validated = ValidatedModel(built, params, ties, tie_lines, _module_tensors(built.graph, "buffers"))
+    validated = ValidatedModel(built, params, ties, tie_lines, _module_tensors(built.graph, "buffers"),
+                               _module_tensors(built.graph, "state"))
     _check_fits_in_memory(model, validated, diagnostics)
     lint(built.graph)
     return None if diagnostics.errors else validated
@@ -181,7 +183,7 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
 
 
 def _module_tensors(graph: OpGraph, kind: str) -> dict[str, tuple[int, ...]]:
-    """The learned tensors (`kind="params"`) or buffers of every module, by state_dict-style path."""
+    """The learned tensors (`kind="params"`), buffers or kept state of every module, by state_dict-style path."""
     tensors: dict[str, tuple[int, ...]] = {}
     for node in graph:
         if node.module is None:

@@ -149,6 +149,9 @@ class Family:
             with torch.no_grad():  # Hugging Face starts some tensors at zero (norm offsets, sinks, biases)
                 for parameter in model.parameters():
                     parameter.add_(torch.randn_like(parameter) * 0.1)
+                for name, buffer in model.named_buffers():  # DeepSeek's router correction: enough to move choices
+                    if name.endswith("e_score_correction_bias"):
+                        buffer.add_(torch.randn_like(buffer) * 0.5)
         return model.eval()
 
 
@@ -183,6 +186,10 @@ LATENT = [  # DeepSeek's multi-head latent attention: the queries' latent, the k
     (r"model\.layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.(weight|bias)", r"decoder.layers.\1.self_attn.kv_down.\2"),
     (r"model\.layers\.(\d+)\.self_attn\.kv_a_layernorm\.weight", r"decoder.layers.\1.self_attn.kv_norm.weight"),
     (r"model\.layers\.(\d+)\.self_attn\.kv_b_proj\.weight", r"decoder.layers.\1.self_attn.kv_up.weight"),
+    # DeepSeek's experts beside the stacked ones: the router's load-correction bias, the shared experts
+    (r"model\.layers\.(\d+)\.mlp\.gate\.e_score_correction_bias", r"decoder.layers.\1.ffn.moe.router.correction_bias"),
+    (r"model\.layers\.(\d+)\.mlp\.shared_experts\.(gate|up|down)_proj\.weight",
+     r"decoder.layers.\1.ffn.shared_experts.\2.weight"),
 ]
 
 
@@ -195,7 +202,8 @@ def deepseek_interleaved(sizes: dict) -> bool:
 def deepseek_weights(state, sizes):
     """The latent attention's names; interleaved rotary rows (of q_proj or q_b_proj per head, and the shared
     rotary key's at the end of kv_a_proj_with_mqa) put in halves: evens, then odds."""
-    ours = renamed(state, COMMON + PRE_NORM + LATENT)
+    experts, rest = stacked_experts(state)
+    ours = experts | renamed(rest, COMMON + PRE_NORM + LATENT)
     if not deepseek_interleaved(sizes):
         return ours
     nope, rope_dim, latent = sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"], sizes["kv_lora_rank"]
@@ -213,6 +221,10 @@ def rope(theta: float, **scaling) -> dict:
     return {"rope_parameters": {"rope_type": "default", "rope_theta": theta, **scaling}}
 
 
+# DeepSeek's experts: a dense first layer, 8 experts in 4 groups of which a token's 2 best are searched.
+DEEPSEEK_EXPERTS = {"first_k_dense_replace": 1, "n_routed_experts": 8, "num_experts_per_tok": 3,
+                    "moe_intermediate_size": 12, "n_shared_experts": 1, "n_group": 4, "topk_group": 2,
+                    "norm_topk_prob": True, "routed_scaling_factor": 2.5}
 BASE = {"vocab": 300, "d_model": 64, "layers": 3, "heads": 4, "kv_heads": 2, "d_ff": 96}
 ODD = {"vocab": 200, "d_model": 48, "layers": 2, "heads": 6, "kv_heads": 3, "d_ff": 80}
 WIDE = {"vocab": 500, "d_model": 96, "layers": 1, "heads": 2, "kv_heads": 1, "d_ff": 128}
@@ -306,15 +318,15 @@ FAMILIES = [
            gpt_oss_weights, window=6, experts=True),
     Family("specs/modern/deepseek_v3.xspec", "DeepseekV3ForCausalLM", "DeepseekV3Config",
            [{**BASE, "kv_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 12,
-             "qk_rope_head_dim": 8, "v_head_dim": 10},
+             "qk_rope_head_dim": 8, "v_head_dim": 10, **DEEPSEEK_EXPERTS},
             {**ODD, "kv_heads": 6, "q_lora_rank": 0, "kv_lora_rank": 20, "qk_nope_head_dim": 8,
-             "qk_rope_head_dim": 4, "v_head_dim": 12},
+             "qk_rope_head_dim": 4, "v_head_dim": 12, **DEEPSEEK_EXPERTS, "n_routed_experts": 6, "n_group": 3,
+             "topk_group": 2, "n_shared_experts": 2, "norm_topk_prob": False, "first_k_dense_replace": 0},
             {**WIDE, "kv_heads": 2, "q_lora_rank": 32, "kv_lora_rank": 24, "qk_nope_head_dim": 16,
-             "qk_rope_head_dim": 16, "v_head_dim": 16}],
-           lambda s: {"q_lora_rank": s["q_lora_rank"] or None, "first_k_dense_replace": s["layers"],
-                      "rope_interleave": deepseek_interleaved(s), "num_nextn_predict_layers": 0,
-                      "rms_norm_eps": 1e-6, **rope(10000.0)},
-           deepseek_weights),
+             "qk_rope_head_dim": 16, "v_head_dim": 16, **DEEPSEEK_EXPERTS, "n_group": 1, "topk_group": 1}],
+           lambda s: {"q_lora_rank": s["q_lora_rank"] or None, "rope_interleave": deepseek_interleaved(s),
+                      "num_nextn_predict_layers": 0, "rms_norm_eps": 1e-6, **rope(10000.0)},
+           deepseek_weights, experts=True),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

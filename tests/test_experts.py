@@ -18,14 +18,19 @@ ACTIVATIONS = {"silu": SwiGLU, "gelu_tanh": GeGLU}
 
 
 def experts(experts=5, top_k=2, normalize=True, scoring="softmax", routing_scale=1.0, router_bias=False,
-            activation="silu", swiglu_limit=7.0, bias=False) -> MixtureOfExperts:
+            activation="silu", swiglu_limit=7.0, bias=False, groups=1, top_groups=1,
+            score_correction=False) -> MixtureOfExperts:
     """The module the compiler writes for `moe(x, ...)` with these options."""
     torch.manual_seed(0)
     attrs = ExpertsAttrs(experts=experts, top_k=top_k, d_ff=12, normalize=normalize, scoring=scoring,
-                         routing_scale=routing_scale)
+                         routing_scale=routing_scale, groups=groups, top_groups=top_groups,
+                         score_correction=score_correction)
     router_class = pieces_class(xspec.nn, *router_pieces(attrs, {}), xspec.nn.Router)
-    scale = {"scale": routing_scale} if routing_scale != 1 else {}
-    router = router_class(16, experts, top_k, bias=router_bias, normalize=normalize, **scale)
+    options = {"scale": routing_scale} if routing_scale != 1 else {}
+    options |= {"groups": groups, "top_groups": top_groups} if groups > 1 else {}
+    router = router_class(16, experts, top_k, bias=router_bias, normalize=normalize, **options)
+    if score_correction:  # a load correction that changes choices
+        router.correction_bias.copy_(torch.randn(experts) * 0.5)
     act = ClampedSwiGLU(swiglu_limit, 1.702) if activation == "clamped_swiglu" else ACTIVATIONS[activation]()
     module = (BiasedMixtureOfExperts if bias else MixtureOfExperts)(16, experts, 12, router, act)
     with torch.no_grad():
@@ -41,7 +46,16 @@ def token_by_token(module: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
         router, activation = module.router, module.activation
         logits = token @ router.weight.T + (router.bias if router.bias is not None else 0)
         scores = logits.sigmoid() if isinstance(router, SigmoidRouter) else logits.softmax(-1)
-        weights, chosen = scores.topk(router.top_k)
+        # DeepSeek-V3 (§2.1.2): chosen by the corrected scores, among the best groups; weighted by the scores.
+        corrected = scores + getattr(router, "correction_bias", 0)
+        candidates = range(len(scores))
+        if getattr(router, "groups", 1) > 1:
+            size = len(scores) // router.groups
+            group_score = [corrected[g * size:(g + 1) * size].topk(2).values.sum() for g in range(router.groups)]
+            best = sorted(range(router.groups), key=lambda g: -group_score[g])[:router.top_groups]
+            candidates = [e for e in range(len(scores)) if e // size in best]
+        chosen = torch.tensor(sorted(candidates, key=lambda e: -corrected[e])[:router.top_k])
+        weights = scores[chosen]
         if router.normalize:
             weights = weights / weights.sum()
         for weight, e in zip(weights * getattr(router, "scale", 1.0), chosen.tolist()):
@@ -62,7 +76,10 @@ def token_by_token(module: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
 
 OPTIONS = [{}, {"normalize": False}, {"scoring": "sigmoid", "routing_scale": 2.5}, {"activation": "gelu_tanh"},
            {"activation": "clamped_swiglu", "bias": True, "router_bias": True, "swiglu_limit": 0.5},
-           {"top_k": 5}, {"top_k": 1, "experts": 1}]
+           {"top_k": 5}, {"top_k": 1, "experts": 1},
+           {"scoring": "sigmoid", "experts": 8, "top_k": 3, "groups": 4, "top_groups": 2, "score_correction": True,
+            "routing_scale": 2.5},
+           {"scoring": "sigmoid", "score_correction": True}, {"experts": 6, "groups": 3, "top_groups": 1}]
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(f"{k}={v}" for k, v in o.items()) or "mixtral")

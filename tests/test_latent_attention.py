@@ -5,6 +5,8 @@ spec, the import and the export refuse."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -68,22 +70,28 @@ def _config(**changes) -> dict:
     return config | changes
 
 
-def test_import_maps_a_dense_deepseek_config_and_its_rotary_layout():
+def test_import_maps_a_deepseek_config_and_its_rotary_layout():
     mapped = map_config(_config())
     assert mapped.spec == "deepseek_v3" and mapped.layout == "deepseek_interleaved"
     assert mapped.params["q_lora_rank"] == 0 and mapped.params["kv_lora_rank"] == 10
+    assert mapped.params["n_routed_experts"] == 256 and mapped.params["n_group"] == 8  # transformers' defaults
     assert map_config(_config(rope_interleave=False)).layout == "deepseek"
+    # DeepSeek's own config.json keys for the same routing are taken; a routing of another kind is refused.
+    assert map_config(_config(topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1)).params
+    with pytest.raises(UserError, match='scoring_func "softmax" is not supported'):
+        map_config(_config(scoring_func="softmax"))
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"first_k_dense_replace": 1}, "first_k_dense_replace 1 of 2 layers: layers with DeepSeek's mixture of experts"),
+    ({"n_routed_experts": 6, "num_experts_per_tok": 2, "n_group": 4}, "n_group 4 does not split n_routed_experts 6"),
     ({"num_key_value_heads": 1}, "num_key_value_heads 1 is not supported: latent attention"),
     ({"qk_rope_head_dim": 5}, "qk_rope_head_dim 5 is odd"),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 0.5,
                           "original_max_position_embeddings": 8}}, "factor 0.5 is not supported"),
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}, "rope_type \"linear\""),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mscale": 1.0}}, "mscale"),
-], ids=["experts", "key-heads", "odd-rotary", "yarn-below-1", "linear", "mscale-without-yarn"])
+    ({"quantization_config": {"quant_method": "fp8"}}, 'quantization_config ("fp8") is not supported'),
+], ids=["expert-groups", "key-heads", "odd-rotary", "yarn-below-1", "linear", "mscale-without-yarn", "fp8"])
 def test_import_refuses_what_the_spec_does_not_compute_by_name(changes, message):
-    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+    with pytest.raises(UserError, match=re.escape(message)):
         map_config(_config(**changes))

@@ -302,12 +302,17 @@ def _phi3(cfg: ConfigReader, m: Mapped) -> None:
     cfg.ignore("original_max_position_embeddings", "the context before long-rope scaling; rope_type default has none")
 
 
-def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
+def _unquantized(cfg: ConfigReader) -> None:
+    """Weights as plain tensors: a quantization_config (gpt-oss's MXFP4, DeepSeek-V3's FP8) is refused."""
     if cfg.has("quantization_config"):
         quantization = cfg.config["quantization_config"]
         method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
         raise UserError(f"{cfg.file}: quantization_config ({render(method)}) "
                         "is not supported (supported: unquantized weights; dequantize with transformers first)")
+
+
+def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
+    _unquantized(cfg)
     _common(cfg, tie_default=False)
     _head_dim(cfg, "head_dim")
     cfg.expect("attention_bias", [True], True, " (gpt-oss has biases on every attention projection)")
@@ -341,12 +346,8 @@ def _yarn_mscale(factor: float, mscale: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-# DeepSeek's mixture-of-experts attributes, which matter only where a layer has experts.
-DEEPSEEK_EXPERTS = ("n_shared_experts", "n_routed_experts", "routed_scaling_factor", "n_group", "topk_group",
-                    "num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size")
-
-
 def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
+    _unquantized(cfg)
     _common(cfg, tie_default=False)
     heads = cfg.config["num_attention_heads"]
     kv_heads = cfg.config.get("num_key_value_heads")
@@ -365,14 +366,7 @@ def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
             cfg.config["qk_nope_head_dim"] + cfg.config["qk_rope_head_dim"]
         cfg.expect(key, [expected], expected, f" (transformers derives it: {derived})")
     _bias(cfg, "attention_bias")
-    layers = cfg.config["num_hidden_layers"]
-    dense = cfg.number("first_k_dense_replace", 3, least=0)
-    if dense < layers:
-        raise UserError(f"{cfg.file}: first_k_dense_replace {dense} of {layers} layers: layers with DeepSeek's "
-                        f"mixture of experts are not supported yet (supported: first_k_dense_replace >= "
-                        f"num_hidden_layers, every layer dense)")
-    for key in DEEPSEEK_EXPERTS:
-        cfg.ignore(key, "no layer has experts (first_k_dense_replace >= num_hidden_layers)")
+    _deepseek_experts(cfg)
     cfg.ignore("num_nextn_predict_layers", "multi-token prediction modules, which transformers does not run either; "
                                            "xspec imports the model without them")
     # Interleaved rotary features ((x0, x1), (x2, x3), ...) are the plain layout's rows reordered: import
@@ -394,8 +388,9 @@ def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
     m.scaled_from = rope["original_max_position_embeddings"]
     for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
         cfg.put(name, float(rope.get(name, default)), f"{rope.where}.{name}" if name in rope else f"{name} (default)")
-    truncate = rope.get("truncate", True)
-    cfg.put("rope_truncate", truncate, f"{rope.where}.truncate" if "truncate" in rope else "truncate (default)")
+    if rope.get("truncate", True) is not True:
+        raise UserError(f"{cfg.file}: {rope.where}.truncate {render(rope['truncate'])} is not supported "
+                        "(supported: true)")
     mscale, mscale_all_dim = float(rope.get("mscale") or 0), float(rope.get("mscale_all_dim") or 0)
     if "attention_factor" in rope:
         attention_factor, source = float(rope["attention_factor"]), f"{rope.where}.attention_factor"
@@ -407,6 +402,33 @@ def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
     cfg.put("rope_attention_factor", attention_factor, source)
     cfg.put("mscale_all_dim", mscale_all_dim, f"{rope.where}.mscale_all_dim" if mscale_all_dim else
             f"{rope.where}: no mscale_all_dim")
+
+
+def _deepseek_experts(cfg: ConfigReader) -> None:
+    """DeepSeek's mixture of experts after the first first_k_dense_replace layers: routed experts chosen by
+    sigmoid scores among the topk_group best of n_group groups, with shared experts beside them. Absent keys
+    take DeepseekV3Config's defaults, as transformers reads them."""
+    cfg.map("first_k_dense_replace", "first_k_dense_replace", 3, least=0)
+    experts = cfg.map("n_routed_experts", "n_routed_experts", 256)
+    cfg.map("num_experts_per_tok", "num_experts_per_tok", 8, most=experts)
+    cfg.map("moe_intermediate_size", "moe_intermediate_size", 2048)
+    cfg.map("n_shared_experts", "n_shared_experts", 1)
+    groups = cfg.map("n_group", "n_group", 8, most=experts)
+    cfg.map("topk_group", "topk_group", 4, most=groups)
+    if experts % groups or (groups > 1 and experts // groups < 2):
+        raise UserError(f"{cfg.file}: n_group {groups} does not split n_routed_experts {experts} into groups of "
+                        "two or more experts, which DeepSeek's routing scores by their two best")
+    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
+    cfg.map("routed_scaling_factor", "routed_scaling_factor", 2.5, integer=False, least=1e-9)
+    # Keys DeepSeek's own config.json carries beside transformers' ones.
+    cfg.expect("topk_method", ["noaux_tc"], "noaux_tc", " (DeepSeek-V3's group-limited choice with the correction "
+                                                        "bias)")
+    cfg.expect("scoring_func", ["sigmoid"], "sigmoid")
+    cfg.expect("moe_layer_freq", [1], 1, " (every layer after the dense ones has experts)")
+    cfg.ignore("ep_size", "the expert-parallel degree of pretraining")
+    cfg.ignore("aux_loss_alpha", "the weight of pretraining's sequence-wise balance loss (train.router_aux_loss_coef "
+                                 "sets xspec's)")
+    cfg.ignore("seq_aux", "whether pretraining's balance loss is sequence-wise")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,11 @@ OWN: dict[str, dict[str, str]] = {
                 "router_aux_loss_coef": "router_aux_loss_coef"},
     "deepseek_v3": {"attention_bias": "attention_bias", "kv_lora_rank": "kv_lora_rank",
                     "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
-                    "v_head_dim": "v_head_dim"},
+                    "v_head_dim": "v_head_dim", "first_k_dense_replace": "first_k_dense_replace",
+                    "n_routed_experts": "n_routed_experts", "num_experts_per_tok": "num_experts_per_tok",
+                    "moe_intermediate_size": "moe_intermediate_size", "n_shared_experts": "n_shared_experts",
+                    "n_group": "n_group", "topk_group": "topk_group", "norm_topk_prob": "norm_topk_prob",
+                    "routed_scaling_factor": "routed_scaling_factor"},
 }
 
 
@@ -86,15 +90,15 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
 
 
 def _deepseek(params: dict[str, Any]) -> dict[str, Any]:
-    """Queries' latent (null: none), every layer dense, the rotary features in halves (export writes them
-    so), and YaRN with its attention factor as the spec holds it."""
-    config: dict[str, Any] = {"q_lora_rank": params["q_lora_rank"] or None, "first_k_dense_replace": params["layers"],
-                              "rope_interleave": False, "num_nextn_predict_layers": 0}
+    """Queries' latent (null: none), the rotary features in halves (export writes them so), and YaRN with
+    its attention factor as the spec holds it."""
+    config: dict[str, Any] = {"q_lora_rank": params["q_lora_rank"] or None, "rope_interleave": False,
+                              "num_nextn_predict_layers": 0}
     if params["rope_type"] == "yarn":
         config["rope_scaling"] = {"rope_type": "yarn", "factor": params["rope_factor"],
                                   "original_max_position_embeddings": params["original_max_position_embeddings"],
                                   "beta_fast": params["beta_fast"], "beta_slow": params["beta_slow"],
-                                  "truncate": params["rope_truncate"], "mscale_all_dim": params["mscale_all_dim"],
+                                  "mscale_all_dim": params["mscale_all_dim"],
                                   "attention_factor": params["rope_attention_factor"]}
     return config
 

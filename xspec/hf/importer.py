@@ -116,7 +116,7 @@ class Plan:
 def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
     """Which checkpoint tensors make which of the spec's, every shape checked (on meta tensors, nothing
     read): a tensor missing, left over or of the wrong shape is an error naming it."""
-    shapes = spec.param_shapes
+    shapes = {**spec.param_shapes, **spec.state_shapes}
     tied = {copy: target for copy, target in spec.ties.items()}
     names = [n for n in shapes if n not in tied]
     groups = weight_map.groups(mapped.layout, names, shapes, spec.params)

@@ -45,6 +45,9 @@ RENAMES = [  # the spec's names -> Hugging Face's, for what every family shares
     (r"decoder\.layers\.(\d+)\.self_attn\.kv_down\.(weight|bias)", r"model.layers.\1.self_attn.kv_a_proj_with_mqa.\2"),
     (r"decoder\.layers\.(\d+)\.self_attn\.kv_norm\.weight", r"model.layers.\1.self_attn.kv_a_layernorm.weight"),
     (r"decoder\.layers\.(\d+)\.self_attn\.kv_up\.weight", r"model.layers.\1.self_attn.kv_b_proj.weight"),
+    # DeepSeek's shared experts
+    (r"decoder\.layers\.(\d+)\.ffn\.shared_experts\.(gate|up|down)\.weight",
+     r"model.layers.\1.mlp.shared_experts.\2_proj.weight"),
 ]
 NORMS = {
     "pre_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.input_layernorm.weight"),
@@ -103,16 +106,20 @@ def _phi3(name: str, shapes: dict, params: dict) -> Group | None:
 
 
 def _per_expert(prefix: str, names: dict[str, str], router: str):
-    """Experts stored one tensor per expert (`prefix.experts.E.<name>.weight`), stacked by the spec."""
+    """Experts stored one tensor per expert (`prefix.experts.E.<name>.weight`), stacked by the spec; the
+    router's weight, and DeepSeek's load-correction bias."""
 
     def special(name: str, shapes: dict, params: dict) -> Group | None:
-        found = re.fullmatch(r"decoder\.layers\.(\d+)\.ffn\.moe\.(router\.weight|gate|up|down)", name)
+        found = re.fullmatch(r"decoder\.layers\.(\d+)\.ffn\.moe\.(router\.weight|router\.correction_bias|gate|up|down)",
+                             name)
         if found is None:
             return None
         layer, part = found[1], found[2]
         base = f"model.layers.{layer}.{prefix}"
         if part == "router.weight":
             return Group((f"{base}.{router}.weight",), (name,), _same, _same)
+        if part == "router.correction_bias":
+            return Group((f"{base}.{router}.e_score_correction_bias",), (name,), _same, _same)
         experts = shapes[name][0]
         hf = tuple(f"{base}.experts.{e}.{names[part]}.weight" for e in range(experts))
         return Group(hf, (name,), lambda t: [torch.stack(t)], lambda t: list(t[0].unbind(0)))
@@ -169,10 +176,18 @@ def _interleaved_rotary(name: str, shapes: dict, params: dict) -> Group | None:
     return Group((hf,), (name,), reorder(halves), reorder(pairs))
 
 
+_deepseek_experts = _per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate")
+
+
+def _deepseek_interleaved(name: str, shapes: dict, params: dict) -> Group | None:
+    return _interleaved_rotary(name, shapes, params) or _deepseek_experts(name, shapes, params)
+
+
 SPECIAL = {
     "phi3": _phi3,
     "mixtral": _per_expert("block_sparse_moe", {"gate": "w1", "up": "w3", "down": "w2"}, "gate"),
     "qwen3_moe": _per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate"),
     "gpt_oss": _gpt_oss,
-    "deepseek_interleaved": _interleaved_rotary,
+    "deepseek": _deepseek_experts,
+    "deepseek_interleaved": _deepseek_interleaved,
 }

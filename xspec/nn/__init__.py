@@ -18,8 +18,9 @@ from .attention import (ALiBiAttention, CrossAttention, DropoutAttention, Explic
                         RotaryAttention, ScaledAttention, SinkAttention, SlidingWindowAttention,
                         SoftCapAttention)
 from .latent_attention import LatentAttention, LowRankProjection
-from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, Router,
-                      ScaledRouter, SigmoidRouter, SwiGLU)
+from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, CorrectedRouter, GeGLU,
+                      GroupLimitedRouter, MixtureOfExperts, Router, ScaledRouter, SigmoidRouter,
+                      SwiGLU)
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "LearnedPositions", "RMSNorm",
@@ -29,6 +30,7 @@ __all__ = [
     "ProjectionQKNormAttention", "ScaledAttention", "DropoutAttention", "SlidingWindowAttention",
     "ALiBiAttention", "ExplicitAttention", "SoftCapAttention", "SinkAttention",
     "LatentAttention", "LowRankProjection",
-    "Router", "SigmoidRouter", "ScaledRouter", "SwiGLU", "GeGLU", "ClampedSwiGLU",
+    "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
+    "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
 ]

@@ -20,11 +20,17 @@ class Router(nn.Linear):
     def scores(self, logits):
         return logits.softmax(dim=-1)
 
+    def choose(self, scores):
+        """The experts each token goes to: [N, experts] -> [N, top_k]."""
+        return scores.topk(self.top_k, dim=-1).indices
+
     def forward(self, tokens):
         """tokens [N, d] -> weights [N, top_k] and probabilities [N, experts] (float32), and the
         chosen experts [N, top_k]."""
         logits = super().forward(tokens).float()
-        weights, chosen = self.scores(logits).topk(self.top_k, dim=-1)
+        scores = self.scores(logits)
+        chosen = self.choose(scores)
+        weights = scores.gather(-1, chosen)
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights, chosen, logits.softmax(dim=-1)
@@ -35,6 +41,35 @@ class SigmoidRouter(Router):
 
     def scores(self, logits):
         return logits.sigmoid()
+
+
+class CorrectedRouter(Router):
+    """Chooses by the scores plus a bias per expert that training moves to even out the experts'
+    loads (DeepSeek-V3's auxiliary-loss-free balancing, §2.1.2); weights by the scores alone.
+    The bias is state, not learned: checkpoints keep it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("correction_bias", torch.zeros(self.out_features))
+
+    def choose(self, scores):
+        return super().choose(scores + self.correction_bias)
+
+
+class GroupLimitedRouter(Router):
+    """The experts in `groups` groups: a token chooses among the experts of its `top_groups`
+    groups whose two best scores sum highest (DeepSeek-V3's node-limited routing)."""
+
+    def __init__(self, *args, groups, top_groups, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.groups, self.top_groups = groups, top_groups
+
+    def choose(self, scores):
+        grouped = scores.unflatten(-1, (self.groups, -1))  # [N, groups, experts per group]
+        best = grouped.topk(2, dim=-1).values.sum(dim=-1)  # [N, groups]
+        kept = torch.zeros_like(best, dtype=torch.bool)
+        kept.scatter_(1, best.topk(self.top_groups, dim=-1).indices, True)
+        return super().choose(grouped.masked_fill(~kept[..., None], float("-inf")).flatten(1))
 
 
 class ScaledRouter(Router):
