@@ -42,6 +42,9 @@ class TrainSection(_Section):
     router_aux_loss_coef: float = Field(0.01, ge=0, description="the weight of a mixture of experts' load-balancing "
                                                                "loss in the training loss (Switch: 0.01); models "
                                                                "without experts have none")
+    expert_bias_update_rate: float = Field(0.0, ge=0, le=1, description="DeepSeek-V3's auxiliary-loss-free "
+                                           "balancing (§2.1.2; its gamma, 0.001): after each update, a corrected "
+                                           "router's bias per expert moves by this toward the under-loaded experts")
     clip_norm: Optional[float] = Field(None, gt=0, description="clip the gradient norm to this (the paper does not)")
     max_steps: int = Field(100_000, ge=1, description="stop after this many updates (§5.2: 100K base, 300K big)")
     max_minutes: Optional[float] = Field(None, gt=0, description="stop after this much training time (counted "

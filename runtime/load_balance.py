@@ -1,6 +1,8 @@
-"""The load-balancing loss of a mixture of experts (Switch, Fedus et al., 2022, eq. 4-6, as Mixtral and
-Hugging Face pool it), from what each routing module of a model recorded in its last forward: `routed`,
-the chosen experts [N, top_k] and the router's probabilities [N, experts] (xspec/nn/experts.py)."""
+"""Balancing the experts of a mixture, from what each routing module of a model recorded in its last
+forward: `routed`, the chosen experts [N, top_k] and the router's probabilities [N, experts]
+(xspec/nn/experts.py). Two ways: the load-balancing loss (Switch, Fedus et al., 2022, eq. 4-6, as Mixtral
+and Hugging Face pool it), and DeepSeek-V3's auxiliary-loss-free correction (§2.1.2), which moves each
+corrected router's bias after every update."""
 
 from __future__ import annotations
 
@@ -41,3 +43,34 @@ def load_balancing_loss(model: nn.Module, counted: Optional[torch.Tensor] = None
     losses = [experts * (choices / tokens * summed / tokens).sum()
               for experts, (choices, summed, tokens) in pooled.items()]
     return sum(losses[1:], losses[0]) if losses else torch.zeros(())
+
+
+def corrected_mixtures(model: nn.Module) -> list[nn.Module]:
+    """The routing modules whose router chooses with a load-correction bias (CorrectedRouter)."""
+    return [module for module in routing_modules(model)
+            if isinstance(getattr(getattr(module, "router", None), "correction_bias", None), torch.Tensor)]
+
+
+def count_loads(mixtures: list[nn.Module], loads: torch.Tensor, counted: torch.Tensor) -> None:
+    """Adds to `loads` (every mixture's experts, one after another) the tokens each expert took in the
+    mixtures' last forward, padding (`counted` False) left out."""
+    start = 0
+    for module in mixtures:
+        chosen, probabilities = cast(tuple[torch.Tensor, torch.Tensor], module.routed)
+        experts = probabilities.size(1)
+        weight = counted.reshape(-1).to(loads.dtype) if counted.numel() == chosen.size(0) \
+            else loads.new_ones(chosen.size(0))
+        loads[start:start + experts].scatter_add_(0, chosen.flatten(), weight.repeat_interleave(chosen.size(1)))
+        start += experts
+
+
+@torch.no_grad()
+def correct_routers(mixtures: list[nn.Module], loads: torch.Tensor, rate: float) -> None:
+    """DeepSeek-V3's bias update: each expert's bias rises by `rate` where it took fewer tokens than its
+    mixture's mean over the update, falls by `rate` where more (loads summed over every process)."""
+    start = 0
+    for module in mixtures:
+        bias = cast(torch.Tensor, cast(nn.Module, module.router).correction_bias)
+        load = loads[start:start + bias.numel()]
+        bias.add_(rate * torch.sign(load.mean() - load).to(bias.dtype))
+        start += bias.numel()

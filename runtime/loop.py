@@ -247,6 +247,7 @@ class Trainer:
         loss_sum = self._accumulate(update)
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = self._optimizer_step()
+        self.step.correct_routers(self.context)
         self.scheduler.step()
         progress.step += 1
         progress.window, progress.epoch, progress.update = update.window.number, update.window.epoch, update.index + 1

@@ -20,17 +20,24 @@ import torch.nn.functional as F
 from .distributed import Context
 from .batching import NO_LABEL
 from .expert_products import register_expert_products
-from .load_balance import load_balancing_loss, routing_modules
+from .load_balance import correct_routers, corrected_mixtures, count_loads, load_balancing_loss, routing_modules
 
 
 class TrainingStep(nn.Module):
-    auxiliary_sum: torch.Tensor     # a buffer (registered below)
+    auxiliary_sum: torch.Tensor     # buffers (registered below)
+    expert_loads: torch.Tensor
 
-    def __init__(self, model: nn.Module, label_smoothing: float, aux_loss_coef: float = 0.0) -> None:
+    def __init__(self, model: nn.Module, label_smoothing: float, aux_loss_coef: float = 0.0,
+                 expert_bias_rate: float = 0.0) -> None:
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
         self.aux_loss_coef = aux_loss_coef
+        # DeepSeek-V3's balancing: the experts' loads over an update, which move their routers' biases.
+        self.expert_bias_rate = expert_bias_rate
+        self.corrected = corrected_mixtures(model) if expert_bias_rate > 0 else []
+        experts = sum(cast(nn.Module, m.router).out_features for m in self.corrected)  # type: ignore[misc]
+        self.register_buffer("expert_loads", torch.zeros(experts), persistent=False)
         self.has_auxiliary_loss = bool(routing_modules(model))
         if self.has_auxiliary_loss:
             register_expert_products()  # so that torch.compile traces the experts as one graph
@@ -51,7 +58,21 @@ class TrainingStep(nn.Module):
             weighted = load_balancing_loss(self.model, counted) * counted.sum()
             self.auxiliary_sum += weighted.detach()
             loss = loss + self.aux_loss_coef * weighted
+            if self.corrected:
+                count_loads(self.corrected, self.expert_loads, counted)
         return loss
+
+    def correct_routers(self, context: Context) -> None:
+        """After an update: each corrected router's bias moved by the experts' loads over the update on
+        every process (the same on each, so their copies stay equal), and the loads cleared."""
+        if not self.corrected:
+            return
+        if context.distributed:
+            import torch.distributed as dist
+
+            dist.all_reduce(self.expert_loads)
+        correct_routers(self.corrected, self.expert_loads, self.expert_bias_rate)
+        self.expert_loads.zero_()
 
     def take_auxiliary_loss(self) -> torch.Tensor | None:
         """The auxiliary loss summed over target tokens since the last call (None: the model has none)."""

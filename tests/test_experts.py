@@ -10,7 +10,7 @@ import xspec.nn
 from xspec.compiler.op_experts import ExpertsAttrs, router_pieces
 from xspec.nn import BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, SigmoidRouter, SwiGLU
 from xspec.runtime.expert_products import register_expert_products
-from xspec.runtime.load_balance import load_balancing_loss
+from xspec.runtime.load_balance import count_loads, load_balancing_loss
 from attention_pieces import pieces_class
 from float32 import assert_close
 
@@ -128,3 +128,30 @@ def test_the_load_balancing_loss_is_switchs_pooled_over_layers():
         uniform.router.weight.zero_()
     uniform(torch.randn(8, 16))
     assert_close(load_balancing_loss(uniform), torch.tensor(1.0))
+
+
+@torch.no_grad()
+def test_deepseeks_correction_moves_each_bias_toward_the_experts_that_took_fewer_tokens():
+    """§2.1.2: after an update, b_e += gamma * sign(mean load - load_e), the loads counted over the update's
+    passes (padding left out); routers without the correction are left alone."""
+    from xspec.runtime.distributed import Context
+    from xspec.runtime.step import TrainingStep
+
+    corrected = experts(experts=6, top_k=2, scoring="sigmoid", score_correction=True)
+    plain = experts()
+    model = torch.nn.ModuleDict({"corrected": corrected, "plain": plain})
+    step = TrainingStep(model, label_smoothing=0.0, expert_bias_rate=0.01)
+    assert step.corrected == [corrected] and step.expert_loads.shape == (6,)
+    before = corrected.router.correction_bias.clone()
+    x, y = torch.randn(4, 16), torch.randn(3, 16)
+    chosen = [corrected.router(x)[1], corrected.router(y)[1]]
+    for tokens, counted in ((x, torch.ones(2, 2, dtype=torch.bool)), (y, torch.tensor([[True, True, False]]))):
+        corrected(tokens)  # a pass: the step counts what its mixtures routed
+        plain(tokens)
+        count_loads(step.corrected, step.expert_loads, counted)
+    loads = torch.bincount(torch.cat([chosen[0].flatten(), chosen[1][:2].flatten()]), minlength=6).float()
+    assert torch.equal(step.expert_loads, loads)
+    step.correct_routers(Context(rank=0, world_size=1, device=torch.device("cpu")))
+    assert_close(corrected.router.correction_bias, before + 0.01 * torch.sign(loads.mean() - loads))
+    assert not step.expert_loads.any()  # cleared for the next update
+    assert not hasattr(plain.router, "correction_bias")

@@ -1,5 +1,6 @@
 """A mixture of experts trained by the runtime on the demo language: the loss falls, and the load-balancing
-loss is added to it with train.router_aux_loss_coef and logged apart (metrics.jsonl, train.log)."""
+loss is added to it with train.router_aux_loss_coef and logged apart (metrics.jsonl, train.log); DeepSeek's
+routers move their correction bias instead."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import contextlib
 import io
 import math
 from pathlib import Path
+
+import torch
 
 import xspec
 from xspec.runtime.demo_data import generate_split
@@ -43,3 +46,32 @@ def test_a_mixture_of_experts_learns_and_logs_its_load_balancing_loss(tmp_path):
     # experts * sum_e f_e P_e is top_k for uniform routing and at most top_k * experts; balanced here.
     assert all(1.5 < record["aux_loss"] < 4.0 for record in steps)
     assert "aux loss " in (run / "train.log").read_text()
+
+
+def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoint_keeps_it(tmp_path):
+    """DeepSeek-V3's auxiliary-loss-free balancing (§2.1.2): with no auxiliary loss in the training loss,
+    every corrected router's bias moves by exactly +-gamma per expert each update, and the run's checkpoint
+    holds the moved biases (a resumed run goes on from them)."""
+    directory = tmp_path / "text"
+    directory.mkdir()
+    splits = {}
+    for name, size in (("train", 300), ("valid", 20), ("test", 20)):
+        path = directory / f"{name}.txt"
+        path.write_text("".join(s + "\n" for s, _ in generate_split(name, size)), encoding="utf-8")
+        splits[name] = Split(path)
+    sizes = {"vocab": 400, "d_model": 32, "layers": 2, "heads": 2, "d_ff": 48, "q_lora_rank": 0, "kv_lora_rank": 16,
+             "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 4, "n_group": 2,
+             "moe_intermediate_size": 16, "train.batch_tokens": 512, "train.warmup_steps": 5, "train.max_steps": 6,
+             "train.validate_every_steps": 6, "train.checkpoint_every_steps": 6, "data.block_size": 32,
+             "decode.max_new_tokens": 2}
+    spec = xspec.compile(str(ROOT / "specs" / "modern" / "deepseek_v3.xspec"), overrides=sizes)
+    assert spec.train.router_aux_loss_coef == 0.0 and spec.train.expert_bias_update_rate == 0.001
+    run = tmp_path / "run"
+    with contextlib.redirect_stdout(io.StringIO()):
+        train(spec, RunOptions(run, DataFiles(splits["train"], splits["valid"], splits["test"]), device="cpu",
+                               progress=False))
+    trained = xspec.load(run, device="cpu", weights="fp32")
+    bias = trained.model.decoder.layers[1].ffn.moe.router.correction_bias
+    steps = bias / 0.001                      # started at 0: a whole number of +-1 steps, at most one per update
+    assert torch.allclose(steps, steps.round(), atol=1e-3) and bias.abs().max() <= 6 * 0.001 + 1e-6
+    assert bias.abs().max() > 0 and bias.sum().abs() < bias.abs().sum()   # some experts up, others down
