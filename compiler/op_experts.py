@@ -69,7 +69,7 @@ def _check(a: ExpertsAttrs) -> list[tuple[str, str]]:
                                    "experts, so each needs at least 2"))
     elif a.top_groups > a.groups:
         problems.append(("top_groups", f"top_groups = {a.top_groups} of only {a.groups} groups"))
-    elif a.top_k > a.top_groups * (a.experts // a.groups):
+    elif a.groups > 1 and a.top_k > a.top_groups * (a.experts // a.groups):
         problems.append(("top_k", f"top_k = {a.top_k} experts from {a.top_groups} groups of "
                                   f"{a.experts // a.groups}: too few to choose from"))
     if a.activation == "clamped_swiglu" and a.swiglu_limit <= 0:
