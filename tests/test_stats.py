@@ -344,3 +344,21 @@ def test_cli_train_cost(capsys):
 def test_cli_steps_needs_train_cost(capsys):
     assert main(["stats", str(SPECS / "tiny.xspec"), "--steps", "10"]) == xspec.UserError.exit_code
     assert "--steps is the schedule of --train-cost" in capsys.readouterr().err
+
+
+def test_the_decoding_cache_per_position_is_read_off_the_spec():
+    """Keys and values per self-attention layer (kv_heads x (d_k + d_v)); a sliding window caps its layers;
+    latent attention keeps its latent and rotary key; attention over the encoder output is left out."""
+    from xspec.stats import decoding_cache
+
+    base = decoding_cache(xspec.compile("specs/base.xspec"), 256)
+    assert (base.layers, base.per_position, base.windowed, base.at_length) == (6, 6 * 8 * 128, 0, 6 * 8 * 128 * 256)
+    llama = decoding_cache(xspec.compile("specs/modern/llama.xspec"), 100)
+    assert (llama.per_position, llama.at_length) == (2 * 2 * (32 + 32), 2 * 2 * 64 * 100)
+    mistral = xspec.compile("specs/modern/mistral.xspec", overrides={"sliding_window": 10})
+    windowed = decoding_cache(mistral, 100)
+    per_layer = mistral.params["kv_heads"] * 2 * mistral.params["head_dim"]
+    assert windowed.per_position == 0 and windowed.windowed == mistral.params["layers"] * per_layer
+    assert windowed.at_length == windowed.windowed * 10
+    latent = decoding_cache(xspec.compile("specs/modern/deepseek_v3.xspec"), 50)
+    assert (latent.per_position, latent.at_length) == (2 * (32 + 8), 2 * 40 * 50)

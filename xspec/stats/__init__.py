@@ -26,6 +26,39 @@ class BlockCount:
 
 
 @dataclass(frozen=True)
+class DecodingCache:
+    """What a decoder's cache keeps for one sequence (runtime/cache.py), from the spec's self-attention
+    layers: each keeps, per position, its keys and values (or a latent attention's latent and rotary key)."""
+
+    layers: int                     # the self-attention layers that keep a cache
+    per_position: int               # numbers each position adds in the layers that keep every position
+    windowed: int                   # numbers per position in sliding-window layers, which keep `window` at most
+    length: int
+    at_length: int                  # numbers kept for a sequence of `length` positions
+
+    def as_dict(self) -> dict[str, int]:
+        return {"layers": self.layers, "numbers_per_position": self.per_position,
+                "windowed_numbers_per_position": self.windowed, "length": self.length,
+                "numbers_at_length": self.at_length, "float32_bytes_at_length": 4 * self.at_length,
+                "bf16_bytes_at_length": 2 * self.at_length}
+
+
+def decoding_cache(spec: CompiledSpec, length: int) -> DecodingCache:
+    from xspec.compiler.ops import OPS
+
+    layers = per_position = windowed = at_length = 0
+    for node in spec.ops:
+        if node.inferred.get("kv_cache") != "append":
+            continue
+        numbers, window = OPS[node.op].cache(node.attrs, node.inferred)
+        layers += 1
+        per_position += numbers if window is None else 0
+        windowed += numbers if window is not None else 0
+        at_length += numbers * min(length, window or length)
+    return DecodingCache(layers, per_position, windowed, length, at_length)
+
+
+@dataclass(frozen=True)
 class SpecStats:
     name: str
     file: str
@@ -37,6 +70,7 @@ class SpecStats:
     memory: Memory
     table1: list[Table1Row]
     d: int                              # the width Table 1 is evaluated at (d_model)
+    cache: DecodingCache
 
     def to_json(self) -> dict[str, Any]:
         memory = {**asdict(self.memory), "total": self.memory.total}
@@ -50,6 +84,7 @@ class SpecStats:
                       "forward_per_token": self.flops.per_token, "per_token_by_category": self.flops.by_category,
                       "per_token_by_stack": self.flops.by_stack},
             "memory_bytes": memory,
+            "decoding_cache": self.cache.as_dict(),
             "table1": {"n": self.flops.length, "d": self.d,
                        "rows": [{**asdict(r), "formula": list(r.formula)} for r in self.table1]},
         }
@@ -87,4 +122,5 @@ def compute(spec: CompiledSpec, length: int | None = None, batch: int | None = N
     return SpecStats(name=spec.name, file=spec.path, architecture=architecture(spec), parameters=spec.parameters,
                      active_parameters=active_parameters(spec), blocks=blocks, flops=flops(spec, n),
                      memory=memory(spec, b, n),
-                     table1=table1(spec, n, spec.model_dim, kernel, neighbourhood), d=spec.model_dim)
+                     table1=table1(spec, n, spec.model_dim, kernel, neighbourhood), d=spec.model_dim,
+                     cache=decoding_cache(spec, n))

@@ -75,6 +75,17 @@ def render(stats: SpecStats, plan_line: str = "") -> str:
     out += [plan_line] if plan_line else []
     out += [""]
 
+    c = stats.cache
+    if c.layers:
+        out += [f"Decoding cache of one sequence ({c.layers} self-attention layers; runtime/cache.py)"]
+        rows = [["numbers per position", f"{c.per_position:,}"]]
+        if c.windowed:
+            rows.append(["numbers per position, sliding-window layers (kept for their window only)",
+                         f"{c.windowed:,}"])
+        rows += [[f"at n = {c.length}: float32", _bytes(4 * c.at_length)],
+                 [f"at n = {c.length}: bf16", _bytes(2 * c.at_length)]]
+        out += _table(["", "size"], rows, right={1}) + [""]
+
     out += [f"Table 1 (§4) at n = {f.length}, d = {stats.d}: the spec's attention layers; "
             "comparison rows are the paper's formulas, not layers of this spec"]
     rows = [[r.layer, str(r.in_spec or "-"), f"{r.formula[0]} = {_number(r.complexity)}",
