@@ -225,6 +225,10 @@ def rope(theta: float, **scaling) -> dict:
 DEEPSEEK_EXPERTS = {"first_k_dense_replace": 1, "n_routed_experts": 8, "num_experts_per_tok": 3,
                     "moe_intermediate_size": 12, "n_shared_experts": 1, "n_group": 4, "topk_group": 2,
                     "norm_topk_prob": True, "routed_scaling_factor": 2.5}
+# DeepSeek-V2's: greedy softmax choices, weighted without renormalizing, scaled.
+DEEPSEEK_V2_EXPERTS = {"first_k_dense_replace": 1, "n_routed_experts": 6, "num_experts_per_tok": 2,
+                       "moe_intermediate_size": 12, "n_shared_experts": 2, "norm_topk_prob": False,
+                       "routed_scaling_factor": 1.5}
 BASE = {"vocab": 300, "d_model": 64, "layers": 3, "heads": 4, "kv_heads": 2, "d_ff": 96}
 ODD = {"vocab": 200, "d_model": 48, "layers": 2, "heads": 6, "kv_heads": 3, "d_ff": 80}
 WIDE = {"vocab": 500, "d_model": 96, "layers": 1, "heads": 2, "kv_heads": 1, "d_ff": 128}
@@ -327,6 +331,16 @@ FAMILIES = [
            lambda s: {"q_lora_rank": s["q_lora_rank"] or None, "rope_interleave": deepseek_interleaved(s),
                       "num_nextn_predict_layers": 0, "rms_norm_eps": 1e-6, **rope(10000.0)},
            deepseek_weights, experts=True),
+    Family("specs/modern/deepseek_v2.xspec", "DeepseekV2ForCausalLM", "DeepseekV2Config",
+           [{**BASE, "kv_heads": 4, "q_lora_rank": 0, "kv_lora_rank": 16, "qk_nope_head_dim": 12,
+             "qk_rope_head_dim": 8, "v_head_dim": 10, **DEEPSEEK_V2_EXPERTS},
+            {**ODD, "kv_heads": 6, "q_lora_rank": 20, "kv_lora_rank": 20, "qk_nope_head_dim": 8,
+             "qk_rope_head_dim": 4, "v_head_dim": 12, **DEEPSEEK_V2_EXPERTS, "first_k_dense_replace": 0},
+            {**WIDE, "kv_heads": 2, "q_lora_rank": 0, "kv_lora_rank": 24, "qk_nope_head_dim": 16,
+             "qk_rope_head_dim": 16, "v_head_dim": 16, **DEEPSEEK_V2_EXPERTS, "n_shared_experts": 1}],
+           lambda s: {"q_lora_rank": s["q_lora_rank"] or None, "topk_method": "greedy", "rms_norm_eps": 1e-6,
+                      **rope(10000.0)},
+           lambda state, s: deepseek_weights(state, {**s, "q_lora_rank": 1}), experts=True),  # pairs, always
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

@@ -184,11 +184,13 @@ def test_router_choices_and_auxiliary_loss_equal_hugging_faces(name):
     if name == "deepseek_v3":  # balanced by its routers' correction bias: transformers computes no auxiliary loss
         return
     top_k = family.sizes[0].get("num_experts_per_tok")
-    experts = family.sizes[0].get("num_local_experts", family.sizes[0].get("num_experts"))
+    sizes = family.sizes[0]
+    experts = sizes.get("num_local_experts", sizes.get("num_experts", sizes.get("n_routed_experts")))
     expected = transformers.models.mixtral.modeling_mixtral.load_balancing_loss_func(
         out.router_logits, experts, top_k)
     assert_close(load_balancing_loss(model), expected)
-    assert_close(out.aux_loss, expected)
+    if name != "deepseek_v2":  # transformers' DeepseekV2 computes the router's logits but no auxiliary loss
+        assert_close(out.aux_loss, expected)
     # Padding (the end of the shorter row) is left out, as transformers leaves out what the attention mask does.
     counted = torch.ones(text.shape, dtype=torch.bool)
     counted[-1, 15:] = False

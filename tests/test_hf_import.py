@@ -33,7 +33,10 @@ CASES += [("qwen3_moe", "-dense-first", {"decoder_sparse_step": 1, "mlp_only_lay
 CASES += [("deepseek_v3", "-direct-queries", {"q_lora_rank": None, "rope_interleave": False}),
           ("deepseek_v3", "-yarn", {"max_position_embeddings": 64, "rope_parameters": {
               "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 8,
-              "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.9, "mscale_all_dim": 1.1}})]
+              "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.9, "mscale_all_dim": 1.1}}),
+          ("deepseek_v2", "-yarn", {"max_position_embeddings": 64, "rope_parameters": {
+              "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 8,
+              "mscale": 0.707, "mscale_all_dim": 0.707}})]
 IDS = [name + variant for name, variant, _ in CASES]
 
 

@@ -347,6 +347,35 @@ def _yarn_mscale(factor: float, mscale: float) -> float:
 
 
 def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
+    _deepseek_attention(cfg, m, interleaved=cfg.flag("rope_interleave", True))
+    _deepseek_experts(cfg, first_dense=3, experts=256, per_token=8, width=2048, shared=1, scale=2.5)
+    cfg.map("n_group", "n_group", 8, most=cfg.config.get("n_routed_experts", 256))
+    groups, experts = cfg.config.get("n_group", 8), cfg.config.get("n_routed_experts", 256)
+    cfg.map("topk_group", "topk_group", 4, most=groups)
+    if experts % groups or (groups > 1 and experts // groups < 2):
+        raise UserError(f"{cfg.file}: n_group {groups} does not split n_routed_experts {experts} into groups of "
+                        "two or more experts, which DeepSeek's routing scores by their two best")
+    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
+    # Keys DeepSeek's own config.json carries beside transformers' ones.
+    cfg.expect("topk_method", ["noaux_tc"], "noaux_tc", " (DeepSeek-V3's group-limited choice with the correction "
+                                                        "bias)")
+    cfg.expect("scoring_func", ["sigmoid"], "sigmoid")
+
+
+def _deepseek_v2(cfg: ConfigReader, m: Mapped) -> None:
+    _deepseek_attention(cfg, m, interleaved=True)   # DeepSeek-V2 turns pairs (x0, x1) as complex numbers
+    _deepseek_experts(cfg, first_dense=0, experts=64, per_token=None, width=1407, shared=2, scale=1.0)
+    cfg.expect("topk_method", ["greedy"], "greedy", " (group_limited_greedy is not supported yet)")
+    for key in ("n_group", "topk_group"):
+        cfg.ignore(key, "the groups of group_limited_greedy; greedy routing has none")
+    cfg.expect("norm_topk_prob", [False], False, " (transformers' DeepseekV2 weighs the chosen experts by their "
+                                                 "softmax scores without renormalizing them)")
+    cfg.expect("scoring_func", ["softmax"], "softmax")
+    cfg.expect("mlp_bias", [False], False, " (DeepSeek's checkpoints have no feed-forward biases)")
+
+
+def _deepseek_attention(cfg: ConfigReader, m: Mapped, interleaved: bool) -> None:
+    """DeepSeek's layers but their experts: multi-head latent attention, YaRN with its mscale, the norms."""
     _unquantized(cfg)
     _common(cfg, tie_default=False)
     heads = cfg.config["num_attention_heads"]
@@ -366,12 +395,11 @@ def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
             cfg.config["qk_nope_head_dim"] + cfg.config["qk_rope_head_dim"]
         cfg.expect(key, [expected], expected, f" (transformers derives it: {derived})")
     _bias(cfg, "attention_bias")
-    _deepseek_experts(cfg)
     cfg.ignore("num_nextn_predict_layers", "multi-token prediction modules, which transformers does not run either; "
                                            "xspec imports the model without them")
     # Interleaved rotary features ((x0, x1), (x2, x3), ...) are the plain layout's rows reordered: import
     # reorders them (weight_map.py), so the spec turns halves as every family does.
-    m.layout = "deepseek_interleaved" if cfg.flag("rope_interleave", True) else "deepseek"
+    m.layout = "deepseek_interleaved" if interleaved else "deepseek"
     rope = read_rope(cfg, ("default", "yarn"), scaling_extras=("mscale", "mscale_all_dim", "attention_factor"))
     cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
     if rope["rope_type"] == "default":
@@ -404,30 +432,20 @@ def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
             f"{rope.where}: no mscale_all_dim")
 
 
-def _deepseek_experts(cfg: ConfigReader) -> None:
-    """DeepSeek's mixture of experts after the first first_k_dense_replace layers: routed experts chosen by
-    sigmoid scores among the topk_group best of n_group groups, with shared experts beside them. Absent keys
-    take DeepseekV3Config's defaults, as transformers reads them."""
-    cfg.map("first_k_dense_replace", "first_k_dense_replace", 3, least=0)
-    experts = cfg.map("n_routed_experts", "n_routed_experts", 256)
-    cfg.map("num_experts_per_tok", "num_experts_per_tok", 8, most=experts)
-    cfg.map("moe_intermediate_size", "moe_intermediate_size", 2048)
-    cfg.map("n_shared_experts", "n_shared_experts", 1)
-    groups = cfg.map("n_group", "n_group", 8, most=experts)
-    cfg.map("topk_group", "topk_group", 4, most=groups)
-    if experts % groups or (groups > 1 and experts // groups < 2):
-        raise UserError(f"{cfg.file}: n_group {groups} does not split n_routed_experts {experts} into groups of "
-                        "two or more experts, which DeepSeek's routing scores by their two best")
-    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
-    cfg.map("routed_scaling_factor", "routed_scaling_factor", 2.5, integer=False, least=1e-9)
-    # Keys DeepSeek's own config.json carries beside transformers' ones.
-    cfg.expect("topk_method", ["noaux_tc"], "noaux_tc", " (DeepSeek-V3's group-limited choice with the correction "
-                                                        "bias)")
-    cfg.expect("scoring_func", ["sigmoid"], "sigmoid")
+def _deepseek_experts(cfg: ConfigReader, *, first_dense: int, experts: int, per_token: int | None, width: int,
+                      shared: int, scale: float) -> None:
+    """DeepSeek's routed experts after the first first_k_dense_replace layers, with shared experts beside
+    them. Absent keys take the transformers config class's defaults (given here), as transformers reads them."""
+    cfg.map("first_k_dense_replace", "first_k_dense_replace", first_dense, least=0)
+    count = cfg.map("n_routed_experts", "n_routed_experts", experts)
+    cfg.map("num_experts_per_tok", "num_experts_per_tok", *([] if per_token is None else [per_token]), most=count)
+    cfg.map("moe_intermediate_size", "moe_intermediate_size", width)
+    cfg.map("n_shared_experts", "n_shared_experts", shared)
+    cfg.map("routed_scaling_factor", "routed_scaling_factor", scale, integer=False, least=1e-9)
+    # DeepSeek's own config.json keys beside transformers' ones.
     cfg.expect("moe_layer_freq", [1], 1, " (every layer after the dense ones has experts)")
     cfg.ignore("ep_size", "the expert-parallel degree of pretraining")
-    cfg.ignore("aux_loss_alpha", "the weight of pretraining's sequence-wise balance loss (train.router_aux_loss_coef "
-                                 "sets xspec's)")
+    cfg.ignore("aux_loss_alpha", "the weight of pretraining's balance loss (train.router_aux_loss_coef sets xspec's)")
     cfg.ignore("seq_aux", "whether pretraining's balance loss is sequence-wise")
 
 
@@ -451,6 +469,7 @@ FAMILIES: dict[str, Family] = {
     "mixtral": Family("mixtral", "MixtralForCausalLM", "mixtral", _mixtral),
     "qwen3_moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", _qwen3_moe),
     "gpt_oss": Family("gpt_oss", "GptOssForCausalLM", "gpt_oss", _gpt_oss),
+    "deepseek_v2": Family("deepseek_v2", "DeepseekV2ForCausalLM", "deepseek", _deepseek_v2),
     "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
 }
 REFUSED_TYPES = {

@@ -34,6 +34,12 @@ OWN: dict[str, dict[str, str]] = {
     "gpt_oss": {"head_dim": "head_dim", "sliding_window": "sliding_window", "num_local_experts": "num_local_experts",
                 "num_experts_per_tok": "num_experts_per_tok", "swiglu_limit": "swiglu_limit",
                 "router_aux_loss_coef": "router_aux_loss_coef"},
+    "deepseek_v2": {"attention_bias": "attention_bias", "kv_lora_rank": "kv_lora_rank",
+                    "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
+                    "v_head_dim": "v_head_dim", "first_k_dense_replace": "first_k_dense_replace",
+                    "n_routed_experts": "n_routed_experts", "num_experts_per_tok": "num_experts_per_tok",
+                    "moe_intermediate_size": "moe_intermediate_size", "n_shared_experts": "n_shared_experts",
+                    "routed_scaling_factor": "routed_scaling_factor", "norm_topk_prob": "norm_topk_prob"},
     "deepseek_v3": {"attention_bias": "attention_bias", "kv_lora_rank": "kv_lora_rank",
                     "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
                     "v_head_dim": "v_head_dim", "first_k_dense_replace": "first_k_dense_replace",
@@ -84,8 +90,11 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
                                   "truncate": False}
     if model_type == "llama" and "rope_type" in params:
         config["rope_scaling"] = _llama_scaling(params)
-    if model_type == "deepseek_v3":
+    if model_type.startswith("deepseek"):
         config |= _deepseek(params)
+    if model_type == "deepseek_v2":  # it always turns pairs (its weights are written so); greedy softmax routing
+        del config["rope_interleave"]
+        config |= {"topk_method": "greedy", "n_group": None, "topk_group": None}
     return config
 
 
