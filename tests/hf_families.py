@@ -179,7 +179,7 @@ def gemma_weights(state, sizes):
     return ours | {"decoder.generator.weight": ours["decoder.embedding.weight"]}  # tied
 
 
-LATENT = [  # DeepSeek's multi-head latent attention: the queries' latent, the keys' and values' latent
+DEEPSEEK = [  # DeepSeek's multi-head latent attention (the queries' latent, the keys' and values' latent), experts
     (r"model\.layers\.(\d+)\.self_attn\.q_a_proj\.(weight|bias)", r"decoder.layers.\1.self_attn.q_proj.down.\2"),
     (r"model\.layers\.(\d+)\.self_attn\.q_a_layernorm\.weight", r"decoder.layers.\1.self_attn.q_proj.norm.weight"),
     (r"model\.layers\.(\d+)\.self_attn\.q_b_proj\.weight", r"decoder.layers.\1.self_attn.q_proj.up.weight"),
@@ -199,11 +199,16 @@ def deepseek_interleaved(sizes: dict) -> bool:
     return sizes["q_lora_rank"] > 0
 
 
+def deepseek_expert_weights(state, sizes):
+    """The stacked experts and DeepSeek's names (GLM-4.5 has them too, beside grouped-query attention)."""
+    experts, rest = stacked_experts(state)
+    return experts | renamed(rest, COMMON + PRE_NORM + DEEPSEEK)
+
+
 def deepseek_weights(state, sizes):
     """The latent attention's names; interleaved rotary rows (of q_proj or q_b_proj per head, and the shared
     rotary key's at the end of kv_a_proj_with_mqa) put in halves: evens, then odds."""
-    experts, rest = stacked_experts(state)
-    ours = experts | renamed(rest, COMMON + PRE_NORM + LATENT)
+    ours = deepseek_expert_weights(state, sizes)
     if not deepseek_interleaved(sizes):
         return ours
     nope, rope_dim, latent = sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"], sizes["kv_lora_rank"]
@@ -341,6 +346,16 @@ FAMILIES = [
            lambda s: {"q_lora_rank": s["q_lora_rank"] or None, "topk_method": "greedy", "rms_norm_eps": 1e-6,
                       **rope(10000.0)},
            lambda state, s: deepseek_weights(state, {**s, "q_lora_rank": 1}), experts=True),  # pairs, always
+    Family("specs/modern/glm4_moe.xspec", "Glm4MoeForCausalLM", "Glm4MoeConfig",
+           [{**BASE, "head_dim": 24, "partial_rotary_factor": 0.5, "use_qk_norm": True, **DEEPSEEK_EXPERTS,
+             "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.0},
+            {**ODD, "head_dim": 16, "partial_rotary_factor": 0.25, "use_qk_norm": False, **DEEPSEEK_EXPERTS,
+             "n_group": 1, "topk_group": 1},
+            {**WIDE, "head_dim": 32, "partial_rotary_factor": 1.0, "use_qk_norm": False, **DEEPSEEK_EXPERTS,
+             "n_group": 1, "topk_group": 1, "first_k_dense_replace": 0}],
+           lambda s: {"attention_bias": True, "rms_norm_eps": 1e-5,
+                      **rope(10000.0, partial_rotary_factor=s["partial_rotary_factor"])},
+           deepseek_expert_weights, experts=True, overrides={"attention_bias": True}),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

@@ -181,7 +181,7 @@ def test_router_choices_and_auxiliary_loss_equal_hugging_faces(name):
         weights, chosen, _ = layer.ffn.moe.router(hidden)
         assert torch.equal(chosen.sort(dim=-1).values, hf_chosen.sort(dim=-1).values)
         assert_close(weights.gather(1, chosen.argsort(dim=-1)), hf_weights.float().gather(1, hf_chosen.argsort(dim=-1)))
-    if name == "deepseek_v3":  # balanced by its routers' correction bias: transformers computes no auxiliary loss
+    if name in ("deepseek_v3", "glm4_moe"):  # balanced by the correction bias: transformers computes no auxiliary loss
         return
     top_k = family.sizes[0].get("num_experts_per_tok")
     sizes = family.sizes[0]

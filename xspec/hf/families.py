@@ -349,12 +349,7 @@ def _yarn_mscale(factor: float, mscale: float) -> float:
 def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
     _deepseek_attention(cfg, m, interleaved=cfg.flag("rope_interleave", True))
     _deepseek_experts(cfg, first_dense=3, experts=256, per_token=8, width=2048, shared=1, scale=2.5)
-    cfg.map("n_group", "n_group", 8, most=cfg.config.get("n_routed_experts", 256))
-    groups, experts = cfg.config.get("n_group", 8), cfg.config.get("n_routed_experts", 256)
-    cfg.map("topk_group", "topk_group", 4, most=groups)
-    if experts % groups or (groups > 1 and experts // groups < 2):
-        raise UserError(f"{cfg.file}: n_group {groups} does not split n_routed_experts {experts} into groups of "
-                        "two or more experts, which DeepSeek's routing scores by their two best")
+    _expert_groups(cfg, groups=8, top_groups=4)
     cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
     # Keys DeepSeek's own config.json carries beside transformers' ones.
     cfg.expect("topk_method", ["noaux_tc"], "noaux_tc", " (DeepSeek-V3's group-limited choice with the correction "
@@ -372,6 +367,41 @@ def _deepseek_v2(cfg: ConfigReader, m: Mapped) -> None:
                                                  "softmax scores without renormalizing them)")
     cfg.expect("scoring_func", ["softmax"], "softmax")
     cfg.expect("mlp_bias", [False], False, " (DeepSeek's checkpoints have no feed-forward biases)")
+
+
+def _glm4_moe(cfg: ConfigReader, m: Mapped) -> None:
+    """GLM-4.5: grouped-query attention with partial rotary positions and optional QK-norm, DeepSeek-V3's
+    experts."""
+    _unquantized(cfg)
+    _common(cfg, tie_default=False)
+    _head_dim(cfg, "head_dim")
+    _bias(cfg, "attention_bias")
+    cfg.put("use_qk_norm", cfg.flag("use_qk_norm", False), "use_qk_norm")
+    rope = read_rope(cfg, ("default",))
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+    factor = cfg.number("partial_rotary_factor", rope.get("partial_rotary_factor", 0.5), integer=False, least=1e-9,
+                        most=1)
+    if rope.get("partial_rotary_factor", factor) != factor:
+        raise UserError(f"{cfg.file}: partial_rotary_factor and {rope.where}.partial_rotary_factor disagree")
+    cfg.put("partial_rotary_factor", factor, "partial_rotary_factor" if cfg.has("partial_rotary_factor")
+            else f"{rope.where}.partial_rotary_factor" if "partial_rotary_factor" in rope
+            else "partial_rotary_factor (Glm4MoeConfig's default)")
+    for key in ("num_mtp_layers", "num_nextn_predict_layers"):
+        cfg.ignore(key, "multi-token prediction modules, which transformers does not run either")
+    _deepseek_experts(cfg, first_dense=1, experts=128, per_token=8, width=1408, shared=1, scale=1.0)
+    _expert_groups(cfg, groups=1, top_groups=1)
+    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
+
+
+def _expert_groups(cfg: ConfigReader, *, groups: int, top_groups: int) -> None:
+    """n_group and topk_group of DeepSeek-V3's routing (defaults: the transformers config class's), after
+    _deepseek_experts has read n_routed_experts."""
+    experts = next(s.value for s in cfg.settings if s.param == "n_routed_experts")
+    count = cfg.map("n_group", "n_group", groups, most=experts)
+    cfg.map("topk_group", "topk_group", top_groups, most=count)
+    if experts % count or experts // count < 2:
+        raise UserError(f"{cfg.file}: n_group {count} does not split n_routed_experts {experts} into groups of "
+                        "two or more experts, which DeepSeek-V3's routing scores by their two best")
 
 
 def _deepseek_attention(cfg: ConfigReader, m: Mapped, interleaved: bool) -> None:
@@ -471,6 +501,7 @@ FAMILIES: dict[str, Family] = {
     "gpt_oss": Family("gpt_oss", "GptOssForCausalLM", "gpt_oss", _gpt_oss),
     "deepseek_v2": Family("deepseek_v2", "DeepseekV2ForCausalLM", "deepseek", _deepseek_v2),
     "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
+    "glm4_moe": Family("glm4_moe", "Glm4MoeForCausalLM", "deepseek", _glm4_moe),
 }
 REFUSED_TYPES = {
     "gemma3": "a Gemma 3 checkpoint with its vision tower; xspec imports the text model (model_type gemma3_text)",
