@@ -28,6 +28,8 @@ def model(**changes) -> torch.nn.Module:
 @torch.no_grad()
 @pytest.mark.parametrize("q_lora_rank", [12, 0], ids=["query-latent", "direct-queries"])
 def test_the_cache_keeps_the_latent_and_the_rotary_key_and_decoding_equals_the_full_forward(q_lora_rank):
+    """With a cache the attention runs over the latent (W^UK folded into the queries, W^UV after); without
+    one, over keys and values made for every head: the same logits, prompt, steps and chunks alike."""
     net = model(q_lora_rank=q_lora_rank)
     tokens = torch.randint(0, 61, (3, 11), generator=torch.Generator().manual_seed(1))
     full = net(tokens)

@@ -45,17 +45,37 @@ class LatentAttention(nn.Module):
         latent, k_rope = self.kv_down(x).split([self.latent_dim, self.rope_dim], dim=-1)
         latent = self.kv_norm(latent)[:, None]  # [B, 1, T, latent_dim]
         k_rope = self.rotary(k_rope[:, None], start)  # [B, 1, T, rope_dim]
-        if cache is not None:  # the latent and the rotary key of every position decoded
+        q_rope = self.rotary(q_rope, start)
+        if cache is None:
+            out = self.attend(q_nope, q_rope, latent, k_rope)
+        else:  # the latent and the rotary key of every position decoded
             latent, k_rope = cache.append(self, latent, k_rope)
+            mask = self.visible(q.size(2), latent.size(2), x.device)
+            out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
+
+    def attend(self, q_nope, q_rope, latent, k_rope, causal=True):
+        """Attention with every head's keys and values made from the latent (training: causal)."""
         kv = self.kv_up(latent[:, 0]).unflatten(-1, (self.heads, -1)).transpose(1, 2)
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)  # [B, h, Tk, nope], [.., v]
-        q = torch.cat([q_nope, self.rotary(q_rope, start)], dim=-1)
+        q = torch.cat([q_nope, q_rope], dim=-1)
         k = torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1)
-        causal = cache is None  # SDPA's own mask; with a cache, `visible` offsets it
-        mask = None if causal else self.visible(q.size(2), k.size(2), q.device)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                             scale=self.scale)
-        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
+
+    def attend_latent(self, q_nope, q_rope, latent, k_rope, mask):
+        """The same attention over the latent itself (decoding): W^UK folded into the queries and
+        W^UV applied after, (q_nope W^UK) c^T = q_nope (c W^UK^T)^T, so no position's keys or
+        values are made. The latent is one key head for all query heads: one head's queries."""
+        up = self.kv_up.weight.view(self.heads, -1, self.latent_dim)  # [h, nope + v, latent]
+        up_k, up_v = up.split([self.nope_dim, self.v_dim], dim=1)
+        q = torch.cat([q_nope @ up_k, q_rope], dim=-1)  # [B, h, Tq, latent + rope]
+        k = torch.cat([latent, k_rope], dim=-1)  # [B, 1, Tk, latent + rope]
+        heads, queries = q.size(1), q.size(2)
+        mask = None if mask is None else mask.repeat(heads, 1)  # [h * Tq, Tk]
+        out = F.scaled_dot_product_attention(q.flatten(1, 2)[:, None], k, latent, attn_mask=mask,
+                                             scale=self.scale)  # [B, 1, h * Tq, latent]
+        out = out.view(-1, heads, queries, self.latent_dim)
+        return out @ up_v.transpose(1, 2)  # [B, h, Tq, v]
 
     def visible(self, queries, keys, device):
         """[Tq, Tk]: query i, at position Tk - Tq + i, sees the keys up to it; None for one
