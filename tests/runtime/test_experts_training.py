@@ -24,20 +24,24 @@ SMALL = {"vocab": 400, "d_model": 48, "layers": 2, "heads": 4, "kv_heads": 2, "d
          "data.block_size": 64, "decode.max_new_tokens": 4}
 
 
-def test_a_mixture_of_experts_learns_and_logs_its_load_balancing_loss(tmp_path):
-    directory = tmp_path / "text"
+def demo_text(directory: Path, train_lines: int, other_lines: int) -> DataFiles:
+    """The demo language's sentences as plain-text train, valid and test files."""
     directory.mkdir()
     splits = {}
-    for name, size in (("train", 1500), ("valid", 30), ("test", 30)):
+    for name, size in (("train", train_lines), ("valid", other_lines), ("test", other_lines)):
         path = directory / f"{name}.txt"
         path.write_text("".join(s + "\n" for s, _ in generate_split(name, size)), encoding="utf-8")
         splits[name] = Split(path)
+    return DataFiles(splits["train"], splits["valid"], splits["test"])
+
+
+def test_a_mixture_of_experts_learns_and_logs_its_load_balancing_loss(tmp_path):
+    data = demo_text(tmp_path / "text", 1500, 30)
     spec = xspec.compile(str(ROOT / "specs" / "modern" / "mixtral.xspec"), overrides=SMALL)
     assert spec.train.router_aux_loss_coef == 0.02
     run = tmp_path / "run"
     with contextlib.redirect_stdout(io.StringIO()):
-        metrics = train(spec, RunOptions(run, DataFiles(splits["train"], splits["valid"], splits["test"]),
-                                         device="cpu", progress=False))
+        metrics = train(spec, RunOptions(run, data, device="cpu", progress=False))
     assert metrics["steps"] == 40 and math.isfinite(metrics["test_perplexity"])
     steps = [record for record in read_metrics_log(run) if "loss" in record]
     assert len(steps) == 40 and all("aux_loss" in record for record in steps)
@@ -52,13 +56,7 @@ def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoi
     """DeepSeek-V3's auxiliary-loss-free balancing (§2.1.2): with no auxiliary loss in the training loss,
     every corrected router's bias moves by exactly +-gamma per expert each update, and the run's checkpoint
     holds the moved biases (a resumed run goes on from them)."""
-    directory = tmp_path / "text"
-    directory.mkdir()
-    splits = {}
-    for name, size in (("train", 300), ("valid", 20), ("test", 20)):
-        path = directory / f"{name}.txt"
-        path.write_text("".join(s + "\n" for s, _ in generate_split(name, size)), encoding="utf-8")
-        splits[name] = Split(path)
+    data = demo_text(tmp_path / "text", 300, 20)
     sizes = {"vocab": 400, "d_model": 32, "layers": 2, "heads": 2, "d_ff": 48, "q_lora_rank": 0, "kv_lora_rank": 16,
              "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 4, "n_group": 2,
              "moe_intermediate_size": 16, "train.batch_tokens": 512, "train.warmup_steps": 5, "train.max_steps": 6,
@@ -68,8 +66,7 @@ def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoi
     assert spec.train.router_aux_loss_coef == 0.0 and spec.train.expert_bias_update_rate == 0.001
     run = tmp_path / "run"
     with contextlib.redirect_stdout(io.StringIO()):
-        train(spec, RunOptions(run, DataFiles(splits["train"], splits["valid"], splits["test"]), device="cpu",
-                               progress=False))
+        train(spec, RunOptions(run, data, device="cpu", progress=False))
     trained = xspec.load(run, device="cpu", weights="fp32")
     bias = trained.model.decoder.layers[1].ffn.moe.router.correction_bias
     steps = bias / 0.001                      # started at 0: a whole number of +-1 steps, at most one per update

@@ -292,13 +292,7 @@ def _phi3(cfg: ConfigReader, m: Mapped) -> None:
     _common(cfg, tie_default=False)
     _bias(cfg, "attention_bias")
     _no_window(cfg)
-    rope = read_rope(cfg, ("default",))
-    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
-    factor = cfg.number("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0), integer=False, least=1e-9,
-                        most=1)
-    if rope.get("partial_rotary_factor", factor) != factor:
-        raise UserError(f"{cfg.file}: partial_rotary_factor and {rope.where}.partial_rotary_factor disagree")
-    cfg.put("partial_rotary_factor", factor, "partial_rotary_factor")
+    _partial_rotary(cfg, default=1.0)
     cfg.ignore("original_max_position_embeddings", "the context before long-rope scaling; rope_type default has none")
 
 
@@ -309,6 +303,20 @@ def _unquantized(cfg: ConfigReader) -> None:
         method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
         raise UserError(f"{cfg.file}: quantization_config ({render(method)}) "
                         "is not supported (supported: unquantized weights; dequantize with transformers first)")
+
+
+def _partial_rotary(cfg: ConfigReader, default: float) -> None:
+    """Default rotary positions on the first partial_rotary_factor of each head: the factor at the top
+    level or in the rotary settings (both given, they must agree), else the config class's default."""
+    rope = read_rope(cfg, ("default",))
+    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
+    factor = cfg.number("partial_rotary_factor", rope.get("partial_rotary_factor", default), integer=False,
+                        least=1e-9, most=1)
+    if rope.get("partial_rotary_factor", factor) != factor:
+        raise UserError(f"{cfg.file}: partial_rotary_factor and {rope.where}.partial_rotary_factor disagree")
+    source = "partial_rotary_factor" if cfg.has("partial_rotary_factor") or "partial_rotary_factor" not in rope \
+        else f"{rope.where}.partial_rotary_factor"
+    cfg.put("partial_rotary_factor", factor, source)
 
 
 def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
@@ -377,15 +385,7 @@ def _glm4_moe(cfg: ConfigReader, m: Mapped) -> None:
     _head_dim(cfg, "head_dim")
     _bias(cfg, "attention_bias")
     cfg.put("use_qk_norm", cfg.flag("use_qk_norm", False), "use_qk_norm")
-    rope = read_rope(cfg, ("default",))
-    cfg.put("rope_theta", rope["rope_theta"], f"{rope.where}.rope_theta")
-    factor = cfg.number("partial_rotary_factor", rope.get("partial_rotary_factor", 0.5), integer=False, least=1e-9,
-                        most=1)
-    if rope.get("partial_rotary_factor", factor) != factor:
-        raise UserError(f"{cfg.file}: partial_rotary_factor and {rope.where}.partial_rotary_factor disagree")
-    cfg.put("partial_rotary_factor", factor, "partial_rotary_factor" if cfg.has("partial_rotary_factor")
-            else f"{rope.where}.partial_rotary_factor" if "partial_rotary_factor" in rope
-            else "partial_rotary_factor (Glm4MoeConfig's default)")
+    _partial_rotary(cfg, default=0.5)
     for key in ("num_mtp_layers", "num_nextn_predict_layers"):
         cfg.ignore(key, "multi-token prediction modules, which transformers does not run either")
     _deepseek_experts(cfg, first_dense=1, experts=128, per_token=8, width=1408, shared=1, scale=1.0)

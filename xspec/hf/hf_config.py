@@ -8,6 +8,14 @@ from typing import Any
 COMMON = {"vocab": "vocab_size", "d_model": "hidden_size", "layers": "num_hidden_layers",
           "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "d_ff": "intermediate_size",
           "rms_norm_eps": "rms_norm_eps", "tie_word_embeddings": "tie_word_embeddings", "rope_theta": "rope_theta"}
+# DeepSeek's latent attention, its experts and their groups (GLM-4.5 has the experts and groups too): the
+# parameters keep the config's names.
+_LATENT = {key: key for key in ("attention_bias", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                "v_head_dim")}
+_EXPERTS = {key: key for key in ("first_k_dense_replace", "n_routed_experts", "num_experts_per_tok",
+                                 "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor",
+                                 "norm_topk_prob")}
+_EXPERT_GROUPS = {"n_group": "n_group", "topk_group": "topk_group"}
 # Each model_type's parameters beyond COMMON, by the config key they become.
 OWN: dict[str, dict[str, str]] = {
     "llama": {"attention_bias": "attention_bias", "mlp_bias": "mlp_bias"},
@@ -34,25 +42,10 @@ OWN: dict[str, dict[str, str]] = {
     "gpt_oss": {"head_dim": "head_dim", "sliding_window": "sliding_window", "num_local_experts": "num_local_experts",
                 "num_experts_per_tok": "num_experts_per_tok", "swiglu_limit": "swiglu_limit",
                 "router_aux_loss_coef": "router_aux_loss_coef"},
-    "deepseek_v2": {"attention_bias": "attention_bias", "kv_lora_rank": "kv_lora_rank",
-                    "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
-                    "v_head_dim": "v_head_dim", "first_k_dense_replace": "first_k_dense_replace",
-                    "n_routed_experts": "n_routed_experts", "num_experts_per_tok": "num_experts_per_tok",
-                    "moe_intermediate_size": "moe_intermediate_size", "n_shared_experts": "n_shared_experts",
-                    "routed_scaling_factor": "routed_scaling_factor", "norm_topk_prob": "norm_topk_prob"},
+    "deepseek_v2": {**_LATENT, **_EXPERTS},
+    "deepseek_v3": {**_LATENT, **_EXPERTS, **_EXPERT_GROUPS},
     "glm4_moe": {"head_dim": "head_dim", "attention_bias": "attention_bias", "use_qk_norm": "use_qk_norm",
-                 "partial_rotary_factor": "partial_rotary_factor", "first_k_dense_replace": "first_k_dense_replace",
-                 "n_routed_experts": "n_routed_experts", "num_experts_per_tok": "num_experts_per_tok",
-                 "moe_intermediate_size": "moe_intermediate_size", "n_shared_experts": "n_shared_experts",
-                 "n_group": "n_group", "topk_group": "topk_group", "norm_topk_prob": "norm_topk_prob",
-                 "routed_scaling_factor": "routed_scaling_factor"},
-    "deepseek_v3": {"attention_bias": "attention_bias", "kv_lora_rank": "kv_lora_rank",
-                    "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
-                    "v_head_dim": "v_head_dim", "first_k_dense_replace": "first_k_dense_replace",
-                    "n_routed_experts": "n_routed_experts", "num_experts_per_tok": "num_experts_per_tok",
-                    "moe_intermediate_size": "moe_intermediate_size", "n_shared_experts": "n_shared_experts",
-                    "n_group": "n_group", "topk_group": "topk_group", "norm_topk_prob": "norm_topk_prob",
-                    "routed_scaling_factor": "routed_scaling_factor"},
+                 "partial_rotary_factor": "partial_rotary_factor", **_EXPERTS, **_EXPERT_GROUPS},
 }
 
 
