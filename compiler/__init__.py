@@ -10,7 +10,7 @@ from .flatten import TooLarge, flatten
 from .graph import build_graph
 from .ir import lint_programs
 from .limits import MAX_RESOLVED_BYTES
-from .lower import lower
+from .lower import Lowered, lower
 from .resolve import ResolvedModel, resolve
 from .validate import ValidatedModel, lint, validate
 
@@ -19,10 +19,13 @@ from .validate import ValidatedModel, lint, validate
 class Compilation:
     model: ResolvedModel
     validated: ValidatedModel
-    python_source: str  # imports the op library, xspec.nn
-    standalone_source: str  # copies the library classes it uses: depends on torch alone
+    lowered: Lowered  # the generated module: importing the op library, or standalone
     resolved_source: str  # the spec as one self-contained text (compiler/flatten.py)
     diagnostics: Diagnostics  # warnings (a compilation with errors raises instead)
+
+    @property
+    def python_source(self) -> str:
+        return self.lowered.source
 
 
 class CompileFailed(Exception):
@@ -57,5 +60,4 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
                           f"takes more than {MAX_RESOLVED_BYTES // 1024} KiB, the limit for a self-contained spec",
                           "long string parameters are the usual cause")
         raise CompileFailed(diagnostics)
-    lowered = lower(model, validated)
-    return Compilation(model, validated, lowered.source, lowered.standalone, resolved, diagnostics)
+    return Compilation(model, validated, lower(model, validated), resolved, diagnostics)

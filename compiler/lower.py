@@ -14,10 +14,10 @@ compiles or runs it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
-from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from xspec.base.text import printable
 
@@ -42,12 +42,20 @@ MODULES = (("torch", "torch"), ("torch.nn as nn", "nn"), ("torch.nn.functional a
 SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
 
 
-@dataclass(frozen=True)
 class Lowered:
-    """The generated module, in its two forms."""
+    """The generated module: `source` imports the op library (`from xspec.nn import ...`); `standalone`
+    copies the library classes it uses instead and depends on torch alone (made, and checked, when first
+    asked for: most compilations never write it)."""
 
-    source: str  # imports the op library (`from xspec.nn import ...`)
-    standalone: str  # copies the library classes it uses instead: depends on torch alone
+    def __init__(self, source: str, standalone: Callable[[], str]) -> None:
+        self.source = source
+        self._standalone = standalone
+
+    @functools.cached_property
+    def standalone(self) -> str:
+        text = self._standalone()
+        check_module(text)
+        return text
 
 
 def _library_used(named: set[str], combined: dict[str, tuple[str, ...]]) -> set[str]:
@@ -77,7 +85,6 @@ def _combined(name: str, pieces: tuple[str, ...]) -> str:
 def lower(model: ResolvedModel, validated: ValidatedModel) -> Lowered:
     lowered = _Lowering(model, validated).module_sources()
     check_module(lowered.source)
-    check_module(lowered.standalone)
     return lowered
 
 
@@ -121,9 +128,10 @@ class _Lowering:
         composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
         classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
         generated = [*composites, *classes, model_class]
+        config = self._config(self.order)
         copies = [library_classes()[name].source for name in with_bases(library)]
-        return Lowered(self._module([self._config(self.order), *generated], library),
-                       self._module([self._config(self.order), *copies, *generated], set()))
+        return Lowered(self._module([config, *generated], library),
+                       lambda: self._module([config, *copies, *generated], set()))
 
     def _module(self, body: list[str], imported: set[str]) -> str:
         """The file: its docstring, the imports `body` reads (a file reads clean under a linter), `body`."""

@@ -40,11 +40,16 @@ class CompiledSpec:
         self.ops: OpGraph = validated.graph.graph  # typed nodes in topological order (compiler/ir.py)
         self.parameters: int = validated.parameter_count
         self.python_source: str = compilation.python_source  # imports the op library, xspec.nn
-        self.standalone_source: str = compilation.standalone_source  # the library classes copied in
         self.train: TrainSection = model.sections["train"]  # type: ignore[assignment]
         self.data: DataSection = model.sections["data"]  # type: ignore[assignment]
         self.decode: DecodeSection = model.sections["decode"]  # type: ignore[assignment]
         self.warnings: str = compilation.diagnostics.render()
+
+    @property
+    def standalone_source(self) -> str:
+        """The generated module with the op library's classes it uses copied in: it depends on torch alone
+        (`xspec compile --standalone`)."""
+        return self._compilation.lowered.standalone
 
     @cached_property
     def graph(self) -> nx.DiGraph:
