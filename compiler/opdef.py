@@ -116,9 +116,10 @@ class OpDef(Generic[AttrsT]):
     # Of those buffers, the ones checkpoints keep (state_dict's persistent buffers): state that is not learned
     # but changes what the model computes (a router's load-correction bias, which training moves).
     state: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
-    # A self-attention's decoding cache: the numbers it keeps per position (keys and values, or a latent), and
-    # the window that caps the positions it keeps (None: every one). `xspec stats` sums them over the layers.
-    cache: Callable[[AttrsT, Inferred], tuple[int, Optional[int]]] = lambda a, i: (0, None)
+    # A self-attention's decoding cache per position: (heads, key features, value features) of the two
+    # tensors it keeps (keys and values; a latent attention's latent and rotary key, one "head"), and the
+    # window that caps the positions it keeps (None: every one). `xspec stats` and export read it.
+    cache: Callable[[AttrsT, Inferred], tuple[tuple[int, int, int], Optional[int]]] = lambda a, i: ((0, 0, 0), None)
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
     inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0

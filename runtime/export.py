@@ -37,8 +37,7 @@ from torch.export import Dim
 from xspec.base.errors import UserError
 from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
 from xspec.base.text import shown
-from xspec.compiler.op_attention import AttentionAttrs
-from xspec.compiler.op_latent_attention import LatentAttentionAttrs
+from xspec.compiler.ops import OPS
 from xspec.compiler.spec import CompiledSpec
 from .tokenizer import CheckpointTokenizer
 from .vocab import BOS, EOS, MODEL_FILE, PAD, UNK
@@ -76,10 +75,11 @@ def cached_attention(spec: CompiledSpec, model: nn.Module, kind: str) -> list[tu
 
 
 def slot(spec: CompiledSpec, name: str) -> CacheSlot:
-    """The cache slot of the attention module at `name`, its sizes as the spec's graph says."""
+    """The cache slot of the attention module at `name`, its sizes as its op's entry says (a latent
+    attention's "keys" are its latent and its "values" its rotary key, one head of each)."""
     node = next(node for node in spec.ops if node.module == name)
-    a = node.attrs_as(AttentionAttrs)
-    return CacheSlot(name, a.key_heads, a.d_k, a.d_v)
+    (heads, key_dim, value_dim), _ = OPS[node.op].cache(node.attrs, node.inferred)
+    return CacheSlot(name, heads, key_dim, value_dim)
 
 
 class TensorCache:
@@ -201,12 +201,8 @@ def plan(trained: TrainedModel) -> Plan:
     if not self_attention:
         raise UserError(f"{spec.name}: its decoder has no self-attention whose keys and values a step could "
                         "carry; export writes decoding steps with their cache")
-    latent = [node.module for node in spec.ops if isinstance(node.attrs, LatentAttentionAttrs)]
-    if latent:  # its cache holds a latent and a rotary key per position, which the exported cache does not model
-        raise UserError(f"{spec.name}: export does not yet write latent attention ({latent[0]}); its decoding cache "
-                        "keeps a latent and a rotary key per position, which the exported steps do not carry")
     windowed = [node.module for node in spec.ops if node.inferred.get("kv_cache") == "append"
-                and node.attrs_as(AttentionAttrs).window is not None]
+                and OPS[node.op].cache(node.attrs, node.inferred)[1] is not None]
     if windowed:  # a step would carry a ring of `window` positions, which the exported cache does not model
         raise UserError(f"{spec.name}: export does not yet write sliding-window attention ({windowed[0]}); its "
                         "decoding cache keeps a ring of the last positions, which the exported steps do not carry")

@@ -297,3 +297,29 @@ def test_a_graph_torch_cannot_export_is_a_user_error():
     graph = Graph("encoder", DataDependent(), (torch.ones(2, 3),), ({0: torch.export.Dim("batch")},), ["x"], ["y"])
     with pytest.raises(UserError, match="^torch.export cannot export the encoder graph: "):
         export_program(graph)
+
+
+def test_a_latent_attention_model_exports_with_its_latent_cache(tmp_path):
+    """DeepSeek's latent attention: the exported step carries each layer's latent and rotary key (one
+    "head" of kv_lora_rank and qk_rope_head_dim numbers a position) and gives the model's logits."""
+    vocab = train_vocab([s for pair in generate_split("train", 200) for s in pair], 100, "bpe", tmp_path)
+    spec = xspec.compile(str(ROOT / "specs" / "modern" / "deepseek_v3.xspec"), overrides={
+        **{k: v for k, v in SMALL.items() if k != "max_len"}, "q_lora_rank": 0, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "first_k_dense_replace": 2})
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "latent.safetensors"
+    ckpt.save_weights(checkpoint, spec.build("cpu").state_dict(), spec.resolved_source, spec.params,
+                      vocab.model_proto, step=1)
+    exported = _export_with_the_command(checkpoint, tmp_path / "out")
+    cache = _manifest(exported)["cache"]["self_attention"]
+    assert [(c["heads"], c["key_dim"], c["value_dim"]) for c in cache] == [(1, 16, 4), (1, 16, 4)]
+    decoder = torch.export.load(exported / "decoder.pt2").module()
+    model = xspec.load(checkpoint, device="cpu").model
+    prompt = torch.tensor([[EOS, 10, 11, 12, 13], [EOS, 20, 21, 22, 23]])
+    with torch.no_grad():
+        whole = model.decode(prompt)
+    past_keys = [torch.zeros(2, 1, 0, 16) for _ in cache]
+    past_values = [torch.zeros(2, 1, 0, 4) for _ in cache]
+    for position in range(prompt.size(1)):
+        logits, past_keys, past_values = decoder(prompt[:, position:position + 1], past_keys, past_values)
+        torch.testing.assert_close(logits, whole[:, position], **TOLERANCE)

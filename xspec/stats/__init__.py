@@ -50,7 +50,8 @@ def decoding_cache(spec: CompiledSpec, length: int) -> DecodingCache:
     for node in spec.ops:
         if node.inferred.get("kv_cache") != "append":
             continue
-        numbers, window = OPS[node.op].cache(node.attrs, node.inferred)
+        (heads, key_dim, value_dim), window = OPS[node.op].cache(node.attrs, node.inferred)
+        numbers = heads * (key_dim + value_dim)
         layers += 1
         per_position += numbers if window is None else 0
         windowed += numbers if window is not None else 0
