@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn as nn
@@ -97,10 +97,21 @@ def choose_weight_format(device: torch.device, requested: str, setting: str = "d
     return requested
 
 
+def replaceable_linears(model: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Linear]]:
+    """(parent, name, layer) of every plain `nn.Linear` of `model` a weight format may replace: not a
+    subclass (a router keeps its own forward), nor a layer whose parent reads its weight as a matrix
+    (named in the parent's `weights_read`, as latent attention's up-projection)."""
+    for parent in list(model.modules()):
+        kept = getattr(parent, "weights_read", ())
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear and name not in kept:
+                yield parent, name, child
+
+
 def linear_weight_bytes(model: nn.Module) -> int:
-    """The bytes of the weights (and biases) of `model`'s plain linear layers, those store_weights replaces."""
-    return sum(p.numel() * p.element_size() for module in model.modules() if type(module) is nn.Linear
-               for p in module.parameters(recurse=False))
+    """The bytes of the weights (and biases) of the linear layers store_weights replaces."""
+    return sum(p.numel() * p.element_size() for _, _, layer in replaceable_linears(model)
+               for p in layer.parameters(recurse=False))
 
 
 @functools.cache
@@ -120,15 +131,12 @@ def last_level_cache_bytes() -> Optional[int]:
 
 
 def store_weights(model: nn.Module, weight_format: str) -> int:
-    """Replaces every plain `nn.Linear` in `model` (subclasses such as a router keep their own forward)
-    with the format's module, in place; the number replaced."""
+    """Replaces the replaceable linear layers of `model` (replaceable_linears) with the format's module, in
+    place; the number replaced."""
     if weight_format == "fp32":
         return 0
     make = FORMATS[weight_format]
-    replaced = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                setattr(parent, name, make(child))
-                replaced += 1
-    return replaced
+    layers = list(replaceable_linears(model))
+    for parent, name, layer in layers:
+        setattr(parent, name, make(layer))
+    return len(layers)

@@ -97,3 +97,20 @@ def test_import_maps_a_deepseek_config_and_its_rotary_layout():
 def test_import_refuses_what_the_spec_does_not_compute_by_name(changes, message):
     with pytest.raises(UserError, match=re.escape(message)):
         map_config(_config(**changes))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+def test_decoding_with_stored_weight_formats_keeps_the_up_projection_it_reads(weights):
+    """bf16 and int8 weight formats replace the plain linear layers, but not the up-projection whose weight
+    the decoding step reads as matrices: decoding runs, close to float32's."""
+    from xspec.runtime.weight_formats import store_weights
+
+    net, stored = model(d_model=64, kv_lora_rank=32), model(d_model=64, kv_lora_rank=32)
+    store_weights(stored, weights)
+    attention = stored.decoder.layers[0].self_attn
+    assert type(attention.kv_up) is torch.nn.Linear and type(attention.kv_down) is not torch.nn.Linear
+    tokens = torch.randint(0, 61, (2, 6), generator=torch.Generator().manual_seed(3))
+    expected, cache = net(tokens), DecoderCache()
+    got = torch.cat([stored.decode(tokens[:, :3], cache=cache), stored.decode(tokens[:, 3:], cache=cache)], dim=1)
+    assert (got - expected).abs().max() < 0.1 * expected.abs().max()

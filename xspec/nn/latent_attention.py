@@ -26,6 +26,8 @@ class LatentAttention(nn.Module):
     `latent_dim` features, through W^UK and W^UV; the key's rotary part, x W^KR, is one for all
     heads. softmax(q k^T * scale) v per head, then W^O."""
 
+    weights_read = ("kv_up",)  # decoding reads its weight as matrices: a weight format keeps it
+
     def __init__(self, d_model, heads, latent_dim, nope_dim, rope_dim, v_dim, *, q_proj, rotary,
                  eps, bias, scale):
         super().__init__()
