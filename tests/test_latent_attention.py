@@ -114,3 +114,25 @@ def test_decoding_with_stored_weight_formats_keeps_the_up_projection_it_reads(we
     expected, cache = net(tokens), DecoderCache()
     got = torch.cat([stored.decode(tokens[:, :3], cache=cache), stored.decode(tokens[:, 3:], cache=cache)], dim=1)
     assert (got - expected).abs().max() < 0.1 * expected.abs().max()
+
+
+@torch.no_grad()
+def test_attention_maps_read_latent_attention_through_its_own_steps():
+    """The weights xspec viz draws: causal, rows summing to 1, and applied to the values the module makes
+    they give its attention output."""
+    from xspec.viz.attention import attention_sites, capture
+
+    spec = xspec.compile("specs/modern/deepseek_v3.xspec", overrides={**SIZES, "first_k_dense_replace": 2})
+    torch.manual_seed(0)
+    net = spec.build("cpu").eval()
+    tokens = torch.randint(0, 61, (1, 7), generator=torch.Generator().manual_seed(4))
+    sites = attention_sites(spec)
+    assert [site.module for site in sites] == ["decoder.layers.0.self_attn", "decoder.layers.1.self_attn"]
+    weights = capture(net, spec, sites, None, tokens)["decoder.layers.0.self_attn"]  # [h, T, T]
+    assert weights.shape == (2, 7, 7) and torch.all(weights.triu(1) == 0)
+    assert_close(weights.sum(-1), torch.ones(2, 7))
+    attention = net.decoder.layers[0].self_attn
+    x = net.decoder.layers[0].sublayer_1.norm(net.decoder.embedding(tokens))
+    q_nope, q_rope, latent, k_rope = attention.project(x, 0)
+    _, values = attention.keys_values(latent, k_rope)
+    assert_close(weights @ values[0], attention.attend(q_nope, q_rope, latent, k_rope)[0])

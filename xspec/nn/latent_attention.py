@@ -42,26 +42,35 @@ class LatentAttention(nn.Module):
 
     def forward(self, x, cache=None):
         start = cache.length if cache is not None else 0
-        q = self.q_proj(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)  # [B, h, T, nope+rope]
-        q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
-        latent, k_rope = self.kv_down(x).split([self.latent_dim, self.rope_dim], dim=-1)
-        latent = self.kv_norm(latent)[:, None]  # [B, 1, T, latent_dim]
-        k_rope = self.rotary(k_rope[:, None], start)  # [B, 1, T, rope_dim]
-        q_rope = self.rotary(q_rope, start)
+        q_nope, q_rope, latent, k_rope = self.project(x, start)
         if cache is None:
             out = self.attend(q_nope, q_rope, latent, k_rope)
         else:  # the latent and the rotary key of every position decoded
             latent, k_rope = cache.append(self, latent, k_rope)
-            mask = self.visible(q.size(2), latent.size(2), x.device)
+            mask = self.visible(q_nope.size(2), latent.size(2), x.device)
             out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
 
+    def project(self, x, start):
+        """x [B, T, d] at positions start, start + 1, ... -> each head's query without and with
+        positions [B, h, T, nope], [B, h, T, rope] (turned), the latent [B, 1, T, latent_dim] and
+        the rotary key [B, 1, T, rope] (turned)."""
+        q = self.q_proj(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
+        latent, k_rope = self.kv_down(x).split([self.latent_dim, self.rope_dim], dim=-1)
+        latent = self.kv_norm(latent)[:, None]
+        return q_nope, self.rotary(q_rope, start), latent, self.rotary(k_rope[:, None], start)
+
+    def keys_values(self, latent, k_rope):
+        """Every head's keys [B, h, Tk, nope + rope] and values [B, h, Tk, v] from the latent."""
+        kv = self.kv_up(latent[:, 0]).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
+        return torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1), v
+
     def attend(self, q_nope, q_rope, latent, k_rope, causal=True):
         """Attention with every head's keys and values made from the latent (training: causal)."""
-        kv = self.kv_up(latent[:, 0]).unflatten(-1, (self.heads, -1)).transpose(1, 2)
-        k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)  # [B, h, Tk, nope], [.., v]
+        k, v = self.keys_values(latent, k_rope)
         q = torch.cat([q_nope, q_rope], dim=-1)
-        k = torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
 
     def attend_latent(self, q_nope, q_rope, latent, k_rope, mask):

@@ -58,15 +58,14 @@ class AttentionMap:
 
 
 def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
-    """Every attention op whose maps are drawn, read off the graph (all layers), in the order the model runs
-    them. Latent attention (DeepSeek) is not drawn yet: its weights are not read through the hooks below."""
+    """Every attention op, read off the graph (all layers), in the order the model runs them."""
     sites = []
     for node, data in spec.graph.nodes(data=True):
-        if OPS[data["node"].op].family != Family.ATTENTION or not isinstance(data["node"].attrs, AttentionAttrs):
+        if OPS[data["node"].op].family != Family.ATTENTION:
             continue
-        sources = node_of(spec.graph, node).inputs
         entry = data["node"].scope.split(".")[0]
-        kind = f"{entry} self-attention" if sources["query"] == sources["key"] else "encoder-decoder attention"
+        # The role validation recorded (latent attention has one input: self-attention).
+        kind = f"{entry} self-attention" if data["node"].inferred["self_attention"] else "encoder-decoder attention"
         frames = data["node"].repeat
         layer, layers = (frames[0][1] + 1, frames[0][2]) if frames else (1, 1)
         sites.append(AttentionSite(node, kind, layer, layers))
@@ -90,8 +89,10 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
     handles = []
     for site in sites:
         module = model.get_submodule(site.module)
-        attrs = node_of(spec.graph, site.module).attrs_as(AttentionAttrs)
-        handles.append(module.register_forward_hook(_recorder(site.module, attrs, captured), with_kwargs=True))
+        attrs = node_of(spec.graph, site.module).attrs
+        recorder = _recorder(site.module, attrs, captured) if isinstance(attrs, AttentionAttrs) \
+            else _latent_recorder(site.module, captured)
+        handles.append(module.register_forward_hook(recorder, with_kwargs=True))
     try:
         model.eval()
         with torch.no_grad():
@@ -114,6 +115,17 @@ def _recorder(name: str, attrs: AttentionAttrs, captured: dict[str, torch.Tensor
             captured[name] = module.weights(q, k, mask, is_causal)[0]
         else:
             captured[name] = sdpa_weights(q, k, mask, is_causal)[0]
+    return hook
+
+
+def _latent_recorder(name: str, captured: dict[str, torch.Tensor]):
+    """Latent attention (DeepSeek): its queries and the keys it makes from the latent, through the
+    module's own `project` and `keys_values`, causal, at its own scale."""
+    def hook(module, args, kwargs, output):
+        q_nope, q_rope, latent, k_rope = module.project(args[0], 0)
+        k, _ = module.keys_values(latent, k_rope)
+        q = torch.cat([q_nope, q_rope], dim=-1)
+        captured[name] = sdpa_weights(q * (module.scale * q.size(-1) ** 0.5), k, None, True)[0]
     return hook
 
 
@@ -147,8 +159,6 @@ def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sen
     """Encodes `sentence`, decodes it greedily unless `target` is given, and returns the maps of
     the chosen layer and head (None: all)."""
     sites = select(attention_sites(spec), layer)
-    if not sites:
-        raise UserError(f"{spec.name}: no attention whose maps xspec draws (latent attention's are not drawn yet)")
     # A generated attention module's int: torch types a module's attributes Tensor | Module.
     heads: int = min(model.get_submodule(s.module).heads for s in sites)  # type: ignore[type-var,assignment]
     if head is not None and not 1 <= head <= heads:
