@@ -1,6 +1,6 @@
 """The latent attention op's entry in the op table: multi-head latent attention (MLA; DeepSeek-V2, Liu et
-al., 2024, §2.1), as DeepSeek-V2 and V3, Kimi K2 and GLM-4.5's relatives have it. Attributes carry the names
-of the checkpoint configuration's quantities:
+al., 2024, §2.1), as DeepSeek-V2, DeepSeek-V3 and Kimi K2 have it. Attributes carry the names of the
+checkpoint configuration's quantities:
 
     latent_attention(x, heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
                      q_lora_rank = 0, norm_eps = 1e-6, bias = false, scale = 1 / sqrt(d_k), rotary_* ...)

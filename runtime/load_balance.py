@@ -30,9 +30,7 @@ def load_balancing_loss(model: nn.Module, counted: Optional[torch.Tensor] = None
             continue
         chosen, probabilities = routed
         experts = probabilities.size(1)
-        weight = probabilities.new_ones(chosen.size(0))  # [N]: 1 a token counted, 0 if not
-        if counted is not None and counted.numel() == chosen.size(0):
-            weight = counted.reshape(-1).to(weight.dtype)
+        weight = _token_weights(chosen, counted, probabilities.dtype)
         choices = probabilities.new_zeros(experts).scatter_add_(0, chosen.flatten(),
                                                                 weight.repeat_interleave(chosen.size(1)))
         summed, tokens = (probabilities * weight[:, None]).sum(dim=0), weight.sum()
@@ -43,6 +41,14 @@ def load_balancing_loss(model: nn.Module, counted: Optional[torch.Tensor] = None
     losses = [experts * (choices / tokens * summed / tokens).sum()
               for experts, (choices, summed, tokens) in pooled.items()]
     return sum(losses[1:], losses[0]) if losses else torch.zeros(())
+
+
+def _token_weights(chosen: torch.Tensor, counted: Optional[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """[N]: 1 for a token counted, 0 for padding, where `counted` [batch, positions] holds the routed tokens
+    (a layer whose tokens are other positions counts them all)."""
+    if counted is not None and counted.numel() == chosen.size(0):
+        return counted.reshape(-1).to(dtype)
+    return torch.ones(chosen.size(0), dtype=dtype, device=chosen.device)
 
 
 def corrected_mixtures(model: nn.Module) -> list[nn.Module]:
@@ -58,8 +64,7 @@ def count_loads(mixtures: list[nn.Module], loads: torch.Tensor, counted: torch.T
     for module in mixtures:
         chosen, probabilities = cast(tuple[torch.Tensor, torch.Tensor], module.routed)
         experts = probabilities.size(1)
-        weight = counted.reshape(-1).to(loads.dtype) if counted.numel() == chosen.size(0) \
-            else loads.new_ones(chosen.size(0))
+        weight = _token_weights(chosen, counted, loads.dtype)
         loads[start:start + experts].scatter_add_(0, chosen.flatten(), weight.repeat_interleave(chosen.size(1)))
         start += experts
 

@@ -1,5 +1,6 @@
 """The mixture of experts that generated models use, as pieces the compiler chooses between: a
-router (softmax or sigmoid scores, its weights scaled or not), an activation of the gated experts
+router (softmax or sigmoid scores, its weights scaled or not, its choice limited to the best groups
+of experts or corrected by a bias per expert: DeepSeek-V3's), an activation of the gated experts
 (SwiGLU, GeGLU, gpt-oss's clamped SwiGLU), and the bank of experts that holds them (with biases or
 without). A generated file imports the pieces its spec names and nothing else. The load-balancing
 loss is training's (runtime/load_balance.py): it reads what each forward records in `routed`."""
