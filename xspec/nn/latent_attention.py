@@ -67,11 +67,11 @@ class LatentAttention(nn.Module):
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
         return torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1), v
 
-    def attend(self, q_nope, q_rope, latent, k_rope, causal=True):
-        """Attention with every head's keys and values made from the latent (training: causal)."""
+    def attend(self, q_nope, q_rope, latent, k_rope):
+        """Causal attention with every head's keys and values made from the latent (training)."""
         k, v = self.keys_values(latent, k_rope)
         q = torch.cat([q_nope, q_rope], dim=-1)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
 
     def attend_latent(self, q_nope, q_rope, latent, k_rope, mask):
         """The same attention over the latent itself (decoding): W^UK folded into the queries and
