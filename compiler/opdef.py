@@ -111,10 +111,11 @@ class OpDef(Generic[AttrsT]):
     saved: Callable[[AttrsT, Inferred, int, dict[str, int]], int] = lambda a, i, n, n_in: 0
     # What the op says about the model's hyperparameters, by Table 3's column names (`xspec stats`).
     facts: Callable[[AttrsT, Inferred], dict[str, object]] = lambda a, i: {}
-    # Tensors the module allocates that are not learned (e.g. a positional table): counted in memory checks.
+    # Tensors the module allocates that are neither learned nor kept, derived when it is built (a positional
+    # table), and those checkpoints keep (state_dict's persistent buffers): state that is not learned but
+    # changes what the model computes (a router's load-correction bias, which training moves). Memory checks
+    # count both.
     buffers: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
-    # Of those buffers, the ones checkpoints keep (state_dict's persistent buffers): state that is not learned
-    # but changes what the model computes (a router's load-correction bias, which training moves).
     state: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]] = lambda a, i: {}
     # A self-attention's decoding cache per position: (heads, key features, value features) of the two
     # tensors it keeps (keys and values; a latent attention's latent and rotary key, one "head"), and the

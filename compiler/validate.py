@@ -37,8 +37,8 @@ class ValidatedModel:
     params: dict[str, tuple[int, ...]]  # "encoder.layers.0.self_attn.q_proj.weight" -> shape
     ties: dict[str, str]  # tied parameter -> the parameter it becomes (never itself tied)
     tie_lines: dict[str, int]  # tied parameter -> spec line, for comments in generated code
-    buffers: dict[str, tuple[int, ...]]  # tensors modules allocate that are not learned, e.g. positional tables
-    state: dict[str, tuple[int, ...]]  # of those, the ones checkpoints keep (a router's load-correction bias)
+    buffers: dict[str, tuple[int, ...]]  # tensors modules derive when built, e.g. positional tables
+    state: dict[str, tuple[int, ...]]  # tensors checkpoints keep but training does not learn (a router's bias)
 
     @property
     def parameter_count(self) -> int:
@@ -46,7 +46,7 @@ class ValidatedModel:
 
     @property
     def buffer_elements(self) -> int:
-        return sum(math.prod(s) for s in self.buffers.values())
+        return sum(math.prod(s) for s in (*self.buffers.values(), *self.state.values()))
 
     @property
     def bytes_needed(self) -> int:

@@ -36,7 +36,7 @@ class TrainingStep(nn.Module):
         # DeepSeek-V3's balancing: the experts' loads over an update, which move their routers' biases.
         self.expert_bias_rate = expert_bias_rate
         self.corrected = corrected_mixtures(model) if expert_bias_rate > 0 else []
-        experts = sum(cast(nn.Module, m.router).out_features for m in self.corrected)  # type: ignore[misc]
+        experts = sum(cast(torch.Tensor, cast(nn.Module, m.router).correction_bias).numel() for m in self.corrected)
         self.register_buffer("expert_loads", torch.zeros(experts), persistent=False)
         self.has_auxiliary_loss = bool(routing_modules(model))
         if self.has_auxiliary_loss:

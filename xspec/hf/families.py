@@ -356,8 +356,8 @@ def _yarn_mscale(factor: float, mscale: float) -> float:
 
 def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
     _deepseek_attention(cfg, m, interleaved=cfg.flag("rope_interleave", True))
-    _deepseek_experts(cfg, first_dense=3, experts=256, per_token=8, width=2048, shared=1, scale=2.5)
-    _expert_groups(cfg, groups=8, top_groups=4)
+    experts = _deepseek_experts(cfg, first_dense=3, experts=256, per_token=8, width=2048, shared=1, scale=2.5)
+    _expert_groups(cfg, experts, groups=8, top_groups=4)
     cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
     # Keys DeepSeek's own config.json carries beside transformers' ones.
     cfg.expect("topk_method", ["noaux_tc"], "noaux_tc", " (DeepSeek-V3's group-limited choice with the correction "
@@ -388,15 +388,14 @@ def _glm4_moe(cfg: ConfigReader, m: Mapped) -> None:
     _partial_rotary(cfg, default=0.5)
     for key in ("num_mtp_layers", "num_nextn_predict_layers"):
         cfg.ignore(key, "multi-token prediction modules, which transformers does not run either")
-    _deepseek_experts(cfg, first_dense=1, experts=128, per_token=8, width=1408, shared=1, scale=1.0)
-    _expert_groups(cfg, groups=1, top_groups=1)
+    experts = _deepseek_experts(cfg, first_dense=1, experts=128, per_token=8, width=1408, shared=1, scale=1.0)
+    _expert_groups(cfg, experts, groups=1, top_groups=1)
     cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
 
 
-def _expert_groups(cfg: ConfigReader, *, groups: int, top_groups: int) -> None:
-    """n_group and topk_group of DeepSeek-V3's routing (defaults: the transformers config class's), after
-    _deepseek_experts has read n_routed_experts."""
-    experts = next(s.value for s in cfg.settings if s.param == "n_routed_experts")
+def _expert_groups(cfg: ConfigReader, experts: int, *, groups: int, top_groups: int) -> None:
+    """n_group and topk_group of DeepSeek-V3's routing over `experts` (defaults: the transformers config
+    class's)."""
     count = cfg.map("n_group", "n_group", groups, most=experts)
     cfg.map("topk_group", "topk_group", top_groups, most=count)
     if experts % count or experts // count < 2:
@@ -463,9 +462,10 @@ def _deepseek_attention(cfg: ConfigReader, m: Mapped, interleaved: bool) -> None
 
 
 def _deepseek_experts(cfg: ConfigReader, *, first_dense: int, experts: int, per_token: int | None, width: int,
-                      shared: int, scale: float) -> None:
+                      shared: int, scale: float) -> int:
     """DeepSeek's routed experts after the first first_k_dense_replace layers, with shared experts beside
-    them. Absent keys take the transformers config class's defaults (given here), as transformers reads them."""
+    them; their count. Absent keys take the transformers config class's defaults (given here), as
+    transformers reads them."""
     cfg.map("first_k_dense_replace", "first_k_dense_replace", first_dense, least=0)
     count = cfg.map("n_routed_experts", "n_routed_experts", experts)
     cfg.map("num_experts_per_tok", "num_experts_per_tok", *([] if per_token is None else [per_token]), most=count)
@@ -477,6 +477,7 @@ def _deepseek_experts(cfg: ConfigReader, *, first_dense: int, experts: int, per_
     cfg.ignore("ep_size", "the expert-parallel degree of pretraining")
     cfg.ignore("aux_loss_alpha", "the weight of pretraining's balance loss (train.router_aux_loss_coef sets xspec's)")
     cfg.ignore("seq_aux", "whether pretraining's balance loss is sequence-wise")
+    return count
 
 
 @dataclass(frozen=True)

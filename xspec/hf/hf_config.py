@@ -90,18 +90,19 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
     if model_type == "llama" and "rope_type" in params:
         config["rope_scaling"] = _llama_scaling(params)
     if model_type.startswith("deepseek"):
-        config |= _deepseek(params)
-    if model_type == "deepseek_v2":  # it always turns pairs (its weights are written so); greedy softmax routing
-        del config["rope_interleave"]
-        config |= {"topk_method": "greedy", "n_group": None, "topk_group": None}
+        config |= _deepseek(params, model_type)
     return config
 
 
-def _deepseek(params: dict[str, Any]) -> dict[str, Any]:
-    """Queries' latent (null: none), the rotary features in halves (export writes them so), and YaRN with
-    its attention factor as the spec holds it."""
-    config: dict[str, Any] = {"q_lora_rank": params["q_lora_rank"] or None, "rope_interleave": False,
-                              "num_nextn_predict_layers": 0}
+def _deepseek(params: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """Queries' latent (null: none), YaRN with its attention factor as the spec holds it, and the rotary
+    layout: DeepSeek-V3's in halves (export writes them so); DeepSeek-V2 always turns pairs, its weights
+    written so, and routes greedily."""
+    config: dict[str, Any] = {"q_lora_rank": params["q_lora_rank"] or None, "num_nextn_predict_layers": 0}
+    if model_type == "deepseek_v3":
+        config["rope_interleave"] = False
+    else:
+        config |= {"topk_method": "greedy", "n_group": None, "topk_group": None}
     if params["rope_type"] == "yarn":
         config["rope_scaling"] = {"rope_type": "yarn", "factor": params["rope_factor"],
                                   "original_max_position_embeddings": params["original_max_position_embeddings"],

@@ -176,18 +176,19 @@ def _interleaved_rotary(name: str, shapes: dict, params: dict) -> Group | None:
     return Group((hf,), (name,), reorder(halves), reorder(pairs))
 
 
-_deepseek_experts = _per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate")
+# Qwen3-MoE's and DeepSeek's experts: mlp.experts.E.{gate,up,down}_proj, the router mlp.gate.
+_mlp_experts = _per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate")
 
 
 def _deepseek_interleaved(name: str, shapes: dict, params: dict) -> Group | None:
-    return _interleaved_rotary(name, shapes, params) or _deepseek_experts(name, shapes, params)
+    return _interleaved_rotary(name, shapes, params) or _mlp_experts(name, shapes, params)
 
 
 SPECIAL = {
     "phi3": _phi3,
     "mixtral": _per_expert("block_sparse_moe", {"gate": "w1", "up": "w3", "down": "w2"}, "gate"),
-    "qwen3_moe": _per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate"),
+    "qwen3_moe": _mlp_experts,
     "gpt_oss": _gpt_oss,
-    "deepseek": _deepseek_experts,
+    "deepseek": _mlp_experts,
     "deepseek_interleaved": _deepseek_interleaved,
 }
