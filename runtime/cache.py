@@ -4,8 +4,11 @@ A generated model's attention reads and writes it through a small contract: `len
 where the next step's positions start; the model's `decode` moves it on), `append(module, k, v, window)` (a
 self-attention's new keys and values in, all it cached out, or the last `window` positions' for a sliding
 window) and `memory` (an attention over the encoder
-output keeps that output's keys and values there, once per memory tensor). Beam search moves its rows
-with `reorder`. Generated files do not hold the cache: they carry the model alone.
+output keeps that output's keys and values there, once per memory tensor). A recurrent layer (a
+linear-attention or state space mixer) keeps a state of fixed size instead: `state(module)` (the tensors it
+kept, or None before its first call) and `keep(module, *tensors)` (its state after this call, each tensor
+[rows, ...], in place of the last); it does not move `length`. Beam search moves the rows of both with
+`reorder`. Generated files do not hold the cache: they carry the model alone.
 runtime/export.py implements the same contract over tensors for exported decoding steps.
 """
 
@@ -21,13 +24,14 @@ class DecoderCache:
     """Self-attention's keys and values in buffers [rows, heads, capacity, d], written in place, whose
     capacity doubles when outgrown (a sliding window's stops at the window: a ring) and whose rows are
     gathered into a spare pair when beam search reorders them (no allocation per step); the encoder
-    memory's keys and values."""
+    memory's keys and values; recurrent layers' states."""
 
     def __init__(self, capacity: int = 64) -> None:
         self.length = 0            # positions decoded: where the next step's queries and keys start
         self.capacity = capacity   # positions each buffer holds at first
         self.tensors: dict[nn.Module, list[torch.Tensor]] = {}   # self-attention -> keys, values, 2 spares
         self.memory: dict[nn.Module, tuple] = {}   # encoder-decoder attention -> (key in, value in, keys, values)
+        self.states: dict[nn.Module, tuple[torch.Tensor, ...]] = {}   # recurrent layer -> its state's tensors
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,9 +71,21 @@ class DecoderCache:
         values.index_copy_(2, kept % size, v[:, :, kept - start])
         return attend
 
+    def state(self, module: nn.Module) -> tuple[torch.Tensor, ...] | None:
+        """The tensors a recurrent `module` kept with `keep` (its state after the positions decoded), or None
+        where it has kept none yet (it starts from its zero state)."""
+        return self.states.get(module)
+
+    def keep(self, module: nn.Module, *tensors: torch.Tensor) -> None:
+        """A recurrent `module`'s state after this call, each tensor [rows, ...]: it replaces the one kept, so
+        the cache holds one state per module whatever the number of positions decoded."""
+        self.states[module] = tensors
+
     def reorder(self, index: torch.Tensor) -> None:
         """Row i becomes row index[i] (rows may repeat, and drop out): gathered into the spares, which
-        then swap with the buffers."""
+        then swap with the buffers; a recurrent state's rows are gathered anew (it is small)."""
+        self.states = {module: tuple(t.index_select(0, index) for t in tensors)
+                       for module, tensors in self.states.items()}
         rows = index.numel()
         for buffers in self.tensors.values():
             for i in (0, 1):
