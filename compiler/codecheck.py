@@ -1,7 +1,8 @@
 """The generated module is checked, as a Python AST, before it is compiled or run.
 
-Lowering builds source text from checked identifiers and `repr` literals, and escapes what it puts in
-docstrings and comments; this check makes that a verified property rather than a hope. The module
+Lowering builds the module as a syntax tree from checked identifiers and constants, and escapes what it
+puts in docstrings and comments; this check, of that tree and of a file's text before it runs, makes that
+a verified property rather than a hope. The module
 may contain only what the code generator emits:
 
   - a docstring, and the imports `math`, `torch`, `torch.nn as nn`, `torch.nn.functional as F`,
@@ -56,11 +57,15 @@ def compile_checked(source: str, filename: str) -> CodeType:
     return compile(check_module(source), filename, "exec", dont_inherit=True)
 
 
-def check_module(source: str) -> ast.Module:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as error:
-        raise GeneratedCodeError(f"line {error.lineno}: {error.msg}") from None
+def check_module(source: str | ast.Module) -> ast.Module:
+    """The module's tree, checked: `source` as text (a file to run), or the tree lowering built."""
+    if isinstance(source, ast.Module):
+        tree = source
+    else:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as error:
+            raise GeneratedCodeError(f"line {error.lineno}: {error.msg}") from None
     classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
     imported = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom) and node.module == MODULE
                 for alias in node.names}

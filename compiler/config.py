@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 from . import ast
 from .evaluate import Constant
+from .python_code import attribute, binary, call, constant, dotted, variable
 from .shapes import TensorType
 
 # Names a field may not take: the config's own annotations and decorator would read the field instead.
@@ -41,63 +42,68 @@ def config_fields(params: dict[str, Constant]) -> dict[str, Constant]:
 
 
 def config_expression(expr: ast.Expr, value: object, fields: dict[str, Constant],
-                      local: Callable[[str], object]) -> Optional[str]:
+                      local: Callable[[str], object]) -> Optional[pyast.expr]:
     """`expr` as Python over `config` (`config.d_ff`, `math.sqrt(config.d_model)`), if it reads only
     parameters (a local name of the same value counts: a block argument passed the parameter) and
     computes `value` exactly, of its type; else None, and generated code writes the value itself."""
-    return _exactly(expr, value, fields, local, "config.")
+    return _exactly(expr, value, fields, local, "config")
 
 
-def derived_field(expr: ast.Expr, value: object, fields: dict[str, Constant]) -> Optional[str]:
+def derived_field(expr: ast.Expr, value: object, fields: dict[str, Constant]) -> Optional[pyast.expr]:
     """A parameter the spec computes from others (`d_k = d_model / heads`) as Python over the config's own
     fields (`self.d_model // self.heads`), if it computes `value` exactly; else None (a constant)."""
-    return _exactly(expr, value, fields, lambda name: None, "self.")
+    return _exactly(expr, value, fields, lambda name: None, "self")
 
 
 def _exactly(expr: ast.Expr, value: object, fields: dict[str, Constant], local: Callable[[str], object],
-             prefix: str) -> Optional[str]:
-    """`expr` over the fields (`{prefix}{name}`), where it reads at least one and computes `value` exactly,
+             owner: str) -> Optional[pyast.expr]:
+    """`expr` over the fields (`{owner}.{name}`), where it reads at least one and computes `value` exactly,
     of its type."""
     try:
-        code, computed = _render(expr, fields, local, prefix)
+        code, computed = _render(expr, fields, local, owner)
     except _NotConfig:
         return None
-    if type(computed) is not type(value) or computed != value or prefix not in code:
+    reads = any(isinstance(node, pyast.Attribute) and isinstance(node.value, pyast.Name) and node.value.id == owner
+                for node in pyast.walk(code))
+    if type(computed) is not type(value) or computed != value or not reads:
         return None
-    return _outer(code)
+    return code
 
 
 class _NotConfig(Exception):
     pass
 
 
+_OPERATOR_NODES: dict[str, type[pyast.operator]] = {
+    "+": pyast.Add, "-": pyast.Sub, "*": pyast.Mult, "//": pyast.FloorDiv, "%": pyast.Mod}
+
+
 def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], object],
-            prefix: str) -> tuple[str, object]:
-    """Python for `expr` over the fields (each written `{prefix}{name}`) and the value it computes."""
-    def render(part: ast.Expr) -> tuple[str, object]:
-        return _render(part, fields, local, prefix)
+            owner: str) -> tuple[pyast.expr, object]:
+    """Python for `expr` over the fields (each `{owner}.{name}`) and the value it computes."""
+    def render(part: ast.Expr) -> tuple[pyast.expr, object]:
+        return _render(part, fields, local, owner)
 
     if isinstance(expr, ast.Name):
         if expr.id not in fields or local(expr.id) not in (None, fields[expr.id]):
             raise _NotConfig
-        return f"{prefix}{expr.id}", fields[expr.id]
+        return attribute(variable(owner), expr.id), fields[expr.id]
     if isinstance(expr, ast.Literal) and type(expr.value) in (int, float, str, bool):
-        return repr(expr.value), expr.value
+        return constant(expr.value), expr.value
     if isinstance(expr, ast.ListExpr):  # a list is a tuple in the config
         items = [render(item) for item in expr.items]
-        code = ", ".join(code for code, _ in items) + ("," if len(items) == 1 else "")
-        return f"({code})", tuple(value for _, value in items)
+        return pyast.Tuple([code for code, _ in items], pyast.Load()), tuple(value for _, value in items)
     if isinstance(expr, ast.UnaryOp) and expr.op == "-":
         operand, a = render(expr.operand)
         if isinstance(a, bool) or not isinstance(a, (int, float)):
             raise _NotConfig
-        return f"(-{operand})", -a
+        return pyast.UnaryOp(pyast.USub(), operand), -a
     if isinstance(expr, ast.BinOp) and expr.op in OPERATORS:
         (left, a), (right, b) = render(expr.left), render(expr.right)
         if isinstance(a, bool) or isinstance(b, bool):
             raise _NotConfig
         try:
-            return f"({left} {expr.op} {right})", OPERATORS[expr.op](a, b)
+            return binary(left, _OPERATOR_NODES[expr.op](), right), OPERATORS[expr.op](a, b)
         except (TypeError, ValueError, ZeroDivisionError, OverflowError):
             raise _NotConfig from None
     if isinstance(expr, ast.BinOp) and expr.op == "/":  # the spec's exact quotient of whole numbers: //
@@ -108,49 +114,56 @@ def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], 
         if isinstance(a, int) and isinstance(b, int):
             if a % b:
                 raise _NotConfig  # the spec's inexact quotient is an error where it is used
-            return f"({left} // {right})", a // b
-        return f"({left} / {right})", a / b
+            return binary(left, pyast.FloorDiv(), right), a // b
+        return binary(left, pyast.Div(), right), a / b
     if isinstance(expr, ast.BinOp) and expr.op == "**":
         exponent = _literal_number(expr.right)
         base, a = render(expr.left)
         if exponent is None or abs(exponent) > MAX_EXPONENT or isinstance(a, bool) or not isinstance(a, (int, float)) \
                 or a <= 0:
             raise _NotConfig
-        return f"({base} ** {exponent!r})", a ** exponent
+        return binary(base, pyast.Pow(), constant(exponent)), a ** exponent
     if isinstance(expr, ast.Call) and expr.callee.id in MATH and len(expr.args) == 1 and not expr.kwargs:
         argument, a = render(expr.args[0])
         if isinstance(a, bool) or not isinstance(a, (int, float)) or (expr.callee.id != "exp" and a <= 0):
             raise _NotConfig
-        return f"math.{expr.callee.id}({_outer(argument)})", MATH[expr.callee.id](a)
+        return call(f"math.{expr.callee.id}", argument), MATH[expr.callee.id](a)
     raise _NotConfig
 
 
 # What a layer's condition may compute (`(i + 1) % sliding_window_pattern != 0`).
-CONDITION_OPERATORS = frozenset({"+", "-", "*", "//", "%", "==", "!=", "<", "<=", ">", ">=", "and", "or"})
+_CONDITION_NODES: dict[str, type[pyast.AST]] = {
+    **_OPERATOR_NODES, "==": pyast.Eq, "!=": pyast.NotEq, "<": pyast.Lt, "<=": pyast.LtE, ">": pyast.Gt,
+    ">=": pyast.GtE, "and": pyast.And, "or": pyast.Or}
 
 
-def config_condition(expr: ast.Expr, fields: dict[str, Constant], index: str) -> Optional[str]:
+def config_condition(expr: ast.Expr, fields: dict[str, Constant], index: str) -> Optional[pyast.expr]:
     """A condition over the layer's index (`index`) and parameters as Python over `config`
     (`(i + 1) % config.sliding_window_pattern != 0`), or None where it reads anything else."""
     if isinstance(expr, ast.Name):
-        return index if expr.id == index else f"config.{expr.id}" if expr.id in fields else None
+        return variable(index) if expr.id == index else dotted(f"config.{expr.id}") if expr.id in fields else None
     if isinstance(expr, ast.Literal):
-        return repr(expr.value)
+        return constant(expr.value)
     if isinstance(expr, ast.Index):
         items, index_code = config_condition(expr.value, fields, index), config_condition(expr.index, fields, index)
-        return None if items is None or index_code is None else f"{items}[{index_code}]"
+        return None if items is None or index_code is None else pyast.Subscript(items, index_code, pyast.Load())
     if isinstance(expr, ast.UnaryOp):
         operand = config_condition(expr.operand, fields, index)
-        return None if operand is None else f"({expr.op} {operand})" if expr.op == "not" else f"(-{operand})"
-    if isinstance(expr, ast.BinOp) and expr.op in CONDITION_OPERATORS:
+        if operand is None:
+            return None
+        return pyast.UnaryOp(pyast.Not() if expr.op == "not" else pyast.USub(), operand)
+    if isinstance(expr, ast.BinOp) and expr.op in _CONDITION_NODES:
         left, right = config_condition(expr.left, fields, index), config_condition(expr.right, fields, index)
-        return None if left is None or right is None else f"({left} {expr.op} {right})"
+        if left is None or right is None:
+            return None
+        node = _CONDITION_NODES[expr.op]()
+        if isinstance(node, pyast.operator):
+            return binary(left, node, right)
+        if isinstance(node, pyast.boolop):
+            return pyast.BoolOp(node, [left, right])
+        assert isinstance(node, pyast.cmpop)
+        return pyast.Compare(left, [node], [right])
     return None
-
-
-def condition_source(code: str) -> str:
-    """A condition `config_condition` wrote, with only the parentheses Python needs."""
-    return pyast.unparse(pyast.parse(code, mode="eval"))
 
 
 def _literal_number(expr: ast.Expr) -> Optional[int | float]:
@@ -161,11 +174,6 @@ def _literal_number(expr: ast.Expr) -> Optional[int | float]:
     if isinstance(expr, ast.Literal) and isinstance(expr.value, (int, float)) and not isinstance(expr.value, bool):
         return expr.value
     return None
-
-
-def _outer(code: str) -> str:
-    """An argument needs no parentheses of its own."""
-    return code[1:-1] if code.startswith("(") and code.endswith(")") else code
 
 
 class ConfigNames:
@@ -179,14 +187,13 @@ class ConfigNames:
                 by_value.setdefault(value, []).append(name)
         self.names = {value: names[0] for value, names in by_value.items() if len(names) == 1}
 
-    def size(self, value: object) -> str:
+    def size(self, value: object) -> pyast.expr:
         """`config.d_model` for 512 where only d_model is 512; else the literal."""
         if isinstance(value, int) and not isinstance(value, bool) and value in self.names:
-            return f"config.{self.names[value]}"
-        return repr(value)
+            return dotted(f"config.{self.names[value]}")
+        return constant(value)
 
-    def shape(self, shape: TensorType) -> str:
-        """`[batch, src_len, d_model]`: the spec's dimension names, and parameters for sizes."""
-        dims = [self.names.get(d, str(d)) if isinstance(d, int) else str(d) for d in shape.dims]
-        text = "[" + ", ".join(dims) + "]"
-        return text if shape.dtype == "float" else f"{shape.dtype}{text}"
+    def shape(self, shape: TensorType) -> tuple[tuple[str, ...], str]:
+        """`[batch, src_len, d_model]`: the spec's dimension names, and parameters for sizes; and the
+        element type."""
+        return tuple(self.names.get(d, str(d)) if isinstance(d, int) else str(d) for d in shape.dims), shape.dtype

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast as pyast
 import functools
 import itertools
-import keyword
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -33,15 +32,12 @@ from .diagnostics import Span
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .names import local_name_problem
 from .ops import OPS
-from .wrap import INDENT, LINE_LIMIT
+from .python_code import (Note, assign, assign_many, call, constant, dotted, for_loop, function, identifier, returns,
+                          text_of, variable)
+from .python_print import INDENT, LINE_LIMIT
 
 # What a value an op without a module computes is called, where the spec gives it no name.
 ROLE_NAMES = {"add": "summed", "sub": "difference", "mul": "product", "scale": "scaled"}
-
-
-def identifier(name: str) -> str:
-    assert name.isidentifier() and not keyword.iskeyword(name), f"not a plain identifier: {name!r}"
-    return name
 
 
 @functools.cache
@@ -55,18 +51,6 @@ def where(span: Span) -> str:
     return f"{file_label(span.file)}:{span.line}"
 
 
-def literal(value: object) -> str:
-    """A constant as Python source (a quotient that does not divide evenly is the float it is)."""
-    if value is None:
-        return "None"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(literal(item) for item in value) + ("," if len(value) == 1 else "") + ")"
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return repr(kind(value))
-    raise AssertionError(f"not a constant: {value!r}")
-
-
 @dataclass
 class Context:
     """What every forward of one generated module shares (compiler/lower.py fills it in)."""
@@ -77,7 +61,7 @@ class Context:
     inline: set[str]  # paths of the block instances written where they are called
     # The attribute a forward's class holds to call a parameter-free module (nn.Dropout): given the
     # instance whose forward calls it, the node, and the module's constructor.
-    holder: Callable[[Instance, str, str], str]
+    holder: Callable[[Instance, str, pyast.expr], str]
 
 
 @dataclass
@@ -94,7 +78,7 @@ class _Pending:
     """A value computed by the last step and not yet written: the next step may take it in."""
 
     ref: str
-    code: str
+    code: pyast.expr
     span: Span
     source: Optional[str]  # the tensor the expression reads first, for its shape comment
     index: int
@@ -102,9 +86,9 @@ class _Pending:
     program: Program
 
 
-def forward_lines(context: Context, instance: Instance) -> list[str]:
+def forward_method(context: Context, instance: Instance) -> pyast.FunctionDef:
     """`def forward(self, ...):` and its body, for a block instance or a layer of a repeat's own body."""
-    return _Forward(context, instance).lines()
+    return _Forward(context, instance).method()
 
 
 def inlinable(instance: Instance) -> bool:
@@ -243,14 +227,14 @@ class _Forward:
         return refs
 
     # --- the forward --------------------------------------------------------------------------
-    def lines(self) -> list[str]:
+    def method(self) -> pyast.FunctionDef:
         for name, ref in self.instance.program.params.items():
             self._bind(ref, identifier(name), top=True)
-        args = ["self", *self.instance.program.params] + (["cache=None"] if self.instance.has_cache else [])
+        args = ["self", *self.instance.program.params] + (["cache"] if self.instance.has_cache else [])
         body = self._body(self.instance.program, top=True, items=self.top_items)
-        return [f"def forward({', '.join(args)}):", *(INDENT + line for line in body)]
+        return function("forward", args, body, defaults=[constant(None)] if self.instance.has_cache else [])
 
-    def _body(self, program: Program, top: bool, items: Optional[list[_Item]] = None) -> list[str]:
+    def _body(self, program: Program, top: bool, items: Optional[list[_Item]] = None) -> list[pyast.stmt]:
         """A forward's or a function's steps, then its return: `return self.w_2(...)` where the last
         step computes what it returns (rather than naming the value only to return it)."""
         lines = self._program(program, top, items)
@@ -258,13 +242,15 @@ class _Forward:
         pending = self.pending
         if pending is not None and results == [pending.ref]:
             self.pending = None
-            return [*lines, self._line(f"return {pending.code}", pending.span, pending.ref, pending.source)]
+            return [*lines, returns(pending.code, self._note(pending.span, pending.ref, pending.source))]
         lines += self._flush()
-        return [*lines, f"return {', '.join(self._operand(r) for r in results) or 'None'}"]
+        values = [self._operand(r) for r in results]
+        value = values[0] if len(values) == 1 else pyast.Tuple(values, pyast.Load()) if values else constant(None)
+        return [*lines, returns(value)]
 
     def _program(self, program: Program, top: bool, items: Optional[list[_Item]] = None,
-                 stack: Optional[Instance] = None) -> list[str]:
-        lines: list[str] = []
+                 stack: Optional[Instance] = None) -> list[pyast.stmt]:
+        lines: list[pyast.stmt] = []
         for index, item in enumerate(items if items is not None else self._flatten(program)):
             step = item.step
             if step.kind == "function":
@@ -277,10 +263,11 @@ class _Forward:
                 lines += self._step(item, program, top, index, stack)
         return lines
 
-    def _step(self, item: _Item, program: Program, top: bool, index: int, stack: Optional[Instance]) -> list[str]:
+    def _step(self, item: _Item, program: Program, top: bool, index: int,
+              stack: Optional[Instance]) -> list[pyast.stmt]:
         """A step's expression, taking in the pending value where it fits; the step's own value pends in
         turn where only the next step may read it."""
-        lines: list[str] = []
+        lines: list[pyast.stmt] = []
         pending = self.pending
         if pending is not None:
             code, source = self._call(item, stack, taking=pending)
@@ -298,7 +285,7 @@ class _Forward:
             return lines
         names = [self._name_output(ref, self._default_hint(item), program, top, index) for ref in outputs]
         ref = outputs[0] if len(outputs) == 1 else None
-        return [*lines, self._line(f"{', '.join(names) or '_'} = {code}", item.span, ref, source)]
+        return [*lines, assign_many(names or ["_"], code, self._note(item.span, ref, source))]
 
     def reads_once(self, ref: str) -> bool:
         """Whether one step reads `ref` (the forward's return counts as one), and no function."""
@@ -320,24 +307,22 @@ class _Forward:
             refs += [self._resolve(r) for s in step.body.steps if s.body is not None for r in s.body.reads()]
         return [r for r in refs if isinstance(r, str)]
 
-    def _flush(self) -> list[str]:
+    def _flush(self) -> list[pyast.stmt]:
         """The pending value written on a line of its own."""
         pending, self.pending = self.pending, None
         if pending is None:
             return []
         name = self._name_output(pending.ref, pending.hint, pending.program, self.depth == 2, pending.index)
-        return [self._line(f"{name} = {pending.code}", pending.span, pending.ref, pending.source)]
+        return [assign(name, pending.code, self._note(pending.span, pending.ref, pending.source))]
 
-    def _line(self, code: str, span: Span, ref: Optional[str], source: Optional[str]) -> str:
-        """A line of code with its comment: the new shape where it differs from what it read, and the
-        spec line."""
+    def _note(self, span: Span, ref: Optional[str], source: Optional[str]) -> Note:
+        """A line's comment: the new shape where it differs from what it read, and the spec line."""
         shape = self._shape(ref)
-        comment = where(span)
         if shape is not None and shape != self._shape(source):
-            comment = f"{shape}  {comment}"
-        return f"{code}  # {comment}"
+            return Note(where(span), *shape)
+        return Note(where(span))
 
-    def _shape(self, ref: Optional[str]) -> Optional[str]:
+    def _shape(self, ref: Optional[str]) -> Optional[tuple[tuple[str, ...], str]]:
         if ref is None:
             return None
         node_id = self.context.tensors.get(ref, ref)
@@ -384,16 +369,16 @@ class _Forward:
             return step.target
         return "layer_out" if step.kind == "layer" else f"{step.target}_out"  # apply: `f_out = f(x)`
 
-    def _operand(self, operand: Operand) -> str:
+    def _operand(self, operand: Operand) -> pyast.expr:
         operand = self._resolve(operand)
         if isinstance(operand, Const):
-            return literal(operand.value)
+            return constant(operand.value)
         assert operand in self.names, f"{operand} is read before it is defined"
-        return self.names[operand]
+        return variable(self.names[operand])
 
     # --- expressions --------------------------------------------------------------------------
     def _call(self, item: _Item, stack: Optional[Instance] = None,
-              taking: Optional[_Pending] = None) -> tuple[Optional[str], Optional[str]]:
+              taking: Optional[_Pending] = None) -> tuple[Optional[pyast.expr], Optional[str]]:
         """The expression a step computes, and the tensor it reads first. With `taking`, the pending
         value written in its place: None where the step does not read it, or the line would be long."""
         step = item.step
@@ -408,10 +393,10 @@ class _Forward:
             return None, None
         return code, source
 
-    def _length(self, item: _Item, code: str, source: Optional[str]) -> int:
+    def _length(self, item: _Item, code: pyast.expr, source: Optional[str]) -> int:
         """About how long the step's line will be: its name (none where its value pends in turn), the
         code and the comment."""
-        length = len(INDENT * self.depth) + len(code) + len("  # ") + len(where(item.span))
+        length = len(INDENT * self.depth) + len(text_of(code)) + len("  # ") + len(where(item.span))
         outputs = [self._resolve(ref) for ref in item.step.outputs]
         if len(outputs) != 1 or not isinstance(outputs[0], str):
             return length + 4
@@ -420,7 +405,7 @@ class _Forward:
             return length  # it pends: the step that takes it in measures again
         shape = self._shape(ref)
         if shape is not None and shape != self._shape(source):
-            length += len(shape) + 2
+            length += len(str(Note("", *shape)))
         name = "return" if ref in self.results else self._hint(ref, self.instance.program, self._default_hint(item))
         return length + len(name) + (1 if ref in self.results else 3)
 
@@ -428,10 +413,10 @@ class _Forward:
         return ref in self.context.tensors or ref in self.graph
 
     def _expression(self, item: _Item, resolved: dict[str, Operand], taking: Optional[_Pending],
-                    stack: Optional[Instance]) -> str:
+                    stack: Optional[Instance]) -> pyast.expr:
         step = item.step
 
-        def code(port: str) -> str:
+        def code(port: str) -> pyast.expr:
             value = resolved[port]
             return taking.code if taking is not None and value == taking.ref else self._operand(value)
 
@@ -445,38 +430,31 @@ class _Forward:
             else:
                 attribute = ""
             inputs = {port: code(port) for port in step.inputs}
-            cache = "cache" if op.uses_cache and self.instance.has_cache else None
-            plain = op.call(attribute, inputs, node.attrs, cache)
-            if taking is None:
-                return plain
-            # The value taken in keeps its parentheses only where an operator would bind part of it.
-            grouped = op.call(attribute, {port: f"({text})" if resolved[port] == taking.ref else text
-                                          for port, text in inputs.items()}, node.attrs, cache)
-            return plain if _same_expression(plain, grouped) else grouped
+            return op.call(attribute, inputs, node.attrs, op.uses_cache and self.instance.has_cache)
         args = [code(port) for port in step.inputs]
+        cache = {"cache": variable("cache")}
         if step.kind == "block":
             child = self._child(item.prefix, step.target)
-            cache = ", cache=cache" if child.has_cache and self.instance.has_cache else ""
-            return f"self.{item.prefix}{identifier(step.target)}({', '.join(args)}{cache})"
+            passed = cache if child.has_cache and self.instance.has_cache else {}
+            return call(f"self.{item.prefix}{identifier(step.target)}", *args, **passed)
         if step.kind == "layer":
             assert stack is not None, "a layer step outside a stack's loop"
-            cache = ", cache=cache" if stack.children["0"].has_cache and self.instance.has_cache else ""
-            return f"layer({', '.join(args)}{cache})"
+            return call("layer", *args, **(cache if stack.children["0"].has_cache and self.instance.has_cache else {}))
         assert step.kind == "apply", f"no expression for a {step.kind} step"
         if step.argument is not None:  # a constant passed to a function
-            args.append(literal(step.argument.value))
-        function, argument = args
-        return f"{function}({argument})"
+            args.append(constant(step.argument.value))
+        function_code, argument = args
+        return pyast.Call(function_code, [argument], [])
 
     # --- functions and loops ------------------------------------------------------------------
-    def _function(self, step: Step, program: Program, top: bool, index: int) -> list[str]:
+    def _function(self, step: Step, program: Program, top: bool, index: int) -> list[pyast.stmt]:
         """A spec function: `None` if nothing calls it, else a nested def (a function that is one expression
         returns it: a def, not a lambda bound to a name, as PEP 8 and the project's linter ask)."""
         name = self._name_output(step.outputs[0], "fn", program, top, index)
-        comment = f"  # {where(step.span)}"
+        comment = where(step.span)
         body = step.body
         if body is None:
-            return [f"{name} = None{comment}"]
+            return [assign(name, constant(None), comment)]
         # The body is a scope of its own: its names need only avoid those it can see.
         outer, outer_holder = set(self.taken), self.holder
         self.holder = {}
@@ -485,21 +463,23 @@ class _Forward:
         only = body.steps[0] if len(body.steps) == 1 else None
         # Every statement names its spec line: the def, and the return (which the comment lets wrap, if long).
         if not body.steps:
-            lines = [f"def {name}({param}):{comment}", f"{INDENT}return {self._operand(body.results[0])}{comment}"]
+            statements: list[pyast.stmt] = [returns(self._operand(body.results[0]), comment)]
         elif only is not None and only.kind != "function" and list(only.outputs) == list(body.results):
             expression, _ = self._call(_Item(only, "", only.span))
-            lines = [f"def {name}({param}):{comment}", f"{INDENT}return {expression}{comment}"]
+            assert expression is not None
+            statements = [returns(expression, comment)]
         else:
             self.depth += 1
-            lines = [f"def {name}({param}):{comment}", *(INDENT + line for line in self._body(body, top=False))]
+            statements = self._body(body, top=False)
             self.depth -= 1
         self.taken, self.holder = outer, outer_holder
-        return lines
+        return [function(name, [param], statements, comment)]
 
-    def _stack(self, step: Step, program: Program, top: bool, index: int) -> list[str]:
+    def _stack(self, step: Step, program: Program, top: bool, index: int) -> list[pyast.stmt]:
         """`for layer in self.layers:` around the first layer's iteration."""
         stack = self.instance.children[step.target]
-        lines, chosen = [], set()
+        lines: list[pyast.stmt] = []
+        chosen = set()
         carried_names = []
         assert step.body is not None
         inside = step.body.reads()  # a value from before the loop the layers also read unchanged keeps its name
@@ -517,27 +497,20 @@ class _Forward:
                 name = self._fresh(hint)
                 self.taken.add(name)
                 if before is not None:
-                    lines.append(f"{name} = {self.names[before]}  # {where(step.span)}")
+                    lines.append(assign(name, variable(self.names[before]), where(step.span)))
             chosen.add(name)
             if loop is not None:
                 self.names[loop] = name
             self.names[first] = name
             carried_names.append((last, name))
-        lines.append(f"for layer in self.{identifier(step.target)}:  # {where(step.span)}")
         self.depth += 1
         body = self._program(step.body, top=False, stack=stack)
         body += self._flush()
         self.depth -= 1
-        lines += [INDENT + line for line in body]
+        lines.append(for_loop("layer", dotted(f"self.{identifier(step.target)}"), body, where(step.span)))
         for last, name in carried_names:
             self._bind(last, name, top)
         return lines
-
-
-@functools.lru_cache(maxsize=4096)  # layers and specs repeat their expressions
-def _same_expression(a: str, b: str) -> bool:
-    """Whether two expressions parse to one tree (they differ at most in redundant parentheses)."""
-    return pyast.dump(pyast.parse(a, mode="eval")) == pyast.dump(pyast.parse(b, mode="eval"))
 
 
 def _defined(program: Program) -> set[str]:
@@ -554,13 +527,14 @@ class Arguments:
     spec's parameter expression over the config (`config.d_ff`), else its value; an input's width as
     `width` gives it (the lowering follows the graph for it)."""
 
-    def __init__(self, node: Node, width: Optional[Callable[[str], str]] = None) -> None:
+    def __init__(self, node: Node, width: Optional[Callable[[str], pyast.expr]] = None) -> None:
         self.node, self._width = node, width
 
-    def attr(self, name: str) -> str:
-        return self.node.sources.get(name) or literal(getattr(self.node.attrs, name))
+    def attr(self, name: str) -> pyast.expr:
+        source = self.node.sources.get(name)
+        return source if source is not None else constant(getattr(self.node.attrs, name))
 
-    def width(self, port: str) -> str:
+    def width(self, port: str) -> pyast.expr:
         assert self._width is not None, f"{self.node.id}: an input's width read where the graph is not followed"
         return self._width(self.node.inputs[port])
 

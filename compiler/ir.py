@@ -16,6 +16,7 @@ that computes it. An op step's ref is its graph node's id, which ties the progra
 
 from __future__ import annotations
 
+import ast as pyast
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Literal, Optional, Union
 
@@ -47,8 +48,9 @@ class Node:
     shape: Optional[TensorType] = None             # inferred by validation
     inferred: dict[str, object] = field(default_factory=dict)  # facts the shape rule derives
     # Attributes the spec wrote as parameters: their expression over the generated config
-    # (`config.d_ff`), which generated code writes instead of the value (compiler/config.py).
-    sources: dict[str, str] = field(default_factory=dict)
+    # (`config.d_ff`, a Python syntax tree), which generated code writes instead of the value
+    # (compiler/config.py).
+    sources: dict[str, pyast.expr] = field(default_factory=dict)
 
     def attrs_as(self, schema: type[AttrsT]) -> AttrsT:
         """Its attributes, read as the schema of its op (`node.attrs_as(AttentionAttrs).causal`): the
@@ -145,7 +147,7 @@ class Instance:
     node: Optional[str] = None  # ops: the graph node
     has_cache: bool = False  # forward() takes the decoder cache
     result_node: Optional[str] = None  # blocks: the graph node of the tensor they return
-    count_source: Optional[str] = None  # stacks: their count read from the config (`config.layers`), if so written
+    count_source: Optional[pyast.expr] = None  # stacks: their count read from the config (`config.layers`), if so
     # Stacks of one block call passed the layer's index as it is (`repeat i in layers { lm_layer(x, i) }`):
     # the block parameter that receives it, by which a layer's class may choose its modules.
     index_param: Optional[str] = None

@@ -4,8 +4,8 @@ class's constructor over the config and the index it is given, instead of a clas
 Where the two branches make one module of classes that differ only by a piece whose option may be None
 (a sliding window), the constructor makes one call, that option chosen by the condition.
 
-The layers' classes are written first (compiler/lower.py), one per layer; they merge where they differ
-only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
+The layers' classes are built first (compiler/lower.py), one syntax tree per layer; they merge where they
+differ only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
 explains, a condition that reads more than the index and parameters) leaves them apart.
 
 A branch no layer takes at the spec's values is not in the file, so a config edited to take it (more
@@ -20,51 +20,48 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from . import ast
-from .config import condition_source, config_condition
+from .config import config_condition
 from .diagnostics import Span
 from .evaluate import Constant, ConstantError, evaluate
 from .forward import where
 from .ir import Instance
-from .wrap import INDENT, LINE_LIMIT
+from .python_code import (Note, assign, call, class_def, concatenated, constant, expression, function, note_of,
+                          noted, statements_in, text_of, variable)
 
 
 @dataclass(frozen=True)
 class _Layer:
-    header: str
-    attributes: dict[str, str]  # attribute -> its constructor's line, in order
-    forward: str  # the rest of the class, from the blank line after the constructor
+    """A layer class as compiler/lower.py builds it: its constructor's statements after
+    `super().__init__()`, each `self.<attribute> = ...`, by attribute; and its forward."""
+
+    cls: pyast.ClassDef
+    attributes: dict[str, pyast.Assign]
+    forward: pyast.FunctionDef
 
 
-def _split(body: str) -> Optional[_Layer]:
-    """A layer class as lower.py writes it (`class {NAME}(nn.Module):`, a constructor of one line per
-    module, a blank line, the forward), read from its syntax tree: None where it is not so."""
-    lines = body.rstrip("\n").split("\n")
-    try:
-        tree = pyast.parse(body.replace("{NAME}", "Layer", 1))
-    except SyntaxError:
+def _split(cls: pyast.ClassDef) -> Optional[_Layer]:
+    """A layer class read as lower.py builds it (`__init__(self, config)` of one assignment per module, then
+    `forward`): None where it is not so."""
+    if len(cls.body) != 2 or not all(isinstance(method, pyast.FunctionDef) for method in cls.body):
         return None
-    cls = tree.body[0] if len(tree.body) == 1 and isinstance(tree.body[0], pyast.ClassDef) else None
-    init = cls.body[0] if cls is not None and cls.body and isinstance(cls.body[0], pyast.FunctionDef) else None
-    if init is None or init.name != "__init__" or len(init.body) < 1:
-        return None
+    init, forward = cls.body
+    assert isinstance(init, pyast.FunctionDef) and isinstance(forward, pyast.FunctionDef)
     attributes = {}
     for statement in init.body[1:]:  # after super().__init__()
         target = statement.targets[0] if isinstance(statement, pyast.Assign) and len(statement.targets) == 1 \
             else None
         if not (isinstance(target, pyast.Attribute) and isinstance(target.value, pyast.Name)
-                and target.value.id == "self" and statement.lineno == statement.end_lineno):
+                and target.value.id == "self"):
             return None
-        attributes[target.attr] = lines[statement.lineno - 1]
-    end = init.end_lineno or init.lineno
-    if end >= len(lines) or lines[end] != "":
-        return None
-    return _Layer(lines[0], attributes, "\n".join(lines[end:]))
+        assert isinstance(statement, pyast.Assign)
+        attributes[target.attr] = statement
+    return _Layer(cls, attributes, forward)
 
 
-def branch_guards(block: ast.Block, index: str, count: int, fields: dict[str, Constant]) -> list[str]:
-    """The constructor's lines that refuse a layer whose `if` (of the block's own statements, over the
+def branch_guards(block: ast.Block, index: str, count: int, fields: dict[str, Constant]) -> list[pyast.stmt]:
+    """The constructor's statement that refuses a layer whose `if` (of the block's own statements, over the
     index and parameters) takes a branch none of the `count` layers takes at the spec's values: one `if`
-    for them all where it fits a line."""
+    for them all."""
     refused: list[tuple[pyast.expr, Span]] = []  # (the untaken branch's condition, the spec's `if`)
     for statement in block.body:
         condition = config_condition(statement.condition, fields, index) if isinstance(statement, ast.If) else None
@@ -74,24 +71,17 @@ def branch_guards(block: ast.Block, index: str, count: int, fields: dict[str, Co
         taken = {_value(statement.condition, index, layer, fields) for layer in range(count)}
         if len(taken) != 1 or None in taken:
             continue
-        tree = pyast.parse(condition_source(condition), mode="eval").body
-        refused.append((tree if taken == {False} else pyast.UnaryOp(pyast.Not(), tree), statement.span))
+        refused.append((condition if taken == {False} else pyast.UnaryOp(pyast.Not(), condition), statement.span))
     if not refused:
         return []
     either = pyast.BoolOp(pyast.Or(), [tree for tree, _ in refused]) if len(refused) > 1 else refused[0][0]
-    test = [f"{INDENT * 2}if {pyast.unparse(either)}:  # {', '.join(where(span) for _, span in refused)}"]
-    if len(test[0]) >= LINE_LIMIT and len(refused) > 1:  # `(A` and `or B):`, an operand and its `if` a line
-        operands = [f"({pyast.unparse(tree)})" if isinstance(tree, pyast.BoolOp) and isinstance(tree.op, pyast.Or)
-                    else pyast.unparse(tree) for tree, _ in refused]
-        test = [f"{INDENT * 2}if ({operands[0]}", *(f"{INDENT * 4}or {operand}" for operand in operands[1:])]
-        test[-1] += "):"
-        test = [f"{line}  # {where(span)}" for line, (_, span) in zip(test, refused)]
-    first = pyast.JoinedStr([pyast.Constant("layer "), pyast.FormattedValue(pyast.Name(index), -1),
-                             pyast.Constant(" takes a branch this file was generated without: ")])
-    raising = f"{INDENT * 3}raise ValueError("
-    refusal = [raising + pyast.unparse(first),
-               " " * len(raising) + repr("compile the spec with these values (xspec compile --set)") + ")"]
-    return [*test, *refusal]
+    message = concatenated(pyast.JoinedStr([pyast.Constant("layer "), pyast.FormattedValue(variable(index), -1),
+                                            pyast.Constant(" takes a branch this file was generated without: ")]),
+                           "compile the spec with these values (xspec compile --set)")
+    guard = pyast.If(either, [pyast.Raise(call("ValueError", message), None)], [])
+    noted(guard, ", ".join(where(span) for _, span in refused))
+    guard.notes = [where(span) for _, span in refused]  # type: ignore[attr-defined]  # one an operand, if split
+    return [guard]
 
 
 def _value(condition: ast.Expr, index: str, layer: int, fields: dict[str, Constant]) -> Optional[bool]:
@@ -110,64 +100,69 @@ def _value(condition: ast.Expr, index: str, layer: int, fields: dict[str, Consta
     return value if isinstance(value, bool) else None
 
 
-def guarded_layer_class(body: str, index: str, guards: list[str]) -> Optional[str]:
-    """One layer class (`body`, as lower.py writes it) whose constructor takes the index as `index` and
+def guarded_layer_class(cls: pyast.ClassDef, index: str, guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
+    """One layer class (`cls`, as lower.py builds it) whose constructor takes the index as `index` and
     refuses the branches `guards` name; None where it is not of lower.py's form."""
-    written = _split(body)
+    written = _split(cls)
     if written is None or index in ("self", "config"):
         return None
-    lines = [*_indexed_constructor(written, index, guards), *written.attributes.values()]
-    return "\n".join(lines) + "\n" + written.forward + "\n"
+    return _indexed_class(written, index, [*guards, *written.attributes.values()])
 
 
-def _indexed_constructor(written: _Layer, index: str, guards: list[str]) -> list[str]:
-    """The class line and the start of a constructor that takes the layer's index, its guards first."""
-    return [written.header, f"{INDENT}def __init__(self, config, {index}):", f"{INDENT * 2}super().__init__()",
-            *guards]
+def _indexed_class(written: _Layer, index: str, statements: list[pyast.stmt]) -> pyast.ClassDef:
+    """The layer's class with a constructor that takes the layer's index, of `statements`."""
+    init = function("__init__", ["self", "config", index], [_super_init(), *statements])
+    return class_def(written.cls.name, written.cls.bases, [init, written.forward], note_of(written.cls))
 
 
-def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], bodies: list[str], keys: list[str],
+def _super_init() -> pyast.stmt:
+    return expression(call(pyast.Attribute(call("super"), "__init__", pyast.Load())))
+
+
+def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], classes: list[pyast.ClassDef],
                          fields: dict[str, Constant], pieces_of: dict[str, tuple[str, ...]],
-                         optional: Mapping[str, str], guards: list[str]) -> Optional[str]:
-    """The body of one class for `layers` (their bodies and shape-free keys as lower.py writes them), whose
-    constructor takes the layer's index as `index` and chooses its modules by the block's conditions; None
-    where they cannot be one class. `pieces_of` gives the library pieces of the file's combined classes,
-    `optional` the pieces whose option may be None, with that option (OpDef.optional_pieces); `guards`
-    refuse the branches no layer takes (`branch_guards`)."""
-    parts, written = [_split(key) for key in keys], _split(bodies[0])
-    if any(p is None for p in parts) or written is None or index in ("self", "config"):
+                         optional: Mapping[str, str], guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
+    """One class for `layers` (their classes as lower.py builds them), whose constructor takes the layer's
+    index as `index` and chooses its modules by the block's conditions; None where they cannot be one
+    class. `pieces_of` gives the library pieces of the file's combined classes, `optional` the pieces whose
+    option may be None, with that option (OpDef.optional_pieces); `guards` refuse the branches no layer
+    takes (`branch_guards`)."""
+    parts = [_split(cls) for cls in classes]
+    if any(p is None for p in parts) or index in ("self", "config"):
         return None
     split = [p for p in parts if p is not None]
     first = split[0]
     if any(list(p.attributes) != list(first.attributes) for p in split):
         return None
-    forward = _one_forward(written.forward, [p.forward for p in split])
+    forward = _one_forward([p.forward for p in split])
     if forward is None:
         return None
-    differing = [a for a in first.attributes if len({p.attributes[a] for p in split}) > 1]
-    choices: dict[int, tuple[ast.If, dict[str, dict[bool, str]]]] = {}  # id(if) -> (if, attribute -> branch -> line)
+    code = {a: [text_of(p.attributes[a]) for p in split] for a in first.attributes}
+    differing = [a for a in first.attributes if len(set(code[a])) > 1]
+    # id(if) -> (if, attribute -> branch -> its assignment)
+    choices: dict[int, tuple[ast.If, dict[str, dict[bool, pyast.Assign]]]] = {}
     for attribute in differing:
-        for layer, part in zip(layers, split):
+        for layer, part, dump in zip(layers, split, code[attribute]):
             child = layer.children.get(attribute)
             found = _deciding_if(block.body, child.span) if child is not None else None
             if found is None:
                 return None
             statement, taken = found
             chosen = choices.setdefault(id(statement), (statement, {}))[1].setdefault(attribute, {})
-            if chosen.setdefault(taken, part.attributes[attribute]) != part.attributes[attribute]:
+            if text_of(chosen.setdefault(taken, part.attributes[attribute])) != dump:
                 return None  # layers in one branch differ: something else chose
     conditions = {}
     for key, (statement, branches) in choices.items():
         condition = config_condition(statement.condition, fields, index)
-        if condition is None or any(len(lines) != 2 for lines in branches.values()):
+        if condition is None or any(len(assignments) != 2 for assignments in branches.values()):
             return None
-        conditions[key] = condition_source(condition)
-    lines = _indexed_constructor(written, index, guards)
+        conditions[key] = condition
+    statements: list[pyast.stmt] = [*guards]
     done: set[int] = set()
-    for attribute, line in written.attributes.items():
+    for attribute, assignment in first.attributes.items():
         decided = next(((k, s, b) for k, (s, b) in choices.items() if attribute in b), None)
         if decided is None:
-            lines.append(line)
+            statements.append(assignment)
             continue
         key, statement, branches = decided
         if key in done:
@@ -175,31 +170,26 @@ def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], b
         done.add(key)
         merged = [_merged_choice(branch[True], branch[False], conditions[key], where(statement.span), pieces_of,
                                  optional) for branch in branches.values()]
-        if all(line is not None for line in merged):  # one constructor call, its arguments chosen
-            lines += [line for line in merged if line is not None]
+        if all(assignment is not None for assignment in merged):  # one constructor call, its arguments chosen
+            statements += [assignment for assignment in merged if assignment is not None]
             continue
-        lines.append(f"{INDENT * 2}if {conditions[key]}:  # {where(statement.span)}")
-        lines += [INDENT + branch[True] for branch in branches.values()]
-        lines.append(f"{INDENT * 2}else:")
-        lines += [INDENT + branch[False] for branch in branches.values()]
-    return "\n".join(lines) + "\n" + forward + "\n"
+        statements.append(pyast.If(conditions[key], [branch[True] for branch in branches.values()],
+                                   [branch[False] for branch in branches.values()]))
+        noted(statements[-1], where(statement.span))
+    return _indexed_class(first, index, statements)
 
 
-def _one_forward(written: str, forwards: list[str]) -> Optional[str]:
-    """The first layer's forward (`written`), if every layer's is the same code: a line whose spec line
-    differs (a function each branch defines) names them all."""
-    rows = [forward.split("\n") for forward in forwards]
-    if any(len(row) != len(rows[0]) for row in rows):
+def _one_forward(forwards: list[pyast.FunctionDef]) -> Optional[pyast.FunctionDef]:
+    """The first layer's forward, if every layer's is the same code: a statement whose spec line differs (a
+    function each branch defines) names them all."""
+    if len({text_of(forward) for forward in forwards}) > 1:
         return None
-    lines = written.split("\n")
-    for number, versions in enumerate(zip(*rows)):
-        code = {version.split("  # ", 1)[0] for version in versions}
-        if len(code) > 1:
-            return None
-        pointers = list(dict.fromkeys(version.rsplit("  # ", 1)[-1] for version in versions if "  # " in version))
-        if len(pointers) > 1 and lines[number].endswith(pointers[0]):
-            lines[number] = lines[number].removesuffix(pointers[0]) + ", ".join(pointers)
-    return "\n".join(lines)
+    for versions in zip(*(statements_in(forward) for forward in forwards)):
+        notes = [note for note in map(note_of, versions) if note is not None]
+        pointers = list(dict.fromkeys(note.text for note in notes))
+        if len(pointers) > 1 and note_of(versions[0]) is not None:
+            noted(versions[0], Note(", ".join(pointers), notes[0].shape, notes[0].dtype))
+    return forwards[0]
 
 
 def _deciding_if(body: tuple[ast.Stmt, ...], span: Span) -> Optional[tuple[ast.If, bool]]:
@@ -218,20 +208,19 @@ def _holds(statements: tuple[ast.Stmt, ...], span: Span) -> bool:
         and (span.end_line, span.end_col) <= (end.end_line, end.end_col)
 
 
-def _merged_choice(chosen: str, other: str, condition: str, pointer: str, pieces_of: dict[str, tuple[str, ...]],
-                   optional_pieces: Mapping[str, str]) -> Optional[str]:
-    """The constructor line of a module whose class the condition chooses, as one call where the two
-    classes differ only by pieces whose option may be None (a sliding window, None in a global layer, as
+def _merged_choice(chosen: pyast.Assign, other: pyast.Assign, condition: pyast.expr, pointer: str,
+                   pieces_of: dict[str, tuple[str, ...]], optional_pieces: Mapping[str, str]) -> Optional[pyast.Assign]:
+    """The constructor of a module whose class the condition chooses, as one call where the two classes
+    differ only by pieces whose option may be None (a sliding window, None in a global layer, as
     transformers writes `sliding_window if layer_type == "sliding_attention" else None`): the class with
-    them, that option chosen by the condition (the line points to the spec's `if`). None where they
+    them, that option chosen by the condition (the assignment points to the spec's `if`). None where they
     differ otherwise."""
-    first, second = _constructor_call(chosen), _constructor_call(other)
-    if first is None or second is None:
+    call_a, call_b = chosen.value, other.value
+    if not (isinstance(call_a, pyast.Call) and isinstance(call_b, pyast.Call)) or \
+            pyast.dump(chosen.targets[0]) != pyast.dump(other.targets[0]):
         return None
-    (target, call, code), (other_target, other_call, other_code) = first, second
-    names = [c.func.id for c in (call, other_call) if isinstance(c.func, pyast.Name)]
-    if target != other_target or len(names) != 2 or [pyast.dump(a) for a in call.args] != \
-            [pyast.dump(a) for a in other_call.args]:
+    names = [c.func.id for c in (call_a, call_b) if isinstance(c.func, pyast.Name)]
+    if len(names) != 2 or [pyast.dump(a) for a in call_a.args] != [pyast.dump(a) for a in call_b.args]:
         return None
     pieces = [set(pieces_of.get(name, (name,))) for name in names]
     differing = pieces[0] ^ pieces[1]
@@ -241,32 +230,15 @@ def _merged_choice(chosen: str, other: str, condition: str, pointer: str, pieces
     if cls is None:
         return None
     optional = {optional_pieces[piece] for piece in differing}
-    mine, theirs = _keywords(call, code), _keywords(other_call, other_code)
-    arguments = [pyast.get_source_segment(code, a) or "" for a in call.args]
+    mine = {k.arg: k.value for k in call_a.keywords if k.arg is not None}
+    theirs = {k.arg: k.value for k in call_b.keywords if k.arg is not None}
+    keywords: dict[str, pyast.expr] = {}
     for name in dict.fromkeys([*mine, *theirs]):
         a, b = mine.get(name), theirs.get(name)
-        if a is not None and b is not None and a[1] == b[1]:
-            arguments.append(f"{name}={a[0]}")
+        if a is not None and b is not None and pyast.dump(a) == pyast.dump(b):
+            keywords[name] = a
         elif name not in optional:  # another difference: the branches say it better
             return None
         else:
-            arguments.append(f"{name}={a[0] if a else 'None'} if {condition} else {b[0] if b else 'None'}")
-    return f"{INDENT * 2}{target} = {cls}({', '.join(arguments)})  # {pointer}"
-
-
-def _constructor_call(line: str) -> Optional[tuple[str, pyast.Call, str]]:
-    """`self.x = Cls(...)  # spec:line`: its target, call and code."""
-    code = line.strip().partition("  # ")[0]
-    try:
-        statement = pyast.parse(code).body[0]
-    except SyntaxError:
-        return None
-    if not (isinstance(statement, pyast.Assign) and isinstance(statement.value, pyast.Call)):
-        return None
-    return code[:code.index(" = ")], statement.value, code
-
-
-def _keywords(call: pyast.Call, code: str) -> dict[str, tuple[str, str]]:
-    """Each keyword argument's source and syntax tree."""
-    return {k.arg: (pyast.get_source_segment(code, k.value) or "", pyast.dump(k.value))
-            for k in call.keywords if k.arg is not None}
+            keywords[name] = pyast.IfExp(condition, a or constant(None), b or constant(None))
+    return assign(chosen.targets[0], call(cls, *call_a.args, **keywords), pointer)

@@ -5,41 +5,47 @@ makes differently by their index share one that takes the index, compiler/layer_
 `forward` one line per step of its program, with a comment naming the spec line it comes from: an op, a
 block call, a spec function (a nested `def`), a function's call, and a repeated stack as one `for` loop
 over an `nn.ModuleList`. Lowering reads the graph's nodes and the programs; of the spec's syntax, only
-the condition of an `if` by which a layer's block chooses its modules. Names in the output are
-identifiers the graph builder checked (compiler/names.py), or made here from them; constants are
-emitted with `repr`; text from the spec (file names, string values) is escaped for the docstring or
-comment it lands in, and the finished module's AST is checked (compiler/codecheck.py) before anything
-compiles or runs it.
+the condition of an `if` by which a layer's block chooses its modules.
+
+The module is built as a Python syntax tree (compiler/python_code.py), never as text read back: classes
+compare, merge and choose by their trees, and a statement's comment is a note it carries. Names in it are
+identifiers the graph builder checked (compiler/names.py), or made here from them; text from the spec
+(file names, string values) is escaped for the docstring or comment it lands in. The tree is checked
+(compiler/codecheck.py) and printed (compiler/python_print.py, which proves the text parses back to it)
+before anything compiles or runs it.
 """
 
 from __future__ import annotations
 
+import ast as pyast
 import functools
 import itertools
-import re
-from typing import Callable, Optional
-
-from xspec.base.text import printable
+from typing import Callable, Optional, Sequence, Union
 
 from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
-from .config import ConfigNames, condition_source, config_fields, derived_field
+from .config import ConfigNames, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER
-from .forward import Arguments, Context, file_label, forward_lines, identifier, inline_calls, literal, where
+from .forward import Arguments, Context, file_label, forward_method, inline_calls, where
 from .ir import Instance
 from .layer_choice import branch_guards, guarded_layer_class, layer_class_by_index
+from .library import MODULE, LibraryClass, library_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
-from .library import MODULE, library_classes, with_bases
+from .python_code import (assign, attribute, call, class_def, constant, docstring, dotted, expression,
+                          for_loop, function, identifier, if_statement, note_of, noted, returns, statements_in,
+                          text_of, variable)
+from .python_print import INDENT, LINE_LIMIT, print_checked
 from .resolve import ResolvedModel
 from .shapes import TensorType
 from .validate import ValidatedModel
-from .wrap import INDENT, LINE_LIMIT, assignment, wrap, wrapped
 
 # torch's modules a generated file may import, as it names them.
-MODULES = (("torch", "torch"), ("torch.nn as nn", "nn"), ("torch.nn.functional as F", "F"))
-SHAPE_COMMENT = re.compile(r"  # \w*\[[^\]]*\]  ")  # `  # [batch, src_len, d_model]  base.xspec:33`
+MODULES = (("torch", None, "torch"), ("torch.nn", "nn", "nn"), ("torch.nn.functional", "F", "F"))
+
+# A block of the file: generated statements, or a library class copied whole (a standalone file).
+Block = Union[pyast.stmt, LibraryClass]
 
 
 class Lowered:
@@ -66,44 +72,46 @@ def _library_used(named: set[str], combined: dict[str, tuple[str, ...]]) -> set[
     return (named & set(library_classes())) | {piece for pieces in combined.values() for piece in pieces}
 
 
-def _library_import(names: set[str]) -> str:
-    """`from xspec.nn import A, B`, the names packed in parentheses where one line is too long."""
-    listed = ", ".join(sorted(names))
-    line = f"from {MODULE} import {listed}"
-    return line if len(line) < LINE_LIMIT else "\n".join(wrapped(f"from {MODULE} import ({listed})", "", split=True))
-
-
-def _combined(name: str, pieces: tuple[str, ...]) -> str:
+def _combined(name: str, pieces: tuple[str, ...]) -> pyast.ClassDef:
     """A class of the generated file that is the library classes `pieces` together."""
-    # Where too long, the bases hang one level deeper than the body, as a long `def` line's arguments do.
-    first, *rest = wrapped(f"class {name}({', '.join(pieces)})", INDENT)
-    header = "\n".join([first.removeprefix(INDENT), *rest]) + ":"
     names = ", ".join(piece.removesuffix("Attention") for piece in pieces)
-    return f'{header}\n{INDENT}"""{names}: each piece above."""\n'
+    return class_def(name, [variable(piece) for piece in pieces], [docstring(f"{names}: each piece above.")])
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> Lowered:
-    lowered = _Lowering(model, validated).module_sources()
-    check_module(lowered.source)
-    return lowered
+    return _Lowering(model, validated).module_sources()
 
 
-def _docstring(text: str) -> str:
-    """A docstring holding `text` verbatim (quotes and backslashes escaped, control characters shown)."""
-    lines = [printable(line).replace("\\", "\\\\").replace('"', '\\"') for line in text.split("\n")]
-    return '"""' + "\n".join(lines) + '"""'
+def _class_key(cls: pyast.ClassDef) -> str:
+    """What makes two classes one: their code and their comments' spec lines, not their names or the
+    dimensions their shape comments name (layers that differ only in their lengths share a class)."""
+    notes = [note.text for statement in statements_in(cls) if (note := note_of(statement)) is not None]
+    return text_of(pyast.Module(cls.body, [])) + repr([text_of(base) for base in cls.bases]) + repr(notes)
+
+
+def _merge_shapes(kept: pyast.ClassDef, other: pyast.ClassDef) -> None:
+    """`kept`'s shape comments naming both classes' dimensions where they differ (`[batch, src_len|tgt_len,
+    d_model]`); the two are the same code."""
+    for mine, theirs in zip(statements_in(kept), statements_in(other)):
+        a, b = note_of(mine), note_of(theirs)
+        if a is not None and b is not None and a.shape != b.shape:
+            noted(mine, a.merged(b))
+
+
+def _super_init() -> pyast.stmt:
+    return expression(call(pyast.Attribute(call("super"), "__init__", pyast.Load())))
 
 
 class _Lowering:
     def __init__(self, model: ResolvedModel, validated: ValidatedModel) -> None:
         self.model, self.validated = model, validated
         self.graph = validated.graph.graph
-        self.classes: dict[str, str] = {}  # class body (named "{NAME}", no shapes) -> class name
+        self.classes: dict[str, str] = {}  # class key (_class_key) -> class name
         self.class_of: dict[str, str] = {}  # instance path -> class name
-        self.bodies: dict[str, str] = {}  # class name -> its source
+        self.trees: dict[str, pyast.ClassDef] = {}  # class name -> its tree
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.indexed: dict[str, str] = {}  # stack path -> the name its layers' one class takes the index by
-        self.order: list[str] = []  # class sources in definition order
+        self.order: list[pyast.ClassDef] = []  # classes in definition order
         # Classes of the file that combine library classes (an attention's pieces), by name.
         composed = dict(OPS[node.op].composes(node.attrs, node.inferred) for node in self.graph)
         self.combined = {name: pieces for name, pieces in composed.items() if len(pieces) > 1}
@@ -112,8 +120,9 @@ class _Lowering:
         self.config_class = class_name(f"{model.name}_config", {*self.library, self.model_class})
         self.fields = config_fields(model.params)
         self.names = ConfigNames(self.fields)
-        self.widths: dict[str, str] = {}  # node id -> its output's last size, as generated code writes it
-        self.holders: dict[str, dict[str, tuple[str, Span]]] = {}  # instance -> constructor -> attribute, line
+        self.widths: dict[str, pyast.expr] = {}  # node id -> its output's last size, as generated code writes it
+        # instance -> the constructor's code -> (attribute, constructor, line)
+        self.holders: dict[str, dict[str, tuple[str, pyast.expr, Span]]] = {}
         self.context = Context(self.graph, validated.graph.tensors, self.names,
                                inline_calls(validated.graph.root), self._holder)
 
@@ -122,33 +131,45 @@ class _Lowering:
         for child in root.children.values():
             self._define(child, child.name)
         model_class = self._model_class()
-        used = names_used(*self.order, model_class)
+        used = names_used(*self.order, *model_class)
         combined = {name: pieces for name, pieces in self.combined.items() if name in used}
         library = _library_used(used, combined)
-        composites = [_combined(name, pieces) for name, pieces in sorted(combined.items())]
-        classes = ["\n".join(wrapped for line in body.split("\n") for wrapped in _rewrap(line)) for body in self.order]
-        generated = [*composites, *classes, model_class]
+        generated: list[pyast.stmt] = [*(_combined(name, pieces) for name, pieces in sorted(combined.items())),
+                                       *self.order, *model_class]
         config = self._config(self.order)
-        copies = [library_classes()[name].source for name in with_bases(library)]
-        return Lowered(self._module([config, *generated], library),
-                       lambda: self._module([config, *copies, *generated], set()))
+        source = self._module([config, *generated], library)
+        copies = [library_classes()[name] for name in with_bases(library)]
+        return Lowered(source, lambda: self._module([config, *copies, *generated], set()))
 
-    def _module(self, body: list[str], imported: set[str]) -> str:
-        """The file: its docstring, the imports `body` reads (a file reads clean under a linter), `body`."""
+    def _module(self, body: Sequence[Block], imported: set[str]) -> str:
+        """The file: its docstring, the imports `body` reads (a file reads clean under a linter), `body`;
+        checked as the tree it is, and printed."""
         doc = (f"Model '{self.model.name}' ({self.validated.parameter_count:,} parameters), generated by xspec "
                f"from\n{file_label(self.model.span.file)}: edit the spec, not this file.")
-        standard = ["import math"] if attributes_read(*body, owner="math") else []
-        torch = [f"import {module}" for module, name in MODULES if attributes_read(*body, owner=name)]
-        library = ["", _library_import(imported)] if imported else []
-        header = "\n".join([_docstring(doc), "", *standard, "from dataclasses import dataclass", "", *torch, *library])
-        return "\n\n\n".join(p.rstrip("\n") for p in [header, *body]) + "\n"
+        trees = [block.node if isinstance(block, LibraryClass) else block for block in body]
+        standard: list[pyast.stmt] = [pyast.Import([pyast.alias("math")])] if attributes_read(*trees, owner="math") \
+            else []
+        standard.append(pyast.ImportFrom("dataclasses", [pyast.alias("dataclass")], 0))
+        torch: list[pyast.stmt] = [pyast.Import([pyast.alias(module, alias)]) for module, alias, name in MODULES
+                 if attributes_read(*trees, owner=name)]
+        names = [pyast.alias(name) for name in sorted(imported)]
+        library: list[pyast.stmt] = [pyast.ImportFrom(MODULE, names, 0)] if imported else []
+        groups: list[list[pyast.stmt]] = [[docstring(doc)], standard, torch, library]
+        header = [statements for statements in groups if statements]
+        if not any(isinstance(block, LibraryClass) for block in body):
+            tree = pyast.Module([statement for group in header for statement in group], [])
+            tree.body += [block for block in body if not isinstance(block, LibraryClass)]
+            check_module(tree)
+        text = "\n\n".join(print_checked(group).rstrip("\n") for group in header)
+        blocks = [block.source if isinstance(block, LibraryClass) else print_checked([block]) for block in body]
+        return "\n\n\n".join(part.rstrip("\n") for part in [text, *blocks]) + "\n"
 
     # --- classes ------------------------------------------------------------------------------
     def _define(self, instance: Instance, base: str) -> str:
         """Emit the class of a block instance (children first) and return its name. `base` is the
         block's name, from which the class is named (`encoder_layer` -> `EncoderLayer`)."""
         self._define_children(instance, base)
-        return self._register(instance, base, self._class_body(instance))
+        return self._register(instance, base, self._class(instance))
 
     def _define_children(self, instance: Instance, base: str) -> None:
         for child in instance.children.values():
@@ -166,59 +187,61 @@ class _Lowering:
         bases = [item.block_name or f"{base}_layer" for item in layers]
         for item, item_base in zip(layers, bases):
             self._define_children(item, item_base)
-        bodies = [self._class_body(item) for item in layers]
-        keys = [SHAPE_COMMENT.sub("  # ", body) for body in bodies]
+        classes = [self._class(item) for item in layers]
         if stack.index_param is not None and layers[0].block_name is not None:
             block = self.model.blocks[layers[0].block_name]
             guards = branch_guards(block, stack.index_param, len(layers), self.fields)
-            if len(set(keys)) > 1:
-                merged = layer_class_by_index(block, stack.index_param, layers, bodies, keys, self.fields,
+            if len({_class_key(cls) for cls in classes}) > 1:
+                merged = layer_class_by_index(block, stack.index_param, layers, classes, self.fields,
                                               self.combined, {piece: option for op in OPS.values() for piece, option
                                                               in op.optional_pieces.items()}, guards)
             else:
-                merged = guarded_layer_class(bodies[0], stack.index_param, guards) if guards else None
+                merged = guarded_layer_class(classes[0], stack.index_param, guards) if guards else None
             if merged is not None:
+                for other in classes[1:]:
+                    _merge_shapes(merged, other)
                 name = self._register(layers[0], bases[0], merged)
                 for item in layers:
                     self.class_of[item.path] = name
                 self.indexed[stack.path] = stack.index_param
                 return [name] * len(layers)
-        return [self._register(item, item_base, body) for item, item_base, body in zip(layers, bases, bodies)]
+        return [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
 
-    def _register(self, instance: Instance, base: str, body: str) -> str:
-        """The class of `body`: one written before with the same code (its shape comments merged), or a new
-        one named after `base`."""
-        key = SHAPE_COMMENT.sub("  # ", body)  # layers that differ only in their lengths share a class
+    def _register(self, instance: Instance, base: str, cls: pyast.ClassDef) -> str:
+        """The class of `cls`: one written before with the same code (its shape comments merged), or `cls`,
+        named after `base`."""
+        key = _class_key(cls)
         name = self.classes.get(key)
         if name is not None:
-            index = self.order.index(self.bodies[name])
-            merged = _merge_shapes(self.order[index], body.replace("{NAME}", name, 1))
-            self.bodies[name] = self.order[index] = merged
+            _merge_shapes(self.trees[name], cls)
         else:
             # Not a name another class, a library class, the model class or the code's own names have.
             name = class_name(base, {*self.classes.values(), *self.library, self.model_class,
                                      self.config_class})
             self.classes[key] = name
-            self.bodies[name] = body.replace("{NAME}", name, 1)
-            self.order.append(self.bodies[name])
+            cls.name = name
+            self.trees[name] = cls
+            self.order.append(cls)
         self.class_of[instance.path] = name
         return name
 
-    def _class_body(self, instance: Instance) -> str:
+    def _class(self, instance: Instance) -> pyast.ClassDef:
+        """A block instance's class (named when registered): a constructor of one assignment per module it
+        holds, and its forward."""
         doc = (f"block {instance.block_name}, {where(instance.block_span)}" if instance.block_span
                else f"a layer of the repeat at {where(instance.span)}")
-        forward = forward_lines(self.context, instance)  # first: it names the modules it needs held
-        lines = [f"{INDENT}def __init__(self, config):", f"{INDENT * 2}super().__init__()"]
+        forward = forward_method(self.context, instance)  # first: it names the modules it needs held
+        init = [_super_init()]
         for name, child in instance.children.items():
             constructor = self._constructor(child)
             if constructor is not None:
-                lines.append(f"{INDENT * 2}self.{identifier(name)} = {constructor}  # {where(child.span)}")
-        for constructor, (attribute, span) in self.holders.get(instance.path, {}).items():
-            lines.append(f"{INDENT * 2}self.{attribute} = {constructor}  # {where(span)}")
-        lines += ["", *(INDENT + line for line in forward)]  # wrapped once classes are merged (module_source)
-        return "\n".join([f"class {{NAME}}(nn.Module):  # {doc}", *lines]) + "\n"
+                init.append(assign(f"self.{identifier(name)}", constructor, where(child.span)))
+        for attribute_name, constructor, span in self.holders.get(instance.path, {}).values():
+            init.append(assign(f"self.{attribute_name}", constructor, where(span)))
+        return class_def("Layer", [dotted("nn.Module")], [function("__init__", ["self", "config"], init), forward],
+                         doc)
 
-    def _constructor(self, child: Instance) -> Optional[str]:
+    def _constructor(self, child: Instance) -> Optional[pyast.expr]:
         if child.kind == "op":
             assert child.node is not None
             node = self.graph[child.node]
@@ -227,37 +250,40 @@ class _Lowering:
             return module(node.attrs, node.inferred, Arguments(node, self._width))
         if child.kind == "stack":
             classes = self.layer_classes[child.path]
-            count = child.count_source or literal(len(classes))
-            if child.path in self.indexed:
-                index = self.indexed[child.path]
-                return f"nn.ModuleList([{classes[0]}(config, {index}) for {index} in range({count})])"
-            if len(set(classes)) == 1:
-                return f"nn.ModuleList([{classes[0]}(config) for _ in range({count})])"
+            count = child.count_source if child.count_source is not None else constant(len(classes))
+            if child.path in self.indexed or len(set(classes)) == 1:
+                index = self.indexed.get(child.path, "_")
+                arguments = [variable("config")] + ([variable(index)] if child.path in self.indexed else [])
+                layers = pyast.ListComp(call(classes[0], *arguments), [pyast.comprehension(
+                    pyast.Name(index, pyast.Store()), call("range", count), [], 0)])
+                return call("nn.ModuleList", layers)
             # flat: no deep expression
-            return f"nn.ModuleList([{', '.join(f'{name}(config)' for name in classes)}])"
+            return call("nn.ModuleList", pyast.List([call(name, variable("config")) for name in classes], pyast.Load()))
         if child.path in self.context.inline:  # its steps are written in the caller: it holds its modules
             modules = {name: self._constructor(c) for name, c in child.children.items()}
             if not modules:
                 return None
-            return "nn.ModuleDict({" + ", ".join(f"{literal(n)}: {c}" for n, c in modules.items()) + "})"
-        return f"{self.class_of[child.path]}(config)"
+            return call("nn.ModuleDict", pyast.Dict([constant(n) for n in modules],
+                                                    [c for c in modules.values() if c is not None]))
+        return call(self.class_of[child.path], variable("config"))
 
-    def _holder(self, instance: Instance, node_id: str, constructor: str) -> str:
+    def _holder(self, instance: Instance, node_id: str, constructor: pyast.expr) -> str:
         """The attribute of `instance`'s class that holds a parameter-free module: named after the spec's
         parameter it reads (`self.dropout = nn.Dropout(config.dropout)`), else after the op."""
         held = self.holders.setdefault(instance.path, {})
-        if constructor not in held:
+        key = text_of(constructor)
+        if key not in held:
             base = config_argument(constructor) or self.graph[node_id].op
-            taken = {*instance.children, *(attribute for attribute, _ in held.values())}
+            taken = {*instance.children, *(attribute_name for attribute_name, _, _ in held.values())}
             name = base
             for n in itertools.count(2):
                 if name not in taken and module_name_problem(name) is None and local_name_problem(name) is None:
                     break
                 name = f"{base}_{n}"
-            held[constructor] = (name, self.graph[node_id].span)
-        return held[constructor][0]
+            held[key] = (name, constructor, self.graph[node_id].span)
+        return held[key][0]
 
-    def _width(self, node_id: str) -> str:
+    def _width(self, node_id: str) -> pyast.expr:
         """The last size of a node's output as the spec's expressions give it: the attribute of the op that
         made it (OpDef.width), through the ops that keep an input's (a norm, attention, an addition). A
         graph input's reads the one parameter of its value, if one only."""
@@ -283,7 +309,7 @@ class _Lowering:
         return self.widths[node_id]
 
     # --- the file around the classes ----------------------------------------------------------
-    def _config(self, classes: list[str]) -> str:
+    def _config(self, classes: list[pyast.ClassDef]) -> pyast.ClassDef:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
         takes it. A parameter the spec computes from others (`d_k = d_model / heads`) is None unless
         given and computed from them after (`__post_init__`), so an edited config builds what --set builds."""
@@ -295,40 +321,44 @@ class _Lowering:
                 if name not in used:
                     used.add(name)
                     pending += [name] if name in derived else []
-        fields = [_field(name, value, computed=name in derived) for name, value in self.fields.items()
-                  if name in used]
+        fields: list[pyast.stmt] = [
+            pyast.AnnAssign(pyast.Name(name, pyast.Store()), variable(type(value).__name__),
+                            constant(None if name in derived else value), 1)
+            for name, value in self.fields.items() if name in used]
         doc = f"The parameters of {file_label(self.model.span.file)} that sizes and rates are read from."
-        lines = ["@dataclass", f"class {self.config_class}:", INDENT + _docstring(doc), "",
-                 *(fields or [f"{INDENT}pass"])]
+        body: list[pyast.stmt] = [docstring(doc), *(fields or [pyast.Pass()])]
         computed = [name for name in _dependency_order(derived) if name in used]
         if computed:
-            lines += ["", f"{INDENT}def __post_init__(self):  # None: computed from the others, as the spec does"]
+            steps: list[pyast.stmt] = []
             for name in computed:
-                line = f"self.{name} = {derived[name][0]} if self.{name} is None else self.{name}"
-                if len(INDENT * 2 + line) < LINE_LIMIT:
-                    lines.append(INDENT * 2 + line)
+                field = dotted(f"self.{name}")
+                missing = pyast.Compare(dotted(f"self.{name}"), [pyast.Is()], [constant(None)])
+                line = assign(field, pyast.IfExp(missing, derived[name][0], dotted(f"self.{name}")))
+                if len(INDENT * 2 + text_of(line)) < LINE_LIMIT:
+                    steps.append(line)
                 else:
-                    lines += [f"{INDENT * 2}if self.{name} is None:",
-                              *assignment(f"self.{name}", derived[name][0], INDENT * 3)]
-        return "\n".join(lines)
+                    steps.append(if_statement(missing, [assign(dotted(f"self.{name}"), derived[name][0])]))
+            body.append(function("__post_init__", ["self"], steps,
+                                 "None: computed from the others, as the spec does"))
+        return class_def(self.config_class, [], body, decorators=[variable("dataclass")])
 
-    def _derived_fields(self) -> dict[str, tuple[str, list[str]]]:
-        """The config's fields the spec computes from other fields: name -> Python over `self` (with only the
-        parentheses Python needs), and the fields it reads."""
+    def _derived_fields(self) -> dict[str, tuple[pyast.expr, list[str]]]:
+        """The config's fields the spec computes from other fields: name -> Python over `self`, and the
+        fields it reads."""
         derived = {}
         for name, value in self.fields.items():
-            expression = self.model.expressions.get(name)
-            code = derived_field(expression, value, self.fields) if expression is not None else None
+            expression_ = self.model.expressions.get(name)
+            code = derived_field(expression_, value, self.fields) if expression_ is not None else None
             if code is not None:
-                derived[name] = (condition_source(code), attributes_read(code, owner="self"))
+                derived[name] = (code, attributes_read(code, owner="self"))
         return derived
 
-    def _tie_lines(self) -> list[str]:
+    def _ties(self) -> list[pyast.stmt]:
         """One assignment per tied tensor, except where a tensor of every layer of a stack is tied to the
         first layer's: one loop over the stack for it (a tied stack of 9,000 layers is a few lines)."""
         ties, line_of = dict(self.validated.ties), self.validated.tie_lines
         spec_file = file_label(self.model.span.file)
-        lines = []
+        statements: list[pyast.stmt] = []
         for stack, count in _stack_sizes(self.validated.graph.root).items():
             first, shared = f"{stack}.0.", []
             for owner in sorted({o for o in ties.values() if o.startswith(first)}):
@@ -339,62 +369,63 @@ class _Lowering:
                         del ties[tensor]
             if shared:  # layer 0 assigns its own tensors to itself: harmless
                 written = line_of[f"{stack}.1.{shared[0][len(first):]}"]
-                lines.append(f"for layer in {_attribute(stack)}:  # tie, {spec_file}:{written}")
-                lines += [f"{INDENT}{_attribute(o[len(first):]).replace('self', 'layer', 1)} = {_attribute(o)}"
-                          for o in shared]
+                body = [assign(_attribute(o[len(first):], "layer"), _attribute(o)) for o in shared]
+                statements.append(for_loop("layer", _attribute(stack), body, f"tie, {spec_file}:{written}"))
         for tied, owner in ties.items():
-            comment = f"  # tie, {spec_file}:{line_of[tied]}"
-            line = f"{_attribute(tied)} = {_attribute(owner)}{comment}"
-            if len(INDENT * 2 + line) >= LINE_LIMIT:  # the shared tensor first, then the assignment
-                lines.append(f"shared = {_attribute(owner)}{comment}")
-                line = f"{_attribute(tied)} = shared{comment}"
-            lines.append(line)
-        return lines
+            comment = f"tie, {spec_file}:{line_of[tied]}"
+            line = assign(_attribute(tied), _attribute(owner), comment)
+            if len(INDENT * 2 + text_of(line) + f"  # {comment}") >= LINE_LIMIT:  # the shared tensor first
+                statements.append(assign("shared", _attribute(owner), comment))
+                line = assign(_attribute(tied), variable("shared"), comment)
+            statements.append(line)
+        return statements
 
-    def _model_class(self) -> str:
+    def _model_class(self) -> list[pyast.stmt]:
+        """The whole model's class, and `Model = ` it."""
         root = self.validated.graph.root
         name = self.model_class
         has_encoder, has_decoder = ENCODER in root.children, DECODER in root.children
         methods = ", ".join([*(["encode"] if has_encoder else []), *(["decode"] if has_decoder else []), "forward"])
-        lines = [f"class {name}(nn.Module):  # the whole model: {methods}",
-                 f"{INDENT}def __init__(self, config=None):", f"{INDENT * 2}super().__init__()",
-                 f"{INDENT * 2}config = config if config is not None else {self.config_class}()"]
+        config = variable("config")
+        given = pyast.Compare(variable("config"), [pyast.IsNot()], [constant(None)])
+        init: list[pyast.stmt] = [_super_init(),
+                                  assign("config", pyast.IfExp(given, config, call(self.config_class)))]
         for child in root.children.values():
-            lines.append(f"{INDENT * 2}self.{child.name} = {self.class_of[child.path]}(config)")
-        lines += [INDENT * 2 + line for line in self._tie_lines()]
+            init.append(assign(f"self.{child.name}", call(self.class_of[child.path], variable("config"))))
+        init += self._ties()
+        body: list[pyast.stmt] = [function("__init__", ["self", "config"], init, defaults=[constant(None)])]
+        none = [constant(None)]
         if has_encoder:
-            lines += ["", f"{INDENT}def encode(self, src_tokens, src_padding_mask=None):",
-                      f'{INDENT * 2}"""[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."""',
-                      f"{INDENT * 2}return self.encoder(src_tokens, src_padding_mask)"]
+            body.append(function("encode", ["self", "src_tokens", "src_padding_mask"], [
+                docstring("[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."),
+                returns(call("self.encoder", variable("src_tokens"), variable("src_padding_mask")))], defaults=none))
         if has_decoder:
-            memory_args = ", memory, memory_padding_mask=None" if has_encoder else ""
-            decoder_args = ", memory, memory_padding_mask" if has_encoder else ""
-            lines += ["", f"{INDENT}def decode(self, tgt_tokens{memory_args}, cache=None):",
-                      f'{INDENT * 2}"""[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."""',
-                      f"{INDENT * 2}logits = self.decoder(tgt_tokens{decoder_args}, cache=cache)",
-                      f"{INDENT * 2}if cache is not None:",
-                      f"{INDENT * 3}cache.length += tgt_tokens.size(1)",
-                      f"{INDENT * 2}return logits"]
+            memory = ["memory", "memory_padding_mask"] if has_encoder else []
+            moved = pyast.AugAssign(pyast.Attribute(variable("cache"), "length", pyast.Store()), pyast.Add(),
+                                    call("tgt_tokens.size", constant(1)))
+            body.append(function("decode", ["self", "tgt_tokens", *memory, "cache"], [
+                docstring("[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."),
+                assign("logits", call("self.decoder", variable("tgt_tokens"), *map(variable, memory),
+                                      cache=variable("cache"))),
+                if_statement(pyast.Compare(variable("cache"), [pyast.IsNot()], [constant(None)]), [moved]),
+                returns(variable("logits"))], defaults=[constant(None)] * (2 if has_encoder else 1)))
         if has_encoder and has_decoder:
-            forward = ["def forward(self, src_tokens, tgt_tokens, src_padding_mask=None):",
-                       f"{INDENT}memory = self.encode(src_tokens, src_padding_mask)",
-                       f"{INDENT}return self.decode(tgt_tokens, memory, src_padding_mask)"]
+            forward = function("forward", ["self", "src_tokens", "tgt_tokens", "src_padding_mask"], [
+                assign("memory", call("self.encode", variable("src_tokens"), variable("src_padding_mask"))),
+                returns(call("self.decode", variable("tgt_tokens"), variable("memory"),
+                             variable("src_padding_mask")))], defaults=none)
         elif has_decoder:
-            forward = ["def forward(self, tgt_tokens):", f"{INDENT}return self.decode(tgt_tokens)"]
+            forward = function("forward", ["self", "tgt_tokens"],
+                               [returns(call("self.decode", variable("tgt_tokens")))])
         else:
-            forward = ["def forward(self, src_tokens, src_padding_mask=None):",
-                       f"{INDENT}return self.encode(src_tokens, src_padding_mask)"]
-        lines += ["", *(INDENT + line for line in forward), "", "", f"Model = {name}"]
-        return "\n".join(lines)
+            forward = function("forward", ["self", "src_tokens", "src_padding_mask"], [
+                returns(call("self.encode", variable("src_tokens"), variable("src_padding_mask")))], defaults=none)
+        body.append(forward)
+        model = class_def(name, [dotted("nn.Module")], body, f"the whole model: {methods}")
+        return [model, assign("Model", variable(name))]
 
 
-def _field(name: str, value: object, computed: bool) -> str:
-    """A config field (None where `__post_init__` computes it); a list's items packed on the lines after it
-    where one line would be too long."""
-    return "\n".join(wrapped(f"{name}: {type(value).__name__} = {'None' if computed else literal(value)}", INDENT))
-
-
-def _dependency_order(derived: dict[str, tuple[str, list[str]]]) -> list[str]:
+def _dependency_order(derived: dict[str, tuple[pyast.expr, list[str]]]) -> list[str]:
     """The computed fields, each after the computed fields it reads."""
     order: list[str] = []
 
@@ -423,37 +454,9 @@ def _stack_sizes(instance: Instance) -> dict[str, int]:
     return sizes
 
 
-def _attribute(path: str) -> str:
+def _attribute(path: str, owner: str = "self") -> pyast.expr:
     """`decoder.layers.0.embed.weight` -> `self.decoder.layers[0].embed.weight`."""
-    code = "self"
+    code: pyast.expr = variable(owner)
     for part in path.split("."):
-        code += f"[{int(part)}]" if part.isdigit() else f".{identifier(part)}"
+        code = pyast.Subscript(code, constant(int(part)), pyast.Load()) if part.isdigit() else attribute(code, part)
     return code
-
-
-def _rewrap(line: str) -> list[str]:
-    """A forward's line that is too long, wrapped at its outermost call."""
-    if len(line) < LINE_LIMIT or "  # " not in line:
-        return [line]
-    code, comment = line.rsplit("  # ", 1)
-    indent = code[:len(code) - len(code.lstrip())]
-    return wrap(code.strip(), comment, indent)
-
-
-def _merge_shapes(first: str, second: str) -> str:
-    """The class source `first`, its shape comments naming both instances' dimensions where they differ
-    (`[batch, src_len|tgt_len, d_model]`). The two are the same code line for line."""
-    mine_lines, their_lines = first.split("\n"), second.split("\n")
-    assert len(mine_lines) == len(their_lines), "classes merged from different code"
-    lines = []
-    for mine, theirs in zip(mine_lines, their_lines):
-        a, b = SHAPE_COMMENT.search(mine), SHAPE_COMMENT.search(theirs)
-        if a and b and a.group() != b.group() and len(_dims(a.group())) == len(_dims(b.group())):
-            dims = [x if y in x.split("|") else f"{x}|{y}" for x, y in zip(_dims(a.group()), _dims(b.group()))]
-            mine = mine.replace(a.group(), "  # [" + ", ".join(dims) + "]  ")
-        lines.append(mine)
-    return "\n".join(lines)
-
-
-def _dims(comment: str) -> list[str]:
-    return comment.split("[", 1)[1].split("]", 1)[0].split(", ")

@@ -20,11 +20,13 @@ lowering (xspec/nn/attention.py has the module), FLOPs, saved activations, and w
 
 from __future__ import annotations
 
+import ast as pyast
 from typing import Literal, Optional
 
 from pydantic import Field
 
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
+from .python_code import binary, call, constant, variable, product
 from .shapes import ShapeError, TensorType, concrete_last, require
 
 # "default": none, the name checkpoints give it (rope_type).
@@ -229,43 +231,44 @@ def _saved(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> in
 # --- lowering ----------------------------------------------------------------------------------
 
 
-def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
+def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
     args = [inputs["query"], inputs["key"], inputs["value"]]
     if "mask" in inputs:
         args.append(inputs["mask"])  # forward(query, key, value, padding_mask=None, cache=None)
-    if cache:
-        args.append("cache" if "mask" in inputs else "cache=cache")
-    return f"self.{target}({', '.join(args)})"
+    if cache and "mask" in inputs:
+        return call(f"self.{target}", *args, variable("cache"))
+    return call(f"self.{target}", *args, **({"cache": variable("cache")} if cache else {}))
 
 
-def _norm(features: str, a: AttentionAttrs, w: Written) -> str:
+def _norm(features: pyast.expr, a: AttentionAttrs, w: Written) -> pyast.expr:
     if a.qk_norm_offset == 0:
-        return f"nn.RMSNorm({features}, eps={w.attr('qk_norm_eps')})"
-    return f"RMSNorm({features}, eps={w.attr('qk_norm_eps')}, offset={w.attr('qk_norm_offset')})"
+        return call("nn.RMSNorm", features, eps=w.attr("qk_norm_eps"))
+    return call("RMSNorm", features, eps=w.attr("qk_norm_eps"), offset=w.attr("qk_norm_offset"))
 
 
-def rotary_module(a, w: Written, features: Optional[str] = None) -> str:
+def rotary_module(a, w: Written, features: Optional[pyast.expr] = None) -> pyast.expr:
     """The rotary embedding an attention holds: the class of its scaling (xspec/nn/rotary.py), its features
     (`features`, else d_k or its rotary_fraction) and base, and the parameters that scaling reads."""
     features = features or w.attr("d_k")
     if a.rotary_fraction != 1:  # int(head_dim * partial_rotary_factor), as transformers computes it
-        features = f"int({_product(w, ('d_k', 'rotary_fraction'), a.rotary_dims)})" \
-            if w.from_config("d_k") or w.from_config("rotary_fraction") else str(int(a.rotary_dims))
+        features = call("int", _product(w, ("d_k", "rotary_fraction"), a.rotary_dims)) \
+            if w.from_config("d_k") or w.from_config("rotary_fraction") else constant(int(a.rotary_dims))
     cls, names = ROTARY_CLASSES[a.rotary_scaling if a.rotary_fraction == 1 else "partial"]
-    args = [features, w.attr("rotary_base")]
-    for name in names:
-        value = _yarn_attention_factor(a, w) if _derived(a, w, name) else w.attr(name)
-        args.append(f"{ROTARY_ARGUMENTS[name]}={value}")
-    return f"{cls}({', '.join(args)})"
+    keywords = {ROTARY_ARGUMENTS[attr]: _yarn_attention_factor(a, w) if _derived(a, w, attr) else w.attr(attr)
+                for attr in names}
+    return call(cls, features, w.attr("rotary_base"), **keywords)
 
 
 def _derived(a: AttentionAttrs, w: Written, name: str) -> bool:
     return name == "rotary_attention_factor" and a.rotary_attention_factor is None and not w.from_config(name)
 
 
-def _yarn_attention_factor(a: AttentionAttrs, w: Written) -> str:
+def _yarn_attention_factor(a: AttentionAttrs, w: Written) -> pyast.expr:
     """YaRN's attention factor where the spec gives none: 0.1 ln(factor) + 1 (1 for no scaling)."""
-    return f"0.1 * math.log({w.attr('rotary_factor')}) + 1.0" if a.rotary_factor > 1 else "1.0"
+    if a.rotary_factor <= 1:
+        return constant(1.0)
+    return binary(binary(constant(0.1), pyast.Mult(), call("math.log", w.attr("rotary_factor"))), pyast.Add(),
+                  constant(1.0))
 
 
 # Each scaling's class (xspec/nn/rotary.py) and the attributes it takes after the features and the base.
@@ -313,35 +316,34 @@ def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...
     return "".join(short for piece, short in PIECES if piece in pieces) + "Attention", pieces
 
 
-def _product(w: Written, names: tuple[str, ...], value: float) -> str:
+def _product(w: Written, names: tuple[str, ...], value: float) -> pyast.expr:
     """A size the attributes `names` multiply to (heads * d_k): over the config where the spec read one of
     them from it, else the value."""
     if not any(w.from_config(name) for name in names):
-        return repr(value)
-    return " * ".join(code if code.replace(".", "").replace("_", "").isalnum() else f"({code})"
-                      for code in (w.attr(name) for name in names))
+        return constant(value)
+    return product(*(w.attr(name) for name in names))
 
 
-def _module(a: AttentionAttrs, i: Inferred, w: Written) -> str:
+def _module(a: AttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
     """The attention's class (d_model, heads, kv_heads, d_k, d_v, bias, out_bias, causal), and what each
     of its pieces takes."""
     kv_heads = w.attr("kv_heads") if a.kv_heads is not None else w.attr("heads")
     out_bias = w.attr("bias") if a.out_bias is None else w.attr("out_bias")
-    args = [w.width("query"), w.attr("heads"), kv_heads, w.attr("d_k"), w.attr("d_v"),
-            f"bias={w.attr('bias')}", f"out_bias={out_bias}", f"causal={w.attr('causal')}"]
+    keywords = {"bias": w.attr("bias"), "out_bias": out_bias, "causal": w.attr("causal")}
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
         key_heads = "kv_heads" if a.kv_heads is not None else "heads"
         q_features = w.attr("d_k") if a.qk_norm == "head" else _product(w, ("heads", "d_k"), q_size)
         k_features = w.attr("d_k") if a.qk_norm == "head" else _product(w, (key_heads, "d_k"), k_size)
-        args += [f"q_norm={_norm(q_features, a, w)}", f"k_norm={_norm(k_features, a, w)}"]
+        keywords |= {"q_norm": _norm(q_features, a, w), "k_norm": _norm(k_features, a, w)}
     if a.rotary:
-        args.append(f"rotary={rotary_module(a, w)}")
-    for name, used in (("window", a.window is not None), ("softcap", a.softcap is not None),
-                       ("scale", a.scale is not None), ("dropout", a.dropout > 0)):
+        keywords["rotary"] = rotary_module(a, w)
+    for option, used in (("window", a.window is not None), ("softcap", a.softcap is not None),
+                         ("scale", a.scale is not None), ("dropout", a.dropout > 0)):
         if used:
-            args.append(f"{name}={w.attr(name)}")
-    return f"{attention_class(a, i)[0]}({', '.join(args)})"
+            keywords[option] = w.attr(option)
+    return call(attention_class(a, i)[0], w.width("query"), w.attr("heads"), kv_heads, w.attr("d_k"), w.attr("d_v"),
+                **keywords)
 
 
 def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:

@@ -23,11 +23,13 @@ records, each forward, what the load-balancing loss needs; training pools the re
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import ast as pyast
+from typing import Literal
 
 from pydantic import Field
 
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, size
+from .python_code import call
 from .shapes import TensorType, concrete_last, require
 
 GLU_NAMES = {"silu": "SwiGLU", "gelu_tanh": "GeGLU", "clamped_swiglu": "clamped SwiGLU"}
@@ -122,21 +124,20 @@ def _saved(a: ExpertsAttrs, i: Inferred, n: int, n_in: dict[str, int]) -> int:
     return 3 * n * a.experts + n * a.top_k * (3 * size(i, "d_model") + EXPERT_INTERMEDIATES * a.d_ff)
 
 
-def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> str:
+def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> pyast.expr:
     """MixtureOfExperts(d_model, experts, d_ff, router, activation), or its biased piece: the pieces of
     xspec/nn/experts.py this mixture uses."""
     d_model = w.width("x")
-    router = [d_model, w.attr("experts"), w.attr("top_k"), f"bias={w.attr('router_bias')}",
-              f"normalize={w.attr('normalize')}"]
+    options = {"bias": w.attr("router_bias"), "normalize": w.attr("normalize")}
     if a.routing_scale != 1:
-        router.append(f"scale={w.attr('routing_scale')}")
+        options["scale"] = w.attr("routing_scale")
     if a.groups > 1:
-        router += [f"groups={w.attr('groups')}", f"top_groups={w.attr('top_groups')}"]
-    activation = {"silu": "SwiGLU()", "gelu_tanh": "GeGLU()",
-                  "clamped_swiglu": f"ClampedSwiGLU({w.attr('swiglu_limit')}, {w.attr('swiglu_alpha')})"}[a.activation]
+        options |= {"groups": w.attr("groups"), "top_groups": w.attr("top_groups")}
+    activation = {"silu": lambda: call("SwiGLU"), "gelu_tanh": lambda: call("GeGLU"),
+                  "clamped_swiglu": lambda: call("ClampedSwiGLU", w.attr("swiglu_limit"), w.attr("swiglu_alpha"))}
     experts = "BiasedMixtureOfExperts" if a.bias else "MixtureOfExperts"
-    router_module = f"{router_pieces(a, i)[0]}({', '.join(router)})"
-    return f"{experts}({', '.join([d_model, w.attr('experts'), w.attr('d_ff'), router_module, activation])})"
+    router = call(router_pieces(a, i)[0], d_model, w.attr("experts"), w.attr("top_k"), **options)
+    return call(experts, d_model, w.attr("experts"), w.attr("d_ff"), router, activation[a.activation]())
 
 
 def router_pieces(a: ExpertsAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
@@ -153,8 +154,8 @@ def router_pieces(a: ExpertsAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
     return "".join(piece.removesuffix("Router") for piece in pieces) + "Router", pieces
 
 
-def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
-    return f"self.{target}({inputs['x']})"
+def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
+    return call(f"self.{target}", inputs["x"])
 
 
 def _details(a: ExpertsAttrs, i: Inferred) -> list[str]:

@@ -18,12 +18,14 @@ Everything about the op is here; xspec/nn/latent_attention.py has the module.
 
 from __future__ import annotations
 
+import ast as pyast
 from typing import Literal, Optional
 
 from pydantic import Field
 
 from .op_attention import rotary_module, rotary_scaling_problems
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
+from .python_code import binary, call, constant, variable, product
 from .shapes import TensorType, concrete_last, require
 
 
@@ -117,27 +119,27 @@ def _saved(a: LatentAttentionAttrs, i: Inferred, n: int, n_in: dict[str, int]) -
 # --- lowering ----------------------------------------------------------------------------------
 
 
-def _module(a: LatentAttentionAttrs, i: Inferred, w: Written) -> str:
+def _module(a: LatentAttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
     """LatentAttention(d_model, heads, kv_lora_rank, nope, rope, v, q_proj=..., rotary=..., eps, bias,
     scale): the query projection a plain linear layer or a LowRankProjection."""
     d_model, heads = w.width("x"), w.attr("heads")
     nope, rope = w.attr("qk_nope_head_dim"), w.attr("qk_rope_head_dim")
-    queries = f"{heads} * ({nope} + {rope})" if any(
-        w.from_config(name) for name in ("heads", "qk_nope_head_dim", "qk_rope_head_dim")) else str(a.heads * a.d_k)
+    head_dim = binary(nope, pyast.Add(), rope)
+    from_config = any(w.from_config(attr) for attr in ("heads", "qk_nope_head_dim", "qk_rope_head_dim"))
+    queries = product(heads, head_dim) if from_config else constant(a.heads * a.d_k)
     if not a.q_lora_rank:
-        q_proj = f"nn.Linear({d_model}, {queries}, bias=False)"
+        q_proj = call("nn.Linear", d_model, queries, bias=constant(False))
     else:
-        q_proj = f"LowRankProjection({d_model}, {w.attr('q_lora_rank')}, {queries}, eps={w.attr('norm_eps')}, " \
-                 f"bias={w.attr('bias')})"
-    scale = w.attr("scale") if a.scale is not None else f"({nope} + {rope}) ** -0.5"
-    args = [d_model, heads, w.attr("kv_lora_rank"), nope, rope, w.attr("v_head_dim"), f"q_proj={q_proj}",
-            f"rotary={rotary_module(a, w, rope)}", f"eps={w.attr('norm_eps')}", f"bias={w.attr('bias')}",
-            f"scale={scale}"]
-    return f"LatentAttention({', '.join(args)})"
+        q_proj = call("LowRankProjection", d_model, w.attr("q_lora_rank"), queries, eps=w.attr("norm_eps"),
+                      bias=w.attr("bias"))
+    scale = w.attr("scale") if a.scale is not None else binary(head_dim, pyast.Pow(), constant(-0.5))
+    return call("LatentAttention", d_model, heads, w.attr("kv_lora_rank"), nope, rope, w.attr("v_head_dim"),
+                q_proj=q_proj, rotary=rotary_module(a, w, rope), eps=w.attr("norm_eps"), bias=w.attr("bias"),
+                scale=scale)
 
 
-def _call(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
-    return f"self.{target}({inputs['x']}" + (", cache=cache)" if cache else ")")
+def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
+    return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}))
 
 
 def _details(a: LatentAttentionAttrs, i: Inferred) -> list[str]:

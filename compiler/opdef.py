@@ -4,6 +4,7 @@ their own, which imports this one; ops.py registers every entry in the one table
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Generic, Mapping, Optional, Protocol, TypeVar
@@ -50,11 +51,11 @@ class Family(str, Enum):
 class Written(Protocol):
     """How generated code writes a module's constructor arguments (compiler/lower.py)."""
 
-    def attr(self, name: str) -> str:
+    def attr(self, name: str) -> ast.expr:
         """The attribute as the spec wrote it over the config (`config.d_ff`), else its value."""
         ...
 
-    def width(self, port: str) -> str:
+    def width(self, port: str) -> ast.expr:
         """The last size of the tensor at input `port` as the spec's expressions give it: the attribute
         that made it (`config.d_model` from `embedding(tokens, vocab, d_model)`), followed through the
         ops that keep it."""
@@ -90,14 +91,15 @@ class OpDef(Generic[AttrsT]):
     attrs: type[AttrsT]
     infer: Callable[[Shapes, AttrsT], tuple[TensorType, Inferred]]
     params: Callable[[AttrsT, Inferred], dict[str, tuple[int, ...]]]  # learned tensors, by attribute name
-    # Lowering. `module` builds the nn.Module (None: a plain function of its inputs), its arguments
-    # written as the spec wrote them (`Written`); `call` is the forward expression, given the module's
-    # attribute name, the inputs' code and the cache's code.
-    module: Optional[Callable[[AttrsT, Inferred, Written], str]]
-    call: Callable[[str, dict[str, str], AttrsT, Optional[str]], str]
+    # Lowering, as Python syntax trees (compiler/python_code.py). `module` builds the nn.Module (None: a
+    # plain function of its inputs), its arguments written as the spec wrote them (`Written`); `call` is
+    # the forward expression, given the module's attribute path (`self_attn`, `sublayer_1.norm`), the
+    # inputs' code and whether it passes the decoder cache on.
+    module: Optional[Callable[[AttrsT, Inferred, Written], ast.expr]]
+    call: Callable[[str, dict[str, ast.expr], AttrsT, bool], ast.expr]
     # An op without weights that generated code calls through a module of no state (nn.Dropout), which
     # the class whose forward calls it holds, named after the spec's parameter: its constructor.
-    holder: Optional[Callable[[AttrsT, Written], str]] = None
+    holder: Optional[Callable[[AttrsT, Written], ast.expr]] = None
     uses_cache: bool = False  # positions and attention continue from the decoder cache
     title: str = ""  # diagrams: the box's title (the paper's words where it has them, Figure 1)
     details: Callable[[AttrsT, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes

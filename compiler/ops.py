@@ -11,8 +11,9 @@ name, except the graph's own inputs and outputs.
 
 from __future__ import annotations
 
+import ast as pyast
 import math
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal
 
 from pydantic import Field
 
@@ -21,6 +22,7 @@ from .op_experts import EXPERTS
 from .op_latent_attention import LATENT_ATTENTION
 from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, Written, linear_params, no_params
 from .opdef import size as _size
+from .python_code import binary, call, constant, variable
 from .shapes import ShapeError, TensorType, broadcast, concrete_last, require
 
 _no_params, _linear_params = no_params, linear_params
@@ -76,10 +78,10 @@ def _same(shapes: Shapes, attrs: Attrs) -> tuple[TensorType, Inferred]:
 # --- shape rules ---------------------------------------------------------------------------
 
 
-def _embedding_module(a: EmbeddingAttrs, i: Inferred, w: Written) -> str:
+def _embedding_module(a: EmbeddingAttrs, i: Inferred, w: Written) -> pyast.expr:
     if a.scale != 1 or w.from_config("scale"):
-        return f"ScaledEmbedding({w.attr('vocab')}, {w.attr('dim')}, {w.attr('scale')})"
-    return f"Embedding({w.attr('vocab')}, {w.attr('dim')})"
+        return call("ScaledEmbedding", w.attr("vocab"), w.attr("dim"), w.attr("scale"))
+    return call("Embedding", w.attr("vocab"), w.attr("dim"))
 
 
 def _embedding_shape(shapes: Shapes, a: EmbeddingAttrs) -> tuple[TensorType, Inferred]:
@@ -128,28 +130,28 @@ def _io_shape(shapes: Shapes, a: IOAttrs) -> tuple[TensorType, Inferred]:
 # --- lowering ------------------------------------------------------------------------------
 
 
-def _call_module(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
-    args = list(inputs.values())
-    return f"self.{target}({', '.join(args)})"
+def _call_module(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
+    return call(f"self.{target}", *inputs.values())
 
 
-def _call_with_cache(target: str, inputs: dict[str, str], attrs: Attrs, cache: Optional[str]) -> str:
-    return f"self.{target}({inputs['x']}{', cache' if cache else ''})"
+def _call_with_cache(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
+    return call(f"self.{target}", inputs["x"], *([variable("cache")] if cache else []))
 
 
-def _activation(name: str, title: str, glu_title: str, doc: str, function: str, options: str = "") -> OpDef[NoAttrs]:
-    suffix = f", {options}" if options else ""
-    return OpDef(name=name, doc=doc, family=Family.ACTIVATION, inputs=(Input("x"),), attrs=NoAttrs, infer=_same,
-                 params=_no_params, module=None, call=lambda t, i, a, c: f"{function}({i['x']}{suffix})", title=title,
-                 glu_title=glu_title, elementwise=True)
+def _activation(op_name: str, title: str, glu_title: str, doc: str, function: str,
+                **options: object) -> OpDef[NoAttrs]:
+    keywords = {key: constant(value) for key, value in options.items()}
+    return OpDef(name=op_name, doc=doc, family=Family.ACTIVATION, inputs=(Input("x"),), attrs=NoAttrs, infer=_same,
+                 params=_no_params, module=None, call=lambda t, i, a, c: call(function, i["x"], **keywords),
+                 title=title, glu_title=glu_title, elementwise=True)
 
 
-def _infix(name: str, symbol: str, verb: str, title: str, doc: str, family: Family,
+def _infix(op_name: str, operator: type[pyast.operator], verb: str, title: str, doc: str, family: Family,
            gates: bool = False) -> OpDef[NoAttrs]:
-    """A binary elementwise op written `a <symbol> b` in specs and in generated code."""
-    return OpDef(name=name, doc=doc, family=family, inputs=(Input("a"), Input("b")), attrs=NoAttrs,
+    """A binary elementwise op written `a <operator> b` in specs and in generated code."""
+    return OpDef(name=op_name, doc=doc, family=family, inputs=(Input("a"), Input("b")), attrs=NoAttrs,
                  infer=_elementwise(verb), params=_no_params, module=None,
-                 call=lambda t, i, a, c: f"{i['a']} {symbol} {i['b']}", title=title, gates=gates)
+                 call=lambda t, i, a, c: binary(i["a"], operator(), i["b"]), title=title, gates=gates)
 
 
 OPS: dict[str, OpDef[Any]] = {
@@ -169,7 +171,7 @@ OPS: dict[str, OpDef[Any]] = {
             doc="PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5)",
             family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=_no_params,
-            module=lambda a, i, w: f"SinusoidalPositions({w.width('x')}, {w.attr('max_len')})",
+            module=lambda a, i, w: call("SinusoidalPositions", w.width("x"), w.attr("max_len")),
             call=_call_with_cache, uses_cache=True,
             buffers=lambda a, i: {"table": (a.max_len, _size(i, "dim"))},
             title="Positional Encoding", details=lambda a, i: [f"sinusoidal, max_len {a.max_len}"],
@@ -179,7 +181,7 @@ OPS: dict[str, OpDef[Any]] = {
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",
             family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
             params=lambda a, i: {"weight": (a.max_len, _size(i, "dim"))},
-            module=lambda a, i, w: f"LearnedPositions({w.width('x')}, {w.attr('max_len')})",
+            module=lambda a, i, w: call("LearnedPositions", w.width("x"), w.attr("max_len")),
             call=_call_with_cache, uses_cache=True,
             title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "learned"},
@@ -188,8 +190,8 @@ OPS: dict[str, OpDef[Any]] = {
             name="linear", doc="x W + b", family=Family.FEED_FORWARD,
             inputs=(Input("x"),), attrs=LinearAttrs, infer=_linear_shape,
             params=lambda a, i: _linear_params("", _size(i, "in_features"), a.out, a.bias),
-            module=lambda a, i, w: f"nn.Linear({w.width('x')}, {w.attr('out')}"
-                                   + ("" if a.bias else ", bias=False") + ")",
+            module=lambda a, i, w: call("nn.Linear", w.width("x"), w.attr("out"),
+                                        **({} if a.bias else {"bias": constant(False)})),
             width="out", call=_call_module, title="Linear",
             flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * _size(i, "in_features") * a.out},
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
@@ -198,9 +200,9 @@ OPS: dict[str, OpDef[Any]] = {
             name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family=Family.NORM,
             inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),), **({"bias": (_size(i, "dim"),)} if a.bias else {})},
-            module=lambda a, i, w: f"nn.LayerNorm({w.width('x')}"
-                                   + ("" if a.eps == 1e-5 else f", eps={w.attr('eps')}")
-                                   + ("" if a.bias else ", bias=False") + ")",
+            module=lambda a, i, w: call("nn.LayerNorm", w.width("x"),
+                                        **({} if a.eps == 1e-5 else {"eps": w.attr("eps")}),
+                                        **({} if a.bias else {"bias": constant(False)})),
             call=_call_module, title="Layer Norm", details=lambda a, i: [] if a.bias else ["no bias"],
         ),
         OpDef(
@@ -208,9 +210,8 @@ OPS: dict[str, OpDef[Any]] = {
                                  "2019); with offset, * (offset + g) (Gemma's 1 + g)",
             family=Family.NORM, inputs=(Input("x"),), attrs=RMSNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),)},
-            module=lambda a, i, w: (f"nn.RMSNorm({w.width('x')}, eps={w.attr('eps')})" if a.offset == 0
-                                    else f"RMSNorm({w.width('x')}, eps={w.attr('eps')}, "
-                                         f"offset={w.attr('offset')})"),
+            module=lambda a, i, w: (call("nn.RMSNorm", w.width("x"), eps=w.attr("eps")) if a.offset == 0
+                                    else call("RMSNorm", w.width("x"), eps=w.attr("eps"), offset=w.attr("offset"))),
             call=_call_module, title="RMS Norm", details=lambda a, i: [f"× ({a.offset:g} + w)"] if a.offset else [],
         ),
         ATTENTION,
@@ -219,7 +220,7 @@ OPS: dict[str, OpDef[Any]] = {
         OpDef(
             name="dropout", doc="dropout (§5.4: residual dropout)", family=Family.REGULARIZATION,
             inputs=(Input("x"),), attrs=DropoutAttrs, infer=_same, params=_no_params, module=None,
-            holder=lambda a, w: f"nn.Dropout({w.attr('p')})", call=lambda t, i, a, c: f"self.{t}({i['x']})",
+            holder=lambda a, w: call("nn.Dropout", w.attr("p")), call=lambda t, i, a, c: call(f"self.{t}", i["x"]),
             title="Dropout", details=lambda a, i: [f"p = {a.p:g}"], facts=lambda a, i: {"dropout": a.p},
             elementwise=True,
         ),
@@ -232,28 +233,29 @@ OPS: dict[str, OpDef[Any]] = {
         _activation("tanh", "Tanh", "", "hyperbolic tangent", "F.tanh"),
         # The tanh approximation of GELU (Gemma's gelu_pytorch_tanh): gating it is Gemma's GeGLU.
         _activation("gelu_tanh", "GELU (tanh)", "GeGLU", "GELU with its tanh approximation",
-                    "F.gelu", "approximate='tanh'"),
+                    "F.gelu", approximate="tanh"),
         OpDef(
             name="softcap", doc="cap * tanh(x / cap): values squashed smoothly into (-cap, cap) (Gemma 2's logits)",
             family=Family.ACTIVATION, inputs=(Input("x"),), attrs=SoftCapAttrs, infer=_same, params=_no_params,
-            module=None, call=lambda t, i, a, c: f"F.tanh({i['x']} / {a.cap!r}) * {a.cap!r}",
+            module=None, call=lambda t, i, a, c: binary(call("F.tanh", binary(i["x"], pyast.Div(), constant(a.cap))),
+                                                        pyast.Mult(), constant(a.cap)),
             check=lambda a: [] if a.cap > 0 else [("cap", f"cap = {a.cap}: values are capped at +-cap, so it must "
                                                            "be positive")],
             title="Soft-cap", details=lambda a, i: [f"{a.cap:g} · tanh(x / {a.cap:g})"], elementwise=True,
         ),
-        _infix("add", "+", "add", "Add", "a + b, e.g. a residual connection (§3.1)", Family.RESIDUAL),
-        _infix("sub", "-", "subtract", "Subtract", "a - b", Family.ELEMENTWISE),
-        _infix("mul", "*", "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", Family.ELEMENTWISE,
+        _infix("add", pyast.Add, "add", "Add", "a + b, e.g. a residual connection (§3.1)", Family.RESIDUAL),
+        _infix("sub", pyast.Sub, "subtract", "Subtract", "a - b", Family.ELEMENTWISE),
+        _infix("mul", pyast.Mult, "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", Family.ELEMENTWISE,
                gates=True),
         OpDef(
             name="scale", doc="x * factor", family=Family.ELEMENTWISE,
             inputs=(Input("x"),), attrs=ScaleAttrs, infer=_same, params=_no_params, module=None,
-            call=lambda t, i, a, c: f"{i['x']} * {a.factor!r}",
+            call=lambda t, i, a, c: binary(i["x"], pyast.Mult(), constant(a.factor)),
             title="Scale", details=lambda a, i: [f"× {a.factor:.4g}"], elementwise=True,
         ),
         OpDef(
             name="input", doc="a model input", family=Family.IO, inputs=(), attrs=IOAttrs,
-            infer=_io_shape, params=_no_params, module=None, call=lambda t, i, a, c: t,
+            infer=_io_shape, params=_no_params, module=None, call=lambda t, i, a, c: variable(a.name),
         ),
         OpDef(
             name="output", doc="a model output", family=Family.IO, inputs=(Input("x"),), attrs=IOAttrs,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import xspec
-from xspec.compiler.wrap import LINE_LIMIT
+from xspec.compiler.python_print import LINE_LIMIT
 
 
 def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():

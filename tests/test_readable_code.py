@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 import xspec
 from xspec.compiler.codecheck import compile_checked
 from xspec.compiler.config import ConfigNames, config_fields
-from xspec.compiler.wrap import LINE_LIMIT
+from xspec.compiler.python_print import LINE_LIMIT
 from xspec.compiler.ops import OPS
 from xspec.compiler.library import MODULE, library_classes, library_files, with_bases
 
@@ -110,7 +112,8 @@ def test_lines_that_change_the_shape_say_so_in_the_spec_names(compiled):
     names = ConfigNames(config_fields(spec.params))
     logits = next(node for node in spec.ops if node.op == "output" and node.attrs.name in ("logits", "memory"))
     made = spec.ops[logits.inputs["x"]]  # the node that computes the model's output
-    wanted = names.shape(made.shape)
+    dims, dtype = names.shape(made.shape)
+    wanted = ("" if dtype == "float" else dtype) + "[" + ", ".join(dims) + "]"
     shapes = SHAPE.findall(source)
     assert any(shape == wanted or _merged(shape, wanted) for shape in shapes), (wanted, shapes)
     fields = set(config_fields(spec.params))
@@ -253,3 +256,17 @@ def test_the_examples_in_the_docs_are_what_the_compiler_writes(name: str):
     path = next(Path("specs").rglob(f"{name}.xspec"))
     example = Path(f"docs/examples/{name}/model.py")
     assert example.read_text() == xspec.compile(str(path)).python_source, f"regenerate {example}"
+
+
+def test_every_generated_file_passes_the_projects_linter(tmp_path: Path):
+    """The project's own ruff rules (pyproject.toml), over every shipped spec's file at its default depth and
+    the deep ones, as imported and as standalone."""
+    variants = [(path, {}) for path in SPECS] + [(Path("specs/modern/gemma3.xspec"), {"layers": 62}),
+                                                 (Path("specs/modern/qwen3_moe.xspec"), {"layers": 48})]
+    for number, (path, overrides) in enumerate(variants):
+        spec = xspec.compile(str(path), overrides=overrides)
+        (tmp_path / f"{path.stem}_{number}.py").write_text(spec.python_source)
+        (tmp_path / f"{path.stem}_{number}_standalone.py").write_text(spec.standalone_source)
+    found = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", "pyproject.toml",
+                            str(tmp_path)], capture_output=True, text=True)
+    assert found.returncode == 0, found.stdout + found.stderr
