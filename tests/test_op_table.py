@@ -1,6 +1,6 @@
 """Adding an op is one entry in the op table: an op registered here, and nowhere else, compiles,
-lowers, runs, counts its parameters and FLOPs, and draws with its own title. Lowering writes code from
-the op table, the graph and the programs alone."""
+lowers, runs, counts its parameters and FLOPs, and draws with its own title. Lowering writes code (Python
+syntax trees, compiler/python_code.py) from the op table, the graph and the programs alone."""
 
 import ast
 from pathlib import Path
@@ -10,6 +10,7 @@ import torch
 
 import xspec
 from xspec.compiler.ops import OPS, Attrs, Input, OpDef
+from xspec.compiler.python_code import binary, call, constant
 from xspec.stats import compute
 from xspec.compiler.cost import flops
 from xspec.viz.labels import op_label
@@ -29,8 +30,8 @@ SCALED_LINEAR = OpDef(
     name="scaled_linear", doc="x W * factor (a test op)", family="feed_forward", inputs=(Input("x"),),
     attrs=ScaledLinearAttrs, infer=_shape,
     params=lambda a, i: {"weight": (a.out, i["in_features"])},
-    module=lambda a, i, w: f"nn.Linear({w.width('x')}, {w.attr('out')}, bias=False)", width="out",
-    call=lambda target, inputs, a, cache: f"self.{target}({inputs['x']}) * {a.factor!r}",
+    module=lambda a, i, w: call("nn.Linear", w.width("x"), w.attr("out"), bias=constant(False)), width="out",
+    call=lambda target, inputs, a, cache: binary(call(f"self.{target}", inputs["x"]), ast.Mult(), constant(a.factor)),
     title="Scaled Linear", details=lambda a, i: [f"× {a.factor:g}"],
     flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * i["in_features"] * a.out},
 )
