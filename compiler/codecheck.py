@@ -41,6 +41,7 @@ from .library import MODULE, is_copy, library_classes
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 FROM_IMPORTS = {("dataclasses", "dataclass", None)}
 BUILTINS = frozenset({"int", "range", "super"})
+TORCH_FUNCTIONS = frozenset({"cat"})  # the concat op's; torch's other functions are the library's only
 LIBRARIES = frozenset({"nn", "F", "math"})  # nn.Linear, F.relu, math.sqrt; torch: the library's only
 FIELD_TYPES = frozenset({"int", "float", "str", "bool", "tuple"})
 OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.FloorDiv, ast.Mod)
@@ -342,9 +343,12 @@ def _check_attribute(node: ast.Attribute, scope: set[str]) -> None:
 
 
 def _is_library_function(node: ast.expr) -> bool:
-    """`nn.Linear`, `F.dropout`: a public name of torch.nn or torch.nn.functional."""
-    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in LIBRARIES
-            and not node.attr.startswith("_"))
+    """`nn.Linear`, `F.dropout`: a public name of torch.nn or torch.nn.functional; `torch.cat`."""
+    if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+        return False
+    if node.value.id == "torch":
+        return node.attr in TORCH_FUNCTIONS
+    return node.value.id in LIBRARIES and not node.attr.startswith("_")
 
 
 def _is_small_exponent(node: ast.expr) -> bool:

@@ -22,8 +22,8 @@ from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, 
 from .config import config_expression, config_fields
 from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, passed_through, reads,
                    single_block_call, stmt_reads, subexpressions, warn_unused)
-from .entries import (DECODER, ENCODER, LOGITS, MEMORY, SIGNATURES, SRC, SRC_MASK, TGT, GraphInput, GraphOutput,
-                      takes_cache)
+from .entries import (DECODER, ENCODER, LOGITS, MEMORY, MTP, MTP_DEPTH, MTP_TOKENS, SIGNATURES, SRC, SRC_MASK, TGT,
+                      GraphInput, GraphOutput, mtp_hidden, mtp_output, takes_cache)
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
@@ -170,10 +170,48 @@ class _Builder:
             args: list[Value] = [tgt, memory, src_mask] if encoder is not None else [tgt]
             logits = self._entry(root, decoder, args)
             self._output(LOGITS, logits, decoder.span)
+        mtp = self.model.blocks.get(MTP)
+        if mtp is not None and self._check_entry(mtp):
+            self._multi_token_prediction(root, mtp, language_model=decoder is not None and encoder is None)
         for fn in self.uncalled.values():
             self.diagnostics.warning("unused", fn.span, "this function is never called, so its ops are not "
                                      "part of the model")
         return root
+
+    def _multi_token_prediction(self, root: Instance, block: ast.Block, language_model: bool) -> None:
+        """`mtp_depth` instances of the `mtp` block in a stack, each reading the state the one before it
+        returns (the first: the state the output head reads) and the tokens (DeepSeek-V3 §2.2)."""
+        if not language_model:
+            self.diagnostics.error("signature", block.name.span, "block mtp predicts tokens further ahead for a "
+                                   "language model: the model needs block decoder(tokens) and no encoder")
+            return
+        depth, width = self.model.params.get(MTP_DEPTH, 1), self.model.params.get("d_model")
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth <= MAX_REPEAT:
+            self.diagnostics.error("repeat-count", block.name.span, f"{MTP_DEPTH} counts the depths of multi-token "
+                                   f"prediction: a whole number from 0 to {MAX_REPEAT:,}, got {depth!r}")
+            return
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            self.diagnostics.error("missing", block.name.span, "block mtp reads the states the output head reads, "
+                                   "of d_model features: the model needs param d_model, a whole number")
+            return
+        if depth == 0:
+            return
+        count = ast.Name(MTP_DEPTH, block.name.span)
+        stack = Instance(path=MTP, kind="stack", span=block.span,
+                         count_source=config_expression(count, depth, self.config, lambda name: None))
+        root.children[MTP] = stack
+        hidden: Value = self._input(mtp_hidden(width), block.params[0].span)
+        tokens = self._input(MTP_TOKENS, block.params[1].span)
+        for index in range(depth):
+            instance = Instance(path=f"{MTP}.{index}", kind="block", span=block.span, block_name=MTP,
+                                block_span=block.span, has_cache=True)
+            stack.children[str(index)] = instance
+            self.stack_frames.append((stack.path, index, depth))
+            try:
+                hidden = self._run_block(instance, block, [hidden, tokens], decoding=True)
+            finally:
+                self.stack_frames.pop()
+            self._output(mtp_output(index), hidden, block.span)
 
     def _check_entry(self, block: ast.Block) -> bool:
         signatures = SIGNATURES[block.name.id]

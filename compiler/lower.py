@@ -33,7 +33,7 @@ from .layer_choice import branch_guards, guarded_layer_class, layer_class_by_ind
 from .library import MODULE, LibraryClass, library_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
-from .python_code import (assign, attribute, call, class_def, constant, docstring, dotted, expression,
+from .python_code import (assign, attribute, binary, call, class_def, constant, docstring, dotted, expression,
                           for_loop, function, identifier, if_statement, note_of, noted, returns, statements_in,
                           text_of, variable)
 from .python_print import INDENT, LINE_LIMIT, print_checked
@@ -128,15 +128,14 @@ class _Lowering:
 
     def module_sources(self) -> Lowered:
         root = self.validated.graph.root
-        for child in root.children.values():
-            self._define(child, child.name)
+        self._define_children(root, "")
         model_class = self._model_class()
         used = names_used(*self.order, *model_class)
         combined = {name: pieces for name, pieces in self.combined.items() if name in used}
         library = _library_used(used, combined)
         generated: list[pyast.stmt] = [*(_combined(name, pieces) for name, pieces in sorted(combined.items())),
                                        *self.order, *model_class]
-        config = self._config(self.order)
+        config = self._config([*self.order, *model_class])
         source = self._module([config, *generated], library)
         copies = [library_classes()[name] for name in with_bases(library)]
         return Lowered(source, lambda: self._module([config, *copies, *generated], set()))
@@ -296,7 +295,16 @@ class _Lowering:
             own, size = OPS[node.op].width, node.checked_shape().dims[-1]
             kept = [source for source in node.inputs.values()
                     if (self.graph[source].shape or TensorType(())).dims[-1:] == (size,)]
-            if own is not None:
+            if OPS[node.op].joins:
+                missing = [source for source in node.inputs.values() if source not in self.widths]
+                if missing:
+                    pending += missing  # its inputs' first
+                    continue
+                total = self.widths[node.inputs[next(iter(node.inputs))]]
+                for source in list(node.inputs.values())[1:]:
+                    total = binary(total, pyast.Add(), self.widths[source])
+                self.widths[node.id] = total
+            elif own is not None:
                 self.widths[node.id] = Arguments(node, self._width).attr(own)
             elif not kept:
                 self.widths[node.id] = self.names.size(size)
@@ -309,7 +317,7 @@ class _Lowering:
         return self.widths[node_id]
 
     # --- the file around the classes ----------------------------------------------------------
-    def _config(self, classes: list[pyast.ClassDef]) -> pyast.ClassDef:
+    def _config(self, classes: Sequence[pyast.stmt]) -> pyast.ClassDef:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
         takes it. A parameter the spec computes from others (`d_k = d_model / heads`) is None unless
         given and computed from them after (`__post_init__`), so an edited config builds what --set builds."""
@@ -355,7 +363,8 @@ class _Lowering:
 
     def _ties(self) -> list[pyast.stmt]:
         """One assignment per tied tensor, except where a tensor of every layer of a stack is tied to the
-        first layer's: one loop over the stack for it (a tied stack of 9,000 layers is a few lines)."""
+        first layer's, or to one tensor outside the stack: one loop over the stack for it (a tied stack of
+        9,000 layers is a few lines)."""
         ties, line_of = dict(self.validated.ties), self.validated.tie_lines
         spec_file = file_label(self.model.span.file)
         statements: list[pyast.stmt] = []
@@ -371,6 +380,17 @@ class _Lowering:
                 written = line_of[f"{stack}.1.{shared[0][len(first):]}"]
                 body = [assign(_attribute(o[len(first):], "layer"), _attribute(o)) for o in shared]
                 statements.append(for_loop("layer", _attribute(stack), body, f"tie, {spec_file}:{written}"))
+            outside = {tied[len(first):]: owner for tied, owner in ties.items()
+                       if tied.startswith(first) and not owner.startswith(f"{stack}.")}
+            each = {name: owner for name, owner in outside.items()
+                    if count > 1 and all(ties.get(f"{stack}.{i}.{name}") == owner for i in range(count))}
+            if each:
+                written = line_of[f"{first}{next(iter(each))}"]
+                body = [assign(_attribute(name, "layer"), _attribute(owner)) for name, owner in each.items()]
+                statements.append(for_loop("layer", _attribute(stack), body, f"tie, {spec_file}:{written}"))
+                for name in each:
+                    for i in range(count):
+                        del ties[f"{stack}.{i}.{name}"]
         for tied, owner in ties.items():
             comment = f"tie, {spec_file}:{line_of[tied]}"
             line = assign(_attribute(tied), _attribute(owner), comment)
@@ -391,7 +411,12 @@ class _Lowering:
         init: list[pyast.stmt] = [_super_init(),
                                   assign("config", pyast.IfExp(given, config, call(self.config_class)))]
         for child in root.children.values():
-            init.append(assign(f"self.{child.name}", call(self.class_of[child.path], variable("config"))))
+            if child.kind == "stack":  # multi-token prediction's depths (DeepSeek-V3 §2.2)
+                constructor = self._constructor(child)
+                assert constructor is not None
+                init.append(assign(f"self.{child.name}", constructor, f"multi-token prediction, {where(child.span)}"))
+            else:
+                init.append(assign(f"self.{child.name}", call(self.class_of[child.path], variable("config"))))
         init += self._ties()
         body: list[pyast.stmt] = [function("__init__", ["self", "config"], init, defaults=[constant(None)])]
         none = [constant(None)]

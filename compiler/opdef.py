@@ -135,6 +135,7 @@ class OpDef(Generic[AttrsT]):
     # The attribute whose value is the output's last size (linear: `out`); None: the op keeps the last
     # size of an input (a norm, attention, an addition), which generated code then names as that input's.
     width: Optional[str] = None
+    joins: bool = False  # the output's last size is its inputs' added (concat): generated code writes the sum
     # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
     # the module that makes the logits (the pre-softmax projection) look through it.
     elementwise: bool = False

@@ -68,7 +68,7 @@ class ScaleAttrs(Attrs):
 
 class IOAttrs(Attrs):
     name: str
-    kind: Literal["tokens", "mask", "output"]
+    kind: Literal["tokens", "mask", "hidden", "output"]
 
 
 def _same(shapes: Shapes, attrs: Attrs) -> tuple[TensorType, Inferred]:
@@ -121,6 +121,13 @@ def _scale_text(scale: float) -> str:
     if squared > 1 and math.isclose(scale * scale, squared, rel_tol=1e-9):
         return f"√{squared}"  # §3.4: embeddings are multiplied by sqrt(d_model)
     return f"{scale:.4g}"
+
+
+def _concat_shape(shapes: Shapes, a: Attrs) -> tuple[TensorType, Inferred]:
+    left, right = require(shapes["a"], "the left operand"), require(shapes["b"], "the right operand")
+    if left.dims[:-1] != right.dims[:-1] or left.dtype != right.dtype:
+        raise ShapeError(f"cannot join {left} and {right}: they must agree but in their last dimension")
+    return left.with_last(concrete_last(left, "the left operand") + concrete_last(right, "the right operand")), {}
 
 
 def _io_shape(shapes: Shapes, a: IOAttrs) -> tuple[TensorType, Inferred]:
@@ -247,6 +254,12 @@ OPS: dict[str, OpDef[Any]] = {
         _infix("sub", pyast.Sub, "subtract", "Subtract", "a - b", Family.ELEMENTWISE),
         _infix("mul", pyast.Mult, "multiply", "Multiply", "a * b, elementwise: e.g. a GLU's gate", Family.ELEMENTWISE,
                gates=True),
+        OpDef(
+            name="concat", doc="[a; b]: the features of a, then those of b (DeepSeek-V3's multi-token prediction)",
+            family=Family.ELEMENTWISE, inputs=(Input("a"), Input("b")), attrs=NoAttrs, infer=_concat_shape,
+            params=_no_params, module=None, title="Concatenate", joins=True,
+            call=lambda t, i, a, c: call("torch.cat", pyast.List([i["a"], i["b"]], pyast.Load()), dim=constant(-1)),
+        ),
         OpDef(
             name="scale", doc="x * factor", family=Family.ELEMENTWISE,
             inputs=(Input("x"),), attrs=ScaleAttrs, infer=_same, params=_no_params, module=None,

@@ -45,6 +45,9 @@ class TrainSection(_Section):
     expert_bias_update_rate: float = Field(0.0, ge=0, le=1, description="DeepSeek-V3's auxiliary-loss-free "
                                            "balancing (§2.1.2; its gamma, 0.001): after each update, a corrected "
                                            "router's bias per expert moves by this toward the under-loaded experts")
+    mtp_loss_weight: float = Field(0.3, ge=0, description="DeepSeek-V3's multi-token prediction (§2.2; its lambda, "
+                                   "0.3 then 0.1): the training loss adds this times the mean over its depths of "
+                                   "their losses; models without block mtp have none")
     clip_norm: Optional[float] = Field(None, gt=0, description="clip the gradient norm to this (the paper does not)")
     max_steps: int = Field(100_000, ge=1, description="stop after this many updates (§5.2: 100K base, 300K big)")
     max_minutes: Optional[float] = Field(None, gt=0, description="stop after this much training time (counted "
@@ -131,6 +134,9 @@ class DecodeSection(_Section):
     nbest: int = Field(1, ge=1, description="hypotheses written per input (at most beam)")
     max_new_tokens: int = Field(100, ge=1, description="language model: tokens a continuation adds at most")
     sample: bool = Field(False, description="language model: sample continuations instead of beam search")
+    speculative: bool = Field(True, description="language model, greedy (beam 1): draft with the model's "
+                                                "multi-token prediction where it has one (DeepSeek-V3 §2.2), the "
+                                                "continuation unchanged")
     temperature: float = Field(1.0, gt=0, description="sampling: logits divided by this")
     top_k: Optional[int] = Field(None, ge=1, description="sampling: among the k likeliest tokens only")
     top_p: float = Field(1.0, gt=0, le=1, description="sampling: among the smallest likeliest set whose "

@@ -89,6 +89,16 @@ class CompiledSpec:
         return min(lengths) if lengths else None
 
     @cached_property
+    def output_head(self) -> Optional[str]:
+        """The path of the module whose output is a language model's logits (its pre-softmax projection), which
+        multi-token prediction's depths share; None where the logits are not a module's output."""
+        from .entries import LOGITS  # loaded with the compiler, which has run
+
+        if LOGITS.node not in self.ops:
+            return None
+        return self.ops[self.ops[LOGITS.node].inputs["x"]].module
+
+    @cached_property
     def model_dim(self) -> int:
         """The width of the decoder's output before the vocabulary projection (d_model)."""
         from .entries import LOGITS, MEMORY  # loaded with the compiler, which has run

@@ -24,7 +24,7 @@ from .graph import BuiltGraph
 from .ir import OpGraph
 from .ops import OPS, AttentionAttrs, IOAttrs
 from .resolve import ResolvedModel
-from .entries import OUTPUTS, TGT
+from .entries import LOGITS, MTP, OUTPUTS, TGT, mtp_hidden
 from .shapes import BATCH, ShapeError
 from .opdef import Family
 
@@ -134,6 +134,24 @@ def _check_outputs(graph: OpGraph, diagnostics: Diagnostics) -> None:
         if shape.dtype != "float" or len(dims) != 3 or dims[:2] != (BATCH, length) or not isinstance(dims[2], int):
             diagnostics.error("shape", node.span, f"{entry} must return {name} of shape [{BATCH}, {length}, "
                               f"{size}], got {shape}")
+    hidden = graph.nodes.get(mtp_hidden(0).node)
+    logits = graph.nodes.get(LOGITS.node)
+    if hidden is None or hidden.shape is None or logits is None:
+        return
+    head = graph[logits.inputs["x"]]
+    if head.module is None:
+        diagnostics.error("signature", hidden.span, "block mtp predicts with the module that makes the logits: "
+                          f"the decoder must return that module's output, not {head.op}'s")
+        return
+    read = graph[next(iter(head.inputs.values()))].shape if head.inputs else None
+    if read is not None and read != hidden.shape:
+        diagnostics.error("shape", hidden.span, f"block mtp reads the states the output head reads, {read}, "
+                          f"but gets {hidden.shape}: d_model must be the width of those states")
+    for node in graph:
+        if node.op == "output" and node.attrs_as(IOAttrs).name.startswith("mtp_") and node.shape is not None \
+                and node.shape != hidden.shape:
+            diagnostics.error("shape", node.span, f"block mtp must return the states the output head reads, "
+                              f"{hidden.shape}, got {node.shape}")
 
 
 def _origin(graph: OpGraph, node_id: str) -> str:
@@ -180,6 +198,8 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
                               "must be the queries themselves (self-attention) to decode step by step")
         else:
             node.inferred["kv_cache"] = "static"
+        if node.scope.split(".")[0] == MTP and node.inferred.get("kv_cache") == "append":
+            node.inferred["kv_cache"] = "draft"  # multi-token prediction's: appends only while it drafts
 
 
 def _module_tensors(graph: OpGraph, kind: str) -> dict[str, tuple[int, ...]]:
@@ -251,12 +271,30 @@ class _TensorIndex:
         return sorted(modules | set(self.names))
 
 
+def _every_layer(path: str, index: _TensorIndex) -> list[str]:
+    """`path`, or where it names nothing but would in every layer of a stack it passes through without an
+    index (`mtp.embed_tokens.weight` of the stack `mtp`), that path in each layer (`mtp.0.embed_tokens.weight`,
+    `mtp.1...`): a tensor every layer shares with another module."""
+    if path in index.params or index.under(path):
+        return [path]
+    parts = path.split(".")
+    for cut in range(1, len(parts)):
+        stack, rest = ".".join(parts[:cut]), ".".join(parts[cut:])
+        layers = sorted({int(r.split(".", 1)[0]) for r in index.under(stack) if r.split(".", 1)[0].isdigit()})
+        each = [f"{stack}.{layer}.{rest}" for layer in layers]
+        if layers and all(p in index.params or index.under(p) for p in each):
+            return each
+    return [path]
+
+
 def _tensor_groups(tie: ast.Tie, index: _TensorIndex, diagnostics: Diagnostics) -> list[TieGroup]:
     """The tensors a `tie` makes one, group by group: `tie a.weight, b.weight` is one group; `tie a, b` of
     two modules holding the same tensors is one group per tensor (a.weight with b.weight, ...); `tie s`
-    of one stack is `tie s.0, s.1, ...`: every layer shares the first one's tensors (ALBERT's sharing)."""
+    of one stack is `tie s.0, s.1, ...`: every layer shares the first one's tensors (ALBERT's sharing); a path
+    through a stack without an index names that path in every layer (`_every_layer`)."""
     params = index.params
-    named = [(str(p), p, {} if str(p) in params else index.under(str(p))) for p in tie.paths]
+    named = [(path, p, {} if path in params else index.under(path)) for p in tie.paths
+             for path in _every_layer(str(p), index)]
     unknown = [(path, written) for path, written, tensors in named if path not in params and not tensors]
     for path, written in unknown:
         diagnostics.error("unknown-name", written.span, f"no learned tensor or module '{path}' to tie",

@@ -335,7 +335,7 @@ FAMILIES = [
              "qk_rope_head_dim": 16, "v_head_dim": 16, **DEEPSEEK_EXPERTS, "n_group": 1, "topk_group": 1}],
            lambda s: {"q_lora_rank": s["q_lora_rank"] or None, "rope_interleave": deepseek_interleaved(s),
                       "num_nextn_predict_layers": 0, "rms_norm_eps": 1e-6, **rope(10000.0)},
-           deepseek_weights, experts=True),
+           deepseek_weights, experts=True, overrides={"mtp_depth": 0}),  # transformers runs no multi-token prediction
     Family("specs/modern/deepseek_v2.xspec", "DeepseekV2ForCausalLM", "DeepseekV2Config",
            [{**BASE, "kv_heads": 4, "q_lora_rank": 0, "kv_lora_rank": 16, "qk_nope_head_dim": 12,
              "qk_rope_head_dim": 8, "v_head_dim": 10, **DEEPSEEK_V2_EXPERTS},
@@ -355,7 +355,7 @@ FAMILIES = [
              "n_group": 1, "topk_group": 1, "first_k_dense_replace": 0}],
            lambda s: {"attention_bias": True, "rms_norm_eps": 1e-5,
                       **rope(10000.0, partial_rotary_factor=s["partial_rotary_factor"])},
-           deepseek_expert_weights, experts=True, overrides={"attention_bias": True}),
+           deepseek_expert_weights, experts=True, overrides={"attention_bias": True, "mtp_depth": 0}),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

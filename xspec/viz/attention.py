@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from xspec.compiler.entries import MTP
 from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.ops import OPS
 from xspec.base.errors import UserError
@@ -58,12 +59,14 @@ class AttentionMap:
 
 
 def attention_sites(spec: "CompiledSpec") -> list[AttentionSite]:
-    """Every attention op, read off the graph (all layers), in the order the model runs them."""
+    """Every attention op a forward runs, read off the graph (all layers), in the order the model runs them."""
     sites = []
     for node, data in spec.graph.nodes(data=True):
         if OPS[data["node"].op].family != Family.ATTENTION:
             continue
         entry = data["node"].scope.split(".")[0]
+        if entry == MTP:  # multi-token prediction runs in training and drafting only: no map of a forward
+            continue
         # The role validation recorded (latent attention has one input: self-attention).
         kind = f"{entry} self-attention" if data["node"].inferred["self_attention"] else "encoder-decoder attention"
         frames = data["node"].repeat
