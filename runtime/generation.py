@@ -3,7 +3,7 @@ padding, so no mask), beam search or sampling, results in input order as soon as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -12,8 +12,10 @@ from xspec.compiler.sections import DecodeSection
 from .beam_search import continue_prompts
 from .decode_batches import in_input_order, length_sorted_chunks
 from .ensemble import ModelOrEnsemble, eval_members
+from .multi_token import prediction_depths
 from .precision import choose_precision
 from .sampling import Sampling, sample
+from .speculative import Drafts, speculative_greedy
 from .vocab import EOS, Vocab, document_end, document_start, never_generated
 
 
@@ -26,6 +28,8 @@ class Generator:
     max_tokens: int                 # the model's positions: prompt and continuation together
     batch_tokens: int = 4000        # prompt tokens per batch
     seed: int = 0
+    output_head: Optional[str] = None  # the module that makes the logits, which multi-token prediction shares
+    drafts: Drafts = field(default_factory=Drafts)  # speculative decoding's proposals and acceptances so far
 
     @property
     def sampling(self) -> Optional[Sampling]:
@@ -71,6 +75,9 @@ class Generator:
     def _continue(self, batch: torch.Tensor, indices: list[int], follow) -> list[list[int]]:
         d = self.decode
         with choose_precision(self.device, self.decode.precision, "decode.precision").context():
+            depths = prediction_depths(self.model) if isinstance(self.model, torch.nn.Module) else None
+            if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head:
+                return self._speculative(batch, depths, follow)
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
@@ -80,6 +87,20 @@ class Generator:
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
                                     end=document_end(self.vocab), never=never_generated(self.vocab))
         return [h[0].tokens if h else [] for h in hyps]
+
+    def _speculative(self, batch: torch.Tensor, depths: torch.nn.ModuleList, follow) -> list[list[int]]:
+        """Greedy continuations drafted by the model's multi-token prediction (runtime/speculative.py), one
+        prompt at a time: each accepts its own number of drafts per step."""
+        assert isinstance(self.model, torch.nn.Module) and self.output_head is not None
+        head = self.model.get_submodule(self.output_head)
+        room = min(self.decode.max_new_tokens, self.max_tokens - batch.size(1) + 1)
+        results = []
+        for row in range(batch.size(0)):
+            heard = (lambda token: follow([0], [token])) if follow is not None else None
+            results.append(speculative_greedy(self.model, depths, head, batch[row:row + 1], room,
+                                              document_end(self.vocab), never_generated(self.vocab),
+                                              len(self.vocab), self.drafts, heard))
+        return results
 
     def generate(self, lines: list[str]) -> list[str]:
         return [self.vocab.decode(ids) for done in self.stream(lines) for ids in done]

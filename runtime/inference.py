@@ -79,6 +79,12 @@ class _Scoring:
         raise NotImplementedError
 
     @property
+    def output_head(self) -> Optional[str]:
+        """The module that makes a single model's logits, which its multi-token prediction shares (greedy
+        decoding drafts with it); None for an ensemble."""
+        return None
+
+    @property
     def label(self) -> str:
         raise NotImplementedError
 
@@ -108,7 +114,7 @@ class _Scoring:
         if not self.is_language_model:
             raise UserError(f"{self.label}: a translation model continues no prompts; use translate")
         return Generator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
-                         self.max_tokens, batch_tokens, seed)
+                         self.max_tokens, batch_tokens, seed, self.output_head)
 
     def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
@@ -155,6 +161,10 @@ class TrainedModel(_Scoring):
     @property
     def members(self) -> torch.nn.Module:
         return self.model
+
+    @property
+    def output_head(self) -> Optional[str]:
+        return self.spec.output_head
 
     @property
     def label(self) -> str:

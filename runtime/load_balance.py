@@ -59,10 +59,15 @@ def corrected_mixtures(model: nn.Module) -> list[nn.Module]:
 
 def count_loads(mixtures: list[nn.Module], loads: torch.Tensor, counted: torch.Tensor) -> None:
     """Adds to `loads` (every mixture's experts, one after another) the tokens each expert took in the
-    mixtures' last forward, padding (`counted` False) left out."""
+    mixtures' last forward, padding (`counted` False) left out. A mixture that has not routed (multi-token
+    prediction's, where training leaves it out) adds nothing."""
     start = 0
     for module in mixtures:
-        chosen, probabilities = cast(tuple[torch.Tensor, torch.Tensor], module.routed)
+        routed = cast(Optional[tuple[torch.Tensor, torch.Tensor]], module.routed)
+        if routed is None:
+            start += cast(torch.Tensor, cast(nn.Module, module.router).correction_bias).numel()
+            continue
+        chosen, probabilities = routed
         experts = probabilities.size(1)
         weight = _token_weights(chosen, counted, loads.dtype)
         loads[start:start + experts].scatter_add_(0, chosen.flatten(), weight.repeat_interleave(chosen.size(1)))

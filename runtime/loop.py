@@ -125,8 +125,10 @@ class _Pending:
     tokens: int
     loss_sum: torch.Tensor
     grad_norm: torch.Tensor
-    aux_sum: Optional[torch.Tensor] = None  # the model's auxiliary loss (MoE load balancing), token-summed
-    aux_read: Optional[float] = None        # aux_sum read back, summed over processes
+    # The model's own losses (MoE load balancing, multi-token prediction: TrainingStep.side_names),
+    # token-summed; and read back, summed over processes.
+    side_sums: Optional[torch.Tensor] = None
+    side_read: Optional[list[float]] = None
 
 
 @dataclass
@@ -256,7 +258,7 @@ class Trainer:
         if update.source_tokens:
             totals = progress.source_tokens + [0] * (len(update.source_tokens) - len(progress.source_tokens))
             progress.source_tokens = [a + b for a, b in zip(totals, update.source_tokens)]
-        return _Pending(progress.step, lr, update.tokens, loss_sum, grad_norm, self.step.take_auxiliary_loss())
+        return _Pending(progress.step, lr, update.tokens, loss_sum, grad_norm, self.step.take_side_losses())
 
     def _accumulate(self, update: Prepared) -> torch.Tensor:
         """Forward/backward over this process's passes of an update; its summed token loss (on the device).
@@ -315,14 +317,16 @@ class Trainer:
         """The pending updates' losses summed over processes, their gradient norms (the same on every
         process), and each flag as any process set it: one transfer."""
         n, world = len(pending), self.context.world_size
-        # A model's auxiliary losses ride along after the losses (summed over processes, as they are).
-        losses = [p.loss_sum for p in pending] + [p.aux_sum for p in pending if p.aux_sum is not None]
-        values = torch.cat([torch.stack(losses), torch.stack([p.grad_norm for p in pending]),
+        # A model's own losses ride along after the losses (summed over processes, as they are).
+        sides = [p.side_sums for p in pending if p.side_sums is not None]
+        values = torch.cat([torch.stack([p.loss_sum for p in pending]), *sides,
+                            torch.stack([p.grad_norm for p in pending]),
                             torch.tensor([float(f) for f in flags], device=self.context.device)])
         summed = distributed.all_sum_tensor(self.context, values.double()).tolist()
-        auxiliary, summed = summed[n:len(losses)], summed[:n] + summed[len(losses):]
-        for update, aux in zip([p for p in pending if p.aux_sum is not None], auxiliary):
-            update.aux_read = aux
+        width = len(sides[0]) if sides else 0
+        side_values, summed = summed[n:n + width * len(sides)], summed[:n] + summed[n + width * len(sides):]
+        for i, update in enumerate(p for p in pending if p.side_sums is not None):
+            update.side_read = side_values[i * width:(i + 1) * width]
         return summed[:n], [v / world for v in summed[n:2 * n]], [v > 0 for v in summed[2 * n:]]
 
     def _log_steps(self, pending: list[_Pending], losses: list[float], norms: list[float], seconds: float) -> None:
@@ -333,8 +337,8 @@ class Trainer:
             if not math.isfinite(loss):
                 self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
                 raise Diverged(update.step, loss)
-            aux = update.aux_read / update.tokens if update.aux_read is not None else None
-            figures.append(StepFigures(update.step, loss, update.lr, update.tokens, tokens_per_s, norm, aux))
+            sides = dict(zip(self.step.side_names, [v / update.tokens for v in update.side_read or []]))
+            figures.append(StepFigures(update.step, loss, update.lr, update.tokens, tokens_per_s, norm, sides))
         self.log.steps(figures, _eta_seconds(self.progress, self.spec.train))
 
     # --- validation and checkpoints -----------------------------------------------------------------

@@ -19,7 +19,7 @@ import math
 import resource
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, TextIO
 
@@ -48,7 +48,9 @@ class StepFigures:
     tokens: int                 # target tokens of the update, over all processes
     tokens_per_s: float
     grad_norm: float            # before clipping
-    aux_loss: Optional[float] = None  # a mixture of experts' load-balancing loss, per target token (unweighted)
+    # The model's own losses, per target token (unweighted): a mixture of experts' load balancing
+    # ("aux_loss"), multi-token prediction's mean over its depths ("mtp_loss").
+    sides: dict[str, float] = field(default_factory=dict)
 
 
 class RunLog:
@@ -114,7 +116,7 @@ class RunLog:
             return
         now = time.time()
         for f in figures:
-            aux = {} if f.aux_loss is None else {"aux_loss": round(f.aux_loss, 5)}
+            aux = {name: round(value, 5) for name, value in f.sides.items()}
             self._record({"step": f.step, "loss": round(f.loss, 5), **aux, "lr": f.lr, "target_tokens": f.tokens,
                           "tokens_per_s": round(f.tokens_per_s, 1), "grad_norm": round(f.grad_norm, 4),
                           "time": round(now, 3)})
@@ -157,8 +159,9 @@ class RunLog:
         loss = sum(f.loss * f.tokens for f in window) / max(tokens, 1)
         last = window[-1]
         seconds = sum(f.tokens / max(f.tokens_per_s, 1e-9) for f in window) / len(window)
-        aux = [f.aux_loss for f in window if f.aux_loss is not None]
-        aux_text = f"aux loss {sum(aux) / len(aux):.4f} " if aux else ""
+        names = dict.fromkeys(name for f in window for name in f.sides)
+        aux_text = "".join(f"{name.replace('_', ' ')} {mean:.4f} " for name in names
+                           if (mean := _mean([f.sides[name] for f in window if name in f.sides])) is not None)
         line = (f"step {last.step}/{self._max_steps}: loss {loss:.4f} ppl {math.exp(min(loss, 700.0)):.2f} "
                 f"{aux_text}lr {last.lr:.3e} {sum(f.tokens_per_s for f in window) / len(window):,.0f} tok/s "
                 f"{_per_update(seconds)} grad norm {sum(f.grad_norm for f in window) / len(window):.3f} "
@@ -194,6 +197,10 @@ def memory_mib() -> float:
 
 def _per_update(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms/update" if seconds < 1 else f"{seconds:.1f} s/update"
+
+
+def _mean(values: list[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
 
 
 def _duration(seconds: float) -> str:

@@ -4,14 +4,15 @@
 tokens), so that DistributedDataParallel or FSDP wrap, and `torch.compile` compiles, both: the loss over
 the [tokens x vocab] logits is then fused into the compiled graph instead of running eagerly on a
 float32 copy of them. A model with a loss of its own (a mixture of experts' load balancing,
-runtime/load_balance.py) has it added, weighted by `train.router_aux_loss_coef`, and kept apart for the
-log. Checkpoints, validation and decoding use the model itself (`step.model`).
+runtime/load_balance.py, weighted by `train.router_aux_loss_coef`; multi-token prediction's,
+runtime/multi_token.py, by `train.mtp_loss_weight`) has it added, and kept apart for the log. Checkpoints,
+validation and decoding use the model itself (`step.model`).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, cast
+from typing import Any, Optional, cast
 
 import torch
 import torch.nn as nn
@@ -21,14 +22,18 @@ from .distributed import Context
 from .batching import NO_LABEL
 from .expert_products import register_expert_products
 from .load_balance import correct_routers, corrected_mixtures, count_loads, load_balancing_loss, routing_modules
+from .multi_token import HeadReads, depth_losses, prediction_depths
 
 
 class TrainingStep(nn.Module):
-    auxiliary_sum: torch.Tensor     # buffers (registered below)
+    side_sums: torch.Tensor     # buffers (registered below)
     expert_loads: torch.Tensor
 
     def __init__(self, model: nn.Module, label_smoothing: float, aux_loss_coef: float = 0.0,
-                 expert_bias_rate: float = 0.0) -> None:
+                 expert_bias_rate: float = 0.0, mtp_loss_weight: float = 0.0,
+                 output_head: Optional[str] = None) -> None:
+        """`output_head`: the path of the module that makes the logits (CompiledSpec.output_head), which
+        multi-token prediction's depths share."""
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
@@ -41,9 +46,18 @@ class TrainingStep(nn.Module):
         self.has_auxiliary_loss = bool(routing_modules(model))
         if self.has_auxiliary_loss:
             register_expert_products()  # so that torch.compile traces the experts as one graph
-        # The auxiliary loss of the passes since it was last taken, each times its target tokens (as the
-        # token loss is summed): a tensor on the device, so reading it waits for nothing until the log does.
-        self.register_buffer("auxiliary_sum", torch.zeros(()), persistent=False)
+        # DeepSeek-V3's multi-token prediction: its depths, and the states the head they share reads.
+        depths = prediction_depths(model) if mtp_loss_weight > 0 and output_head is not None else None
+        self.mtp_loss_weight = mtp_loss_weight
+        self.head: Optional[nn.Module] = model.get_submodule(output_head) if depths is not None and output_head \
+            else None
+        self.head_reads = HeadReads(self.head) if self.head is not None else None
+        # The losses kept apart for the log, by name: of the passes since they were last taken, summed over
+        # target tokens (as the token loss is), unweighted. A tensor on the device, so reading it waits for
+        # nothing until the log does.
+        self.side_names = tuple(name for name, present in (("aux_loss", self.has_auxiliary_loss),
+                                                           ("mtp_loss", self.head_reads is not None)) if present)
+        self.register_buffer("side_sums", torch.zeros(len(self.side_names)), persistent=False)
 
     def forward(self, labels: torch.Tensor, *inputs: torch.Tensor, smoothed: bool = True) -> torch.Tensor:
         """The summed token loss of a batch (`inputs`: the model's arguments, runtime/batching.Batch):
@@ -53,13 +67,25 @@ class TrainingStep(nn.Module):
         logits = self.model(*inputs)  # [B, T, V]
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=NO_LABEL,
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
-        if smoothed and self.has_auxiliary_loss:
+        states = self.head_reads.take() if self.head_reads is not None else None
+        if not smoothed:
+            return loss
+        sides = []
+        if states is not None:  # §2.2: the mean of the depths' losses, times lambda (first: their experts route)
+            depths = prediction_depths(self.model)
+            assert depths is not None and self.head is not None
+            mean = depth_losses(depths, self.head, states, labels, self.label_smoothing).mean()
+            sides.append(mean.detach())
+            loss = loss + self.mtp_loss_weight * mean
+        if self.has_auxiliary_loss:
             counted = labels != NO_LABEL                     # [B, T]: the positions that are not padding
             weighted = load_balancing_loss(self.model, counted) * counted.sum()
-            self.auxiliary_sum += weighted.detach()
+            sides.insert(0, weighted.detach())
             loss = loss + self.aux_loss_coef * weighted
             if self.corrected:
                 count_loads(self.corrected, self.expert_loads, counted)
+        if sides:
+            self.side_sums += torch.stack(sides)
         return loss
 
     def correct_routers(self, context: Context) -> None:
@@ -74,12 +100,13 @@ class TrainingStep(nn.Module):
         correct_routers(self.corrected, self.expert_loads, self.expert_bias_rate)
         self.expert_loads.zero_()
 
-    def take_auxiliary_loss(self) -> torch.Tensor | None:
-        """The auxiliary loss summed over target tokens since the last call (None: the model has none)."""
-        if not self.has_auxiliary_loss:
+    def take_side_losses(self) -> torch.Tensor | None:
+        """The losses kept apart (`side_names`), each summed over target tokens since the last call (None:
+        the model has none)."""
+        if not self.side_names:
             return None
-        taken = self.auxiliary_sum.clone()
-        self.auxiliary_sum.zero_()
+        taken = self.side_sums.clone()
+        self.side_sums.zero_()
         return taken
 
 

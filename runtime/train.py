@@ -450,7 +450,8 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     model = spec.build(device=str(context.device))
     if context.device.type == "cuda":
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused
-    step = TrainingStep(model, cfg.label_smoothing, cfg.router_aux_loss_coef, cfg.expert_bias_update_rate)
+    step = TrainingStep(model, cfg.label_smoothing, cfg.router_aux_loss_coef, cfg.expert_bias_update_rate,
+                        cfg.mtp_loss_weight, spec.output_head)
     wrapped = distribute(step, context, cfg.sharding)
     optimizer = make_optimizer(wrapped.parameters(), cfg)
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped

@@ -129,10 +129,10 @@ def test_trains_a_few_steps(name):
         losses.append(loss.item())
     assert losses[-1] < losses[0]
     if family.experts:
-        aux = step.take_auxiliary_loss()
-        assert aux is not None and 0 < aux.item() / (4 * 32) < 100
+        sides = step.take_side_losses()
+        assert sides is not None and step.side_names == ("aux_loss",) and 0 < sides[0].item() / (4 * 32) < 100
     else:
-        assert step.take_auxiliary_loss() is None
+        assert step.take_side_losses() is None
 
 
 @pytest.mark.parametrize("name", NAMES)

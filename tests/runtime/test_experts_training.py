@@ -1,6 +1,7 @@
 """A mixture of experts trained by the runtime on the demo language: the loss falls, and the load-balancing
 loss is added to it with train.router_aux_loss_coef and logged apart (metrics.jsonl, train.log); DeepSeek's
-routers move their correction bias instead."""
+routers move their correction bias instead, and its multi-token prediction trains beside the model and
+drafts its greedy decoding."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_a_mixture_of_experts_learns_and_logs_its_load_balancing_loss(tmp_path):
     assert "aux loss " in (run / "train.log").read_text()
 
 
-def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoint_keeps_it(tmp_path):
+def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoint_keeps_it(tmp_path, capsys):
     """DeepSeek-V3's auxiliary-loss-free balancing (§2.1.2): with no auxiliary loss in the training loss,
     every corrected router's bias moves by exactly +-gamma per expert each update, and the run's checkpoint
     holds the moved biases (a resumed run goes on from them)."""
@@ -64,6 +65,7 @@ def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoi
              "decode.max_new_tokens": 2}
     spec = xspec.compile(str(ROOT / "specs" / "modern" / "deepseek_v3.xspec"), overrides=sizes)
     assert spec.train.router_aux_loss_coef == 0.0 and spec.train.expert_bias_update_rate == 0.001
+    assert spec.params["mtp_depth"] == 1 and spec.train.mtp_loss_weight == 0.3
     run = tmp_path / "run"
     with contextlib.redirect_stdout(io.StringIO()):
         train(spec, RunOptions(run, data, device="cpu", progress=False))
@@ -72,3 +74,15 @@ def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoi
     steps = bias / 0.001                      # started at 0: a whole number of +-1 steps, at most one per update
     assert torch.allclose(steps, steps.round(), atol=1e-3) and bias.abs().max() <= 6 * 0.001 + 1e-6
     assert bias.abs().max() > 0 and bias.sum().abs() < bias.abs().sum()   # some experts up, others down
+    # Multi-token prediction (§2.2) trained beside it, its loss logged apart; greedy decoding drafts with it.
+    steps_logged = [record for record in read_metrics_log(run) if "loss" in record]
+    assert all(record["mtp_loss"] > 0 for record in steps_logged) and "mtp loss " in (run / "train.log").read_text()
+    prompts = ["the cat", "a dog sees"]
+    drafting = trained.generator(sample=False, beam=1, max_new_tokens=8)
+    plain = trained.generator(sample=False, beam=1, max_new_tokens=8, speculative=False)
+    assert drafting.generate(prompts) == plain.generate(prompts)
+    assert drafting.drafts.proposed > 0 and plain.drafts.proposed == 0
+    from xspec.cli import main
+
+    assert main(["generate", str(run), "--beam", "1", "--prompt", "the cat", "--max-new-tokens", "6"]) == 0
+    assert "speculative decoding: " in capsys.readouterr().err

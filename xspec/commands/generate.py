@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         with _lines_named("--prompt", 1):
             _stream_tokens(generator, args.prompt, args.echo, warning("--prompt", 1))
+    if generator.drafts.proposed:
+        print(generator.drafts, file=sys.stderr)
     return 0
 
 
