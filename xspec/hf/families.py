@@ -354,8 +354,21 @@ def _yarn_mscale(factor: float, mscale: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
+def _multi_token_prediction(cfg: ConfigReader, keys: tuple[str, ...]) -> None:
+    """DeepSeek-V3's multi-token prediction modules (§2.2), which transformers neither runs nor loads: xspec
+    keeps them (the importer drops them, saying so, where the checkpoint lacks their weights)."""
+    present = [key for key in keys if cfg.has(key)]
+    if not present:
+        cfg.put("mtp_depth", 0, keys[0])
+        return
+    cfg.map(present[0], "mtp_depth", least=0, most=MAX_REPEAT)
+    for key in present[1:]:
+        cfg.expect(key, [cfg.config[present[0]]], what=f" (the same count as {present[0]})")
+
+
 def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
     _deepseek_attention(cfg, m, interleaved=cfg.flag("rope_interleave", True))
+    _multi_token_prediction(cfg, ("num_nextn_predict_layers",))
     experts = _deepseek_experts(cfg, first_dense=3, experts=256, per_token=8, width=2048, shared=1, scale=2.5)
     _expert_groups(cfg, experts, groups=8, top_groups=4)
     cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
@@ -367,6 +380,8 @@ def _deepseek_v3(cfg: ConfigReader, m: Mapped) -> None:
 
 def _deepseek_v2(cfg: ConfigReader, m: Mapped) -> None:
     _deepseek_attention(cfg, m, interleaved=True)   # DeepSeek-V2 turns pairs (x0, x1) as complex numbers
+    cfg.ignore("num_nextn_predict_layers", "multi-token prediction modules, which DeepSeek-V2 does not have and "
+                                           "transformers does not run either; xspec imports the model without them")
     _deepseek_experts(cfg, first_dense=0, experts=64, per_token=None, width=1407, shared=2, scale=1.0)
     cfg.expect("topk_method", ["greedy"], "greedy", " (group_limited_greedy is not supported yet)")
     for key in ("n_group", "topk_group"):
@@ -386,8 +401,7 @@ def _glm4_moe(cfg: ConfigReader, m: Mapped) -> None:
     _bias(cfg, "attention_bias")
     cfg.put("use_qk_norm", cfg.flag("use_qk_norm", False), "use_qk_norm")
     _partial_rotary(cfg, default=0.5)
-    for key in ("num_mtp_layers", "num_nextn_predict_layers"):
-        cfg.ignore(key, "multi-token prediction modules, which transformers does not run either")
+    _multi_token_prediction(cfg, ("num_nextn_predict_layers", "num_mtp_layers"))
     experts = _deepseek_experts(cfg, first_dense=1, experts=128, per_token=8, width=1408, shared=1, scale=1.0)
     _expert_groups(cfg, experts, groups=1, top_groups=1)
     cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
@@ -424,8 +438,6 @@ def _deepseek_attention(cfg: ConfigReader, m: Mapped, interleaved: bool) -> None
             cfg.config["qk_nope_head_dim"] + cfg.config["qk_rope_head_dim"]
         cfg.expect(key, [expected], expected, f" (transformers derives it: {derived})")
     _bias(cfg, "attention_bias")
-    cfg.ignore("num_nextn_predict_layers", "multi-token prediction modules, which transformers does not run either; "
-                                           "xspec imports the model without them")
     # Interleaved rotary features ((x0, x1), (x2, x3), ...) are the plain layout's rows reordered: import
     # reorders them (weight_map.py), so the spec turns halves as every family does.
     m.layout = "deepseek_interleaved" if interleaved else "deepseek"

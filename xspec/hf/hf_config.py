@@ -16,6 +16,7 @@ _EXPERTS = {key: key for key in ("first_k_dense_replace", "n_routed_experts", "n
                                  "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor",
                                  "norm_topk_prob")}
 _EXPERT_GROUPS = {"n_group": "n_group", "topk_group": "topk_group"}
+_PREDICTION = {"mtp_depth": "num_nextn_predict_layers"}  # multi-token prediction's depths (DeepSeek-V3 §2.2)
 # Each model_type's parameters beyond COMMON, by the config key they become.
 OWN: dict[str, dict[str, str]] = {
     "llama": {"attention_bias": "attention_bias", "mlp_bias": "mlp_bias"},
@@ -43,9 +44,9 @@ OWN: dict[str, dict[str, str]] = {
                 "num_experts_per_tok": "num_experts_per_tok", "swiglu_limit": "swiglu_limit",
                 "router_aux_loss_coef": "router_aux_loss_coef"},
     "deepseek_v2": {**_LATENT, **_EXPERTS},
-    "deepseek_v3": {**_LATENT, **_EXPERTS, **_EXPERT_GROUPS},
+    "deepseek_v3": {**_LATENT, **_EXPERTS, **_EXPERT_GROUPS, **_PREDICTION},
     "glm4_moe": {"head_dim": "head_dim", "attention_bias": "attention_bias", "use_qk_norm": "use_qk_norm",
-                 "partial_rotary_factor": "partial_rotary_factor", **_EXPERTS, **_EXPERT_GROUPS},
+                 "partial_rotary_factor": "partial_rotary_factor", **_EXPERTS, **_EXPERT_GROUPS, **_PREDICTION},
 }
 
 
@@ -98,11 +99,11 @@ def _deepseek(params: dict[str, Any], model_type: str) -> dict[str, Any]:
     """Queries' latent (null: none), YaRN with its attention factor as the spec holds it, and the rotary
     layout: DeepSeek-V3's in halves (export writes them so); DeepSeek-V2 always turns pairs, its weights
     written so, and routes greedily."""
-    config: dict[str, Any] = {"q_lora_rank": params["q_lora_rank"] or None, "num_nextn_predict_layers": 0}
+    config: dict[str, Any] = {"q_lora_rank": params["q_lora_rank"] or None}
     if model_type == "deepseek_v3":
         config["rope_interleave"] = False
     else:
-        config |= {"topk_method": "greedy", "n_group": None, "topk_group": None}
+        config |= {"topk_method": "greedy", "n_group": None, "topk_group": None, "num_nextn_predict_layers": 0}
     if params["rope_type"] == "yarn":
         config["rope_scaling"] = {"rope_type": "yarn", "factor": params["rope_factor"],
                                   "original_max_position_embeddings": params["original_max_position_embeddings"],

@@ -55,6 +55,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     config = read_config(source)
     mapped = map_config(config, str(source / CONFIG))
     weights = open_weights(source, config)
+    _without_missing_predictions(mapped, weights, say)
     tokenizer = find_tokenizer(source, config)
     made: dict = {}
 
@@ -77,6 +78,22 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
 
     write_directory(out, fill, WRITER)
     return Imported(out, mapped, made["spec"], tokenizer, made["verification"])
+
+
+def _without_missing_predictions(mapped: Mapped, weights: CheckpointDir, say: Callable[[str], None]) -> None:
+    """A config that counts multi-token prediction modules whose weights the checkpoint does not hold (one
+    written by transformers' save_pretrained, which drops them): the model is imported without them."""
+    setting = next((s for s in mapped.settings if s.param == "mtp_depth"), None)
+    if setting is None or not setting.value:
+        return
+    first = f"model.layers.{mapped.params['layers']}.eh_proj.weight"
+    if first in weights.files:
+        return
+    setting.value = 0
+    why = (f"the checkpoint holds no weights for its {mapped.config[setting.source]} multi-token prediction "
+           f"module(s) (no {first}; transformers' save_pretrained drops them): imported without them")
+    mapped.notes[setting.source] = why
+    say(f"{weights.path}: {why}")
 
 
 def _check_output(source: Path, out: Path, force: bool) -> None:

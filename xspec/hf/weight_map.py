@@ -4,7 +4,12 @@ A `Group` ties some checkpoint tensors to some of the model's: mostly one to one
 but Phi-3 fuses q, k, v (and gate, up) into one matrix, Mixtral and Qwen3-MoE store each expert
 apart where the spec stacks them, and gpt-oss interleaves gate and up columns and multiplies from the
 left. The groups are made from the spec's own tensor names, so a checkpoint tensor no group asks for is
-left over, and one a group asks for but the checkpoint lacks is missing: both are errors naming it."""
+left over, and one a group asks for but the checkpoint lacks is missing: both are errors naming it.
+
+DeepSeek-V3's multi-token prediction modules (`mtp.K.*`) are stored as layers after the last
+(`model.layers.{layers + K}.*`): their transformer layer under the names of every layer, their norms and
+projection under their own; the embedding and the output head each module shares are stored again in each,
+copies that import checks and export writes."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from xspec.base.errors import UserError
 
 Tensors = list[torch.Tensor]
 
@@ -73,12 +80,64 @@ def groups(layout: str, names: list[str], shapes: dict[str, tuple[int, ...]], pa
     found: dict[tuple[str, ...], Group] = {}
     rules = RENAMES + NORMS[NORM_OF_LAYOUT[layout]]
     special = SPECIAL.get(layout)
+
+    def group_of(name: str, tensor_shapes: dict[str, tuple[int, ...]]) -> Group:
+        group = special(name, tensor_shapes, params) if special else None
+        return group if group is not None else Group((_renamed(name, rules),), (name,), _same, _same)
+
+    depths = sorted({int(found_[1]) for name in names if (found_ := re.match(r"mtp\.(\d+)\.", name))})
     for name in names:
-        group = special(name, shapes, params) if special else None
-        if group is None:
-            group = Group((_renamed(name, rules),), (name,), _same, _same)
+        group = _prediction_group(name, params["layers"], shapes, group_of) if name.startswith("mtp.") \
+            else group_of(name, shapes)
         found.setdefault(group.hf, group)
-    return list(found.values())
+    return [_with_copies(group, params["layers"], depths) for group in found.values()]
+
+
+# A multi-token prediction module's own tensors, after its layer's number.
+_PREDICTION_OWN = {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight", "eh_proj.weight": "eh_proj.weight",
+                   "head_norm.weight": "shared_head.norm.weight"}
+
+
+def _prediction_group(name: str, layers: int, shapes: dict[str, tuple[int, ...]], group_of) -> Group:
+    """A tensor of multi-token prediction's depth K: its own (`mtp.K.eh_proj.weight`), or its transformer
+    layer's (`mtp.K.layer.*`), grouped as the same tensor of a decoder layer numbered `layers + K`."""
+    depth, rest = re.fullmatch(r"mtp\.(\d+)\.(.+)", name).groups()  # type: ignore[union-attr]
+    number = layers + int(depth)
+    if rest in _PREDICTION_OWN:
+        return Group((f"model.layers.{number}.{_PREDICTION_OWN[rest]}",), (name,), _same, _same)
+    assert rest.startswith("layer."), f"no Hugging Face name for the spec's tensor {name}"
+    alias = f"decoder.layers.{number}.{rest.removeprefix('layer.')}"
+    renamed = {alias: name}
+    group = group_of(alias, {**shapes, alias: shapes[name]})
+    return Group(group.hf, tuple(renamed.get(n, n) for n in group.ours), group.to_ours, group.to_hf)
+
+
+def _with_copies(group: Group, layers: int, depths: list[int]) -> Group:
+    """The embedding's and the output head's group, with the copies each multi-token prediction module
+    stores of them (DeepSeek-V3 §2.2: shared, and stored again)."""
+    copy = {"model.embed_tokens.weight": "embed_tokens.weight", "lm_head.weight": "shared_head.head.weight"}
+    copies = tuple(f"model.layers.{layers + depth}.{copy[hf]}" for hf in group.hf if hf in copy for depth in depths)
+    if not copies:
+        return group
+    count = len(group.hf)
+
+    def to_ours(tensors: Tensors) -> Tensors:
+        for name, tensor in zip(copies, tensors[count:]):
+            original = tensors[group.hf.index(next(h for h in group.hf if h in copy and copy[h] in name))]
+            # (planning reads shapes only, on meta tensors: the values are compared when written)
+            if tensor.shape != original.shape or not (tensor.is_meta or torch.equal(tensor, original)):
+                raise UserError(f"tensor {name} differs from {group.hf[0]}: xspec's multi-token prediction "
+                                "shares the model's embedding and output head, of which the checkpoint stores "
+                                "copies")
+        return group.to_ours(tensors[:count])
+
+    def to_hf(tensors: Tensors) -> Tensors:
+        written = group.to_hf(tensors)
+        by_name = dict(zip(group.hf, written))
+        return written + [by_name[next(h for h in group.hf if h in copy and copy[h] in name)].clone()
+                          for name in copies]
+
+    return Group(group.hf + copies, group.ours, to_ours, to_hf)
 
 
 def _renamed(name: str, rules: list[tuple[str, str]]) -> str:
