@@ -76,16 +76,25 @@ def _statement(statement: ast.stmt, indent: str) -> list[str]:
         if statement.orelse:
             lines += [f"{indent}else:", *print_statements(statement.orelse, indent + INDENT)]
         return lines
-    one = indent + text_of(statement)
+    one = indent + _one_line(statement)
     if isinstance(statement, ast.ImportFrom) and not _fits(one, statement):  # the names in parentheses
         return _packed(f"{indent}from {statement.module} import (", [text_of(a) for a in statement.names],
                        indent + INDENT, ")")
     head, value = _simple(statement)
     if value is None or _fits(one, statement):
         return _commented([one], statement)
-    if isinstance(statement, ast.Assign) and _splits_at_operators(value) and _trailing_call(value) is None:
-        return _commented(_operators(head, value, indent), statement)
+    if isinstance(statement, ast.Assign) and note_of(statement) is None and _splits_at_operators(value) \
+            and _trailing_call(value) is None:  # a config's computed field (a commented line keeps its code)
+        return _operators(head, value, indent)
     return _commented(_layout(value, indent, head, split=True), statement)
+
+
+def _one_line(statement: ast.stmt) -> str:
+    """The statement as `ast.unparse` writes it, but a returned tuple without parentheses (`return x, v`)."""
+    value = statement.value if isinstance(statement, ast.Return) else None
+    if isinstance(value, ast.Tuple) and value.elts and not any(isinstance(e, ast.Starred) for e in value.elts):
+        return "return " + ", ".join(text_of(element) for element in value.elts)
+    return text_of(statement)
 
 
 def _simple(statement: ast.stmt) -> tuple[str, Optional[ast.expr]]:
@@ -107,7 +116,7 @@ def _class(node: ast.ClassDef, indent: str) -> list[str]:
     decorators = [f"{indent}@{text_of(d)}" for d in node.decorator_list]
     bases = ", ".join(text_of(base) for base in node.bases)
     header = f"{indent}class {node.name}" + (f"({bases})" if bases else "") + ":"
-    if _fits(header, node) or not node.bases:
+    if len(header) < LINE_LIMIT or not node.bases:  # a long comment (a spec's file name) stays on the line
         lines = [header]
     else:  # the bases hang one level deeper than the body, as a long `def` line's arguments do
         lines = _packed(f"{indent}class {node.name}(", [text_of(base) for base in node.bases], indent + INDENT * 2,
