@@ -35,8 +35,8 @@ BYTES_FLOAT32 = 4
 ADAM_MOMENTS = 2            # §5.3: Adam keeps a first and a second moment per parameter
 
 # FLOP categories, in the order of the paper's description of a layer.
-CATEGORIES = ("attention_qkv", "attention_scores", "attention_values", "attention_out", "feed_forward",
-              "moe_router", "moe_experts", "generator")
+CATEGORIES = ("attention_qkv", "attention_scores", "attention_values", "attention_out", "recurrent",
+              "feed_forward", "moe_router", "moe_experts", "generator")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class Family(str, Enum):
     it prints, hashes and serializes as its value ("attention")."""
 
     ATTENTION = "attention"
+    RECURRENT = "recurrent"  # a mixer with a state of fixed size (linear attention, state space)
     FEED_FORWARD = "feed_forward"
     EXPERTS = "experts"
     NORM = "norm"
@@ -123,6 +124,8 @@ class OpDef(Generic[AttrsT]):
     # tensors it keeps (keys and values; a latent attention's latent and rotary key, one "head"), and the
     # window that caps the positions it keeps (None: every one). `xspec stats` and export read it.
     cache: Callable[[AttrsT, Inferred], tuple[tuple[int, int, int], Optional[int]]] = lambda a, i: ((0, 0, 0), None)
+    # A recurrent mixer's state per sequence while decoding, in numbers: the same at any length.
+    recurrent_state: Callable[[AttrsT, Inferred], int] = lambda a, i: 0
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
     inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0

@@ -28,17 +28,21 @@ class BlockCount:
 @dataclass(frozen=True)
 class DecodingCache:
     """What a decoder's cache keeps for one sequence (runtime/cache.py), from the spec's self-attention
-    layers: each keeps, per position, its keys and values (or a latent attention's latent and rotary key)."""
+    layers: each keeps, per position, its keys and values (or a latent attention's latent and rotary key);
+    and from its recurrent layers (Gated DeltaNet, Mamba-2): each keeps a state of fixed size."""
 
     layers: int                     # the self-attention layers that keep a cache
     per_position: int               # numbers each position adds in the layers that keep every position
     windowed: int                   # numbers per position in sliding-window layers, which keep `window` at most
     length: int
-    at_length: int                  # numbers kept for a sequence of `length` positions
+    at_length: int                  # numbers kept for a sequence of `length` positions, the states included
+    recurrent_layers: int = 0       # layers that keep a state instead
+    state: int = 0                  # the numbers of their states together, at any length
 
     def as_dict(self) -> dict[str, int]:
         return {"layers": self.layers, "numbers_per_position": self.per_position,
-                "windowed_numbers_per_position": self.windowed, "length": self.length,
+                "windowed_numbers_per_position": self.windowed, "recurrent_layers": self.recurrent_layers,
+                "state_numbers": self.state, "length": self.length,
                 "numbers_at_length": self.at_length, "float32_bytes_at_length": 4 * self.at_length,
                 "bf16_bytes_at_length": 2 * self.at_length}
 
@@ -46,8 +50,11 @@ class DecodingCache:
 def decoding_cache(spec: CompiledSpec, length: int) -> DecodingCache:
     from xspec.compiler.ops import OPS
 
-    layers = per_position = windowed = at_length = 0
+    layers = per_position = windowed = at_length = recurrent = state = 0
     for node in spec.ops:
+        kept = OPS[node.op].recurrent_state(node.attrs, node.inferred)
+        if kept and node.scope.split(".")[0] == "decoder":
+            recurrent, state, at_length = recurrent + 1, state + kept, at_length + kept
         if node.inferred.get("kv_cache") != "append":
             continue
         (heads, key_dim, value_dim), window = OPS[node.op].cache(node.attrs, node.inferred)
@@ -56,7 +63,7 @@ def decoding_cache(spec: CompiledSpec, length: int) -> DecodingCache:
         per_position += numbers if window is None else 0
         windowed += numbers if window is not None else 0
         at_length += numbers * min(length, window or length)
-    return DecodingCache(layers, per_position, windowed, length, at_length)
+    return DecodingCache(layers, per_position, windowed, length, at_length, recurrent, state)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ CATEGORY_LABELS = {
     "attention_scores": "attention: Q K^T",
     "attention_values": "attention: softmax(.) V",
     "attention_out": "attention: output projection W^O",
+    "recurrent": "recurrent mixers: projections and state",
     "feed_forward": "feed-forward (and other linear layers)",
     "moe_router": "mixture of experts: router",
     "moe_experts": "mixture of experts: the chosen experts",
@@ -76,12 +77,16 @@ def render(stats: SpecStats, plan_line: str = "") -> str:
     out += [""]
 
     c = stats.cache
-    if c.layers:
-        out += [f"Decoding cache of one sequence ({c.layers} self-attention layers; runtime/cache.py)"]
+    if c.layers or c.recurrent_layers:
+        kinds = [f"{c.layers} self-attention"] * bool(c.layers) + [f"{c.recurrent_layers} recurrent"] * bool(
+            c.recurrent_layers)
+        out += [f"Decoding cache of one sequence ({' and '.join(kinds)} layers; runtime/cache.py)"]
         rows = [["numbers per position", f"{c.per_position:,}"]]
         if c.windowed:
             rows.append(["numbers per position, sliding-window layers (kept for their window only)",
                          f"{c.windowed:,}"])
+        if c.state:
+            rows.append(["numbers of the recurrent layers' states (the same at any length)", f"{c.state:,}"])
         rows += [[f"at n = {c.length}: float32", _bytes(4 * c.at_length)],
                  [f"at n = {c.length}: bf16", _bytes(2 * c.at_length)]]
         out += _table(["", "size"], rows, right={1}) + [""]

@@ -29,6 +29,7 @@ MUTED = "#555555"
 # Fill and border per op family: light fills keep black text readable on white paper.
 FILL = {
     Family.ATTENTION: "#FCDDB4",
+    Family.RECURRENT: "#F9D0C4",
     Family.FEED_FORWARD: "#C6E6F5",
     Family.EXPERTS: "#CDEBE3",
     Family.NORM: "#F4F2B8",
@@ -42,6 +43,7 @@ FILL = {
 }
 BORDER = {
     Family.ATTENTION: "#C27C2C",
+    Family.RECURRENT: "#B0553A",
     Family.FEED_FORWARD: "#3F86B0",
     Family.EXPERTS: "#2F8F7A",
     Family.NORM: "#A29A2A",

@@ -103,8 +103,8 @@ def _activation_title(graph: nx.DiGraph, node: str) -> str:
 
 
 # The colour of a collapsed block: its most characteristic op family.
-_FAMILY_PRIORITY = (Family.ATTENTION, Family.EXPERTS, Family.FEED_FORWARD, Family.EMBEDDING, Family.POSITION,
-                    Family.NORM, Family.ACTIVATION)
+_FAMILY_PRIORITY = (Family.ATTENTION, Family.RECURRENT, Family.EXPERTS, Family.FEED_FORWARD, Family.EMBEDDING,
+                    Family.POSITION, Family.NORM, Family.ACTIVATION)
 _SUBLAYER_ENDS = ("Add & Norm", "Add")
 
 

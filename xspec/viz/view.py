@@ -36,7 +36,8 @@ DEPTHS = ("1", "2", "full")
 
 # Ops that a residual connection skips around: a skip around only a positional encoding (the
 # embeddings' "e + positions(e)") is not a residual connection.
-_SUBLAYER_FAMILIES = frozenset({Family.ATTENTION, Family.FEED_FORWARD, Family.NORM, Family.ACTIVATION})
+_SUBLAYER_FAMILIES = frozenset({Family.ATTENTION, Family.RECURRENT, Family.FEED_FORWARD, Family.NORM,
+                                Family.ACTIVATION})
 # A block made only of these is a position-wise feed-forward network, drawn as one box at depth 2.
 _DENSE_FAMILIES = frozenset({Family.FEED_FORWARD, Family.ACTIVATION, Family.REGULARIZATION, Family.ELEMENTWISE})
 
