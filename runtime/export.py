@@ -37,6 +37,7 @@ from torch.export import Dim
 from xspec.base.errors import UserError
 from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
 from xspec.base.text import shown
+from xspec.compiler.entries import MTP
 from xspec.compiler.ops import OPS
 from xspec.compiler.spec import CompiledSpec
 from .tokenizer import CheckpointTokenizer
@@ -206,9 +207,14 @@ def plan(trained: TrainedModel) -> Plan:
     if windowed:  # a step would carry a ring of `window` positions, which the exported cache does not model
         raise UserError(f"{spec.name}: export does not yet write sliding-window attention ({windowed[0]}); its "
                         "decoding cache keeps a ring of the last positions, which the exported steps do not carry")
-    if any(node.op == "moe" for node in spec.ops):
+    stepped = [node for node in spec.ops if node.scope.split(".")[0] != MTP]  # drafting's modules: not run
+    if any(node.op == "moe" for node in stepped):
         raise UserError(f"{spec.name}: export does not yet write a mixture of experts: the experts' token counts "
                         "depend on the routing, which torch.export's static graphs cannot follow")
+    recurrent = [node.module for node in stepped if OPS[node.op].recurrent_state(node.attrs, node.inferred)]
+    if recurrent:
+        raise UserError(f"{spec.name}: export does not yet write recurrent layers ({recurrent[0]}): a step would "
+                        "carry their states, which the exported steps do not")
     longest = trained.max_tokens
     if longest <= EXAMPLE_PAST + 1:
         raise UserError(f"{spec.name}: {longest} positions are too few to export (at least {EXAMPLE_PAST + 2})")

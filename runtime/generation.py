@@ -15,7 +15,7 @@ from .ensemble import ModelOrEnsemble, eval_members
 from .multi_token import prediction_depths
 from .precision import choose_precision
 from .sampling import Sampling, sample
-from .speculative import Drafts, speculative_greedy
+from .speculative import Drafts, can_draft, speculative_greedy
 from .vocab import EOS, Vocab, document_end, document_start, never_generated
 
 
@@ -75,7 +75,8 @@ class Generator:
     def _continue(self, batch: torch.Tensor, indices: list[int], follow) -> list[list[int]]:
         d = self.decode
         with choose_precision(self.device, self.decode.precision, "decode.precision").context():
-            depths = prediction_depths(self.model) if isinstance(self.model, torch.nn.Module) else None
+            single = self.model if isinstance(self.model, torch.nn.Module) else None
+            depths = prediction_depths(single) if single is not None and can_draft(single) else None
             if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head:
                 return self._speculative(batch, depths, follow)
             if d.sample or d.beam == 1:

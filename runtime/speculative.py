@@ -38,6 +38,13 @@ class Drafts:
                 f"({self.rate:.1%})")
 
 
+def can_draft(model: nn.Module) -> bool:
+    """Rejected drafts are dropped by setting the caches' length back, which a recurrent layer's state (kept
+    whole, not per position: a module with a `recurrent` form, xspec/nn/delta_rule.py) cannot follow: a
+    model with one decodes without drafting."""
+    return not any(callable(getattr(module, "recurrent", None)) for module in model.modules())
+
+
 class _Chooser:
     """The greedy choice from logits, exactly as runtime/sampling.py makes it: log-probabilities over the
     first `vocab_size` tokens, never the tokens `never`, the first of equal maxima."""
