@@ -222,6 +222,26 @@ def deepseek_weights(state, sizes):
     return ours
 
 
+BAMBA = [  # Bamba's own names: the Mamba-2 mixer's, the feed-forward's, the norms'
+    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
+    (r"model\.final_layernorm\.weight", "decoder.norm.weight"),
+    (r"lm_head\.weight", "decoder.generator.weight"),
+    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
+    (r"model\.layers\.(\d+)\.pre_ff_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
+    (r"model\.layers\.(\d+)\.feed_forward\.(gate|up|down)_proj\.weight", r"decoder.layers.\1.ffn.\2.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.weight", r"decoder.layers.\1.self_attn.\2_proj.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"decoder.layers.\1.self_attn.out_proj.weight"),
+    (r"model\.layers\.(\d+)\.mamba\.(.+)", r"decoder.layers.\1.mamba.\2"),
+]
+
+
+def bamba_config(sizes: dict) -> dict:
+    """The spec's default schedule (attention every fourth layer, from the fourth) as attn_layer_indices."""
+    return {"mamba_d_head": sizes["mamba_expand"] * sizes["d_model"] // sizes["mamba_n_heads"],
+            "attn_layer_indices": [i for i in range(sizes["layers"]) if i % 4 == 3], "rms_norm_eps": 1e-5,
+            **rope(10000.0, partial_rotary_factor=0.5)}
+
+
 def rope(theta: float, **scaling) -> dict:
     return {"rope_parameters": {"rope_type": "default", "rope_theta": theta, **scaling}}
 
@@ -356,6 +376,14 @@ FAMILIES = [
            lambda s: {"attention_bias": True, "rms_norm_eps": 1e-5,
                       **rope(10000.0, partial_rotary_factor=s["partial_rotary_factor"])},
            deepseek_expert_weights, experts=True, overrides={"attention_bias": True, "mtp_depth": 0}),
+    Family("specs/modern/bamba.xspec", "BambaForCausalLM", "BambaConfig",
+           [{**BASE, "layers": 5, "mamba_n_heads": 4, "mamba_expand": 2, "mamba_n_groups": 2, "mamba_d_state": 12,
+             "mamba_d_conv": 3, "mamba_chunk_size": 8},
+            {**ODD, "mamba_n_heads": 6, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_d_state": 8,
+             "mamba_d_conv": 4, "mamba_chunk_size": 16},
+            {**WIDE, "mamba_n_heads": 3, "mamba_expand": 1, "mamba_n_groups": 3, "mamba_d_state": 16,
+             "mamba_d_conv": 2, "mamba_chunk_size": 32}],
+           bamba_config, lambda state, s: renamed(state, BAMBA)),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

@@ -407,6 +407,53 @@ def _glm4_moe(cfg: ConfigReader, m: Mapped) -> None:
     cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
 
 
+def _bamba(cfg: ConfigReader, m: Mapped) -> None:
+    """Bamba: LLaMA's layers whose mixer is Mamba-2's state space, or at attn_layer_indices grouped-query
+    attention with rotary positions on half of each head (transformers fixes the half)."""
+    _common(cfg, tie_default=False)
+    _head_dim(cfg, None)
+    for key in ("attention_bias", "mlp_bias"):
+        _bias(cfg, key)
+    layers = cfg.config["num_hidden_layers"]
+    indices = cfg.get("attn_layer_indices", None)
+    indices = [] if indices is None else indices
+    if not isinstance(indices, list) or any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < layers
+                                            for i in indices):
+        raise UserError(f"{cfg.file}: attn_layer_indices is not a list of layer numbers below num_hidden_layers "
+                        f"({layers})")
+    cfg.put("layer_types", ["full_attention" if i in indices else "linear_attention" for i in range(layers)],
+            "attn_layer_indices")
+    _partial_rotary(cfg, default=0.5)
+    cfg.expect("partial_rotary_factor", [0.5], 0.5, " (transformers' Bamba fixes it at 0.5)")
+    heads = cfg.map("mamba_n_heads", "mamba_n_heads")
+    expand = cfg.map("mamba_expand", "mamba_expand")
+    width = expand * cfg.config["hidden_size"]
+    if width % heads:
+        raise UserError(f"{cfg.file}: mamba_n_heads {heads} does not divide mamba_expand * hidden_size ({width})")
+    cfg.expect("mamba_d_head", ["auto", width // heads], "auto", " (mamba_expand * hidden_size / mamba_n_heads)")
+    groups = cfg.map("mamba_n_groups", "mamba_n_groups", 1)
+    if heads % groups:
+        raise UserError(f"{cfg.file}: mamba_n_groups {groups} does not divide mamba_n_heads {heads}")
+    for key, default in (("mamba_d_state", 256), ("mamba_d_conv", 4), ("mamba_chunk_size", 256)):
+        cfg.map(key, key, default)
+    cfg.put("mamba_conv_bias", cfg.flag("mamba_conv_bias", True), "mamba_conv_bias")
+    cfg.put("mamba_proj_bias", cfg.flag("mamba_proj_bias", False), "mamba_proj_bias")
+    limit = cfg.get("time_step_limit", [0.0, INFINITY])
+    if not (isinstance(limit, list) and len(limit) == 2 and isinstance(limit[0], (int, float))
+            and not isinstance(limit[0], bool) and limit[0] >= 0 and limit[1] in (INFINITY, float("inf"))):
+        raise UserError(f"{cfg.file}: time_step_limit {render(limit)} is not supported (supported: [min, "
+                        "Infinity], dt bounded below only)")
+    cfg.put("time_step_min", float(limit[0]), "time_step_limit")
+    for key in ("time_step_min", "time_step_max", "time_step_floor"):
+        cfg.ignore(key, "how dt_bias is initialised for training from scratch; an import starts from the weights")
+    cfg.ignore("z_loss_coefficient", "a training loss on the logits; fine-tuning with xspec adds none")
+    cfg.ignore("num_logits_to_keep", "how many positions' logits transformers' forward returns")
+
+
+# transformers 5 writes an infinite float in config.json as this object (JSON has no Infinity).
+INFINITY = {"__float__": "Infinity"}
+
+
 def _expert_groups(cfg: ConfigReader, experts: int, *, groups: int, top_groups: int) -> None:
     """n_group and topk_group of DeepSeek-V3's routing over `experts` (defaults: the transformers config
     class's)."""
@@ -513,6 +560,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3_moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", _qwen3_moe),
     "gpt_oss": Family("gpt_oss", "GptOssForCausalLM", "gpt_oss", _gpt_oss),
     "deepseek_v2": Family("deepseek_v2", "DeepseekV2ForCausalLM", "deepseek", _deepseek_v2),
+    "bamba": Family("bamba", "BambaForCausalLM", "bamba", _bamba),
     "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
     "glm4_moe": Family("glm4_moe", "Glm4MoeForCausalLM", "deepseek", _glm4_moe),
 }

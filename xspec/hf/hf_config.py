@@ -45,6 +45,10 @@ OWN: dict[str, dict[str, str]] = {
                 "router_aux_loss_coef": "router_aux_loss_coef"},
     "deepseek_v2": {**_LATENT, **_EXPERTS},
     "deepseek_v3": {**_LATENT, **_EXPERTS, **_EXPERT_GROUPS, **_PREDICTION},
+    "bamba": {"attention_bias": "attention_bias", "mlp_bias": "mlp_bias",
+              **{key: key for key in ("mamba_n_heads", "mamba_expand", "mamba_d_head", "mamba_n_groups",
+                                      "mamba_d_state", "mamba_d_conv", "mamba_chunk_size", "mamba_conv_bias",
+                                      "mamba_proj_bias")}},
     "glm4_moe": {"head_dim": "head_dim", "attention_bias": "attention_bias", "use_qk_norm": "use_qk_norm",
                  "partial_rotary_factor": "partial_rotary_factor", **_EXPERTS, **_EXPERT_GROUPS, **_PREDICTION},
 }
@@ -92,6 +96,12 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
         config["rope_scaling"] = _llama_scaling(params)
     if model_type.startswith("deepseek"):
         config |= _deepseek(params, model_type)
+    if model_type == "bamba":  # the attention layers by number; dt bounded below only (transformers 5's spelling)
+        config["attn_layer_indices"] = [i for i, kind in enumerate(params["layer_types"][:params["layers"]])
+                                        if kind == "full_attention"]
+        config["time_step_limit"] = [params["time_step_min"], {"__float__": "Infinity"}]
+        if params["d_k"] != params["d_model"] // params["heads"]:
+            config["head_dim"] = params["d_k"]
     return config
 
 

@@ -70,9 +70,11 @@ NORMS = {
                                   ("pre_feedforward_norm", "pre_feedforward_layernorm"),
                                   ("post_feedforward_norm", "post_feedforward_layernorm"))],
 }
+NORMS["bamba"] = [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.input_layernorm.weight"),
+                  (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight", r"model.layers.\1.pre_ff_layernorm.weight")]
 NORM_OF_LAYOUT = {"pre_norm": "pre_norm", "post_norm": "post_norm", "sandwich": "sandwich", "phi3": "pre_norm",
                   "mixtral": "pre_norm", "qwen3_moe": "pre_norm", "gpt_oss": "pre_norm", "deepseek": "pre_norm",
-                  "deepseek_interleaved": "pre_norm"}
+                  "deepseek_interleaved": "pre_norm", "bamba": "bamba"}
 
 
 def groups(layout: str, names: list[str], shapes: dict[str, tuple[int, ...]], params: dict) -> list[Group]:
@@ -243,6 +245,18 @@ def _deepseek_interleaved(name: str, shapes: dict, params: dict) -> Group | None
     return _interleaved_rotary(name, shapes, params) or _mlp_experts(name, shapes, params)
 
 
+def _bamba(name: str, shapes: dict, params: dict) -> Group | None:
+    """Bamba's own names: the Mamba-2 mixer's tensors as the spec's module names them, the feed-forward
+    under feed_forward, the last norm final_layernorm."""
+    for pattern, target in ((r"decoder\.layers\.(\d+)\.mamba\.(.+)", r"model.layers.\1.mamba.\2"),
+                            (r"decoder\.layers\.(\d+)\.ffn\.(gate|up|down)\.weight",
+                             r"model.layers.\1.feed_forward.\2_proj.weight"),
+                            (r"decoder\.norm\.weight", "model.final_layernorm.weight")):
+        if re.fullmatch(pattern, name):
+            return Group((re.sub(pattern, target, name),), (name,), _same, _same)
+    return None
+
+
 SPECIAL = {
     "phi3": _phi3,
     "mixtral": _per_expert("block_sparse_moe", {"gate": "w1", "up": "w3", "down": "w2"}, "gate"),
@@ -250,4 +264,5 @@ SPECIAL = {
     "gpt_oss": _gpt_oss,
     "deepseek": _mlp_experts,
     "deepseek_interleaved": _deepseek_interleaved,
+    "bamba": _bamba,
 }
