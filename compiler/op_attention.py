@@ -53,6 +53,7 @@ class AttentionAttrs(Attrs):
     window: Optional[int] = None  # sliding window: query i sees keys j <= i with i - j < window
     softcap: Optional[float] = None  # scores soft-capped, c * tanh(s / c), before the mask (Gemma 2)
     sinks: bool = False  # a learned logit per head in the softmax's denominator (gpt-oss)
+    output_gate: bool = False  # each head's output times sigmoid(x W^G) before W^O (Qwen3-Next)
     qk_norm: QKNorm = "none"  # RMSNorm of queries and keys: per head (Qwen3, Gemma 3) or projection (OLMo 2)
     qk_norm_eps: float = Field(1e-6, gt=0)
     qk_norm_offset: float = 0.0  # the norms' weight is offset + w (Gemma: 1 + w, w starting at 0)
@@ -188,6 +189,8 @@ def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
         params |= {"q_norm.weight": (q_size,), "k_norm.weight": (k_size,)}
     if a.sinks:
         params["sinks"] = (a.heads,)
+    if a.output_gate:
+        params |= linear_params("gate_proj.", d_model, a.heads * a.d_v, a.bias)
     return params
 
 
@@ -207,7 +210,7 @@ def _flops(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> di
         "attention_qkv": 2 * d_model * (n_q * a.heads * a.d_k + n_k * a.key_heads * (a.d_k + a.d_v)),
         "attention_scores": 2 * n_q * n_k * a.heads * a.d_k,
         "attention_values": 2 * n_q * n_k * a.heads * a.d_v,
-        "attention_out": 2 * n_q * a.heads * a.d_v * d_model,
+        "attention_out": 2 * n_q * a.heads * a.d_v * d_model * (2 if a.output_gate else 1),
     }
 
 
@@ -291,7 +294,8 @@ ROTARY_ARGUMENTS = {"rotary_factor": "factor", "rotary_original_max_len": "origi
 # The pieces of xspec/nn/attention.py, in the order a class that combines several lists them; the name each
 # gives that class.
 PIECES = (("SlidingWindowAttention", "SlidingWindow"), ("ALiBiAttention", "ALiBi"), ("SoftCapAttention", "SoftCap"),
-          ("SinkAttention", "Sink"), ("DropoutAttention", "Dropout"), ("ScaledAttention", "Scaled"),
+          ("SinkAttention", "Sink"), ("DropoutAttention", "Dropout"), ("GatedAttention", "Gated"),
+          ("ScaledAttention", "Scaled"),
           ("QKNormAttention", "QKNorm"), ("ProjectionQKNormAttention", "ProjectionQKNorm"),
           ("RotaryAttention", "Rotary"), ("CrossAttention", "Cross"))
 
@@ -304,7 +308,7 @@ def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...
     """The attention's class and the pieces it is made of: MultiHeadAttention alone, a piece, or a class of
     the generated file that extends the pieces it uses (SlidingWindowRotaryAttention)."""
     used = {"SlidingWindowAttention": a.window is not None, "ALiBiAttention": a.alibi,
-            "SoftCapAttention": a.softcap is not None, "SinkAttention": a.sinks,
+            "SoftCapAttention": a.softcap is not None, "SinkAttention": a.sinks, "GatedAttention": a.output_gate,
             "DropoutAttention": a.dropout > 0, "ScaledAttention": a.scale is not None,
             "QKNormAttention": a.qk_norm == "head", "ProjectionQKNormAttention": a.qk_norm == "projection",
             "RotaryAttention": a.rotary, "CrossAttention": not i.get("self_attention", False)}
@@ -388,6 +392,8 @@ def _details(a: AttentionAttrs, i: Inferred) -> list[str]:
         details.append(f"scale {a.scale:.4g}")
     if a.sinks:
         details.append("attention sinks")
+    if a.output_gate:
+        details.append("output gated")
     if a.dropout:
         details.append(f"attention dropout {a.dropout:g}")
     return details

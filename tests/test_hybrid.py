@@ -136,3 +136,104 @@ def test_a_gated_deltanet_layer_decodes_from_its_state_as_the_full_forward_compu
     assert_close(torch.cat(pieces, dim=1), full)
     stats = decoding_cache(spec, 100)
     assert (stats.recurrent_layers, stats.state) == (2, 2 * (4 * 16 * 12 + 2 * (2 * 2 * 16 + 4 * 12)))
+
+
+# Qwen3-Next at uncommon sizes: Gated DeltaNet in layers 0, 1 and 3, gated full attention in 2; experts
+# with a gated shared expert; chunks of 64 over 70 positions.
+NEXT_SIZES = {"vocab": 300, "d_model": 48, "heads": 4, "kv_heads": 2, "head_dim": 16, "layers": 4, "d_ff": 72,
+              "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+              "shared_expert_intermediate_size": 40, "linear_num_key_heads": 2, "linear_num_value_heads": 6,
+              "linear_key_head_dim": 12, "linear_value_head_dim": 10, "linear_conv_kernel_dim": 3}
+NEXT_KINDS = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]
+NEXT_RULES = [
+    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
+    (r"model\.norm\.weight", "decoder.norm.weight"),
+    (r"lm_head\.weight", "decoder.generator.weight"),
+    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
+    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
+    (r"model\.layers\.(\d+)\.linear_attn\.(.+)", r"decoder.layers.\1.linear_attn.\2"),
+    (r"model\.layers\.(\d+)\.self_attn\.([kv])_proj\.weight", r"decoder.layers.\1.self_attn.\2_proj.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"decoder.layers.\1.self_attn.\2_norm.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"decoder.layers.\1.self_attn.out_proj.weight"),
+    (r"model\.layers\.(\d+)\.mlp\.gate\.weight", r"decoder.layers.\1.ffn.moe.router.weight"),
+    (r"model\.layers\.(\d+)\.mlp\.shared_expert\.(gate|up|down)_proj\.weight",
+     r"decoder.layers.\1.ffn.shared_expert.\2.weight"),
+    (r"model\.layers\.(\d+)\.mlp\.shared_expert_gate\.weight", r"decoder.layers.\1.ffn.shared_expert_gate.weight"),
+]
+
+
+def _next_state(state: dict[str, torch.Tensor], heads: int) -> dict[str, torch.Tensor]:
+    """Qwen3-Next's tensors under the spec's names: q_proj's rows per head [query; gate] split into q_proj
+    and the gate's projection, the experts stacked as gate_up_proj [E, 2 d_ff, d] and down_proj."""
+    ours = {}
+    for name, tensor in state.items():
+        found = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn\.q_proj\.weight|mlp\.experts\.(gate_up|down)_proj)",
+                             name)
+        if found is None:
+            for pattern, target in NEXT_RULES:
+                if re.fullmatch(pattern, name):
+                    ours[re.sub(pattern, target, name)] = tensor
+                    break
+            else:
+                raise AssertionError(f"no rule maps {name}")
+            continue
+        layer = f"decoder.layers.{found[1]}"
+        if found[2].startswith("self_attn"):
+            query, gate = tensor.unflatten(0, (heads, 2, -1)).unbind(1)
+            ours[f"{layer}.self_attn.q_proj.weight"] = query.flatten(0, 1)
+            ours[f"{layer}.self_attn.gate_proj.weight"] = gate.flatten(0, 1)
+        elif found[3] == "gate_up":
+            ours[f"{layer}.ffn.moe.gate"], ours[f"{layer}.ffn.moe.up"] = tensor.chunk(2, dim=1)
+        else:
+            ours[f"{layer}.ffn.moe.down"] = tensor
+    return ours
+
+
+@pytest.fixture(scope="module")
+def next_pair():
+    s = NEXT_SIZES
+    config = transformers.Qwen3NextConfig(
+        vocab_size=s["vocab"], hidden_size=s["d_model"], num_attention_heads=s["heads"],
+        num_key_value_heads=s["kv_heads"], head_dim=s["head_dim"], num_hidden_layers=s["layers"],
+        intermediate_size=s["d_ff"], num_experts=s["num_experts"], num_experts_per_tok=s["num_experts_per_tok"],
+        moe_intermediate_size=s["moe_intermediate_size"],
+        shared_expert_intermediate_size=s["shared_expert_intermediate_size"], layer_types=NEXT_KINDS,
+        linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=12, linear_value_head_dim=10,
+        linear_conv_kernel_dim=3, rms_norm_eps=1e-6, max_position_embeddings=256, attn_implementation="eager",
+        pad_token_id=0, bos_token_id=None, eos_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = transformers.Qwen3NextForCausalLM(config).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    spec = xspec.compile("specs/modern/qwen3_next.xspec",
+                         overrides={**s, "layer_types": NEXT_KINDS, "rope_theta": 10000.0, "rms_norm_eps": 1e-6})
+    model = spec.build("cpu").eval()
+    model.load_state_dict(_next_state(reference.state_dict(), s["heads"]))
+    return spec, model, reference
+
+
+def test_qwen3_next_has_the_parameters_and_logits_of_transformers(next_pair):
+    spec, model, reference = next_pair
+    assert spec.parameters == sum(p.numel() for p in reference.parameters())
+    tokens = torch.randint(0, NEXT_SIZES["vocab"], (2, 70), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert_close(model(tokens), reference(tokens).logits)
+
+
+def test_qwen3_next_decodes_greedily_with_the_cache_as_generate(next_pair):
+    spec, model, reference = next_pair
+    prompt, new = torch.randint(0, NEXT_SIZES["vocab"], (2, 7), generator=torch.Generator().manual_seed(6)), 10
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = reference.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+        cache, sequence = DecoderCache(), prompt
+        logits = model.decode(prompt, cache=cache)
+        for _ in range(new):
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            sequence = torch.cat([sequence, token], dim=1)
+            logits = model.decode(token, cache=cache)
+    assert torch.equal(sequence, expected)

@@ -15,7 +15,7 @@ from .norms import RMSNorm
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
                      RotaryEmbedding, YarnRotaryEmbedding)
 from .attention import (ALiBiAttention, CrossAttention, DropoutAttention, ExplicitAttention,
-                        MultiHeadAttention, ProjectionQKNormAttention, QKNormAttention,
+                        GatedAttention, MultiHeadAttention, ProjectionQKNormAttention, QKNormAttention,
                         RotaryAttention, ScaledAttention, SinkAttention, SlidingWindowAttention,
                         SoftCapAttention)
 from .latent_attention import LatentAttention, LowRankProjection
@@ -31,7 +31,7 @@ __all__ = [
     "YarnRotaryEmbedding",
     "MultiHeadAttention", "CrossAttention", "RotaryAttention", "QKNormAttention",
     "ProjectionQKNormAttention", "ScaledAttention", "DropoutAttention", "SlidingWindowAttention",
-    "ALiBiAttention", "ExplicitAttention", "SoftCapAttention", "SinkAttention",
+    "ALiBiAttention", "ExplicitAttention", "SoftCapAttention", "SinkAttention", "GatedAttention",
     "LatentAttention", "LowRankProjection", "GatedDeltaNet", "GroupRMSNorm", "Mamba2Mixer",
     "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",

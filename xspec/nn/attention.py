@@ -41,10 +41,13 @@ class MultiHeadAttention(nn.Module):
         q = self.queries(self.q_proj(query).unflatten(-1, (self.heads, -1)).transpose(1, 2), start)
         k, v = self.keys_values(key, value, start, cache)  # [B, kv_h, Tk, d_k], [B, kv_h, Tk, d_v]
         out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
-        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, Tq, h*d_v]
+        return self.out_proj(self.gated(out.transpose(1, 2).flatten(2), query))  # [B, Tq, h*d_v]
 
     def queries(self, q, start):  # q [B, h, Tq, d_k]
         return q
+
+    def gated(self, out, query):  # the heads' outputs [B, Tq, h*d_v] as W^O reads them
+        return out
 
     def keys(self, k, start):
         return k
@@ -127,6 +130,19 @@ class ProjectionQKNormAttention(QKNormAttention):
 
     def normalized(self, x, norm):
         return norm(x.transpose(1, 2).flatten(2)).unflatten(-1, x.shape[1::2]).transpose(1, 2)
+
+
+class GatedAttention(MultiHeadAttention):
+    """Each head's output multiplied by a gate made from the query's input, sigmoid(x W^G), before
+    W^O (Qwen3-Next's full attention; Qiu et al., 2025)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gate_proj = nn.Linear(self.q_proj.in_features, self.out_proj.in_features,
+                                   bias=self.q_proj.bias is not None)
+
+    def gated(self, out, query):
+        return super().gated(out, query) * torch.sigmoid(self.gate_proj(query))
 
 
 class ScaledAttention(MultiHeadAttention):
