@@ -235,6 +235,56 @@ BAMBA = [  # Bamba's own names: the Mamba-2 mixer's, the feed-forward's, the nor
 ]
 
 
+NEXT_RULES = [
+    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
+    (r"model\.norm\.weight", "decoder.norm.weight"),
+    (r"lm_head\.weight", "decoder.generator.weight"),
+    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
+    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
+    (r"model\.layers\.(\d+)\.linear_attn\.(.+)", r"decoder.layers.\1.linear_attn.\2"),
+    (r"model\.layers\.(\d+)\.self_attn\.([kv])_proj\.weight", r"decoder.layers.\1.self_attn.\2_proj.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"decoder.layers.\1.self_attn.\2_norm.weight"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"decoder.layers.\1.self_attn.out_proj.weight"),
+    (r"model\.layers\.(\d+)\.mlp\.gate\.weight", r"decoder.layers.\1.ffn.moe.router.weight"),
+    (r"model\.layers\.(\d+)\.mlp\.shared_expert\.(gate|up|down)_proj\.weight",
+     r"decoder.layers.\1.ffn.shared_expert.\2.weight"),
+    (r"model\.layers\.(\d+)\.mlp\.shared_expert_gate\.weight", r"decoder.layers.\1.ffn.shared_expert_gate.weight"),
+]
+
+
+def qwen3_next_weights(state: dict[str, torch.Tensor], sizes: dict) -> dict[str, torch.Tensor]:
+    """Qwen3-Next's tensors under the spec's names: q_proj's rows per head [query; gate] split into q_proj
+    and the gate's projection, the experts stacked as gate_up_proj [E, 2 d_ff, d] and down_proj."""
+    ours = {}
+    for name, tensor in state.items():
+        found = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn\.q_proj\.weight|mlp\.experts\.(gate_up|down)_proj)",
+                             name)
+        if found is None:
+            for pattern, target in NEXT_RULES:
+                if re.fullmatch(pattern, name):
+                    ours[re.sub(pattern, target, name)] = tensor
+                    break
+            else:
+                raise AssertionError(f"no rule maps {name}")
+            continue
+        layer = f"decoder.layers.{found[1]}"
+        if found[2].startswith("self_attn"):
+            query, gate = tensor.unflatten(0, (sizes["heads"], 2, -1)).unbind(1)
+            ours[f"{layer}.self_attn.q_proj.weight"] = query.flatten(0, 1)
+            ours[f"{layer}.self_attn.gate_proj.weight"] = gate.flatten(0, 1)
+        elif found[3] == "gate_up":
+            ours[f"{layer}.ffn.moe.gate"], ours[f"{layer}.ffn.moe.up"] = tensor.chunk(2, dim=1)
+        else:
+            ours[f"{layer}.ffn.moe.down"] = tensor
+    return ours
+
+
+def qwen3_next_config(sizes: dict) -> dict:
+    """Full attention every fourth layer, from the fourth (the spec's default schedule)."""
+    return {"layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(sizes["layers"])],
+            "rms_norm_eps": 1e-6, **rope(1000000.0, partial_rotary_factor=0.25)}
+
+
 def bamba_config(sizes: dict) -> dict:
     """The spec's default schedule (attention every fourth layer, from the fourth) as attn_layer_indices."""
     return {"mamba_d_head": sizes["mamba_expand"] * sizes["d_model"] // sizes["mamba_n_heads"],
@@ -384,6 +434,18 @@ FAMILIES = [
             {**WIDE, "mamba_n_heads": 3, "mamba_expand": 1, "mamba_n_groups": 3, "mamba_d_state": 16,
              "mamba_d_conv": 2, "mamba_chunk_size": 32}],
            bamba_config, lambda state, s: renamed(state, BAMBA)),
+    Family("specs/modern/qwen3_next.xspec", "Qwen3NextForCausalLM", "Qwen3NextConfig",
+           [{**BASE, "layers": 4, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 24, "shared_expert_intermediate_size": 40, "linear_num_key_heads": 2,
+             "linear_num_value_heads": 6, "linear_key_head_dim": 12, "linear_value_head_dim": 10,
+             "linear_conv_kernel_dim": 3},
+            {**ODD, "head_dim": 8, "num_experts": 3, "num_experts_per_tok": 1, "moe_intermediate_size": 16,
+             "shared_expert_intermediate_size": 24, "linear_num_key_heads": 3, "linear_num_value_heads": 3,
+             "linear_key_head_dim": 8, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4},
+            {**WIDE, "head_dim": 32, "num_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+             "shared_expert_intermediate_size": 32, "linear_num_key_heads": 1, "linear_num_value_heads": 2,
+             "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 2}],
+           qwen3_next_config, qwen3_next_weights, experts=True),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

@@ -15,6 +15,7 @@ import torch
 
 import xspec
 from float32 import assert_close
+from hf_families import qwen3_next_weights
 from xspec.runtime.cache import DecoderCache
 from xspec.stats import decoding_cache
 
@@ -145,50 +146,6 @@ NEXT_SIZES = {"vocab": 300, "d_model": 48, "heads": 4, "kv_heads": 2, "head_dim"
               "shared_expert_intermediate_size": 40, "linear_num_key_heads": 2, "linear_num_value_heads": 6,
               "linear_key_head_dim": 12, "linear_value_head_dim": 10, "linear_conv_kernel_dim": 3}
 NEXT_KINDS = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]
-NEXT_RULES = [
-    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
-    (r"model\.norm\.weight", "decoder.norm.weight"),
-    (r"lm_head\.weight", "decoder.generator.weight"),
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
-    (r"model\.layers\.(\d+)\.linear_attn\.(.+)", r"decoder.layers.\1.linear_attn.\2"),
-    (r"model\.layers\.(\d+)\.self_attn\.([kv])_proj\.weight", r"decoder.layers.\1.self_attn.\2_proj.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"decoder.layers.\1.self_attn.\2_norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"decoder.layers.\1.self_attn.out_proj.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.gate\.weight", r"decoder.layers.\1.ffn.moe.router.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.shared_expert\.(gate|up|down)_proj\.weight",
-     r"decoder.layers.\1.ffn.shared_expert.\2.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.shared_expert_gate\.weight", r"decoder.layers.\1.ffn.shared_expert_gate.weight"),
-]
-
-
-def _next_state(state: dict[str, torch.Tensor], heads: int) -> dict[str, torch.Tensor]:
-    """Qwen3-Next's tensors under the spec's names: q_proj's rows per head [query; gate] split into q_proj
-    and the gate's projection, the experts stacked as gate_up_proj [E, 2 d_ff, d] and down_proj."""
-    ours = {}
-    for name, tensor in state.items():
-        found = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn\.q_proj\.weight|mlp\.experts\.(gate_up|down)_proj)",
-                             name)
-        if found is None:
-            for pattern, target in NEXT_RULES:
-                if re.fullmatch(pattern, name):
-                    ours[re.sub(pattern, target, name)] = tensor
-                    break
-            else:
-                raise AssertionError(f"no rule maps {name}")
-            continue
-        layer = f"decoder.layers.{found[1]}"
-        if found[2].startswith("self_attn"):
-            query, gate = tensor.unflatten(0, (heads, 2, -1)).unbind(1)
-            ours[f"{layer}.self_attn.q_proj.weight"] = query.flatten(0, 1)
-            ours[f"{layer}.self_attn.gate_proj.weight"] = gate.flatten(0, 1)
-        elif found[3] == "gate_up":
-            ours[f"{layer}.ffn.moe.gate"], ours[f"{layer}.ffn.moe.up"] = tensor.chunk(2, dim=1)
-        else:
-            ours[f"{layer}.ffn.moe.down"] = tensor
-    return ours
-
-
 @pytest.fixture(scope="module")
 def next_pair():
     s = NEXT_SIZES
@@ -212,7 +169,7 @@ def next_pair():
     spec = xspec.compile("specs/modern/qwen3_next.xspec",
                          overrides={**s, "layer_types": NEXT_KINDS, "rope_theta": 10000.0, "rms_norm_eps": 1e-6})
     model = spec.build("cpu").eval()
-    model.load_state_dict(_next_state(reference.state_dict(), s["heads"]))
+    model.load_state_dict(qwen3_next_weights(reference.state_dict(), s))
     return spec, model, reference
 
 

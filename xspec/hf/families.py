@@ -450,6 +450,41 @@ def _bamba(cfg: ConfigReader, m: Mapped) -> None:
     cfg.ignore("num_logits_to_keep", "how many positions' logits transformers' forward returns")
 
 
+def _qwen3_next(cfg: ConfigReader, m: Mapped) -> None:
+    """Qwen3-Next: by layer_types, Gated DeltaNet (the linear_* sizes) or gated full attention with
+    QK-norm and partial rotary positions; Qwen3-MoE's experts with a gated shared expert."""
+    _common(cfg, tie_default=False)
+    _head_dim(cfg, "head_dim")
+    _bias(cfg, "attention_bias")
+    _partial_rotary(cfg, default=0.25)
+    layers = cfg.config["num_hidden_layers"]
+    interval = cfg.number("full_attention_interval", 4)
+    kinds = cfg.get("layer_types", None)
+    if kinds is None:
+        kinds = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        raise UserError(f"{cfg.file}: layer_types is not a list of {layers} layer kinds (num_hidden_layers)")
+    for i, kind in enumerate(kinds):
+        if kind not in ("linear_attention", "full_attention"):
+            refuse(f"layer_types[{i}] {render(kind)}", ["linear_attention", "full_attention"], cfg.file)
+    cfg.put("layer_types", list(kinds), "layer_types" if cfg.has("layer_types") else "full_attention_interval")
+    key_heads = cfg.map("linear_num_key_heads", "linear_num_key_heads")
+    value_heads = cfg.map("linear_num_value_heads", "linear_num_value_heads")
+    if value_heads % key_heads:
+        raise UserError(f"{cfg.file}: linear_num_value_heads {value_heads} is not a multiple of "
+                        f"linear_num_key_heads {key_heads}")
+    for key in ("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"):
+        cfg.map(key, key)
+    cfg.map("num_experts", "num_experts")
+    cfg.map("num_experts_per_tok", "num_experts_per_tok")
+    cfg.map("moe_intermediate_size", "moe_intermediate_size")
+    cfg.map("shared_expert_intermediate_size", "shared_expert_intermediate_size")
+    step = cfg.map("decoder_sparse_step", "decoder_sparse_step", 1)
+    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
+    cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
+    _sparse_layers(cfg, step)
+
+
 # transformers 5 writes an infinite float in config.json as this object (JSON has no Infinity).
 INFINITY = {"__float__": "Infinity"}
 
@@ -561,6 +596,7 @@ FAMILIES: dict[str, Family] = {
     "gpt_oss": Family("gpt_oss", "GptOssForCausalLM", "gpt_oss", _gpt_oss),
     "deepseek_v2": Family("deepseek_v2", "DeepseekV2ForCausalLM", "deepseek", _deepseek_v2),
     "bamba": Family("bamba", "BambaForCausalLM", "bamba", _bamba),
+    "qwen3_next": Family("qwen3_next", "Qwen3NextForCausalLM", "qwen3_next", _qwen3_next),
     "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
     "glm4_moe": Family("glm4_moe", "Glm4MoeForCausalLM", "deepseek", _glm4_moe),
 }

@@ -49,6 +49,11 @@ OWN: dict[str, dict[str, str]] = {
               **{key: key for key in ("mamba_n_heads", "mamba_expand", "mamba_d_head", "mamba_n_groups",
                                       "mamba_d_state", "mamba_d_conv", "mamba_chunk_size", "mamba_conv_bias",
                                       "mamba_proj_bias")}},
+    "qwen3_next": {key: key for key in (
+        "head_dim", "attention_bias", "partial_rotary_factor", "linear_num_key_heads", "linear_num_value_heads",
+        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts",
+        "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step",
+        "norm_topk_prob", "router_aux_loss_coef")},
     "glm4_moe": {"head_dim": "head_dim", "attention_bias": "attention_bias", "use_qk_norm": "use_qk_norm",
                  "partial_rotary_factor": "partial_rotary_factor", **_EXPERTS, **_EXPERT_GROUPS, **_PREDICTION},
 }
@@ -73,15 +78,15 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
         config["final_logit_softcapping"] = softcap if softcap > 0 else None
     else:
         config["hidden_act"] = "silu"
-    if model_type == "qwen2" or model_type.startswith("qwen3"):
+    if model_type == "qwen2" or model_type in ("qwen3", "qwen3_moe"):
         config["sliding_window"] = params["sliding_window"] if params["use_sliding_window"] else None
-    if model_type == "qwen3_moe":  # the layers without experts beyond those decoder_sparse_step leaves
+    if model_type in ("qwen3_moe", "qwen3_next"):  # the layers without experts beyond decoder_sparse_step's
         sparse, step = params["sparse_layers"], params["decoder_sparse_step"]
         if any(sparse[i] != ((i + 1) % step == 0) for i in range(params["layers"])):
             config["decoder_sparse_step"] = 1
         config["mlp_only_layers"] = [i for i in range(params["layers"])
                                      if not sparse[i] and (i + 1) % config["decoder_sparse_step"] == 0]
-    if model_type in ("gemma2", "gemma3_text", "gpt_oss"):  # each layer's kind, as the spec's layers read it
+    if model_type in ("gemma2", "gemma3_text", "gpt_oss", "qwen3_next"):  # each layer's kind, as the spec reads it
         config["layer_types"] = list(params["layer_types"][:params["layers"]])
     if model_type == "gemma3_text":
         factor = params["rope_scaling_factor"]

@@ -52,6 +52,10 @@ RENAMES = [  # the spec's names -> Hugging Face's, for what every family shares
     (r"decoder\.layers\.(\d+)\.self_attn\.kv_down\.(weight|bias)", r"model.layers.\1.self_attn.kv_a_proj_with_mqa.\2"),
     (r"decoder\.layers\.(\d+)\.self_attn\.kv_norm\.weight", r"model.layers.\1.self_attn.kv_a_layernorm.weight"),
     (r"decoder\.layers\.(\d+)\.self_attn\.kv_up\.weight", r"model.layers.\1.self_attn.kv_b_proj.weight"),
+    # Qwen2-MoE's and Qwen3-Next's shared expert, gated
+    (r"decoder\.layers\.(\d+)\.ffn\.shared_expert\.(gate|up|down)\.weight",
+     r"model.layers.\1.mlp.shared_expert.\2_proj.weight"),
+    (r"decoder\.layers\.(\d+)\.ffn\.shared_expert_gate\.weight", r"model.layers.\1.mlp.shared_expert_gate.weight"),
     # DeepSeek's shared experts
     (r"decoder\.layers\.(\d+)\.ffn\.shared_experts\.(gate|up|down)\.weight",
      r"model.layers.\1.mlp.shared_experts.\2_proj.weight"),
@@ -74,7 +78,7 @@ NORMS["bamba"] = [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.
                   (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight", r"model.layers.\1.pre_ff_layernorm.weight")]
 NORM_OF_LAYOUT = {"pre_norm": "pre_norm", "post_norm": "post_norm", "sandwich": "sandwich", "phi3": "pre_norm",
                   "mixtral": "pre_norm", "qwen3_moe": "pre_norm", "gpt_oss": "pre_norm", "deepseek": "pre_norm",
-                  "deepseek_interleaved": "pre_norm", "bamba": "bamba"}
+                  "deepseek_interleaved": "pre_norm", "bamba": "bamba", "qwen3_next": "pre_norm"}
 
 
 def groups(layout: str, names: list[str], shapes: dict[str, tuple[int, ...]], params: dict) -> list[Group]:
@@ -257,6 +261,23 @@ def _bamba(name: str, shapes: dict, params: dict) -> Group | None:
     return None
 
 
+def _qwen3_next(name: str, shapes: dict, params: dict) -> Group | None:
+    """Qwen3-Next's Gated DeltaNet under its own names; its gated attention's q_proj, each head's query rows
+    then its gate's rows, split into the spec's q_proj and gate_proj; its experts as Qwen3-MoE's."""
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(linear_attn\..+|self_attn\.(q|gate)_proj\.weight)", name)
+    if found is None:
+        return _mlp_experts(name, shapes, params)
+    layer, part = found[1], found[2]
+    if part.startswith("linear_attn"):
+        return Group((f"model.layers.{layer}.{part}",), (name,), _same, _same)
+    heads = params["heads"]
+    ours = (f"decoder.layers.{layer}.self_attn.q_proj.weight", f"decoder.layers.{layer}.self_attn.gate_proj.weight")
+    return Group((f"model.layers.{layer}.self_attn.q_proj.weight",), ours,
+                 lambda t: [rows.flatten(0, 1) for rows in t[0].unflatten(0, (heads, 2, -1)).unbind(1)],
+                 lambda t: [torch.stack([t[0].unflatten(0, (heads, -1)), t[1].unflatten(0, (heads, -1))], 1)
+                            .flatten(0, 2)])
+
+
 SPECIAL = {
     "phi3": _phi3,
     "mixtral": _per_expert("block_sparse_moe", {"gate": "w1", "up": "w3", "down": "w2"}, "gate"),
@@ -265,4 +286,5 @@ SPECIAL = {
     "deepseek": _mlp_experts,
     "deepseek_interleaved": _deepseek_interleaved,
     "bamba": _bamba,
+    "qwen3_next": _qwen3_next,
 }
