@@ -285,6 +285,23 @@ def qwen3_next_config(sizes: dict) -> dict:
             "rms_norm_eps": 1e-6, **rope(1000000.0, partial_rotary_factor=0.25)}
 
 
+NEMOTRON_H = [  # Nemotron-H's names: one norm and one mixer a block
+    (r"model\.embeddings\.weight", "decoder.embedding.weight"),
+    (r"model\.norm_f\.weight", "decoder.norm.weight"),
+    (r"lm_head\.weight", "decoder.generator.weight"),
+    (r"model\.layers\.(\d+)\.norm\.weight", r"decoder.layers.\1.sublayer.norm.weight"),
+    (r"model\.layers\.(\d+)\.mixer\.(up|down)_proj\.weight", r"decoder.layers.\1.mixer.\2.weight"),
+    (r"model\.layers\.(\d+)\.mixer\.o_proj\.weight", r"decoder.layers.\1.mixer.out_proj.weight"),
+    (r"model\.layers\.(\d+)\.mixer\.(.+)", r"decoder.layers.\1.mixer.\2"),
+]
+
+
+def nemotron_h_config(sizes: dict) -> dict:
+    """The spec's default blocks: Mamba-2, feed-forward, attention, feed-forward, again."""
+    kinds = ["linear_attention", "mlp", "full_attention", "mlp"] * (sizes["layers"] // 4 + 1)
+    return {"layers_block_type": kinds[:sizes["layers"]], "layer_norm_epsilon": 1e-5, "time_step_min": 0.001}
+
+
 def bamba_config(sizes: dict) -> dict:
     """The spec's default schedule (attention every fourth layer, from the fourth) as attn_layer_indices."""
     return {"mamba_d_head": sizes["mamba_expand"] * sizes["d_model"] // sizes["mamba_n_heads"],
@@ -446,6 +463,14 @@ FAMILIES = [
              "shared_expert_intermediate_size": 32, "linear_num_key_heads": 1, "linear_num_value_heads": 2,
              "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 2}],
            qwen3_next_config, qwen3_next_weights, experts=True),
+    Family("specs/modern/nemotron_h.xspec", "NemotronHForCausalLM", "NemotronHConfig",
+           [{**BASE, "layers": 5, "head_dim": 24, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2,
+             "ssm_state_size": 12, "conv_kernel": 3, "chunk_size": 8},
+            {**ODD, "layers": 4, "head_dim": 8, "mamba_num_heads": 6, "mamba_head_dim": 8, "n_groups": 3,
+             "ssm_state_size": 8, "conv_kernel": 4, "chunk_size": 16},
+            {**WIDE, "head_dim": 48, "mamba_num_heads": 2, "mamba_head_dim": 32, "n_groups": 1,
+             "ssm_state_size": 16, "conv_kernel": 2, "chunk_size": 32}],
+           nemotron_h_config, lambda state, s: renamed(state, NEMOTRON_H)),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},

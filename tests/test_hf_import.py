@@ -29,6 +29,8 @@ CASES += [(name, "-layer-types", {"layer_types": kinds}) for name, kinds in (
     ("gpt_oss", ["full_attention", "sliding_attention", "sliding_attention"]))]
 CASES += [("qwen3_moe", "-dense-first", {"decoder_sparse_step": 1, "mlp_only_layers": [0]})]  # experts after layer 0
 CASES += [("bamba", "-schedule", {"attn_layer_indices": [0, 2]})]  # attention where the spec's default has none
+CASES += [("nemotron_h", "-schedule", {"layers_block_type": ["full_attention", "linear_attention", "mlp",
+                                                              "linear_attention", "linear_attention"]})]
 CASES += [("qwen3_next", "-schedule", {"layer_types": ["full_attention", "linear_attention", "linear_attention",
                                                        "full_attention"], "mlp_only_layers": [1]})]
 # DeepSeek: queries straight from the input with rotary features in halves; YaRN past its 8 original positions,

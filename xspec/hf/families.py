@@ -485,6 +485,64 @@ def _qwen3_next(cfg: ConfigReader, m: Mapped) -> None:
     _sparse_layers(cfg, step)
 
 
+def _nemotron_h(cfg: ConfigReader, m: Mapped) -> None:
+    """Nemotron-H: single-mixer blocks, by layers_block_type Mamba-2, attention without positions or a
+    squared-ReLU feed-forward (mixture-of-experts blocks are refused)."""
+    kinds = cfg.get("layers_block_type")
+    allowed = ["linear_attention", "full_attention", "mlp"]
+    if not isinstance(kinds, list) or not kinds or len(kinds) > MAX_REPEAT:
+        raise UserError(f"{cfg.file}: layers_block_type is not a list of block kinds")
+    for i, kind in enumerate(kinds):
+        if kind not in allowed:
+            refuse(f"layers_block_type[{i}] {render(kind)}", allowed, cfg.file,
+                   " (mixture-of-experts blocks are not supported yet)" if kind == "moe" else "")
+    cfg.put("layers", len(kinds), "layers_block_type")
+    cfg.put("layers_block_type", list(kinds), "layers_block_type")
+    if cfg.has("num_hidden_layers"):
+        cfg.expect("num_hidden_layers", [len(kinds)], what=" (one block per entry of layers_block_type)")
+    cfg.map("vocab_size", "vocab")
+    cfg.map("hidden_size", "d_model")
+    heads = cfg.map("num_attention_heads", "heads")
+    cfg.map("num_key_value_heads", "kv_heads", heads)
+    cfg.map("head_dim", "head_dim", cfg.config["hidden_size"] // heads)
+    cfg.map("intermediate_size", "d_ff")
+    cfg.map("layer_norm_epsilon", "rms_norm_eps", integer=False, least=0)
+    cfg.put("tie_word_embeddings", cfg.flag("tie_word_embeddings", False), "tie_word_embeddings")
+    for key in ("attention_bias", "mlp_bias", "mamba_proj_bias"):
+        _bias(cfg, key)
+    cfg.put("use_conv_bias", cfg.flag("use_conv_bias", True), "use_conv_bias")
+    cfg.expect("mlp_hidden_act", ["relu2"], "relu2")
+    cfg.expect("mamba_hidden_act", ["silu"], "silu")
+    cfg.expect("sliding_window", [None], None)
+    cfg.expect("use_bias", [False], False)
+    for key in ("attention_dropout", "hidden_dropout"):
+        cfg.expect(key, ZERO, 0.0, " (dropout is left out of imported models)")
+    mamba_heads = cfg.map("mamba_num_heads", "mamba_num_heads")
+    cfg.map("mamba_head_dim", "mamba_head_dim")
+    groups = cfg.map("n_groups", "n_groups", 8)
+    if mamba_heads % groups:
+        raise UserError(f"{cfg.file}: n_groups {groups} does not divide mamba_num_heads {mamba_heads}")
+    for key, default in (("ssm_state_size", 128), ("conv_kernel", 4), ("chunk_size", 128)):
+        cfg.map(key, key, default)
+    # transformers clamps dt at time_step_min from below, whatever time_step_limit says
+    cfg.map("time_step_min", "time_step_min", 0.001, integer=False, least=0)
+    for key, why in (("time_step_limit", "transformers' Nemotron-H bounds dt by time_step_min instead"),
+                     ("time_step_max", "how dt_bias is initialised; an import starts from the weights"),
+                     ("time_step_floor", "how dt_bias is initialised; an import starts from the weights"),
+                     ("expand", "the mixer's width is mamba_num_heads x mamba_head_dim in transformers' Nemotron-H"),
+                     ("residual_in_fp32", "a precision of the residual stream: float32 models keep it anyway"),
+                     ("rescale_prenorm_residual", "how a new model is initialised"),
+                     ("use_mamba_kernels", "whether transformers uses fused kernels; the pure form is the same"),
+                     ("mamba_ssm_cache_dtype", "the precision of transformers' cache"),
+                     ("num_logits_to_keep", "how many positions' logits transformers' forward returns")):
+        cfg.ignore(key, why)
+    for key in ("n_routed_experts", "n_shared_experts", "moe_intermediate_size", "moe_shared_expert_intermediate_size",
+                "moe_latent_size", "moe_shared_expert_overlap", "num_experts_per_tok", "routed_scaling_factor",
+                "n_group", "topk_group", "norm_topk_prob", "mtp_layers_block_type"):
+        cfg.ignore(key, "the mixture of experts' settings; the model has no moe block")
+    cfg.expect("num_nextn_predict_layers", [0], 0, " (Nemotron-H's multi-token prediction is not supported yet)")
+
+
 # transformers 5 writes an infinite float in config.json as this object (JSON has no Infinity).
 INFINITY = {"__float__": "Infinity"}
 
@@ -597,6 +655,7 @@ FAMILIES: dict[str, Family] = {
     "deepseek_v2": Family("deepseek_v2", "DeepseekV2ForCausalLM", "deepseek", _deepseek_v2),
     "bamba": Family("bamba", "BambaForCausalLM", "bamba", _bamba),
     "qwen3_next": Family("qwen3_next", "Qwen3NextForCausalLM", "qwen3_next", _qwen3_next),
+    "nemotron_h": Family("nemotron_h", "NemotronHForCausalLM", "nemotron_h", _nemotron_h),
     "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
     "glm4_moe": Family("glm4_moe", "Glm4MoeForCausalLM", "deepseek", _glm4_moe),
 }

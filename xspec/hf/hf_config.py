@@ -54,6 +54,9 @@ OWN: dict[str, dict[str, str]] = {
         "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts",
         "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step",
         "norm_topk_prob", "router_aux_loss_coef")},
+    "nemotron_h": {key: key for key in (
+        "head_dim", "attention_bias", "mlp_bias", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
+        "conv_kernel", "chunk_size", "use_conv_bias", "mamba_proj_bias", "time_step_min", "layers_block_type")},
     "glm4_moe": {"head_dim": "head_dim", "attention_bias": "attention_bias", "use_qk_norm": "use_qk_norm",
                  "partial_rotary_factor": "partial_rotary_factor", **_EXPERTS, **_EXPERT_GROUPS, **_PREDICTION},
 }
@@ -101,6 +104,12 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
         config["rope_scaling"] = _llama_scaling(params)
     if model_type.startswith("deepseek"):
         config |= _deepseek(params, model_type)
+    if model_type == "nemotron_h":  # its own spellings: blocks count the layers; the norms' epsilon; relu^2
+        del config["num_hidden_layers"], config["rope_theta"]
+        config["layers_block_type"] = list(params["layers_block_type"][:params["layers"]])
+        config["layer_norm_epsilon"] = config.pop("rms_norm_eps")
+        config |= {"mlp_hidden_act": "relu2", "num_nextn_predict_layers": 0}
+        config.pop("hidden_act", None)
     if model_type == "bamba":  # the attention layers by number; dt bounded below only (transformers 5's spelling)
         config["attn_layer_indices"] = [i for i, kind in enumerate(params["layer_types"][:params["layers"]])
                                         if kind == "full_attention"]

@@ -78,7 +78,8 @@ NORMS["bamba"] = [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.
                   (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight", r"model.layers.\1.pre_ff_layernorm.weight")]
 NORM_OF_LAYOUT = {"pre_norm": "pre_norm", "post_norm": "post_norm", "sandwich": "sandwich", "phi3": "pre_norm",
                   "mixtral": "pre_norm", "qwen3_moe": "pre_norm", "gpt_oss": "pre_norm", "deepseek": "pre_norm",
-                  "deepseek_interleaved": "pre_norm", "bamba": "bamba", "qwen3_next": "pre_norm"}
+                  "deepseek_interleaved": "pre_norm", "bamba": "bamba", "qwen3_next": "pre_norm",
+                  "nemotron_h": "pre_norm"}
 
 
 def groups(layout: str, names: list[str], shapes: dict[str, tuple[int, ...]], params: dict) -> list[Group]:
@@ -278,6 +279,23 @@ def _qwen3_next(name: str, shapes: dict, params: dict) -> Group | None:
                             .flatten(0, 2)])
 
 
+def _nemotron_h(name: str, shapes: dict, params: dict) -> Group | None:
+    """Nemotron-H's names, under `backbone.` as NVIDIA's checkpoints have them: one mixer and one norm a
+    block (the spec's sublayer; an attention's W^O is o_proj, a Mamba-2 mixer's out_proj), the embedding
+    and the last norm of its own."""
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(sublayer\.norm|mixer)\.(.+)", name)
+    if found is not None:
+        layer, part, rest = found[1], found[2], found[3]
+        if part.startswith("sublayer"):
+            return Group((f"backbone.layers.{layer}.norm.{rest}",), (name,), _same, _same)
+        attention = params["layers_block_type"][int(layer)] == "full_attention"
+        rest = re.sub(r"^(up|down)\.", r"\1_proj.", rest)
+        rest = re.sub(r"^out_proj\.", "o_proj.", rest) if attention else rest
+        return Group((f"backbone.layers.{layer}.mixer.{rest}",), (name,), _same, _same)
+    hf = {"decoder.embedding.weight": "backbone.embeddings.weight", "decoder.norm.weight": "backbone.norm_f.weight"}
+    return Group((hf[name],), (name,), _same, _same) if name in hf else None
+
+
 SPECIAL = {
     "phi3": _phi3,
     "mixtral": _per_expert("block_sparse_moe", {"gate": "w1", "up": "w3", "down": "w2"}, "gate"),
@@ -287,4 +305,5 @@ SPECIAL = {
     "deepseek_interleaved": _deepseek_interleaved,
     "bamba": _bamba,
     "qwen3_next": _qwen3_next,
+    "nemotron_h": _nemotron_h,
 }
