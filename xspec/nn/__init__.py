@@ -7,8 +7,9 @@ Each class is plain PyTorch a reader can follow; an attention with several optio
 the generated file that lists its pieces as bases. The files: embeddings.py (token embeddings,
 positions), norms.py, rotary.py (one class per rotary scaling), attention.py (the paper's
 attention and one piece per option), latent_attention.py (DeepSeek's multi-head latent
-attention), delta_rule.py and state_space.py (the recurrent mixers of hybrid models: Gated
-DeltaNet, Mamba-2), experts.py (the mixture of experts: routers, activations, the experts)."""
+attention), convolution.py, delta_rule.py and state_space.py (the recurrent mixers of hybrid
+models, Gated DeltaNet and Mamba-2, and the short convolution they share), experts.py (the
+mixture of experts: routers, activations, the experts)."""
 
 from .embeddings import Embedding, LearnedPositions, ScaledEmbedding, SinusoidalPositions
 from .norms import RMSNorm
@@ -19,6 +20,7 @@ from .attention import (ALiBiAttention, CrossAttention, DropoutAttention, Explic
                         RotaryAttention, ScaledAttention, SinkAttention, SlidingWindowAttention,
                         SoftCapAttention)
 from .latent_attention import LatentAttention, LowRankProjection
+from .convolution import ConvolvedMixer
 from .delta_rule import GatedDeltaNet
 from .state_space import GroupRMSNorm, Mamba2Mixer
 from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, CorrectedRouter, GeGLU,
@@ -32,7 +34,8 @@ __all__ = [
     "MultiHeadAttention", "CrossAttention", "RotaryAttention", "QKNormAttention",
     "ProjectionQKNormAttention", "ScaledAttention", "DropoutAttention", "SlidingWindowAttention",
     "ALiBiAttention", "ExplicitAttention", "SoftCapAttention", "SinkAttention", "GatedAttention",
-    "LatentAttention", "LowRankProjection", "GatedDeltaNet", "GroupRMSNorm", "Mamba2Mixer",
+    "LatentAttention", "LowRankProjection", "ConvolvedMixer", "GatedDeltaNet", "GroupRMSNorm",
+    "Mamba2Mixer",
     "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",

@@ -14,8 +14,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .convolution import ConvolvedMixer
 
-class GatedDeltaNet(nn.Module):
+
+class GatedDeltaNet(ConvolvedMixer):
     """x [B, T, d_model] -> [B, T, d_model]. Queries, keys, values and the output gate z from
     in_proj_qkvz; beta = sigmoid(b) (write strength) and a (for the decay) from in_proj_ba. A
     causal depthwise convolution of `conv_kernel` positions with SiLU over q, k and v; q and k
@@ -83,17 +85,6 @@ class GatedDeltaNet(nn.Module):
         z = z.flatten(2).unflatten(-1, (self.v_heads, -1))  # [B, T, h_v, d_v]
         return q, k, v, z, g.transpose(1, 2), beta.transpose(1, 2), window
 
-    def convolve(self, x, window):
-        """SiLU of the causal depthwise convolution of x [B, T, C], its first positions preceded
-        by `window` [B, kernel - 1, C], the inputs before x (zeros at the start). Returns the
-        output [B, T, C] and the new window: the last kernel - 1 inputs (a copy, not a view that
-        would keep all of x)."""
-        before = self.conv1d.kernel_size[0] - 1
-        if window is None:
-            window = x.new_zeros(x.size(0), before, x.size(2))
-        x = torch.cat([window, x], dim=1)  # [B, kernel - 1 + T, C]
-        out = F.conv1d(x.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, groups=x.size(2))
-        return F.silu(out).transpose(1, 2), x[:, x.size(1) - before:].clone()
 
     @staticmethod
     def l2_normalized(x, eps=1e-6):

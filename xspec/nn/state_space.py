@@ -14,6 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .convolution import ConvolvedMixer
+
 
 class GroupRMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * w over each group of `group_size` features in turn (computed
@@ -30,7 +32,7 @@ class GroupRMSNorm(nn.Module):
         return (normalized.flatten(-2) * self.weight.float()).to(x.dtype)
 
 
-class Mamba2Mixer(nn.Module):
+class Mamba2Mixer(ConvolvedMixer):
     """x [B, T, d_model] -> [B, T, d_model]. in_proj makes the gate z, xBC and dt per position; a
     causal depthwise convolution of `conv_kernel` positions with SiLU over xBC, which then splits
     into x (`heads` heads of `head_dim`) and B and C (`groups` groups of `state_size`, each
@@ -90,17 +92,6 @@ class Mamba2Mixer(nn.Module):
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit).transpose(1, 2)
         return z, xs, dt, B, C, window
 
-    def convolve(self, x, window):
-        """SiLU of the causal depthwise convolution of x [B, T, C], its first positions preceded
-        by `window` [B, kernel - 1, C], the inputs before x (zeros at the start). Returns the
-        output [B, T, C] and the new window: the last kernel - 1 inputs (a copy, not a view that
-        would keep all of x)."""
-        before = self.conv1d.kernel_size[0] - 1
-        if window is None:
-            window = x.new_zeros(x.size(0), before, x.size(2))
-        x = torch.cat([window, x], dim=1)  # [B, kernel - 1 + T, C]
-        out = F.conv1d(x.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, groups=x.size(2))
-        return F.silu(out).transpose(1, 2), x[:, x.size(1) - before:].clone()
 
     def recurrent(self, x, dt, B, C, state):
         """The state space one position at a time: x [B, h, T, head_dim], dt [B, h, T], B and C
