@@ -218,10 +218,16 @@ def _qwen3_moe(cfg: ConfigReader, m: Mapped) -> None:
     cfg.map(spellings[0] if spellings else "num_experts", "num_experts")
     for key in spellings[1:]:
         cfg.get(key)
+    _qwen_experts(cfg, normalized=False)
+
+
+def _qwen_experts(cfg: ConfigReader, *, normalized: bool) -> None:
+    """Qwen3-MoE's and Qwen3-Next's experts beyond their count: each token's, their width, the layers that
+    have them, the renormalization (`normalized`: the config class's default) and the balance loss."""
     cfg.map("num_experts_per_tok", "num_experts_per_tok")
     cfg.map("moe_intermediate_size", "moe_intermediate_size")
     step = cfg.map("decoder_sparse_step", "decoder_sparse_step", 1)
-    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", False), "norm_topk_prob")
+    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", normalized), "norm_topk_prob")
     cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
     _sparse_layers(cfg, step)
 
@@ -476,13 +482,8 @@ def _qwen3_next(cfg: ConfigReader, m: Mapped) -> None:
     for key in ("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"):
         cfg.map(key, key)
     cfg.map("num_experts", "num_experts")
-    cfg.map("num_experts_per_tok", "num_experts_per_tok")
-    cfg.map("moe_intermediate_size", "moe_intermediate_size")
     cfg.map("shared_expert_intermediate_size", "shared_expert_intermediate_size")
-    step = cfg.map("decoder_sparse_step", "decoder_sparse_step", 1)
-    cfg.put("norm_topk_prob", cfg.flag("norm_topk_prob", True), "norm_topk_prob")
-    cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
-    _sparse_layers(cfg, step)
+    _qwen_experts(cfg, normalized=True)
 
 
 def _nemotron_h(cfg: ConfigReader, m: Mapped) -> None:
@@ -653,11 +654,11 @@ FAMILIES: dict[str, Family] = {
     "qwen3_moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", _qwen3_moe),
     "gpt_oss": Family("gpt_oss", "GptOssForCausalLM", "gpt_oss", _gpt_oss),
     "deepseek_v2": Family("deepseek_v2", "DeepseekV2ForCausalLM", "deepseek", _deepseek_v2),
+    "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
+    "glm4_moe": Family("glm4_moe", "Glm4MoeForCausalLM", "deepseek", _glm4_moe),
     "bamba": Family("bamba", "BambaForCausalLM", "bamba", _bamba),
     "qwen3_next": Family("qwen3_next", "Qwen3NextForCausalLM", "qwen3_next", _qwen3_next),
     "nemotron_h": Family("nemotron_h", "NemotronHForCausalLM", "nemotron_h", _nemotron_h),
-    "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3),
-    "glm4_moe": Family("glm4_moe", "Glm4MoeForCausalLM", "deepseek", _glm4_moe),
 }
 REFUSED_TYPES = {
     "gemma3": "a Gemma 3 checkpoint with its vision tower; xspec imports the text model (model_type gemma3_text)",
