@@ -1,8 +1,9 @@
-"""The op table's entries for the recurrent mixers of hybrid models (xspec/nn/delta_rule.py,
-xspec/nn/state_space.py): Gated DeltaNet (Yang et al., 2024; Qwen3-Next's linear attention) and Mamba-2's
-selective state space (Dao & Gu, 2024; Bamba, Nemotron-H). Each maps [batch, len, d_model] to the same
-shape, keeps a state of fixed size per sequence when decoding (the convolution's last inputs and the
-recurrent state, in the decoder cache), and computes a chunk of positions at a time in training."""
+"""The op table's entries for the recurrent mixers of hybrid models (xspec/nn/convolution.py,
+xspec/nn/delta_rule.py, xspec/nn/state_space.py): the short causal convolution on its own, Gated
+DeltaNet (Yang et al., 2024; Qwen3-Next's linear attention) and Mamba-2's selective state space (Dao &
+Gu, 2024; Bamba, Nemotron-H). Each maps [batch, len, d_model] to the same shape, keeps a state of fixed
+size per sequence when decoding (the convolution's last inputs, and the mixers' recurrent state, in the
+decoder cache), and the mixers compute a chunk of positions at a time in training."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ class GatedDeltaNetAttrs(Attrs):
     chunk_size: int = Field(64, gt=0)  # positions computed together in training and prefill
 
 
+class ShortConvolutionAttrs(Attrs):
+    kernel: int = Field(4, gt=0)  # the positions each output reads: its own and the kernel - 1 before it
+    bias: bool = False
+
+
 class Mamba2Attrs(Attrs):
     heads: int = Field(gt=0)  # mamba_n_heads
     head_dim: int = Field(gt=0)  # mamba_d_head
@@ -47,6 +53,28 @@ def _same_width(shapes: Shapes, a: Attrs) -> tuple[TensorType, Inferred]:
 
 def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
     return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}))
+
+
+# --- the short causal convolution ----------------------------------------------------------------
+
+
+def _short_convolution_module(a: ShortConvolutionAttrs, i: Inferred, w: Written) -> pyast.expr:
+    return call("ShortConvolution", w.width("x"), w.attr("kernel"), bias=w.attr("bias"))
+
+
+SHORT_CONVOLUTION = OpDef(
+    name="short_convolution",
+    doc="SiLU of a causal depthwise convolution over the last `kernel` positions (H3's and Mamba's short "
+        "convolution)",
+    family=Family.RECURRENT, inputs=(Input("x"),), attrs=ShortConvolutionAttrs, infer=_same_width,
+    params=lambda a, i: {"conv1d.weight": (size(i, "d_model"), 1, a.kernel),
+                         **({"conv1d.bias": (size(i, "d_model"),)} if a.bias else {})},
+    module=_short_convolution_module, call=_call, uses_cache=True, title="Short Convolution",
+    details=lambda a, i: [f"causal, depthwise, over {a.kernel} positions; SiLU"],
+    flops=lambda a, i, n, n_in: {"recurrent": 2 * n * size(i, "d_model") * a.kernel},
+    composes=lambda a, i: ("ShortConvolution", ()),
+    recurrent_state=lambda a, i: (a.kernel - 1) * size(i, "d_model"),
+)
 
 
 # --- Gated DeltaNet ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pydantic import Field
 from .op_attention import ATTENTION, AttentionAttrs  # noqa: F401 (AttentionAttrs: re-exported)
 from .op_experts import EXPERTS
 from .op_latent_attention import LATENT_ATTENTION
-from .op_recurrent import GATED_DELTA_NET, MAMBA2
+from .op_recurrent import GATED_DELTA_NET, MAMBA2, SHORT_CONVOLUTION
 from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, Written, linear_params, no_params
 from .opdef import size as _size
 from .python_code import binary, call, constant, variable
@@ -224,6 +224,7 @@ OPS: dict[str, OpDef[Any]] = {
         ),
         ATTENTION,
         LATENT_ATTENTION,
+        SHORT_CONVOLUTION,
         GATED_DELTA_NET,
         MAMBA2,
         EXPERTS,

@@ -55,3 +55,34 @@ def test_a_gated_deltanet_layer_decodes_from_its_state_as_the_full_forward_compu
     assert (stats.recurrent_layers, stats.state) == (2, 2 * (4 * 16 * 12 + 2 * (2 * 2 * 16 + 4 * 12)))
     kept = [cache.state(m) for m in model.modules() if type(m).__name__ == "GatedDeltaNet"]
     assert [tuple(t.shape) for t in kept[0]] == [(2, 2, 2 * 2 * 16 + 4 * 12), (2, 4, 16, 12)]
+
+
+CONVOLVED = """
+import "specs/modern/llama.xspec"
+model convolved extends llama {
+  set layers = 2
+  block lm_layer(x) {
+    x = sublayer(x, h => short_convolution(h, kernel = 3, bias = true) as conv)
+    return sublayer(x, h => feed_forward(h) as ffn)
+  }
+}
+"""
+
+
+def test_the_short_convolution_on_its_own_is_causal_and_decodes_from_its_window():
+    spec = xspec.compile_source(CONVOLVED, name="convolved.xspec")
+    torch.manual_seed(5)
+    model = spec.build("cpu").eval()
+    conv = model.decoder.layers[0].conv
+    x = torch.randn(2, 9, 128)
+    with torch.no_grad():
+        out = conv(x)
+        by_hand = torch.stack([sum(x[:, t - k] * conv.conv1d.weight[:, 0, 2 - k] for k in range(3) if t - k >= 0)
+                               + conv.conv1d.bias for t in range(9)], dim=1)
+        assert_close(out, torch.nn.functional.silu(by_hand))
+        tokens = torch.randint(0, 1000, (2, 11), generator=torch.Generator().manual_seed(6))
+        cache = DecoderCache()
+        pieces = [model.decode(tokens[:, :4], cache=cache)] + [model.decode(tokens[:, t:t + 1], cache=cache)
+                                                               for t in range(4, 11)]
+        assert_close(torch.cat(pieces, dim=1), model(tokens))
+    assert decoding_cache(spec, 10).state == 2 * 2 * 128

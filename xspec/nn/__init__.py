@@ -16,11 +16,11 @@ from .norms import RMSNorm
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
                      RotaryEmbedding, YarnRotaryEmbedding)
 from .attention import (ALiBiAttention, CrossAttention, DropoutAttention, ExplicitAttention,
-                        GatedAttention, MultiHeadAttention, ProjectionQKNormAttention, QKNormAttention,
-                        RotaryAttention, ScaledAttention, SinkAttention, SlidingWindowAttention,
-                        SoftCapAttention)
+                        GatedAttention, MultiHeadAttention, ProjectionQKNormAttention,
+                        QKNormAttention, RotaryAttention, ScaledAttention, SinkAttention,
+                        SlidingWindowAttention, SoftCapAttention)
 from .latent_attention import LatentAttention, LowRankProjection
-from .convolution import ConvolvedMixer
+from .convolution import ConvolvedMixer, ShortConvolution
 from .delta_rule import GatedDeltaNet
 from .state_space import GroupRMSNorm, Mamba2Mixer
 from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, CorrectedRouter, GeGLU,
@@ -34,8 +34,8 @@ __all__ = [
     "MultiHeadAttention", "CrossAttention", "RotaryAttention", "QKNormAttention",
     "ProjectionQKNormAttention", "ScaledAttention", "DropoutAttention", "SlidingWindowAttention",
     "ALiBiAttention", "ExplicitAttention", "SoftCapAttention", "SinkAttention", "GatedAttention",
-    "LatentAttention", "LowRankProjection", "ConvolvedMixer", "GatedDeltaNet", "GroupRMSNorm",
-    "Mamba2Mixer",
+    "LatentAttention", "LowRankProjection",
+    "ConvolvedMixer", "ShortConvolution", "GatedDeltaNet", "GroupRMSNorm", "Mamba2Mixer",
     "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",

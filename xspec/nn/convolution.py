@@ -22,3 +22,21 @@ class ConvolvedMixer(nn.Module):
         x = torch.cat([window, x], dim=1)  # [B, kernel - 1 + T, C]
         out = F.conv1d(x.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, groups=x.size(2))
         return F.silu(out).transpose(1, 2), x[:, x.size(1) - before:].clone()
+
+
+class ShortConvolution(ConvolvedMixer):
+    """x [B, T, channels] -> SiLU of its causal depthwise convolution over `kernel` positions: each
+    channel mixes its own last positions (H3, Mamba and Gated DeltaNet run one before their
+    state). With a cache it continues from the inputs kept there, then keeps its last ones."""
+
+    def __init__(self, channels, kernel, *, bias):
+        super().__init__()
+        self.conv1d = nn.Conv1d(channels, channels, kernel, groups=channels, padding=kernel - 1,
+                                bias=bias)
+
+    def forward(self, x, cache=None):
+        kept = cache.state(self) if cache is not None else None
+        out, window = self.convolve(x, kept[0] if kept is not None else None)
+        if cache is not None:
+            cache.keep(self, window)
+        return out
