@@ -113,6 +113,10 @@ class DataSection(_Section):
                               "lines, a line an example, padded")
     block_size: Optional[int] = Field(None, ge=1, description="tokens a block predicts (default: max_tokens, "
                                                               "within the model's positions)")
+    document_boundaries: Literal["cross", "separate"] = Field(
+        "cross", description="language model, blocks: whether a position reads the documents packed before it in "
+                             "its block (cross), or only its own (separate: attention masks the others and each "
+                             "recurrent layer starts every document from its zero state)")
 
 
 class DecodeSection(_Section):

@@ -1,15 +1,16 @@
 """The cache incremental decoding keeps between steps, for a compiled model.
 
 A generated model's attention reads and writes it through a small contract: `length` (positions decoded,
-where the next step's positions start; the model's `decode` moves it on), `append(module, k, v, window)` (a
-self-attention's new keys and values in, all it cached out, or the last `window` positions' for a sliding
-window) and `memory` (an attention over the encoder
-output keeps that output's keys and values there, once per memory tensor). A recurrent layer (a
-linear-attention or state space mixer) keeps a state of fixed size instead: `state(module)` (the tensors it
-kept, or None before its first call) and `keep(module, *tensors)` (its state after this call, each tensor
-[rows, ...], in place of the last); it does not move `length`. Beam search moves the rows of both with
-`reorder`. Generated files do not hold the cache: they carry the model alone.
-runtime/export.py implements the same contract over tensors for exported decoding steps.
+where the next step's positions start; the model's `decode` moves it on), `append(module, k, v, window)`
+(a self-attention's new keys and values in, all it cached out, or the last `window` positions' for a
+sliding window) and `memory` (an attention over the encoder output keeps that output's keys and values
+there, once per memory tensor). A recurrent layer (a linear-attention or state space mixer) keeps a
+state of fixed size instead: `state(module)` (the tensors it kept, or None before its first call) and
+`keep(module, *tensors)` (its state after this call, each tensor [rows, ...], in place of the last); it
+does not move `length`. Beam search moves the rows of both with `reorder`. In training,
+`PackedDocuments` stands in for it where packed documents are kept apart: its `documents` say which
+positions may see which, and it caches nothing. Generated files do not hold the cache: they carry the
+model alone. runtime/export.py implements the same contract over tensors for exported decoding steps.
 """
 
 from __future__ import annotations
@@ -94,6 +95,35 @@ class DecoderCache:
                 filled = min(self.length, buffers[i].size(2))    # a ring holds its window only
                 torch.index_select(buffers[i][:, :, :filled], 0, index, out=buffers[i + 2][:rows, :, :filled])
                 buffers[i], buffers[i + 2] = buffers[i + 2], buffers[i]
+
+
+class PackedDocuments:
+    """What a training or validation forward passes as its `cache` where the documents packed into a block
+    see nothing of each other (`data.document_boundaries = "separate"`): `documents` [B, T], the number of
+    the document each position belongs to, by which attention masks the other documents' keys and a
+    recurrent layer starts each document from the zero state. It caches nothing: positions start at 0,
+    keys and values come back as they went in, and no state is kept."""
+
+    def __init__(self, documents: torch.Tensor) -> None:
+        self.documents = documents
+        self.length = 0
+        self.memory: dict = {}
+
+    def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
+               window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return k, v
+
+    def state(self, module: nn.Module) -> None:
+        return None
+
+    def keep(self, module: nn.Module, *tensors: torch.Tensor) -> None:
+        pass
+
+
+def document_numbers(tokens: torch.Tensor, start: int) -> torch.Tensor:
+    """[B, T] tokens -> the number of the document each position belongs to: a document starts at the
+    token `start` (runtime/documents.py: EOS, then its tokens), which counts as its own."""
+    return (tokens == start).long().cumsum(-1)
 
 
 def new_cache(model: Any) -> Any:

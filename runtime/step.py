@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from .distributed import Context
 from .batching import NO_LABEL
+from .cache import PackedDocuments, document_numbers
 from .expert_products import register_expert_products
 from .load_balance import correct_routers, corrected_mixtures, count_loads, load_balancing_loss, routing_modules
 from .multi_token import HeadReads, depth_losses, prediction_depths
@@ -31,12 +32,14 @@ class TrainingStep(nn.Module):
 
     def __init__(self, model: nn.Module, label_smoothing: float, aux_loss_coef: float = 0.0,
                  expert_bias_rate: float = 0.0, mtp_loss_weight: float = 0.0,
-                 output_head: Optional[str] = None) -> None:
+                 output_head: Optional[str] = None, document_start: Optional[int] = None) -> None:
         """`output_head`: the path of the module that makes the logits (CompiledSpec.output_head), which
-        multi-token prediction's depths share."""
+        multi-token prediction's depths share. `document_start`: a language model's packed documents are
+        kept apart (`data.document_boundaries = "separate"`), each starting at this token."""
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
+        self.document_start = document_start
         self.aux_loss_coef = aux_loss_coef
         # DeepSeek-V3's balancing: the experts' loads over an update, which move their routers' biases.
         self.expert_bias_rate = expert_bias_rate
@@ -64,7 +67,12 @@ class TrainingStep(nn.Module):
         label-smoothed for training, plain cross entropy (nats) for validation. Padding positions (NO_LABEL
         labels) are ignored. In training, a model's auxiliary loss (per token, as Switch and Mixtral add
         it to the mean token loss) is added for each target token, times `aux_loss_coef`."""
-        logits = self.model(*inputs)  # [B, T, V]
+        if self.document_start is None:
+            logits = self.model(*inputs)  # [B, T, V]
+        else:  # a language model's tokens, its documents each seeing only itself
+            (tokens,) = inputs
+            documents = PackedDocuments(document_numbers(tokens, self.document_start))
+            logits = cast(Any, self.model).decode(tokens, cache=documents)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=NO_LABEL,
                                label_smoothing=self.label_smoothing if smoothed else 0.0, reduction="sum")
         states = self.head_reads.take() if self.head_reads is not None else None

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -42,7 +42,7 @@ from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord
 from .schedule import make_optimizer, make_scheduler
 from .step import TrainingStep, compile_step, distribute
 from .tasks import Corpus, Task, task_for
-from .vocab import MODEL_FILE, Vocab, load_or_train_vocab
+from .vocab import MODEL_FILE, Vocab, document_start, load_or_train_vocab
 from .inference import checkpoint_vocab
 
 
@@ -438,6 +438,20 @@ def _users_vocab(path: Path, proto: bytes, run_dir: Path) -> bytes:
 
 # --- training ----------------------------------------------------------------------------------
 
+def _document_start(spec, vocab: Vocab) -> Optional[int]:
+    """The token that starts a document, where a language model keeps its packed documents apart."""
+    if spec.data.document_boundaries == "cross":
+        return None
+    if spec.has_encoder:
+        raise UserError(f"{spec.name}: data.document_boundaries = \"separate\" is for language models, whose "
+                        "documents are packed into blocks")
+    latent = [node.module for node in spec.ops if node.op == "latent_attention"]
+    if latent:
+        raise UserError(f"{spec.name}: data.document_boundaries = \"separate\" is not supported by latent "
+                        f"attention yet ({latent[0]})")
+    return document_start(vocab)
+
+
 def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
                  options: RunOptions, log: RunLog, free: FreeMemory | None = None) -> Trainer:
     """The model and its loss, spread over the processes (and compiled, if asked), with Adam and the
@@ -451,7 +465,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     if context.device.type == "cuda":
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused
     step = TrainingStep(model, cfg.label_smoothing, cfg.router_aux_loss_coef, cfg.expert_bias_update_rate,
-                        cfg.mtp_loss_weight, spec.output_head)
+                        cfg.mtp_loss_weight, spec.output_head, _document_start(spec, vocab))
     wrapped = distribute(step, context, cfg.sharding)
     optimizer = make_optimizer(wrapped.parameters(), cfg)
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped

@@ -6,6 +6,7 @@ with transformers' own classes in the families' tests (tests/hf_families.py)."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 import xspec
 from float32 import assert_close
@@ -86,3 +87,60 @@ def test_the_short_convolution_on_its_own_is_causal_and_decodes_from_its_window(
                                                                for t in range(4, 11)]
         assert_close(torch.cat(pieces, dim=1), model(tokens))
     assert decoding_cache(spec, 10).state == 2 * 2 * 128
+
+
+PACKED = """
+import "specs/modern/llama.xspec"
+model packed extends llama {
+  param layer_types = ["mamba", "attention", "delta"]
+  set layers = 3
+  block lm_layer(x, i) {
+    if layer_types[i] == "mamba" {
+      mix = h => mamba2(h, heads = 4, head_dim = 16, state_size = 8, groups = 2, conv_kernel = 3,
+                        chunk_size = 4) as mamba
+    } else {
+      if layer_types[i] == "delta" {
+        mix = h => gated_delta_net(h, k_heads = 2, v_heads = 4, d_k = 8, d_v = 8, chunk_size = 4) as linear_attn
+      } else {
+        mix = h => attention(h, h, h, heads = heads, kv_heads = kv_heads, d_k = d_k, d_v = d_v, causal = true,
+                             rotary = true) as self_attn
+      }
+    }
+    x = sublayer(x, mix)
+    return sublayer(x, h => feed_forward(h) as ffn)
+  }
+  block decoder(tokens) {
+    x = embedding(tokens, vocab, d_model) as embedding
+    repeat i in layers { x = lm_layer(x, i) }
+    return linear(rms_norm(x, eps = rms_norm_eps) as norm, vocab, bias = false) as generator
+  }
+}
+"""
+
+
+def test_packed_documents_kept_apart_compute_what_each_computes_alone():
+    """A block of four documents (each EOS, then its tokens; chunks of 4 positions cut across them), with
+    data.document_boundaries = "separate": every layer, attention, Mamba-2 and Gated DeltaNet, gives each
+    document the logits it has alone; and the training step's loss is the documents' losses summed."""
+    from xspec.runtime.cache import PackedDocuments, document_numbers
+    from xspec.runtime.step import TrainingStep
+    from xspec.runtime.vocab import EOS
+
+    spec = xspec.compile_source(PACKED, name="packed.xspec")
+    torch.manual_seed(7)
+    model = spec.build("cpu").eval()
+    generator = torch.Generator().manual_seed(8)
+    documents = [torch.cat([torch.tensor([EOS]), torch.randint(4, 1000, (n,), generator=generator)])
+                 for n in (5, 2, 9, 3)]
+    block = torch.cat(documents)[None]
+    with torch.no_grad():
+        together = model.decode(block, cache=PackedDocuments(document_numbers(block, EOS)))
+        apart = torch.cat([model(document[None]) for document in documents], dim=1)
+        assert_close(together, apart)
+        assert not torch.allclose(model(block), apart, atol=1e-3)    # read across, they differ
+        labels = torch.cat([block[:, 1:], torch.tensor([[EOS]])], dim=1)
+        step = TrainingStep(model, label_smoothing=0.0, document_start=EOS)
+        whole = step(labels, block, smoothed=False)
+        each = sum(F.cross_entropy(model(d[None])[0], labels[0, start:start + len(d)], reduction="sum")
+                   for d, start in zip(documents, [0, 6, 9, 19]))
+        assert_close(whole, each)

@@ -54,17 +54,20 @@ class GatedDeltaNet(ConvolvedMixer):
         convolution's window and S), which is then replaced by the state after x."""
         kept = cache.state(self) if cache is not None else None
         window, state = kept if kept is not None else (None, None)
-        q, k, v, z, g, beta, window = self.project(x, window)
+        documents = getattr(cache, "documents", None)  # packed documents kept apart (training)
+        q, k, v, z, g, beta, window = self.project(x, window, documents)
         if state is None:
             state = q.new_zeros(x.size(0), self.v_heads, self.d_k, self.d_v)
-        rule = self.recurrent if x.size(1) == 1 else self.chunked
-        out, state = rule(q, k, v, g, beta, state)  # [B, h_v, T, d_v]
+        if x.size(1) == 1:
+            out, state = self.recurrent(q, k, v, g, beta, state)  # [B, h_v, T, d_v]
+        else:
+            out, state = self.chunked(q, k, v, g, beta, state, documents)
         if cache is not None:
             cache.keep(self, window, state)
         out = self.norm(out.transpose(1, 2).to(x.dtype)) * F.silu(z)  # [B, T, h_v, d_v]
         return self.out_proj(out.flatten(2))
 
-    def project(self, x, window):
+    def project(self, x, window, documents=None):
         """x [B, T, d_model] -> q, k [B, h_v, T, d_k] and v [B, h_v, T, d_v] (float32, each
         query/key head repeated for its value heads), z [B, T, h_v, d_v], g and beta [B, h_v, T]
         (float32), and the convolution's new window."""
@@ -73,7 +76,7 @@ class GatedDeltaNet(ConvolvedMixer):
         q, k, v, z = qkvz.split([d_k, d_k, group * d_v, group * d_v], dim=-1)
         b, a = self.in_proj_ba(x).unflatten(-1, (self.k_heads, -1)).split([group, group], dim=-1)
         qkv = torch.cat([q.flatten(2), k.flatten(2), v.flatten(2)], dim=-1)
-        qkv, window = self.convolve(qkv, window)
+        qkv, window = self.convolve(qkv, window, documents)
         q, k, v = qkv.split([self.k_heads * d_k, self.k_heads * d_k, self.v_heads * d_v], dim=-1)
         q = self.l2_normalized(q.unflatten(-1, (self.k_heads, -1)).float()) * d_k ** -0.5
         k = self.l2_normalized(k.unflatten(-1, (self.k_heads, -1)).float())
@@ -103,14 +106,15 @@ class GatedDeltaNet(ConvolvedMixer):
             out.append(q_t @ state)
         return torch.cat(out, dim=2), state
 
-    def chunked(self, q, k, v, g, beta, state):
+    def chunked(self, q, k, v, g, beta, state, documents=None):
         """The same, `chunk_size` positions at a time. Within a chunk, with G_i the sum of g from
         its start through i and S_0 the state before it, each write u_i = beta_i (v_i - k_i^T S'_i)
         reads the state just before it, S'_i = e^{G_i} S_0 + sum_{j<i} e^{G_i - G_j} k_j u_j^T; so
         the writes solve a unit lower triangular system (I + A) U = beta V - beta e^G K S_0, with
         A_ij = beta_i e^{G_i - G_j} k_i.k_j (j < i), and o_i = e^{G_i} S_0^T q_i
         + sum_{j<=i} e^{G_i - G_j} (q_i.k_j) u_j. The last chunk is padded with positions that
-        neither decay nor write."""
+        neither decay nor write. With `documents` [B, T], no position reads another document's
+        writes, and a document starts from the zero state."""
         size, length = self.chunk_size, q.size(2)
         pad = -length % size
         # [B, h, N, L, d] and [B, h, N, L]: N chunks of L positions
@@ -121,6 +125,10 @@ class GatedDeltaNet(ConvolvedMixer):
         # e^{G_i - G_j} for j <= i, 0 for j > i (masked before exp: those would overflow)
         pairwise = (decay[..., :, None] - decay[..., None, :]).masked_fill(later, -math.inf)
         pairwise = pairwise.exp()
+        continues = last = torch.ones_like(decay)
+        if documents is not None:
+            same, continues, last = self.chunk_masks(documents, pad, size)
+            pairwise = pairwise * same
         k_beta = k * beta[..., None]
         system = (k_beta @ k.transpose(-1, -2)) * pairwise  # A below the diagonal [B, h, N, L, L]
 
@@ -128,14 +136,15 @@ class GatedDeltaNet(ConvolvedMixer):
             return torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
 
         fresh = solve(v * beta[..., None])  # U from a zero state [B, h, N, L, d_v] ...
-        reads = solve(k_beta * decay.exp()[..., None])  # ... less reads @ S_0 [B, h, N, L, d_k]
+        # ... less reads @ S_0 [B, h, N, L, d_k]
+        reads = solve(k_beta * (decay.exp() * continues)[..., None])
         scores = (q @ k.transpose(-1, -2)) * pairwise  # [B, h, N, L, L]
-        q_decayed = q * decay.exp()[..., None]
-        k_decayed = k * (decay[..., -1:] - decay).exp()[..., None]  # decayed to the chunk's end
+        q_decayed = q * (decay.exp() * continues)[..., None]
+        k_decayed = k * ((decay[..., -1:] - decay).exp() * last)[..., None]  # to the chunk's end
         out = []
         for n in range(q.size(2)):
             writes = fresh[:, :, n] - reads[:, :, n] @ state  # U [B, h, L, d_v]
             out.append(q_decayed[:, :, n] @ state + scores[:, :, n] @ writes)
-            state = state * decay[:, :, n, -1, None, None].exp()
+            state = state * (decay[:, :, n, -1].exp() * continues[:, :, n, -1])[..., None, None]
             state = state + k_decayed[:, :, n].transpose(-1, -2) @ writes
         return torch.cat(out, dim=2)[:, :, :length], state

@@ -66,24 +66,27 @@ class Mamba2Mixer(ConvolvedMixer):
         convolution's window and h), which is then replaced by the state after x."""
         kept = cache.state(self) if cache is not None else None
         window, state = kept if kept is not None else (None, None)
-        z, xs, dt, B, C, window = self.project(x, window)
+        documents = getattr(cache, "documents", None)  # packed documents kept apart (training)
+        z, xs, dt, B, C, window = self.project(x, window, documents)
         if state is None:
             state = xs.new_zeros(x.size(0), self.heads, self.head_dim, self.state_size)
-        scan = self.recurrent if x.size(1) == 1 else self.chunked
-        y, state = scan(xs, dt, B, C, state)  # [B, h, T, head_dim]
+        if x.size(1) == 1:
+            y, state = self.recurrent(xs, dt, B, C, state)  # [B, h, T, head_dim]
+        else:
+            y, state = self.chunked(xs, dt, B, C, state, documents)
         if cache is not None:
             cache.keep(self, window, state)
         y = y + self.D.float()[:, None, None] * xs  # the skip
         y = self.norm(y.transpose(1, 2).flatten(2) * F.silu(z.float()))  # [B, T, h * head_dim]
         return self.out_proj(y.to(x.dtype))
 
-    def project(self, x, window):
+    def project(self, x, window, documents=None):
         """x [B, T, d_model] -> z [B, T, h * head_dim]; x [B, h, T, head_dim], dt [B, h, T], and
         B and C [B, h, T, state_size] (float32, each group's repeated for its heads); and the
         convolution's new window."""
         inner, features = self.heads * self.head_dim, self.groups * self.state_size  # x's; B's
         z, xBC, dt = self.in_proj(x).split([inner, inner + 2 * features, self.heads], dim=-1)
-        xBC, window = self.convolve(xBC, window)
+        xBC, window = self.convolve(xBC, window, documents)
         xs, B, C = xBC.float().split([inner, features, features], dim=-1)
         xs = xs.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # [B, h, T, head_dim]
         # [B, h, T, state_size]: head i reads group i // (heads / groups)
@@ -106,12 +109,13 @@ class Mamba2Mixer(ConvolvedMixer):
             out.append(C[:, :, t:t + 1] @ state.transpose(-1, -2))  # [B, h, 1, head_dim]
         return torch.cat(out, dim=2), state
 
-    def chunked(self, x, dt, B, C, state):
+    def chunked(self, x, dt, B, C, state, documents=None):
         """The same, `chunk_size` positions at a time. Within a chunk, with G_i the sum of dt A
         from its start through i and h_0 the state before it: y_i = sum_{j<=i} e^{G_i - G_j}
         (C_i.B_j) dt_j x_j (a masked attention, all chunks at once) + e^{G_i} h_0 C_i (the state
         before the chunk, passed on from chunk to chunk). The last chunk is padded with positions
-        that neither decay nor write (dt = 0)."""
+        that neither decay nor write (dt = 0). With `documents` [B, T], no position reads another
+        document's writes, and a document starts from the zero state."""
         size, length = self.chunk_size, x.size(2)
         pad = -length % size
         # [B, h, N, L, d] and [B, h, N, L]: N chunks of L positions
@@ -122,14 +126,19 @@ class Mamba2Mixer(ConvolvedMixer):
         # e^{G_i - G_j} for j <= i, 0 for j > i (masked before exp: those would overflow)
         pairwise = (decay[..., :, None] - decay[..., None, :]).masked_fill(later, -math.inf)
         pairwise = pairwise.exp()  # [B, h, N, L, L]
+        continues = last = torch.ones_like(decay)
+        if documents is not None:
+            same, continues, last = self.chunk_masks(documents, pad, size)
+            pairwise = pairwise * same
         x_dt = x * dt[..., None]
         y = ((C @ B.transpose(-1, -2)) * pairwise) @ x_dt  # within chunks [B, h, N, L, head_dim]
         # what each chunk writes to the state by its end, sum_j e^{G_L - G_j} dt_j x_j B_j^T
-        writes = (x_dt * (decay[..., -1:] - decay).exp()[..., None]).transpose(-1, -2) @ B
+        writes = (x_dt * ((decay[..., -1:] - decay).exp() * last)[..., None]).transpose(-1, -2) @ B
         starts = []  # the state before each chunk
         for n in range(x.size(2)):
             starts.append(state)
-            state = state * decay[:, :, n, -1, None, None].exp() + writes[:, :, n]
+            state = state * (decay[:, :, n, -1].exp() * continues[:, :, n, -1])[..., None, None] \
+                + writes[:, :, n]
         starts = torch.stack(starts, dim=2)  # [B, h, N, head_dim, state_size]
-        y = y + (C @ starts.transpose(-1, -2)) * decay.exp()[..., None]
+        y = y + (C @ starts.transpose(-1, -2)) * (decay.exp() * continues)[..., None]
         return y.flatten(2, 3)[:, :, :length], state
