@@ -124,6 +124,7 @@ class Family:
     config: Callable[[dict], dict]       # extra configuration keys for a size combination
     weights: Callable[[dict, dict], dict]  # Hugging Face state dict, sizes -> the spec's state dict
     window: int = 0                      # the sliding window the first size combination has (sequences exceed it)
+    chunk: int = 0                       # its recurrent layers' longest chunk (sequences exceed it too)
     experts: bool = False
     overrides: dict = field(default_factory=dict)  # parameters the spec is compiled with beside the sizes
 
@@ -462,7 +463,7 @@ FAMILIES = [
             {**WIDE, "head_dim": 32, "num_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
              "shared_expert_intermediate_size": 32, "linear_num_key_heads": 1, "linear_num_value_heads": 2,
              "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 2}],
-           qwen3_next_config, qwen3_next_weights, experts=True),
+           qwen3_next_config, qwen3_next_weights, experts=True, chunk=64),  # Gated DeltaNet's chunks
     Family("specs/modern/nemotron_h.xspec", "NemotronHForCausalLM", "NemotronHConfig",
            [{**BASE, "layers": 5, "head_dim": 24, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2,
              "ssm_state_size": 12, "conv_kernel": 3, "chunk_size": 8},
