@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast as pyast
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Union
 
 from . import ast
 from .config import config_condition
@@ -82,6 +82,46 @@ def branch_guards(block: ast.Block, index: str, count: int, fields: dict[str, Co
     noted(guard, ", ".join(where(span) for _, span in refused))
     guard.notes = [where(span) for _, span in refused]  # type: ignore[attr-defined]  # one an operand, if split
     return [guard]
+
+
+# Which class each layer of a stack is, by the block's own conditions: a class's name, or (the condition
+# over the config and the index, the spec's `if`, the choice where it holds, the choice where it does not).
+Choice = Union[str, tuple[pyast.expr, Span, "Choice", "Choice"]]
+
+
+def layer_kinds(block: ast.Block, index: str, classes: list[str], fields: dict[str, Constant]) -> Optional[Choice]:
+    """Where the layers of a stack are classes of a few kinds (a hybrid's Mamba-2 and attention layers, each
+    a class of its own), the `if` statements of the block (over the index and parameters) that say which
+    layer is which: each splits the layers it is asked about into two that both occur. None where no such
+    statements explain the classes."""
+    candidates = []
+    pending = list(block.body)
+    while pending:
+        statement = pending.pop(0)
+        if isinstance(statement, ast.If):
+            condition = config_condition(statement.condition, fields, index)
+            if condition is not None:
+                candidates.append((statement, condition))
+            pending += [*statement.then, *statement.orelse]
+    truths = {id(statement): [_value(statement.condition, index, layer, fields) for layer in range(len(classes))]
+              for statement, _ in candidates}
+
+    def choose(layers: list[int]) -> Optional[Choice]:
+        kinds = {classes[layer] for layer in layers}
+        if len(kinds) == 1:
+            return kinds.pop()
+        for statement, condition in candidates:
+            truth = truths[id(statement)]
+            taken = [layer for layer in layers if truth[layer] is True]
+            others = [layer for layer in layers if truth[layer] is False]
+            if not taken or not others or len(taken) + len(others) != len(layers):
+                continue
+            yes, no = choose(taken), choose(others)
+            if yes is not None and no is not None:
+                return condition, statement.span, yes, no
+        return None
+
+    return choose(list(range(len(classes))))
 
 
 def _value(condition: ast.Expr, index: str, layer: int, fields: dict[str, Constant]) -> Optional[bool]:

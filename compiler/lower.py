@@ -29,7 +29,7 @@ from .diagnostics import Span
 from .entries import DECODER, ENCODER
 from .forward import Arguments, Context, file_label, forward_method, inline_calls, where
 from .ir import Instance
-from .layer_choice import branch_guards, guarded_layer_class, layer_class_by_index
+from .layer_choice import Choice, branch_guards, guarded_layer_class, layer_class_by_index, layer_kinds
 from .library import MODULE, LibraryClass, library_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -111,6 +111,7 @@ class _Lowering:
         self.trees: dict[str, pyast.ClassDef] = {}  # class name -> its tree
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.indexed: dict[str, str] = {}  # stack path -> the name its layers' one class takes the index by
+        self.kinds: dict[str, Choice] = {}  # stack path -> which class each layer is, by the block's ifs
         self.order: list[pyast.ClassDef] = []  # classes in definition order
         # Classes of the file that combine library classes (an attention's pieces), by name.
         composed = dict(OPS[node.op].composes(node.attrs, node.inferred) for node in self.graph)
@@ -204,7 +205,12 @@ class _Lowering:
                     self.class_of[item.path] = name
                 self.indexed[stack.path] = stack.index_param
                 return [name] * len(layers)
-        return [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
+        names = [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
+        if stack.index_param is not None and layers[0].block_name is not None and len(set(names)) > 1:
+            kinds = layer_kinds(self.model.blocks[layers[0].block_name], stack.index_param, names, self.fields)
+            if kinds is not None:
+                self.kinds[stack.path] = kinds
+        return names
 
     def _register(self, instance: Instance, base: str, cls: pyast.ClassDef) -> str:
         """The class of `cls`: one written before with the same code (its shape comments merged), or `cls`,
@@ -232,6 +238,9 @@ class _Lowering:
         forward = forward_method(self.context, instance)  # first: it names the modules it needs held
         init = [_super_init()]
         for name, child in instance.children.items():
+            if child.path in self.kinds:  # a loop that makes each layer of its kind
+                init += self._layers_by_kind(child, f"self.{identifier(name)}")
+                continue
             constructor = self._constructor(child)
             if constructor is not None:
                 init.append(assign(f"self.{identifier(name)}", constructor, where(child.span)))
@@ -265,6 +274,25 @@ class _Lowering:
             return call("nn.ModuleDict", pyast.Dict([constant(n) for n in modules],
                                                     [c for c in modules.values() if c is not None]))
         return call(self.class_of[child.path], variable("config"))
+
+    def _layers_by_kind(self, stack: Instance, attribute: str) -> list[pyast.stmt]:
+        """`self.layers = nn.ModuleList()`, then a loop over the layers appending each of its kind, chosen by
+        the spec's conditions over the config (as transformers' `config.layer_types[i]`), the branches no
+        layer takes refused (layer_choice.branch_guards)."""
+        index = stack.index_param
+        assert index is not None
+        block = self.model.blocks[stack.children["0"].block_name or ""]
+
+        def statements(choice: Choice) -> list[pyast.stmt]:
+            if isinstance(choice, str):
+                return [expression(call(f"{attribute}.append", call(choice, variable("config"))), where(stack.span))]
+            condition, span, yes, no = choice
+            return [if_statement(condition, statements(yes), statements(no), where(span))]
+
+        count = stack.count_source if stack.count_source is not None else constant(len(stack.children))
+        body = [*branch_guards(block, index, len(stack.children), self.fields), *statements(self.kinds[stack.path])]
+        return [assign(attribute, call("nn.ModuleList"), where(stack.span)),
+                for_loop(index, call("range", count), body, where(stack.span))]
 
     def _holder(self, instance: Instance, node_id: str, constructor: pyast.expr) -> str:
         """The attribute of `instance`'s class that holds a parameter-free module: named after the spec's

@@ -72,10 +72,7 @@ def _statement(statement: ast.stmt, indent: str) -> list[str]:
         header = f"{indent}for {text_of(statement.target)} in {text_of(statement.iter)}:"
         return [*_commented([header], statement), *print_statements(statement.body, indent + INDENT)]
     if isinstance(statement, ast.If):
-        lines = _if_header(statement, indent) + print_statements(statement.body, indent + INDENT)
-        if statement.orelse:
-            lines += [f"{indent}else:", *print_statements(statement.orelse, indent + INDENT)]
-        return lines
+        return _if(statement, indent)
     one = indent + _one_line(statement)
     if isinstance(statement, ast.ImportFrom) and not _fits(one, statement):  # the names in parentheses
         return _packed(f"{indent}from {statement.module} import (", [text_of(a) for a in statement.names],
@@ -124,16 +121,26 @@ def _class(node: ast.ClassDef, indent: str) -> list[str]:
     return [*decorators, *_commented(lines, node), *print_statements(node.body, indent + INDENT, in_class=True)]
 
 
-def _if_header(node: ast.If, indent: str) -> list[str]:
+def _if(node: ast.If, indent: str, keyword: str = "if") -> list[str]:
+    """`if`, its body and its `else`; an `else` that is one `if` written `elif`."""
+    lines = _if_header(node, indent, keyword) + print_statements(node.body, indent + INDENT)
+    if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+        return lines + _if(node.orelse[0], indent, "elif")
+    if node.orelse:
+        lines += [f"{indent}else:", *print_statements(node.orelse, indent + INDENT)]
+    return lines
+
+
+def _if_header(node: ast.If, indent: str, keyword: str = "if") -> list[str]:
     """`if test:`; a long `or` of several operands one a line (`if (a` / `or b):`), each with its own
     comment where the statement names one per operand (`notes`)."""
-    header = f"{indent}if {text_of(node.test)}:"
+    header = f"{indent}{keyword} {text_of(node.test)}:"
     test = node.test
     if _fits(header, node) or not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)):
         return _commented([header], node)
     operands = [f"({text_of(v)})" if isinstance(v, ast.BoolOp) and isinstance(v.op, ast.Or) else text_of(v)
                 for v in test.values]
-    lines = [f"{indent}if ({operands[0]}", *(f"{indent}{INDENT * 2}or {operand}" for operand in operands[1:])]
+    lines = [f"{indent}{keyword} ({operands[0]}", *(f"{indent}{INDENT * 2}or {operand}" for operand in operands[1:])]
     lines[-1] += "):"
     notes: Optional[list[str]] = getattr(node, "notes", None)
     if notes is not None and len(notes) == len(lines):

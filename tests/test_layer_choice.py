@@ -37,6 +37,10 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
      {"layers": 6, "sparse_layers": (False, False, True, False, False, True)}),
     ("specs/modern/qwen3_moe.xspec", {"layers": 4, "use_sliding_window": True, "max_window_layers": 2},
      {"layers": 5, "max_window_layers": 3}),
+    # Hybrids: a class per kind of layer, each layer made of its kind by the config's list.
+    ("specs/modern/bamba.xspec", {}, {"layers": 5, "layer_types": ("full_attention",) + ("linear_attention",) * 4}),
+    ("specs/modern/nemotron_h.xspec", {},
+     {"layers": 3, "layers_block_type": ("mlp", "full_attention", "linear_attention")}),
 ])
 def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_with, edited):
     generated = xspec.compile(path, overrides=compiled_with)
@@ -47,13 +51,28 @@ def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_
     torch.manual_seed(0)
     as_set = {k: list(v) if isinstance(v, tuple) else v for k, v in edited.items()}
     from_set = xspec.compile(path, overrides={**compiled_with, **as_set}).build("cpu")
-    assert [type(m).__name__ for m in from_config.modules()] == [type(m).__name__ for m in from_set.modules()]
+    # The same classes in the same places (a hybrid's classes are named in the order its kinds first occur).
+    assert _in_order([type(m).__name__ for m in from_config.modules()]) == \
+        _in_order([type(m).__name__ for m in from_set.modules()])
     assert {k: v.shape for k, v in from_config.state_dict().items()} == \
         {k: v.shape for k, v in from_set.state_dict().items()}
     tokens = torch.randint(4, 100, (2, 9))
     from_set.load_state_dict(from_config.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(from_config.eval()(tokens), from_set.eval()(tokens))
+
+
+def test_a_hybrids_layers_of_several_kinds_are_made_by_one_loop_over_the_config_at_any_depth():
+    source = xspec.compile("specs/modern/nemotron_h.xspec", overrides={"layers": 52}).python_source
+    assert "        for i in range(config.layers):  # nemotron_h.xspec:" in source
+    assert source.count("self.layers.append(") == 3 and "LmLayer(config), LmLayer" not in source
+    assert not [line for line in source.split("\n") if len(line) >= LINE_LIMIT]
+
+
+def _in_order(names: list[str]) -> list[int]:
+    """Each name as the number of names before its first occurrence: the same pattern of classes."""
+    first: dict[str, int] = {}
+    return [first.setdefault(name, len(first)) for name in names]
 
 
 def test_layers_that_differ_by_more_than_an_if_on_their_index_keep_classes_of_their_own():
