@@ -67,3 +67,20 @@ def test_documents_kept_apart_train_and_a_model_that_cannot_is_refused(tmp_path)
                            overrides={"data.document_boundaries": "separate"})
     with pytest.raises(UserError, match=r"not supported by latent attention yet \(decoder\.layers\.0\.self_attn\)"):
         _document_start(latent, None)
+
+
+def test_the_readmes_commands_train_a_hybrid_on_the_demo_language_and_continue_a_prompt(tmp_path, capsys):
+    """`xspec train specs/modern/bamba.xspec -o RUN` (the demo language's sentences, no data given), then
+    `xspec generate RUN --prompt ...` greedily: the language model commands of the README, on a hybrid."""
+    from xspec.cli import main
+
+    run = tmp_path / "run"
+    sizes = [f"{key}={value}" for key, value in SMALL.items() if key not in ("vocab", "train.batch_tokens")]
+    settings = [item for pair in zip(["--set"] * len(sizes), sizes) for item in pair]
+    assert main(["train", str(ROOT / "specs" / "modern" / "bamba.xspec"), *settings, "--set", "train.max_steps=6",
+                 "--set", "train.validate_every_steps=6", "--set", "train.checkpoint_every_steps=6",
+                 "--set", "train.batch_tokens=512", "-o", str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "perplexity" in printed and (run / "metrics.jsonl").exists()
+    assert main(["generate", str(run), "--prompt", "the cat", "--beam", "1", "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out.strip()
