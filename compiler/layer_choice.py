@@ -25,8 +25,8 @@ from .diagnostics import Span
 from .evaluate import Constant, ConstantError, evaluate
 from .forward import where
 from .ir import Instance
-from .python_code import (Note, assign, call, class_def, concatenated, constant, expression, function, note_of,
-                          noted, statements_in, text_of, variable)
+from .python_code import (Note, assign, call, class_def, concatenated, constant, function, note_of, noted,
+                          statements_in, super_init, text_of, variable)
 
 
 @dataclass(frozen=True)
@@ -151,12 +151,8 @@ def guarded_layer_class(cls: pyast.ClassDef, index: str, guards: list[pyast.stmt
 
 def _indexed_class(written: _Layer, index: str, statements: list[pyast.stmt]) -> pyast.ClassDef:
     """The layer's class with a constructor that takes the layer's index, of `statements`."""
-    init = function("__init__", ["self", "config", index], [_super_init(), *statements])
+    init = function("__init__", ["self", "config", index], [super_init(), *statements])
     return class_def(written.cls.name, written.cls.bases, [init, written.forward], note_of(written.cls))
-
-
-def _super_init() -> pyast.stmt:
-    return expression(call(pyast.Attribute(call("super"), "__init__", pyast.Load())))
 
 
 def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], classes: list[pyast.ClassDef],

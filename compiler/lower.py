@@ -35,7 +35,7 @@ from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
 from .python_code import (assign, attribute, binary, call, class_def, constant, docstring, dotted, expression,
                           for_loop, function, identifier, if_statement, note_of, noted, returns, statements_in,
-                          text_of, variable)
+                          super_init, text_of, variable)
 from .python_print import INDENT, LINE_LIMIT, print_checked
 from .resolve import ResolvedModel
 from .shapes import TensorType
@@ -96,10 +96,6 @@ def _merge_shapes(kept: pyast.ClassDef, other: pyast.ClassDef) -> None:
         a, b = note_of(mine), note_of(theirs)
         if a is not None and b is not None and a.shape != b.shape:
             noted(mine, a.merged(b))
-
-
-def _super_init() -> pyast.stmt:
-    return expression(call(pyast.Attribute(call("super"), "__init__", pyast.Load())))
 
 
 class _Lowering:
@@ -188,10 +184,11 @@ class _Lowering:
         for item, item_base in zip(layers, bases):
             self._define_children(item, item_base)
         classes = [self._class(item) for item in layers]
-        if stack.index_param is not None and layers[0].block_name is not None:
-            block = self.model.blocks[layers[0].block_name]
+        keys = [_class_key(cls) for cls in classes]
+        block = self.model.blocks[layers[0].block_name] if layers[0].block_name is not None else None
+        if stack.index_param is not None and block is not None:
             guards = branch_guards(block, stack.index_param, len(layers), self.fields)
-            if len({_class_key(cls) for cls in classes}) > 1:
+            if len(set(keys)) > 1:
                 merged = layer_class_by_index(block, stack.index_param, layers, classes, self.fields,
                                               self.combined, {piece: option for op in OPS.values() for piece, option
                                                               in op.optional_pieces.items()}, guards)
@@ -205,17 +202,18 @@ class _Lowering:
                     self.class_of[item.path] = name
                 self.indexed[stack.path] = stack.index_param
                 return [name] * len(layers)
-        names = [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
-        if stack.index_param is not None and layers[0].block_name is not None and len(set(names)) > 1:
-            kinds = layer_kinds(self.model.blocks[layers[0].block_name], stack.index_param, names, self.fields)
+        names = [self._register(item, item_base, cls, key) for item, item_base, cls, key
+                 in zip(layers, bases, classes, keys)]
+        if stack.index_param is not None and block is not None and len(set(names)) > 1:
+            kinds = layer_kinds(block, stack.index_param, names, self.fields)
             if kinds is not None:
                 self.kinds[stack.path] = kinds
         return names
 
-    def _register(self, instance: Instance, base: str, cls: pyast.ClassDef) -> str:
-        """The class of `cls`: one written before with the same code (its shape comments merged), or `cls`,
-        named after `base`."""
-        key = _class_key(cls)
+    def _register(self, instance: Instance, base: str, cls: pyast.ClassDef, key: Optional[str] = None) -> str:
+        """The class of `cls` (whose _class_key is `key`, where known): one written before with the same code
+        (its shape comments merged), or `cls`, named after `base`."""
+        key = key if key is not None else _class_key(cls)
         name = self.classes.get(key)
         if name is not None:
             _merge_shapes(self.trees[name], cls)
@@ -236,7 +234,7 @@ class _Lowering:
         doc = (f"block {instance.block_name}, {where(instance.block_span)}" if instance.block_span
                else f"a layer of the repeat at {where(instance.span)}")
         forward = forward_method(self.context, instance)  # first: it names the modules it needs held
-        init = [_super_init()]
+        init: list[pyast.stmt] = [super_init()]
         for name, child in instance.children.items():
             if child.path in self.kinds:  # a loop that makes each layer of its kind
                 init += self._layers_by_kind(child, f"self.{identifier(name)}")
@@ -436,7 +434,7 @@ class _Lowering:
         methods = ", ".join([*(["encode"] if has_encoder else []), *(["decode"] if has_decoder else []), "forward"])
         config = variable("config")
         given = pyast.Compare(variable("config"), [pyast.IsNot()], [constant(None)])
-        init: list[pyast.stmt] = [_super_init(),
+        init: list[pyast.stmt] = [super_init(),
                                   assign("config", pyast.IfExp(given, config, call(self.config_class)))]
         for child in root.children.values():
             if child.kind == "stack":  # multi-token prediction's depths (DeepSeek-V3 §2.2)

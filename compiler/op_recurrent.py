@@ -51,6 +51,19 @@ def _same_width(shapes: Shapes, a: Attrs) -> tuple[TensorType, Inferred]:
     return x, {"d_model": concrete_last(x, "the input")}
 
 
+def _weights_read(shapes: dict[str, tuple[int, ...]]) -> int:
+    """Multiply-adds a position spends in a mixer's projections and convolution: each weight element once
+    (the norms' weights scale, they multiply no input)."""
+    total = 0
+    for name, shape in shapes.items():
+        if name.endswith(".weight") and not name.startswith("norm."):
+            count = 1
+            for dim in shape:
+                count *= dim
+            total += count
+    return total
+
+
 def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
     return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}))
 
@@ -105,12 +118,8 @@ def _delta_flops(a: GatedDeltaNetAttrs, i: Inferred, n: int, n_in: dict[str, int
     """The projections and convolution, and per position and value head the state's four products
     (k^T S, its correction, q^T S, the decay's scaling): what the recurrent form does; the chunked form
     computes the same state in more but larger products."""
-    d = size(i, "d_model")
-    shapes = _delta_sizes(a, d)
-    projections = sum(shapes[name][0] * shapes[name][1] for name in ("in_proj_qkvz.weight", "in_proj_ba.weight",
-                                                                      "out_proj.weight"))
-    convolution = shapes["conv1d.weight"][0] * a.conv_kernel
-    return {"recurrent": 2 * n * (projections + convolution + 4 * a.v_heads * a.d_k * a.d_v)}
+    weights = _weights_read(_delta_sizes(a, size(i, "d_model")))
+    return {"recurrent": 2 * n * (weights + 4 * a.v_heads * a.d_k * a.d_v)}
 
 
 GATED_DELTA_NET = OpDef(
@@ -172,11 +181,8 @@ def _mamba_module(a: Mamba2Attrs, i: Inferred, w: Written) -> pyast.expr:
 def _mamba_flops(a: Mamba2Attrs, i: Inferred, n: int, n_in: dict[str, int]) -> dict[str, int]:
     """The projections and convolution, and per position and head the state's products (the write
     x B^T, the read h C): what the recurrent form does."""
-    d = size(i, "d_model")
-    shapes = _mamba_sizes(a, d)
-    projections = sum(shapes[name][0] * shapes[name][1] for name in ("in_proj.weight", "out_proj.weight"))
-    convolution = shapes["conv1d.weight"][0] * a.conv_kernel
-    return {"recurrent": 2 * n * (projections + convolution + 2 * a.heads * a.head_dim * a.state_size)}
+    weights = _weights_read(_mamba_sizes(a, size(i, "d_model")))
+    return {"recurrent": 2 * n * (weights + 2 * a.heads * a.head_dim * a.state_size)}
 
 
 MAMBA2 = OpDef(

@@ -178,6 +178,11 @@ def if_statement(test: Code, body: list[ast.stmt], orelse: Sequence[ast.stmt] = 
     return noted(ast.If(test, body, list(orelse)), note)
 
 
+def super_init() -> ast.Expr:
+    """`super().__init__()`, a module class's constructor's first statement."""
+    return expression(call(ast.Attribute(call("super"), "__init__", ast.Load())))
+
+
 def text_of(code: ast.AST) -> str:
     """The code as Python writes it on one line (only the parentheses Python needs)."""
     return ast.unparse(code)

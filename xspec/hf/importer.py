@@ -93,7 +93,7 @@ def _without_missing_predictions(mapped: Mapped, weights: CheckpointDir, say: Ca
     why = (f"the checkpoint holds no weights for its {mapped.config[setting.source]} multi-token prediction "
            f"module(s) (no {first}; transformers' save_pretrained drops them): imported without them")
     mapped.notes[setting.source] = why
-    say(f"{weights.path}: {why}")
+    say(f"{shown(weights.path)}: {why}")
 
 
 def _check_output(source: Path, out: Path, force: bool) -> None:

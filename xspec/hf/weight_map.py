@@ -123,28 +123,28 @@ def _with_copies(group: Group, layers: int, depths: list[int]) -> Group:
     """The embedding's and the output head's group, with the copies each multi-token prediction module
     stores of them (DeepSeek-V3 §2.2: shared, and stored again)."""
     copy = {"model.embed_tokens.weight": "embed_tokens.weight", "lm_head.weight": "shared_head.head.weight"}
-    copies = tuple(f"model.layers.{layers + depth}.{copy[hf]}" for hf in group.hf if hf in copy for depth in depths)
+    # (the copy's name, the index in group.hf of the tensor it copies)
+    copies = [(f"model.layers.{layers + depth}.{copy[hf]}", index) for index, hf in enumerate(group.hf)
+              if hf in copy for depth in depths]
     if not copies:
         return group
     count = len(group.hf)
 
     def to_ours(tensors: Tensors) -> Tensors:
-        for name, tensor in zip(copies, tensors[count:]):
-            original = tensors[group.hf.index(next(h for h in group.hf if h in copy and copy[h] in name))]
+        for (name, index), tensor in zip(copies, tensors[count:]):
+            original = tensors[index]
             # (planning reads shapes only, on meta tensors: the values are compared when written)
             if tensor.shape != original.shape or not (tensor.is_meta or torch.equal(tensor, original)):
-                raise UserError(f"tensor {name} differs from {group.hf[0]}: xspec's multi-token prediction "
+                raise UserError(f"tensor {name} differs from {group.hf[index]}: xspec's multi-token prediction "
                                 "shares the model's embedding and output head, of which the checkpoint stores "
                                 "copies")
         return group.to_ours(tensors[:count])
 
     def to_hf(tensors: Tensors) -> Tensors:
         written = group.to_hf(tensors)
-        by_name = dict(zip(group.hf, written))
-        return written + [by_name[next(h for h in group.hf if h in copy and copy[h] in name)].clone()
-                          for name in copies]
+        return written + [written[index].clone() for _, index in copies]
 
-    return Group(group.hf + copies, group.ours, to_ours, to_hf)
+    return Group(group.hf + tuple(name for name, _ in copies), group.ours, to_ours, to_hf)
 
 
 def _renamed(name: str, rules: list[tuple[str, str]]) -> str:
