@@ -30,6 +30,7 @@ class HeadReads:
     of multi-token prediction reads, without another pass through the decoder."""
 
     def __init__(self, head: nn.Module) -> None:
+        self.head = head  # (a plain attribute: the head stays registered once, where the model has it)
         self.states: Optional[torch.Tensor] = None
         self.handle = head.register_forward_pre_hook(self._catch)
 

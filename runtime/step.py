@@ -52,9 +52,8 @@ class TrainingStep(nn.Module):
         # DeepSeek-V3's multi-token prediction: its depths, and the states the head they share reads.
         depths = prediction_depths(model) if mtp_loss_weight > 0 and output_head is not None else None
         self.mtp_loss_weight = mtp_loss_weight
-        self.head: Optional[nn.Module] = model.get_submodule(output_head) if depths is not None and output_head \
+        self.head_reads = HeadReads(model.get_submodule(output_head)) if depths is not None and output_head \
             else None
-        self.head_reads = HeadReads(self.head) if self.head is not None else None
         # The losses kept apart for the log, by name: of the passes since they were last taken, summed over
         # target tokens (as the token loss is), unweighted. A tensor on the device, so reading it waits for
         # nothing until the log does.
@@ -81,8 +80,8 @@ class TrainingStep(nn.Module):
         sides = []
         if states is not None:  # §2.2: the mean of the depths' losses, times lambda (first: their experts route)
             depths = prediction_depths(self.model)
-            assert depths is not None and self.head is not None
-            mean = depth_losses(depths, self.head, states, labels, self.label_smoothing).mean()
+            assert depths is not None and self.head_reads is not None
+            mean = depth_losses(depths, self.head_reads.head, states, labels, self.label_smoothing).mean()
             sides.append(mean.detach())
             loss = loss + self.mtp_loss_weight * mean
         if self.has_auxiliary_loss:
