@@ -115,7 +115,9 @@ def test_cached_decoding_equals_the_full_forward(name, parts):
     assert list(cache.states) == [mixer] and cache.length == 0 and not cache.tensors
     window, state = cache.state(mixer)
     assert window.shape == (3, mixer.conv1d.kernel_size[0] - 1, mixer.conv1d.in_channels)
-    assert torch.equal(window, mixer.project(x, None)[-1])  # the last inputs of the convolution
+    # The last inputs of the convolution, projected a few positions at a time against all at once: the
+    # products of different shapes round differently on some CPUs (MKL's kernels differ by vendor).
+    assert_close(window, mixer.project(x, None)[-1], rel=2e-6)
 
 
 @torch.no_grad()

@@ -307,7 +307,23 @@ def test_bf16_and_int8_weights_score_and_generate_as_float32_does_within_their_r
         assert code == 0 and len(out.splitlines()) == 1 and out.strip()
     assert perplexities["bf16"] == pytest.approx(perplexities["fp32"], rel=0.01)
     assert perplexities["int8"] == pytest.approx(perplexities["fp32"], rel=0.01)
-    assert perplexities["int8"] != perplexities["fp32"]  # the int8 weights were used
+    # The lower precisions were used: their layers hold bf16 or int8 weights, and their logits differ
+    # from float32's (printed perplexities may round to the same figure).
+    from xspec.runtime.weight_formats import Bf16Linear, Int8Linear
+
+    tokens = torch.randint(4, 60, (2, 12), generator=torch.Generator().manual_seed(0))
+    logits = {}
+    for weights, layer, dtype in (("fp32", torch.nn.Linear, torch.float32), ("bf16", Bf16Linear, torch.bfloat16),
+                                  ("int8", Int8Linear, torch.int8)):
+        model = xspec.load(lm_run, device="cpu", weights=weights).model
+        linears = [m for m in model.modules() if isinstance(m, layer)]
+        stored = {(m.weight if isinstance(m, (torch.nn.Linear, Bf16Linear)) else m.quantized).dtype for m in linears}
+        assert linears and stored == {dtype}
+        with torch.no_grad():
+            logits[weights] = model(tokens).float()
+    for weights in ("bf16", "int8"):
+        assert not torch.allclose(logits[weights], logits["fp32"], rtol=0, atol=1e-6)
+        torch.testing.assert_close(logits[weights], logits["fp32"], rtol=0.1, atol=0.1 * logits["fp32"].abs().max())
 
 
 def test_weights_that_outgrow_the_cache_decode_in_bf16_and_export_as_trained(lm_run, tmp_path, monkeypatch, capsys):
