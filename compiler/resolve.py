@@ -20,6 +20,7 @@ from .diagnostics import COMMAND_LINE, Diagnostics, Span, did_you_mean
 from .evaluate import Constant, ConstantError, check_value, evaluate
 from .limits import MAX_FILES, MAX_RESOLVED_BYTES, MAX_RESOLVED_TOKENS, MAX_SOURCE_BYTES, MAX_SOURCE_TOKENS
 from .parse import count_tokens, parse_expression, parse_text
+from .schedules import check_schedules
 from .sections import SECTIONS
 from .source import SourceError, read_source
 
@@ -59,6 +60,7 @@ def resolve(
     merged = _merge(chain, diagnostics)
     _apply_overrides(merged, overrides, diagnostics)
     params = _evaluate_params(merged, diagnostics)
+    check_schedules(merged.blocks, merged.ties, merged.declared, merged.params, params, diagnostics)
     sections = _evaluate_sections(merged, params, diagnostics)
     ties = _active_ties(merged.ties, params, diagnostics)
     # Later stages still run after errors here, to report theirs too; they poison failed parameters.
@@ -158,6 +160,7 @@ class _Loader:
 @dataclass
 class _Merged:
     params: dict[str, ast.Param] = field(default_factory=dict)
+    declared: dict[str, ast.Param] = field(default_factory=dict)    # each parameter's `param` line
     blocks: dict[str, ast.Block] = field(default_factory=dict)
     sections: dict[str, dict[str, ast.Entry]] = field(default_factory=dict)
     section_spans: dict[str, Span] = field(default_factory=dict)
@@ -182,6 +185,8 @@ def _merge(chain: list[ast.Model], diagnostics: Diagnostics) -> _Merged:
                                   f"use 'set {name} = ...' to change it" if name not in defined_here else None)
                 continue
             merged.params[name] = param
+            if not param.is_override:
+                merged.declared[name] = param
             defined_here.add(name)
         blocks_here: set[str] = set()
         for block in model.blocks:
@@ -309,7 +314,10 @@ def _evaluate_params(merged: _Merged, diagnostics: Diagnostics) -> dict[str, Con
         try:
             values[name] = evaluate(merged.params[name].value, lookup)
         except ConstantError as error:
-            diagnostics.error(error.code, error.span, error.message, error.hint)
+            # A --set value's error names the --set: the command line may hold several.
+            given = merged.params[name].value.span is COMMAND_LINE and not error.message.startswith("--set ")
+            diagnostics.error(error.code, error.span, f"--set {name}: {error.message}" if given else error.message,
+                              error.hint)
             failed.add(name)
         except _AlreadyReported:
             failed.add(name)

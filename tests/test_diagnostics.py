@@ -99,6 +99,24 @@ def test_command_line_override_of_unknown_parameter():
         "  hint: did you mean 'warmup_steps'?")
 
 
+def test_a_set_value_the_spec_refuses_names_the_set():
+    """Of several --set values, the one at fault is named: a list in a list, a kind no layer names."""
+    with pytest.raises(xspec.SpecError) as error:
+        xspec.compile("specs/modern/gemma3.xspec", overrides={"layers": "2", "layer_types": '[["sliding_attention"]]'})
+    assert str(error.value) == ("<command line>: error: --set layer_types: a list may hold numbers, booleans and "
+                                "strings, not lists [type]")
+    with pytest.raises(xspec.SpecError) as error:
+        xspec.compile("specs/modern/qwen3_next.xspec",
+                      overrides={"layers": "2", "layer_types": '["linear_attention", "moe"]'})
+    (record,) = error.value.diagnostics
+    assert record.message == ("--set layer_types: layer_types[1] is 'moe', a kind no layer of the spec names (it "
+                              "names 'full_attention', 'linear_attention')")
+    # The kinds the list's declaration names count: qwen3_next's layers compare with "full_attention" only.
+    spec = xspec.compile("specs/modern/qwen3_next.xspec",
+                         overrides={"layers": "2", "layer_types": '["linear_attention", "full_attention"]'})
+    assert spec.params["layer_types"] == ("linear_attention", "full_attention")
+
+
 def test_missing_spec_file_is_one_clean_message():
     result = subprocess.run([sys.executable, "-m", "xspec", "compile", "no/such.xspec"],
                             capture_output=True, text=True)
