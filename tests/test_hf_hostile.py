@@ -123,11 +123,92 @@ def test_a_missing_an_extra_and_a_misshapen_tensor_are_each_named(tmp_path):
     rewrite_weights(directory, lambda t: t.update({"model.layers.2.self_attn.qkv_proj.weight": torch.zeros(120, 64)}))
     assert refused(directory, tmp_path / "out") == (
         f"{directory}: tensor model.layers.2.self_attn.qkv_proj.weight (120, 64) has the wrong shape: the model with "
-        "this config.json needs (64, 64) for decoder.layers.2.self_attn.q_proj.weight")
+        "this config.json needs (128, 64)")
     directory = copy("gemma2", tmp_path / "d")    # tied: a kept lm_head.weight must be the embedding
     rewrite_weights(directory, lambda t: t.update({"lm_head.weight": torch.zeros(300, 64)}))
     assert refused(directory, tmp_path / "out") == (f"{directory}: lm_head.weight differs from "
                                                     "model.embed_tokens.weight, but tie_word_embeddings is true")
+
+
+def test_a_misshapen_tensor_is_named_before_any_reordering(tmp_path):
+    """DeepSeek's interleaved rotary rows are reordered on import: a latent projection one row short is
+    named with the shape it needs, not an indexing error of the reordering."""
+    name = "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"
+    directory = copy("deepseek_v3", tmp_path)
+    rewrite_weights(directory, lambda t: t.update({name: t[name][:-1].clone()}))
+    assert refused(directory, tmp_path / "out") == (f"{directory}: tensor {name} (23, 64) has the wrong shape: the "
+                                                    "model with this config.json needs (24, 64)")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_weight_that_is_not_finite_is_named_with_where(tmp_path, value):
+    """transformers would compute the same NaNs (DeepSeek's routing correction bias included), so the check
+    against it cannot tell: the import refuses them itself."""
+    import torch
+
+    name = "model.layers.1.mlp.gate.e_score_correction_bias"
+    directory = copy("deepseek_v3", tmp_path)
+    rewrite_weights(directory, lambda t: t[name].fill_(value))
+    assert refused(directory, tmp_path / "out") == (f"{directory}: tensor {name} holds {value} at [0]: weights must "
+                                                    "be finite numbers")
+    directory = copy("qwen3", tmp_path / "b")
+    embedding = "model.embed_tokens.weight"
+
+    def spoil(tensors):
+        tensors[embedding] = tensors[embedding].to(torch.bfloat16)
+        tensors[embedding][7, 5] = value
+    rewrite_weights(directory, spoil)
+    assert refused(directory, tmp_path / "out") == (f"{directory}: tensor {embedding} holds {value} at [7, 5]: "
+                                                    "weights must be finite numbers")
+
+
+def test_a_weight_of_integers_is_refused(tmp_path):
+    name = "model.layers.0.mlp.down_proj.weight"
+    directory = copy("llama3", tmp_path)
+    rewrite_weights(directory, lambda t: t.update({name: t[name].to(dtype=__import__("torch").int8)}))
+    assert refused(directory, tmp_path / "out") == (
+        f"{directory}: tensor {name} holds int8, not floating-point numbers (quantized weights are not supported; "
+        "dequantize with transformers first)")
+
+
+# Values the generated spec would refuse, or could not hold, named as config.json's keys.
+SPEC_CASES = [
+    ("llama3", lambda c: c.update(num_key_value_heads=3),
+     "num_attention_heads 4, num_key_value_heads 3: attention: kv_heads = 3 must divide heads = 4: each key/value "
+     "head serves the same number of query heads"),
+    ("deepseek_v3", lambda c: c["rope_parameters"].update(rope_type="yarn", factor=1e308, mscale=1e308,
+                                                          mscale_all_dim=1.0, original_max_position_embeddings=64),
+     "rope_parameters.mscale / mscale_all_dim gives rope_attention_factor = inf, not a finite number"),
+    ("deepseek_v3", lambda c: c.update(kv_lora_rank=10 ** 9),
+     "the model it describes has 459,0"),
+    ("llama3", lambda c: c.update(hidden_size=66),
+     "hidden_size 66, num_attention_heads 4: d_model / heads = 66 / 4 is not a whole number, but attention needs a "
+     "whole d_k"),
+]
+
+
+@pytest.mark.parametrize("name, change, message", SPEC_CASES, ids=[f"{n}-{m[:30]}" for n, _, m in SPEC_CASES])
+def test_what_the_generated_spec_refuses_is_named_in_config_json(tmp_path, name, change, message):
+    directory = copy(name, tmp_path)
+    edit_config(directory, change)
+    found = refused(directory, tmp_path / "out")
+    assert found.startswith(f"{directory}/config.json: {message}"), found
+    assert "model.xspec" not in found and ".xspec:" not in found
+
+
+def test_a_refusal_naming_no_key_still_names_config_json_and_not_the_generated_spec():
+    from xspec.base.errors import SpecError
+    from xspec.compiler.diagnostics import Diagnostic, Span
+    from xspec.hf.config_reader import Setting
+    from xspec.hf.families import Mapped
+    from xspec.hf.importer import _in_config
+
+    mapped = Mapped("llama", "llama", "LlamaForCausalLM", "pre_norm", [Setting("heads", 4, "num_attention_heads")],
+                    {}, 64)
+    error = SpecError("rendered", [Diagnostic("shape", "error", Span("out/specs/modern/llama.xspec", 3, 1, 3, 2),
+                                              "the shapes of an addition differ")])
+    assert str(_in_config(error, mapped, Path("ckpt/config.json"))) == (
+        "ckpt/config.json: the values it gives make a model xspec cannot build: the shapes of an addition differ")
 
 
 def test_a_pickle_is_refused_with_how_to_convert_it(tmp_path):
@@ -144,8 +225,9 @@ def test_a_config_of_a_trillion_parameters_is_refused_before_anything_is_allocat
     edit_config(directory, lambda c: c.update(vocab_size=1_000_000, hidden_size=1_000_000, num_attention_heads=4,
                                               num_key_value_heads=2, head_dim=250_000))
     message = refused(directory, tmp_path / "out")
-    assert message.startswith(f"{tmp_path / 'out' / 'model.xspec'}:6:7: error: model 'checkpoint' has")
-    assert "more than this machine's" in message and "[too-large]" in message
+    assert message.startswith(f"{directory}/config.json: the model it describes has 11,00")
+    assert message.endswith("GiB of memory; the largest sizes: vocab_size 1,000,000, hidden_size 1,000,000, "
+                            "head_dim 250,000")
 
 
 def header(path: Path) -> tuple[dict, bytes]:

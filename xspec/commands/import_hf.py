@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import textwrap
 from pathlib import Path
 
 from xspec.commands.arguments import add_device_argument
 from xspec.base.text import shown
+from xspec.hf.families import FAMILIES
 
 NAME = "import"
 COMPUTES = True
 HELP = "import a Hugging Face checkpoint directory (config.json + safetensors) as a run directory"
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Reads DIR, a directory that transformers' save_pretrained wrote (config.json, model.safetensors or
-shards listed by model.safetensors.index.json, tokenizer.json or tokenizer.model), for the families of
-specs/modern/: llama (with Llama 3.1/3.2 rotary scaling, tied embeddings), mistral, qwen2, qwen3, gemma2,
-gemma3_text, olmo2, phi3, mixtral, qwen3_moe, gpt_oss. Writes OUTPUT, a run directory every command
-takes (show, viz, stats, generate, eval --text, export, train --init):
+shards listed by model.safetensors.index.json, tokenizer.json or tokenizer.model), for the model types
+of specs/modern/'s families:
+{textwrap.fill(", ".join(FAMILIES), 106, initial_indent="  ", subsequent_indent="  ")}.
+Writes OUTPUT, a run directory every command takes (show, viz, stats, generate, eval --text, export,
+train --init):
 
   OUTPUT/model.xspec     the family's spec extended with the checkpoint's values, each `set` commented
                          with the config.json key it came from
@@ -27,7 +30,8 @@ takes (show, viz, stats, generate, eval --text, export, train --init):
 
 Every config.json attribute is mapped, set aside as not changing the architecture (docs/import.md gives
 each one's reason), or refused by name. Only safetensors are read (a pytorch_model.bin is refused); no
-code from the checkpoint runs. With transformers installed (pip install 'xspec[hf]'), the import is
+code from the checkpoint runs; every tensor's shape and dtype is checked before it is read, and its
+values must be finite. With transformers installed (pip install 'xspec[hf]'), the import is
 verified: the imported model and the checkpoint's own class compute logits on one random batch reaching
 past the sliding window and the rotary scaling's original positions, and the import fails if they differ
 (max |logit difference| and KL are printed). Without transformers the import says it is not verified.

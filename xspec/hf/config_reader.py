@@ -5,6 +5,7 @@ left over once the family's mapping has run is an attribute xspec does not know:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Sequence
 
@@ -99,6 +100,11 @@ class ConfigReader:
         return value
 
     def put(self, param: str, value: Any, source: str) -> None:
+        """`set param = value` in the imported spec; a value derived from the config (YaRN's magnitude
+        correction, say) is checked finite here, where its keys are still known."""
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise UserError(f"{self.file}: {source} gives {param} = {item}, not a finite number")
         self.settings.append(Setting(param, value, source))
 
     def map(self, key: str, param: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1,

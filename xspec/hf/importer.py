@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -24,6 +25,7 @@ from xspec.base.output_dir import check_replaceable, write_directory
 from xspec.base.text import shown
 from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
+from xspec.hf.config_reader import render
 from xspec.hf.families import Mapped, map_config
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
@@ -62,9 +64,9 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     def fill(work: Path) -> None:
         try:
             spec = _write_spec(work, source, mapped)
-        except SpecError as error:    # named where the spec would be written, not the staging folder
-            raise SpecError(str(error).replace(str(work), str(out)), error.diagnostics) from None
-        _check_sizes(spec)
+        except SpecError as error:    # the spec is generated: the config's keys are what the user can change
+            raise _in_config(error, mapped, source / CONFIG) from None
+        _check_sizes(spec, mapped, source / CONFIG)
         plan = _plan(mapped, spec, weights)
         check_fits(tokenizer, config, source, spec.vocab_size)   # the embedding's rows, as _plan checked them
         _write_weights(work, plan, weights, spec, tokenizer)
@@ -118,9 +120,35 @@ def _write_spec(work: Path, source: Path, mapped: Mapped):
     return spec
 
 
-def _check_sizes(spec) -> None:
+def _check_sizes(spec, mapped: Mapped, config: Path) -> None:
     """The memory check `build` makes, before anything the size of the model is read or made."""
-    spec._check_allocatable(torch.device("cpu"))
+    try:
+        spec._check_allocatable(torch.device("cpu"))
+    except UserError as error:
+        needs = str(error).split(" needs ", 1)[-1]
+        raise UserError(f"{shown(config)}: the model it describes needs {needs}{_largest(mapped)}") from None
+
+
+def _in_config(error: SpecError, mapped: Mapped, config: Path) -> UserError:
+    """A refusal of the generated spec as one of config.json: its keys whose values the diagnostic names
+    (`kv_heads = 3 must divide heads = 4`: num_key_value_heads and num_attention_heads), never a line of a
+    file the user did not write."""
+    first = next((d for d in error.diagnostics if d.severity == "error"), error.diagnostics[0])
+    if first.code == "too-large" and " has " in first.message and "memory" in first.message:
+        return UserError(f"{shown(config)}: the model it describes has {first.message.split(' has ', 1)[1]}"
+                         f"{_largest(mapped)}")
+    named = [s for s in mapped.settings if re.search(rf"\b{re.escape(s.param)}\b", first.message)]
+    if not named:
+        return UserError(f"{shown(config)}: the values it gives make a model xspec cannot build: {first.message}")
+    keys = ", ".join(dict.fromkeys(f"{s.source} {render(s.value)}" for s in named))
+    return UserError(f"{shown(config)}: {keys}: {first.message}")
+
+
+def _largest(mapped: Mapped) -> str:
+    """`; the largest sizes: hidden_size 4096, ...`: the sizes most likely at fault in a model too large."""
+    sizes = {s.source: s.value for s in mapped.settings if isinstance(s.value, int) and not isinstance(s.value, bool)}
+    largest = sorted(sizes.items(), key=lambda item: -item[1])[:3]
+    return "; the largest sizes: " + ", ".join(f"{key} {value:,}" for key, value in largest) if largest else ""
 
 
 @dataclass
@@ -150,21 +178,47 @@ def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
                         "config.json has no such tensor")
     dtypes, layout_of = {}, {}
     for group in groups:
+        _check_stored(group, shapes, weights)
         inputs = [torch.empty(weights.shape(n), dtype=weights.files[n].dtype(n), device="meta") for n in group.hf]
-        try:
-            outputs = group.to_ours(inputs)
-        except RuntimeError:
-            outputs = None
-        for i, name in enumerate(group.ours):
-            got = tuple(outputs[i].shape) if outputs is not None else None
-            if got != tuple(shapes[name]):
-                shown = ", ".join(f"{n} {tuple(weights.shape(n))}" for n in group.hf)
-                raise UserError(f"{where}: tensor {shown} has the wrong shape: the model with this config.json "
-                                f"needs {tuple(shapes[name])} for {name}")
+        for name, output in zip(group.ours, group.to_ours(inputs)):
+            assert tuple(output.shape) == tuple(shapes[name]), f"{group.hf} -> {name}: {tuple(output.shape)}"
             dtypes[name] = inputs[0].dtype
             layout_of[name] = (name, inputs[0].dtype, tuple(shapes[name]))
     layout = [layout_of[n] for n in names] + [(c, dtypes[t], tuple(shapes[c])) for c, t in tied.items()]
     return Plan(groups, tied, layout)
+
+
+def _check_stored(group: weight_map.Group, shapes: dict, weights: CheckpointDir) -> None:
+    """Each checkpoint tensor of `group` has the shape and a floating-point dtype the model needs: the
+    spec's tensors put into the checkpoint's layout (on meta tensors), before anything is reordered."""
+    ours = [torch.empty(shapes[name], device="meta") for name in group.ours]
+    for hf, needed in zip(group.hf, group.to_hf(ours)):
+        stored, dtype = tuple(weights.shape(hf)), weights.files[hf].dtype(hf)
+        if stored != tuple(needed.shape):
+            raise UserError(f"{weights.path}: tensor {hf} {stored} has the wrong shape: the model with this "
+                            f"config.json needs {tuple(needed.shape)}")
+        if not dtype.is_floating_point:
+            held = str(dtype).removeprefix("torch.")
+            raise UserError(f"{weights.path}: tensor {hf} holds {held}, not floating-point numbers (quantized "
+                            "weights are not supported; dequantize with transformers first)")
+
+
+def _check_finite(name: str, tensor: torch.Tensor, weights: CheckpointDir) -> None:
+    """A weight holding NaN or an infinity is refused, naming it: no model computes anything with it, and
+    verification cannot tell (the reference computes the same NaNs)."""
+    flat = tensor.reshape(-1)
+    for start in range(0, flat.numel(), FINITE_CHUNK):     # chunks: no second copy of a large tensor
+        part = flat[start:start + FINITE_CHUNK]
+        bad = (~torch.isfinite(part)).nonzero()
+        if len(bad):
+            index = start + int(bad[0])
+            where = tuple(int(i) for i in torch.unravel_index(torch.tensor(index), tensor.shape)) if tensor.dim() \
+                else ()
+            raise UserError(f"{weights.path}: tensor {name} holds {float(flat[index])} at {list(where)}: weights "
+                            "must be finite numbers")
+
+
+FINITE_CHUNK = 1 << 24
 
 
 def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
@@ -182,7 +236,10 @@ def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
             for done in read:
                 weights.files[done].release(done)
             group = by_name[name]
-            made = dict(zip(group.ours, group.to_ours([weights.tensor(n) for n in group.hf])))
+            stored = [weights.tensor(n) for n in group.hf]
+            for hf, tensor in zip(group.hf, stored):
+                _check_finite(hf, tensor, weights)
+            made = dict(zip(group.ours, group.to_ours(stored)))
             read = group.hf
         yield made.pop(name)
 
