@@ -14,7 +14,8 @@ may contain only what the code generator emits:
     have a docstring;
   - generated `nn.Module` classes whose methods assign, call, loop, branch, define functions (of the
     same statements) and return, over names they bind themselves, the module's classes, and
-    `range`/`super`/`int` (a partial rotary width, int(head_dim * fraction)) — no other builtin, and
+    `range`/`super`/`int` (a partial rotary width, int(head_dim * fraction)) and `min`/`max` (a config's
+    computed field: Qwen2's sliding layers from min(max_window_layers, layers)) — no other builtin, and
     not `torch`; attributes only public ones (plus `super().__init__`); `nn.X`, `F.x` and `math.x`
     only called on the spot, so no module object (`F.torch`) can be reached or stored;
   - literals that are numbers, strings, booleans or None (finite floats only); powers only by a small
@@ -40,7 +41,7 @@ from .library import MODULE, is_copy, library_classes
 
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 FROM_IMPORTS = {("dataclasses", "dataclass", None)}
-BUILTINS = frozenset({"int", "range", "super"})
+BUILTINS = frozenset({"int", "range", "super", "min", "max"})
 TORCH_FUNCTIONS = frozenset({"cat"})  # the concat op's; torch's other functions are the library's only
 LIBRARIES = frozenset({"nn", "F", "math"})  # nn.Linear, F.relu, math.sqrt; torch: the library's only
 FIELD_TYPES = frozenset({"int", "float", "str", "bool", "tuple"})

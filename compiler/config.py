@@ -23,8 +23,9 @@ from .shapes import TensorType
 
 # Names a field may not take: the config's own annotations and decorator would read the field instead.
 SHADOWED = frozenset({"int", "float", "str", "bool", "dataclass"})
-# The spec's math functions that generated code may call through `math`.
+# The spec's math functions that generated code may call through `math`, and the builtins it may call.
 MATH = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}
+BOUNDS: dict[str, Callable[..., object]] = {"min": min, "max": max}
 OPERATORS: dict[str, Callable[[object, object], object]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,  # type: ignore[operator]
     "//": lambda a, b: a // b, "%": lambda a, b: a % b}  # type: ignore[operator]
@@ -128,6 +129,12 @@ def _render(expr: ast.Expr, fields: dict[str, Constant], local: Callable[[str], 
         if isinstance(a, bool) or not isinstance(a, (int, float)) or (expr.callee.id != "exp" and a <= 0):
             raise _NotConfig
         return call(f"math.{expr.callee.id}", argument), MATH[expr.callee.id](a)
+    if isinstance(expr, ast.Call) and expr.callee.id in BOUNDS and len(expr.args) >= 2 and not expr.kwargs:
+        arguments = [render(argument) for argument in expr.args]
+        if any(isinstance(a, bool) or not isinstance(a, (int, float)) for _, a in arguments):
+            raise _NotConfig
+        return call(expr.callee.id, *(code for code, _ in arguments)), BOUNDS[expr.callee.id](
+            *(a for _, a in arguments))
     raise _NotConfig
 
 

@@ -2,8 +2,8 @@
 `ast.unparse` writes it, its note as a comment, docstrings in triple quotes, a blank line between a
 class's methods; and a statement too long for LINE_LIMIT wrapped where its syntax allows: a call's (or a
 tuple's) items packed on the lines after its head, an argument too long for a line wrapped so too, long
-arithmetic split at its operators, a long `or` one operand a line, a long string at the pieces it was
-built of. The printed text parses back to the tree it came from (`print_checked`)."""
+arithmetic split at its operators, a long `and` or `or` one operand a line, a long string at the pieces it
+was built of. The printed text parses back to the tree it came from (`print_checked`)."""
 
 from __future__ import annotations
 
@@ -132,20 +132,40 @@ def _if(node: ast.If, indent: str, keyword: str = "if") -> list[str]:
 
 
 def _if_header(node: ast.If, indent: str, keyword: str = "if") -> list[str]:
-    """`if test:`; a long `or` of several operands one a line (`if (a` / `or b):`), each with its own
-    comment where the statement names one per operand (`notes`)."""
+    """`if test:`; a long `and` or `or` one operand a line (`if (a` / `or b):`), an `and` inside an `or` one
+    of its operands a line too, each operand of the test with its own comment where the statement names one
+    per operand (`notes`)."""
     header = f"{indent}{keyword} {text_of(node.test)}:"
     test = node.test
-    if _fits(header, node) or not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)):
+    if _fits(header, node) or not isinstance(test, ast.BoolOp):
         return _commented([header], node)
-    operands = [f"({text_of(v)})" if isinstance(v, ast.BoolOp) and isinstance(v.op, ast.Or) else text_of(v)
-                for v in test.values]
-    lines = [f"{indent}{keyword} ({operands[0]}", *(f"{indent}{INDENT * 2}or {operand}" for operand in operands[1:])]
+    word = "and" if isinstance(test.op, ast.And) else "or"
+    groups = [_conjuncts(value) if word == "or" else [_operand(value)] for value in test.values]
+    lines: list[str] = []
+    starts: list[int] = []    # each operand's first line, where its note goes
+    for group in groups:
+        starts.append(len(lines))
+        for place, piece in enumerate(group):
+            joined = "and" if place else word
+            lines.append(f"{indent}{keyword} ({piece}" if not lines else f"{indent}{INDENT * 2}{joined} {piece}")
     lines[-1] += "):"
     notes: Optional[list[str]] = getattr(node, "notes", None)
-    if notes is not None and len(notes) == len(lines):
-        return [f"{line}  # {note}" for line, note in zip(lines, notes)]
+    if notes is not None and len(notes) == len(groups):
+        for start, note in zip(starts, notes):
+            lines[start] += f"  # {note}"
+        return lines
     return _commented(lines, node)
+
+
+def _conjuncts(value: ast.expr) -> list[str]:
+    """An operand of an `or`: an `and`'s operands, each on a line of its own (precedence reads them back)."""
+    if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.And):
+        return [_operand(v) for v in value.values]
+    return [_operand(value)]
+
+
+def _operand(value: ast.expr) -> str:
+    return f"({text_of(value)})" if isinstance(value, ast.BoolOp) else text_of(value)
 
 
 def _parts(code: ast.expr) -> Optional[tuple[str, list[tuple[str, ast.expr]], str]]:
@@ -258,18 +278,19 @@ def _operators(head: str, code: ast.expr, indent: str) -> list[str]:
     return [f"{indent}{head}(", *laid[1:]]
 
 
-def _laid_out(node: ast.expr, indent: str, outer: int, right: bool, split: bool = False) -> list[str]:
+def _laid_out(node: ast.expr, indent: str, outer: int, right: bool, split: bool = False, extra: int = 0) -> list[str]:
     """`node` at `indent`: one line, or (too long for one, or `split`) a parenthesized operation over
-    several lines."""
+    several lines. `extra`: the characters its line gains around it (an operator before, parentheses
+    closing after)."""
     strength = _PRECEDENCE.get(type(node.op), 0) if isinstance(node, ast.BinOp) else 0
     text = text_of(node)
     if isinstance(node, ast.BinOp) and (strength < outer or (right and strength == outer)):
         text = f"({text})"
-    if not _splits_at_operators(node) or (not split and len(indent + text) < LINE_LIMIT):
+    if not _splits_at_operators(node) or (not split and len(indent + text) + extra < LINE_LIMIT):
         return [indent + text]
     assert isinstance(node, ast.BinOp)
-    inner = indent + INDENT
+    inner, symbol = indent + INDENT, _SYMBOLS[type(node.op)]
     left = _laid_out(node.left, inner, strength, False)
-    right_lines = _laid_out(node.right, inner, strength, True)
-    right_lines[0] = f"{inner}{_SYMBOLS[type(node.op)]} {right_lines[0].lstrip()}"
+    right_lines = _laid_out(node.right, inner, strength, True, extra=len(symbol) + 2 + extra)
+    right_lines[0] = f"{inner}{symbol} {right_lines[0].lstrip()}"
     return [f"{indent}(", *left, *right_lines[:-1], right_lines[-1] + ")"]
