@@ -60,7 +60,7 @@ def resolve(
     merged = _merge(chain, diagnostics)
     _apply_overrides(merged, overrides, diagnostics)
     params = _evaluate_params(merged, diagnostics)
-    check_schedules(merged.blocks, merged.ties, merged.declared, merged.params, params, diagnostics)
+    check_schedules(merged.blocks, merged.ties, merged.written, merged.params, params, diagnostics)
     sections = _evaluate_sections(merged, params, diagnostics)
     ties = _active_ties(merged.ties, params, diagnostics)
     # Later stages still run after errors here, to report theirs too; they poison failed parameters.
@@ -160,7 +160,7 @@ class _Loader:
 @dataclass
 class _Merged:
     params: dict[str, ast.Param] = field(default_factory=dict)
-    declared: dict[str, ast.Param] = field(default_factory=dict)    # each parameter's `param` line
+    written: dict[str, list[ast.Param]] = field(default_factory=dict)   # each parameter's lines in the files
     blocks: dict[str, ast.Block] = field(default_factory=dict)
     sections: dict[str, dict[str, ast.Entry]] = field(default_factory=dict)
     section_spans: dict[str, Span] = field(default_factory=dict)
@@ -185,8 +185,7 @@ def _merge(chain: list[ast.Model], diagnostics: Diagnostics) -> _Merged:
                                   f"use 'set {name} = ...' to change it" if name not in defined_here else None)
                 continue
             merged.params[name] = param
-            if not param.is_override:
-                merged.declared[name] = param
+            merged.written.setdefault(name, []).append(param)
             defined_here.add(name)
         blocks_here: set[str] = set()
         for block in model.blocks:

@@ -1,6 +1,8 @@
 """A schedule's kinds: a list parameter that layers read by their index and compare with strings
 (`if layer_types[i] == "sliding_attention"`) may hold only kinds the spec names, in those comparisons
-or in the list's own declaration. Any other kind would silently take every `else` branch."""
+or in the list's last line in the spec's files (its default, or a derived model's `set`, which may
+name kinds of its own). Any other kind, from a `--set` or another parameter, would silently take every
+`else` branch."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from .diagnostics import COMMAND_LINE, Diagnostics
 from .evaluate import Constant
 
 
-def check_schedules(blocks: Mapping[str, ast.Block], ties: list[ast.Tie], declared: Mapping[str, ast.Param],
+def check_schedules(blocks: Mapping[str, ast.Block], ties: list[ast.Tie], lines: Mapping[str, list[ast.Param]],
                     written: Mapping[str, ast.Param], params: Mapping[str, Constant],
                     diagnostics: Diagnostics) -> None:
-    """`declared`: each parameter's `param` line; `written`: the line (or `--set`) that last gave its value."""
+    """`lines`: each parameter's `param` and `set` lines in the files; `written`: the line (or `--set`) that
+    last gave its value."""
     compared: dict[str, set[str]] = {}
     conditions = [tie.condition for tie in ties if tie.condition is not None]
     for expr in [*conditions, *(e for block in blocks.values() for e in _expressions(block.body))]:
@@ -26,7 +29,7 @@ def check_schedules(blocks: Mapping[str, ast.Block], ties: list[ast.Tie], declar
         value = params.get(name)
         if not isinstance(value, tuple) or name not in written:
             continue
-        named = kinds | set(_strings(declared[name].value)) if name in declared else kinds
+        named = kinds.union(_strings(lines[name][-1].value)) if lines.get(name) else kinds
         bad = next(((i, item) for i, item in enumerate(value) if isinstance(item, str) and item not in named), None)
         if bad is None:
             continue

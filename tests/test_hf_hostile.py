@@ -64,9 +64,14 @@ CONFIG_CASES = [
      'config.json: model_type "gemma3" is not supported: a Gemma 3 checkpoint with its vision tower'),
     ("mistral", lambda c: c.update(auto_map={"AutoModelForCausalLM": "modeling.Model"}),
      "config.json: auto_map names remote code; xspec runs none"),
-    ("qwen2", lambda c: c.update(layer_types=["full_attention"] * 3),
-     'config.json: layer_types[1] "full_attention" is not supported: the spec has sliding_attention there '
-     "(sliding from max_window_layers on when use_sliding_window)"),
+    ("qwen2", lambda c: c.update(use_sliding_window=False, layer_types=["full_attention", "sliding_attention"] * 2),
+     "config.json: layer_types is not a list of 3 layer kinds (num_hidden_layers)"),
+    ("qwen2", lambda c: c.update(use_sliding_window=False, layer_types=["full_attention", "sliding_attention"] * 1
+                                 + ["attention"]),
+     'config.json: layer_types[1] is "sliding_attention" but use_sliding_window is false: transformers has no window '
+     "to slide it by"),
+    ("qwen2", lambda c: c.update(layer_types=["full_attention", "global", "full_attention"]),
+     'config.json: layer_types[1] "global" is not supported (supported: sliding_attention, full_attention)'),
     ("gemma3", lambda c: c.update(layer_types=["full_attention"] * 2),
      "config.json: layer_types is not a list of 3 layer kinds (num_hidden_layers)"),
     ("gpt_oss", lambda c: c.update(layer_types=["sliding_attention", "chunked_attention", "full_attention"]),

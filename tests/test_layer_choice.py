@@ -35,8 +35,8 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
      {"layers": 5, "layer_types": ("full_attention",) * 2 + ("sliding_attention",) * 3}),
     ("specs/modern/qwen3_moe.xspec", {"layers": 4, "decoder_sparse_step": 2},
      {"layers": 6, "sparse_layers": (False, False, True, False, False, True)}),
-    ("specs/modern/qwen3_moe.xspec", {"layers": 4, "use_sliding_window": True, "max_window_layers": 2},
-     {"layers": 5, "max_window_layers": 3}),
+    ("specs/modern/qwen3.xspec", {"layers": 3, "use_sliding_window": True},
+     {"layer_types": ("sliding_attention", "full_attention", "sliding_attention")}),
     # Hybrids: a class per kind of layer, each layer made of its kind by the config's list.
     ("specs/modern/bamba.xspec", {}, {"layers": 5, "layer_types": ("full_attention",) + ("linear_attention",) * 4}),
     ("specs/modern/nemotron_h.xspec", {},

@@ -35,7 +35,21 @@ NOT_ARCHITECTURAL: dict[str, str] = {
     "output_hidden_states": "whether transformers' forward also returns hidden states",
     "tokenizer_class": "the tokenizer is read from its own files",
     "chunk_size_feed_forward": "how transformers splits the feed-forward to save memory: the same values",
+    "id2label": "the labels of a classification head; a language model has none",
+    "label2id": "the labels of a classification head; a language model has none",
+    "problem_type": "the loss of a classification head; a language model has none",
+    "num_labels": "the outputs of a classification head; a language model has none",
 }
+# Generation settings that versions before transformers 5 wrote into config.json; it drops them on reading
+# (generation_config.json holds them).
+GENERATION_KEYS = (
+    "assistant_confidence_threshold", "assistant_lookbehind", "bad_words_ids", "begin_suppress_tokens",
+    "diversity_penalty", "do_sample", "early_stopping", "encoder_no_repeat_ngram_size", "encoder_repetition_penalty",
+    "epsilon_cutoff", "eta_cutoff", "exponential_decay_length_penalty", "forced_bos_token_id", "forced_eos_token_id",
+    "length_penalty", "max_length", "min_length", "no_repeat_ngram_size", "num_assistant_tokens",
+    "num_assistant_tokens_schedule", "num_beam_groups", "num_beams", "num_return_sequences", "output_scores",
+    "remove_invalid_values", "repetition_penalty", "return_dict_in_generate", "suppress_tokens", "target_lookbehind",
+    "temperature", "top_k", "top_p", "typical_p")
 
 
 def render(value: Any) -> str:
@@ -81,10 +95,12 @@ class ConfigReader:
         return default
 
     def number(self, key: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1,
-               most: float = MAX_INT) -> Any:
+               most: float = MAX_INT, null: bool = False) -> Any:
         """An integer (or, not `integer`, any number) in [least, most]; the default bound is the int64 range
-        every size and count of a spec lies in."""
+        every size and count of a spec lies in. `null`: null means the default, as transformers reads it."""
         value = self.get(key, default)
+        if value is None and null and default is not _MISSING:
+            value = default
         kinds = (int,) if integer else (int, float)
         if isinstance(value, bool) or not isinstance(value, kinds) or not least <= value <= most:
             what = "an integer" if integer else "a number"
@@ -108,10 +124,22 @@ class ConfigReader:
         self.settings.append(Setting(param, value, source))
 
     def map(self, key: str, param: str, default: Any = _MISSING, *, integer: bool = True, least: float = 1,
-            most: float = MAX_INT) -> Any:
-        value = self.number(key, default, integer=integer, least=least, most=most)
+            most: float = MAX_INT, null: bool = False) -> Any:
+        value = self.number(key, default, integer=integer, least=least, most=most, null=null)
         self.put(param, value, key)
         return value
+
+    def spelling(self, *keys: str) -> str:
+        """Of several spellings of one attribute (`attribute_map` aliases, older names), in the order
+        transformers prefers them, the one it reads: the first present (else the first). The others are
+        taken, each noted as another spelling."""
+        present = [key for key in keys if key in self.config]
+        chosen = present[0] if present else keys[0]
+        for other in present[1:]:
+            self.taken.add(other)
+            differs = "" if self.config[other] == self.config[chosen] else f"; transformers reads {chosen} over it"
+            self.notes[other] = f"another spelling of {chosen}{differs}"
+        return chosen
 
     def expect(self, key: str, allowed: Sequence[Any], default: Any = _MISSING, what: str = "") -> Any:
         """An attribute whose only supported values are `allowed` (those the family's spec computes)."""
@@ -129,6 +157,9 @@ class ConfigReader:
     def finish(self) -> None:
         for key, reason in NOT_ARCHITECTURAL.items():
             self.ignore(key, reason)
+        for key in GENERATION_KEYS:
+            self.ignore(key, "a generation setting older versions kept here; transformers reads none from config.json")
+        self.expect("is_encoder_decoder", [False], False, " (the families imported are decoders alone)")
         left = [key for key in self.config if key not in self.taken]
         if left:
             key = left[0]

@@ -81,7 +81,7 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
         config["final_logit_softcapping"] = softcap if softcap > 0 else None
     else:
         config["hidden_act"] = "silu"
-    if model_type == "qwen2" or model_type in ("qwen3", "qwen3_moe"):
+    if model_type in ("qwen2", "qwen3", "qwen3_moe"):
         config["sliding_window"] = params["sliding_window"] if params["use_sliding_window"] else None
     if model_type in ("qwen3_moe", "qwen3_next"):  # the layers without experts beyond decoder_sparse_step's
         sparse, step = params["sparse_layers"], params["decoder_sparse_step"]
@@ -89,8 +89,11 @@ def config_for(model_type: str, hf_class: str, params: dict[str, Any], max_posit
             config["decoder_sparse_step"] = 1
         config["mlp_only_layers"] = [i for i in range(params["layers"])
                                      if not sparse[i] and (i + 1) % config["decoder_sparse_step"] == 0]
-    if model_type in ("gemma2", "gemma3_text", "gpt_oss", "qwen3_next"):  # each layer's kind, as the spec reads it
+    if model_type in ("gemma2", "gemma3_text", "gpt_oss", "qwen3_next", "qwen2", "qwen3"):  # each layer's kind
         config["layer_types"] = list(params["layer_types"][:params["layers"]])
+    if model_type in ("qwen2", "qwen3"):  # a layer slides with use_sliding_window alone, in transformers as here
+        config["layer_types"] = [kind if params["use_sliding_window"] else "full_attention"
+                                 for kind in config["layer_types"]]
     if model_type == "gemma3_text":
         factor = params["rope_scaling_factor"]
         config["rope_scaling"] = {"rope_type": "linear", "factor": factor} if factor != 1.0 else None

@@ -26,7 +26,7 @@ KINDS: dict[str, str] = {
     "factor": _POSITIVE, "low_freq_factor": _POSITIVE, "high_freq_factor": _POSITIVE, "beta_fast": _POSITIVE,
     "beta_slow": _POSITIVE, "original_max_position_embeddings": _COUNT, "truncate": _FLAG,
     "partial_rotary_factor": _FRACTION, "mscale": _NONNEGATIVE, "mscale_all_dim": _NONNEGATIVE,
-    "attention_factor": _POSITIVE,
+    "attention_factor": _POSITIVE, "rope_theta": _POSITIVE,
 }
 
 
@@ -43,42 +43,102 @@ def _is(kind: str, value: Any) -> bool:
 
 
 class Rope(dict):
-    """rope_type, rope_theta and the type's parameters; `where` names the config key they came from."""
+    """rope_type, rope_theta and the type's parameters; `where` names the config key they came from, and
+    `sources` the key each value was read from where that is not `where` (a top-level key, a default)."""
 
     where: str = "rope_parameters"
+    sources: dict[str, str]
+
+    def source(self, name: str) -> str:
+        return self.sources.get(name, f"{self.where}.{name}")
 
 
-def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = None,
-              default_theta: float = 10000.0, scaling_extras: Sequence[str] = ()) -> Rope:
-    """The rotary settings (of layer kind `kind`, e.g. "full_attention", where they differ by kind), and the
-    parameters `scaling_extras` that the family's scaling also reads (DeepSeek's YaRN: mscale, mscale_all_dim)."""
-    if cfg.has("rope_parameters"):
-        found = cfg.get("rope_parameters")
-        where = "rope_parameters"
-        if kind is not None and isinstance(found, dict) and kind in found:
-            found, where = found[kind], f"rope_parameters.{kind}"
-        if not isinstance(found, dict):
-            raise UserError(f"{cfg.file}: {where} is not an object")
-        values = dict(found)
-        if cfg.has("rope_theta"):   # both spellings: they must agree
-            _agree(cfg, "rope_theta", cfg.get("rope_theta"), values.get("rope_theta"), where)
+def read_rope(cfg: ConfigReader, supported: Sequence[str], default_theta: float = 10000.0,
+              scaling_extras: Sequence[str] = (), top_level_partial: bool = True,
+              default: dict | None = None) -> Rope:
+    """The rotary settings, and the parameters `scaling_extras` that the family's scaling also reads
+    (DeepSeek's YaRN: mscale, mscale_all_dim).
+
+    As transformers reads them (modeling_rope_utils' convert_rope_params_to_dict): a non-empty rope_scaling
+    over rope_parameters; rope_theta and partial_rotary_factor inside them over the top-level keys (which
+    fill in what they lack); `type`, the older spelling, where rope_type is absent; and for a scaling that
+    starts past original_max_position_embeddings, max_position_embeddings where they lack it (a top-level
+    original_max_position_embeddings is not read). `top_level_partial`: False where the family's config
+    class overwrites the top-level partial_rotary_factor (Bamba); `default`: the settings where config.json
+    gives neither rope_scaling nor rope_parameters (gpt-oss's YaRN)."""
+    scaling, parameters = _object(cfg, "rope_scaling"), _object(cfg, "rope_parameters")
+    if scaling:
+        found, where = scaling, "rope_scaling"
+        if parameters:
+            cfg.notes["rope_parameters"] = "transformers reads rope_scaling in its place"
+    elif parameters is None and scaling is None and default is not None:
+        found, where = default, "rope_parameters (the config class's default)"
     else:
-        scaling = cfg.get("rope_scaling", None)
-        where = "rope_scaling"
-        if scaling is not None and not isinstance(scaling, dict):
-            raise UserError(f"{cfg.file}: rope_scaling {render(scaling)} is not an object or null")
-        values = {"rope_type": "default", **(scaling or {})}
-        if "type" in values:        # the older spelling of rope_type
-            values["rope_type"] = values.pop("type")
-        values["rope_theta"] = cfg.number("rope_theta", default_theta, integer=False, least=1e-9)
-    rope_type = values.pop("rope_type", "default")
+        found, where = parameters or {}, "rope_parameters" if parameters is not None else "rope_scaling"
+    values, sources = dict(found), dict[str, str]()
+    _fill(cfg, values, sources, where, "rope_theta", "rope_theta", default_theta)
+    if top_level_partial:
+        _fill(cfg, values, sources, where, "partial_rotary_factor", "partial_rotary_factor", None)
+    return _checked(cfg, values, where, sources, supported, scaling_extras)
+
+
+def read_gemma3_rope(cfg: ConfigReader, kind: str, supported: Sequence[str]) -> Rope:
+    """Gemma 3's rotary settings of layer kind `kind` ("sliding_attention" or "full_attention"), as its
+    config class reads them: rope_parameters by layer kind (a kind it lacks, or a flat rope_parameters,
+    takes the defaults), rope_scaling merged into the full-attention layers', rope_theta the full-attention
+    layers' base and rope_local_base_freq the sliding ones' where rope_parameters lacks them."""
+    scaling, parameters = _object(cfg, "rope_scaling"), _object(cfg, "rope_parameters")
+    given = (parameters or {}).get(kind)
+    if given is not None and not isinstance(given, dict):
+        raise UserError(f"{cfg.file}: rope_parameters.{kind} {render(given)} is not an object or null")
+    if parameters and not any(k in parameters for k in ("sliding_attention", "full_attention")):
+        cfg.notes["rope_parameters"] = ("transformers' Gemma 3 reads rope_parameters by layer kind (sliding_attention, "
+                                        "full_attention) and takes the defaults for these flat values")
+    values, where, sources = dict(given or {}), f"rope_parameters.{kind}", dict[str, str]()
+    if kind == "full_attention" and scaling is not None:
+        values.update(scaling)
+        where = "rope_scaling" if given is None else f"{where} and rope_scaling"
+    top, default = ("rope_theta", 1000000.0) if kind == "full_attention" else ("rope_local_base_freq", 10000.0)
+    _fill(cfg, values, sources, where, "rope_theta", top, default)
+    return _checked(cfg, values, where, sources, supported, ())
+
+
+def _object(cfg: ConfigReader, key: str) -> dict | None:
+    value = cfg.get(key, None)
+    if value is not None and not isinstance(value, dict):
+        raise UserError(f"{cfg.file}: {key} {render(value)} is not an object or null")
+    return value
+
+
+def _fill(cfg: ConfigReader, values: dict, sources: dict[str, str], where: str, name: str, top_key: str,
+          default: Any) -> None:
+    """values[name] from the top-level key `top_key` (else `default`) where the rotary settings lack it; a
+    top-level value they hold otherwise is noted as not read."""
+    top = cfg.get(top_key, None)
+    if top is not None and name in KINDS and not _is(KINDS[name], top):     # checked even where not read
+        raise UserError(f"{cfg.file}: {top_key} {render(top)} is not {KINDS[name]}")
+    if name not in values:
+        if top is not None or default is not None:
+            values[name] = top if top is not None else default
+            sources[name] = top_key if top is not None else f"{top_key} (default)"
+    elif top is not None and top != values[name]:
+        cfg.notes[top_key] = f"transformers reads {where}.{name} ({render(values[name])}) over it"
+
+
+def _checked(cfg: ConfigReader, values: dict, where: str, sources: dict[str, str], supported: Sequence[str],
+             scaling_extras: Sequence[str]) -> Rope:
+    """The gathered rotary settings, each checked: the type supported, every parameter of the kind it must
+    be, none the spec does not compute."""
+    legacy = values.pop("type", None)   # the older spelling of rope_type
+    rope_type = values.pop("rope_type", None) or legacy or "default"
     if rope_type not in supported:
         refuse(f"{where}.rope_type {render(rope_type)}", list(supported), cfg.file)
-    theta = values.pop("rope_theta", default_theta)
+    theta = values.pop("rope_theta")
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise UserError(f"{cfg.file}: {where}.rope_theta {render(theta)} is not a positive number")
+        raise UserError(f"{cfg.file}: {sources.get('rope_theta', where + '.rope_theta')} {render(theta)} is not a "
+                        "positive number")
     rope = Rope(rope_type=rope_type, rope_theta=float(theta))
-    rope.where = where
+    rope.where, rope.sources = where, sources
     if "partial_rotary_factor" in values:      # kept beside the rotary settings by newer versions
         rope["partial_rotary_factor"] = values.pop("partial_rotary_factor")
     allowed = (*PARAMETERS[rope_type], *(scaling_extras if rope_type != "default" else ()))
@@ -87,28 +147,25 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], kind: str | None = No
             rope[name] = values.pop(name)
     for name, value in rope.items():
         if name in KINDS and not _is(KINDS[name], value):
-            raise UserError(f"{cfg.file}: {where}.{name} {render(value)} is not {KINDS[name]}")
+            raise UserError(f"{cfg.file}: {rope.source(name)} {render(value)} is not {KINDS[name]}")
     if values:
         extra = sorted(values)[0]
-        supported = ", ".join(allowed) or "no parameters"
+        listed = ", ".join(allowed) or "no parameters"
         raise UserError(f"{cfg.file}: {where}.{printable(extra)} ({render(values[extra])}) is not supported with "
-                        f"rope_type {render(rope_type)} (supported: {supported})")
+                        f"rope_type {render(rope_type)} (supported: {listed})")
     if rope_type != "default" and "factor" not in rope:
         raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no factor")
     if "original_max_position_embeddings" in PARAMETERS[rope_type]:
-        top = cfg.get("original_max_position_embeddings", None)
+        if cfg.get("original_max_position_embeddings", None) is not None:
+            cfg.notes["original_max_position_embeddings"] = \
+                f"transformers reads {where}.original_max_position_embeddings (or max_position_embeddings) instead"
         if "original_max_position_embeddings" not in rope:
-            if top is None:
+            longest = cfg.get("max_position_embeddings", None)
+            if not _is(_COUNT, longest):
                 raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no "
-                                "original_max_position_embeddings")
-            if not _is(_COUNT, top):
-                raise UserError(f"{cfg.file}: original_max_position_embeddings {render(top)} is not {_COUNT}")
-            rope["original_max_position_embeddings"] = top
-        elif top is not None:
-            _agree(cfg, "original_max_position_embeddings", top, rope["original_max_position_embeddings"], where)
+                                "original_max_position_embeddings, and max_position_embeddings "
+                                f"{render(longest)} is not {_COUNT}")
+            rope["original_max_position_embeddings"] = longest
+            sources["original_max_position_embeddings"] = \
+                f"max_position_embeddings ({where} has no original_max_position_embeddings)"
     return rope
-
-
-def _agree(cfg: ConfigReader, key: str, top: Any, inner: Any, where: str) -> None:
-    if inner is not None and top != inner:
-        raise UserError(f"{cfg.file}: {key} {render(top)} and {where}.{key} {render(inner)} disagree")
