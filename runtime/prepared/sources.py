@@ -4,7 +4,8 @@ format (told by the file's name):
     *.txt, anything else      plain text, a document (or sentence) a line
     *.jsonl, *.ndjson         JSON Lines: an object a line, the text in its `field` ("text" by default)
     either, then .gz or .zst  the same, compressed with gzip or zstandard (read as they decompress)
-    *.parquet                 Parquet: the string column `field`, read a record batch at a time
+    *.parquet                 Parquet: the string column `field` (any string encoding, dictionary-encoded
+                              included), read a record batch at a time
 
 Every record comes with its line (a Parquet row's number) and, when it is skipped, why (lines.py: empty,
 too long, not UTF-8, not JSON, not an object, no text field, a text field that is not a string). A file
@@ -252,7 +253,10 @@ def _parquet_rows(path: Path, reading: Reading, digest: Optional[Digest]) -> Ite
             _check_column(parquet.schema_arrow, reading.field, path, pa)
             number = 0
             for batch in parquet.iter_batches(batch_size=PARQUET_ROWS, columns=[reading.field]):
-                for value in batch.column(0).cast(pa.large_binary()).to_pylist():
+                column = batch.column(0)
+                if pa.types.is_dictionary(column.type):   # a categorical: each row's string from the dictionary
+                    column = column.dictionary_decode()
+                for value in column.cast(pa.large_binary()).to_pylist():
                     number += 1
                     yield _parquet_row(number, value, reading)
         except (pa.ArrowException, OSError) as error:
@@ -268,8 +272,9 @@ def _check_column(schema: Any, name: str, path: Path, pa: Any) -> None:
         raise UserError(f"{shown(path)}: {what} named {_quoted(name)} (its columns: {listed or 'none'}); "
                         "--field names the text column")
     kind = schema.field(name).type
-    strings = (pa.types.is_string(kind) or pa.types.is_large_string(kind) or
-               getattr(pa.types, "is_string_view", lambda t: False)(kind))
+    stored = kind.value_type if pa.types.is_dictionary(kind) else kind   # dictionary-encoded (pandas' categorical)
+    strings = (pa.types.is_string(stored) or pa.types.is_large_string(stored) or
+               getattr(pa.types, "is_string_view", lambda t: False)(stored))
     if not strings:
         raise UserError(f"{shown(path)}: the column {_quoted(name)} holds {printable(str(kind))}, not strings; "
                         "--field names the text column")

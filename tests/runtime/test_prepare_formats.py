@@ -229,6 +229,23 @@ def test_a_file_that_is_not_its_format_is_one_error_naming_it(name, corrupt, mes
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]          # nothing left behind
 
 
+@pytest.mark.parametrize("encoding", ["large_string", "dictionary", "large dictionary", "string_view"])
+def test_parquet_text_in_any_string_encoding_prepares_the_same(plain, tmp_path, encoding):
+    """Large strings, a dictionary-encoded column (what pandas writes for a categorical) and string views
+    hold the same text as a plain string column."""
+    if encoding == "string_view" and not hasattr(pa, "string_view"):
+        pytest.skip("this pyarrow has no string views")
+    column = {"large_string": lambda: pa.array(LINES, type=pa.large_string()),
+              "dictionary": lambda: pa.array(LINES).dictionary_encode(),
+              "large dictionary": lambda: pa.array(LINES, type=pa.large_string()).dictionary_encode(),
+              "string_view": lambda: pa.array(LINES, type=pa.string_view())}[encoding]()
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"body": column}), path, row_group_size=50)
+    assert pa.types.is_dictionary(pq.ParquetFile(path).schema_arrow.field("body").type) == ("dictionary" in encoding)
+    prepare_text([path], tmp_path / "out", _options(plain, field="body"), say=_quiet)
+    _same_data(plain, tmp_path / "out")
+
+
 def test_a_parquet_column_that_is_missing_or_not_text_is_named(plain, tmp_path):
     path = _parquet(tmp_path / "docs.parquet", list(range(5)), kind=pa.int64())
     vocab = str(plain / "sentencepiece.model")
