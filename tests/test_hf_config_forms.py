@@ -229,3 +229,36 @@ def test_a_form_imports_with_its_logits_proven(tmp_path, name, form, change):
     imported = import_checkpoint(directory, tmp_path / "run", say=lambda _: None)
     assert imported.verification is not None and imported.verification["kl"] < 1e-5
     assert Path(tmp_path / "run" / "model.xspec").is_file()
+
+
+HOSTILE = [None, -1, 0, 10**30, 1e308, "x", [], {}, True, [[1]], 2.5]
+
+
+@pytest.mark.parametrize("name", [family.name for family in FAMILIES])
+def test_every_key_set_to_a_hostile_value_is_read_or_refused_naming_it(name):
+    """Each key of the config transformers writes, set to values of every kind: read, or refused naming
+    config.json and the key; a number or a flag replaced by a string, a list or an object is always refused."""
+    full = resaved(written(name))
+    for key, plain in full.items():
+        if key in ("bos_token_id", "eos_token_id", "pad_token_id"):     # the tokenizer's (tests/test_hf_hostile.py)
+            continue
+        for value in HOSTILE:
+            config = {**full, key: value}
+            try:
+                map_config(config)
+            except UserError as error:
+                message = str(error)
+                assert message.startswith("config.json: ") and key.lstrip("_") in message, (key, value, message)
+                continue
+            scalar = isinstance(plain, (int, float, bool)) and plain is not None
+            assert not (scalar and isinstance(value, (str, list, dict))), (key, value, "read without a check")
+
+
+def test_qwen3_next_with_attention_biases_imports_with_its_logits_proven(tmp_path):
+    """Its q_proj's bias holds each head's query rows then its gate's, as its weight does."""
+    from xspec.hf.importer import import_checkpoint
+
+    imported = import_checkpoint(saved("qwen3_next", "-biased", attention_bias=True), tmp_path / "run",
+                                 say=lambda _: None)
+    assert imported.verification is not None and imported.verification["kl"] < 1e-5
+    assert imported.spec.params["attention_bias"] is True

@@ -40,6 +40,49 @@ NOT_ARCHITECTURAL: dict[str, str] = {
     "problem_type": "the loss of a classification head; a language model has none",
     "num_labels": "the outputs of a classification head; a language model has none",
 }
+# What each attribute set aside must hold where it is given (null aside): unused, it is still checked, as
+# transformers' own config classes check it.
+_COUNT, _NUMBER, _FLAG, _TEXT, _TEXTS, _OBJECT = ("an integer >= 0", "a number >= 0", "true or false", "a string",
+                                                  "a list of strings", "an object")
+SET_ASIDE_KINDS: dict[str, str] = {
+    "_name_or_path": _TEXT, "architectures": _TEXTS, "transformers_version": _TEXT, "torch_dtype": _TEXT,
+    "dtype": _TEXT, "use_cache": _FLAG, "initializer_range": _NUMBER, "output_router_logits": _FLAG,
+    "pretraining_tp": _COUNT, "cache_implementation": _TEXT, "return_dict": _FLAG, "output_attentions": _FLAG,
+    "output_hidden_states": _FLAG, "tokenizer_class": _TEXT, "chunk_size_feed_forward": _COUNT,
+    "id2label": _OBJECT, "label2id": _OBJECT, "problem_type": _TEXT, "num_labels": _COUNT,
+    # families' own
+    "head_dim": _COUNT, "qk_head_dim": _COUNT, "n_group": _COUNT, "topk_group": _COUNT, "num_logits_to_keep": _COUNT,
+    "original_max_position_embeddings": _COUNT, "sliding_window_pattern": _COUNT, "_sliding_window_pattern": _COUNT,
+    "max_window_layers": _COUNT, "full_attention_interval": _COUNT, "attn_rotary_emb": _COUNT,
+    "moe_layer_freq": _COUNT, "ep_size": _COUNT, "num_local_experts": _COUNT, "experts_per_token": _COUNT,
+    "initial_context_length": _COUNT, "num_nextn_predict_layers": _COUNT, "num_hidden_layers": _COUNT,
+    "z_loss_coefficient": _NUMBER, "aux_loss_alpha": _NUMBER, "clip_qkv": _NUMBER, "partial_rotary_factor": _NUMBER,
+    "time_step_min": _NUMBER, "time_step_max": _NUMBER, "time_step_floor": _NUMBER, "rms_norm_eps": _NUMBER,
+    "seq_aux": _FLAG, "topk_method": _TEXT, "scoring_func": _TEXT, "hybrid_override_pattern": _TEXT,
+    "expand": _NUMBER, "mamba_expand": _NUMBER, "mamba_dt_max": _NUMBER, "mamba_dt_init_floor": _NUMBER,
+    "residual_in_fp32": _FLAG, "rescale_prenorm_residual": _FLAG, "use_mamba_kernels": _FLAG,
+    "mamba_ssm_cache_dtype": _TEXT, "attention_head_dim": _COUNT,
+    "n_routed_experts": _COUNT, "n_shared_experts": _COUNT, "moe_intermediate_size": _COUNT,
+    "moe_shared_expert_intermediate_size": _COUNT, "moe_latent_size": _COUNT, "moe_shared_expert_overlap": _FLAG,
+    "num_experts_per_tok": _COUNT, "routed_scaling_factor": _NUMBER, "norm_topk_prob": _FLAG,
+    "mtp_layers_block_type": _TEXTS, "mtp_hybrid_override_pattern": _TEXT,
+}
+
+
+def _holds(kind: str, value: Any) -> bool:
+    if kind == _FLAG:
+        return isinstance(value, bool)
+    if kind == _TEXT:
+        return isinstance(value, str)
+    if kind == _TEXTS:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind == _OBJECT:
+        return isinstance(value, dict)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return False
+    return kind == _NUMBER or isinstance(value, int)
+
+
 # Generation settings that versions before transformers 5 wrote into config.json; it drops them on reading
 # (generation_config.json holds them).
 GENERATION_KEYS = (
@@ -150,7 +193,11 @@ class ConfigReader:
         return value
 
     def ignore(self, key: str, reason: str) -> None:
+        """`key` set aside, with the reason; a value of the wrong kind (SET_ASIDE_KINDS) is refused all the same."""
         if key in self.config:
+            value, kind = self.config[key], SET_ASIDE_KINDS.get(key)
+            if value is not None and kind is not None and not _holds(kind, value):
+                raise UserError(f"{self.file}: {printable(key)} {render(value)} is not {kind}")
             self.taken.add(key)
             self.notes[key] = reason
 

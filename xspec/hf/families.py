@@ -202,6 +202,8 @@ def _qwen2_windows(cfg: ConfigReader, m: Mapped, *, every_layer: bool = False) -
     neither max_window_layers nor layer_types."""
     used = cfg.flag("use_sliding_window", False)
     window = cfg.get("sliding_window", 4096)
+    if window is not None:       # read by transformers only with use_sliding_window, but checked as it checks it
+        window = cfg.number("sliding_window", 4096)
     slides = used and window is not None
     layers = cfg.config["num_hidden_layers"]
     cfg.put("use_sliding_window", slides, "use_sliding_window, sliding_window")
@@ -270,7 +272,8 @@ def _sparse_layers(cfg: ConfigReader, step: int) -> None:
     """Which layers have experts: those decoder_sparse_step picks, less mlp_only_layers (null: none), as
     transformers decides; the spec's layers read it by their index (sparse_layers) where the list changes it."""
     layers = cfg.config["num_hidden_layers"]
-    dense = cfg.get("mlp_only_layers", None) or []
+    dense = cfg.get("mlp_only_layers", None)
+    dense = [] if dense is None else dense
     if not isinstance(dense, list) or not all(type(i) is int and 0 <= i < layers for i in dense):
         raise UserError(f"{cfg.file}: mlp_only_layers {render(dense)} is not a list of layer indices from 0 to "
                         f"{layers - 1}")
@@ -373,7 +376,7 @@ def _gpt_oss(cfg: ConfigReader, m: Mapped) -> None:
     cfg.map("swiglu_alpha", "swiglu_alpha", 1.702, integer=False, least=1e-9)
     cfg.map("router_aux_loss_coef", "router_aux_loss_coef", 0.001, integer=False, least=0)
     cfg.ignore("initial_context_length", "the context of pretraining; YaRN's original_max_position_embeddings is used")
-    given = cfg.has("rope_scaling") or cfg.has("rope_parameters")
+    given = cfg.config.get("rope_scaling") is not None or cfg.config.get("rope_parameters") is not None
     rope = read_rope(cfg, ("yarn",), default_theta=150000.0, default=None if given else GPT_OSS_ROPE)
     cfg.put("rope_theta", rope["rope_theta"], rope.source("rope_theta"))
     truncate = rope.get("truncate", True)

@@ -74,7 +74,7 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], default_theta: float 
     elif parameters is None and scaling is None and default is not None:
         found, where = default, "rope_parameters (the config class's default)"
     else:
-        found, where = parameters or {}, "rope_parameters" if parameters is not None else "rope_scaling"
+        found, where = parameters or {}, "rope_parameters" if cfg.has("rope_parameters") else "rope_scaling"
     values, sources = dict(found), dict[str, str]()
     _fill(cfg, values, sources, where, "rope_theta", "rope_theta", default_theta)
     if top_level_partial:
@@ -156,7 +156,10 @@ def _checked(cfg: ConfigReader, values: dict, where: str, sources: dict[str, str
     if rope_type != "default" and "factor" not in rope:
         raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no factor")
     if "original_max_position_embeddings" in PARAMETERS[rope_type]:
-        if cfg.get("original_max_position_embeddings", None) is not None:
+        top = cfg.get("original_max_position_embeddings", None)
+        if top is not None and not _is(_COUNT, top):
+            raise UserError(f"{cfg.file}: original_max_position_embeddings {render(top)} is not {_COUNT}")
+        if top is not None:
             cfg.notes["original_max_position_embeddings"] = \
                 f"transformers reads {where}.original_max_position_embeddings (or max_position_embeddings) instead"
         if "original_max_position_embeddings" not in rope:

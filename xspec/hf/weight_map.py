@@ -263,17 +263,18 @@ def _bamba(name: str, shapes: dict, params: dict) -> Group | None:
 
 
 def _qwen3_next(name: str, shapes: dict, params: dict) -> Group | None:
-    """Qwen3-Next's Gated DeltaNet under its own names; its gated attention's q_proj, each head's query rows
-    then its gate's rows, split into the spec's q_proj and gate_proj; its experts as Qwen3-MoE's."""
-    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(linear_attn\..+|self_attn\.(q|gate)_proj\.weight)", name)
+    """Qwen3-Next's Gated DeltaNet under its own names; its gated attention's q_proj (weight and bias), each
+    head's query rows then its gate's rows, split into the spec's q_proj and gate_proj; its experts as
+    Qwen3-MoE's."""
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(linear_attn\..+|self_attn\.(q|gate)_proj\.(weight|bias))", name)
     if found is None:
         return _mlp_experts(name, shapes, params)
-    layer, part = found[1], found[2]
+    layer, part, kind = found[1], found[2], found[4]
     if part.startswith("linear_attn"):
         return Group((f"model.layers.{layer}.{part}",), (name,), _same, _same)
     heads = params["heads"]
-    ours = (f"decoder.layers.{layer}.self_attn.q_proj.weight", f"decoder.layers.{layer}.self_attn.gate_proj.weight")
-    return Group((f"model.layers.{layer}.self_attn.q_proj.weight",), ours,
+    ours = (f"decoder.layers.{layer}.self_attn.q_proj.{kind}", f"decoder.layers.{layer}.self_attn.gate_proj.{kind}")
+    return Group((f"model.layers.{layer}.self_attn.q_proj.{kind}",), ours,
                  lambda t: [rows.flatten(0, 1) for rows in t[0].unflatten(0, (heads, 2, -1)).unbind(1)],
                  lambda t: [torch.stack([t[0].unflatten(0, (heads, -1)), t[1].unflatten(0, (heads, -1))], 1)
                             .flatten(0, 2)])
