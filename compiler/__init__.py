@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping, Optional
 
 from .diagnostics import Diagnostics, TooManyErrors
@@ -19,9 +20,14 @@ from .validate import ValidatedModel, lint, validate
 class Compilation:
     model: ResolvedModel
     validated: ValidatedModel
-    lowered: Lowered  # the generated module: importing the op library, or standalone
     resolved_source: str  # the spec as one self-contained text (compiler/flatten.py)
     diagnostics: Diagnostics  # warnings (a compilation with errors raises instead)
+
+    @cached_property
+    def lowered(self) -> Lowered:
+        """The generated module (importing the op library, or standalone), made when first asked for: a
+        spec checked, counted or drawn but never built is never lowered."""
+        return lower(self.model, self.validated)
 
     @property
     def python_source(self) -> str:
@@ -60,4 +66,4 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
                           f"takes more than {MAX_RESOLVED_BYTES // 1024} KiB, the limit for a self-contained spec",
                           "long string parameters are the usual cause")
         raise CompileFailed(diagnostics)
-    return Compilation(model, validated, lower(model, validated), resolved, diagnostics)
+    return Compilation(model, validated, resolved, diagnostics)

@@ -39,11 +39,15 @@ class CompiledSpec:
         self.params: dict[str, Any] = dict(model.params)
         self.ops: OpGraph = validated.graph.graph  # typed nodes in topological order (compiler/ir.py)
         self.parameters: int = validated.parameter_count
-        self.python_source: str = compilation.python_source  # imports the op library, xspec.nn
         self.train: TrainSection = model.sections["train"]  # type: ignore[assignment]
         self.data: DataSection = model.sections["data"]  # type: ignore[assignment]
         self.decode: DecodeSection = model.sections["decode"]  # type: ignore[assignment]
         self.warnings: str = compilation.diagnostics.render()
+
+    @cached_property
+    def python_source(self) -> str:
+        """The generated module, which imports the op library (xspec.nn), lowered when first asked for."""
+        return self._compilation.python_source
 
     @property
     def standalone_source(self) -> str:
