@@ -1,10 +1,16 @@
-"""Every command a test runs uses one thread (below).
+"""Every command a test runs uses one thread (below); under pytest-xdist (`-n auto`, pyproject.toml), each
+worker's own torch work shares the cores with the others.
 
 The hostile-input suites never reach the command line's last resort: every case they try must end in a
 message about the input (exit status 1 or 2) or succeed, never in "internal error" (status 70).
 
 A suite is one of hostile_suites.py's (a test file's name, or a folder); for each of its tests, the CLI's
-internal-error message is watched, and a test during which it was written fails naming what it said."""
+internal-error message is watched, and a test during which it was written fails naming what it said.
+
+`pytest -m "not slow"` is the fast subset: the suites SLOW_SUITES names are marked slow.
+
+After the tests, how many fuzz cases ran and what share compiled (tests/fuzz/tally.py): each worker
+counts its own and hands them to the controller when it finishes, which prints them all."""
 
 from __future__ import annotations
 
@@ -18,6 +24,55 @@ import pytest
 os.environ["XSPEC_THREADS"] = "1"
 
 from hostile_suites import is_hostile_suite
+
+TESTS = Path(__file__).parent
+# What `pytest -m "not slow"` leaves out, for an edit-test loop (README): the fuzzers, the runs against
+# transformers' classes, training and decoding runs, torch.compile, several processes.
+SLOW_SUITES = ("fuzz", "test_distributed.py", "test_compiled_step.py", "test_export.py", "test_prepared_data.py",
+               "test_runtime_cli.py", "test_readme.py", "test_sweep.py", "test_families.py", "test_hf_import.py",
+               "test_hf_export.py", "test_hf_finetune.py", "test_hf_multi_token.py", "test_hybrid.py",
+               "test_language_model.py", "test_training.py", "test_hybrid_training.py", "test_ensemble.py",
+               "test_experts_training.py", "test_readable_code.py", "test_run_log.py", "test_memory_plan.py",
+               "test_multi_token.py", "test_equivalence.py", "test_table3.py", "test_plot.py")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if any(part in SLOW_SUITES for part in Path(str(item.fspath)).relative_to(TESTS).parts):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_configure(config):
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:       # a worker: the cores shared out, rather than each worker spinning threads on all
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:        # a worker: its fuzz counts go to the controller
+        from fuzz.tally import tallies
+
+        workeroutput["fuzz_tally"] = tallies()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from fuzz.tally import merge
+
+    merge(getattr(node, "workeroutput", {}).get("fuzz_tally"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    from fuzz.tally import summary
+
+    lines = summary()
+    if lines:
+        terminalreporter.section("spec fuzzing")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

@@ -78,10 +78,13 @@ def test_import_maps_a_deepseek_config_and_its_rotary_layout():
     assert mapped.params["q_lora_rank"] == 0 and mapped.params["kv_lora_rank"] == 10
     assert mapped.params["n_routed_experts"] == 256 and mapped.params["n_group"] == 8  # transformers' defaults
     assert map_config(_config(rope_interleave=False)).layout == "deepseek"
-    # DeepSeek's own config.json keys for the same routing are taken; a routing of another kind is refused.
+    # DeepSeek's own config.json keys are set aside, saying why: transformers does not read them (its
+    # DeepSeek-V3 always routes by sigmoid scores within groups), and the import computes what it computes.
     assert map_config(_config(topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1)).params
-    with pytest.raises(UserError, match='scoring_func "softmax" is not supported'):
-        map_config(_config(scoring_func="softmax"))
+    notes = map_config(_config(scoring_func="softmax", topk_method="greedy")).notes
+    assert "always scores experts by sigmoid" in notes["scoring_func"] and "noaux_tc" in notes["topk_method"]
+    with pytest.raises(UserError, match='config.json: scoring_func 3 is not a string'):
+        map_config(_config(scoring_func=3))
 
 
 @pytest.mark.parametrize("changes, message", [

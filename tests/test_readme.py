@@ -129,6 +129,7 @@ NOT_RUN = {
     "ruff check .": "the linter, which CI runs before the tests",
     "mypy": "the type check, which CI runs before the tests",
     "python -m pytest -q": "the test suite, which this test is part of",
+    'python -m pytest -q -m "not slow"': "the fast subset of the test suite, which this test is part of",
     ".ci/check-wheel": "builds the wheel and installs it into a new virtual environment (network, minutes)",
     "apt-get install libtcmalloc-minimal4": "installs a system package",
     "tensorboard --logdir runs": "a server, which runs until it is stopped",

@@ -1,11 +1,13 @@
-"""Counts of fuzz cases and how they ended, for the summary printed after the tests (conftest.py): specs
+"""Counts of fuzz cases and how they ended, for the summary printed after the tests (tests/conftest.py): specs
 (how many compiled and ran), and commands run on mutated input files (how many the command accepted)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from .oracle import Outcome
+if TYPE_CHECKING:
+    from .oracle import Outcome
 
 CASES: dict[str, Counter] = {}
 INPUTS: dict[str, Counter] = {}      # commands on mutated input files, by group of mutations
@@ -30,6 +32,18 @@ def record_command(kind: str, accepted: bool, seconds: float) -> None:
     counts["commands"] += 1
     counts["accepted"] += accepted
     counts["milliseconds"] += round(seconds * 1000)
+
+
+def tallies() -> dict:
+    """The counts as plain data (a pytest-xdist worker hands them to the controller)."""
+    return {"cases": {k: dict(v) for k, v in CASES.items()}, "inputs": {k: dict(v) for k, v in INPUTS.items()}}
+
+
+def merge(tallied: dict | None) -> None:
+    """Add a worker's counts (`tallies()`) to these."""
+    for name, into in (("cases", CASES), ("inputs", INPUTS)):
+        for kind, counted in (tallied or {}).get(name, {}).items():
+            into.setdefault(kind, Counter()).update(counted)
 
 
 def summary() -> list[str]:
