@@ -40,47 +40,56 @@ NOT_ARCHITECTURAL: dict[str, str] = {
     "problem_type": "the loss of a classification head; a language model has none",
     "num_labels": "the outputs of a classification head; a language model has none",
 }
+# What a value of config.json must be, as a message says it (`holds` checks it).
+COUNT, POSITIVE_COUNT, NUMBER, POSITIVE, FRACTION = ("an integer >= 0", "an integer >= 1", "a number >= 0",
+                                                     "a number > 0", "a number in (0, 1]")
+FLAG, TEXT, TEXTS, OBJECT = "true or false", "a string", "a list of strings", "an object"
+
+
+def holds(kind: str, value: Any) -> bool:
+    """Whether `value` is of `kind` (one of the kinds above)."""
+    if kind == FLAG:
+        return isinstance(value, bool)
+    if kind == TEXT:
+        return isinstance(value, str)
+    if kind == TEXTS:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind == OBJECT:
+        return isinstance(value, dict)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if kind in (COUNT, POSITIVE_COUNT):
+        return isinstance(value, int) and value >= (1 if kind == POSITIVE_COUNT else 0)
+    if kind == NUMBER:
+        return value >= 0
+    return value > 0 and (kind != FRACTION or value <= 1)
+
+
 # What each attribute set aside must hold where it is given (null aside): unused, it is still checked, as
 # transformers' own config classes check it.
-_COUNT, _NUMBER, _FLAG, _TEXT, _TEXTS, _OBJECT = ("an integer >= 0", "a number >= 0", "true or false", "a string",
-                                                  "a list of strings", "an object")
 SET_ASIDE_KINDS: dict[str, str] = {
-    "_name_or_path": _TEXT, "architectures": _TEXTS, "transformers_version": _TEXT, "torch_dtype": _TEXT,
-    "dtype": _TEXT, "use_cache": _FLAG, "initializer_range": _NUMBER, "output_router_logits": _FLAG,
-    "pretraining_tp": _COUNT, "cache_implementation": _TEXT, "return_dict": _FLAG, "output_attentions": _FLAG,
-    "output_hidden_states": _FLAG, "tokenizer_class": _TEXT, "chunk_size_feed_forward": _COUNT,
-    "id2label": _OBJECT, "label2id": _OBJECT, "problem_type": _TEXT, "num_labels": _COUNT,
+    "_name_or_path": TEXT, "architectures": TEXTS, "transformers_version": TEXT, "torch_dtype": TEXT,
+    "dtype": TEXT, "use_cache": FLAG, "initializer_range": NUMBER, "output_router_logits": FLAG,
+    "pretraining_tp": COUNT, "cache_implementation": TEXT, "return_dict": FLAG, "output_attentions": FLAG,
+    "output_hidden_states": FLAG, "tokenizer_class": TEXT, "chunk_size_feed_forward": COUNT,
+    "id2label": OBJECT, "label2id": OBJECT, "problem_type": TEXT, "num_labels": COUNT,
     # families' own
-    "head_dim": _COUNT, "qk_head_dim": _COUNT, "n_group": _COUNT, "topk_group": _COUNT, "num_logits_to_keep": _COUNT,
-    "original_max_position_embeddings": _COUNT, "sliding_window_pattern": _COUNT, "_sliding_window_pattern": _COUNT,
-    "max_window_layers": _COUNT, "full_attention_interval": _COUNT, "attn_rotary_emb": _COUNT,
-    "moe_layer_freq": _COUNT, "ep_size": _COUNT, "num_local_experts": _COUNT, "experts_per_token": _COUNT,
-    "initial_context_length": _COUNT, "num_nextn_predict_layers": _COUNT, "num_hidden_layers": _COUNT,
-    "z_loss_coefficient": _NUMBER, "aux_loss_alpha": _NUMBER, "clip_qkv": _NUMBER, "partial_rotary_factor": _NUMBER,
-    "time_step_min": _NUMBER, "time_step_max": _NUMBER, "time_step_floor": _NUMBER, "rms_norm_eps": _NUMBER,
-    "seq_aux": _FLAG, "topk_method": _TEXT, "scoring_func": _TEXT, "hybrid_override_pattern": _TEXT,
-    "expand": _NUMBER, "mamba_expand": _NUMBER, "mamba_dt_max": _NUMBER, "mamba_dt_init_floor": _NUMBER,
-    "residual_in_fp32": _FLAG, "rescale_prenorm_residual": _FLAG, "use_mamba_kernels": _FLAG,
-    "mamba_ssm_cache_dtype": _TEXT, "attention_head_dim": _COUNT,
-    "n_routed_experts": _COUNT, "n_shared_experts": _COUNT, "moe_intermediate_size": _COUNT,
-    "moe_shared_expert_intermediate_size": _COUNT, "moe_latent_size": _COUNT, "moe_shared_expert_overlap": _FLAG,
-    "num_experts_per_tok": _COUNT, "routed_scaling_factor": _NUMBER, "norm_topk_prob": _FLAG,
-    "mtp_layers_block_type": _TEXTS, "mtp_hybrid_override_pattern": _TEXT,
+    "head_dim": COUNT, "qk_head_dim": COUNT, "n_group": COUNT, "topk_group": COUNT, "num_logits_to_keep": COUNT,
+    "original_max_position_embeddings": COUNT, "sliding_window_pattern": COUNT, "_sliding_window_pattern": COUNT,
+    "max_window_layers": COUNT, "full_attention_interval": COUNT, "attn_rotary_emb": COUNT,
+    "moe_layer_freq": COUNT, "ep_size": COUNT, "num_local_experts": COUNT, "experts_per_token": COUNT,
+    "initial_context_length": COUNT, "num_nextn_predict_layers": COUNT, "num_hidden_layers": COUNT,
+    "z_loss_coefficient": NUMBER, "aux_loss_alpha": NUMBER, "clip_qkv": NUMBER, "partial_rotary_factor": NUMBER,
+    "time_step_min": NUMBER, "time_step_max": NUMBER, "time_step_floor": NUMBER, "rms_norm_eps": NUMBER,
+    "seq_aux": FLAG, "topk_method": TEXT, "scoring_func": TEXT, "hybrid_override_pattern": TEXT,
+    "expand": NUMBER, "mamba_expand": NUMBER, "mamba_dt_max": NUMBER, "mamba_dt_init_floor": NUMBER,
+    "residual_in_fp32": FLAG, "rescale_prenorm_residual": FLAG, "use_mamba_kernels": FLAG,
+    "mamba_ssm_cache_dtype": TEXT, "attention_head_dim": COUNT,
+    "n_routed_experts": COUNT, "n_shared_experts": COUNT, "moe_intermediate_size": COUNT,
+    "moe_shared_expert_intermediate_size": COUNT, "moe_latent_size": COUNT, "moe_shared_expert_overlap": FLAG,
+    "num_experts_per_tok": COUNT, "routed_scaling_factor": NUMBER, "norm_topk_prob": FLAG,
+    "mtp_layers_block_type": TEXTS, "mtp_hybrid_override_pattern": TEXT,
 }
-
-
-def _holds(kind: str, value: Any) -> bool:
-    if kind == _FLAG:
-        return isinstance(value, bool)
-    if kind == _TEXT:
-        return isinstance(value, str)
-    if kind == _TEXTS:
-        return isinstance(value, list) and all(isinstance(item, str) for item in value)
-    if kind == _OBJECT:
-        return isinstance(value, dict)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        return False
-    return kind == _NUMBER or isinstance(value, int)
 
 
 # Generation settings that versions before transformers 5 wrote into config.json; it drops them on reading
@@ -196,7 +205,7 @@ class ConfigReader:
         """`key` set aside, with the reason; a value of the wrong kind (SET_ASIDE_KINDS) is refused all the same."""
         if key in self.config:
             value, kind = self.config[key], SET_ASIDE_KINDS.get(key)
-            if value is not None and kind is not None and not _holds(kind, value):
+            if value is not None and kind is not None and not holds(kind, value):
                 raise UserError(f"{self.file}: {printable(key)} {render(value)} is not {kind}")
             self.taken.add(key)
             self.notes[key] = reason

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
-from xspec.hf.config_reader import ConfigReader, refuse, render
+from xspec.hf.config_reader import (FLAG, FRACTION, NUMBER, POSITIVE, POSITIVE_COUNT, ConfigReader, holds,
+                                    refuse, render)
 
 # The parameters each rope_type has in the specs, beside rope_theta and rope_type.
 PARAMETERS: dict[str, tuple[str, ...]] = {
@@ -20,26 +21,12 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 ALL_TYPES = tuple(PARAMETERS)
 
 # What each parameter may be: checked where it is read, so no value of another type goes further.
-_POSITIVE, _COUNT, _FLAG, _FRACTION = "a number > 0", "an integer >= 1", "true or false", "a number in (0, 1]"
-_NONNEGATIVE = "a number >= 0"
 KINDS: dict[str, str] = {
-    "factor": _POSITIVE, "low_freq_factor": _POSITIVE, "high_freq_factor": _POSITIVE, "beta_fast": _POSITIVE,
-    "beta_slow": _POSITIVE, "original_max_position_embeddings": _COUNT, "truncate": _FLAG,
-    "partial_rotary_factor": _FRACTION, "mscale": _NONNEGATIVE, "mscale_all_dim": _NONNEGATIVE,
-    "attention_factor": _POSITIVE, "rope_theta": _POSITIVE,
+    "factor": POSITIVE, "low_freq_factor": POSITIVE, "high_freq_factor": POSITIVE, "beta_fast": POSITIVE,
+    "beta_slow": POSITIVE, "original_max_position_embeddings": POSITIVE_COUNT, "truncate": FLAG,
+    "partial_rotary_factor": FRACTION, "mscale": NUMBER, "mscale_all_dim": NUMBER,
+    "attention_factor": POSITIVE, "rope_theta": POSITIVE,
 }
-
-
-def _is(kind: str, value: Any) -> bool:
-    if kind == _FLAG:
-        return isinstance(value, bool)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if kind == _COUNT:
-        return isinstance(value, int) and value >= 1
-    if kind == _NONNEGATIVE:
-        return value >= 0
-    return value > 0 and (kind != _FRACTION or value <= 1)
 
 
 class Rope(dict):
@@ -115,7 +102,7 @@ def _fill(cfg: ConfigReader, values: dict, sources: dict[str, str], where: str, 
     """values[name] from the top-level key `top_key` (else `default`) where the rotary settings lack it; a
     top-level value they hold otherwise is noted as not read."""
     top = cfg.get(top_key, None)
-    if top is not None and name in KINDS and not _is(KINDS[name], top):     # checked even where not read
+    if top is not None and name in KINDS and not holds(KINDS[name], top):     # checked even where not read
         raise UserError(f"{cfg.file}: {top_key} {render(top)} is not {KINDS[name]}")
     if name not in values:
         if top is not None or default is not None:
@@ -146,7 +133,7 @@ def _checked(cfg: ConfigReader, values: dict, where: str, sources: dict[str, str
         if name in values:
             rope[name] = values.pop(name)
     for name, value in rope.items():
-        if name in KINDS and not _is(KINDS[name], value):
+        if name in KINDS and not holds(KINDS[name], value):
             raise UserError(f"{cfg.file}: {rope.source(name)} {render(value)} is not {KINDS[name]}")
     if values:
         extra = sorted(values)[0]
@@ -157,17 +144,17 @@ def _checked(cfg: ConfigReader, values: dict, where: str, sources: dict[str, str
         raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no factor")
     if "original_max_position_embeddings" in PARAMETERS[rope_type]:
         top = cfg.get("original_max_position_embeddings", None)
-        if top is not None and not _is(_COUNT, top):
-            raise UserError(f"{cfg.file}: original_max_position_embeddings {render(top)} is not {_COUNT}")
+        if top is not None and not holds(POSITIVE_COUNT, top):
+            raise UserError(f"{cfg.file}: original_max_position_embeddings {render(top)} is not {POSITIVE_COUNT}")
         if top is not None:
             cfg.notes["original_max_position_embeddings"] = \
                 f"transformers reads {where}.original_max_position_embeddings (or max_position_embeddings) instead"
         if "original_max_position_embeddings" not in rope:
             longest = cfg.get("max_position_embeddings", None)
-            if not _is(_COUNT, longest):
+            if not holds(POSITIVE_COUNT, longest):
                 raise UserError(f"{cfg.file}: {where} has rope_type {render(rope_type)} but no "
                                 "original_max_position_embeddings, and max_position_embeddings "
-                                f"{render(longest)} is not {_COUNT}")
+                                f"{render(longest)} is not {POSITIVE_COUNT}")
             rope["original_max_position_embeddings"] = longest
             sources["original_max_position_embeddings"] = \
                 f"max_position_embeddings ({where} has no original_max_position_embeddings)"
