@@ -142,7 +142,8 @@ class DecodeSection(_Section):
                                                 "multi-token prediction where it has one (DeepSeek-V3 §2.2), the "
                                                 "continuation unchanged")
     temperature: float = Field(1.0, gt=0, description="sampling: logits divided by this")
-    top_k: Optional[int] = Field(None, ge=1, description="sampling: among the k likeliest tokens only")
+    top_k: Optional[int] = Field(None, ge=0, description="sampling: among the k likeliest tokens only (0: all, "
+                                                        "as transformers' top_k 0)")
     top_p: float = Field(1.0, gt=0, le=1, description="sampling: among the smallest likeliest set whose "
                                                       "probability reaches p")
 

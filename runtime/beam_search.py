@@ -60,18 +60,19 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
 @torch.no_grad()
 def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int,
                      nbest: int = 1, use_cache: bool = True, max_positions: int | None = None,
-                     vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS)
-                     ) -> list[list[Hypothesis]]:
+                     vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS),
+                     also_end: tuple[int, ...] = ()) -> list[list[Hypothesis]]:
     """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
     [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
     the positions end), choosing among the first `vocab_size` tokens (default: all the model's). A
-    continuation ends at `end`, and never holds the tokens `never` (a checkpoint's own tokenizer has its own)."""
+    continuation ends at `end` or any of `also_end`, and never holds the tokens `never` (a checkpoint's own
+    tokenizer has its own)."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
     steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size) for m in members(model)])
-    return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never)
+    return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never, also_end)
 
 
 class EncoderDecoderSteps:
@@ -146,12 +147,13 @@ class LanguageModelSteps:
 
 @torch.no_grad()
 def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: int = 1, end: int = EOS,
-           never: tuple[int, ...] = (PAD, BOS)) -> list[list[Hypothesis]]:
+           never: tuple[int, ...] = (PAD, BOS), also_end: tuple[int, ...] = ()) -> list[list[Hypothesis]]:
     """The beam search itself, over `steps` (EncoderDecoderSteps, LanguageModelSteps or an ensemble of
     either) for B sentences; `max_lens` [B]: each one's longest output, `end` included. Rows start with BOS
     (the decoder's first input; a placeholder for a language model, whose steps read the prompts) and are
     padded with PAD once finished: a hypothesis is read by position, so these ids may be real tokens of a
-    checkpoint's own vocabulary."""
+    checkpoint's own vocabulary. Ending at any of `also_end` counts as ending at `end`, with the likeliest
+    of their probabilities (the best hypothesis that ends, as a search over each would find)."""
     device = max_lens.device
     greedy = K == 1
     sentence = list(range(B))                                            # original index of each active one
@@ -170,6 +172,9 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
         logp = steps.log_probs(alive.view(A * K, t))                            # [A*K, V]
         V = logp.size(-1)
         logp[:, list(never)] = float("-inf")
+        if also_end:
+            logp[:, end] = logp[:, [end, *also_end]].max(dim=-1).values
+            logp[:, list(also_end)] = float("-inf")
         # The best extensions of a sentence are among the best 2K tokens of each of its rows.
         per_row = min(2 * K, V)
         row_best, row_token = logp.topk(per_row, dim=-1)                         # [A*K, 2K]

@@ -16,7 +16,7 @@ from .multi_token import prediction_depths
 from .precision import choose_precision
 from .sampling import Sampling, sample
 from .speculative import Drafts, can_draft, speculative_greedy
-from .vocab import EOS, Vocab, document_end, document_start, never_generated
+from .vocab import EOS, Vocab, document_start, end_tokens, never_generated, prompt_ids
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,23 @@ class Generator:
     def sampling(self) -> Optional[Sampling]:
         """How tokens are drawn; None: beam search (beam 1: greedy)."""
         d = self.decode
-        return Sampling(d.temperature, d.top_k, d.top_p) if d.sample else None
+        return Sampling(d.temperature, d.top_k or None, d.top_p) if d.sample else None
 
     def prompt_tokens(self, lines: list[str]) -> tuple[list[list[int]], list[tuple[int, int]]]:
-        """Each prompt as the model reads it (EOS, the start of a document, then its tokens), and the
-        (index, tokens) of those too long to leave room for a new token: they keep their last tokens."""
+        """Each prompt as the model reads it (runtime/vocab.py's prompt_ids: xspec's vocabulary starts it with
+        EOS, the start of a document; a checkpoint's tokenizer encodes it as its own does), and the (index,
+        tokens) of those too long to leave room for a new token: they keep their first token where it is
+        the document's start, and their last ones. A prompt of no tokens at all is the start alone."""
         room = self.max_tokens - 1
+        start = document_start(self.vocab)
         prompts, too_long = [], []
-        for i, ids in enumerate(self.vocab.encode(lines)):
-            if len(ids) + 1 > room:
-                too_long.append((i, len(ids) + 1))
-                ids = ids[len(ids) + 1 - room:]
-            prompts.append([document_start(self.vocab), *ids])
+        for i, ids in enumerate(prompt_ids(self.vocab, lines)):
+            ids = ids or [start]
+            if len(ids) > room:
+                too_long.append((i, len(ids)))
+                head = ids[:1] if ids[0] in (start, getattr(self.vocab, "bos_id", None)) else []
+                ids = head + ids[len(ids) - room + len(head):]
+            prompts.append(ids)
         return prompts, too_long
 
     @torch.no_grad()
@@ -60,7 +65,7 @@ class Generator:
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
-        follow = _follower(on_tokens, document_end(self.vocab)) if on_tokens is not None and len(lines) == 1 else None
+        follow = _follower(on_tokens, end_tokens(self.vocab)) if on_tokens is not None and len(lines) == 1 else None
 
         def continue_chunk(chunk: list[int]) -> list[list[int]]:
             batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
@@ -77,16 +82,17 @@ class Generator:
         with choose_precision(self.device, self.decode.precision, "decode.precision").context():
             single = self.model if isinstance(self.model, torch.nn.Module) else None
             depths = prediction_depths(single) if single is not None and can_draft(single) else None
+            end, *also_end = end_tokens(self.vocab)
             if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head:
                 return self._speculative(batch, depths, follow)
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
-                              end_token=document_end(self.vocab), never=never_generated(self.vocab),
-                              vocab_size=len(self.vocab))
+                              end_token=end, never=never_generated(self.vocab), vocab_size=len(self.vocab),
+                              also_end=tuple(also_end))
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
-                                    end=document_end(self.vocab), never=never_generated(self.vocab))
+                                    end=end, never=never_generated(self.vocab), also_end=tuple(also_end))
         return [h[0].tokens if h else [] for h in hyps]
 
     def _speculative(self, batch: torch.Tensor, depths: torch.nn.ModuleList, follow) -> list[list[int]]:
@@ -96,23 +102,25 @@ class Generator:
         head = self.model.get_submodule(self.output_head)
         room = min(self.decode.max_new_tokens, self.max_tokens - batch.size(1) + 1)
         results = []
+        end, *also_end = end_tokens(self.vocab)
         for row in range(batch.size(0)):
             heard = (lambda token: follow([0], [token])) if follow is not None else None
-            results.append(speculative_greedy(self.model, depths, head, batch[row:row + 1], room,
-                                              document_end(self.vocab), never_generated(self.vocab),
-                                              len(self.vocab), self.drafts, heard))
+            results.append(speculative_greedy(self.model, depths, head, batch[row:row + 1], room, end,
+                                              never_generated(self.vocab), len(self.vocab), self.drafts, heard,
+                                              also_end=tuple(also_end)))
         return results
 
     def generate(self, lines: list[str]) -> list[str]:
         return [self.vocab.decode(ids) for done in self.stream(lines) for ids in done]
 
 
-def _follower(on_tokens: Callable[[list[int]], None], end: int = EOS) -> Callable[[list[int], list[int]], None]:
+def _follower(on_tokens: Callable[[list[int]], None], ends: tuple[int, ...] = (EOS,)
+              ) -> Callable[[list[int], list[int]], None]:
     """A `sample` listener for one prompt: calls on_tokens with its continuation so far at each new token."""
     so_far: list[int] = []
 
     def follow(rows: list[int], tokens: list[int]) -> None:
-        if tokens[0] != end:
+        if tokens[0] not in ends:
             so_far.append(tokens[0])
             on_tokens(so_far)
 

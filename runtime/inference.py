@@ -8,6 +8,7 @@ match the model the spec builds (checkpoint.py).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -29,7 +30,8 @@ from .scoring import LineScores, example_log_probs, score_lines
 from .tasks import max_sequence_tokens
 from .translation import Translator
 from .vocab import Vocab
-from .weight_formats import choose_weight_format, linear_weight_bytes, store_weights
+from .precision import choose_precision
+from .weight_formats import choose_weight_format, linear_weight_bytes, store_weights, weight_format_notice
 
 
 def compile_checkpoint_spec(checkpoint: ckpt.Checkpoint):
@@ -119,7 +121,10 @@ class _Scoring:
     def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
                  beam: Optional[int] = None, seed: int = 0) -> list[str]:
-        """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text."""
+        """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text.
+        `sample=False` without a `beam` is greedy (beam 1), as `xspec generate --no-sample` is."""
+        if sample is False and beam is None:
+            beam = 1
         return self.generator(seed=seed, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
                               top_k=top_k, top_p=top_p, beam=beam).generate(prompts)
 
@@ -259,12 +264,28 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     chosen = pick_device(str(device) if device is not None else None)
     model, vocab = build_from_checkpoint(checkpoint, spec, chosen)
     setting = "--weights" if weights is not None else "decode.weights"
-    store_weights(model, choose_weight_format(chosen, weights or spec.decode.weights, setting,
-                                              linear_weight_bytes(model)))
+    requested, linear_bytes = weights or spec.decode.weights, linear_weight_bytes(model)
+    weight_format = choose_weight_format(chosen, requested, setting, linear_bytes)
+    store_weights(model, weight_format)
+    for notice in (weight_format_notice(weight_format, requested, setting, linear_bytes),
+                   _precision_notice(chosen, spec.decode.precision)):
+        if notice is not None:      # a precision below float32 is never chosen silently
+            print(notice, file=sys.stderr)
     if use_compile(compile, chosen):
         register_expert_products()
         model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats
     return TrainedModel(spec, model, vocab, chosen, checkpoint.path)
+
+
+def _precision_notice(device: torch.device, requested: str) -> Optional[str]:
+    """The line a decoding says on stderr when it computes below float32 (autocast): which, why, and how to
+    compute in float32 instead (None: float32)."""
+    precision = choose_precision(device, requested, "decode.precision")
+    if precision.dtype is None:
+        return None
+    return (f"xspec: decoding under {precision.describe()}; logits differ slightly from float32's: "
+            "decode.precision = \"fp32\" in the spec (or --set decode.precision=fp32 where a command takes it) "
+            "computes in float32")
 
 
 def load_ensemble(runs: Sequence[Union[str, Path]], device: Union[str, torch.device, None] = None,

@@ -11,8 +11,10 @@
     RUN/metrics.jsonl         one line per step (loss, lr, tokens/s, grad norm, time) and per validation
     RUN/train.log             the same for people: timestamped messages, a line every train.report_every_steps
     RUN/tensorboard/          TensorBoard event files
-    RUN/metrics.json          the final figures (bleu and chrf, or test_loss and test_perplexity; valid_loss,
-                              best, steps, train_tokens_per_s, wall_s, stopped), written when a run finishes
+    RUN/metrics.json          the final figures (bleu and chrf, or test_loss and test_perplexity, or
+                              validation_loss and validation_perplexity without a test split, as scored_on
+                              says; valid_loss, best, steps, train_tokens_per_s, wall_s, stopped), written
+                              when a run finishes
     RUN/test.hyp              the final translations of the test split
 
 `run.json` stores data files (and prepared data directories) as absolute paths, except files inside the run

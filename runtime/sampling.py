@@ -56,12 +56,14 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
 def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, sampling: Optional[Sampling],
            seed: int = 0, indices: Optional[list[int]] = None,
            on_tokens: Optional[Callable[[list[int], list[int]], None]] = None, end_token: int = EOS,
-           never: tuple[int, ...] = (PAD, BOS), vocab_size: Optional[int] = None) -> list[list[int]]:
+           never: tuple[int, ...] = (PAD, BOS), vocab_size: Optional[int] = None,
+           also_end: tuple[int, ...] = ()) -> list[list[int]]:
     """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
     tokens, by a model or an ensemble (a list of models: their mixture, runtime/ensemble.py); `sampling`
     None is greedy. `indices` number the prompts for their random streams (default 0..B-1).
     `on_tokens(rows, tokens)` hears each step's new tokens of the rows still going. A continuation stops
-    at `end_token`, and the tokens `never` are never chosen (a checkpoint's own tokenizer has its own), nor
+    at `end_token` (or any of `also_end`), and the tokens `never` are never chosen (a checkpoint's own
+    tokenizer has its own), nor
     any beyond the first `vocab_size` (a model may have more embedding rows than the vocabulary pieces)."""
     B = prompts.size(0)
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
@@ -77,7 +79,7 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
             # Log-probabilities are logits of the same distribution (softmax(log p / T) is p tempered).
             tokens = draw(filtered_probabilities(log_probs, sampling, never), [streams[b].random() for b in going])
         chosen = tokens.tolist()                                            # the step's one wait for the device
-        ended = [t == end_token for t in chosen]
+        ended = [t == end_token or t in also_end for t in chosen]
         for b, token, end in zip(going, chosen, ended):
             if not end:
                 results[b].append(token)

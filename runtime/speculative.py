@@ -62,10 +62,12 @@ class _Chooser:
 @torch.no_grad()
 def speculative_greedy(model: nn.Module, depths: nn.ModuleList, head: nn.Module, prompt: torch.Tensor,
                        max_new_tokens: int, end_token: int, never: tuple[int, ...], vocab_size: Optional[int],
-                       drafts: Drafts, on_token: Optional[Callable[[int], None]] = None) -> list[int]:
-    """The greedy continuation (without the end token) of one prompt [1, P], drafting with `depths` (the
-    model's `mtp`) through `head` (the module that makes its logits). `drafts` counts the proposals and
-    acceptances; `on_token` hears each token of the continuation as it is settled."""
+                       drafts: Drafts, on_token: Optional[Callable[[int], None]] = None,
+                       also_end: tuple[int, ...] = ()) -> list[int]:
+    """The greedy continuation (without the end token, or any of `also_end`) of one prompt [1, P], drafting
+    with `depths` (the model's `mtp`) through `head` (the module that makes its logits). `drafts` counts the
+    proposals and acceptances; `on_token` hears each token of the continuation as it is settled."""
+    ends = (end_token, *also_end)
     choose = _Chooser(vocab_size, never)
     decode = cast(Callable[..., torch.Tensor], getattr(model, "decode"))  # a generated model's decode
     reads = HeadReads(head)
@@ -78,7 +80,7 @@ def speculative_greedy(model: nn.Module, depths: nn.ModuleList, head: nn.Module,
         continuation: list[int] = []
         token = choose(logits[:, -1])[0]
         while True:
-            if token == end_token:
+            if token in ends:
                 return continuation
             continuation.append(token)
             tokens.append(token)
@@ -94,7 +96,7 @@ def speculative_greedy(model: nn.Module, depths: nn.ModuleList, head: nn.Module,
             chosen = choose(logits[0])
             accepted = 0
             while accepted < len(proposed) and proposed[accepted] == chosen[accepted] and \
-                    proposed[accepted] != end_token and len(continuation) + accepted < max_new_tokens:
+                    proposed[accepted] not in ends and len(continuation) + accepted < max_new_tokens:
                 accepted += 1
             drafts.proposed += len(proposed)
             drafts.accepted += accepted

@@ -1,7 +1,8 @@
 """An imported checkpoint's own tokenizer: tokenizer.json through the `tokenizers` library, or a sentencepiece
 tokenizer.model. Both are data (JSON, a protobuf), never code. Chat templates (tokenizer_config.json's
-chat_template) are not read: prompts are plain text. `xspec import` finds it in a checkpoint directory
-(xspec/hf/tokenizer.py); a checkpoint keeps its description and file, and loading one makes it again here.
+chat_template) are not read: prompts are plain text, encoded as the checkpoint's tokenizer encodes a text.
+`xspec import` finds it in a checkpoint directory (xspec/hf/tokenizer.py); a checkpoint keeps its
+description and file, and loading one makes it again here.
 
 A tokenizer is untrusted like the rest of a checkpoint, and it does work: its normalizer, pre-tokenizer and
 decoder may hold regular expressions, which a backtracking engine can spend minutes on over one long line,
@@ -35,6 +36,7 @@ SENTENCEPIECE = "tokenizer.model"
 KINDS = {TOKENIZER_JSON: "tokenizers", SENTENCEPIECE: "sentencepiece"}
 FILES = {kind: name for name, kind in KINDS.items()}
 NONE = "none"               # a checkpoint directory without a tokenizer: the model runs on token ids alone
+DESCRIPTION = ("kind", "bos_id", "eos_ids", "add_bos", "add_eos")  # what a checkpoint keeps of a tokenizer
 
 # Time budgets. Tokenizers built as Llama 2's and 3's, Qwen2's, GPT-2's, BERT's and T5's encode a 1 MiB
 # line (xspec's longest) of the worst kind for each in 0.6 to 4 s on one core of the 2-core development
@@ -76,11 +78,19 @@ def _preview(line: str, length: int = 30) -> str:
 
 class CheckpointTokenizer:
     """Text <-> ids as the checkpoint's model was trained with; `bos_id`/`eos_id` from its config (None
-    where it has none). The interface of runtime/vocab.py's Vocab: encode, decode, len, model_proto.
-    `origin` names it in errors (`DIR/tokenizer.json`, or a checkpoint's `...: its tokenizer.json`)."""
+    where it has none), `eos_ids` every id a continuation ends at (config.json's and generation_config.json's).
+    The interface of runtime/vocab.py's Vocab: encode, encode_prompts, decode, len, model_proto. `origin`
+    names it in errors (`DIR/tokenizer.json`, or a checkpoint's `...: its tokenizer.json`).
 
-    def __init__(self, kind: str, data: bytes, bos_id: int | None, eos_ids: list[int], origin: str) -> None:
+    A prompt is encoded as the checkpoint's own tokenizer encodes text (`encode_prompts`): tokenizer.json's
+    post-processor adds what it adds (Llama 3's BOS; nothing for Qwen's), and a sentencepiece tokenizer.model
+    adds BOS and EOS as tokenizer_config.json's add_bos_token and add_eos_token say (LlamaTokenizer's
+    defaults: BOS, no EOS)."""
+
+    def __init__(self, kind: str, data: bytes, bos_id: int | None, eos_ids: list[int], origin: str,
+                 add_bos: bool = True, add_eos: bool = False) -> None:
         self.kind, self.model_proto, self.bos_id, self.eos_ids = kind, data, bos_id, eos_ids
+        self.add_bos, self.add_eos = add_bos, add_eos
         self._origin = origin
         self._library: _Tokenizers | _Sentencepiece | None = None
         if kind == "tokenizers":
@@ -112,6 +122,11 @@ class CheckpointTokenizer:
     def document_end(self) -> int:
         return self.eos_id if self.eos_id is not None else self.document_start
 
+    @property
+    def end_tokens(self) -> tuple[int, ...]:
+        """Every token a continuation ends at, `document_end` first."""
+        return tuple(dict.fromkeys([self.document_end, *self.eos_ids]))
+
     never_generated: tuple[int, ...] = ()
 
     def _needed(self) -> _Tokenizers | _Sentencepiece:
@@ -121,20 +136,32 @@ class CheckpointTokenizer:
         return self._library
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        """Each line's ids, a batch of lines to a call, each call within its time budget."""
-        library = self._needed()
+        """Each line's ids (no special tokens), a batch of lines to a call, each call within its time budget."""
+        return self._encoded(lines, self._needed().encode)
+
+    def encode_prompts(self, lines: list[str]) -> list[list[int]]:
+        """Each line's ids as the checkpoint's tokenizer makes them of a text, special tokens included."""
+        if self.kind == "tokenizers":
+            library = self._needed()
+            assert isinstance(library, _Tokenizers)
+            return self._encoded(lines, library.encode_with_specials)
+        start = [self.bos_id] if self.add_bos and self.bos_id is not None else []
+        end = [self.eos_id] if self.add_eos and self.eos_id is not None else []
+        return [[*start, *ids, *end] for ids in self.encode(lines)]
+
+    def _encoded(self, lines: list[str], encode: Callable[[list[str]], list[list[int]]]) -> list[list[int]]:
         encoded: list[list[int]] = []
         for start, chunk in _chunks(lines):
             try:
-                encoded += _bounded(lambda: library.encode(chunk), _budget(chunk))
+                encoded += _bounded(lambda: encode(chunk), _budget(chunk))
             except (_Overtime, _Failed):     # which line it was: each alone, with a budget of its own
-                encoded += [self._encode_line(library, start + i, line) for i, line in enumerate(chunk)]
+                encoded += [self._encode_line(encode, start + i, line) for i, line in enumerate(chunk)]
         return encoded
 
-    def _encode_line(self, library: _Tokenizers | _Sentencepiece, index: int, line: str) -> list[int]:
+    def _encode_line(self, encode: Callable[[list[str]], list[list[int]]], index: int, line: str) -> list[int]:
         budget = _budget([line])
         try:
-            return _bounded(lambda: library.encode([line]), budget)[0]
+            return _bounded(lambda: encode([line]), budget)[0]
         except _Overtime:
             raise TokenizingError(self._origin, index, line, f"encoding a line of {len(line):,} characters took "
                                   f"more than {_seconds(budget)} (its normalizer or pre-tokenizer is too slow on "
@@ -158,7 +185,8 @@ class CheckpointTokenizer:
             raise UserError(f"{self._origin}: cannot decode {len(ids):,} token ids ({failed.reason})") from None
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "bos_id": self.bos_id, "eos_ids": self.eos_ids}
+        return {"kind": self.kind, "bos_id": self.bos_id, "eos_ids": self.eos_ids, "add_bos": self.add_bos,
+                "add_eos": self.add_eos}
 
     def special_ids(self) -> list[tuple[str, int]]:
         """(describe()'s key, id) of each special id: ("bos_id", 1), ("eos_ids[0]", 2), ..."""
@@ -170,14 +198,17 @@ class CheckpointTokenizer:
         """The tokenizer a checkpoint keeps (`where`: the checkpoint) from its description and file."""
         info = parse_json(description, f"{where}: metadata xspec.tokenizer")
         kinds = (*KINDS.values(), NONE)
-        if not (isinstance(info, dict) and info.keys() == {"kind", "bos_id", "eos_ids"} and info["kind"] in kinds
-                and (info["bos_id"] is None or type(info["bos_id"]) is int)
-                and isinstance(info["eos_ids"], list) and all(type(i) is int for i in info["eos_ids"])):
+        # Checkpoints written before add_bos and add_eos were kept hold the three keys alone.
+        if not (isinstance(info, dict) and info.keys() in ({"kind", "bos_id", "eos_ids"}, set(DESCRIPTION))
+                and info["kind"] in kinds and (info["bos_id"] is None or type(info["bos_id"]) is int)
+                and isinstance(info["eos_ids"], list) and all(type(i) is int for i in info["eos_ids"])
+                and all(isinstance(info.get(flag, True), bool) for flag in ("add_bos", "add_eos"))):
             raise UserError(f"{where}: not a checkpoint xspec wrote (metadata xspec.tokenizer: not a tokenizer "
                             "description)")
         kind = info["kind"]
         origin = f"{where}: its {FILES[kind]}" if kind in FILES else f"{where}: its tokenizer"
-        return cls(kind, data, info["bos_id"], info["eos_ids"], origin)
+        return cls(kind, data, info["bos_id"], info["eos_ids"], origin, info.get("add_bos", True),
+                   info.get("add_eos", False))
 
 
 def check_against_embedding(tokenizer: CheckpointTokenizer, rows: int, where: str) -> None:
@@ -221,6 +252,10 @@ class _Tokenizers:
 
     def encode(self, lines: list[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=False)]
+
+    def encode_with_specials(self, lines: list[str]) -> list[list[int]]:
+        """As the checkpoint's tokenizer encodes a text: its post-processor's special tokens included."""
+        return [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=True)]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode_batch([ids], skip_special_tokens=True)[0]

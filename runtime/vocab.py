@@ -31,6 +31,20 @@ def never_generated(vocab) -> tuple[int, ...]:
     return getattr(vocab, "never_generated", (PAD, BOS))
 
 
+def end_tokens(vocab) -> tuple[int, ...]:
+    """Every token a continuation ends at, `document_end` first (a checkpoint's tokenizer may have several)."""
+    return getattr(vocab, "end_tokens", (document_end(vocab),))
+
+
+def prompt_ids(vocab, lines: list[str]) -> list[list[int]]:
+    """Each prompt's ids as the model reads them: as the vocabulary encodes a text to continue (a checkpoint's
+    tokenizer: its own special tokens), else the start of a document and the text's tokens."""
+    encode = getattr(vocab, "encode_prompts", None)
+    if encode is not None:
+        return encode(lines)
+    return [[document_start(vocab), *ids] for ids in vocab.encode(lines)]
+
+
 class Vocab:
     """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them.
 

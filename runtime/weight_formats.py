@@ -46,7 +46,8 @@ class Bf16Linear(nn.Module):
                                                                   requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.to(torch.bfloat16), self.weight, self.bias).to(x.dtype)
+        # The weight's own dtype: a model made float again (`.float()`) multiplies in float32.
+        return F.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
 
 
 class Int8Linear(nn.Module):
@@ -67,16 +68,33 @@ class Int8Linear(nn.Module):
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()  # [N, in]
-        if rows.device.type == "cpu" and self.in_features % _INT8_KERNEL_BLOCK == 0 and len(rows) <= _INT8_KERNEL_ROWS:
+        dtype = self.scale.dtype        # bf16; float32 in a model made float again (`.float()`)
+        rows = x.reshape(-1, self.in_features).to(dtype).contiguous()  # [N, in]
+        if rows.device.type == "cpu" and dtype == torch.bfloat16 and self.in_features % _INT8_KERNEL_BLOCK == 0 \
+                and len(rows) <= _INT8_KERNEL_ROWS:
             y = torch._weight_int8pack_mm(rows, self.quantized, self.scale)
         else:  # the weights dequantized for this product; the scale is each output column's
-            y = (rows @ self.quantized.to(torch.bfloat16).t()) * self.scale
+            y = (rows @ self.quantized.to(dtype).t()) * self.scale
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
 
 FORMATS = {"bf16": Bf16Linear, "int8": Int8Linear}
+
+
+def weight_format_notice(chosen: str, requested: str, setting: str, linear_bytes: int) -> Optional[str]:
+    """The line a decoding says on stderr when it keeps weights below float32: which, why, and the flag that
+    keeps them as trained (None: float32)."""
+    if chosen == "fp32":
+        return None
+    if requested == "auto":
+        cache = last_level_cache_bytes() or 0
+        why = (f"{setting} = \"auto\": the CPU has {cpu_bf16_instructions()}, and the linear layers' "
+               f"{linear_bytes / 2**20:,.0f} MiB of float32 weights outgrow its {cache / 2**20:,.0f} MiB cache")
+    else:
+        why = f"{setting} = \"{requested}\""
+    return (f"xspec: decoding with {chosen} weights ({why}); logits differ slightly from float32's: "
+            "--weights fp32 keeps them as trained")
 
 
 def choose_weight_format(device: torch.device, requested: str, setting: str = "decode.weights",

@@ -92,3 +92,4 @@ def never_an_internal_error(request, monkeypatch):
     monkeypatch.setattr(cli, "internal_error_message", watched)
     yield
     assert not said, f"a hostile input reached the CLI's last resort: {said[0]}"
+

@@ -35,23 +35,23 @@ def test_train_init_fine_tunes_an_import_and_the_result_exports_back(tmp_path, c
                  "--set", "train.max_steps=2", "--set", "train.validate_every_steps=2", "--set",
                  "train.batch_tokens=256"]) == 0
     assert f"starting from the weights of {run}/checkpoints/step-00000000.safetensors" in capsys.readouterr().out
-    torch.set_grad_enabled(False)       # the rest only runs the models
-    before, after = xspec.load(run, device="cpu"), xspec.load(tuned, device="cpu")
-    assert after.tokenizer.describe() == {"kind": "tokenizers", "bos_id": BOS, "eos_ids": [EOS]}
-    assert after.tokenizer.encode(["w7 w8"]) == [[7, 8]]
-    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
-    changed = (after.model(ids) - before.model(ids)).abs().max().item()
-    assert 0 < changed
-    steps = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in steps if "loss" in r] == [1, 2]
+    with torch.no_grad():       # the rest only runs the models
+        before, after = xspec.load(run, device="cpu"), xspec.load(tuned, device="cpu")
+        assert after.tokenizer.describe() == {"kind": "tokenizers", "bos_id": BOS, "eos_ids": [EOS],
+                                               "add_bos": True, "add_eos": False}
+        assert after.tokenizer.encode(["w7 w8"]) == [[7, 8]]
+        ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
+        changed = (after.model(ids) - before.model(ids)).abs().max().item()
+        assert 0 < changed
+        steps = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in steps if "loss" in r] == [1, 2]
 
-    exported = tmp_path / "exported"
-    assert main(["export", str(tuned), "--format", "hf", "-o", str(exported)]) == 0
-    reloaded = transformers.Gemma3ForCausalLM.from_pretrained(exported, dtype=torch.float32,
-                                                             attn_implementation="eager").eval()
-    assert_close(reloaded(ids).logits, after.model(ids))
-    assert json.loads((exported / "config.json").read_text())["bos_token_id"] == BOS
-    torch.set_grad_enabled(True)
+        exported = tmp_path / "exported"
+        assert main(["export", str(tuned), "--format", "hf", "-o", str(exported)]) == 0
+        reloaded = transformers.Gemma3ForCausalLM.from_pretrained(exported, dtype=torch.float32,
+                                                                 attn_implementation="eager").eval()
+        assert_close(reloaded(ids).logits, after.model(ids))
+        assert json.loads((exported / "config.json").read_text())["bos_token_id"] == BOS
 
 
 def test_token_id_0_is_a_label_like_any_other():

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import xspec
+
 from hf_checkpoints import saved
 from xspec.cli import main
 
@@ -230,14 +232,22 @@ def test_what_transformers_cannot_run_while_verifying_is_one_message(tmp_path, c
         f"{directory}: transformers' Qwen3ForCausalLM cannot run this checkpoint to verify the import (AttributeError:")
 
 
-def test_verification_reads_nothing_but_the_checked_files(tmp_path, capsys):
-    """transformers, given the checkpoint directory, would read generation_config.json through its link."""
+def test_generation_config_is_read_as_every_file_of_the_checkpoint_is(tmp_path, capsys):
+    """The import reads generation_config.json itself (the decode section): through a link inside the
+    directory, never one leading out of it, which transformers would follow."""
     directory = copy("qwen3", tmp_path / "checkpoint")
-    (tmp_path / "elsewhere.json").write_text("{ not json: transformers fails reading this")
+    (tmp_path / "elsewhere.json").write_text('{"do_sample": true}')
     (directory / "generation_config.json").unlink(missing_ok=True)
     (directory / "generation_config.json").symlink_to(tmp_path / "elsewhere.json")
+    assert import_error(capsys, directory, tmp_path / "out") == (
+        f"{directory}/generation_config.json: a symlink leading out of {directory} (to {tmp_path}/elsewhere.json); "
+        "xspec follows links only inside the directory it is given")
+    (directory / "generation_config.json").unlink()
+    (directory / "kept.json").write_text('{"do_sample": true, "top_k": 7}')
+    (directory / "generation_config.json").symlink_to(directory / "kept.json")
     assert main(["import", str(directory), "-o", str(tmp_path / "out")]) == 0
     assert "verified against transformers' Qwen3ForCausalLM" in capsys.readouterr().out
+    assert xspec.compile(tmp_path / "out").decode.top_k == 7
 
 
 def rewrite_header(change):

@@ -80,7 +80,12 @@ def summarize(run_dir: Path) -> RunSummary:
         validation["best"] = final["best"]
     if isinstance(final.get("valid_loss"), (int, float)):
         validation["final"] = {"valid_loss": final["valid_loss"], "step": final.get("steps")}
-    test = {k: v for k, v in final.items() if k.startswith("test_") or k in ("bleu", "chrf", "unigram_perplexity")}
+    # The final scores: of the test split, or of the validation split where the run had no test split.
+    scored = {k: v for k, v in final.items() if k.startswith(("test_", "validation_"))
+              or k in ("bleu", "chrf", "unigram_perplexity")}
+    test = scored if final.get("scored_on", "test") == "test" else {}
+    if not test and scored:
+        validation["scored"] = scored
     kept = ckpt.list_checkpoints(run_dir)
     best = ckpt.checkpoints_in(best_dir(run_dir))
     checkpoints = {"kept": [p.name for p in kept], "best": [str(p.relative_to(run_dir)) for p in best]}
@@ -176,6 +181,9 @@ def render(summary: RunSummary) -> str:
         best = dict(s.validation["best"])
         where = best.pop("checkpoint", None)
         row("", "best: " + _validation_text(best) + (f" ({where})" if where else ""))
+    if "scored" in s.validation:
+        row("", "at the end, scored (no test split): " + ", ".join(
+            f"{k} {v}" for k, v in s.validation["scored"].items() if not isinstance(v, str)))
     if s.test:
         row("test", ", ".join(f"{k} {v}" for k, v in s.test.items() if not isinstance(v, str)))
     kept = s.checkpoints["kept"]

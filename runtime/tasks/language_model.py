@@ -87,12 +87,13 @@ class LanguageModelling(SplitReader):
 
     def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
                  progress: bool) -> Optional[Outcome]:
-        """Perplexity on the test split (or the validation split when there is none), line by line
+        """Perplexity on the test split (or the validation split when there is none, said so), line by line
         (runtime/scoring.py); continuations of a few test documents' first words, and of nothing, into
         RUN/samples.txt."""
         test = self.texts.get("test", self.texts.get("valid"))
         if test is None:
             return None
+        split = "test" if "test" in self.texts else "validation"     # what the figures are called
         longest = max_sequence_tokens(self.spec)
         if not self.train_counts and self.train_examples is not None:       # prepared: counted now, a chunk at a time
             counts = self.train_examples.token_counts()
@@ -107,11 +108,12 @@ class LanguageModelling(SplitReader):
         generator = Generator(model, vocab, self.spec.decode, context.device, longest, seed=self.spec.train.seed)
         continuations = generator.generate(prompts)
         write_atomically(run_dir / SAMPLES, "".join(f"{p} ||| {c}\n" for p, c in zip(prompts, continuations)))
-        metrics = {"test_loss": round(scores.loss, 5), "test_perplexity": round(scores.perplexity, 3),
-                   "test_bits_per_token": round(scores.bits_per_token, 4),
-                   "test_bits_per_byte": round(scores.bits_per_byte, 4), "unigram_perplexity": round(unigram, 3)}
+        metrics = {f"{split}_loss": round(scores.loss, 5), f"{split}_perplexity": round(scores.perplexity, 3),
+                   f"{split}_bits_per_token": round(scores.bits_per_token, 4),
+                   f"{split}_bits_per_byte": round(scores.bits_per_byte, 4), "unigram_perplexity": round(unigram, 3),
+                   "scored_on": split}
         lines = [f"sample: [{p}] {c}" for p, c in zip(prompts, continuations)]
-        lines.append(f"test perplexity {scores.perplexity:.2f} ({scores.loss:.4f} nats, {scores.bits_per_token:.3f} "
+        lines.append(f"{split} perplexity {scores.perplexity:.2f} ({scores.loss:.4f} nats, {scores.bits_per_token:.3f} "
                      f"bits per token, {scores.bits_per_byte:.3f} bits per byte, {sum(scores.tokens):,} tokens; "
                      f"a unigram model of the training data: {unigram:.2f})")
         return Outcome(metrics, lines)

@@ -78,7 +78,7 @@ class Translation(SplitReader):
 
     def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
                  progress: bool) -> Optional[Outcome]:
-        """§6.1: beam search on the test split (or the validation split when there is none), scored with
+        """§6.1: beam search on the test split (or the validation split when there is none, said so), scored with
         sacreBLEU; the translations go to RUN/test.hyp."""
         test = self.texts.get("test", self.texts.get("valid"))
         if test is None:
@@ -87,6 +87,8 @@ class Translation(SplitReader):
         hypotheses = translator.translate(test.source, progress=progress)
         write_atomically(run_dir / TEST_OUTPUT, "".join(h + "\n" for h in hypotheses))
         scores = score(hypotheses, test.target)
+        split = "test" if "test" in self.texts else "validation"
         metrics = {"bleu": round(scores.bleu, 2), "chrf": round(scores.chrf, 2), "bleu_signature": scores.bleu_line,
-                   "chrf_signature": scores.chrf_line}
-        return Outcome(metrics, [scores.chrf_line, scores.bleu_line])
+                   "chrf_signature": scores.chrf_line, "scored_on": split}
+        said = [] if split == "test" else ["scored on the validation split (no test split given)"]
+        return Outcome(metrics, [*said, scores.chrf_line, scores.bleu_line])

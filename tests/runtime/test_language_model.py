@@ -250,6 +250,24 @@ def test_the_modern_decoder_only_spec_trains(demo_text, tmp_path):
     assert metrics["steps"] == 3 and math.isfinite(metrics["test_perplexity"])
 
 
+def test_without_a_test_split_the_figures_say_they_are_the_validation_splits(demo_text, tmp_path, capsys):
+    """The final perplexity of a run given no test text is the validation text's, and is called so: in the
+    printed line, metrics.json and `xspec show`, which then has no test row."""
+    import dataclasses
+
+    from xspec.run_summary import render, summarize
+
+    data = dataclasses.replace(demo_text, test=None)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        metrics = _train(tmp_path / "run", data, **{"train.max_steps": 3})
+    assert "validation perplexity " in out.getvalue() and "test perplexity" not in out.getvalue()
+    assert metrics["scored_on"] == "validation" and "test_perplexity" not in metrics
+    assert math.isfinite(metrics["validation_perplexity"])
+    shown = render(summarize(tmp_path / "run"))
+    assert "at the end, scored (no test split): validation_loss" in shown
+    assert not any(line.strip().startswith("test ") for line in shown.splitlines()), shown
+
+
 # --- loading and the commands ----------------------------------------------------------------------
 
 def test_load_round_trips_a_run(lm_run, demo_text):
@@ -333,10 +351,22 @@ def test_weights_that_outgrow_the_cache_decode_in_bf16_and_export_as_trained(lm_
 
     monkeypatch.setattr(weight_formats, "cpu_bf16_instructions", lambda: "amx_bf16")
     monkeypatch.setattr(weight_formats, "last_level_cache_bytes", lambda: 1024)
+    capsys.readouterr()
     decoding = xspec.load(lm_run, device="cpu")
     assert any(isinstance(m, weight_formats.Bf16Linear) for m in decoding.model.modules())
+    notice = capsys.readouterr().err      # never chosen silently: what, why, and the flag that undoes it
+    assert notice.startswith('xspec: decoding with bf16 weights (decode.weights = "auto": the CPU has amx_bf16, and '
+                             "the linear layers' ") and notice.endswith("--weights fp32 keeps them as trained\n")
+    tokens = torch.randint(4, 60, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():       # made float again, as any torch user writes, the model runs in float32
+        floated = decoding.model.float()(tokens)
     as_trained = xspec.load(lm_run, device="cpu", weights="fp32")
     assert not any(isinstance(m, weight_formats.Bf16Linear) for m in as_trained.model.modules())
+    assert capsys.readouterr().err == ""
+    with torch.no_grad():       # the weights keep their bf16 rounding: equal within it
+        expected = as_trained.model(tokens)
+    assert floated.dtype == torch.float32
+    torch.testing.assert_close(floated, expected, rtol=0.05, atol=0.05 * expected.abs().max().item())
     code, _, err = _xspec(capsys, "export", str(lm_run), "--format", "exported-program", "-o", str(tmp_path / "ep"))
     assert code == 0, err
     program = torch.export.load(str(next((tmp_path / "ep").glob("*.pt2"))))

@@ -24,9 +24,10 @@ from xspec.base.errors import SpecError, UserError
 from xspec.base.output_dir import check_replaceable, write_directory
 from xspec.base.text import shown
 from xspec.hf import weight_map
-from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, open_weights, read_config
+from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, checkpoint_directory, open_weights, read_config
 from xspec.hf.config_reader import render
 from xspec.hf.families import Mapped, map_config
+from xspec.hf.generation_config import FILE as GENERATION_FILE, Generation, read_generation
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
@@ -58,24 +59,28 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     mapped = map_config(config, str(source / CONFIG))
     weights = open_weights(source, config)
     _without_missing_predictions(mapped, weights, say)
-    tokenizer = find_tokenizer(source, config)
+    generation = read_generation(checkpoint_directory(source))
+    tokenizer = find_tokenizer(source, config, generation.eos_ids)
+    for setting in generation.changed:
+        say(f"{shown(source / GENERATION_FILE)}: {setting} is not applied by xspec's decoding yet: continuations "
+            "may differ from transformers' generate")
     made: dict = {}
 
     def fill(work: Path) -> None:
         try:
-            spec = _write_spec(work, source, mapped)
+            spec = _write_spec(work, source, mapped, generation)
         except SpecError as error:    # the spec is generated: the config's keys are what the user can change
             raise _in_config(error, mapped, source / CONFIG) from None
         _check_sizes(spec, mapped, source / CONFIG)
         plan = _plan(mapped, spec, weights)
-        check_fits(tokenizer, config, source, spec.vocab_size)   # the embedding's rows, as _plan checked them
+        check_fits(tokenizer, config, source, spec.vocab_size, generation.eos_ids)  # the rows _plan checked
         _write_weights(work, plan, weights, spec, tokenizer)
         verification = None
         if verify:
             from xspec.hf.verify import verify_import
 
             verification = verify_import(weights, work, mapped, say, spec, device)
-        _write_record(work, source, mapped, tokenizer, verification)
+        _write_record(work, source, mapped, tokenizer, verification, generation)
         made.update(spec=spec, verification=verification)
 
     write_directory(out, fill, WRITER)
@@ -110,10 +115,10 @@ def _check_output(source: Path, out: Path, force: bool) -> None:
     check_replaceable(out, "-o", "import")
 
 
-def _write_spec(work: Path, source: Path, mapped: Mapped):
+def _write_spec(work: Path, source: Path, mapped: Mapped, generation: Generation):
     family = copy_family(mapped.spec, work)
     text = spec_text(model_name(source, family.models), mapped.spec, family.spec, mapped.settings, str(source),
-                     mapped.model_type, mapped.max_positions)
+                     mapped.model_type, mapped.max_positions, generation.decode)
     (work / MODEL_SPEC).write_text(text, encoding="utf-8")
     spec = xspec.compile(work / MODEL_SPEC)
     (work / "spec.xspec").write_text(spec.resolved_source, encoding="utf-8")
@@ -264,9 +269,10 @@ def _write_weights(work: Path, plan: Plan, weights: CheckpointDir, spec, tokeniz
         write_safetensors(handle, plan.layout, _tensors(plan, weights), metadata)
 
 
-def _write_record(work: Path, source: Path, mapped: Mapped, tokenizer, verification) -> None:
+def _write_record(work: Path, source: Path, mapped: Mapped, tokenizer, verification, generation: Generation) -> None:
     record = {"source": str(source.resolve()), "model_type": mapped.model_type, "family": mapped.spec,
               "hf_class": mapped.hf_class, "set": [s.__dict__ for s in mapped.settings],
               "not_architectural": mapped.notes, "tokenizer": tokenizer.describe(), "verification": verification,
-              "config": mapped.config}
+              "config": mapped.config, "decode": [s.__dict__ for s in generation.decode],
+              "generation_not_applied": generation.notes}
     (work / IMPORT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

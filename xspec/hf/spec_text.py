@@ -8,7 +8,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
@@ -102,7 +102,8 @@ def model_name(source: Path, taken: set[str]) -> str:
 
 
 def spec_text(name: str, family: str, imported: str, settings: list[Setting], source: str, model_type: str,
-              max_positions: int) -> str:
+              max_positions: int, decode: Sequence[Setting] = ()) -> str:
+    """`decode`: the decode section's keys, from generation_config.json, each commented with its key."""
     # A path may hold any character, a line break included: shown escaped, it stays inside its comment.
     origin = f"{printable(source)} (config.json model_type \"{model_type}\")"
     lines = [f"# Imported by `xspec import` from {origin}: the shipped",
@@ -119,5 +120,10 @@ def spec_text(name: str, family: str, imported: str, settings: list[Setting], so
             lines.append(f"  {text.ljust(width)}  # {s.source}")
     block = min(BLOCK_SIZE, max_positions)
     lines += ["", "  data {", f"    max_tokens = {max_positions}   # max_position_embeddings",
-              f"    block_size = {block}   # tokens a fine-tuning block predicts", "  }", "}", ""]
-    return "\n".join(lines)
+              f"    block_size = {block}   # tokens a fine-tuning block predicts", "  }"]
+    if decode:      # null (top_k 0): no filter, the section's default
+        entries = [(f"{s.param} = {literal(s.value)}", s.source) for s in decode if s.value is not None]
+        width = max(len(entry) for entry, _ in entries)
+        lines += ["  decode {", *(f"    {entry.ljust(width)}  # {printable(source)}" for entry, source in entries),
+                  "  }"]
+    return "\n".join([*lines, "}", ""])

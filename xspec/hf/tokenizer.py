@@ -7,6 +7,7 @@ ids of the tokenizer's vocabulary, and every id the tokenizer produces a row of 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from xspec.base.errors import UserError
 from xspec.base.input_dir import InputDirectory
@@ -15,7 +16,10 @@ from xspec.hf.config_reader import render
 from xspec.runtime.tokenizer import FILES, KINDS, NONE, CheckpointTokenizer
 
 MAX_TOKENIZER_BYTES = 64 << 20
+MAX_TOKENIZER_CONFIG_BYTES = 4 << 20     # chat templates make some a few hundred KiB
 CONFIG = "config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+GENERATION_CONFIG = "generation_config.json"
 CHECKPOINT = "a Hugging Face save_pretrained directory"
 
 
@@ -40,37 +44,66 @@ def _special_keys(config: dict, pad: bool = False) -> list[tuple[str, object]]:
     return keys + ([("eos_token_id", eos)] if eos is not None else [])
 
 
-def find_tokenizer(directory: Path | InputDirectory, config: dict) -> CheckpointTokenizer:
+def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Sequence[int] = ()) -> CheckpointTokenizer:
     """The directory's tokenizer (tokenizer.json preferred), or one of kind "none" when it has neither file.
     A file that is there is read as every file of the checkpoint is (xspec/base/input_dir.py: regular files
-    inside the directory only), made and probed (runtime/tokenizer.py), and config.json's special ids must be
-    in its vocabulary."""
+    inside the directory only), made and probed (runtime/tokenizer.py), and config.json's special ids, and
+    `more_eos` (generation_config.json's), must be in its vocabulary. tokenizer_config.json's add_bos_token
+    and add_eos_token say what a sentencepiece tokenizer adds to a text (tokenizer.json's post-processor
+    says it for its own)."""
     folder = directory if isinstance(directory, InputDirectory) else InputDirectory.open(directory, CHECKPOINT)
     bos, eos = special_ids(config, shown(folder.file(CONFIG)))
+    eos += [e for e in more_eos if e not in eos]
+    add_bos, add_eos = _added_tokens(folder)
     for name, kind in KINDS.items():
         if folder.has(name):
             path = shown(folder.file(name))
-            tokenizer = CheckpointTokenizer(kind, folder.read(name, MAX_TOKENIZER_BYTES), bos, eos, path)
-            _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids")
+            tokenizer = CheckpointTokenizer(kind, folder.read(name, MAX_TOKENIZER_BYTES), bos, eos, path, add_bos,
+                                            add_eos)
+            _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
             return tokenizer
     return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer")
 
 
+def _added_tokens(folder: InputDirectory) -> tuple[bool, bool]:
+    """tokenizer_config.json's add_bos_token and add_eos_token (LlamaTokenizer's defaults: true, false)."""
+    if not folder.has(TOKENIZER_CONFIG):
+        return True, False
+    settings = folder.read_json(TOKENIZER_CONFIG, MAX_TOKENIZER_CONFIG_BYTES)
+    where = shown(folder.file(TOKENIZER_CONFIG))
+    if not isinstance(settings, dict):
+        raise UserError(f"{where}: not a JSON object")
+    flags = []
+    for key, default in (("add_bos_token", True), ("add_eos_token", False)):
+        value = settings.get(key, default)
+        if value is None:
+            value = default
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: {key} {render(value)} is not true or false")
+        flags.append(value)
+    return flags[0], flags[1]
+
+
 def check_fits(tokenizer: CheckpointTokenizer, config: dict, directory: Path | InputDirectory,
-               rows: int) -> None:
-    """Every id the tokenizer produces, and each of config.json's special ids, must be a row of the model's
-    embedding (`rows`, the tensor's, as the import checked its shape)."""
+               rows: int, more_eos: Sequence[int] = ()) -> None:
+    """Every id the tokenizer produces, each of config.json's special ids and `more_eos` (generation_config.json's)
+    must be a row of the model's embedding (`rows`, the tensor's, as the import checked its shape)."""
     folder = directory if isinstance(directory, InputDirectory) else InputDirectory.open(directory, CHECKPOINT)
     if tokenizer.kind != NONE and len(tokenizer) > rows:
         raise UserError(f"{shown(folder.file(FILES[tokenizer.kind]))}: its ids reach {len(tokenizer) - 1:,} (with "
                         f"its added tokens), but the model's embedding has {rows:,} rows (config.json's "
                         "vocab_size); a tokenizer of another model?")
-    _check_special_ids(config, folder, rows, f"the model's embedding has {rows:,} rows", pad=True)
+    _check_special_ids(config, folder, rows, f"the model's embedding has {rows:,} rows", more_eos, pad=True)
 
 
-def _check_special_ids(config: dict, folder: InputDirectory, bound: int, holder: str, pad: bool = False) -> None:
-    """Each of config.json's special ids below `bound`; `holder` ("the model's embedding has 300 rows") says
-    whose bound it is."""
+def _check_special_ids(config: dict, folder: InputDirectory, bound: int, holder: str, more_eos: Sequence[int] = (),
+                       pad: bool = False) -> None:
+    """Each of config.json's special ids, and generation_config.json's eos ids `more_eos`, below `bound`;
+    `holder` ("the model's embedding has 300 rows") says whose bound it is."""
     for key, value in _special_keys(config, pad):
         if isinstance(value, int) and value >= bound:
             raise UserError(f"{shown(folder.file(CONFIG))}: {key} {value} is not a token id: {holder}")
+    for value in more_eos:
+        if value >= bound:
+            raise UserError(f"{shown(folder.file(GENERATION_CONFIG))}: eos_token_id {value} is not a token id: "
+                            f"{holder}")

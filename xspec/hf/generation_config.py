@@ -1,0 +1,96 @@
+"""A checkpoint's generation_config.json: how transformers' `generate` decodes the model by default, as the
+imported spec's `decode` section (each line commented with the key it came from), and the ids a
+continuation ends at. Without the file, `generate` is greedy, and so is the import.
+
+Read as untrusted as config.json: a value of the wrong kind is refused by name. A setting xspec's decoding
+does not apply is set aside with the reason (import.json), and the import says so where it changes what
+a continuation is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xspec.base.errors import UserError
+from xspec.base.input_dir import InputDirectory
+from xspec.base.text import shown
+from xspec.hf.config_reader import COUNT, ConfigReader, Setting, holds, render
+
+FILE = "generation_config.json"
+MAX_BYTES = 1 << 20
+
+# Settings transformers' generate applies that xspec's decoding does not (yet): the continuation may differ.
+NOT_APPLIED = {
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
+    "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+    "forced_eos_token_id": None, "encoder_repetition_penalty": 1.0, "exponential_decay_length_penalty": None,
+    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None, "diversity_penalty": 0.0,
+    "num_beam_groups": 1,
+}
+# Settings that change no continuation: how generate runs or what it returns.
+UNUSED = ("transformers_version", "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
+          "output_scores", "output_logits", "output_attentions", "output_hidden_states", "num_return_sequences",
+          "pad_token_id", "bos_token_id", "decoder_start_token_id", "remove_invalid_values", "renormalize_logits",
+          "early_stopping", "length_penalty", "max_length", "trust_remote_code", "assistant_confidence_threshold",
+          "num_assistant_tokens", "num_assistant_tokens_schedule")
+
+
+@dataclass
+class Generation:
+    decode: list[Setting]                    # the decode section's lines, each with its key
+    eos_ids: list[int]                       # ids a continuation ends at, beyond config.json's
+    notes: dict[str, str] = field(default_factory=dict)
+    changed: list[str] = field(default_factory=list)   # settings not applied that change a continuation
+
+
+def read_generation(folder: InputDirectory) -> Generation:
+    if not folder.has(FILE):
+        return Generation([Setting("sample", False, f"no {FILE}: transformers' generate is greedy"),
+                           Setting("beam", 1, f"no {FILE}: transformers' generate is greedy")], [])
+    where, values = shown(folder.file(FILE)), folder.read_json(FILE, MAX_BYTES)
+    if not isinstance(values, dict):
+        raise UserError(f"{where}: not a JSON object")
+    cfg = ConfigReader(values, where)
+    sample = cfg.flag("do_sample", False)
+    decode = [Setting("sample", sample, _source(cfg, "do_sample", False)),
+              Setting("beam", cfg.number("num_beams", 1), _source(cfg, "num_beams", 1))]
+    for key, default in (("temperature", 1.0), ("top_k", 50), ("top_p", 1.0)):
+        if not sample:
+            cfg.ignore(key, "a sampling setting; do_sample is false")
+            continue
+        value = cfg.get(key, default)
+        if key == "top_k":
+            if value is not None and not holds(COUNT, value):
+                raise UserError(f"{cfg.file}: top_k {render(value)} is not {COUNT}")
+            value = value or 0             # 0 (or null): no top-k filter
+        else:
+            value = cfg.number(key, default, integer=False, least=1e-9, most=1 if key == "top_p" else 1e9)
+        decode.append(Setting(key, value, _source(cfg, key, default)))
+    if cfg.has("max_new_tokens"):
+        decode.append(Setting("max_new_tokens", cfg.number("max_new_tokens"), _source(cfg, "max_new_tokens", None)))
+    generation = Generation(decode, _eos_ids(cfg), cfg.notes)
+    for key, neutral in NOT_APPLIED.items():
+        value = cfg.get(key, neutral)
+        if value != neutral and value not in (None, [], {}):
+            generation.notes[key] = "transformers' generate applies it; xspec's decoding does not yet"
+            generation.changed.append(f"{key} {render(value)}")
+    for key in UNUSED:
+        cfg.ignore(key, "how generate runs, what it returns, or a length counted with the prompt; the decode "
+                        "section sets xspec's")
+    for key in cfg.config:
+        if key not in cfg.taken:
+            generation.notes[key] = "not read: xspec's decoding has no such setting"
+    return generation
+
+
+def _source(cfg: ConfigReader, key: str, default: object) -> str:
+    return f"{FILE} {key}" if cfg.has(key) else f"{FILE}: no {key} (transformers' default: {render(default)})"
+
+
+def _eos_ids(cfg: ConfigReader) -> list[int]:
+    value = cfg.get("eos_token_id", None)
+    ids = value if isinstance(value, list) else [] if value is None else [value]
+    for i, token in enumerate(ids):
+        if type(token) is not int or token < 0:
+            where = f"eos_token_id[{i}]" if isinstance(value, list) else "eos_token_id"
+            raise UserError(f"{cfg.file}: {where} {render(token)} is not a token id (an integer from 0)")
+    return ids
