@@ -21,14 +21,22 @@ class TrainSection(_Section):
 
     adam_betas: tuple[float, float] = Field((0.9, 0.98), description="Adam's beta1, beta2 (§5.3)")
     adam_eps: float = Field(1e-9, gt=0, description="Adam's epsilon (§5.3)")
-    weight_decay: float = Field(0.0, ge=0, description="L2 penalty added to the gradients (Adam's weight_decay); "
-                                                       "the paper has none")
-    lr_schedule: Literal["inverse_sqrt", "constant"] = Field(
+    optimizer: Literal["adam", "adamw"] = Field(
+        "adam", description="adam: weight_decay added to the gradients (§5.3's Adam); adamw: weight_decay applied "
+                            "to the weights apart from the gradients (Loshchilov & Hutter, 2019)")
+    weight_decay: float = Field(0.0, ge=0, description="adam: L2 penalty added to the gradients; adamw: the "
+                                                       "decoupled decay; the paper has none")
+    lr_schedule: Literal["inverse_sqrt", "constant", "cosine"] = Field(
         "inverse_sqrt", description="inverse_sqrt: eq. 3, lr_scale * d_model^-0.5 * min(step^-0.5, step * "
-                                    "warmup_steps^-1.5); constant: `lr` at every step")
+                                    "warmup_steps^-1.5); constant: `lr` at every step; cosine: `lr` reached "
+                                    "linearly over warmup_steps, then decayed to 0 at the last step on a cosine")
     lr_scale: float = Field(1.0, gt=0, description="a factor on eq. 3's learning rate")
-    lr: float = Field(1e-4, gt=0, description="the learning rate of the constant schedule")
-    warmup_steps: int = Field(4000, ge=1, description="eq. 3's warmup (§5.3)")
+    lr: float = Field(1e-4, gt=0, description="the learning rate of the constant and cosine schedules")
+    warmup_steps: int = Field(4000, ge=1, description="eq. 3's warmup (§5.3); the cosine schedule's")
+    warmup_fraction: Optional[float] = Field(None, gt=0, lt=1, description="the warm-up as this share of the "
+                                                                          "run's steps, in place of warmup_steps")
+    epochs: Optional[int] = Field(None, ge=1, description="stop after this many passes over the training data: "
+                                                          "max_steps counted from the data (the fewer of the two)")
     batch_tokens: int = Field(25000, ge=1, description="target tokens per update (§5.1: about 25000 source and "
                                                        "25000 target tokens)")
     max_batch_tokens: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = Field(
@@ -153,6 +161,16 @@ class DecodeSection(_Section):
             raise ValueError(f"nbest ({self.nbest}) cannot exceed beam ({self.beam})")
         return self
 
+
+# `xspec train --init RUN` (a fine-tune of an import, or of any run) starts from this recipe in place of
+# the spec's from-scratch one; --set overrides any of it. AdamW with weight decay, a small learning rate
+# with a short warm-up and a cosine decay, no label smoothing, one pass over the data; the gradient norm
+# clipped at 1 (transformers' Trainer's defaults, with its usual decay and warm-up).
+FINE_TUNING: dict[str, object] = {
+    "train.optimizer": "adamw", "train.adam_betas": (0.9, 0.999), "train.adam_eps": 1e-8,
+    "train.weight_decay": 0.01, "train.lr_schedule": "cosine", "train.lr": 5e-5, "train.warmup_fraction": 0.03,
+    "train.label_smoothing": 0.0, "train.clip_norm": 1.0, "train.epochs": 1,
+}
 
 SECTIONS: dict[str, type[_Section]] = {
     "train": TrainSection,

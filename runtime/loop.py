@@ -217,9 +217,7 @@ class Trainer:
         window_parts = progress.parts or parts      # a window goes on as it was planned
         while True:
             window = self.examples.window(number, cfg.seed)
-            batches = micro_batches(window.src_lens, window.tgt_lens, micro_batch_cap(cfg.batch_tokens, window_parts))
-            plan = plan_epoch(batches, window.tgt_lens, cfg.batch_tokens, cfg.seed, number, window_parts,
-                              src_lens=window.src_lens)
+            plan = window_plan(window, cfg, window_parts)
             for i in range(index, len(plan)):
                 yield window, i, window_parts, plan[i]
             number, index, window_parts = number + 1, 0, parts
@@ -441,6 +439,23 @@ class Trainer:
         self.progress.last_checkpoint = checkpoint.path
         if self.context.is_main:
             remove_unkept(self.run_dir, [step for step, _ in self.progress.best.kept])
+
+
+def window_plan(window: Window, cfg, parts: int) -> list[list[list[int]]]:
+    """The updates of a window (each a list of micro-batches), planned for `parts` ranks sharing an update."""
+    batches = micro_batches(window.src_lens, window.tgt_lens, micro_batch_cap(cfg.batch_tokens, parts))
+    return plan_epoch(batches, window.tgt_lens, cfg.batch_tokens, cfg.seed, window.number, parts,
+                      src_lens=window.src_lens)
+
+
+def epoch_updates(examples, cfg, parts: int) -> int:
+    """The updates of one pass over the training examples: those of the windows the first epoch starts
+    (a corpus in memory: its one window; a prepared one: each window of its first permutation)."""
+    total, number = 0, 0
+    while (window := examples.window(number, cfg.seed)).epoch == 0:
+        total += len(window_plan(window, cfg, parts))
+        number += 1
+    return total
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:

@@ -12,6 +12,7 @@ is, how it is scored).
 
 from __future__ import annotations
 
+import copy
 import signal
 import sys
 import time
@@ -32,14 +33,14 @@ from . import distributed, state_dicts
 from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
 from .best import Criterion, best_checkpoint
-from .loop import Diverged, Progress, StopRequested, Trainer, torch_seed
+from .loop import Diverged, Progress, StopRequested, Trainer, epoch_updates, torch_seed
 from .memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from .precision import choose_precision
 from .prepared.format import VOCAB_FILE, open_prepared
 from .run_log import RunLog
 from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord, Split, read_metrics_log,
                       read_run_record, rewrite_metrics_log, write_final_metrics, write_run_files, write_run_record)
-from .schedule import make_optimizer, make_scheduler
+from .schedule import make_optimizer, make_scheduler, run_length, warmup_warning
 from .step import TrainingStep, compile_step, distribute
 from .tasks import Corpus, Task, task_for
 from .vocab import MODEL_FILE, Vocab, document_start, load_or_train_vocab
@@ -145,6 +146,8 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     if corpus.valid is not None:
         say(corpus.valid.summary("valid"))
 
+    spec = _with_run_length(spec, corpus, context, say)
+    cfg = spec.train
     trainer = make_trainer(spec, run_dir, context, corpus, vocab, options, log)
     if resumed is not None:
         trainer.resume(resumed)
@@ -437,6 +440,25 @@ def _users_vocab(path: Path, proto: bytes, run_dir: Path) -> bytes:
 
 
 # --- training ----------------------------------------------------------------------------------
+
+def _with_run_length(spec, corpus: Corpus, context: distributed.Context, say: Callable[[str], None]):
+    """The spec with its run's length in steps where train.epochs counts it in passes over the data (and the
+    warm-up from train.warmup_fraction); a warm-up longer than the run is said."""
+    cfg = spec.train
+    counted = epoch_updates(corpus.train, cfg, cfg.update_parts or context.world_size) if cfg.epochs else None
+    train = run_length(cfg, counted)
+    if counted is not None:
+        say(f"train.epochs = {cfg.epochs}: {counted:,} updates a pass over the training data, {train.max_steps:,} "
+            f"steps" + (f" (train.max_steps = {cfg.max_steps:,})" if train.max_steps == cfg.max_steps else ""))
+    warning = warmup_warning(train)
+    if warning is not None:
+        say(warning)
+    if train == cfg:
+        return spec
+    lengthened = copy.copy(spec)      # the spec as compiled, the run's length resolved
+    lengthened.train = train
+    return lengthened
+
 
 def _document_start(spec, vocab: Vocab) -> Optional[int]:
     """The token that starts a document, where a language model keeps its packed documents apart."""

@@ -54,6 +54,35 @@ def test_train_init_fine_tunes_an_import_and_the_result_exports_back(tmp_path, c
         assert json.loads((exported / "config.json").read_text())["bos_token_id"] == BOS
 
 
+def test_train_init_starts_from_the_fine_tuning_recipe_for_one_pass_over_the_data(tmp_path, capsys):
+    """No --set: AdamW, a cosine schedule from 5e-5 after a short warm-up, no label smoothing, and as many
+    steps as one pass over the data takes; the log says the recipe. A from-scratch run whose warm-up
+    outlasts it says so."""
+    from xspec.cli import main
+
+    for split, seed in (("train", 4), ("valid", 5)):
+        (tmp_path / f"{split}.txt").write_text("\n".join(text(120, seed)) + "\n")
+    run = imported("qwen3")
+    assert main(["train", "--init", str(run), "--train", str(tmp_path / "train.txt"), "--valid",
+                 str(tmp_path / "valid.txt"), "-o", str(tmp_path / "tuned"), "--no-test", "--no-tensorboard",
+                 "--no-progress", "--set", "train.batch_tokens=64", "--set", "data.block_size=32"]) == 0
+    out = capsys.readouterr().out
+    assert "fine-tuning recipe (--init): optimizer adamw, adam_betas 0.9, 0.999, adam_eps 1e-08, weight_decay 0.01, " \
+           "lr_schedule cosine, lr 5e-05, warmup_fraction 0.03, label_smoothing 0.0, clip_norm 1.0, epochs 1" in out
+    steps = int(out.split("train.epochs = 1: ")[1].split(" updates")[0])
+    assert 3 < steps < 40 and "warning: train.warmup_steps" not in out
+    lrs = [r["lr"] for r in map(json.loads, (tmp_path / "tuned" / "metrics.jsonl").read_text().splitlines())
+           if "lr" in r]
+    assert len(lrs) == steps and lrs[0] == pytest.approx(5e-5) and lrs[-1] < 0.05 * 5e-5
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))           # after its one step of warm-up, a cosine down
+
+    assert main(["train", "specs/lm.xspec", "--set", "d_model=16", "--set", "d_ff=32", "--set", "layers=1",
+                 "--set", "train.max_steps=2", "--set", "train.batch_tokens=256", "-o", str(tmp_path / "scratch"),
+                 "--no-test", "--no-tensorboard", "--no-progress"]) == 0
+    assert "warning: train.warmup_steps 400 is not shorter than the run's 2 steps: the learning rate never leaves " \
+           "its warm-up" in capsys.readouterr().out
+
+
 def test_token_id_0_is_a_label_like_any_other():
     """Padding labels are NO_LABEL, not PAD (0): an imported tokenizer's id 0 (Llama 3's "!") is trained and
     scored like every other token."""

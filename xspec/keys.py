@@ -17,12 +17,14 @@ class Key:
     type: str              # int >= 1
     default: str           # 4000
     meaning: str
+    fine_tuning: str = ""  # the value `xspec train --init` starts from, where it sets one
 
 
 def section_keys() -> list[Key]:
-    from xspec.compiler.sections import SECTIONS
+    from xspec.compiler.sections import FINE_TUNING, SECTIONS
 
-    return [Key(f"{section}.{name}", _type(field), _default(field.default), field.description or "")
+    return [Key(f"{section}.{name}", _type(field), _default(field.default), field.description or "",
+                _default(FINE_TUNING[f"{section}.{name}"]) if f"{section}.{name}" in FINE_TUNING else "")
             for section, schema in SECTIONS.items() for name, field in schema.model_fields.items()]
 
 
@@ -73,13 +75,15 @@ def render_text(keys: list[Key]) -> str:
     width = max(len(k.name) for k in keys)
     lines = []
     for k in keys:
-        lines.append(f"{k.name:<{width}}  {k.type}, default {k.default}")
+        tuned = f"; train --init: {k.fine_tuning}" if k.fine_tuning else ""
+        lines.append(f"{k.name:<{width}}  {k.type}, default {k.default}{tuned}")
         lines.append(f"{'':<{width}}  {k.meaning}")
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(keys: list[Key]) -> str:
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{k.name}` | {k.type.replace('|', '&#124;')} | `{k.default}` | {k.meaning.replace('|', '&#124;')} |"
+    lines = ["| key | type | default | `train --init` | meaning |", "|---|---|---|---|---|"]
+    lines += [f"| `{k.name}` | {k.type.replace('|', '&#124;')} | `{k.default}` | "
+              f"{f'`{k.fine_tuning}`' if k.fine_tuning else ''} | {k.meaning.replace('|', '&#124;')} |"
               for k in keys]
     return "\n".join(lines) + "\n"

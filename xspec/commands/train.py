@@ -32,7 +32,10 @@ spec keeps it). An explicit --set vocab=N must hold every piece.
 
 --init RUN starts from the weights of RUN's latest checkpoint (an `xspec import`, or any run) and keeps
 its vocabulary (an import's own tokenizer): fine-tuning. Without a spec, the spec is RUN's own; with one,
-its model parameters must be RUN's. The optimizer and the learning-rate schedule start anew.
+its model parameters must be RUN's. The optimizer and the learning-rate schedule start anew, with the
+fine-tuning recipe in place of the from-scratch one (`xspec keys` lists it): AdamW with weight decay
+0.01, a learning rate of 5e-5 reached over the first 3% of the steps and decayed on a cosine, no label
+smoothing, the gradient norm clipped at 1, one pass over the data (train.epochs). --set overrides any.
 
 --resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
 with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
@@ -208,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = parse_overrides(args.overrides)
     args.resume = _resumed_run(args)
+    if args.init and not args.resume:
+        overrides = _fine_tuning(overrides)
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / SPEC_FILE).is_file():
@@ -241,6 +246,21 @@ def run(args: argparse.Namespace) -> int:
                          threads=getattr(args, "thread_choice", None))
     train(spec, options)
     return 0
+
+
+def _fine_tuning(overrides: dict) -> dict:
+    """--init's recipe (compiler/sections.py's FINE_TUNING) under the --set values given, said in one line."""
+    from xspec.compiler.sections import FINE_TUNING
+
+    chosen = {key: value for key, value in FINE_TUNING.items() if key not in overrides}
+    if chosen:
+        listed = ", ".join(f"{key.removeprefix('train.')} {_shown(value)}" for key, value in chosen.items())
+        print(f"fine-tuning recipe (--init): {listed}; --set train.KEY=VALUE changes any")
+    return {**chosen, **overrides}
+
+
+def _shown(value: object) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def _init_spec(init: Path, overrides: dict):
