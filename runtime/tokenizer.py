@@ -37,6 +37,9 @@ KINDS = {TOKENIZER_JSON: "tokenizers", SENTENCEPIECE: "sentencepiece"}
 FILES = {kind: name for name, kind in KINDS.items()}
 NONE = "none"               # a checkpoint directory without a tokenizer: the model runs on token ids alone
 DESCRIPTION = ("kind", "bos_id", "eos_ids", "add_bos", "add_eos")  # what a checkpoint keeps of a tokenizer
+# The checkpoint directory's own files an import keeps beside its tokenizer (`hf_files`), as JSON objects,
+# for `xspec export --format hf` to write back: the same config keys, special tokens and generation settings.
+HF_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 
 # Time budgets. Tokenizers built as Llama 2's and 3's, Qwen2's, GPT-2's, BERT's and T5's encode a 1 MiB
 # line (xspec's longest) of the worst kind for each in 0.6 to 4 s on one core of the 2-core development
@@ -88,9 +91,10 @@ class CheckpointTokenizer:
     defaults: BOS, no EOS)."""
 
     def __init__(self, kind: str, data: bytes, bos_id: int | None, eos_ids: list[int], origin: str,
-                 add_bos: bool = True, add_eos: bool = False) -> None:
+                 add_bos: bool = True, add_eos: bool = False, hf_files: dict[str, dict] | None = None) -> None:
         self.kind, self.model_proto, self.bos_id, self.eos_ids = kind, data, bos_id, eos_ids
         self.add_bos, self.add_eos = add_bos, add_eos
+        self.hf_files = hf_files or {}      # HF_FILES the checkpoint directory had, kept for export
         self._origin = origin
         self._library: _Tokenizers | _Sentencepiece | None = None
         if kind == "tokenizers":
@@ -185,8 +189,9 @@ class CheckpointTokenizer:
             raise UserError(f"{self._origin}: cannot decode {len(ids):,} token ids ({failed.reason})") from None
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "bos_id": self.bos_id, "eos_ids": self.eos_ids, "add_bos": self.add_bos,
-                "add_eos": self.add_eos}
+        described = {"kind": self.kind, "bos_id": self.bos_id, "eos_ids": self.eos_ids, "add_bos": self.add_bos,
+                     "add_eos": self.add_eos}
+        return {**described, "hf_files": self.hf_files} if self.hf_files else described
 
     def special_ids(self) -> list[tuple[str, int]]:
         """(describe()'s key, id) of each special id: ("bos_id", 1), ("eos_ids[0]", 2), ..."""
@@ -199,16 +204,20 @@ class CheckpointTokenizer:
         info = parse_json(description, f"{where}: metadata xspec.tokenizer")
         kinds = (*KINDS.values(), NONE)
         # Checkpoints written before add_bos and add_eos were kept hold the three keys alone.
-        if not (isinstance(info, dict) and info.keys() in ({"kind", "bos_id", "eos_ids"}, set(DESCRIPTION))
+        keys = ({"kind", "bos_id", "eos_ids"}, set(DESCRIPTION), {*DESCRIPTION, "hf_files"})
+        files = info.get("hf_files", {}) if isinstance(info, dict) else None
+        if not (isinstance(info, dict) and info.keys() in keys
                 and info["kind"] in kinds and (info["bos_id"] is None or type(info["bos_id"]) is int)
                 and isinstance(info["eos_ids"], list) and all(type(i) is int for i in info["eos_ids"])
-                and all(isinstance(info.get(flag, True), bool) for flag in ("add_bos", "add_eos"))):
+                and all(isinstance(info.get(flag, True), bool) for flag in ("add_bos", "add_eos"))
+                and isinstance(files, dict) and all(name in HF_FILES and isinstance(value, dict)
+                                                    for name, value in files.items())):
             raise UserError(f"{where}: not a checkpoint xspec wrote (metadata xspec.tokenizer: not a tokenizer "
                             "description)")
         kind = info["kind"]
         origin = f"{where}: its {FILES[kind]}" if kind in FILES else f"{where}: its tokenizer"
         return cls(kind, data, info["bos_id"], info["eos_ids"], origin, info.get("add_bos", True),
-                   info.get("add_eos", False))
+                   info.get("add_eos", False), files)
 
 
 def check_against_embedding(tokenizer: CheckpointTokenizer, rows: int, where: str) -> None:

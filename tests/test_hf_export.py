@@ -4,6 +4,7 @@ refused, naming where it differs."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -34,8 +35,11 @@ def test_an_import_exported_back_loads_with_from_pretrained_and_gives_the_same_l
         out, dtype=torch.float32, attn_implementation="eager").eval()
     text = torch.randint(0, original.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(9))
     assert_close(exported(text).logits, original(text).logits)
-    assert sorted(p.name for p in out.iterdir()) == [WRITTEN, "config.json", "model.safetensors", "tokenizer.json",
-                                                     "tokenizer_config.json"]
+    assert sorted(p.name for p in out.iterdir()) == [WRITTEN, "config.json", "generation_config.json",
+                                                     "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    source = json.loads((saved(name, variant, **changes) / "config.json").read_text())
+    written = json.loads((out / "config.json").read_text())
+    assert set(source) <= set(written), sorted(set(source) - set(written))         # every key kept
     assert (out / "tokenizer.json").read_bytes() == (saved(name, variant, **changes) / "tokenizer.json").read_bytes()
 
 
@@ -46,7 +50,9 @@ def test_exporting_onto_the_checkpoint_a_run_came_from_changes_nothing(tmp_path,
     shutil.copytree(saved("qwen3"), checkpoint)
     (checkpoint / "README.md").write_text("model card")
     before = {p.name: p.read_bytes() for p in checkpoint.iterdir()}
-    assert main(["export", str(imported("qwen3")), "--format", "hf", "-o", str(checkpoint)]) == 1
+    run = imported("qwen3")
+    capsys.readouterr()             # what making the checkpoint and its import printed
+    assert main(["export", str(run), "--format", "hf", "-o", str(checkpoint)]) == 1
     assert capsys.readouterr().err == (f"xspec: error: --output {checkpoint}: holds README.md, which no xspec export "
                                        "wrote there; give a new or empty directory (xspec replaces only a directory "
                                        "it wrote, as it left it)\n")
@@ -60,10 +66,10 @@ def test_an_export_is_replaced_by_the_next_but_not_once_a_file_is_added(tmp_path
     out, run = tmp_path / "exported", str(imported("qwen3"))
     assert main(["export", run, "--format", "hf", "-o", str(out)]) == 0
     assert main(["export", run, "--format", "hf", "-o", str(out)]) == 0
-    (out / "generation_config.json").write_text("{}")
+    (out / "README.md").write_text("a model card")
     assert main(["export", run, "--format", "hf", "-o", str(out)]) == 1
-    assert "holds generation_config.json, which no xspec export wrote there" in capsys.readouterr().err
-    assert (out / "generation_config.json").read_text() == "{}" and (out / "config.json").is_file()
+    assert "holds README.md, which no xspec export wrote there" in capsys.readouterr().err
+    assert (out / "README.md").read_text() == "a model card" and (out / "config.json").is_file()
 
 
 def test_shards_are_consecutive_runs_within_the_size_a_larger_tensor_alone():
@@ -99,6 +105,40 @@ def test_a_model_larger_than_the_shard_size_is_written_in_shards_with_an_index(t
     assert_close(exported(text).logits, original(text).logits)
     assert main(["import", str(out), "-o", str(tmp_path / "back")]) == 0
     assert main(["export", str(imported("qwen3")), "-o", str(tmp_path / "pt2"), "--max-shard-size", "5GB"]) == 1
+
+
+def test_an_export_keeps_the_imports_config_keys_tokenizer_files_and_generation_config(tmp_path):
+    """What a user of the export reads back as of the original checkpoint: AutoTokenizer's ids, special
+    tokens and chat template, GenerationConfig's settings, and every key of config.json at its value
+    (max_window_layers, pad_token_id, layer_types, initializer_range, attention_dropout)."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    source = tmp_path / "source"
+    shutil.copytree(saved("qwen3"), source)
+    config = json.loads((source / "config.json").read_text())
+    config |= {"max_window_layers": 28, "pad_token_id": 0, "initializer_range": 0.013}
+    (source / "config.json").write_text(json.dumps(config))
+    template = "{% for m in messages %}<{{ m.role }}> {{ m.content }}\n{% endfor %}"
+    (source / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "w1", "eos_token": "w2", "pad_token": "w0",
+         "unk_token": "w0", "chat_template": template, "model_max_length": 256}))
+    (source / "generation_config.json").write_text(json.dumps(
+        {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "eos_token_id": [2, 9],
+         "bos_token_id": 1}))
+    import_checkpoint(source, tmp_path / "run", say=lambda _: None)
+    out = tmp_path / "exported"
+    assert main(["export", str(tmp_path / "run"), "--format", "hf", "-o", str(out)]) == 0
+    written = json.loads((out / "config.json").read_text())
+    assert {key: written[key] for key in config if key not in ("dtype", "transformers_version")} == \
+        {key: value for key, value in config.items() if key not in ("dtype", "transformers_version")}
+    theirs, ours = (transformers.AutoTokenizer.from_pretrained(d) for d in (source, out))
+    assert ours("w5 w33 w7").input_ids == theirs("w5 w33 w7").input_ids
+    assert (ours.bos_token, ours.eos_token, ours.pad_token, ours.unk_token, ours.chat_template) == \
+        (theirs.bos_token, theirs.eos_token, theirs.pad_token, theirs.unk_token, template)
+    generation = transformers.GenerationConfig.from_pretrained(out)
+    assert (generation.do_sample, generation.temperature, generation.top_p, generation.top_k,
+            generation.eos_token_id) == (True, 0.6, 0.95, 20, [2, 9])
 
 
 def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():

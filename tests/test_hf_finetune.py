@@ -37,8 +37,10 @@ def test_train_init_fine_tunes_an_import_and_the_result_exports_back(tmp_path, c
     assert f"starting from the weights of {run}/checkpoints/step-00000000.safetensors" in capsys.readouterr().out
     with torch.no_grad():       # the rest only runs the models
         before, after = xspec.load(run, device="cpu"), xspec.load(tuned, device="cpu")
-        assert after.tokenizer.describe() == {"kind": "tokenizers", "bos_id": BOS, "eos_ids": [EOS],
-                                               "add_bos": True, "add_eos": False}
+        described = after.tokenizer.describe()    # the import's, kept through fine-tuning for an export
+        assert described == {**before.tokenizer.describe(), "kind": "tokenizers", "bos_id": BOS, "eos_ids": [EOS],
+                             "add_bos": True, "add_eos": False}
+        assert described["hf_files"]["config.json"]["model_type"] == "gemma3_text"
         assert after.tokenizer.encode(["w7 w8"]) == [[7, 8]]
         ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
         changed = (after.model(ids) - before.model(ids)).abs().max().item()

@@ -84,7 +84,8 @@ def _export_hf(args: argparse.Namespace) -> int:
     output = check_replaceable(Path(args.output), "--output", "export")
     trained = load(Path(args.model), "cpu", weights="fp32")  # written as trained
     written: list[str] = []
-    write_directory(output, lambda staging: written.extend(export_hf(trained, staging, args.max_shard_size)), WRITER)
+    write_directory(output, lambda staging: written.extend(export_hf(trained, staging, args.max_shard_size, print)),
+                    WRITER)
     print(f"exported {shown(trained.spec.name)} ({shown(trained.path.name)}) as a Hugging Face checkpoint to "
           f"{shown(output)}: {', '.join(written)}")
     return 0

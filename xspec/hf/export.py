@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable
+from xspec.compiler.sections import DecodeSection
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.hf_config import OWN, config_for
@@ -131,13 +133,17 @@ def _write_weights(tensors: list, out: Path, shard_bytes: int) -> list[str]:
     return [INDEX_FILE, *names]
 
 
-def export_hf(trained, out: Path, shard_bytes: int | None = None) -> list[str]:
+def export_hf(trained, out: Path, shard_bytes: int | None = None,
+              say: Callable[[str], None] = lambda _: None) -> list[str]:
     """Writes `out` (its contents; the caller makes it appear atomically): config.json, the weights in files
     of at most `shard_bytes` (default SHARD_BYTES; one model.safetensors where they fit, else shards and
-    their index), the tokenizer; returns the files written."""
+    their index), the tokenizer and generation_config.json; returns the files written. An import's own
+    config.json keys are kept, each the run's spec changed said (`say`)."""
     tokenizer = trained.tokenizer
     special = (tokenizer.bos_id, tokenizer.eos_ids) if hasattr(tokenizer, "eos_ids") else (3, [3])
+    kept: dict[str, dict] = getattr(tokenizer, "hf_files", {})
     config, mapped = match_family(trained.spec, special)
+    config = kept_keys(kept.get("config.json"), config, mapped, say)
     state = {name: tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
     shapes = {**trained.spec.param_shapes, **trained.spec.state_shapes}
     names = [n for n in shapes if n not in trained.spec.ties]
@@ -148,12 +154,74 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None) -> list[str]:
     weights = _write_weights(tensors, out, shard_bytes or SHARD_BYTES)
     # the dtype under its new name and its old one
     config["dtype"] = config["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    files = ["config.json", *weights, *_write_tokenizer(tokenizer, out)]
-    return files
+    _write_json(out / "config.json", config)
+    generation = generation_config(kept.get("generation_config.json"), trained.spec.decode, *special)
+    _write_json(out / "generation_config.json", generation)
+    return ["config.json", *weights, "generation_config.json", *_write_tokenizer(tokenizer, out, kept)]
 
 
-def _write_tokenizer(tokenizer, out: Path) -> list[str]:
+def _write_json(path: Path, value: dict) -> None:
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# config.json's spellings of the rotary settings: one written replaces any other the import had.
+ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "rope_local_base_freq")
+# Special ids the import's config.json gives keep its values (the tokenizer's end ids join
+# generation_config.json's to them; padding is never attended to).
+SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def kept_keys(original: dict | None, written: dict, mapped, say: Callable[[str], None]) -> dict:
+    """`written` (the config the run's spec makes) over the import's own config.json: every key it had is
+    kept, in the import's spelling of the rotary settings where that still reads as the run's model (else
+    the spec's), those the spec computes take the spec's values (each that changed is said); where the
+    two would not read as one model, the spec's config alone."""
+    if original is None:
+        return written
+    special = {key: original[key] for key in SPECIAL_IDS if key in original}
+    candidates = [original | {k: v for k, v in written.items() if k not in ROPE_KEYS} | special,  # its spelling
+                  {k: v for k, v in original.items() if k not in ROPE_KEYS} | written | special]
+    merged = next((c for c in candidates if _reads_as(c, mapped)), None)
+    if merged is None:
+        say("config.json: written from the run's spec alone (the imported config.json's keys would read as "
+            "another model beside it)")
+        return written
+    for key in sorted(set(original) & set(written)):
+        if original[key] != merged[key] and key not in ("architectures", "dtype", "torch_dtype",
+                                                        "transformers_version"):
+            say(f"config.json: {printable(key)} {json.dumps(original[key])} is now {json.dumps(merged[key])} "
+                "(the run's spec)")
+    return merged
+
+
+def _reads_as(config: dict, mapped) -> bool:
+    """Whether `config` maps to the parameters `mapped` holds (families.py reads it as the import did)."""
+    try:
+        return map_config(dict(config)).params == mapped.params
+    except UserError:
+        return False
+
+
+def generation_config(original: dict | None, decode: DecodeSection, bos: int | None, eos: list[int]) -> dict:
+    """generation_config.json: the import's own (or transformers' defaults), with the settings the spec's
+    decode section holds, and the special ids."""
+    config = dict(original or {})
+    config |= {"do_sample": decode.sample, "num_beams": decode.beam}
+    if decode.sample:
+        config |= {"temperature": decode.temperature, "top_k": decode.top_k or 0, "top_p": decode.top_p}
+    else:
+        for key in ("temperature", "top_k", "top_p"):
+            config.pop(key, None)
+    if "max_new_tokens" in config or original is None:
+        config["max_new_tokens"] = decode.max_new_tokens
+    config.setdefault("bos_token_id", bos)
+    config.setdefault("eos_token_id", eos[0] if len(eos) == 1 else eos or None)
+    return config
+
+
+def _write_tokenizer(tokenizer, out: Path, kept: dict[str, dict]) -> list[str]:
+    """The tokenizer's file, and the import's own tokenizer_config.json and special_tokens_map.json (what
+    AutoTokenizer reads of special tokens, the chat template included), else a minimal configuration."""
     kind = getattr(tokenizer, "kind", "sentencepiece")
     if kind == "none":
         return []
@@ -165,5 +233,9 @@ def _write_tokenizer(tokenizer, out: Path) -> list[str]:
         (out / "tokenizer.model").write_bytes(tokenizer.model_proto)
         settings = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}
         written = ["tokenizer.model"]
-    (out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    return written + ["tokenizer_config.json"]
+    _write_json(out / "tokenizer_config.json", kept.get("tokenizer_config.json", settings))
+    written.append("tokenizer_config.json")
+    if "special_tokens_map.json" in kept:
+        _write_json(out / "special_tokens_map.json", kept["special_tokens_map.json"])
+        written.append("special_tokens_map.json")
+    return written

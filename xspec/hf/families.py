@@ -215,8 +215,7 @@ def _qwen2_windows(cfg: ConfigReader, m: Mapped, *, every_layer: bool = False) -
         _unread_layer_types(cfg, "transformers' Qwen3-MoE slides in every layer when use_sliding_window; "
                                  "layer_types shapes only its cache")
         return
-    cfg.put("max_window_layers", min(first, layers), "max_window_layers" if first <= layers else
-            f"max_window_layers ({first}: no layer slides)")
+    cfg.put("max_window_layers", first, "max_window_layers")
     kinds = _kinds(cfg, "layer_types", LAYER_KINDS, layers)
     if kinds is None:
         return

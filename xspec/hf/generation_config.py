@@ -40,6 +40,7 @@ class Generation:
     eos_ids: list[int]                       # ids a continuation ends at, beyond config.json's
     notes: dict[str, str] = field(default_factory=dict)
     changed: list[str] = field(default_factory=list)   # settings not applied that change a continuation
+    file: dict | None = None                           # the file as given (an export writes it back)
 
 
 def read_generation(folder: InputDirectory) -> Generation:
@@ -67,7 +68,7 @@ def read_generation(folder: InputDirectory) -> Generation:
         decode.append(Setting(key, value, _source(cfg, key, default)))
     if cfg.has("max_new_tokens"):
         decode.append(Setting("max_new_tokens", cfg.number("max_new_tokens"), _source(cfg, "max_new_tokens", None)))
-    generation = Generation(decode, _eos_ids(cfg), cfg.notes)
+    generation = Generation(decode, _eos_ids(cfg), cfg.notes, file=values)
     for key, neutral in NOT_APPLIED.items():
         value = cfg.get(key, neutral)
         if value != neutral and value not in (None, [], {}):

@@ -60,7 +60,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     weights = open_weights(source, config)
     _without_missing_predictions(mapped, weights, say)
     generation = read_generation(checkpoint_directory(source))
-    tokenizer = find_tokenizer(source, config, generation.eos_ids)
+    tokenizer = find_tokenizer(source, config, generation.eos_ids, generation.file)
     for setting in generation.changed:
         say(f"{shown(source / GENERATION_FILE)}: {setting} is not applied by xspec's decoding yet: continuations "
             "may differ from transformers' generate")

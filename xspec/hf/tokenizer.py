@@ -19,6 +19,7 @@ MAX_TOKENIZER_BYTES = 64 << 20
 MAX_TOKENIZER_CONFIG_BYTES = 4 << 20     # chat templates make some a few hundred KiB
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 GENERATION_CONFIG = "generation_config.json"
 CHECKPOINT = "a Hugging Face save_pretrained directory"
 
@@ -44,35 +45,43 @@ def _special_keys(config: dict, pad: bool = False) -> list[tuple[str, object]]:
     return keys + ([("eos_token_id", eos)] if eos is not None else [])
 
 
-def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Sequence[int] = ()) -> CheckpointTokenizer:
+def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Sequence[int] = (),
+                   generation: dict | None = None) -> CheckpointTokenizer:
     """The directory's tokenizer (tokenizer.json preferred), or one of kind "none" when it has neither file.
     A file that is there is read as every file of the checkpoint is (xspec/base/input_dir.py: regular files
     inside the directory only), made and probed (runtime/tokenizer.py), and config.json's special ids, and
     `more_eos` (generation_config.json's), must be in its vocabulary. tokenizer_config.json's add_bos_token
     and add_eos_token say what a sentencepiece tokenizer adds to a text (tokenizer.json's post-processor
-    says it for its own)."""
+    says it for its own). The directory's config.json (`config`), tokenizer_config.json,
+    special_tokens_map.json and generation_config.json (`generation`) are kept with the tokenizer, for an
+    export to write back."""
     folder = directory if isinstance(directory, InputDirectory) else InputDirectory.open(directory, CHECKPOINT)
     bos, eos = special_ids(config, shown(folder.file(CONFIG)))
     eos += [e for e in more_eos if e not in eos]
-    add_bos, add_eos = _added_tokens(folder)
+    kept = {CONFIG: config, **({GENERATION_CONFIG: generation} if generation is not None else {})}
+    for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP):
+        if folder.has(name):
+            kept[name] = _json_object(folder, name)
+    add_bos, add_eos = _added_tokens(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)))
     for name, kind in KINDS.items():
         if folder.has(name):
             path = shown(folder.file(name))
             tokenizer = CheckpointTokenizer(kind, folder.read(name, MAX_TOKENIZER_BYTES), bos, eos, path, add_bos,
-                                            add_eos)
+                                            add_eos, kept)
             _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
             return tokenizer
-    return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer")
+    return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer", hf_files=kept)
 
 
-def _added_tokens(folder: InputDirectory) -> tuple[bool, bool]:
+def _json_object(folder: InputDirectory, name: str) -> dict:
+    value = folder.read_json(name, MAX_TOKENIZER_CONFIG_BYTES)
+    if not isinstance(value, dict):
+        raise UserError(f"{shown(folder.file(name))}: not a JSON object")
+    return value
+
+
+def _added_tokens(settings: dict, where: str) -> tuple[bool, bool]:
     """tokenizer_config.json's add_bos_token and add_eos_token (LlamaTokenizer's defaults: true, false)."""
-    if not folder.has(TOKENIZER_CONFIG):
-        return True, False
-    settings = folder.read_json(TOKENIZER_CONFIG, MAX_TOKENIZER_CONFIG_BYTES)
-    where = shown(folder.file(TOKENIZER_CONFIG))
-    if not isinstance(settings, dict):
-        raise UserError(f"{where}: not a JSON object")
     flags = []
     for key, default in (("add_bos_token", True), ("add_eos_token", False)):
         value = settings.get(key, default)
