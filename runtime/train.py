@@ -115,7 +115,8 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     if sized is not spec:
         spec, task = sized, task_for(sized)
     resumed = _same_model(last, spec) if last is not None else None
-    initial = _same_model_checkpoint(ckpt.resolve(options.init), spec) if options.init and not options.resume else None
+    initial = _same_tensors(ckpt.load_weights(ckpt.resolve(options.init)), spec) \
+        if options.init and not options.resume else None
     if initial is not None and options.vocab_file is not None:
         raise UserError("--init keeps the vocabulary of the run it starts from; drop --vocab")
 
@@ -270,8 +271,23 @@ def _describe_split(name: str, split: Split | PreparedSplit | None, run_dir: Pat
     return f"with {name} files {split.describe()}"
 
 
-def _same_model_checkpoint(path: Path, spec) -> ckpt.Checkpoint:
-    return _same_model(ckpt.load_weights(path), spec)
+def _same_tensors(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:
+    """The checkpoint a fine-tune starts from: its tensors must be the spec's model's, name for name and
+    shape for shape (a variant of its spec that adds no weight, a schedule parameter say, starts from it);
+    the first that differs is named."""
+    expected = {**spec.param_shapes, **spec.state_shapes}
+    for name, tensor in saved.tensors.items():
+        if name not in expected:
+            raise UserError(f"{saved.path}: tensor {name} is not in the model of {spec.name} (--init starts from "
+                            "weights of the same names and shapes)")
+        if tuple(tensor.shape) != tuple(expected[name]):
+            raise UserError(f"{saved.path}: tensor {name} has shape {tuple(tensor.shape)}; the model of {spec.name} "
+                            f"has {tuple(expected[name])} (--init starts from weights of the same names and shapes)")
+    missing = [name for name in expected if name not in saved.tensors]
+    if missing:
+        raise UserError(f"{saved.path}: no tensor {missing[0]}, which the model of {spec.name} has (--init starts "
+                        "from weights of the same names and shapes)")
+    return saved
 
 
 def _same_model(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:

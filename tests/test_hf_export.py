@@ -154,11 +154,13 @@ def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():
 
 @pytest.mark.parametrize("spec, overrides, message", [
     ("specs/lm.xspec", {}, "spec 'transformer_lm' maps to none of the Hugging Face families; the closest, llama, "
-                           "differs at decoder.embedding.embed (embedding: "),
+                           "differs at decoder.embedding.embed (llama: decoder.embedding): embedding with scale "
+                           "11.3137 where llama has 1"),
     ("specs/modern/llama.xspec", {"norm_first": True, "mlp_bias": True, "rms_norm_eps": 1e-5},
      None),   # parameters the family writes: maps
     ("specs/modern/alibi.xspec", {}, "maps to none of the Hugging Face families; the closest, llama, differs at "
-                                     "decoder.embedding.embed (embedding: dim=128, scale=11.31"),
+                                     "decoder.embedding.embed (llama: decoder.embedding): embedding with scale 11.3137 "
+                                     "where llama has 1"),
     ("specs/modern/qwen3_moe.xspec", {"shared_expert_intermediate_size": 8},
      "the closest, qwen3_moe, differs at decoder.layers.0.ffn.shared_expert_gate"),
 ])

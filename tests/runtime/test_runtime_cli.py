@@ -232,6 +232,22 @@ def test_resume_with_a_different_spec(trained_run, small_corpus, capsys, tmp_pat
     assert "a checkpoint from a different spec (" in line and "d_model: checkpoint 32, spec 48" in line
 
 
+def test_init_starts_a_variant_with_the_same_weights_and_names_the_tensor_a_variant_changes(
+        trained_run, small_corpus, capsys, tmp_path):
+    """--init compares weights, not parameters: a spec that only changes what adds no weight (dropout here;
+    a schedule parameter) starts from the run; one that changes a weight's shape is refused naming it."""
+    common = [*SHRINK, "--no-progress", "--no-test", "--no-tensorboard", "--set", "train.max_steps=1",
+              *_data_args(small_corpus)]
+    code, out, err = _xspec(capsys, "train", TINY, *common, "--set", "dropout=0.3", "--init", str(trained_run),
+                            "-o", str(tmp_path / "variant"))
+    assert code == 0, err
+    assert f"starting from the weights of {ckpt.resolve(trained_run)}" in out
+    line = _error(capsys, "train", TINY, *common, "--set", "d_ff=96", "--init", str(trained_run),
+                  "-o", str(tmp_path / "wider"))
+    assert line.endswith(": tensor decoder.layers.0.ffn.w_1.bias has shape (64,); the model of transformer_tiny has "
+                         "(96,) (--init starts from weights of the same names and shapes)"), line
+
+
 def test_truncated_checkpoint(trained_run, capsys, tmp_path):
     data = ckpt.resolve(trained_run).read_bytes()
     broken = tmp_path / "broken.safetensors"

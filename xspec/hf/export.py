@@ -85,7 +85,29 @@ def match_family(spec, special: tuple[int | None, list[int]]) -> tuple[dict, Any
     assert closest is not None
     model_type, (_, ours, theirs) = closest
     raise UserError(f"{spec.path}: spec '{spec.name}' maps to none of the Hugging Face families; the closest, "
-                    f"{model_type}, differs at {_describe(ours)}, where {model_type} has {_describe(theirs)}")
+                    f"{model_type}, differs at {_difference(ours, theirs, model_type)}")
+
+
+def _difference(ours: tuple, theirs: tuple, model_type: str) -> str:
+    """Where two ops differ, naming what differs: the attributes of one op (`scale 11.31 where llama has
+    1.0`), its shape or its inputs; else both ops whole."""
+    if len(ours) > 3 and len(theirs) > 3 and ours[1] == theirs[1]:
+        mine, other = json.loads(ours[2]), json.loads(theirs[2])
+        changed = [f"{key} {_value(mine.get(key))} where {model_type} has {_value(other.get(key))}"
+                   for key in sorted(set(mine) | set(other)) if mine.get(key) != other.get(key)]
+        if ours[3] != theirs[3]:
+            changed.append(f"shape {ours[3]} where {model_type} has {theirs[3]}")
+        if ours[5] != theirs[5] and ours[0] == theirs[0]:
+            changed.append(f"its inputs {list(ours[5])} where {model_type} has {list(theirs[5])}")
+        where = ours[0] if ours[0] == theirs[0] else f"{ours[0]} ({model_type}: {theirs[0]})"
+        if changed:
+            return f"{where}: {ours[1]} with " + "; ".join(changed)
+    return f"{_describe(ours)}, where {model_type} has {_describe(theirs)}"
+
+
+def _value(value: object) -> str:
+    shown = f"{value:.6g}" if isinstance(value, float) else printable(json.dumps(value))
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _describe(node: tuple) -> str:
