@@ -3,7 +3,8 @@
 Ops are matched by node id (their module path or scope path), which a variant that `extends` a
 model keeps. For each op of A: "added" when B lacks it; "changed" when its op kind, attributes,
 shape or inputs differ. Ops of B that A lacks are "removed". A stack whose layer count differs
-is marked on its "N×" frame.
+is marked on its "N×" frame. A stack is drawn as its first layer, but compared layer by layer: an op
+that differs in later layers only is marked on the op drawn, naming those layers ("layers 3, 7: ...").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import networkx as nx
 from xspec.compiler.ir import node_of
 
 from .labels import format_shape, unit_label_title
-from .view import View, build_view, canonical_graph, stack_counts
+from .view import View, build_view, canonical_graph, canonical_node, stack_counts
 
 if TYPE_CHECKING:
     from xspec.compiler.spec import CompiledSpec
@@ -48,6 +49,9 @@ class Diff:
             status = compare_op(self.mine, self.theirs, node)
             if status is not None:
                 self.ops[node] = status
+        for node, lines in _later_layers(spec.graph, other.graph).items():
+            if node in self.mine:
+                self.ops.setdefault(node, Status("changed")).lines.extend(lines)
         self.missing = [n for n in self.theirs if n not in self.mine]
         self.counts, self.other_counts = stack_counts(self.mine), stack_counts(self.theirs)
 
@@ -99,6 +103,23 @@ def compare_op(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> Optional[Stat
         lines.append(_shape_change(b.shape, a.shape))
     lines += _rewired(mine, theirs, node)
     return Status("changed", lines) if lines else None
+
+
+def _later_layers(mine: nx.DiGraph, theirs: nx.DiGraph) -> dict[str, list[str]]:
+    """The changes of ops in the later layers of stacks (which the drawing folds onto the first layer's
+    op), by the first layer's op: one line per change, naming the layers it is in."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for node in mine:
+        frames = node_of(mine, node).repeat
+        if not frames or all(index == 0 for _, index, _ in frames) or node not in theirs:
+            continue
+        status = compare_op(mine, theirs, node)
+        if status is not None:
+            layer = ".".join(str(index) for _, index, _ in frames)
+            for line in status.lines:
+                found.setdefault(canonical_node(node, frames), {}).setdefault(line, []).append(layer)
+    return {node: [f"layer{'s' if len(layers) > 1 else ''} {', '.join(layers)}: {line}"
+                   for line, layers in changes.items()] for node, changes in found.items()}
 
 
 def _shape_change(before, after) -> str:
