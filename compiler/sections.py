@@ -31,7 +31,8 @@ class TrainSection(_Section):
                                     "warmup_steps^-1.5); constant: `lr` at every step; cosine: `lr` reached "
                                     "linearly over warmup_steps, then decayed to 0 at the last step on a cosine")
     lr_scale: float = Field(1.0, gt=0, description="a factor on eq. 3's learning rate")
-    lr: float = Field(1e-4, gt=0, description="the learning rate of the constant and cosine schedules")
+    lr: float = Field(1e-4, gt=0, description="the learning rate of the constant and cosine schedules (train "
+                                              "--init: 5e-5, or 2e-4 with LoRA)")
     warmup_steps: int = Field(4000, ge=1, description="eq. 3's warmup (§5.3); the cosine schedule's")
     warmup_fraction: Optional[float] = Field(None, gt=0, lt=1, description="the warm-up as this share of the "
                                                                           "run's steps, in place of warmup_steps")
@@ -81,6 +82,15 @@ class TrainSection(_Section):
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="auto: bf16 autocast on GPUs that have it, fp16 with loss scaling on older ones, "
                             "float32 on CPUs (bf16: autocast on a CPU with AMX or AVX-512 BF16)")
+    lora_rank: int = Field(0, ge=0, le=4096, description="LoRA (Hu et al., 2021): the rank of the adapters learned "
+                           "beside the frozen weights of the lora_targets layers (0: every weight trains); a run's "
+                           "checkpoints then hold the adapters and a reference to the weights they adapt (--init)")
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA: the adapters' update is scaled by lora_alpha / lora_rank")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA: dropout on the adapters' input")
+    lora_targets: tuple[str, ...] = Field(
+        ("attention", "latent_attention", "linear"), min_length=1,
+        description="LoRA: the linear layers adapted, as op kinds (attention: its projections; linear: every linear "
+                    "op but the output head) or module names (q_proj, or self_attn.q_proj: names ending so)")
     sharding: Literal["none", "fsdp"] = Field(
         "none", description="fsdp: parameters, gradients and optimizer state sharded over the processes; "
                             "none: the model replicated (DDP)")
@@ -165,12 +175,15 @@ class DecodeSection(_Section):
 # `xspec train --init RUN` (a fine-tune of an import, or of any run) starts from this recipe in place of
 # the spec's from-scratch one; --set overrides any of it. AdamW with weight decay, a small learning rate
 # with a short warm-up and a cosine decay, no label smoothing, one pass over the data; the gradient norm
-# clipped at 1 (transformers' Trainer's defaults, with its usual decay and warm-up).
+# clipped at 1 (transformers' Trainer's defaults, with its usual decay and warm-up). Every weight trains, even
+# from a LoRA run, unless this run sets train.lora_rank; LoRA's adapters, which start from zero, then take a
+# larger learning rate (LORA_LR, as in PEFT's and litgpt's examples) unless one is set.
 FINE_TUNING: dict[str, object] = {
     "train.optimizer": "adamw", "train.adam_betas": (0.9, 0.999), "train.adam_eps": 1e-8,
     "train.weight_decay": 0.01, "train.lr_schedule": "cosine", "train.lr": 5e-5, "train.warmup_fraction": 0.03,
-    "train.label_smoothing": 0.0, "train.clip_norm": 1.0, "train.epochs": 1,
+    "train.label_smoothing": 0.0, "train.clip_norm": 1.0, "train.epochs": 1, "train.lora_rank": 0,
 }
+LORA_LR = 2e-4
 
 SECTIONS: dict[str, type[_Section]] = {
     "train": TrainSection,

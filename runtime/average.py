@@ -15,11 +15,12 @@ from .run_dir import METRICS_LOG, read_metrics_log
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the checkpoints' tensors (accumulated in float64, stored as saved)."""
-    first = ckpt.load_weights(paths[0])
+    """The element-wise mean of the checkpoints' tensors (accumulated in float64, stored as saved); a LoRA run's
+    are averaged with their adapters merged, so the average holds whole weights."""
+    first = ckpt.load_merged(paths[0])
     sums = {k: v.double() for k, v in first.tensors.items()}
     for path in paths[1:]:
-        other = ckpt.load_weights(path)
+        other = ckpt.load_merged(path)
         difference = ckpt.params_difference(first.params, other.params)
         if difference or other.tensors.keys() != sums.keys():
             detail = f" ({difference})" if difference else ""

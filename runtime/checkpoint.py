@@ -7,6 +7,11 @@ optimizer's and the scheduler's state dicts and the data position), stored by `n
 tensors as tensors, everything else as JSON in the metadata. The state file is written first and
 the weights last: a checkpoint exists once its weights do.
 
+A LoRA run's checkpoint holds only its adapters (`...q_proj.lora_A`, `lora_B`) and, under BASE_KEY, a
+reference to the checkpoint they adapt: its path, its SHA-256 and the adapters' scale. `load_merged` reads
+both, checks the base is the file the run started from, and returns the model's weights with the adapters
+merged in, which is what decoding, averaging, export and a later --init use.
+
 Both are safetensors whatever their name (an average written as `averaged.pt` is one too). A
 `torch.save` file (a zip archive or a pickle) is refused, since loading one means unpickling it.
 What is read is checked before it is used: the metadata must be what xspec writes, the tensors
@@ -18,10 +23,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import Callable
@@ -32,7 +38,9 @@ from safetensors.torch import save_file
 
 from xspec.base.errors import UserError
 from xspec.base.files import write_atomically_with
+from xspec.base.text import shown
 from . import nested_state
+from .lora import ADAPTER_PARTS, is_adapter, merged_weight
 from .run_dir import MAX_SPEC_BYTES
 
 CHECKPOINT_DIR = "checkpoints"
@@ -42,10 +50,54 @@ STATE_KEY = "xspec.state"
 # A checkpoint imported from Hugging Face keeps its own tokenizer under VOCAB_KEY (tokenizer.json or a
 # sentencepiece tokenizer.model) and describes it here (kind, bos and eos ids); absent: xspec's vocabulary.
 TOKENIZER_KEY = "xspec.tokenizer"
+BASE_KEY = "xspec.lora_base"       # a LoRA run's checkpoint: the checkpoint its adapters adapt (BaseRef)
 SCALER_KEY = "scaler"                     # the fp16 loss scaler's state, in the training state
 MAX_VOCAB_BYTES = 64 << 20           # a 37000-piece sentencepiece model is under 1 MiB
 _STEP = re.compile(r"[0-9]{1,15}")
 _ZIP, _PICKLE = b"PK\x03\x04", b"\x80"   # torch.save's archive; a bare pickle (protocol 2 and later)
+
+
+@dataclass(frozen=True)
+class BaseRef:
+    """The checkpoint a LoRA run's adapters adapt: where it is, its SHA-256 (so a file replaced since is
+    refused), and the adapters' scale, lora_alpha / lora_rank."""
+
+    path: Path
+    sha256: str
+    scaling: float
+
+    @classmethod
+    def of(cls, path: Path, scaling: float) -> "BaseRef":
+        return cls(path.resolve(), file_sha256(path), scaling)
+
+    def text(self) -> str:
+        return json.dumps({"path": str(self.path), "sha256": self.sha256, "scaling": self.scaling}, sort_keys=True)
+
+    @classmethod
+    def parse(cls, where: Path, text: str) -> "BaseRef":
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            raise _bad(where, BASE_KEY, "not JSON") from None
+        if not isinstance(record, dict) or set(record) != {"path", "sha256", "scaling"}:
+            raise _bad(where, BASE_KEY, "expected path, sha256 and scaling")
+        path, digest, scaling = record["path"], record["sha256"], record["scaling"]
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise _bad(where, BASE_KEY, "path: expected a file's path")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise _bad(where, BASE_KEY, "sha256: expected 64 hexadecimal digits")
+        if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not math.isfinite(scaling) \
+                or scaling <= 0:
+            raise _bad(where, BASE_KEY, "scaling: expected a positive number")
+        return cls(Path(path), digest, float(scaling))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclass
@@ -57,19 +109,23 @@ class Checkpoint:
     vocab_proto: bytes
     step: int
     tokenizer: str | None = None        # TOKENIZER_KEY's description, for an imported checkpoint's own tokenizer
+    base: BaseRef | None = None         # a LoRA run's: `tensors` are adapters of this checkpoint's weights
 
 
 # --- writing -----------------------------------------------------------------------------------
 
 def save_weights(path: Path, tensors: dict[str, torch.Tensor], spec_source: str, params: dict,
-                 vocab_proto: bytes, step: int, tokenizer: str | None = None) -> None:
-    """A safetensors file, whatever `path`'s suffix (`tokenizer`: an imported checkpoint's description)."""
+                 vocab_proto: bytes, step: int, tokenizer: str | None = None, base: BaseRef | None = None) -> None:
+    """A safetensors file, whatever `path`'s suffix (`tokenizer`: an imported checkpoint's description;
+    `base`: the checkpoint that `tensors`, a LoRA run's adapters, adapt)."""
     # Tied weights share storage; safetensors wants separate, contiguous CPU tensors.
     tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}
     metadata = {SPEC_KEY: spec_source, PARAMS_KEY: json.dumps(params, sort_keys=True),
                 VOCAB_KEY: base64.b64encode(vocab_proto).decode("ascii"), STEP_KEY: str(step)}
     if tokenizer is not None:
         metadata[TOKENIZER_KEY] = tokenizer
+    if base is not None:
+        metadata[BASE_KEY] = base.text()
     write_atomically_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
@@ -87,7 +143,59 @@ def load_weights(path: Path) -> Checkpoint:
         raise UserError(f"{path}: not an xspec checkpoint (its metadata has no {missing[0]})")
     return Checkpoint(path, tensors, _spec_text(path, metadata[SPEC_KEY]), _params(path, metadata[PARAMS_KEY]),
                       _vocab_bytes(path, metadata[VOCAB_KEY]), _step(path, metadata[STEP_KEY]),
-                      _tokenizer(metadata.get(TOKENIZER_KEY)))
+                      _tokenizer(metadata.get(TOKENIZER_KEY)),
+                      BaseRef.parse(path, metadata[BASE_KEY]) if BASE_KEY in metadata else None)
+
+
+def load_merged(path: Path) -> Checkpoint:
+    """The checkpoint at `path` with the model's weights whole: a LoRA run's adapters merged into the weights
+    of the checkpoint they adapt."""
+    return merged(load_weights(path))
+
+
+def merged(checkpoint: Checkpoint) -> Checkpoint:
+    """`checkpoint` itself, or, for a LoRA run's, a copy holding its base's weights with W + scaling * B A in
+    place of each adapted W (and no base reference)."""
+    if checkpoint.base is None:
+        return checkpoint
+    base, where = load_base(checkpoint), checkpoint.path
+    tensors = dict(base.tensors)
+    names = {name.rsplit(".", 1)[0] for name in checkpoint.tensors}
+    for layer in sorted(names):
+        a, b = (checkpoint.tensors.get(f"{layer}.{part}") for part in ADAPTER_PARTS)
+        weight = tensors.get(f"{layer}.weight")
+        if a is None or b is None:
+            raise UserError(f"{where}: tensor {layer}.{'lora_B' if a is not None else 'lora_A'} is missing "
+                            "(each adapted layer has lora_A and lora_B)")
+        if weight is None:
+            raise UserError(f"{where}: adapters of {layer}, which has no weight in {base.path}")
+        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != weight.shape:
+            raise UserError(f"{where}: adapters of {layer} of shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
+                            f"fit its weight of shape {tuple(weight.shape)} in {base.path}")
+        tensors[f"{layer}.weight"] = merged_weight(weight, a, b, checkpoint.base.scaling)
+    return replace(checkpoint, tensors=tensors, base=None)
+
+
+def load_base(checkpoint: Checkpoint) -> Checkpoint:
+    """The checkpoint a LoRA run's adapters adapt, checked to be the file the run started from; `checkpoint`
+    must hold adapters alone."""
+    assert checkpoint.base is not None
+    where, ref = checkpoint.path, checkpoint.base
+    other = [name for name in checkpoint.tensors if not is_adapter(name)]
+    if other:
+        raise UserError(f"{where}: tensor {other[0]} beside LoRA adapters (metadata {BASE_KEY}): a LoRA run's "
+                        "checkpoint holds adapters only")
+    if not ref.path.is_file():
+        raise UserError(f"{where}: its adapters adapt {shown(ref.path)} (metadata {BASE_KEY}), which is gone; put "
+                        "that checkpoint back where it was")
+    if file_sha256(ref.path) != ref.sha256:
+        raise UserError(f"{where}: its adapters adapt {shown(ref.path)} as it was when the run started (metadata "
+                        f"{BASE_KEY}, sha256 {ref.sha256[:12]}...); that file has changed since")
+    base = load_weights(ref.path)
+    if base.base is not None:
+        raise UserError(f"{ref.path}: holds LoRA adapters itself (metadata {BASE_KEY}); the base of adapters must "
+                        "hold whole weights")
+    return base
 
 
 def load_state(path: Path) -> dict:

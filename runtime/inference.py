@@ -259,7 +259,7 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     """The latest checkpoint of a run directory, or a checkpoint file. `compile` (auto, on, off): whether
     the decoder's step runs through torch.compile (lengths and batch sizes dynamic). `weights` (auto, fp32,
     bf16, int8; default: the spec's decode.weights): what the linear layers' weights are kept in."""
-    checkpoint = ckpt.load_weights(ckpt.resolve(Path(run_or_checkpoint)))
+    checkpoint = ckpt.load_merged(ckpt.resolve(Path(run_or_checkpoint)))
     spec = compile_checkpoint_spec(checkpoint)
     chosen = pick_device(str(device) if device is not None else None)
     model, vocab = build_from_checkpoint(checkpoint, spec, chosen)

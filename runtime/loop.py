@@ -14,7 +14,7 @@ import json
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional
 
@@ -29,6 +29,7 @@ from . import checkpoint as ckpt
 from . import distributed, state_dicts
 from .batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
 from .data_order import Window
+from .lora import adapter_tensors
 from .precision import Precision
 from .prefetch import Prefetcher
 from .best import BestRecord, Criterion, best_checkpoint, remove_unkept
@@ -158,6 +159,8 @@ class Trainer:
     best_written_at: Optional[int] = None
     # Chooses the CPU threads again when the machine's load changes (where they came from the free cores).
     thread_watch: Optional[ThreadWatch] = None
+    # A LoRA run's base checkpoint: its checkpoints hold the adapters and this reference.
+    adapted: Optional[ckpt.BaseRef] = None
 
     @property
     def sharded(self) -> bool:
@@ -414,19 +417,26 @@ class Trainer:
         """A self-contained checkpoint of the model at this step (its spec, parameters and vocabulary)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         describe = getattr(self.vocab, "describe", None)        # an imported checkpoint's own tokenizer
+        if self.adapted is not None:
+            tensors = adapter_tensors(tensors)
         ckpt.save_weights(path, tensors, self.spec.resolved_source, self.spec.params, self.vocab.model_proto,
-                          self.progress.step, json.dumps(describe()) if describe is not None else None)
+                          self.progress.step, json.dumps(describe()) if describe is not None else None,
+                          self.adapted)
 
     def start_from(self, checkpoint: ckpt.Checkpoint) -> None:
-        """The model's weights from another run's checkpoint (fine-tuning); optimizer and schedule start anew."""
-        ckpt.load_into(self.step.model, checkpoint,
-                       lambda tensors: state_dicts.load_model_state(self.step, self.wrapped, self.sharded, tensors))
+        """The model's weights from another run's checkpoint (fine-tuning); optimizer and schedule start anew,
+        and a LoRA run's adapters as made (B = 0: the first forward is the checkpoint's model's)."""
+        if self.adapted is not None:
+            fresh = adapter_tensors(self.step.model.state_dict())
+            checkpoint = replace(checkpoint, tensors={**checkpoint.tensors, **fresh})
+        self._load(checkpoint)
 
     def resume(self, checkpoint: ckpt.Checkpoint) -> None:
         """The model, optimizer, scheduler (and fp16 loss scaler) as the checkpoint left them; where training
         stands."""
-        ckpt.load_into(self.step.model, checkpoint,
-                       lambda tensors: state_dicts.load_model_state(self.step, self.wrapped, self.sharded, tensors))
+        if self.adapted is not None:       # the base's weights, then the run's adapters
+            checkpoint = replace(checkpoint, tensors={**ckpt.load_base(checkpoint).tensors, **checkpoint.tensors})
+        self._load(checkpoint)
         path = ckpt.state_path(checkpoint.path)
         record = ckpt.restore_training_state(
             path, ckpt.load_state(path), self.optimizer, self.scheduler,
@@ -439,6 +449,10 @@ class Trainer:
         self.progress.last_checkpoint = checkpoint.path
         if self.context.is_main:
             remove_unkept(self.run_dir, [step for step, _ in self.progress.best.kept])
+
+    def _load(self, checkpoint: ckpt.Checkpoint) -> None:
+        ckpt.load_into(self.step.model, checkpoint,
+                       lambda tensors: state_dicts.load_model_state(self.step, self.wrapped, self.sharded, tensors))
 
 
 def window_plan(window: Window, cfg, parts: int) -> list[list[list[int]]]:

@@ -33,6 +33,7 @@ from . import distributed, state_dicts
 from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
 from .best import Criterion, best_checkpoint
+from .lora import apply_lora, trainable_share
 from .loop import Diverged, Progress, StopRequested, Trainer, epoch_updates, torch_seed
 from .memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from .precision import choose_precision
@@ -115,8 +116,9 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     if sized is not spec:
         spec, task = sized, task_for(sized)
     resumed = _same_model(last, spec) if last is not None else None
-    initial = _same_tensors(ckpt.load_weights(ckpt.resolve(options.init)), spec) \
-        if options.init and not options.resume else None
+    starting = ckpt.load_weights(ckpt.resolve(options.init)) if options.init and not options.resume else None
+    adapted = _lora_base(spec, starting, resumed)
+    initial = _same_tensors(ckpt.merged(starting), spec) if starting is not None else None
     if initial is not None and options.vocab_file is not None:
         raise UserError("--init keeps the vocabulary of the run it starts from; drop --vocab")
 
@@ -149,7 +151,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
 
     spec = _with_run_length(spec, corpus, context, say)
     cfg = spec.train
-    trainer = make_trainer(spec, run_dir, context, corpus, vocab, options, log)
+    trainer = make_trainer(spec, run_dir, context, corpus, vocab, options, log, adapted=adapted)
     if resumed is not None:
         trainer.resume(resumed)
     elif initial is not None:
@@ -288,6 +290,36 @@ def _same_tensors(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:
         raise UserError(f"{saved.path}: no tensor {missing[0]}, which the model of {spec.name} has (--init starts "
                         "from weights of the same names and shapes)")
     return saved
+
+
+def _lora_base(spec, starting: ckpt.Checkpoint | None, resumed: ckpt.Checkpoint | None) -> ckpt.BaseRef | None:
+    """The checkpoint a LoRA run's adapters adapt (train.lora_rank > 0): the --init checkpoint of a new run, the
+    one its checkpoints name when resumed; None when every weight trains."""
+    cfg = spec.train
+    if resumed is not None and (resumed.base is not None) != (cfg.lora_rank > 0):
+        had = "LoRA adapters" if resumed.base is not None else "whole weights"
+        raise UserError(f"{resumed.path}: the run trained {had}; resuming it with train.lora_rank = "
+                        f"{cfg.lora_rank} would change that (drop the --set)")
+    if cfg.lora_rank == 0:
+        return None
+    if cfg.sharding == "fsdp":
+        raise UserError("train.lora_rank with train.sharding = \"fsdp\": LoRA's adapters train beside a frozen, "
+                        "replicated base; set train.sharding = \"none\"")
+    scaling = cfg.lora_alpha / cfg.lora_rank
+    if resumed is not None:
+        assert resumed.base is not None
+        if abs(resumed.base.scaling - scaling) > 1e-9 * scaling:
+            raise UserError(f"{resumed.path}: its adapters were trained with lora_alpha / lora_rank = "
+                            f"{resumed.base.scaling:g}; train.lora_alpha {cfg.lora_alpha:g} and lora_rank "
+                            f"{cfg.lora_rank} give {scaling:g}")
+        return resumed.base
+    if starting is None:
+        raise UserError(f"train.lora_rank = {cfg.lora_rank}: LoRA adapts trained weights; start from them with "
+                        "--init RUN (a run, a checkpoint or an import)")
+    if starting.base is not None:
+        raise UserError(f"{starting.path}: holds LoRA adapters, which new adapters cannot adapt; merge them "
+                        f"first (xspec average RUN --last 1 --output merged.safetensors) and --init from that")
+    return ckpt.BaseRef.of(starting.path, scaling)
 
 
 def _same_model(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:
@@ -491,10 +523,12 @@ def _document_start(spec, vocab: Vocab) -> Optional[int]:
 
 
 def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
-                 options: RunOptions, log: RunLog, free: FreeMemory | None = None) -> Trainer:
+                 options: RunOptions, log: RunLog, free: FreeMemory | None = None,
+                 adapted: ckpt.BaseRef | None = None) -> Trainer:
     """The model and its loss, spread over the processes (and compiled, if asked), with Adam and the
     eq. 3 schedule: everything the loop needs. Before any of it is allocated, the memory plan: how many
-    tokens a forward pass may hold on this device (`free`: what it has free, measured when not given)."""
+    tokens a forward pass may hold on this device (`free`: what it has free, measured when not given).
+    `adapted`: a LoRA run's base checkpoint; the model then trains adapters beside its frozen weights."""
     cfg = spec.train
     precision = choose_precision(context.device, cfg.precision)
     plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log)
@@ -502,14 +536,26 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     model = spec.build(device=str(context.device))
     if context.device.type == "cuda":
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused
+    if adapted is not None:
+        log.message(_adapters(model, spec))
     step = TrainingStep(model, cfg.label_smoothing, cfg.router_aux_loss_coef, cfg.expert_bias_update_rate,
                         cfg.mtp_loss_weight, spec.output_head, _document_start(spec, vocab))
     wrapped = distribute(step, context, cfg.sharding)
-    optimizer = make_optimizer(wrapped.parameters(), cfg)
+    optimizer = make_optimizer([p for p in wrapped.parameters() if p.requires_grad], cfg)
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped
     return Trainer(spec, run_dir, context, precision, step, wrapped, runner, optimizer,
                    make_scheduler(optimizer, cfg, spec.model_dim), corpus.train, corpus.valid, vocab, Progress(),
-                   log, plan.cap, precision.grad_scaler())
+                   log, plan.cap, precision.grad_scaler(), adapted=adapted)
+
+
+def _adapters(model: torch.nn.Module, spec) -> str:
+    """LoRA's adapters put into `model` (its other weights frozen), as the log says it."""
+    cfg = spec.train
+    names = apply_lora(model, spec, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
+    trainable, total = trainable_share(model)
+    ends = ", ".join(sorted({name.rsplit(".", 1)[-1] for name in names}))
+    return (f"LoRA: rank {cfg.lora_rank}, alpha {cfg.lora_alpha:g}, on {len(names)} linear layers ({ends}); "
+            f"{trainable:,} of {total:,} parameters train ({trainable / total:.2%})")
 
 
 def _memory_plan(spec, context: distributed.Context, precision, corpus: Corpus, free: FreeMemory,

@@ -150,8 +150,9 @@ def test_every_section_key_is_listed_with_its_meaning_and_the_docs_hold_the_list
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert len(rows) == sum(len(schema.model_fields) for schema in SECTIONS.values())
     assert "| `train.warmup_steps` | int >= 1 | `4000` |  | eq. 3's warmup (§5.3); the cosine schedule's |" in rows
-    assert "| `train.lr` | float > 0 | `0.0001` | `5e-05` | the learning rate of the constant and cosine schedules |" \
-        in rows            # the fine-tuning recipe's value beside the default
+    assert "| `train.lr` | float > 0 | `0.0001` | `5e-05` | the learning rate of the constant and cosine schedules " \
+           "(train --init: 5e-5, or 2e-4 with LoRA) |" in rows       # the fine-tuning recipe's value beside the default
+    assert '| `train.lora_targets` | [str, ...] | `["attention", "latent_attention", "linear"]` |  |' in table
     assert '| `data.examples` | "blocks" &#124; "lines" | `"blocks"` |' in table
     assert table in (ROOT / "docs" / "keys.md").read_text(), "docs/keys.md: regenerate with xspec keys --markdown"
     assert cli.main(["keys", "decode"]) == 0

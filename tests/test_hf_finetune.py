@@ -70,7 +70,8 @@ def test_train_init_starts_from_the_fine_tuning_recipe_for_one_pass_over_the_dat
                  "--no-progress", "--set", "train.batch_tokens=64", "--set", "data.block_size=32"]) == 0
     out = capsys.readouterr().out
     assert "fine-tuning recipe (--init): optimizer adamw, adam_betas 0.9, 0.999, adam_eps 1e-08, weight_decay 0.01, " \
-           "lr_schedule cosine, lr 5e-05, warmup_fraction 0.03, label_smoothing 0.0, clip_norm 1.0, epochs 1" in out
+           "lr_schedule cosine, lr 5e-05, warmup_fraction 0.03, label_smoothing 0.0, clip_norm 1.0, epochs 1, " \
+           "lora_rank 0;" in out
     steps = int(out.split("train.epochs = 1: ")[1].split(" updates")[0])
     assert 3 < steps < 40 and "warning: train.warmup_steps" not in out
     lrs = [r["lr"] for r in map(json.loads, (tmp_path / "tuned" / "metrics.jsonl").read_text().splitlines())

@@ -47,8 +47,8 @@ def _annotation(annotation: Any) -> str:
     if origin is typing.Union:
         named = " | ".join(_annotation(a) for a in args if a is not type(None))
         return named + " | none" if type(None) in args else named
-    if origin is tuple:
-        return "(" + ", ".join(_annotation(a) for a in args) + ")"
+    if origin is tuple:     # written as a list in a spec
+        return "[" + ", ".join("..." if a is Ellipsis else _annotation(a) for a in args) + "]"
     return getattr(annotation, "__name__", str(annotation))
 
 
@@ -56,7 +56,7 @@ def _default(value: Any) -> str:
     if value is None:
         return "none"
     if isinstance(value, tuple):
-        return "(" + ", ".join(_literal(v) for v in value) + ")"
+        return "[" + ", ".join(_default(v) for v in value) + "]"
     return f'"{value}"' if isinstance(value, str) else _literal(value)
 
 

@@ -209,10 +209,12 @@ def run(args: argparse.Namespace) -> int:
     from xspec.runtime.run_dir import SPEC_FILE, default_run_dir, read_run_spec
     from xspec.runtime.train import RunOptions, train
 
-    overrides = parse_overrides(args.overrides)
+    from xspec.compiler.sections import FINE_TUNING
+
+    given = parse_overrides(args.overrides)
     args.resume = _resumed_run(args)
-    if args.init and not args.resume:
-        overrides = _fine_tuning(overrides)
+    fine_tuning = bool(args.init) and not args.resume
+    overrides = {**{k: v for k, v in FINE_TUNING.items() if k not in given}, **given} if fine_tuning else given
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / SPEC_FILE).is_file():
@@ -234,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("which spec? e.g. xspec train specs/tiny.xspec (or --resume RUN, or --init RUN)")
     if args.init and args.resume:
         raise UserError("--init starts a new run from another's weights; --resume continues a run: give one")
+    if fine_tuning:
+        spec = _fine_tuning(spec, given)
     data = _data_files(args, spec, spec_dir)
     out = Path(args.resume) if args.resume else Path(args.output) if args.output else default_run_dir(spec.name)
     check_output_dir(out, "--resume" if args.resume else "--output")
@@ -248,15 +252,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fine_tuning(overrides: dict) -> dict:
-    """--init's recipe (compiler/sections.py's FINE_TUNING) under the --set values given, said in one line."""
-    from xspec.compiler.sections import FINE_TUNING
+def _fine_tuning(spec, given: dict):
+    """The spec under --init's recipe (compiler/sections.py's FINE_TUNING, with LoRA's learning rate where
+    train.lora_rank is set) and the --set values `given`; the recipe said in one line."""
+    from xspec.compiler.sections import FINE_TUNING, LORA_LR
 
-    chosen = {key: value for key, value in FINE_TUNING.items() if key not in overrides}
+    if spec.train.lora_rank and "train.lr" not in given:
+        spec = spec.with_overrides({"train.lr": LORA_LR})
+    chosen = [key for key in FINE_TUNING if key not in given]
     if chosen:
-        listed = ", ".join(f"{key.removeprefix('train.')} {_shown(value)}" for key, value in chosen.items())
+        values = spec.train.model_dump()
+        listed = ", ".join(f"{key.removeprefix('train.')} {_shown(values[key.removeprefix('train.')])}"
+                           for key in chosen)
         print(f"fine-tuning recipe (--init): {listed}; --set train.KEY=VALUE changes any")
-    return {**chosen, **overrides}
+    return spec
 
 
 def _shown(value: object) -> str:

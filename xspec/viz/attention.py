@@ -257,7 +257,7 @@ def _heatmap(ax, amap: AttentionMap, index: int, head_number: int):
 def load_trained(run_or_checkpoint: Path, device: str = "cpu"):
     """(spec, model, vocabulary, step) of a run's latest checkpoint, or of a checkpoint file, each
     checked as untrusted data (xspec.runtime.inference)."""
-    checkpoint = ckpt.load_weights(ckpt.resolve(run_or_checkpoint))
+    checkpoint = ckpt.load_merged(ckpt.resolve(run_or_checkpoint))
     spec = compile_checkpoint_spec(checkpoint)
     model, vocab = build_from_checkpoint(checkpoint, spec, device)
     return spec, model, vocab, checkpoint.step

@@ -1,0 +1,154 @@
+"""Low-rank adaptation (Hu et al., 2021, "LoRA"): chosen linear layers learn W + (alpha / r) B A beside their
+frozen weight W, A [r, in] from Kaiming's uniform and B [out, r] zero, so the first forward is the base
+model's; nothing else trains.
+
+Which layers (train.lora_targets): op kinds of the spec (`attention`: every projection of an attention op;
+`linear`: every linear op but the output head), or the end of module names (`q_proj`, `self_attn.q_proj`).
+A run's checkpoints hold the adapters alone and a reference to the checkpoint they adapt (checkpoint.py's
+`BaseRef`); reading one for decoding, averaging or export merges them into the base's weights."""
+
+from __future__ import annotations
+
+import math
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xspec.base.errors import UserError
+from xspec.compiler.ops import OPS
+
+ADAPTER_PARTS = ("lora_A", "lora_B")
+
+
+class LoRALinear(nn.Linear):
+    """y = x W^T + b + (alpha / r) dropout(x) A^T B^T: an nn.Linear (its weight and bias keep their names
+    and stay frozen) with the adapter beside it."""
+
+    def __init__(self, linear: nn.Linear, rank: int, alpha: float, dropout: float) -> None:
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self.weight.requires_grad_(False)
+        if self.bias is not None:
+            self.bias.requires_grad_(False)
+        where = {"device": self.weight.device, "dtype": self.weight.dtype}
+        self.lora_A = nn.Parameter(torch.empty(rank, self.in_features, **where))
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, **where))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))      # as nn.Linear's own weight, and PEFT's A
+        self.scaling = alpha / rank
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        base = F.linear(x, self.weight, self.bias)
+        adapted = _AddUpdate.apply(base.flatten(0, -2), self.dropout(x).flatten(0, -2), self.lora_A, self.lora_B,
+                                   self.scaling)
+        return adapted.view_as(base)
+
+    def merged(self) -> nn.Linear:
+        """A plain linear layer computing the same: W + (alpha / r) B A."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
+                           device=self.weight.device, dtype=self.weight.dtype)
+        with torch.no_grad():
+            linear.weight.copy_(merged_weight(self.weight, self.lora_A, self.lora_B, self.scaling))
+            if self.bias is not None:
+                linear.bias.copy_(self.bias)
+        return linear
+
+
+class _AddUpdate(torch.autograd.Function):
+    """base + scaling * (x A^T) B^T, for 2-d base [tokens, out] and x [tokens, in]. Autograd's own backward
+    of these products takes the forms with a [features, tokens] left operand (x^T g), several times slower on
+    CPUs for a rank this small than the forms taken here, whose left operand is [rank, tokens] or [tokens, .]."""
+
+    @staticmethod
+    def forward(ctx, base: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                scaling: float) -> torch.Tensor:
+        down = x @ a.t()                                    # [tokens, rank]
+        scaled_bt = (scaling * b).t().contiguous()          # [rank, out]
+        ctx.save_for_backward(x, a, down, scaled_bt)
+        ctx.scaling = scaling
+        return torch.addmm(base, down, scaled_bt)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, a, down, scaled_bt = ctx.saved_tensors
+        grad_down = grad @ scaled_bt.t()                   # [tokens, rank]
+        grad_b = (down.t() @ grad).t() * ctx.scaling if ctx.needs_input_grad[3] else None
+        grad_a = grad_down.t() @ x if ctx.needs_input_grad[2] else None
+        grad_x = grad_down @ a if ctx.needs_input_grad[1] else None
+        return grad, grad_x, grad_a, grad_b, None
+
+
+def merged_weight(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: float) -> torch.Tensor:
+    """W + scaling * B A, computed in float32 and kept in W's dtype."""
+    return (weight.float() + scaling * (b.float() @ a.float())).to(weight.dtype)
+
+
+def is_adapter(name: str) -> bool:
+    """Whether a state-dict key is an adapter's (`...q_proj.lora_A`)."""
+    return name.rsplit(".", 1)[-1] in ADAPTER_PARTS
+
+
+def lora_targets(model: nn.Module, spec, targets: tuple[str, ...]) -> list[str]:
+    """The names of the plain linear layers of `model` that `targets` choose (the module docstring); a target
+    that is neither an op kind nor the end of a linear layer's name is refused by name."""
+    owners: dict[str, list[str]] = {}
+    for node in spec.ops:
+        if node.module:
+            owners.setdefault(node.op, []).append(node.module)
+    linears = [name for name, module in model.named_modules() if type(module) is nn.Linear]
+
+    def chooses(target: str, name: str) -> bool:
+        if target == "linear":
+            return name in owners.get("linear", ()) and name != spec.output_head
+        if target in OPS:
+            return any(name.startswith(f"{owner}.") for owner in owners.get(target, ()))
+        return name == target or name.endswith(f".{target}")
+
+    for target in targets:
+        if target not in OPS and not any(chooses(target, name) for name in linears):
+            raise UserError(f"train.lora_targets: {target!r} is neither an op kind nor the end of a linear layer's "
+                            f"name in {spec.name} (its linear layers: {_examples(linears)})")
+    return [name for name in linears if any(chooses(target, name) for target in targets)]
+
+
+def _examples(names: list[str]) -> str:
+    ends = sorted({name.rsplit(".", 1)[-1] for name in names})
+    return ", ".join(ends[:12]) + (", ..." if len(ends) > 12 else "")
+
+
+def apply_lora(model: nn.Module, spec, rank: int, alpha: float, dropout: float,
+               targets: tuple[str, ...]) -> list[str]:
+    """Replaces the chosen linear layers of `model` with LoRALinear, in place, and freezes every other
+    parameter; the names replaced (a spec whose targets choose none is an error naming them)."""
+    names = lora_targets(model, spec, targets)
+    if not names:
+        raise UserError(f"train.lora_targets {list(targets)}: no linear layer of {spec.name} is among them (its op "
+                        f"kinds: {', '.join(sorted({node.op for node in spec.ops}))})")
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    for name in names:
+        parent, _, child = name.rpartition(".")
+        holder = model.get_submodule(parent) if parent else model
+        setattr(holder, child, LoRALinear(getattr(holder, child), rank, alpha, dropout))
+    return names
+
+
+def merge_lora(model: nn.Module) -> int:
+    """Replaces every LoRALinear of `model` with the plain linear layer it computes, in place; how many."""
+    merged = [(name, module) for name, module in model.named_modules() if isinstance(module, LoRALinear)]
+    for name, module in merged:
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, module.merged())
+    return len(merged)
+
+
+def adapter_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: tensor for name, tensor in state.items() if is_adapter(name)}
+
+
+def trainable_share(model: nn.Module) -> tuple[int, int]:
+    """(parameters that train, all parameters), tied ones counted once."""
+    unique = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() for p in unique if p.requires_grad), sum(p.numel() for p in unique)
+

@@ -1,0 +1,236 @@
+"""LoRA (train.lora_rank): adapters train beside frozen weights, start as the base model, are saved alone
+with a reference to their base, and merge into it for decoding, averaging and export; the merged export's
+logits, read by transformers, are the adapted model's."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+import xspec
+from float32 import assert_close
+from hf_checkpoints import imported
+from xspec.base.errors import UserError
+from xspec.runtime import checkpoint as ckpt
+from xspec.runtime.inference import compile_checkpoint_spec
+from xspec.runtime.lora import LoRALinear, apply_lora, lora_targets, merge_lora, trainable_share
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+TRAIN = ["--no-test", "--no-tensorboard", "--no-progress", "--set", "train.batch_tokens=256"]
+
+
+def text_files(directory, lines: int = 60) -> list[str]:
+    for split, seed in (("train", 2), ("valid", 3)):
+        draw = random.Random(seed)
+        words = [" ".join(f"w{draw.randint(3, 40)}" for _ in range(draw.randint(3, 10))) for _ in range(lines)]
+        (directory / f"{split}.txt").write_text("\n".join(words) + "\n")
+    return ["--train", str(directory / "train.txt"), "--valid", str(directory / "valid.txt")]
+
+
+def adapted_model(run):
+    """The LoRA run's model as it trained: its base's weights, frozen, and its adapters beside them."""
+    saved = ckpt.load_weights(ckpt.resolve(run))
+    spec = compile_checkpoint_spec(saved)
+    model = spec.build(device="cpu")
+    cfg = spec.train
+    apply_lora(model, spec, cfg.lora_rank, cfg.lora_alpha, 0.0, cfg.lora_targets)
+    ckpt.load_into(model, replace(saved, tensors={**ckpt.load_base(saved).tensors, **saved.tensors}))
+    return model.eval()
+
+
+def test_adapters_start_as_the_base_model_and_only_they_train():
+    spec = xspec.compile("specs/modern/qwen3.xspec")
+    torch.manual_seed(0)
+    model = spec.build(device="cpu").eval()
+    ids = torch.randint(0, spec.vocab_size, (2, 7))
+    with torch.no_grad():
+        before = model(ids)
+    names = apply_lora(model, spec, rank=4, alpha=8, dropout=0.0, targets=("attention", "linear"))
+    assert "decoder.generator" not in names and len(names) == 7 * spec.params["layers"]
+    with torch.no_grad():
+        assert_close(model(ids), before, rel=1e-6)              # B = 0: the base model's forward
+    trainable, total = trainable_share(model)
+    adapters = sum(m.lora_A.numel() + m.lora_B.numel() for m in model.modules() if isinstance(m, LoRALinear))
+    assert trainable == adapters and 0 < trainable < total
+    model.train()
+    model(ids).logsumexp(-1).sum().backward()
+    grads = {name for name, p in model.named_parameters() if p.grad is not None}
+    assert grads and all(name.endswith(("lora_A", "lora_B")) for name in grads)
+    assert any(name.endswith("lora_B") for name in grads)
+
+    with torch.no_grad():       # a trained adapter, merged: the same function in one plain linear layer
+        for module in model.modules():
+            if isinstance(module, LoRALinear):
+                module.lora_B.normal_(std=0.05)
+        model.eval()
+        adapted = model(ids)
+        assert merge_lora(model) == len(names)
+        assert not any(isinstance(m, LoRALinear) for m in model.modules())
+        assert_close(model(ids), adapted)
+        assert (adapted - before).abs().max() > 1e-3
+
+
+def test_the_adapters_gradients_are_the_products_derivatives():
+    """LoRALinear's own backward (its products taken in the forms fast on CPUs) against autograd's numbers."""
+    torch.manual_seed(2)
+    layer = LoRALinear(torch.nn.Linear(5, 3, dtype=torch.float64), rank=2, alpha=6, dropout=0.0)
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    layer.weight.requires_grad_(True)
+    x = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(layer, (x,))
+    expected = x @ layer.weight.t() + layer.bias + 3 * (x @ layer.lora_A.t()) @ layer.lora_B.t()
+    torch.testing.assert_close(layer(x), expected)
+
+
+@pytest.mark.parametrize("targets, expected", [
+    (("attention",), {"q_proj", "k_proj", "v_proj", "out_proj"}),
+    (("linear",), {"gate", "up", "down"}),
+    (("q_proj", "ffn.down"), {"q_proj", "down"}),
+])
+def test_targets_are_op_kinds_or_ends_of_module_names(targets, expected):
+    spec = xspec.compile("specs/modern/qwen3.xspec")
+    model = spec.build(device="meta")
+    chosen = lora_targets(model, spec, targets)
+    assert {name.rsplit(".", 1)[-1] for name in chosen} == expected
+    assert len(chosen) == len(expected) * spec.params["layers"]
+
+
+def test_latent_attention_projections_are_targets_of_their_kind():
+    spec = xspec.compile("specs/modern/deepseek_v3.xspec")
+    chosen = lora_targets(spec.build(device="meta"), spec, ("latent_attention",))
+    assert chosen and all(".self_attn." in name for name in chosen)
+    assert {name.split(".self_attn.")[1] for name in chosen} == {"q_proj.down", "q_proj.up", "kv_down", "kv_up", "out_proj"}
+
+
+def test_a_target_naming_nothing_is_refused_by_name():
+    spec = xspec.compile("specs/modern/qwen3.xspec")
+    with pytest.raises(UserError, match="train.lora_targets: 'qproj' is neither an op kind nor the end of a linear "
+                                        "layer's name in qwen3 .its linear layers: down, gate, generator, k_proj"):
+        lora_targets(spec.build(device="meta"), spec, ("attention", "qproj"))
+    with pytest.raises(UserError, match=r"train.lora_targets \['moe', 'mamba2'\]: no linear layer of qwen3 is among "
+                                        "them .its op kinds: add, attention, embedding"):
+        apply_lora(spec.build(device="meta"), spec, 4, 8, 0.0, ("moe", "mamba2"))
+
+
+def test_a_lora_fine_tune_saves_adapters_resumes_and_exports_merged(tmp_path, capsys):
+    from xspec.cli import main
+
+    data = text_files(tmp_path)
+    base = tmp_path / "base"
+    shutil.copytree(imported("qwen3"), base)
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(base), *data, "-o", str(tuned), *TRAIN, "--set", "train.lora_rank=4",
+                 "--set", "train.lora_alpha=8", "--set", "train.max_steps=2", "--set", "train.epochs=5"]) == 0
+    out = capsys.readouterr().out
+    assert ", lr 0.0002, " in out                    # LoRA's learning rate in the fine-tuning recipe
+    layers = 7 * 3                  # qwen3's test sizes: three layers, seven projections each
+    line = next(line for line in out.splitlines() if line.startswith("LoRA: "))
+    assert line.startswith(f"LoRA: rank 4, alpha 8, on {layers} linear layers (down, gate, k_proj, out_proj, q_proj, "
+                           "up, v_proj); ")
+    saved = ckpt.load_weights(ckpt.resolve(tuned))
+    trained = sum(t.numel() for t in saved.tensors.values())
+    assert f"; {trained:,} of " in line
+    assert saved.base is not None and saved.base.scaling == 2.0
+    assert saved.base.path == (base / "checkpoints" / "step-00000000.safetensors").resolve()
+    assert sorted({name.rsplit(".", 1)[1] for name in saved.tensors}) == ["lora_A", "lora_B"]
+    assert len(saved.tensors) == 2 * layers
+
+    # Resumed, it goes on from its adapters and its base.
+    assert main(["train", "--resume", str(tuned), *TRAIN, "--set", "train.max_steps=3"]) == 0
+    assert "resuming" in capsys.readouterr().out
+    resumed = ckpt.load_weights(ckpt.resolve(tuned))
+    assert resumed.step == 3 and resumed.base == saved.base
+
+    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        adapted = adapted_model(tuned)(ids)
+        loaded = xspec.load(tuned, device="cpu", weights="fp32")
+        assert_close(loaded.model(ids), adapted)              # decoding reads the adapters merged
+        assert (adapted - xspec.load(base, device="cpu", weights="fp32").model(ids)).abs().max() > 0
+        exported = tmp_path / "exported"
+        assert main(["export", str(tuned), "--format", "hf", "-o", str(exported)]) == 0
+        reloaded = transformers.AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32).eval()
+        assert_close(reloaded(ids).logits, adapted)
+        average = tmp_path / "average.safetensors"
+        assert main(["average", str(tuned), "--last", "2", "--output", str(average)]) == 0
+        averaged = ckpt.load_weights(average)
+        assert averaged.base is None and "decoder.layers.0.self_attn.q_proj.weight" in averaged.tensors
+
+    # A base that changed since, or went away, is refused by name.
+    weights = base / "checkpoints" / "step-00000000.safetensors"
+    original = ckpt.load_weights(weights)
+    changed = {name: tensor + 1 if name.endswith("q_proj.weight") else tensor for name, tensor in
+               original.tensors.items()}
+    ckpt.save_weights(weights, changed, original.spec_source, original.params, original.vocab_proto, 0,
+                      original.tokenizer)
+    with pytest.raises(UserError, match="adapt .*step-00000000.safetensors as it was when the run started .metadata "
+                                        "xspec.lora_base"):
+        xspec.load(tuned, device="cpu")
+    weights.unlink()
+    assert main(["generate", str(tuned), "--prompt", "w3 w4"]) != 0
+    assert "which is gone; put that checkpoint back where it was" in capsys.readouterr().err
+
+
+def test_lora_needs_weights_to_adapt(tmp_path, capsys):
+    from xspec.cli import main
+
+    data = text_files(tmp_path, lines=20)
+    assert main(["train", "specs/lm.xspec", *data, "-o", str(tmp_path / "a"), *TRAIN,
+                 "--set", "train.lora_rank=4"]) != 0
+    assert "train.lora_rank = 4: LoRA adapts trained weights; start from them with --init RUN" in \
+        capsys.readouterr().err
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(imported("qwen3")), *data, "-o", str(tuned), *TRAIN, "--set",
+                 "train.lora_rank=2", "--set", "train.max_steps=1"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--init", str(tuned), *data, "-o", str(tmp_path / "again"), *TRAIN, "--set",
+                 "train.lora_rank=2", "--set", "train.max_steps=1"]) != 0
+    assert "holds LoRA adapters, which new adapters cannot adapt; merge them first" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tuned), *TRAIN, "--set", "train.lora_rank=0"]) != 0
+    assert "the run trained LoRA adapters; resuming it with train.lora_rank = 0 would change that" in \
+        capsys.readouterr().err
+    assert main(["train", "--resume", str(tuned), *TRAIN, "--set", "train.lora_alpha=4"]) != 0
+    assert "its adapters were trained with lora_alpha / lora_rank = 8" in capsys.readouterr().err
+    # A full fine-tune may start from the adapted model: its weights merged.
+    assert main(["train", "--init", str(tuned), *data, "-o", str(tmp_path / "full"), *TRAIN,
+                 "--set", "train.max_steps=1"]) == 0
+
+
+def test_a_lora_checkpoints_base_reference_is_checked(tmp_path):
+    saved = tmp_path / "adapters.safetensors"
+    for text, problem in (("[]", "expected path, sha256 and scaling"),
+                          ('{"path": "x", "sha256": "00", "scaling": 1}', "sha256: expected 64 hexadecimal"),
+                          ('{"path": "x", "sha256": "' + "0" * 64 + '", "scaling": -1}', "scaling: expected a "
+                                                                                          "positive number")):
+        ckpt.save_weights(saved, {"a.lora_A": torch.zeros(1, 2)}, "model m {}", {}, b"", 1)
+        from safetensors.torch import load_file, save_file
+
+        save_file(load_file(str(saved)), str(saved), metadata={
+            ckpt.SPEC_KEY: "model m {}", ckpt.PARAMS_KEY: "{}", ckpt.VOCAB_KEY: "", ckpt.STEP_KEY: "1",
+            ckpt.BASE_KEY: text})
+        with pytest.raises(UserError, match=f"metadata xspec.lora_base: {problem}"):
+            ckpt.load_weights(saved)
+    base = tmp_path / "base.safetensors"
+    ckpt.save_weights(base, {"a.weight": torch.zeros(3, 2)}, "model m {}", {}, b"", 0)
+    ref = ckpt.BaseRef.of(base, 1.0)
+    for tensors, problem in (({"a.lora_A": torch.zeros(1, 2)}, "tensor a.lora_B is missing"),
+                             ({"a.lora_A": torch.zeros(1, 2), "a.lora_B": torch.zeros(4, 1)},
+                              r"adapters of a of shapes \(1, 2\) and \(4, 1\) do not fit its weight of shape \(3, 2\)"),
+                             ({"b.lora_A": torch.zeros(1, 2), "b.lora_B": torch.zeros(3, 1)},
+                              "adapters of b, which has no weight in"),
+                             ({"a.weight": torch.zeros(3, 2)}, "tensor a.weight beside LoRA adapters")):
+        ckpt.save_weights(saved, tensors, "model m {}", {}, b"", 1, base=ref)
+        with pytest.raises(UserError, match=problem):
+            ckpt.load_merged(saved)
+    ckpt.save_weights(saved, {"a.lora_A": torch.ones(1, 2), "a.lora_B": torch.full((3, 1), 2.0)}, "model m {}",
+                      {}, b"", 1, base=ref)
+    assert torch.equal(ckpt.load_merged(saved).tensors["a.weight"], torch.full((3, 2), 2.0))
+    assert json.loads(ckpt.load_weights(saved).base.text())["scaling"] == 1.0
