@@ -16,7 +16,7 @@ from .multi_token import prediction_depths
 from .precision import choose_precision
 from .sampling import Sampling, sample
 from .speculative import Drafts, can_draft, speculative_greedy
-from .vocab import EOS, Vocab, document_start, end_tokens, never_generated, prompt_ids
+from .vocab import EOS, Vocab, chat_prompt_ids, document_start, end_tokens, never_generated, prompt_ids
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Generator:
     seed: int = 0
     output_head: Optional[str] = None  # the module that makes the logits, which multi-token prediction shares
     drafts: Drafts = field(default_factory=Drafts)  # speculative decoding's proposals and acceptances so far
+    chat: bool = False              # each prompt a user's message in the checkpoint's chat template
+    system: Optional[str] = None    # with `chat`: a system message before each
 
     @property
     def sampling(self) -> Optional[Sampling]:
@@ -41,11 +43,13 @@ class Generator:
         """Each prompt as the model reads it (runtime/vocab.py's prompt_ids: xspec's vocabulary starts it with
         EOS, the start of a document; a checkpoint's tokenizer encodes it as its own does), and the (index,
         tokens) of those too long to leave room for a new token: they keep their first token where it is
-        the document's start, and their last ones. A prompt of no tokens at all is the start alone."""
+        the document's start, and their last ones. A prompt of no tokens at all is the start alone. With
+        `chat`, each prompt is a user's message rendered by the checkpoint's chat template."""
         room = self.max_tokens - 1
         start = document_start(self.vocab)
         prompts, too_long = [], []
-        for i, ids in enumerate(prompt_ids(self.vocab, lines)):
+        encoded = chat_prompt_ids(self.vocab, lines, self.system) if self.chat else prompt_ids(self.vocab, lines)
+        for i, ids in enumerate(encoded):
             ids = ids or [start]
             if len(ids) > room:
                 too_long.append((i, len(ids)))

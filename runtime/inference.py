@@ -112,21 +112,27 @@ class _Scoring:
         """Each line translated with beam search (the spec's decode settings unless given)."""
         return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
 
-    def generator(self, batch_tokens: int = 4000, seed: int = 0, **overrides) -> Generator:
+    def generator(self, batch_tokens: int = 4000, seed: int = 0, chat: bool = False, system: Optional[str] = None,
+                  **overrides) -> Generator:
         if not self.is_language_model:
             raise UserError(f"{self.label}: a translation model continues no prompts; use translate")
+        if system is not None and not chat:
+            raise UserError("a system message is part of a chat: give chat=True (--chat) with it")
         return Generator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
-                         self.max_tokens, batch_tokens, seed, self.output_head)
+                         self.max_tokens, batch_tokens, seed, self.output_head, chat=chat, system=system)
 
     def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 beam: Optional[int] = None, seed: int = 0) -> list[str]:
+                 beam: Optional[int] = None, seed: int = 0, chat: bool = False,
+                 system: Optional[str] = None) -> list[str]:
         """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text.
-        `sample=False` without a `beam` is greedy (beam 1), as `xspec generate --no-sample` is."""
+        `sample=False` without a `beam` is greedy (beam 1), as `xspec generate --no-sample` is. `chat`: each
+        prompt is a user's message (after `system`'s) in the checkpoint's chat template, and the continuation
+        the assistant's reply."""
         if sample is False and beam is None:
             beam = 1
-        return self.generator(seed=seed, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
-                              top_k=top_k, top_p=top_p, beam=beam).generate(prompts)
+        return self.generator(seed=seed, chat=chat, system=system, max_new_tokens=max_new_tokens, sample=sample,
+                              temperature=temperature, top_k=top_k, top_p=top_p, beam=beam).generate(prompts)
 
     def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
         """log P (nats) of each text under a language model, or of each target given its source text

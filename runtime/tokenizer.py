@@ -1,6 +1,6 @@
 """An imported checkpoint's own tokenizer: tokenizer.json through the `tokenizers` library, or a sentencepiece
-tokenizer.model. Both are data (JSON, a protobuf), never code. Chat templates (tokenizer_config.json's
-chat_template) are not read: prompts are plain text, encoded as the checkpoint's tokenizer encodes a text.
+tokenizer.model. Both are data (JSON, a protobuf), never code. A prompt is encoded as the checkpoint's
+tokenizer encodes a text, or, with `--chat`, as its chat template (runtime/chat.py) renders a conversation.
 `xspec import` finds it in a checkpoint directory (xspec/hf/tokenizer.py); a checkpoint keeps its
 description and file, and loading one makes it again here.
 
@@ -30,6 +30,7 @@ from typing import BinaryIO, Callable, Iterator, TypeVar
 from xspec.base.errors import UserError
 from xspec.base.strict_json import parse_json
 from xspec.base.text import printable
+from .chat import chat_template
 
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE = "tokenizer.model"
@@ -39,7 +40,8 @@ NONE = "none"               # a checkpoint directory without a tokenizer: the mo
 DESCRIPTION = ("kind", "bos_id", "eos_ids", "add_bos", "add_eos")  # what a checkpoint keeps of a tokenizer
 # The checkpoint directory's own files an import keeps beside its tokenizer (`hf_files`), as JSON objects,
 # for `xspec export --format hf` to write back: the same config keys, special tokens and generation settings.
-HF_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_FILES = ("config.json", TOKENIZER_CONFIG, "special_tokens_map.json", "generation_config.json")
 
 # Time budgets. Tokenizers built as Llama 2's and 3's, Qwen2's, GPT-2's, BERT's and T5's encode a 1 MiB
 # line (xspec's longest) of the worst kind for each in 0.6 to 4 s on one core of the 2-core development
@@ -91,11 +93,14 @@ class CheckpointTokenizer:
     defaults: BOS, no EOS)."""
 
     def __init__(self, kind: str, data: bytes, bos_id: int | None, eos_ids: list[int], origin: str,
-                 add_bos: bool = True, add_eos: bool = False, hf_files: dict[str, dict] | None = None) -> None:
+                 add_bos: bool = True, add_eos: bool = False, hf_files: dict[str, dict] | None = None,
+                 settings_origin: str = "tokenizer_config.json") -> None:
         self.kind, self.model_proto, self.bos_id, self.eos_ids = kind, data, bos_id, eos_ids
         self.add_bos, self.add_eos = add_bos, add_eos
         self.hf_files = hf_files or {}      # HF_FILES the checkpoint directory had, kept for export
         self._origin = origin
+        # tokenizer_config.json's chat template (`settings_origin` names the file), compiled and so checked now
+        self.chat = chat_template(self.hf_files.get(TOKENIZER_CONFIG, {}), settings_origin)
         self._library: _Tokenizers | _Sentencepiece | None = None
         if kind == "tokenizers":
             self._library = _Tokenizers(data, origin)
@@ -153,24 +158,35 @@ class CheckpointTokenizer:
         end = [self.eos_id] if self.add_eos and self.eos_id is not None else []
         return [[*start, *ids, *end] for ids in self.encode(lines)]
 
+    def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
+        """Each line a user's message (after `system`'s, if given), rendered by the chat template with the
+        assistant's turn opened, then encoded as transformers' apply_chat_template encodes it: the template
+        writes the special tokens, the tokenizer adds none."""
+        if self.chat is None:
+            raise UserError(f"{self._origin}: the checkpoint has no chat template (tokenizer_config.json's "
+                            "chat_template, or chat_template.jinja), so --chat has no conversation format")
+        start = [{"role": "system", "content": system}] if system is not None else []
+        rendered = [self.chat.render([*start, {"role": "user", "content": line}]) for line in lines]
+        return self._encoded(rendered, self._needed().encode)
+
     def _encoded(self, lines: list[str], encode: Callable[[list[str]], list[list[int]]]) -> list[list[int]]:
         encoded: list[list[int]] = []
         for start, chunk in _chunks(lines):
             try:
-                encoded += _bounded(lambda: encode(chunk), _budget(chunk))
-            except (_Overtime, _Failed):     # which line it was: each alone, with a budget of its own
+                encoded += bounded(lambda: encode(chunk), _budget(chunk))
+            except (Overtime, CallFailed):     # which line it was: each alone, with a budget of its own
                 encoded += [self._encode_line(encode, start + i, line) for i, line in enumerate(chunk)]
         return encoded
 
     def _encode_line(self, encode: Callable[[list[str]], list[list[int]]], index: int, line: str) -> list[int]:
         budget = _budget([line])
         try:
-            return _bounded(lambda: encode([line]), budget)[0]
-        except _Overtime:
+            return bounded(lambda: encode([line]), budget)[0]
+        except Overtime:
             raise TokenizingError(self._origin, index, line, f"encoding a line of {len(line):,} characters took "
                                   f"more than {_seconds(budget)} (its normalizer or pre-tokenizer is too slow on "
                                   "it: a regular expression that backtracks?)") from None
-        except _Failed as failed:
+        except CallFailed as failed:
             raise TokenizingError(self._origin, index, line, f"cannot encode a line of {len(line):,} characters "
                                   f"({failed.reason})") from None
 
@@ -181,11 +197,11 @@ class CheckpointTokenizer:
             ids = [i for i in ids if i not in specials]
         budget = BUDGET_BASE_S + BUDGET_PER_TOKEN_S * len(ids)
         try:
-            return _bounded(lambda: library.decode(list(ids)), budget)
-        except _Overtime:
+            return bounded(lambda: library.decode(list(ids)), budget)
+        except Overtime:
             raise UserError(f"{self._origin}: decoding {len(ids):,} token ids took more than {_seconds(budget)} (its "
                             "decoder is too slow on them)") from None
-        except _Failed as failed:
+        except CallFailed as failed:
             raise UserError(f"{self._origin}: cannot decode {len(ids):,} token ids ({failed.reason})") from None
 
     def describe(self) -> dict:
@@ -217,7 +233,7 @@ class CheckpointTokenizer:
         kind = info["kind"]
         origin = f"{where}: its {FILES[kind]}" if kind in FILES else f"{where}: its tokenizer"
         return cls(kind, data, info["bos_id"], info["eos_ids"], origin, info.get("add_bos", True),
-                   info.get("add_eos", False), files)
+                   info.get("add_eos", False), files, f"{where}: its {TOKENIZER_CONFIG}")
 
 
 def check_against_embedding(tokenizer: CheckpointTokenizer, rows: int, where: str) -> None:
@@ -295,10 +311,10 @@ def _read(load: Callable[[], T], refusal: str) -> T:
     """What `load` makes of a tokenizer's file, or a UserError starting with `refusal` saying why (the library
     raises assorted types for a file it cannot read, a panic among them)."""
     try:
-        return _bounded(load, READ_TIMEOUT_S)
-    except _Overtime:
+        return bounded(load, READ_TIMEOUT_S)
+    except Overtime:
         raise UserError(f"{refusal} (reading it takes more than {READ_TIMEOUT_S:.0f} s)") from None
-    except _Failed as failed:
+    except CallFailed as failed:
         raise UserError(f"{refusal} ({failed.reason})") from None
 
 
@@ -307,11 +323,11 @@ def _read(load: Callable[[], T], refusal: str) -> T:
 T = TypeVar("T")
 
 
-class _Overtime(Exception):
+class Overtime(Exception):
     """The call was still running when its budget ran out."""
 
 
-class _Failed(Exception):
+class CallFailed(Exception):
     """The call raised; `reason` says what, in one line."""
 
     def __init__(self, reason: str) -> None:
@@ -339,15 +355,15 @@ def _chunks(lines: list[str]) -> Iterator[tuple[int, list[str]]]:
         yield start, lines[start:]
 
 
-def _bounded(call: Callable[[], T], seconds: float) -> T:
-    """call()'s result, run by the worker thread and waited for at most `seconds` (else _Overtime: the worker
+def bounded(call: Callable[[], T], seconds: float) -> T:
+    """call()'s result, run by the worker thread and waited for at most `seconds` (else Overtime: the worker
     is left to finish it, or to end with the process, and the next call gets a new one); whatever it
-    raises, a native panic included, is _Failed."""
-    return _bounded_timed(call, seconds)[0]
+    raises, a native panic included, is CallFailed."""
+    return bounded_timed(call, seconds)[0]
 
 
-def _bounded_timed(call: Callable[[], T], seconds: float) -> tuple[T, float]:
-    """As _bounded, with the CPU time the worker thread spent on the call: a measure of the call alone, which
+def bounded_timed(call: Callable[[], T], seconds: float) -> tuple[T, float]:
+    """As bounded, with the CPU time the worker thread spent on the call: a measure of the call alone, which
     neither other processes nor this process's other threads (an abandoned call among them) change."""
     outcome: list = []
     finished = threading.Event()
@@ -357,13 +373,13 @@ def _bounded_timed(call: Callable[[], T], seconds: float) -> tuple[T, float]:
         _calls.worker.put((call, outcome, finished))
         if not finished.wait(seconds):
             _calls.worker = None
-            raise _Overtime
+            raise Overtime
         done, value, cpu = outcome[0]
         failed.append(not done)
     if done:
         return value, cpu
     _reraise_interrupt(value)
-    raise _Failed(_reason(value))
+    raise CallFailed(_reason(value))
 
 
 class _Calls:
@@ -491,10 +507,10 @@ class _Probe:
     def _timed(self, doing: str, call: Callable[[], T]) -> tuple[float, T]:
         """(CPU seconds the call took on its thread, result): other load on the machine does not count."""
         try:
-            result, seconds = _bounded_timed(call, PROBE_TIMEOUT_S)
-        except _Overtime:
+            result, seconds = bounded_timed(call, PROBE_TIMEOUT_S)
+        except Overtime:
             raise self._refusal(f"{doing} takes more than {PROBE_TIMEOUT_S:.0f} s") from None
-        except _Failed as failed:
+        except CallFailed as failed:
             raise self._refusal(f"{doing} fails ({failed.reason})") from None
         return seconds, result
 

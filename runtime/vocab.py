@@ -45,6 +45,15 @@ def prompt_ids(vocab, lines: list[str]) -> list[list[int]]:
     return [[document_start(vocab), *ids] for ids in vocab.encode(lines)]
 
 
+def chat_prompt_ids(vocab, lines: list[str], system: str | None = None) -> list[list[int]]:
+    """Each line a user's message in the checkpoint's chat template (runtime/tokenizer.py's encode_chat)."""
+    encode = getattr(vocab, "encode_chat", None)
+    if encode is None:
+        raise UserError("--chat: the model's vocabulary is xspec's own, which has no chat template (an imported "
+                        "checkpoint's tokenizer brings its template)")
+    return encode(lines, system)
+
+
 class Vocab:
     """Text <-> token ids. The ids of PAD/UNK/BOS/EOS are fixed so every run agrees on them.
 

@@ -122,7 +122,7 @@ def test_import_prints_its_verification_and_generate_continues_a_prompt(tmp_path
     shown = capsys.readouterr().out
     assert "  set         sliding_window = 6   (config.json sliding_window)\n" in shown
     assert "  unchanged   use_cache: whether generation keeps a key/value cache" in shown
-    assert "  verified    max |Δlogit| " in shown and "chat templates are not imported" in shown
+    assert "  verified    max |Δlogit| " in shown and "; no chat template" in shown
     assert main(["generate", str(out), "--prompt", "w5 w6 w7", "--max-new-tokens", "4", "--beam", "1"]) == 0
     words = capsys.readouterr().out.split()
     assert 1 <= len(words) <= 4 and all(w.startswith("w") for w in words)

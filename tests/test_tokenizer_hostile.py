@@ -194,17 +194,17 @@ def test_through_the_api_the_error_shows_the_lines_place_and_start(tilde_run):
 
 
 def test_what_a_call_writes_to_stderr_is_passed_on_unless_the_call_fails(capfd):
-    from xspec.runtime.tokenizer import _bounded, _Failed
+    from xspec.runtime.tokenizer import CallFailed, bounded
 
-    assert _bounded(lambda: os.write(2, b"a warning\n"), 1.0) == 10
+    assert bounded(lambda: os.write(2, b"a warning\n"), 1.0) == 10
     assert capfd.readouterr().err == "a warning\n"
 
     def failing() -> None:
         os.write(2, b"the library's own report\n")
         raise ValueError("broken")
 
-    with pytest.raises(_Failed, match="^broken$"):
-        _bounded(failing, 1.0)
+    with pytest.raises(CallFailed, match="^broken$"):
+        bounded(failing, 1.0)
     assert capfd.readouterr().err == ""
 
 

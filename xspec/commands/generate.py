@@ -29,13 +29,16 @@ generation_config.json; the flags override it): greedy (--no-sample or --beam 1)
 (--beam N), or sampling (--sample, or any of --temperature, --top-k, --top-p). Each prompt draws from a
 random stream of its own, seeded by --seed and its line number: the same seed gives the same text. An
 imported checkpoint's prompts are encoded as its own tokenizer encodes a text (its BOS where it adds
-one), and a continuation ends at any of its end-of-sequence ids.
+one), and a continuation ends at any of its end-of-sequence ids. With --chat, each prompt is a user's
+message (after --system's) in the checkpoint's chat template, rendered as transformers renders it, in
+jinja2's immutable sandbox: a template that reads a file or reaches Python's internals is refused.
 
 examples:
   xspec generate runs/lm --prompt "the cat" --max-new-tokens 30
   xspec generate runs/lm --sample --top-p 0.9 --temperature 0.8 --seed 7 < prompts.txt
   xspec generate runs/lm --beam 4 --input prompts.txt --output continuations.txt
   xspec generate runs/lm runs/lm-seed2 --prompt "the cat"              # an ensemble of two
+  xspec generate runs/qwen3 --chat --system "Answer briefly." --prompt "What is a transformer?"
 """
 
 
@@ -55,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int_at_least(1), help="beam size for beam search (1: greedy)")
     parser.add_argument("--alpha", type=float_at_least(0), help="beam search length penalty alpha")
     parser.add_argument("--echo", action="store_true", help="write each prompt before its continuation")
+    parser.add_argument("--chat", action="store_true",
+                        help="each prompt is a user's message in the checkpoint's chat template (an import's "
+                             "tokenizer_config.json chat_template or chat_template.jinja); the continuation is "
+                             "the assistant's reply")
+    parser.add_argument("--system", metavar="TEXT", help="with --chat: a system message before each prompt")
     parser.add_argument("--batch-tokens", type=int_at_least(1), default=4000,
                         help="prompt tokens per batch (default 4000)")
     parser.add_argument("--window", type=int_at_least(1), default=1000,
@@ -84,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output_file(Path(args.output), "--output")
     chosen = settings(args)
+    if args.system is not None and not args.chat:
+        raise UserError("--system is a chat's system message: give --chat with it")
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
-    generator = trained.generator(args.batch_tokens, args.seed, **chosen)
+    generator = trained.generator(args.batch_tokens, args.seed, chat=args.chat, system=args.system, **chosen)
     decode = trained.tokenizer.decode
 
     def warning(name: str, line: int):

@@ -61,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
     if args.no_verify:
         print("not verified (--no-verify)")
     spec, tokenizer = imported.spec, imported.tokenizer
+    chat = ", its chat template" if tokenizer.chat is not None else ""
     print(f"imported {imported.mapped.model_type} as {spec.name} (extends specs/modern/{imported.mapped.spec}.xspec): "
-          f"{spec.parameters:,} parameters, tokenizer {tokenizer.kind}, into {shown(imported.out)}")
+          f"{spec.parameters:,} parameters, tokenizer {tokenizer.kind}{chat}, into {shown(imported.out)}")
     out = shown(shlex.quote(str(imported.out)))
-    print(f"next: xspec show {out}; xspec viz {out}; xspec generate {out} --prompt \"...\"")
+    generate = f"xspec generate {out}" + (" --chat" if tokenizer.chat is not None else "")
+    print(f"next: xspec show {out}; xspec viz {out}; {generate} --prompt \"...\"")
     return 0

@@ -49,8 +49,10 @@ def render(summary: dict[str, Any]) -> str:
     for key, reason in summary["not_architectural"].items():
         lines.append(f"  unchanged   {key}: {reason}")
     tokenizer = summary["tokenizer"] or {}
+    settings = (tokenizer.get("hf_files") or {}).get("tokenizer_config.json") or {}
+    chat = "its chat template kept (xspec generate --chat)" if settings.get("chat_template") else "no chat template"
     lines.append(f"  tokenizer   {tokenizer.get('kind')} (bos {tokenizer.get('bos_id')}, "
-                 f"eos {tokenizer.get('eos_ids')}); chat templates are not imported")
+                 f"eos {tokenizer.get('eos_ids')}); {chat}")
     check = summary["verification"]
     if check and check.get("verified"):
         lines.append(f"  verified    max |Δlogit| {check['max_abs_logit_difference']:.3g}, KL {check['kl']:.3g} over "

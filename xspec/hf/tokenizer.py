@@ -21,6 +21,7 @@ CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 GENERATION_CONFIG = "generation_config.json"
+CHAT_TEMPLATE = "chat_template.jinja"      # transformers' save_pretrained writes the template here (4.49 on)
 CHECKPOINT = "a Hugging Face save_pretrained directory"
 
 
@@ -62,15 +63,30 @@ def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Seq
     for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP):
         if folder.has(name):
             kept[name] = _json_object(folder, name)
+    if folder.has(CHAT_TEMPLATE):       # which transformers reads in place of tokenizer_config.json's
+        kept[TOKENIZER_CONFIG] = {**kept.get(TOKENIZER_CONFIG, {}), "chat_template": _text(folder, CHAT_TEMPLATE)}
     add_bos, add_eos = _added_tokens(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)))
     for name, kind in KINDS.items():
         if folder.has(name):
             path = shown(folder.file(name))
             tokenizer = CheckpointTokenizer(kind, folder.read(name, MAX_TOKENIZER_BYTES), bos, eos, path, add_bos,
-                                            add_eos, kept)
+                                            add_eos, kept, _settings_origin(folder))
             _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
             return tokenizer
-    return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer", hf_files=kept)
+    return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer", hf_files=kept,
+                               settings_origin=_settings_origin(folder))
+
+
+def _settings_origin(folder: InputDirectory) -> str:
+    """Where the chat template came from, for its errors."""
+    return shown(folder.file(CHAT_TEMPLATE if folder.has(CHAT_TEMPLATE) else TOKENIZER_CONFIG))
+
+
+def _text(folder: InputDirectory, name: str) -> str:
+    try:
+        return folder.read(name, MAX_TOKENIZER_CONFIG_BYTES).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{shown(folder.file(name))}: not UTF-8 text (byte {error.start})") from None
 
 
 def _json_object(folder: InputDirectory, name: str) -> dict:
