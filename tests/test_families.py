@@ -157,10 +157,25 @@ def test_layers_of_different_kinds_are_drawn_one_of_each():
 
     spec = xspec.compile("specs/modern/gemma3.xspec", overrides={"layers": 12})
     dot = architecture_dot(spec).source
-    assert "layers 0-4, 6-10: " in dot and "layers 5, 11: " in dot and "2 kinds of layer" in dot
+    assert "layers 0-4, 6-10: " in dot and "layers 5, 11: " in dot and "2 kinds of layer, run as (A×5 B)×2" in dot
+    assert "A: 10×" in dot and "B: 2×" in dot
     assert dot.count("Masked Multi-Head Attention") == 2 and "sliding window 8" in dot and "linear ×8" in dot
     uniform = architecture_dot(xspec.compile("specs/modern/mixtral.xspec")).source
     assert "kinds of layer" not in uniform and uniform.count("Mixture of Experts") == 1
+
+
+@pytest.mark.parametrize("layers, expected", [
+    ([0, 0, 0, 3] * 12, "(A×3 B)×12"),                                  # Qwen3-Next
+    ([0] * 5 + [5] + [0] * 5 + [5] + [0, 0], "(A×5 B)×2 A×2"),          # Gemma 3, 14 layers
+    ([0, 1, 0, 1, 0, 5, 1, 0, 1], "A B A B A C B A B"),                # no period: as it runs
+    ([0, 0, 2, 2, 2], "A×2 B×3"),
+])
+def test_a_hybrid_schedule_is_written_as_it_runs(layers, expected):
+    from xspec.viz.view import kind_letter, schedule
+
+    kinds = {"layers": dict(enumerate(layers))}
+    assert schedule(kinds, "layers") == expected
+    assert kind_letter(kinds, "layers", layers[-1]) == expected.replace("(", "").replace(")", "").split()[-1][0]
 
 
 # --- the mixture of experts: the router's choices and the load-balancing loss --------------------------

@@ -16,7 +16,7 @@ import graphviz
 
 from .diff import Removed
 from .labels import Label, format_count, unit_label
-from .view import Edge, Frame, Unit, View, canonical_node, family
+from .view import Edge, Frame, Unit, View, canonical_node, family, kind_letter, schedule
 from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
@@ -132,14 +132,17 @@ class _Drawer:
         if frame.kind == "kind":  # one kind of layer of a stack whose layers differ
             assert frame.count is not None      # its layers, counted
             each = format_count(self.view.spec.count_under(frame.path))
-            label = (f'<<FONT POINT-SIZE="16"><B>{frame.count}×</B></FONT><BR/>'
+            stack, _, first = frame.path.rpartition(".")
+            letter = kind_letter(self.view.kinds, stack, int(first))
+            label = (f'<<FONT POINT-SIZE="16"><B>{letter}: {frame.count}×</B></FONT><BR/>'
                      f'<FONT POINT-SIZE="10" COLOR="{MUTED}">layer{"s" if frame.count > 1 else ""} '
                      f'{escape(frame.layers)}: {each} params{" each" if frame.count > 1 else ""}</FONT>>')
             return {"label": label, "style": "rounded,dashed", "color": "#777777", "labeljust": "l", "labelloc": "b",
                     "class": "kind", "id": f"frame:{frame.path}"}
         if frame.kind == "stack":
             kinds = sum(1 for f in self.view.frames.values() if f.kind == "kind" and f.parent == frame.path)
-            each = (f"{kinds} kinds of layer" if kinds else
+            # Layers of several kinds: which runs when, as the stack runs them.
+            each = (f"{kinds} kinds of layer, run as {schedule(self.view.kinds, frame.path)}" if kinds else
                     f"{format_count(self.view.spec.count_under(f'{frame.path}.0'))} params each")
             change = self.diff.frame_change(frame.path) if self.diff else None
             extra = (f'<BR/><FONT POINT-SIZE="11" COLOR="{DIFF_COLOR["changed"]}"><B>{escape(change)}</B></FONT>'

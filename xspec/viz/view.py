@@ -218,6 +218,41 @@ def layer_ranges(indices: list[int]) -> str:
     return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
+def kind_letter(kinds: Kinds, stack: str, first: int) -> str:
+    """The letter that names the kind whose first layer is `first` (A for the kind of layer 0, B for the next
+    kind to appear, ...), as the stack's schedule writes it."""
+    firsts = sorted(set(kinds[stack].values()))
+    return _letter(firsts.index(first))
+
+
+def _letter(number: int) -> str:
+    return chr(ord("A") + number) if number < 26 else f"K{number}"
+
+
+def schedule(kinds: Kinds, stack: str) -> str:
+    """The stack's layers in the order they run, by kind letter: its period repeated where it has one
+    (Qwen3-Next's "(A×3 B)×12"; Gemma 3's 26 layers, "(A×5 B)×4 A×2"), else each run of one kind in turn."""
+    firsts = sorted(set(kinds[stack].values()))
+    letters = [_letter(firsts.index(kinds[stack][i])) for i in sorted(kinds[stack])]
+    period = next((p for p in range(1, len(letters) // 2 + 1)
+                   if all(letters[i] == letters[i % p] for i in range(len(letters)))), None)
+    if period is None:
+        return _runs(letters)
+    repeats, rest = divmod(len(letters), period)
+    return f"({_runs(letters[:period])})×{repeats}" + (f" {_runs(letters[:rest])}" if rest else "")
+
+
+def _runs(letters: list[str]) -> str:
+    """["A", "A", "B"] -> "A×2 B"."""
+    runs: list[list] = []
+    for letter in letters:
+        if runs and runs[-1][0] == letter:
+            runs[-1][1] += 1
+        else:
+            runs.append([letter, 1])
+    return " ".join(letter if count == 1 else f"{letter}×{count}" for letter, count in runs)
+
+
 def _crosses_iterations(src_frames: tuple, dst_frames: tuple) -> bool:
     """True for an edge from one iteration of a `repeat` to another (layer i -> layer i + 1)."""
     src_index = {stack: index for stack, index, _ in src_frames}
