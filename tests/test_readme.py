@@ -317,6 +317,37 @@ def test_the_readme_commands_run(tmp_path, monkeypatch, one_thread):
     assert sorted(ran) == sorted(c for c in RUN if _runnable(RUN[c]))
 
 
+IMPORT_DOC = ROOT / "docs" / "import.md"
+WALKTHROUGH = "## Walkthrough: import, chat, LoRA fine-tune, export"
+
+
+@pytest.mark.skipif(not AVAILABLE["transformers"], reason="the walkthrough imports a checkpoint transformers writes")
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")
+def test_the_import_walkthrough_runs(tmp_path, monkeypatch, one_thread):
+    """docs/import.md's walkthrough, as written: its commands in order on a small random Qwen3 with a chat
+    template (shrunk as the README's are), then its Python, which loads the export with transformers."""
+    from test_hf_chat import chat_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    make_workspace(tmp_path)
+    text = IMPORT_DOC.read_text(encoding="utf-8")
+    section = text[text.index(WALKTHROUGH):]
+    section = section[:section.find("\n## ", 1) if "\n## " in section[1:] else len(section)]
+    commands = readme_commands(section)
+    assert [c.split()[1] for c in commands] == ["import", "generate", "train", "generate", "export"]
+    placeholders = {"~/models/Qwen3-0.6B": str(chat_checkpoint(tmp_path / "checkpoint"))}
+    for command in commands:
+        outcome = run_command(command, Run(), placeholders)
+        assert outcome.code == 0, f"{command}: exit status {outcome.code}\n{outcome.output[-3000:]}"
+        if " --set train.lora_rank=8 " in command:
+            assert "LoRA: rank 8, alpha 16, on 21 linear layers" in outcome.output
+    (python,) = [m.group(2) for m in FENCE.finditer(section) if m.group(1) == "python"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(python, f"{IMPORT_DOC}:walkthrough", "exec"), {})
+    assert printed.getvalue().strip()       # the reply, decoded
+
+
 def _shown_after(readme: str, sentence: str) -> str:
     """The fenced block that follows `sentence` in the README."""
     return FENCE.search(readme, readme.index(sentence)).group(2)
