@@ -15,7 +15,7 @@ from pathlib import Path
 MODULE = "xspec.nn"  # where generated files import the library from
 # Its files, in the order a standalone file defines their classes.
 FILES = ("embeddings.py", "norms.py", "rotary.py", "attention.py", "latent_attention.py", "convolution.py",
-         "delta_rule.py", "state_space.py", "experts.py")
+         "delta_rule.py", "state_space.py", "experts.py", "contracts.py")
 
 
 @dataclass(frozen=True)

@@ -439,7 +439,8 @@ class _Lowering:
         for child in root.children.values():
             if child.kind == "stack":  # multi-token prediction's depths (DeepSeek-V3 §2.2)
                 constructor = self._constructor(child)
-                assert constructor is not None
+                assert isinstance(constructor, pyast.Call)
+                constructor.func = variable("MultiTokenPrediction")  # a list the runtime knows by its type
                 init.append(assign(f"self.{child.name}", constructor, f"multi-token prediction, {where(child.span)}"))
             else:
                 init.append(assign(f"self.{child.name}", call(self.class_of[child.path], variable("config"))))

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from xspec.nn.contracts import CacheOwner
+
 
 class DecoderCache:
     """Self-attention's keys and values in buffers [rows, heads, capacity, d], written in place, whose
@@ -129,5 +131,4 @@ def document_numbers(tokens: torch.Tensor, start: int) -> torch.Tensor:
 def new_cache(model: Any) -> Any:
     """The cache to decode `model` with: the model's own where it brings one (`model.new_cache()`, as a
     wrapper or a hand-written model may), else a DecoderCache."""
-    make = getattr(model, "new_cache", None)
-    return make() if make is not None else DecoderCache()
+    return model.new_cache() if isinstance(model, CacheOwner) else DecoderCache()

@@ -1,20 +1,22 @@
 """Balancing the experts of a mixture, from what each routing module of a model recorded in its last
-forward: `routed`, the chosen experts [N, top_k] and the router's probabilities [N, experts]
-(xspec/nn/experts.py). Two ways: the load-balancing loss (Switch, Fedus et al., 2022, eq. 4-6, as Mixtral
-and Hugging Face pool it), and DeepSeek-V3's auxiliary-loss-free correction (§2.1.2), which moves each
-corrected router's bias after every update."""
+forward: its `last_routing()` (a RoutedMixture, xspec/nn/contracts.py), the chosen experts [N, top_k] and
+the router's probabilities [N, experts]. Two ways: the load-balancing loss (Switch, Fedus et al., 2022,
+eq. 4-6, as Mixtral and Hugging Face pool it), and DeepSeek-V3's auxiliary-loss-free correction (§2.1.2),
+which moves each corrected router's bias after every update."""
 
 from __future__ import annotations
 
-from typing import Optional, cast
+from typing import Optional
 
 import torch
 import torch.nn as nn
 
+from xspec.nn.contracts import RoutedMixture
 
-def routing_modules(model: nn.Module) -> list[nn.Module]:
+
+def routing_modules(model: nn.Module) -> list[RoutedMixture]:
     """The modules of `model` that record their routing."""
-    return [module for module in model.modules() if hasattr(module, "routed")]
+    return [module for module in model.modules() if isinstance(module, RoutedMixture)]
 
 
 def load_balancing_loss(model: nn.Module, counted: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -25,7 +27,7 @@ def load_balancing_loss(model: nn.Module, counted: Optional[torch.Tensor] = None
     positions. A model that has not routed since it was built gives 0."""
     pooled: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for module in routing_modules(model):
-        routed = cast(Optional[tuple[torch.Tensor, torch.Tensor]], module.routed)
+        routed = module.last_routing()
         if routed is None:
             continue
         chosen, probabilities = routed
@@ -51,21 +53,20 @@ def _token_weights(chosen: torch.Tensor, counted: Optional[torch.Tensor], dtype:
     return torch.ones(chosen.size(0), dtype=dtype, device=chosen.device)
 
 
-def corrected_mixtures(model: nn.Module) -> list[nn.Module]:
+def corrected_mixtures(model: nn.Module) -> list[RoutedMixture]:
     """The routing modules whose router chooses with a load-correction bias (CorrectedRouter)."""
-    return [module for module in routing_modules(model)
-            if isinstance(getattr(getattr(module, "router", None), "correction_bias", None), torch.Tensor)]
+    return [module for module in routing_modules(model) if module.load_correction() is not None]
 
 
-def count_loads(mixtures: list[nn.Module], loads: torch.Tensor, counted: torch.Tensor) -> None:
+def count_loads(mixtures: list[RoutedMixture], loads: torch.Tensor, counted: torch.Tensor) -> None:
     """Adds to `loads` (every mixture's experts, one after another) the tokens each expert took in the
     mixtures' last forward, padding (`counted` False) left out. A mixture that has not routed (multi-token
     prediction's, where training leaves it out) adds nothing."""
     start = 0
     for module in mixtures:
-        routed = cast(Optional[tuple[torch.Tensor, torch.Tensor]], module.routed)
+        routed = module.last_routing()
         if routed is None:
-            start += cast(torch.Tensor, cast(nn.Module, module.router).correction_bias).numel()
+            start += correction(module).numel()
             continue
         chosen, probabilities = routed
         experts = probabilities.size(1)
@@ -75,12 +76,19 @@ def count_loads(mixtures: list[nn.Module], loads: torch.Tensor, counted: torch.T
 
 
 @torch.no_grad()
-def correct_routers(mixtures: list[nn.Module], loads: torch.Tensor, rate: float) -> None:
+def correct_routers(mixtures: list[RoutedMixture], loads: torch.Tensor, rate: float) -> None:
     """DeepSeek-V3's bias update: each expert's bias rises by `rate` where it took fewer tokens than its
     mixture's mean over the update, falls by `rate` where more (loads summed over every process)."""
     start = 0
     for module in mixtures:
-        bias = cast(torch.Tensor, cast(nn.Module, module.router).correction_bias)
+        bias = correction(module)
         load = loads[start:start + bias.numel()]
         bias.add_(rate * torch.sign(load.mean() - load).to(bias.dtype))
         start += bias.numel()
+
+
+def correction(mixture: RoutedMixture) -> torch.Tensor:
+    """The per-expert bias of a corrected mixture's router (one of corrected_mixtures)."""
+    bias = mixture.load_correction()
+    assert bias is not None, "corrected_mixtures chose only mixtures with a correction"
+    return bias

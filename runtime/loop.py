@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optio
 import numpy as np
 import torch
 import torch.nn as nn
+from torch.distributed.tensor import DTensor
 
 from xspec.base.errors import UserError
 from xspec.base.files import link_atomically
@@ -311,8 +312,7 @@ class Trainer:
         else:
             skip_if(self.optimizer, ~torch.isfinite(norm))
             self.optimizer.step()
-        full_tensor = getattr(norm, "full_tensor", None)      # sharded parameters: a DTensor
-        return (full_tensor() if full_tensor is not None else norm).detach()
+        return (norm.full_tensor() if isinstance(norm, DTensor) else norm).detach()  # sharded: a DTensor
 
     def _read_back(self, pending: list[_Pending], flags: list[bool]) -> tuple[list[float], list[float], list[bool]]:
         """The pending updates' losses summed over processes, their gradient norms (the same on every

@@ -31,9 +31,9 @@ class LoRALinear(nn.Linear):
         self.weight.requires_grad_(False)
         if self.bias is not None:
             self.bias.requires_grad_(False)
-        where = {"device": self.weight.device, "dtype": self.weight.dtype}
-        self.lora_A = nn.Parameter(torch.empty(rank, self.in_features, **where))
-        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, **where))
+        device, dtype = self.weight.device, self.weight.dtype
+        self.lora_A = nn.Parameter(torch.empty(rank, self.in_features, device=device, dtype=dtype))
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, device=device, dtype=dtype))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))      # as nn.Linear's own weight, and PEFT's A
         self.scaling = alpha / rank
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
@@ -130,7 +130,7 @@ def apply_lora(model: nn.Module, spec, rank: int, alpha: float, dropout: float,
     for name in names:
         parent, _, child = name.rpartition(".")
         holder = model.get_submodule(parent) if parent else model
-        setattr(holder, child, LoRALinear(getattr(holder, child), rank, alpha, dropout))
+        setattr(holder, child, LoRALinear(model.get_submodule(name), rank, alpha, dropout))
     return names
 
 

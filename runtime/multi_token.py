@@ -1,6 +1,7 @@
 """DeepSeek-V3's multi-token prediction (§2.2) at run time.
 
-A compiled language model with a `mtp` block holds `model.mtp`, one module per depth (docs/language.md).
+A compiled language model with a `mtp` block holds `model.mtp`, a MultiTokenPrediction (xspec/nn/contracts.py),
+one module per depth (docs/language.md).
 Depth k reads, at each position, the states the output head reads at depth k - 1 (depth 1: the decoder's,
 caught as the head reads them) and the embedding of the token k positions on; it returns the states from
 which the same head predicts the token after that one. Training adds `train.mtp_loss_weight` times the
@@ -16,13 +17,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from xspec.nn.contracts import MultiTokenPrediction
 from .batching import NO_LABEL
 
 
-def prediction_depths(model: nn.Module) -> Optional[nn.ModuleList]:
+def prediction_depths(model: nn.Module) -> Optional[MultiTokenPrediction]:
     """The model's multi-token prediction modules, one per depth; None where it has none."""
-    depths = getattr(model, "mtp", None)
-    return depths if isinstance(depths, nn.ModuleList) and len(depths) > 0 else None
+    return next((child for child in model.children() if isinstance(child, MultiTokenPrediction) and len(child) > 0),
+                None)
 
 
 class HeadReads:

@@ -13,11 +13,12 @@ the model's cache drops the drafts the model rejects.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, cast
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
 
+from xspec.nn.contracts import CachedDecoder, RecurrentMixer
 from .cache import new_cache
 from .multi_token import HeadReads
 
@@ -40,9 +41,9 @@ class Drafts:
 
 def can_draft(model: nn.Module) -> bool:
     """Rejected drafts are dropped by setting the caches' length back, which a recurrent layer's state (kept
-    whole, not per position: a module with a `recurrent` form, xspec/nn/delta_rule.py) cannot follow: a
-    model with one decodes without drafting."""
-    return not any(callable(getattr(module, "recurrent", None)) for module in model.modules())
+    whole, not per position: a RecurrentMixer, xspec/nn/contracts.py) cannot follow: a model with one decodes
+    without drafting."""
+    return not any(isinstance(module, RecurrentMixer) for module in model.modules())
 
 
 class _Chooser:
@@ -69,11 +70,12 @@ def speculative_greedy(model: nn.Module, depths: nn.ModuleList, head: nn.Module,
     proposals and acceptances; `on_token` hears each token of the continuation as it is settled."""
     ends = (end_token, *also_end)
     choose = _Chooser(vocab_size, never)
-    decode = cast(Callable[..., torch.Tensor], getattr(model, "decode"))  # a generated model's decode
+    if not isinstance(model, CachedDecoder):
+        raise TypeError(f"{type(model).__name__} has no decode(tokens, cache=...) to draft with")
     reads = HeadReads(head)
     try:
         cache = new_cache(model)
-        logits = decode(prompt, cache=cache)                       # [1, P, V]
+        logits = model.decode(prompt, cache=cache)                       # [1, P, V]
         levels = [reads.take()]           # each depth's states at the settled positions (0: the model's)
         depth_caches = [new_cache(model) for _ in depths]
         tokens = prompt[0].tolist()
@@ -92,7 +94,7 @@ def speculative_greedy(model: nn.Module, depths: nn.ModuleList, head: nn.Module,
             proposed = _draft(depths, head, depth_caches, levels, tokens, choose, min(len(depths), room - 1))
             inputs = torch.tensor([[tokens[-1], *proposed]], dtype=prompt.dtype, device=prompt.device)
             start = cache.length
-            logits = decode(inputs, cache=cache)                   # [1, 1 + drafts, V]
+            logits = model.decode(inputs, cache=cache)                   # [1, 1 + drafts, V]
             chosen = choose(logits[0])
             accepted = 0
             while accepted < len(proposed) and proposed[accepted] == chosen[accepted] and \

@@ -22,7 +22,8 @@ from .distributed import Context
 from .batching import NO_LABEL
 from .cache import PackedDocuments, document_numbers
 from .expert_products import register_expert_products
-from .load_balance import correct_routers, corrected_mixtures, count_loads, load_balancing_loss, routing_modules
+from .load_balance import (correct_routers, corrected_mixtures, correction, count_loads, load_balancing_loss,
+                           routing_modules)
 from .multi_token import HeadReads, depth_losses, prediction_depths
 
 
@@ -44,7 +45,7 @@ class TrainingStep(nn.Module):
         # DeepSeek-V3's balancing: the experts' loads over an update, which move their routers' biases.
         self.expert_bias_rate = expert_bias_rate
         self.corrected = corrected_mixtures(model) if expert_bias_rate > 0 else []
-        experts = sum(cast(torch.Tensor, cast(nn.Module, m.router).correction_bias).numel() for m in self.corrected)
+        experts = sum(correction(m).numel() for m in self.corrected)
         self.register_buffer("expert_loads", torch.zeros(experts), persistent=False)
         self.has_auxiliary_loss = bool(routing_modules(model))
         if self.has_auxiliary_loss:

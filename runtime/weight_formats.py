@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xspec.base.errors import UserError
+from xspec.nn.contracts import ReadsWeightsAsMatrices
 from .precision import cpu_bf16_instructions
 
 # torch's CPU int8 kernel reads its input in blocks of 16 features; other widths give wrong numbers or crash.
@@ -120,7 +121,7 @@ def replaceable_linears(model: nn.Module) -> Iterator[tuple[nn.Module, str, nn.L
     subclass (a router keeps its own forward), nor a layer whose parent reads its weight as a matrix
     (named in the parent's `weights_read`, as latent attention's up-projection)."""
     for parent in list(model.modules()):
-        kept = getattr(parent, "weights_read", ())
+        kept = parent.weights_read if isinstance(parent, ReadsWeightsAsMatrices) else ()
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and name not in kept:
                 yield parent, name, child

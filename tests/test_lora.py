@@ -107,7 +107,8 @@ def test_latent_attention_projections_are_targets_of_their_kind():
     spec = xspec.compile("specs/modern/deepseek_v3.xspec")
     chosen = lora_targets(spec.build(device="meta"), spec, ("latent_attention",))
     assert chosen and all(".self_attn." in name for name in chosen)
-    assert {name.split(".self_attn.")[1] for name in chosen} == {"q_proj.down", "q_proj.up", "kv_down", "kv_up", "out_proj"}
+    assert {name.split(".self_attn.")[1] for name in chosen} == {"q_proj.down", "q_proj.up", "kv_down", "kv_up",
+                                                                 "out_proj"}
 
 
 def test_a_target_naming_nothing_is_refused_by_name():

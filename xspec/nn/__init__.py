@@ -9,7 +9,8 @@ positions), norms.py, rotary.py (one class per rotary scaling), attention.py (th
 attention and one piece per option), latent_attention.py (DeepSeek's multi-head latent
 attention), convolution.py, delta_rule.py and state_space.py (the recurrent mixers of hybrid
 models, Gated DeltaNet and Mamba-2, and the short convolution they share), experts.py (the
-mixture of experts: routers, activations, the experts)."""
+mixture of experts: routers, activations, the experts), contracts.py (what the runtime may ask of a model and
+its modules, as protocols, and the list of multi-token prediction depths)."""
 
 from .embeddings import Embedding, LearnedPositions, ScaledEmbedding, SinusoidalPositions
 from .norms import RMSNorm
@@ -26,6 +27,8 @@ from .state_space import GroupRMSNorm, Mamba2Mixer
 from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, CorrectedRouter, GeGLU,
                       GroupLimitedRouter, MixtureOfExperts, Router, ScaledRouter, SigmoidRouter,
                       SwiGLU)
+from .contracts import (CachedDecoder, CacheOwner, MultiTokenPrediction, ReadsWeightsAsMatrices,
+                        RecurrentMixer, RoutedMixture)
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "LearnedPositions", "RMSNorm",
@@ -39,4 +42,6 @@ __all__ = [
     "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
+    "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer", "ReadsWeightsAsMatrices",
+    "MultiTokenPrediction",
 ]

@@ -36,6 +36,10 @@ class Router(nn.Linear):
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights, chosen, logits.softmax(dim=-1)
 
+    def load_correction(self):
+        """The per-expert bias that training moves against the load; None: this router has none."""
+        return None
+
 
 class SigmoidRouter(Router):
     """A router that chooses by sigmoid(x W_r), each expert's score independent of the others'."""
@@ -55,6 +59,9 @@ class CorrectedRouter(Router):
 
     def choose(self, scores):
         return super().choose(scores + self.correction_bias)
+
+    def load_correction(self):
+        return self.correction_bias
 
 
 class GroupLimitedRouter(Router):
@@ -140,6 +147,13 @@ class MixtureOfExperts(nn.Module):
         out = out * weights.flatten()[order, None].to(out.dtype)
         summed = tokens.new_zeros(tokens.shape).index_add_(0, rows, out.to(tokens.dtype))
         return summed.reshape(x.shape)
+
+    def last_routing(self):
+        """The last forward's chosen experts [N, top_k] and probabilities [N, E]; None before one."""
+        return self.routed
+
+    def load_correction(self):
+        return self.router.load_correction()
 
     def experts(self, x, expert, counts):  # x [S, d], its rows' experts [S] in order
         gate, up = (self.grouped_linear(x, weight, counts) for weight in (self.gate, self.up))
