@@ -119,11 +119,23 @@ def _check_config(node: ast.ClassDef) -> None:
             _check_post_init(item, node.name)
             continue
         if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.simple
-                and isinstance(item.annotation, ast.Name) and item.annotation.id in FIELD_TYPES
+                and _is_field_type(item.annotation)
                 and (isinstance(item.value, (ast.Constant, ast.Tuple)) or (isinstance(item.value, ast.UnaryOp)
                                                                           and isinstance(item.value.op, ast.USub)))):
             _refuse(item, f"a {type(item).__name__} in the config {node.name}")
         _check_expr(item.value, set())
+
+
+def _is_field_type(node: ast.expr) -> bool:
+    """`int`, `tuple`, `tuple[bool, ...]`, or any of them `| None`."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return isinstance(node.right, ast.Constant) and node.right.value is None and _is_field_type(node.left)
+    if isinstance(node, ast.Subscript):
+        items = node.slice
+        return (isinstance(node.value, ast.Name) and node.value.id == "tuple" and isinstance(items, ast.Tuple)
+                and len(items.elts) == 2 and isinstance(items.elts[1], ast.Constant) and items.elts[1].value is ...
+                and isinstance(items.elts[0], ast.Name) and items.elts[0].id in FIELD_TYPES - {"tuple"})
+    return isinstance(node, ast.Name) and node.id in FIELD_TYPES
 
 
 def _check_post_init(node: ast.FunctionDef, config: str) -> None:

@@ -82,6 +82,17 @@ def lower(model: ResolvedModel, validated: ValidatedModel) -> Lowered:
     return _Lowering(model, validated).module_sources()
 
 
+def _field_type(value: object, optional: bool) -> pyast.expr:
+    """A config field's annotation: `int`, `tuple[str, ...]` for a schedule of one type, `int | None` for
+    a field computed from the others unless given."""
+    annotation: pyast.expr = variable(type(value).__name__)
+    items = {type(item).__name__ for item in value} if isinstance(value, tuple) else set()
+    if len(items) == 1:
+        annotation = pyast.Subscript(annotation, pyast.Tuple([variable(items.pop()), pyast.Constant(...)], pyast.Load()),
+                                     pyast.Load())
+    return binary(annotation, pyast.BitOr(), constant(None)) if optional else annotation
+
+
 def _class_key(cls: pyast.ClassDef) -> str:
     """What makes two classes one: their code and their comments' spec lines, not their names or the
     dimensions their shape comments name (layers that differ only in their lengths share a class)."""
@@ -356,7 +367,7 @@ class _Lowering:
                     used.add(name)
                     pending += [name] if name in derived else []
         fields: list[pyast.stmt] = [
-            pyast.AnnAssign(pyast.Name(name, pyast.Store()), variable(type(value).__name__),
+            pyast.AnnAssign(pyast.Name(name, pyast.Store()), _field_type(value, optional=name in derived),
                             constant(None if name in derived else value), 1)
             for name, value in self.fields.items() if name in used]
         doc = f"The parameters of {file_label(self.model.span.file)} that sizes and rates are read from."
@@ -409,7 +420,8 @@ class _Lowering:
             outside = {tied[len(first):]: owner for tied, owner in ties.items()
                        if tied.startswith(first) and not owner.startswith(f"{stack}.")}
             each = {name: owner for name, owner in outside.items()
-                    if count > 1 and all(ties.get(f"{stack}.{i}.{name}") == owner for i in range(count))}
+                    if (count > 1 or f"{first}{name}" in self.validated.tied_in_every_layer)
+                    and all(ties.get(f"{stack}.{i}.{name}") == owner for i in range(count))}
             if each:
                 written = line_of[f"{first}{next(iter(each))}"]
                 body = [assign(_attribute(name, "layer"), _attribute(owner)) for name, owner in each.items()]

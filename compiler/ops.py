@@ -96,6 +96,12 @@ def _positions_shape(shapes: Shapes, a: PositionsAttrs) -> tuple[TensorType, Inf
     return TensorType((x.dims[-2], dim)), {"dim": dim}
 
 
+def _unless_default(w: Written, name: str, value: object, default: object) -> dict[str, pyast.expr]:
+    """A keyword argument torch's default would give, written where the spec reads it from a parameter (so
+    that editing the config changes it) or sets it otherwise; else left out."""
+    return {name: w.attr(name)} if w.from_config(name) or value != default else {}
+
+
 def _linear_shape(shapes: Shapes, a: LinearAttrs) -> tuple[TensorType, Inferred]:
     x = require(shapes["x"], "the input")
     return x.with_last(a.out), {"in_features": concrete_last(x, "the input")}
@@ -199,7 +205,7 @@ OPS: dict[str, OpDef[Any]] = {
             inputs=(Input("x"),), attrs=LinearAttrs, infer=_linear_shape,
             params=lambda a, i: _linear_params("", _size(i, "in_features"), a.out, a.bias),
             module=lambda a, i, w: call("nn.Linear", w.width("x"), w.attr("out"),
-                                        **({} if a.bias else {"bias": constant(False)})),
+                                        **_unless_default(w, "bias", a.bias, True)),
             width="out", call=_call_module, title="Linear",
             flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * _size(i, "in_features") * a.out},
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
@@ -208,9 +214,8 @@ OPS: dict[str, OpDef[Any]] = {
             name="layer_norm", doc="layer normalization (§3.1, Ba et al. 2016)", family=Family.NORM,
             inputs=(Input("x"),), attrs=LayerNormAttrs, infer=_norm_shape,
             params=lambda a, i: {"weight": (_size(i, "dim"),), **({"bias": (_size(i, "dim"),)} if a.bias else {})},
-            module=lambda a, i, w: call("nn.LayerNorm", w.width("x"),
-                                        **({} if a.eps == 1e-5 else {"eps": w.attr("eps")}),
-                                        **({} if a.bias else {"bias": constant(False)})),
+            module=lambda a, i, w: call("nn.LayerNorm", w.width("x"), **_unless_default(w, "eps", a.eps, 1e-5),
+                                        **_unless_default(w, "bias", a.bias, True)),
             call=_call_module, title="Layer Norm", details=lambda a, i: [] if a.bias else ["no bias"],
         ),
         OpDef(

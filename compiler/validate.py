@@ -39,6 +39,9 @@ class ValidatedModel:
     tie_lines: dict[str, int]  # tied parameter -> spec line, for comments in generated code
     buffers: dict[str, tuple[int, ...]]  # tensors modules derive when built, e.g. positional tables
     state: dict[str, tuple[int, ...]]  # tensors checkpoints keep but training does not learn (a router's bias)
+    # Tied tensors named through a stack without an index (`mtp.embed_tokens.weight`): the tie holds in every
+    # layer of the stack, however many the config builds.
+    tied_in_every_layer: frozenset[str] = frozenset()
 
     @property
     def parameter_count(self) -> int:
@@ -85,9 +88,9 @@ def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) 
     _check_outputs(built.graph, diagnostics)
     _attention_roles(built.graph, diagnostics)
     params = _module_tensors(built.graph, "params")
-    ties, tie_lines = _check_ties(model, params, diagnostics)
+    ties, tie_lines, every_layer = _check_ties(model, params, diagnostics)
     validated = ValidatedModel(built, params, ties, tie_lines, _module_tensors(built.graph, "buffers"),
-                               _module_tensors(built.graph, "state"))
+                               _module_tensors(built.graph, "state"), every_layer)
     _check_fits_in_memory(model, validated, diagnostics)
     lint(built.graph)
     return None if diagnostics.errors else validated
@@ -214,7 +217,7 @@ def _module_tensors(graph: OpGraph, kind: str) -> dict[str, tuple[int, ...]]:
 
 
 def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
-                diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, int]]:
+                diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, int], frozenset[str]]:
     """`tie a, b, c`: b and c become a. Ties chain and merge (`tie a, b` then `tie c, a` makes one
     group of three); each group keeps one tensor, its first owner's, so it is counted and allocated
     once, whatever the order or cycles of the `tie` statements. Modules tie tensor by tensor, and one
@@ -227,6 +230,7 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
         return path
 
     lines: dict[str, int] = {}
+    every_layer: set[str] = set()
     index = _TensorIndex(params)
     for tie in model.ties:
         for (owner, _), *others in _tensor_groups(tie, index, diagnostics):
@@ -239,8 +243,10 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
                 if kept != merged:
                     owner_of[merged] = kept
                     lines[merged] = written.span.line
+                    if path == merged and not (path + ".").startswith(f"{written}."):  # _every_layer's
+                        every_layer.add(path)
     ties = {path: root(path) for path in owner_of}
-    return ties, {path: lines[path] for path in ties}
+    return ties, {path: lines[path] for path in ties}, frozenset(every_layer)
 
 
 TieGroup = list[tuple[str, ast.Path]]  # tensors that become one, each with the path that named it

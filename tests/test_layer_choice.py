@@ -127,7 +127,7 @@ def windows(model: torch.nn.Module) -> list:
 def test_a_list_parameter_is_a_per_layer_schedule_the_config_holds():
     spec = xspec.compile_source(SCHEDULED, "scheduled.xspec")
     source = spec.python_source
-    assert ("    layer_types: tuple = (\n"
+    assert ("    layer_types: tuple[str, ...] = (\n"
             "        'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention')\n") in source
     # One constructor call: the window None in the full layers, as transformers writes it.
     assert "window=config.sliding_window if config.layer_types[i] == 'sliding_attention' else None)" in source

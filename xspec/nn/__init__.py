@@ -9,8 +9,8 @@ positions), norms.py, rotary.py (one class per rotary scaling), attention.py (th
 attention and one piece per option), latent_attention.py (DeepSeek's multi-head latent
 attention), convolution.py, delta_rule.py and state_space.py (the recurrent mixers of hybrid
 models, Gated DeltaNet and Mamba-2, and the short convolution they share), experts.py (the
-mixture of experts: routers, activations, the experts), contracts.py (what the runtime may ask of a model and
-its modules, as protocols, and the list of multi-token prediction depths)."""
+mixture of experts: routers, activations, the experts), contracts.py (what the runtime may ask
+of a model and its modules, as protocols, and the list of multi-token prediction depths)."""
 
 from .embeddings import Embedding, LearnedPositions, ScaledEmbedding, SinusoidalPositions
 from .norms import RMSNorm

@@ -1,7 +1,7 @@
-"""What the runtime may ask of a model and its modules, as types: decoding loops, the training step and
-the load-balancing loss check `isinstance(module, RoutedMixture)` instead of probing attributes by name.
-The protocols are of methods, so a hand-written model meets one by having them; the op library's
-modules meet them by construction."""
+"""What the runtime may ask of a model and its modules, as types: decoding loops, the training
+step and the load-balancing loss check `isinstance(module, RoutedMixture)` instead of probing
+attributes by name. The protocols are of methods, so a hand-written model meets one by having
+them; the op library's modules meet them by construction."""
 
 from typing import Optional, Protocol, runtime_checkable
 
@@ -20,7 +20,8 @@ class CacheOwner(Protocol):
 class CachedDecoder(Protocol):
     """A model that decodes new tokens against a cache: [B, T] tokens -> [B, T, vocab] logits."""
 
-    def decode(self, tgt_tokens: torch.Tensor, *args: torch.Tensor, cache: object = None) -> torch.Tensor: ...
+    def decode(self, tgt_tokens: torch.Tensor, *args: torch.Tensor,
+               cache: object = None) -> torch.Tensor: ...
 
 
 @runtime_checkable
@@ -28,31 +29,33 @@ class RoutedMixture(Protocol):
     """A mixture of experts that keeps what its last forward routed, for balancing its experts."""
 
     def last_routing(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        """The chosen experts [N, top_k] and the router's probabilities [N, experts]; None before a
-        forward."""
+        """The chosen experts [N, top_k] and the router's probabilities [N, experts]; None
+        before a forward."""
         ...
 
     def load_correction(self) -> Optional[torch.Tensor]:
-        """The router's per-expert bias that training moves against the load (DeepSeek-V3), or None."""
+        """The router's per-expert bias that training moves against the load (DeepSeek-V3), or
+        None."""
         ...
 
 
 @runtime_checkable
 class RecurrentMixer(Protocol):
-    """A mixer that decodes by carrying one state forward (not one entry per position), so a cache
-    cannot be set back to an earlier length."""
+    """A mixer that decodes by carrying one state forward (not one entry per position), so a
+    cache cannot be set back to an earlier length."""
 
     def recurrent(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-class MultiTokenPrediction(nn.ModuleList):
-    """A language model's multi-token prediction modules, one per depth (DeepSeek-V3 §2.2): depth k
-    predicts the token k + 1 positions on."""
-
-
 @runtime_checkable
 class ReadsWeightsAsMatrices(Protocol):
-    """A module that reads some of its linear layers' weights directly, as matrices (latent attention's
-    up-projection while decoding): a weight format must keep those layers as they are."""
+    """A module that reads some of its linear layers' weights directly, as matrices (latent
+    attention's up-projection while decoding): a weight format must keep those layers as they
+    are."""
 
     weights_read: tuple[str, ...]
+
+
+class MultiTokenPrediction(nn.ModuleList):
+    """A language model's multi-token prediction modules, one per depth (DeepSeek-V3 §2.2):
+    depth k predicts the token k + 1 positions on."""

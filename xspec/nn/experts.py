@@ -149,7 +149,7 @@ class MixtureOfExperts(nn.Module):
         return summed.reshape(x.shape)
 
     def last_routing(self):
-        """The last forward's chosen experts [N, top_k] and probabilities [N, E]; None before one."""
+        """The last forward's chosen experts [N, top_k] and probabilities [N, E], or None."""
         return self.routed
 
     def load_correction(self):

@@ -18,8 +18,8 @@ class TransformerBaseConfig:
     d_model: int = 512
     d_ff: int = 2048
     heads: int = 8
-    d_k: int = None
-    d_v: int = None
+    d_k: int | None = None
+    d_v: int | None = None
     layers: int = 6
     dropout: float = 0.1
     max_len: int = 1024

@@ -28,7 +28,7 @@ class Gemma3Config:
     sliding_window: int = 8
     query_pre_attn_scalar: int = 32
     sliding_window_pattern: int = 6
-    layer_types: tuple = None
+    layer_types: tuple[str, ...] | None = None
     rope_local_base_freq: float = 10000.0
 
     def __post_init__(self):  # None: computed from the others, as the spec does

@@ -17,13 +17,14 @@ class LlamaConfig:
     d_model: int = 128
     d_ff: int = 344
     heads: int = 4
-    d_k: int = None
-    d_v: int = None
+    d_k: int | None = None
+    d_v: int | None = None
     layers: int = 2
     kv_heads: int = 2
     rms_norm_eps: float = 1e-06
     rope_theta: float = 10000.0
     attention_bias: bool = False
+    mlp_bias: bool = False
 
     def __post_init__(self):  # None: computed from the others, as the spec does
         self.d_k = self.d_model // self.heads if self.d_k is None else self.d_k
@@ -33,9 +34,9 @@ class LlamaConfig:
 class FeedForward(nn.Module):  # block feed_forward, llama.xspec:28
     def __init__(self, config):
         super().__init__()
-        self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)  # llama.xspec:29
-        self.up = nn.Linear(config.d_model, config.d_ff, bias=False)  # llama.xspec:30
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=False)  # llama.xspec:30
+        self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.mlp_bias)  # llama.xspec:29
+        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.mlp_bias)  # llama.xspec:30
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.mlp_bias)  # llama.xspec:30
 
     def forward(self, x):
         gate = F.silu(self.gate(x))  # [batch, tgt_len, d_ff]  llama.xspec:29

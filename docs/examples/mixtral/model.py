@@ -18,7 +18,7 @@ class MixtralConfig:
     d_model: int = 128
     d_ff: int = 344
     heads: int = 4
-    head_dim: int = None
+    head_dim: int | None = None
     layers: int = 2
     kv_heads: int = 2
     rms_norm_eps: float = 1e-06
