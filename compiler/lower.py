@@ -88,8 +88,8 @@ def _field_type(value: object, optional: bool) -> pyast.expr:
     annotation: pyast.expr = variable(type(value).__name__)
     items = {type(item).__name__ for item in value} if isinstance(value, tuple) else set()
     if len(items) == 1:
-        annotation = pyast.Subscript(annotation, pyast.Tuple([variable(items.pop()), pyast.Constant(...)], pyast.Load()),
-                                     pyast.Load())
+        each = pyast.Tuple([variable(items.pop()), pyast.Constant(...)], pyast.Load())
+        annotation = pyast.Subscript(annotation, each, pyast.Load())
     return binary(annotation, pyast.BitOr(), constant(None)) if optional else annotation
 
 

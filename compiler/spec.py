@@ -153,17 +153,23 @@ class CompiledSpec:
         return self._compilation.validated.all_tied_under(path)
 
     # --- building ----------------------------------------------------------------------------
-    def build(self, device: Union[str, "torch.device", None] = None, compile: bool = False) -> "torch.nn.Module":
-        """Instantiate the generated model (parameters initialised) on `device` (default: CUDA if
-        available, else CPU); `compile=True` returns torch.compile's wrapper (whose state_dict keys
-        start with `_orig_mod.`: save the module you built, not the wrapper)."""
+    def build(self, device: Union[str, "torch.device", None] = None, compile: bool = False,
+              init: bool = True) -> "torch.nn.Module":
+        """Instantiate the generated model on `device` (default: CUDA if available, else CPU): built on the
+        meta device, then given memory once and initialized, as its constructors would with the same seed.
+        `init=False` leaves the learned tensors unset, for a checkpoint to fill (only the tensors modules
+        derive are computed). `compile=True` returns torch.compile's wrapper (whose state_dict keys start
+        with `_orig_mod.`: save the module you built, not the wrapper)."""
         import torch
+
+        from xspec.nn.initialize import materialized
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self._check_allocatable(device)
         model_class = self.model_class()
-        with torch.device(device):
+        with torch.device("meta"):
             model = model_class()
+        model = materialized(model, device, init=init, tied=self.ties)
         return cast("torch.nn.Module", torch.compile(model)) if compile else model
 
     def model_class(self) -> type:

@@ -61,7 +61,7 @@ def checkpoint_vocab(checkpoint: ckpt.Checkpoint, spec) -> Vocab:
 def build_from_checkpoint(checkpoint: ckpt.Checkpoint, spec, device: torch.device | str):
     """(model in eval mode, vocabulary) of a checkpoint whose spec is `spec`."""
     vocab = checkpoint_vocab(checkpoint, spec)
-    model = spec.build(device=str(device))
+    model = spec.build(device=str(device), init=False)  # every tensor is the checkpoint's
     ckpt.load_into(model, checkpoint)
     if torch.device(device).type == "cuda":
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused

@@ -129,8 +129,9 @@ def apply_lora(model: nn.Module, spec, rank: int, alpha: float, dropout: float,
         parameter.requires_grad_(False)
     for name in names:
         parent, _, child = name.rpartition(".")
-        holder = model.get_submodule(parent) if parent else model
-        setattr(holder, child, LoRALinear(model.get_submodule(name), rank, alpha, dropout))
+        holder, linear = model.get_submodule(parent), model.get_submodule(name)
+        assert isinstance(linear, nn.Linear), f"lora_targets chose {name}, a {type(linear).__name__}"
+        setattr(holder, child, LoRALinear(linear, rank, alpha, dropout))
     return names
 
 

@@ -591,7 +591,7 @@ def _decoding_model(spec, trainer: Trainer) -> torch.nn.Module | None:
     if not trainer.sharded:
         return trainer.step.model
     tensors = state_dicts.model_state(trainer.step, trainer.wrapped, sharded=True)
-    model = spec.build(device=str(trainer.context.device)) if trainer.context.is_main else None
+    model = spec.build(device=str(trainer.context.device), init=False) if trainer.context.is_main else None
     if model is not None:
         model.load_state_dict(tensors)
     return model

@@ -1,5 +1,6 @@
-"""The layers point one way: xspec/base imports nothing of xspec outside itself; the compiler imports
-only the base and itself; the runtime only the base, the compiler and itself (compile, then run). The
+"""The layers point one way: xspec/base and xspec/nn (the op library generated models import, with the
+contracts the runtime asks of a model) import nothing of xspec outside themselves; the compiler imports
+only those and itself; the runtime only those, the compiler and itself (compile, then run). The
 application (the rest of xspec/: the API, the commands, viz, stats, hf, ...) sits on top and may import
 them all.
 
@@ -20,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # folder -> (its package, the xspec packages it may import besides the standard library and others')
 LAYERS = {
     "xspec/base": ("xspec.base", ("xspec.base",)),
-    "compiler": ("xspec.compiler", ("xspec.base", "xspec.compiler")),
-    "runtime": ("xspec.runtime", ("xspec.base", "xspec.compiler", "xspec.runtime")),
+    "xspec/nn": ("xspec.nn", ("xspec.nn",)),
+    "compiler": ("xspec.compiler", ("xspec.base", "xspec.nn", "xspec.compiler")),
+    "runtime": ("xspec.runtime", ("xspec.base", "xspec.nn", "xspec.compiler", "xspec.runtime")),
 }
 
 

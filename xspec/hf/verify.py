@@ -85,7 +85,7 @@ def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor) -> 
         from xspec.runtime.checkpoint import weights_file
 
         spec = xspec.compile(work / "model.xspec", overrides={"layers": checked})
-        model = spec.build(device=device).eval()
+        model = spec.build(device=device, init=False).eval()
         written = SafetensorsFile(weights_file(work / "checkpoints", 0))
         model.load_state_dict({name: written.tensor(name) for name in model.state_dict()})
     with torch.no_grad():

@@ -28,7 +28,7 @@ from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, CorrectedRouter, Ge
                       GroupLimitedRouter, MixtureOfExperts, Router, ScaledRouter, SigmoidRouter,
                       SwiGLU)
 from .contracts import (CachedDecoder, CacheOwner, MultiTokenPrediction, ReadsWeightsAsMatrices,
-                        RecurrentMixer, RoutedMixture)
+                        RecurrentMixer, Resettable, RoutedMixture)
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "LearnedPositions", "RMSNorm",
@@ -43,5 +43,5 @@ __all__ = [
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
     "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer", "ReadsWeightsAsMatrices",
-    "MultiTokenPrediction",
+    "Resettable", "MultiTokenPrediction",
 ]

@@ -31,6 +31,13 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
         self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
+        self.init_projections()
+
+    def reset_parameters(self):
+        self.init_projections()
+
+    def init_projections(self):
+        """Xavier-uniform W^Q, W^K, W^V and W^O (over nn.Linear's own), zero biases."""
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
@@ -199,6 +206,11 @@ class ALiBiAttention(MultiHeadAttention):
         super().__init__(*args, **kwargs)
         self.register_buffer("slopes", self.alibi_slopes(self.heads), persistent=False)  # [h]
 
+    @torch.no_grad()
+    def reset_parameters(self):
+        super().reset_parameters()
+        self.slopes.copy_(self.alibi_slopes(self.heads))
+
     @staticmethod
     def alibi_slopes(heads):
         """2^(-8/n), 2^(-16/n), ... for n a power of two; for other head counts, those of the power
@@ -263,6 +275,10 @@ class SinkAttention(ExplicitAttention):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.sinks = nn.Parameter(torch.zeros(self.heads))
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        nn.init.zeros_(self.sinks)
 
     def softmax(self, scores):
         sinks = self.sinks.to(scores.dtype)[None, :, None, None]

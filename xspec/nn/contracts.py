@@ -59,3 +59,11 @@ class ReadsWeightsAsMatrices(Protocol):
 class MultiTokenPrediction(nn.ModuleList):
     """A language model's multi-token prediction modules, one per depth (DeepSeek-V3 §2.2):
     depth k predicts the token k + 1 positions on."""
+
+
+@runtime_checkable
+class Resettable(Protocol):
+    """A module that sets its own tensors (not its children's) as its constructor does: torch's
+    modules and the library's (initialize.py)."""
+
+    def reset_parameters(self) -> None: ...

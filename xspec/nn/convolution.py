@@ -2,6 +2,8 @@
 state_space.py) run over their projections before their state: a base class they extend, whose step
 continues from the inputs before (a decoding cache's window) as from zeros at the start."""
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -10,6 +12,16 @@ import torch.nn.functional as F
 class ConvolvedMixer(nn.Module):
     """A mixer holding `conv1d`, a depthwise convolution over a few positions, which it runs
     causally with SiLU (`convolve`)."""
+
+    @staticmethod
+    @torch.no_grad()
+    def init_decay(A_log, dt_bias):
+        """A in [1, 16] and softplus(dt_bias) log-uniform in [0.001, 0.1] at first, as
+        Mamba-2's."""
+        A_log.copy_(torch.empty_like(A_log).uniform_(1, 16).log())
+        dt = torch.empty_like(dt_bias).uniform_(math.log(0.001), math.log(0.1))
+        dt = dt.exp().clamp(min=1e-4)
+        dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
 
     def convolve(self, x, window, documents=None):
         """SiLU of the causal depthwise convolution of x [B, T, C], its first positions preceded

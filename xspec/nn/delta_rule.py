@@ -42,12 +42,14 @@ class GatedDeltaNet(ConvolvedMixer):
         channels = k_heads * 2 * d_k + v_heads * d_v  # q, k and v convolved
         self.conv1d = nn.Conv1d(channels, channels, conv_kernel, groups=channels,
                                 padding=conv_kernel - 1, bias=False)
-        # A in [1, 16] and softplus(dt_bias) log-uniform in [0.001, 0.1] at first, as Mamba-2's
-        self.A_log = nn.Parameter(torch.empty(v_heads).uniform_(1, 16).log())
-        dt = torch.empty(v_heads).uniform_(math.log(0.001), math.log(0.1)).exp().clamp(min=1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
         self.norm = nn.RMSNorm(d_v, eps=eps)
         self.out_proj = nn.Linear(v_heads * d_v, d_model, bias=False)
+        self.A_log = nn.Parameter(torch.empty(v_heads))
+        self.dt_bias = nn.Parameter(torch.empty(v_heads))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.init_decay(self.A_log, self.dt_bias)
 
     def forward(self, x, cache=None):
         """Without a cache, from the zero state; with one, from the state kept there (the

@@ -1,5 +1,9 @@
 """Token embeddings and positions that generated models use: the plain and the scaled embedding
-(§3.4), the paper's sinusoidal positions (§3.5) and learned ones (Table 3, row E)."""
+(§3.4), the paper's sinusoidal positions (§3.5) and learned ones (Table 3, row E).
+
+Every module of the library sets its own tensors (not its children's) in `reset_parameters()`, as
+torch's do, and its __init__ sets them the same way: a model built on the meta device is
+initialized by calling it children first (contracts.py's initialize)."""
 
 import math
 
@@ -10,9 +14,8 @@ import torch.nn as nn
 class Embedding(nn.Embedding):
     """Token embeddings, rows of variance 1 / dim."""
 
-    def __init__(self, vocab, dim):
-        super().__init__(vocab, dim)
-        nn.init.normal_(self.weight, std=dim ** -0.5)
+    def reset_parameters(self):  # nn.Embedding's __init__ calls it
+        nn.init.normal_(self.weight, std=self.embedding_dim ** -0.5)
 
 
 class ScaledEmbedding(nn.Embedding):
@@ -21,7 +24,9 @@ class ScaledEmbedding(nn.Embedding):
     def __init__(self, vocab, dim, scale):
         super().__init__(vocab, dim)
         self.scale = scale
-        nn.init.normal_(self.weight, std=dim ** -0.5)  # unit-variance rows once scaled
+
+    def reset_parameters(self):  # unit-variance rows once scaled
+        nn.init.normal_(self.weight, std=self.embedding_dim ** -0.5)
 
     def forward(self, tokens):
         return super().forward(tokens) * self.scale
@@ -32,12 +37,21 @@ class SinusoidalPositions(nn.Module):
 
     def __init__(self, dim, max_len):
         super().__init__()
+        # derived, so not in checkpoints
+        self.register_buffer("table", self.sinusoids(max_len, dim), persistent=False)
+
+    @staticmethod
+    def sinusoids(max_len, dim):
         position = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
         inverse_frequency = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
         table = torch.zeros(max_len, dim)
         table[:, 0::2] = torch.sin(position * inverse_frequency)
         table[:, 1::2] = torch.cos(position * inverse_frequency[: dim // 2])
-        self.register_buffer("table", table, persistent=False)  # derived, so not in checkpoints
+        return table
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        self.table.copy_(self.sinusoids(*self.table.shape))
 
     def forward(self, x, cache=None):
         start = cache.length if cache is not None else 0
@@ -50,7 +64,10 @@ class LearnedPositions(nn.Module):
     def __init__(self, dim, max_len):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(max_len, dim))
-        nn.init.normal_(self.weight, std=dim ** -0.5)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.normal_(self.weight, std=self.weight.size(1) ** -0.5)
 
     def forward(self, x, cache=None):
         start = cache.length if cache is not None else 0

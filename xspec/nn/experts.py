@@ -57,6 +57,11 @@ class CorrectedRouter(Router):
         super().__init__(*args, **kwargs)
         self.register_buffer("correction_bias", torch.zeros(self.out_features))
 
+    def reset_parameters(self):
+        super().reset_parameters()
+        for bias in self.buffers(recurse=False):  # the correction (none while nn.Linear builds)
+            nn.init.zeros_(bias)
+
     def choose(self, scores):
         return super().choose(scores + self.correction_bias)
 
@@ -129,10 +134,19 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.router, self.activation = router, activation
         # [E, out, in], as nn.Linear keeps its weight
-        self.gate = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
-        self.up = nn.Parameter(torch.randn(experts, d_ff, d_model) * d_model ** -0.5)
-        self.down = nn.Parameter(torch.randn(experts, d_model, d_ff) * d_ff ** -0.5)
+        self.gate = nn.Parameter(torch.empty(experts, d_ff, d_model))
+        self.up = nn.Parameter(torch.empty(experts, d_ff, d_model))
+        self.down = nn.Parameter(torch.empty(experts, d_model, d_ff))
+        self.init_experts()
         self.routed = None  # the chosen experts [N, top_k] and probabilities [N, E]
+
+    def reset_parameters(self):
+        self.init_experts()
+
+    def init_experts(self):
+        """Each expert's matrices of variance 1 / their inputs."""
+        for weight in (self.gate, self.up, self.down):
+            nn.init.normal_(weight, std=weight.size(-1) ** -0.5)
 
     def forward(self, x):
         tokens = x.reshape(-1, x.size(-1))  # [N, d]
@@ -182,6 +196,11 @@ class BiasedMixtureOfExperts(MixtureOfExperts):
         self.gate_bias = nn.Parameter(torch.zeros(experts, d_ff))
         self.up_bias = nn.Parameter(torch.zeros(experts, d_ff))
         self.down_bias = nn.Parameter(torch.zeros(experts, d_model))
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        for bias in (self.gate_bias, self.up_bias, self.down_bias):
+            nn.init.zeros_(bias)
 
     def experts(self, x, expert, counts):
         gate = self.grouped_linear(x, self.gate, counts) + self.gate_bias[expert].to(x.dtype)

@@ -11,7 +11,11 @@ class RMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6, offset=0.0):
         super().__init__()
         self.eps, self.offset = eps, offset
-        self.weight = nn.Parameter(torch.full((dim,), 1.0 - offset))  # offset + w = 1 at first
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.constant_(self.weight, 1.0 - self.offset)  # offset + w = 1 at first
 
     def forward(self, x):
         normalized = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)

@@ -15,9 +15,19 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, dim, base):
         super().__init__()
-        exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
-        # Derived, so not in checkpoints.
-        self.register_buffer("inverse_frequency", 1.0 / (base ** exponents), persistent=False)
+        self.dim, self.base = dim, base
+        # Derived, so not in checkpoints; a scaling's class sets its own after its options.
+        unscaled = RotaryEmbedding.frequencies(self)
+        self.register_buffer("inverse_frequency", unscaled, persistent=False)
+
+    def frequencies(self):
+        """theta_i for i < dim / 2."""
+        exponents = torch.arange(0, self.dim, 2, dtype=torch.int64).float() / self.dim
+        return 1.0 / (self.base ** exponents)
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        self.inverse_frequency.copy_(self.frequencies())
 
     def forward(self, x, start):  # x [B, h, T, dim] at positions start, start + 1, ...
         position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
@@ -34,10 +44,6 @@ class PartialRotaryEmbedding(RotaryEmbedding):
     """Rotary embeddings of the first `dim` features of each head; the others pass unchanged
     (GPT-NeoX and Phi-3 rotate a fraction)."""
 
-    def __init__(self, dim, base):
-        super().__init__(dim, base)
-        self.dim = dim
-
     def forward(self, x, start):
         turned = super().forward(x[..., :self.dim], start)
         return torch.cat([turned, x[..., self.dim:]], dim=-1)
@@ -49,7 +55,11 @@ class LinearRotaryEmbedding(RotaryEmbedding):
 
     def __init__(self, dim, base, factor):
         super().__init__(dim, base)
-        self.inverse_frequency = self.inverse_frequency / factor
+        self.factor = factor
+        self.inverse_frequency = self.frequencies()
+
+    def frequencies(self):
+        return super().frequencies() / self.factor
 
 
 class Llama3RotaryEmbedding(RotaryEmbedding):
@@ -58,16 +68,21 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
 
     def __init__(self, dim, base, factor, low_freq_factor, high_freq_factor, original_max_len):
         super().__init__(dim, base)
-        frequency = self.inverse_frequency
+        self.factor, self.original_max_len = factor, original_max_len
+        self.low_freq_factor, self.high_freq_factor = low_freq_factor, high_freq_factor
+        self.inverse_frequency = self.frequencies()
+
+    def frequencies(self):
+        frequency = super().frequencies()
+        factor, low, high = self.factor, self.low_freq_factor, self.high_freq_factor
         wavelength = 2 * math.pi / frequency
-        long = original_max_len / low_freq_factor  # wavelengths beyond this are divided by factor
-        short = original_max_len / high_freq_factor  # ... below this kept
+        long = self.original_max_len / low  # wavelengths beyond this are divided by factor
+        short = self.original_max_len / high  # ... below this kept
         scaled = torch.where(wavelength > long, frequency / factor, frequency)
-        smooth = (original_max_len / wavelength - low_freq_factor)
-        smooth = smooth / (high_freq_factor - low_freq_factor)
+        smooth = (self.original_max_len / wavelength - low) / (high - low)
         blended = (1 - smooth) * scaled / factor + smooth * scaled
         between = ~(wavelength < short) * ~(wavelength > long)
-        self.inverse_frequency = torch.where(between, blended, scaled)
+        return torch.where(between, blended, scaled)
 
 
 class YarnRotaryEmbedding(RotaryEmbedding):
@@ -79,12 +94,20 @@ class YarnRotaryEmbedding(RotaryEmbedding):
     def __init__(self, dim, base, factor, original_max_len, beta_fast, beta_slow,
                  attention_factor, truncate):
         super().__init__(dim, base)
+        self.factor, self.original_max_len = factor, original_max_len
+        self.beta_fast, self.beta_slow, self.truncate = beta_fast, beta_slow, truncate
+        self.attention_factor = attention_factor
+        self.inverse_frequency = self.frequencies()
+
+    def frequencies(self):
+        dim, base = self.dim, self.base
 
         def feature(turns):  # the feature that turns `turns` times over the original context
-            return dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+            turned = self.original_max_len / (turns * 2 * math.pi)
+            return dim * math.log(turned) / (2 * math.log(base))
 
-        low, high = feature(beta_fast), feature(beta_slow)
-        if truncate:
+        low, high = feature(self.beta_fast), feature(self.beta_slow)
+        if self.truncate:
             low, high = math.floor(low), math.ceil(high)
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
@@ -92,9 +115,8 @@ class YarnRotaryEmbedding(RotaryEmbedding):
         ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
         kept = 1 - ramp  # 1: the original frequency, 0: interpolated
         frequency_base = base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
-        interpolated, original = 1.0 / (factor * frequency_base), 1.0 / frequency_base
-        self.inverse_frequency = interpolated * (1 - kept) + original * kept
-        self.attention_factor = attention_factor
+        interpolated, original = 1.0 / (self.factor * frequency_base), 1.0 / frequency_base
+        return interpolated * (1 - kept) + original * kept
 
     def rotate(self, x, cos, sin):
         return super().rotate(x, cos * self.attention_factor, sin * self.attention_factor)

@@ -26,6 +26,9 @@ class GroupRMSNorm(nn.Module):
         self.group_size, self.eps = group_size, eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+
     def forward(self, x):
         groups = x.float().unflatten(-1, (-1, self.group_size))  # [..., groups, group_size]
         normalized = groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -53,13 +56,16 @@ class Mamba2Mixer(ConvolvedMixer):
         self.in_proj = nn.Linear(d_model, inner + channels + heads, bias=bias)  # z, xBC, dt
         self.conv1d = nn.Conv1d(channels, channels, conv_kernel, groups=channels,
                                 padding=conv_kernel - 1, bias=conv_bias)
-        # A in [1, 16] and softplus(dt_bias) log-uniform in [0.001, 0.1] at first (Mamba-2's)
-        self.A_log = nn.Parameter(torch.empty(heads).uniform_(1, 16).log())
-        dt = torch.empty(heads).uniform_(math.log(0.001), math.log(0.1)).exp().clamp(min=1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
-        self.D = nn.Parameter(torch.ones(heads))
         self.norm = norm
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
+        self.A_log = nn.Parameter(torch.empty(heads))
+        self.dt_bias = nn.Parameter(torch.empty(heads))
+        self.D = nn.Parameter(torch.empty(heads))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.init_decay(self.A_log, self.dt_bias)
+        nn.init.ones_(self.D)
 
     def forward(self, x, cache=None):
         """Without a cache, from the zero state; with one, from the state kept there (the

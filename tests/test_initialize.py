@@ -1,0 +1,77 @@
+"""Models are built on the meta device, then given memory once (xspec/nn/initialize.py): initialized, a
+seed gives the tensors the generated constructors give; for a checkpoint, nothing is initialized but the
+tensors modules derive, which no checkpoint holds."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import xspec
+from xspec.nn import GatedAttention
+
+SPECS = sorted([*Path("specs").glob("*.xspec"), *Path("specs/modern").glob("*.xspec")])
+
+
+def _gated_projections(model: nn.Module) -> set[str]:
+    """An output-gated attention builds its gate after Xavier-initializing W^Q..W^O, so initializing
+    children first draws the five in another order: the same distribution, other values."""
+    return {f"{path}.{name}.weight" for path, module in model.named_modules() if isinstance(module, GatedAttention)
+            for name in ("q_proj", "k_proj", "v_proj", "out_proj", "gate_proj")}
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_a_built_model_is_what_its_constructors_make_from_the_same_seed(path):
+    spec = xspec.compile(str(path))
+    torch.manual_seed(0)
+    constructed = spec.model_class()()
+    torch.manual_seed(0)
+    built = spec.build("cpu")
+    expected, found = constructed.state_dict(), built.state_dict()
+    assert found.keys() == expected.keys()
+    drawn_apart = _gated_projections(built)
+    for name, tensor in expected.items():
+        if name in drawn_apart:
+            assert found[name].std().item() == pytest.approx(tensor.std().item(), rel=0.2), name
+        else:
+            assert torch.equal(found[name], tensor), name
+    # derived buffers (no checkpoint holds them) too, and ties are the same tensor as they were
+    assert all(torch.equal(dict(built.named_buffers())[name], buffer) for name, buffer in constructed.named_buffers())
+    assert len(list(built.parameters())) == len(list(constructed.parameters()))
+
+
+@pytest.mark.parametrize("name", ["base", "alibi", "llama3", "gpt_oss", "phi3", "deepseek_v3"])
+def test_a_model_built_for_a_checkpoint_initializes_nothing_but_derives_its_buffers(name, monkeypatch):
+    path = next(p for p in SPECS if p.stem == name)
+    spec = xspec.compile(str(path))
+    reference = spec.build("cpu")
+
+    def refused(self):  # (on the meta device, while constructing, it costs nothing)
+        if not self.weight.is_meta:
+            raise AssertionError(f"{type(self).__name__} initialized for a checkpoint")
+
+    monkeypatch.setattr(nn.Linear, "reset_parameters", refused)
+    monkeypatch.setattr(nn.Embedding, "reset_parameters", refused)
+    empty = spec.build("cpu", init=False)
+    monkeypatch.undo()
+    derived = {name for name, _ in reference.named_buffers()} - set(reference.state_dict())
+    assert derived  # rotary frequencies, a sinusoid table, ALiBi slopes
+    for buffer in derived:
+        assert torch.equal(dict(empty.named_buffers())[buffer], dict(reference.named_buffers())[buffer]), buffer
+    empty.load_state_dict(reference.state_dict())
+    tokens = torch.randint(4, 100, (2, 6))
+    inputs = (tokens, tokens) if spec.has_encoder else (tokens,)
+    with torch.no_grad():
+        assert torch.equal(empty.eval()(*inputs), reference.eval()(*inputs))
+
+
+@pytest.mark.parametrize("name, init", [("base", True), ("base", False), ("albert", False), ("deepseek_v3", False)])
+def test_a_tied_tensor_stays_one_tensor(name, init):
+    spec = xspec.compile(str(next(p for p in SPECS if p.stem == name)), overrides={"layers": 3})
+    model = spec.build("cpu", init=init)
+    tied = spec.ties
+    assert tied
+    everything = dict(model.named_parameters(remove_duplicate=False))
+    for name, owner in tied.items():
+        assert everything[name] is everything[owner], name
