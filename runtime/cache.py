@@ -9,8 +9,9 @@ state of fixed size instead: `state(module)` (the tensors it kept, or None befor
 `keep(module, *tensors)` (its state after this call, each tensor [rows, ...], in place of the last); it
 does not move `length`. Beam search moves the rows of both with `reorder`. In training,
 `PackedDocuments` stands in for it where packed documents are kept apart: its `documents` say which
-positions may see which, and it caches nothing. Generated files do not hold the cache: they carry the
-model alone. runtime/export.py implements the same contract over tensors for exported decoding steps.
+positions may see which, and it caches nothing; a DecoderCache's `documents` is None. The contract is
+xspec/nn/contracts.py's DecodingCache. Generated files do not hold the cache: they carry the model alone.
+runtime/export.py implements the same contract over tensors for exported decoding steps.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class DecoderCache:
         self.tensors: dict[nn.Module, list[torch.Tensor]] = {}   # self-attention -> keys, values, 2 spares
         self.memory: dict[nn.Module, tuple] = {}   # encoder-decoder attention -> (key in, value in, keys, values)
         self.states: dict[nn.Module, tuple[torch.Tensor, ...]] = {}   # recurrent layer -> its state's tensors
+        self.documents: torch.Tensor | None = None   # decoding continues one document a row
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -84,7 +84,7 @@ def slot(spec: CompiledSpec, name: str) -> CacheSlot:
 
 
 class TensorCache:
-    """The decoding cache's contract (runtime/cache.py: `length`, `append`, `memory`) over tensors: the
+    """The decoding cache's contract (xspec/nn/contracts.py's DecodingCache) over tensors: the
     past keys and values come in as the graph's inputs, the grown ones go out as its outputs, and
     nothing is written in place, so a decoding step is one pure function torch.export can capture."""
 
@@ -95,6 +95,7 @@ class TensorCache:
         self.keys, self.values = list(past_keys), list(past_values)
         self.length = past_keys[0].size(2)     # positions decoded before this step
         self.memory = memory                    # cross-attention module -> (key input, value input, keys, values)
+        self.documents = None                   # one document a row
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,6 +103,12 @@ class TensorCache:
         self.keys[index] = torch.cat([self.past_keys[index], k], dim=2)        # [B, h, past + new, d_k]
         self.values[index] = torch.cat([self.past_values[index], v], dim=2)    # [B, h, past + new, d_v]
         return self.keys[index], self.values[index]
+
+    def state(self, module: nn.Module) -> None:
+        raise AssertionError("a recurrent layer is refused before export (`plan`)")
+
+    def keep(self, module: nn.Module, *tensors: torch.Tensor) -> None:
+        raise AssertionError("a recurrent layer is refused before export (`plan`)")
 
 
 # --- the graphs ------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ import torch
 import torch.nn as nn
 
 import xspec
-from xspec.nn import CachedDecoder, MultiTokenPrediction, RecurrentMixer, RoutedMixture
-from xspec.runtime.cache import DecoderCache, new_cache
+from xspec.nn import CachedDecoder, DecodingCache, MultiTokenPrediction, RecurrentMixer, RoutedMixture
+from xspec.runtime.cache import DecoderCache, PackedDocuments, new_cache
+from xspec.runtime.export import TensorCache
 from xspec.runtime.load_balance import corrected_mixtures, load_balancing_loss, routing_modules
 from xspec.runtime.multi_token import prediction_depths
 from xspec.runtime.speculative import can_draft
@@ -49,9 +50,16 @@ def test_drafting_is_refused_for_a_recurrent_mixer():
     assert not can_draft(hybrid) and can_draft(_built("deepseek_v3"))
 
 
+def test_every_cache_of_the_runtime_meets_the_decoding_contract():
+    documents = torch.zeros(1, 3, dtype=torch.long)
+    caches = [DecoderCache(), PackedDocuments(documents), TensorCache([], [torch.zeros(1, 1, 0, 2)], [], {})]
+    assert all(isinstance(cache, DecodingCache) for cache in caches)
+    assert [cache.documents is None for cache in caches] == [True, False, True]
+
+
 def test_a_hand_written_model_meets_the_contracts_by_its_methods():
-    class OwnCache:
-        length = 0
+    class OwnCache(DecoderCache):
+        pass
 
     class HandWritten(nn.Module):
         def decode(self, tgt_tokens, cache=None):

@@ -27,8 +27,8 @@ from .state_space import GroupRMSNorm, Mamba2Mixer
 from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, CorrectedRouter, GeGLU,
                       GroupLimitedRouter, MixtureOfExperts, Router, ScaledRouter, SigmoidRouter,
                       SwiGLU)
-from .contracts import (CachedDecoder, CacheOwner, MultiTokenPrediction, ReadsWeightsAsMatrices,
-                        RecurrentMixer, Resettable, RoutedMixture)
+from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPrediction,
+                        ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture)
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "LearnedPositions", "RMSNorm",
@@ -42,6 +42,6 @@ __all__ = [
     "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
-    "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer", "ReadsWeightsAsMatrices",
+    "DecodingCache", "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer", "ReadsWeightsAsMatrices",
     "Resettable", "MultiTokenPrediction",
 ]

@@ -76,7 +76,8 @@ class MultiHeadAttention(nn.Module):
         if self.sdpa_causal and cache is None and mask is None:
             return None, True
         visible = self.visible(q.size(2), k.size(2), q.device)
-        documents = getattr(cache, "documents", None)  # packed ones that see nothing of each other
+        # packed ones that see nothing of each other
+        documents = cache.documents if cache is not None else None
         if documents is not None:  # [B, 1, T, T]
             visible = visible & (documents[:, None, :, None] == documents[:, None, None, :])
         return (visible if mask is None else mask & visible), False

@@ -10,10 +10,28 @@ import torch.nn as nn
 
 
 @runtime_checkable
+class DecodingCache(Protocol):
+    """What a model's modules read and write of the cache a forward passes them (runtime/cache.py):
+    where positions start, keys and values kept per attention, an encoder memory's projections, a
+    recurrent layer's state, and which packed document each position is of (None: one each row)."""
+
+    length: int
+    memory: dict
+    documents: Optional[torch.Tensor]
+
+    def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
+               window: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def state(self, module: nn.Module) -> Optional[tuple[torch.Tensor, ...]]: ...
+
+    def keep(self, module: nn.Module, *tensors: torch.Tensor) -> None: ...
+
+
+@runtime_checkable
 class CacheOwner(Protocol):
     """A model that decodes with a cache of its own rather than the runtime's DecoderCache."""
 
-    def new_cache(self) -> object: ...
+    def new_cache(self) -> DecodingCache: ...
 
 
 @runtime_checkable
@@ -21,7 +39,7 @@ class CachedDecoder(Protocol):
     """A model that decodes new tokens against a cache: [B, T] tokens -> [B, T, vocab] logits."""
 
     def decode(self, tgt_tokens: torch.Tensor, *args: torch.Tensor,
-               cache: object = None) -> torch.Tensor: ...
+               cache: Optional[DecodingCache] = None) -> torch.Tensor: ...
 
 
 @runtime_checkable

@@ -56,7 +56,8 @@ class GatedDeltaNet(ConvolvedMixer):
         convolution's window and S), which is then replaced by the state after x."""
         kept = cache.state(self) if cache is not None else None
         window, state = kept if kept is not None else (None, None)
-        documents = getattr(cache, "documents", None)  # packed documents kept apart (training)
+        # packed documents kept apart (training)
+        documents = cache.documents if cache is not None else None
         q, k, v, z, g, beta, window = self.project(x, window, documents)
         if state is None:
             state = q.new_zeros(x.size(0), self.v_heads, self.d_k, self.d_v)

@@ -72,7 +72,8 @@ class Mamba2Mixer(ConvolvedMixer):
         convolution's window and h), which is then replaced by the state after x."""
         kept = cache.state(self) if cache is not None else None
         window, state = kept if kept is not None else (None, None)
-        documents = getattr(cache, "documents", None)  # packed documents kept apart (training)
+        # packed documents kept apart (training)
+        documents = cache.documents if cache is not None else None
         z, xs, dt, B, C, window = self.project(x, window, documents)
         if state is None:
             state = xs.new_zeros(x.size(0), self.heads, self.head_dim, self.state_size)
