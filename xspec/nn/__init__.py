@@ -42,6 +42,6 @@ __all__ = [
     "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
-    "DecodingCache", "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer", "ReadsWeightsAsMatrices",
-    "Resettable", "MultiTokenPrediction",
+    "DecodingCache", "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer",
+    "ReadsWeightsAsMatrices", "Resettable", "MultiTokenPrediction",
 ]

@@ -11,7 +11,9 @@ import torch.nn as nn
 
 class RotaryEmbedding(nn.Module):
     """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
-    is turned by the angle p * theta_i, theta_i = base^(-2i/dim), in float32."""
+    is turned by the angle p * theta_i, theta_i = base^(-2i/dim), in float32. The cos and sin of
+    every position's angles are made once, for as many positions as a forward has reached (twice
+    that when outgrown), and each forward slices them: no layer computes them per step."""
 
     def __init__(self, dim, base):
         super().__init__()
@@ -19,6 +21,7 @@ class RotaryEmbedding(nn.Module):
         # Derived, so not in checkpoints; a scaling's class sets its own after its options.
         unscaled = RotaryEmbedding.frequencies(self)
         self.register_buffer("inverse_frequency", unscaled, persistent=False)
+        self.register_buffer("turns", torch.empty(2, 0, 2 * unscaled.numel()), persistent=False)
 
     def frequencies(self):
         """theta_i for i < dim / 2."""
@@ -28,11 +31,20 @@ class RotaryEmbedding(nn.Module):
     @torch.no_grad()
     def reset_parameters(self):
         self.inverse_frequency.copy_(self.frequencies())
+        self.turns = self.turns.new_empty(2, 0, self.turns.size(2))
 
     def forward(self, x, start):  # x [B, h, T, dim] at positions start, start + 1, ...
-        position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
-        angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)  # [T, dim]
-        return self.rotate(x, angles.cos(), angles.sin())
+        end = start + x.size(2)
+        if end > self.turns.size(1):
+            self.turns = self.angles(max(end, 2 * self.turns.size(1)))
+        return self.rotate(x, self.turns[0, start:end], self.turns[1, start:end])
+
+    def angles(self, positions):
+        """cos and sin [2, positions, dim] of the angles of positions 0, 1, ..."""
+        frequency = self.inverse_frequency
+        position = torch.arange(positions, device=frequency.device, dtype=torch.float32)
+        angles = torch.outer(position, frequency).repeat(1, 2)  # [T, dim]
+        return torch.stack([angles.cos(), angles.sin()])
 
     def rotate(self, x, cos, sin):
         x1, x2 = x.float().chunk(2, dim=-1)

@@ -1,0 +1,48 @@
+"""Rotary angles are made once and sliced by every forward (xspec/nn/rotary.py): a forward of a Llama
+computes no cos or sin once its positions have been reached, and the rotation is the one computed from
+the angles of the positions themselves."""
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+import xspec
+from xspec.nn import LinearRotaryEmbedding, RotaryEmbedding, YarnRotaryEmbedding
+from xspec.runtime.cache import DecoderCache
+
+
+class TrigonometryCount(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.cos, torch.sin, torch.Tensor.cos, torch.Tensor.sin):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_forward_of_an_eight_layer_llama_computes_no_angles_once_reached():
+    spec = xspec.compile("specs/modern/llama.xspec", overrides={"layers": 8})
+    model = spec.build("cpu").eval()
+    tokens = torch.randint(4, 1000, (2, 24))
+    with torch.no_grad(), TrigonometryCount() as first:
+        model(tokens)
+    with torch.no_grad(), TrigonometryCount() as again:
+        model(tokens)
+        cache = DecoderCache()
+        model.decode(tokens[:, :20], cache=cache)
+        model.decode(tokens[:, 20:21], cache=cache)
+    assert first.calls == 2 * 8  # each layer's cos and sin, once
+    assert again.calls == 0
+
+
+def test_the_kept_angles_turn_as_the_positions_own_do():
+    for rotary in (RotaryEmbedding(16, 10000.0), LinearRotaryEmbedding(16, 10000.0, 4.0),
+                   YarnRotaryEmbedding(16, 10000.0, 4.0, 64, 32.0, 1.0, 1.2, True)):
+        x = torch.randn(2, 3, 5, 16)
+        rotary(x, 0)  # angles for 5 positions
+        for start in (0, 3, 7, 40):
+            position = torch.arange(start, start + 5, dtype=torch.float32)
+            angles = torch.outer(position, rotary.inverse_frequency).repeat(1, 2)
+            assert torch.equal(rotary(x, start), rotary.rotate(x, angles.cos(), angles.sin()))
+        assert rotary.turns.size(1) == 45  # 5, 10 (twice 5), 20 (twice 10), then 45 (past twice 20)
