@@ -129,29 +129,19 @@ def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> pyast.expr:
     xspec/nn/experts.py this mixture uses."""
     d_model = w.width("x")
     options = {"bias": w.attr("router_bias"), "normalize": w.attr("normalize")}
-    if a.routing_scale != 1:
-        options["scale"] = w.attr("routing_scale")
-    if a.groups > 1:
+    if a.scoring != "softmax" or w.from_config("scoring"):
+        options["scoring"] = w.attr("scoring")
+    if a.score_correction or w.from_config("score_correction"):
+        options["corrected"] = w.attr("score_correction")
+    if a.groups > 1 or w.from_config("groups"):
         options |= {"groups": w.attr("groups"), "top_groups": w.attr("top_groups")}
+    if a.routing_scale != 1 or w.from_config("routing_scale"):
+        options["scale"] = w.attr("routing_scale")
     activation = {"silu": lambda: call("SwiGLU"), "gelu_tanh": lambda: call("GeGLU"),
                   "clamped_swiglu": lambda: call("ClampedSwiGLU", w.attr("swiglu_limit"), w.attr("swiglu_alpha"))}
     experts = "BiasedMixtureOfExperts" if a.bias else "MixtureOfExperts"
-    router = call(router_pieces(a, i)[0], d_model, w.attr("experts"), w.attr("top_k"), **options)
+    router = call("Router", d_model, w.attr("experts"), w.attr("top_k"), **options)
     return call(experts, d_model, w.attr("experts"), w.attr("d_ff"), router, activation[a.activation]())
-
-
-def router_pieces(a: ExpertsAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
-    """The router's class and its pieces: Router, a piece (SigmoidRouter, ScaledRouter, ...), or a class of
-    the generated file that extends them (ScaledSigmoidRouter). The correction comes first: the groups
-    are scored with it, as DeepSeek-V3 does."""
-    used = {"CorrectedRouter": a.score_correction, "GroupLimitedRouter": a.groups > 1,
-            "ScaledRouter": a.routing_scale != 1, "SigmoidRouter": a.scoring == "sigmoid"}
-    pieces = tuple(piece for piece, chosen in used.items() if chosen)
-    if not pieces:
-        return "Router", ()
-    if len(pieces) == 1:
-        return pieces[0], pieces
-    return "".join(piece.removesuffix("Router") for piece in pieces) + "Router", pieces
 
 
 def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
@@ -177,7 +167,7 @@ EXPERTS = OpDef(
                     "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
     family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
-    inactive=_inactive, composes=router_pieces,
+    inactive=_inactive,
     state=lambda a, i: {"router.correction_bias": (a.experts,)} if a.score_correction else {},
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
 )

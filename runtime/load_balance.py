@@ -54,7 +54,7 @@ def _token_weights(chosen: torch.Tensor, counted: Optional[torch.Tensor], dtype:
 
 
 def corrected_mixtures(model: nn.Module) -> list[RoutedMixture]:
-    """The routing modules whose router chooses with a load-correction bias (CorrectedRouter)."""
+    """The routing modules whose router chooses with a load-correction bias (DeepSeek-V3's)."""
     return [module for module in routing_modules(model) if module.load_correction() is not None]
 
 

@@ -6,12 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import xspec.nn
-from xspec.compiler.op_experts import ExpertsAttrs, router_pieces
-from xspec.nn import BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, SigmoidRouter, SwiGLU
+from xspec.nn import BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, Router, SwiGLU
 from xspec.runtime.expert_products import register_expert_products
 from xspec.runtime.load_balance import count_loads, load_balancing_loss
-from attention_pieces import pieces_class
 from float32 import assert_close
 
 ACTIVATIONS = {"silu": SwiGLU, "gelu_tanh": GeGLU}
@@ -22,13 +19,8 @@ def experts(experts=5, top_k=2, normalize=True, scoring="softmax", routing_scale
             score_correction=False) -> MixtureOfExperts:
     """The module the compiler writes for `moe(x, ...)` with these options."""
     torch.manual_seed(0)
-    attrs = ExpertsAttrs(experts=experts, top_k=top_k, d_ff=12, normalize=normalize, scoring=scoring,
-                         routing_scale=routing_scale, groups=groups, top_groups=top_groups,
-                         score_correction=score_correction)
-    router_class = pieces_class(xspec.nn, *router_pieces(attrs, {}), xspec.nn.Router)
-    options = {"scale": routing_scale} if routing_scale != 1 else {}
-    options |= {"groups": groups, "top_groups": top_groups} if groups > 1 else {}
-    router = router_class(16, experts, top_k, bias=router_bias, normalize=normalize, **options)
+    router = Router(16, experts, top_k, bias=router_bias, normalize=normalize, scoring=scoring,
+                    corrected=score_correction, groups=groups, top_groups=top_groups, scale=routing_scale)
     if score_correction:  # a load correction that changes choices
         router.correction_bias.copy_(torch.randn(experts) * 0.5)
     act = ClampedSwiGLU(swiglu_limit, 1.702) if activation == "clamped_swiglu" else ACTIVATIONS[activation]()
@@ -45,11 +37,11 @@ def token_by_token(module: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
     for t, token in enumerate(x):
         router, activation = module.router, module.activation
         logits = token @ router.weight.T + (router.bias if router.bias is not None else 0)
-        scores = logits.sigmoid() if isinstance(router, SigmoidRouter) else logits.softmax(-1)
+        scores = logits.sigmoid() if router.scoring == "sigmoid" else logits.softmax(-1)
         # DeepSeek-V3 (§2.1.2): chosen by the corrected scores, among the best groups; weighted by the scores.
-        corrected = scores + getattr(router, "correction_bias", 0)
+        corrected = scores + (router.correction_bias if router.correction_bias is not None else 0)
         candidates = range(len(scores))
-        if getattr(router, "groups", 1) > 1:
+        if router.groups > 1:
             size = len(scores) // router.groups
             group_score = [corrected[g * size:(g + 1) * size].topk(2).values.sum() for g in range(router.groups)]
             best = sorted(range(router.groups), key=lambda g: -group_score[g])[:router.top_groups]
@@ -58,7 +50,7 @@ def token_by_token(module: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
         weights = scores[chosen]
         if router.normalize:
             weights = weights / weights.sum()
-        for weight, e in zip(weights * getattr(router, "scale", 1.0), chosen.tolist()):
+        for weight, e in zip(weights * router.scale, chosen.tolist()):
             def linear(name, h):
                 bias = getattr(module, f"{name}_bias", None)
                 return h @ getattr(module, name)[e].T + (bias[e] if bias is not None else 0)
@@ -154,4 +146,4 @@ def test_deepseeks_correction_moves_each_bias_toward_the_experts_that_took_fewer
     step.correct_routers(Context(rank=0, world_size=1, device=torch.device("cpu")))
     assert_close(corrected.router.correction_bias, before + 0.01 * torch.sign(loads.mean() - loads))
     assert not step.expert_loads.any()  # cleared for the next update
-    assert not hasattr(plain.router, "correction_bias")
+    assert plain.router.correction_bias is None and plain.load_correction() is None

@@ -21,6 +21,10 @@ DEPTHS = [("specs/modern/gemma3.xspec", 62), ("specs/modern/qwen3_moe.xspec", 48
 # Read outside the file: the load-balancing loss reads what each mixture of experts routed
 # (runtime/load_balance.py).
 READ_BY_THE_RUNTIME = {"routed"}
+# Library modules composed of optional parts, as torchtitan's are, rather than of classes combined by
+# inheritance: each states every option, and a spec sets those it uses (the router: its scoring, selection
+# and weighting).
+COMPOSED = {"Router"}
 BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z_0-9]*)`")
 
 
@@ -67,8 +71,8 @@ def unused_parameters(source: str) -> list[str]:
     found = []
     for cls in classes.values():
         init = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
-        if init is None or cls.name == model:  # the model's own `config=None` builds the spec's defaults
-            continue
+        if init is None or cls.name == model or cls.name in COMPOSED:  # the model's own `config=None` builds
+            continue                                                      # the spec's defaults
         family = _extends(classes, cls.name)
         for name, (position, default) in _defaults(init).items():
             given = []

@@ -24,9 +24,7 @@ from .latent_attention import LatentAttention, LowRankProjection
 from .convolution import ConvolvedMixer, ShortConvolution
 from .delta_rule import GatedDeltaNet
 from .state_space import GroupRMSNorm, Mamba2Mixer
-from .experts import (BiasedMixtureOfExperts, ClampedSwiGLU, CorrectedRouter, GeGLU,
-                      GroupLimitedRouter, MixtureOfExperts, Router, ScaledRouter, SigmoidRouter,
-                      SwiGLU)
+from .experts import BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, Router, SwiGLU
 from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPrediction,
                         ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture)
 
@@ -39,7 +37,7 @@ __all__ = [
     "ALiBiAttention", "ExplicitAttention", "SoftCapAttention", "SinkAttention", "GatedAttention",
     "LatentAttention", "LowRankProjection",
     "ConvolvedMixer", "ShortConvolution", "GatedDeltaNet", "GroupRMSNorm", "Mamba2Mixer",
-    "Router", "SigmoidRouter", "CorrectedRouter", "GroupLimitedRouter", "ScaledRouter",
+    "Router",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
     "DecodingCache", "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer",

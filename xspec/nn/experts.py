@@ -1,9 +1,9 @@
-"""The mixture of experts that generated models use, as pieces the compiler chooses between: a
-router (softmax or sigmoid scores, its weights scaled or not, its choice limited to the best groups
-of experts or corrected by a bias per expert: DeepSeek-V3's), an activation of the gated experts
-(SwiGLU, GeGLU, gpt-oss's clamped SwiGLU), and the bank of experts that holds them (with biases or
-without). A generated file imports the pieces its spec names and nothing else. The load-balancing
-loss is training's (runtime/load_balance.py): it reads what each forward records in `routed`."""
+"""The mixture of experts that generated models use: a router, one class whose options say how it
+scores (softmax or sigmoid), selects (limited to the best groups of experts, corrected by a bias
+per expert: DeepSeek-V3's) and weights (scaled or not); an activation of the gated experts (SwiGLU,
+GeGLU, gpt-oss's clamped SwiGLU); and the bank of experts that holds them (with biases or
+without). The load-balancing loss is training's (runtime/load_balance.py): it reads what each
+forward records through `last_routing()`."""
 
 import torch
 import torch.nn as nn
@@ -11,18 +11,41 @@ import torch.nn.functional as F
 
 
 class Router(nn.Linear):
-    """Each token's `top_k` experts by softmax(x W_r), their probabilities as weights (Shazeer et
-    al., 2017), renormalized to sum to 1 where `normalize` (norm_topk_prob)."""
+    """Each token's `top_k` experts and their weights, as a scoring and a selection (Shazeer et
+    al., 2017): the scores are softmax(x W_r) or, where `scoring` is "sigmoid", each expert's
+    sigmoid(x W_r) on its own. The selection takes the top_k of the scores plus a bias per expert
+    where `corrected` (DeepSeek-V3's auxiliary-loss-free balancing, §2.1.2: training moves the
+    bias, checkpoints keep it), among the experts of the `top_groups` of `groups` groups whose
+    two best scores sum highest where `groups` > 1 (DeepSeek-V3's node-limited routing). The
+    weights are the chosen experts' scores, renormalized to sum to 1 where `normalize`
+    (norm_topk_prob), times `scale` (routed_scaling_factor)."""
 
-    def __init__(self, d_model, experts, top_k, *, bias, normalize):
+    def __init__(self, d_model, experts, top_k, *, bias, normalize, scoring="softmax",
+                 corrected=False, groups=1, top_groups=1, scale=1.0):
         super().__init__(d_model, experts, bias=bias)
-        self.top_k, self.normalize = top_k, normalize
+        self.top_k, self.normalize, self.scoring = top_k, normalize, scoring
+        self.groups, self.top_groups, self.scale = groups, top_groups, scale
+        correction = torch.zeros(experts) if corrected else None
+        self.register_buffer("correction_bias", correction)
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        for bias in self.buffers(recurse=False):  # the correction (none while nn.Linear builds)
+            nn.init.zeros_(bias)
 
     def scores(self, logits):
-        return logits.softmax(dim=-1)
+        return logits.sigmoid() if self.scoring == "sigmoid" else logits.softmax(dim=-1)
 
     def choose(self, scores):
         """The experts each token goes to: [N, experts] -> [N, top_k]."""
+        if self.correction_bias is not None:
+            scores = scores + self.correction_bias
+        if self.groups > 1:
+            grouped = scores.unflatten(-1, (self.groups, -1))  # [N, groups, experts per group]
+            best = grouped.topk(2, dim=-1).values.sum(dim=-1)  # [N, groups]
+            kept = torch.zeros_like(best, dtype=torch.bool)
+            kept.scatter_(1, best.topk(self.top_groups, dim=-1).indices, True)
+            scores = grouped.masked_fill(~kept[..., None], float("-inf")).flatten(1)
         return scores.topk(self.top_k, dim=-1).indices
 
     def forward(self, tokens):
@@ -34,67 +57,11 @@ class Router(nn.Linear):
         weights = scores.gather(-1, chosen)
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights, chosen, logits.softmax(dim=-1)
+        return weights * self.scale, chosen, logits.softmax(dim=-1)
 
     def load_correction(self):
         """The per-expert bias that training moves against the load; None: this router has none."""
-        return None
-
-
-class SigmoidRouter(Router):
-    """A router that chooses by sigmoid(x W_r), each expert's score independent of the others'."""
-
-    def scores(self, logits):
-        return logits.sigmoid()
-
-
-class CorrectedRouter(Router):
-    """Chooses by the scores plus a bias per expert that training moves to even out the experts'
-    loads (DeepSeek-V3's auxiliary-loss-free balancing, §2.1.2); weights by the scores alone.
-    The bias is state, not learned: checkpoints keep it."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.register_buffer("correction_bias", torch.zeros(self.out_features))
-
-    def reset_parameters(self):
-        super().reset_parameters()
-        for bias in self.buffers(recurse=False):  # the correction (none while nn.Linear builds)
-            nn.init.zeros_(bias)
-
-    def choose(self, scores):
-        return super().choose(scores + self.correction_bias)
-
-    def load_correction(self):
         return self.correction_bias
-
-
-class GroupLimitedRouter(Router):
-    """The experts in `groups` groups: a token chooses among the experts of its `top_groups`
-    groups whose two best scores sum highest (DeepSeek-V3's node-limited routing)."""
-
-    def __init__(self, *args, groups, top_groups, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.groups, self.top_groups = groups, top_groups
-
-    def choose(self, scores):
-        grouped = scores.unflatten(-1, (self.groups, -1))  # [N, groups, experts per group]
-        best = grouped.topk(2, dim=-1).values.sum(dim=-1)  # [N, groups]
-        kept = torch.zeros_like(best, dtype=torch.bool)
-        kept.scatter_(1, best.topk(self.top_groups, dim=-1).indices, True)
-        return super().choose(grouped.masked_fill(~kept[..., None], float("-inf")).flatten(1))
-
-
-class ScaledRouter(Router):
-    """The chosen experts' weights multiplied by `scale` (routed_scaling_factor)."""
-
-    def __init__(self, *args, scale, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.scale = scale
-
-    def forward(self, tokens):
-        weights, chosen, probabilities = super().forward(tokens)
-        return weights * self.scale, chosen, probabilities
 
 
 class SwiGLU(nn.Module):
