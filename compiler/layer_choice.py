@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast as pyast
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Iterator, Mapping, Optional, Union
 
 from . import ast
 from .config import config_condition
@@ -278,3 +278,61 @@ def _merged_choice(chosen: pyast.Assign, other: pyast.Assign, condition: pyast.e
         else:
             keywords[name] = pyast.IfExp(condition, a or constant(None), b or constant(None))
     return assign(chosen.targets[0], call(cls, *call_a.args, **keywords), pointer)
+
+
+def kind_names(block: ast.Block, choice: Choice) -> dict[str, str]:
+    """A name for each class `choice` chooses, from what the branch that chooses it calls first (the
+    op or block: `gated_delta_net`, `sparse_feed_forward`): class -> that name. Empty where two classes
+    would take one name, or a branch calls nothing."""
+    statements = {statement.span: statement for statement in _ifs(block.body)}
+    named: dict[str, str] = {}
+
+    def walk(part: Choice, branch: Optional[tuple[ast.Stmt, ...]]) -> bool:
+        if isinstance(part, str):
+            callee = _first_callee(branch or ())
+            if callee is None:
+                return False
+            named[part] = callee
+            return True
+        _, span, yes, no = part
+        statement = statements[span]
+        return walk(yes, statement.then) and walk(no, statement.orelse)
+
+    if isinstance(choice, str) or not walk(choice, None) or len(set(named.values())) != len(named):
+        return {}
+    return named
+
+
+def _ifs(statements: tuple[ast.Stmt, ...]) -> Iterator[ast.If]:
+    for statement in statements:
+        if isinstance(statement, ast.If):
+            yield statement
+            yield from _ifs(statement.then)
+            yield from _ifs(statement.orelse)
+
+
+def _first_callee(statements: tuple[ast.Stmt, ...]) -> Optional[str]:
+    """The op or block the statements call first (outermost first: `sparse_feed_forward` of
+    `h => sparse_feed_forward(h) as ffn`)."""
+    for statement in statements:
+        for expression in _expressions(statement):
+            if isinstance(expression, ast.Call):
+                return expression.callee.id
+    return None
+
+
+def _expressions(node: object) -> Iterator[object]:
+    """The expressions of a statement, each before the ones inside it."""
+    yield node
+    if isinstance(node, (ast.Assign, ast.Return)):
+        yield from _expressions(node.value)
+    elif isinstance(node, ast.Call):
+        for argument in (*node.args, *(keyword.value for keyword in node.kwargs)):
+            yield from _expressions(argument)
+    elif isinstance(node, ast.Lambda):
+        yield from _expressions(node.body)
+    elif isinstance(node, ast.BinOp):
+        yield from _expressions(node.left)
+        yield from _expressions(node.right)
+    elif isinstance(node, ast.UnaryOp):
+        yield from _expressions(node.operand)

@@ -29,7 +29,8 @@ from .diagnostics import Span
 from .entries import DECODER, ENCODER
 from .forward import Arguments, Context, file_label, forward_method, inline_calls, where
 from .ir import Instance
-from .layer_choice import Choice, branch_guards, guarded_layer_class, layer_class_by_index, layer_kinds
+from .layer_choice import (Choice, branch_guards, guarded_layer_class, kind_names, layer_class_by_index,
+                           layer_kinds)
 from .library import MODULE, LibraryClass, library_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -91,6 +92,13 @@ def _field_type(value: object, optional: bool) -> pyast.expr:
         each = pyast.Tuple([variable(items.pop()), pyast.Constant(...)], pyast.Load())
         annotation = pyast.Subscript(annotation, each, pyast.Load())
     return binary(annotation, pyast.BitOr(), constant(None)) if optional else annotation
+
+
+def _choice_renamed(choice: Choice, renamed: dict[str, str]) -> Choice:
+    if isinstance(choice, str):
+        return renamed.get(choice, choice)
+    condition, span, yes, no = choice
+    return condition, span, _choice_renamed(yes, renamed), _choice_renamed(no, renamed)
 
 
 def _class_key(cls: pyast.ClassDef) -> str:
@@ -218,8 +226,24 @@ class _Lowering:
         if stack.index_param is not None and block is not None and len(set(names)) > 1:
             kinds = layer_kinds(block, stack.index_param, names, self.fields)
             if kinds is not None:
-                self.kinds[stack.path] = kinds
+                renamed = self._renamed(kind_names(block, kinds), bases[0])
+                self.kinds[stack.path] = _choice_renamed(kinds, renamed)
+                names = [renamed.get(name, name) for name in names]
         return names
+
+    def _renamed(self, kinds: dict[str, str], base: str) -> dict[str, str]:
+        """Each class of a kind of layer named after what its branch calls (`GatedDeltaNetLmLayer`), not
+        numbered: old name -> new."""
+        renamed = {}
+        for old, callee in kinds.items():
+            taken = {*self.classes.values(), *self.library, self.model_class, self.config_class} - {old}
+            new = class_name(f"{callee}_{base}", taken)
+            self.classes = {key: new if name == old else name for key, name in self.classes.items()}
+            self.class_of = {path: new if name == old else name for path, name in self.class_of.items()}
+            self.trees[new] = tree = self.trees.pop(old)
+            tree.name = new
+            renamed[old] = new
+        return renamed
 
     def _register(self, instance: Instance, base: str, cls: pyast.ClassDef, key: Optional[str] = None) -> str:
         """The class of `cls` (whose _class_key is `key`, where known): one written before with the same code

@@ -158,3 +158,14 @@ def test_an_edited_config_that_takes_a_branch_the_file_lacks_is_refused(path, ed
         generated.model_class()(dataclasses.replace(config_class(), **edited))
     as_set = {k: list(v) if isinstance(v, tuple) else v for k, v in edited.items()}
     assert xspec.compile(path, overrides=as_set).model_class()() is not None
+
+
+@pytest.mark.parametrize("name, classes", [
+    ("qwen3_next", {"GatedDeltaNetLmLayer", "AttentionLmLayer"}),
+    ("bamba", {"Mamba2LmLayer", "AttentionLmLayer"}),
+    ("nemotron_h", {"Mamba2LmLayer", "AttentionLmLayer", "FeedForwardLmLayer"})])
+def test_each_kind_of_layer_is_named_after_what_its_branch_calls(name, classes):
+    source = xspec.compile(f"specs/modern/{name}.xspec").python_source
+    defined = set(re.findall(r"^class (\w+)\(nn\.Module\)", source, re.MULTILINE))
+    assert classes <= defined
+    assert not [cls for cls in defined if cls.startswith("LmLayer")]  # no LmLayer, LmLayer2, ...
