@@ -438,8 +438,11 @@ class _Builder:
         name = instance_name or frame.names[id(call)]
         owner = parent or frame.instance
         path = _join(frame.instance.path, name)
+        given = {**dict(zip((p.id for p in block.params), call.args)), **{kw.name: kw.value for kw in call.kwargs}}
+        constants: dict[str, tuple[ast.Expr, object]] = {
+            p.id: (given[p.id], value) for p, value in zip(block.params, args) if not _is_runtime(value)}
         child = Instance(path=path, kind="block", span=call.span, block_name=block.name.id, block_span=block.span,
-                         has_cache=block.name.id in self.cache_blocks)
+                         has_cache=block.name.id in self.cache_blocks, constant_args=constants)
         key = name.rsplit(".", 1)[-1]
         if not self._claim(owner, key, call):
             return POISON

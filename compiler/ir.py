@@ -29,6 +29,7 @@ from .shapes import TensorType
 if TYPE_CHECKING:
     import networkx as nx
 
+    from . import ast
     from .opdef import AttrsT
 
 
@@ -151,6 +152,9 @@ class Instance:
     # Stacks of one block call passed the layer's index as it is (`repeat i in layers { lm_layer(x, i) }`):
     # the block parameter that receives it, by which a layer's class may choose its modules.
     index_param: Optional[str] = None
+    # Blocks: the arguments given as constants, each with the expression that gave it (`lm_layer(x, layers)`:
+    # {"i": (layers, 2)}).
+    constant_args: dict[str, tuple["ast.Expr", object]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -336,3 +336,10 @@ def _expressions(node: object) -> Iterator[object]:
         yield from _expressions(node.right)
     elif isinstance(node, ast.UnaryOp):
         yield from _expressions(node.operand)
+
+
+def chooses_alike(block: ast.Block, index: str, layer: int, other: int, fields: dict[str, Constant]) -> bool:
+    """Whether every condition of `block` is known, and the same in layer `layer` as in `other`."""
+    values = [(_value(statement.condition, index, layer, fields), _value(statement.condition, index, other, fields))
+              for statement in _ifs(block.body)]
+    return all(mine is not None and mine == theirs for mine, theirs in values)

@@ -24,13 +24,13 @@ from typing import Callable, Optional, Sequence, Union
 
 from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
-from .config import ConfigNames, config_fields, derived_field
+from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER
 from .forward import Arguments, Context, file_label, forward_method, inline_calls, where
 from .ir import Instance
-from .layer_choice import (Choice, branch_guards, guarded_layer_class, kind_names, layer_class_by_index,
-                           layer_kinds)
+from .layer_choice import (Choice, branch_guards, chooses_alike, guarded_layer_class, kind_names,
+                           layer_class_by_index, layer_kinds)
 from .library import MODULE, LibraryClass, library_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -126,6 +126,9 @@ class _Lowering:
         self.trees: dict[str, pyast.ClassDef] = {}  # class name -> its tree
         self.layer_classes: dict[str, list[str]] = {}  # stack path -> the class of each layer
         self.indexed: dict[str, str] = {}  # stack path -> the name its layers' one class takes the index by
+        # block -> its layers' one class that takes the index, and the stack's layers and their own classes
+        self.by_index: dict[str, tuple[str, Instance, list[pyast.ClassDef]]] = {}
+        self.index_args: dict[str, pyast.expr] = {}  # block call path -> the index its class is built with
         self.kinds: dict[str, Choice] = {}  # stack path -> which class each layer is, by the block's ifs
         self.order: list[pyast.ClassDef] = []  # classes in definition order
         # Classes of the file that combine library classes (an attention's pieces), by name.
@@ -184,7 +187,37 @@ class _Lowering:
         """Emit the class of a block instance (children first) and return its name. `base` is the
         block's name, from which the class is named (`encoder_layer` -> `EncoderLayer`)."""
         self._define_children(instance, base)
-        return self._register(instance, base, self._class(instance))
+        cls = self._class(instance)
+        indexed = self._layer_class_at(instance, cls)
+        if indexed is not None:
+            self.class_of[instance.path] = indexed
+            return indexed
+        return self._register(instance, base, cls)
+
+    def _layer_class_at(self, instance: Instance, cls: pyast.ClassDef) -> Optional[str]:
+        """Where `instance` calls a block whose layers are one class taking the index (`lm_layer(x, layers)`
+        after `repeat i in layers { x = lm_layer(x, i) }`), and that class built with the index given makes
+        what `cls` makes, that class: it is then built with that index (DeepSeek-V3's multi-token prediction
+        layer), not written again."""
+        found = self.by_index.get(instance.block_name or "")
+        if found is None:
+            return None
+        name, stack, classes = found
+        index = stack.index_param
+        assert index is not None
+        if index not in instance.constant_args:
+            return None
+        expression_, value = instance.constant_args[index]
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        block = self.model.blocks[instance.block_name or ""]
+        key = _class_key(cls)
+        same = [layer for layer, layer_class in enumerate(classes) if _class_key(layer_class) == key]
+        if not same or not chooses_alike(block, index, value, same[0], self.fields):
+            return None
+        written = config_expression(expression_, value, self.fields, lambda name: None)
+        self.index_args[instance.path] = written if written is not None else constant(value)
+        return name
 
     def _define_children(self, instance: Instance, base: str) -> None:
         for child in instance.children.values():
@@ -220,6 +253,7 @@ class _Lowering:
                 for item in layers:
                     self.class_of[item.path] = name
                 self.indexed[stack.path] = stack.index_param
+                self.by_index[block.name.id] = (name, stack, classes)
                 return [name] * len(layers)
         names = [self._register(item, item_base, cls, key) for item, item_base, cls, key
                  in zip(layers, bases, classes, keys)]
@@ -306,7 +340,8 @@ class _Lowering:
                 return None
             return call("nn.ModuleDict", pyast.Dict([constant(n) for n in modules],
                                                     [c for c in modules.values() if c is not None]))
-        return call(self.class_of[child.path], variable("config"))
+        given = self.index_args.get(child.path)
+        return call(self.class_of[child.path], variable("config"), *([given] if given is not None else []))
 
     def _layers_by_kind(self, stack: Instance, attribute: str) -> list[pyast.stmt]:
         """`self.layers = nn.ModuleList()`, then a loop over the layers appending each of its kind, chosen by

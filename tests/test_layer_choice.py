@@ -169,3 +169,17 @@ def test_each_kind_of_layer_is_named_after_what_its_branch_calls(name, classes):
     defined = set(re.findall(r"^class (\w+)\(nn\.Module\)", source, re.MULTILINE))
     assert classes <= defined
     assert not [cls for cls in defined if cls.startswith("LmLayer")]  # no LmLayer, LmLayer2, ...
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe"])
+def test_the_prediction_layer_is_the_decoders_layer_class_at_its_index(name):
+    """DeepSeek-V3's multi-token prediction runs `lm_layer(x, layers)`: the decoder's one class of layer,
+    built with that index, not a copy of it fixed to the branch the index takes."""
+    spec = xspec.compile(f"specs/modern/{name}.xspec", overrides={"mtp_depth": 2})
+    source = spec.python_source
+    assert "self.layer = LmLayer(config, config.layers)" in source
+    assert "LmLayer2" not in source
+    model = spec.build("cpu")
+    assert type(model.mtp[1].layer) is type(model.decoder.layers[-1])
+    # the index past the last layer takes the sparse branch, as the spec's condition says
+    assert type(model.mtp[0].layer.ffn).__name__ == "SparseFeedForward"
