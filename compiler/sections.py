@@ -164,6 +164,9 @@ class DecodeSection(_Section):
                                                         "as transformers' top_k 0)")
     top_p: float = Field(1.0, gt=0, le=1, description="sampling: among the smallest likeliest set whose "
                                                       "probability reaches p")
+    repetition_penalty: float = Field(1.0, gt=0, description="language model: the score of a token already in "
+                                      "the prompt or continuation divided by this where positive, multiplied "
+                                      "where negative (transformers' repetition_penalty; 1: none)")
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> "DecodeSection":

@@ -87,16 +87,18 @@ class Generator:
             single = self.model if isinstance(self.model, torch.nn.Module) else None
             depths = prediction_depths(single) if single is not None and can_draft(single) else None
             end, *also_end = end_tokens(self.vocab)
-            if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head:
+            if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head \
+                    and d.repetition_penalty == 1.0:  # drafting does not penalize
                 return self._speculative(batch, depths, follow)
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=end, never=never_generated(self.vocab), vocab_size=len(self.vocab),
-                              also_end=tuple(also_end))
+                              also_end=tuple(also_end), repetition_penalty=d.repetition_penalty)
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
-                                    end=end, never=never_generated(self.vocab), also_end=tuple(also_end))
+                                    end=end, never=never_generated(self.vocab), also_end=tuple(also_end),
+                                    repetition_penalty=d.repetition_penalty)
         return [h[0].tokens if h else [] for h in hyps]
 
     def _speculative(self, batch: torch.Tensor, depths: torch.nn.ModuleList, follow) -> list[list[int]]:

@@ -26,7 +26,8 @@ mean of the models' probabilities (see `xspec translate`), by beam search or sam
 
 How tokens are chosen (the spec's `decode` section, which an import writes from the checkpoint's
 generation_config.json; the flags override it): greedy (--no-sample or --beam 1), beam search
-(--beam N), or sampling (--sample, or any of --temperature, --top-k, --top-p). Each prompt draws from a
+(--beam N), or sampling (--sample, or any of --temperature, --top-k, --top-p); --repetition-penalty makes
+tokens already seen less likely in each (as transformers' generate applies it). Each prompt draws from a
 random stream of its own, seeded by --seed and its line number: the same seed gives the same text. An
 imported checkpoint's prompts are encoded as its own tokenizer encodes a text (its BOS where it adds
 one), and a continuation ends at any of its end-of-sequence ids. With --chat, each prompt is a user's
@@ -57,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="random seed for sampling (default 0)")
     parser.add_argument("--beam", type=int_at_least(1), help="beam size for beam search (1: greedy)")
     parser.add_argument("--alpha", type=float_at_least(0), help="beam search length penalty alpha")
+    parser.add_argument("--repetition-penalty", type=float_at_least(1e-6), metavar="P",
+                        help="divide the logits of tokens already in the prompt or continuation by P where "
+                             "positive, multiply them where negative (transformers' repetition_penalty; 1: none)")
     parser.add_argument("--echo", action="store_true", help="write each prompt before its continuation")
     parser.add_argument("--chat", action="store_true",
                         help="each prompt is a user's message in the checkpoint's chat template (an import's "
@@ -81,7 +85,7 @@ def settings(args: argparse.Namespace) -> dict:
     beam = 1 if sample is False and args.beam is None else args.beam
     return {"sample": False if beam is not None else sample, "beam": beam, "length_penalty": args.alpha,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
-            "top_p": args.top_p}
+            "top_p": args.top_p, "repetition_penalty": args.repetition_penalty}
 
 
 def run(args: argparse.Namespace) -> int:
