@@ -18,9 +18,6 @@ SPECS = sorted(str(path) for path in Path("specs").rglob("*.xspec"))
 # Real depths: Gemma 3 27B, Qwen3-30B-A3B, gpt-oss-20b, Mixtral 8x7B.
 DEPTHS = [("specs/modern/gemma3.xspec", 62), ("specs/modern/qwen3_moe.xspec", 48),
           ("specs/modern/gpt_oss.xspec", 24), ("specs/modern/mixtral.xspec", 32)]
-# Read outside the file: the load-balancing loss reads what each mixture of experts routed
-# (runtime/load_balance.py).
-READ_BY_THE_RUNTIME = {"routed"}
 # Library modules composed of optional parts, as torchtitan's are, rather than of classes combined by
 # inheritance: each states every option, and a spec sets those it uses (the router: its scoring, selection
 # and weighting).
@@ -92,7 +89,7 @@ def unread_attributes(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
             (stored if isinstance(node.ctx, ast.Store) else loaded).add(node.attr)
-    return sorted(stored - loaded - READ_BY_THE_RUNTIME)
+    return sorted(stored - loaded)
 
 
 def names_docstrings_lack(source: str) -> list[str]:
