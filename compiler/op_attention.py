@@ -408,6 +408,6 @@ ATTENTION = OpDef(
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
     flops=_flops, saved=_saved, composes=attention_class, optional_pieces=OPTIONAL_PIECES,
-    cache=lambda a, i: ((a.key_heads, a.d_k, a.d_v), a.window),
+    cache=lambda a, i: ((a.key_heads, a.d_k, a.d_v), a.window), output_weight="out_proj.weight",
 )
 

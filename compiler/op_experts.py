@@ -167,7 +167,7 @@ EXPERTS = OpDef(
                     "weighted by the router (Shazeer et al., 2017; Fedus et al., 2022)",
     family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
-    inactive=_inactive,
+    inactive=_inactive, output_weight="down",
     state=lambda a, i: {"router.correction_bias": (a.experts,)} if a.score_correction else {},
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
 )

@@ -138,6 +138,9 @@ class OpDef(Generic[AttrsT]):
     # The attribute whose value is the output's last size (linear: `out`); None: the op keeps the last
     # size of an input (a norm, attention, an addition), which generated code then names as that input's.
     width: Optional[str] = None
+    # The learned tensor that makes its output (attention's W^O), where the op ends a sublayer whose output
+    # is added to a residual stream: the weight a depth-scaled initialization scales (compiler/residual.py).
+    output_weight: Optional[str] = None
     joins: bool = False  # the output's last size is its inputs' added (concat): generated code writes the sum
     # A function of one tensor that keeps its shape (an activation, a soft cap): reports that look for
     # the module that makes the logits (the pre-softmax projection) look through it.

@@ -206,7 +206,7 @@ OPS: dict[str, OpDef[Any]] = {
             params=lambda a, i: _linear_params("", _size(i, "in_features"), a.out, a.bias),
             module=lambda a, i, w: call("nn.Linear", w.width("x"), w.attr("out"),
                                         **_unless_default(w, "bias", a.bias, True)),
-            width="out", call=_call_module, title="Linear",
+            width="out", call=_call_module, title="Linear", output_weight="weight",
             flops=lambda a, i, n, n_in: {"feed_forward": 2 * n * _size(i, "in_features") * a.out},
             details=lambda a, i: [f"{i['in_features']} → {a.out}" + ("" if a.bias else ", no bias")],
         ),

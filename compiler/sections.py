@@ -79,6 +79,10 @@ class TrainSection(_Section):
     log_every_steps: Optional[int] = Field(None, ge=1, description="losses read back from the device every this "
                                                                    "many updates (default: 1 on CPUs, 10 on GPUs)")
     seed: int = Field(1, description="seeds the batches' order, dropout and initialisation")
+    residual_init: Literal["default", "depth"] = Field(
+        "default", description="depth: each weight that writes into a residual stream (a sublayer's output "
+                               "projection) scaled by 1/sqrt(N) after initialisation, N the stream's residual "
+                               "additions (GPT-2's, nanoGPT's c_proj); a run that starts from weights is unchanged")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="auto: bf16 autocast on GPUs that have it, fp16 with loss scaling on older ones, "
                             "float32 on CPUs (bf16: autocast on a CPU with AMX or AVX-512 BF16)")

@@ -140,6 +140,13 @@ class CompiledSpec:
     def ties(self) -> dict[str, str]:
         return dict(self._compilation.validated.ties)
 
+    def residual_writers(self) -> dict[str, float]:
+        """The weights that write into a residual stream, each with 1/sqrt(the stream's residual additions):
+        what `train.residual_init = "depth"` scales them by (compiler/residual.py)."""
+        from .residual import residual_writers
+
+        return residual_writers(self.ops.nodes, self.graph)
+
     @property
     def instances(self):
         """The module tree (root instance) that the generated classes follow."""

@@ -34,6 +34,7 @@ from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
 from .best import Criterion, best_checkpoint
 from .lora import apply_lora, trainable_share
+from .residual_init import scale_residual_writers
 from .loop import Diverged, Progress, StopRequested, Trainer, epoch_updates, torch_seed
 from .memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from .precision import choose_precision
@@ -534,6 +535,8 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log)
     torch.manual_seed(torch_seed(cfg.seed))
     model = spec.build(device=str(context.device))
+    if cfg.residual_init == "depth":
+        log.message(scale_residual_writers(model, spec.residual_writers()))
     if context.device.type == "cuda":
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused
     if adapted is not None:
