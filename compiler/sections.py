@@ -171,6 +171,10 @@ class DecodeSection(_Section):
     repetition_penalty: float = Field(1.0, gt=0, description="language model: the score of a token already in "
                                       "the prompt or continuation divided by this where positive, multiplied "
                                       "where negative (transformers' repetition_penalty; 1: none)")
+    no_repeat_ngram_size: int = Field(0, ge=0, description="language model: never a token that would repeat an "
+                                      "n-gram of this size the prompt or continuation holds (0: none)")
+    min_new_tokens: int = Field(0, ge=0, description="language model: no end token before the continuation holds "
+                                "this many tokens")
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> "DecodeSection":

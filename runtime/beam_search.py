@@ -26,7 +26,7 @@ import torch
 
 from .cache import new_cache
 from .ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
-from .repetition import PenalizedSteps
+from .score_rules import RuledSteps, ScoreRules
 from .vocab import BOS, EOS, PAD
 
 
@@ -62,21 +62,21 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
 def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int,
                      nbest: int = 1, use_cache: bool = True, max_positions: int | None = None,
                      vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS),
-                     also_end: tuple[int, ...] = (), repetition_penalty: float = 1.0) -> list[list[Hypothesis]]:
+                     also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules()) -> list[list[Hypothesis]]:
     """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
     [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
     the positions end), choosing among the first `vocab_size` tokens (default: all the model's). A
     continuation ends at `end` or any of `also_end`, and never holds the tokens `never` (a checkpoint's own
-    tokenizer has its own). `repetition_penalty` applies to the log-probabilities of the tokens each hypothesis
-    and its prompt hold (runtime/repetition.py)."""
+    tokenizer has its own). `rules` apply to the log-probabilities, each hypothesis after its prompt
+    (runtime/score_rules.py)."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
     steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size)
                                    for m in members(model)])
-    if repetition_penalty != 1.0:
-        steps = PenalizedSteps(steps, prompts.repeat_interleave(beam, dim=0), repetition_penalty)
+    if rules.any:
+        steps = RuledSteps(steps, prompts.repeat_interleave(beam, dim=0), rules)
     return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never, also_end)
 
 

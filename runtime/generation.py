@@ -15,6 +15,7 @@ from .ensemble import ModelOrEnsemble, eval_members
 from .multi_token import prediction_depths
 from .precision import choose_precision
 from .sampling import Sampling, sample
+from .score_rules import ScoreRules
 from .speculative import Drafts, can_draft, speculative_greedy
 from .vocab import EOS, Vocab, chat_prompt_ids, document_start, end_tokens, never_generated, prompt_ids
 
@@ -87,18 +88,19 @@ class Generator:
             single = self.model if isinstance(self.model, torch.nn.Module) else None
             depths = prediction_depths(single) if single is not None and can_draft(single) else None
             end, *also_end = end_tokens(self.vocab)
+            rules = ScoreRules(d.repetition_penalty, d.no_repeat_ngram_size, d.min_new_tokens, (end, *also_end))
             if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head \
-                    and d.repetition_penalty == 1.0:  # drafting does not penalize
+                    and not rules.any:  # drafting applies none of the rules
                 return self._speculative(batch, depths, follow)
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=end, never=never_generated(self.vocab), vocab_size=len(self.vocab),
-                              also_end=tuple(also_end), repetition_penalty=d.repetition_penalty)
+                              also_end=tuple(also_end), rules=rules)
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
                                     end=end, never=never_generated(self.vocab), also_end=tuple(also_end),
-                                    repetition_penalty=d.repetition_penalty)
+                                    rules=rules)
         return [h[0].tokens if h else [] for h in hyps]
 
     def _speculative(self, batch: torch.Tensor, depths: torch.nn.ModuleList, follow) -> list[list[int]]:

@@ -16,7 +16,7 @@ import torch
 
 from .beam_search import LanguageModelSteps
 from .ensemble import ModelOrEnsemble, ensemble_steps, members
-from .repetition import penalized, seen_tokens
+from .score_rules import ScoreRules
 from .vocab import BOS, EOS, PAD
 
 
@@ -58,7 +58,7 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
            seed: int = 0, indices: Optional[list[int]] = None,
            on_tokens: Optional[Callable[[list[int], list[int]], None]] = None, end_token: int = EOS,
            never: tuple[int, ...] = (PAD, BOS), vocab_size: Optional[int] = None,
-           also_end: tuple[int, ...] = (), repetition_penalty: float = 1.0) -> list[list[int]]:
+           also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules()) -> list[list[int]]:
     """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
     tokens, by a model or an ensemble (a list of models: their mixture, runtime/ensemble.py); `sampling`
     None is greedy. `indices` number the prompts for their random streams (default 0..B-1).
@@ -66,21 +66,19 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
     at `end_token` (or any of `also_end`), and the tokens `never` are never chosen (a checkpoint's own
     tokenizer has its own), nor
     any beyond the first `vocab_size` (a model may have more embedding rows than the vocabulary pieces).
-    `repetition_penalty` (runtime/repetition.py) applies to the logits of the tokens each row has seen."""
+    `rules` (runtime/score_rules.py: a repetition penalty, n-gram bans, a least length) apply to the logits."""
     B = prompts.size(0)
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
     steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size) for m in members(model)])
-    seen: Optional[torch.Tensor] = None                                     # [A, V] with a penalty
+    so_far = prompts.tolist() if rules.any else []                          # each active row's tokens
 
-    def next_log_probs(inputs: torch.Tensor) -> torch.Tensor:
-        nonlocal seen
-        if repetition_penalty == 1.0:
+    def next_log_probs(inputs: torch.Tensor, new: int) -> torch.Tensor:
+        if not rules.any:
             return steps.log_probs(inputs)
         scores = steps.logits(inputs) if isinstance(steps, LanguageModelSteps) else steps.log_probs(inputs)
-        seen = seen_tokens(*scores.shape, prompts) if seen is None else seen
-        return torch.log_softmax(penalized(scores, seen, repetition_penalty), dim=-1)
+        return torch.log_softmax(rules.apply(scores, so_far, new), dim=-1)
 
-    log_probs = next_log_probs(prompts[:, -1:])                             # [A, V]: the first call reads the prompts
+    log_probs = next_log_probs(prompts[:, -1:], 0)                          # [A, V]: the first call reads the prompts
     going = list(range(B))                                                  # the prompt of each active row
     results: list[list[int]] = [[] for _ in range(B)]
     for step in range(max_new_tokens):
@@ -90,9 +88,9 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
         else:
             # Log-probabilities are logits of the same distribution (softmax(log p / T) is p tempered).
             tokens = draw(filtered_probabilities(log_probs, sampling, never), [streams[b].random() for b in going])
-        if seen is not None:
-            seen[torch.arange(len(going), device=seen.device), tokens.clamp(max=seen.size(1) - 1)] = True
         chosen = tokens.tolist()                                            # the step's one wait for the device
+        for row, token in zip(so_far, chosen):
+            row.append(token)
         ended = [t == end_token or t in also_end for t in chosen]
         for b, token, end in zip(going, chosen, ended):
             if not end:
@@ -109,6 +107,6 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
             steps.keep(rows)
             steps.reorder(rows)
             tokens, going = tokens[rows], [going[a] for a in kept]
-            seen = seen[rows] if seen is not None else None
-        log_probs = next_log_probs(tokens[:, None])                         # [A, V]
+            so_far = [so_far[a] for a in kept] if rules.any else so_far
+        log_probs = next_log_probs(tokens[:, None], step + 1)               # [A, V]
     return results

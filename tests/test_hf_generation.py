@@ -82,11 +82,11 @@ def test_generation_config_sets_the_decode_section_and_every_eos_ends_a_continua
     _, free = transformers_continuation(plain, saved_model("qwen3"), PROMPT)
     stop = free[3]        # a token greedy decoding reaches: made an end-of-sequence id too
     generation = {"do_sample": False, "eos_token_id": [EOS, stop], "temperature": 0.6, "top_p": 0.9,
-                  "max_new_tokens": 7, "no_repeat_ngram_size": 3}
+                  "max_new_tokens": 7, "min_length": 2}
     directory = checkpoint(tmp_path, "qwen3", False, generation, "-configured")
     said: list[str] = []
     import_checkpoint(directory, tmp_path / "run", say=said.append)
-    assert f"{directory}/generation_config.json: no_repeat_ngram_size 3 is not applied by xspec's decoding yet: " \
+    assert f"{directory}/generation_config.json: min_length 2 is not applied by xspec's decoding yet: " \
            "continuations may differ from transformers' generate" in said
     spec = xspec.compile(tmp_path / "run")
     assert (spec.decode.sample, spec.decode.beam, spec.decode.max_new_tokens) == (False, 1, 7)
@@ -97,24 +97,31 @@ def test_generation_config_sets_the_decode_section_and_every_eos_ends_a_continua
     assert continuation == expected == free[:3]
     record = json.loads((tmp_path / "run" / "import.json").read_text())
     assert record["tokenizer"]["eos_ids"] == [EOS, stop]
-    assert "no_repeat_ngram_size" in record["generation_not_applied"]
+    assert "min_length" in record["generation_not_applied"]
 
 
-def test_a_repetition_penalty_continues_as_transformers_does(tmp_path):
-    """generation_config.json's repetition_penalty, on the logits of every token of the prompt and of the
-    continuation so far: greedy decoding gives transformers' tokens, which the penalty changed."""
+@pytest.mark.parametrize("key, value", [("repetition_penalty", 2.0), ("no_repeat_ngram_size", 1),
+                                        ("min_new_tokens", 6)])
+def test_a_repeat_or_length_rule_continues_as_transformers_does(tmp_path, key, value):
+    """generation_config.json's repetition_penalty, no_repeat_ngram_size and min_new_tokens, over every token
+    of the prompt and of the continuation so far: greedy decoding gives transformers' tokens, which the
+    setting changed (for min_new_tokens, a token greedy decoding reaches early is made an end-of-sequence id
+    too, which the setting holds back)."""
     plain = checkpoint(tmp_path, "qwen3", False, None)
     _, free = transformers_continuation(plain, saved_model("qwen3"), PROMPT)
-    directory = checkpoint(tmp_path, "qwen3", False, {"do_sample": False, "eos_token_id": EOS,
-                                                      "repetition_penalty": 2.0}, "-penalized")
+    stops = [EOS, free[2]] if key == "min_new_tokens" else EOS
+    directory = checkpoint(tmp_path, "qwen3", False, {"do_sample": False, "eos_token_id": stops, key: value},
+                           "-ruled")
     said: list[str] = []
     import_checkpoint(directory, tmp_path / "run", say=said.append)
-    assert not [line for line in said if "repetition_penalty" in line]
-    assert xspec.compile(tmp_path / "run").decode.repetition_penalty == 2.0
+    assert not [line for line in said if key in line]
+    assert getattr(xspec.compile(tmp_path / "run").decode, key) == value
     _, expected = transformers_continuation(directory, saved_model("qwen3"), PROMPT)
     _, continuation = xspec_continuation(tmp_path / "run", PROMPT)
-    assert continuation == expected != free
-    assert xspec_continuation(tmp_path / "run", PROMPT, repetition_penalty=1.0)[1] == free
+    unruled = free[:2] if key == "min_new_tokens" else free
+    assert continuation == expected != unruled
+    neutral = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0}[key]
+    assert xspec_continuation(tmp_path / "run", PROMPT, **{key: neutral})[1] == unruled
 
 
 def test_sampling_settings_come_from_generation_config_and_no_sample_means_greedy(tmp_path, capsys):

@@ -1,0 +1,80 @@
+"""What transformers' logits processors change before a continuation's next token is chosen, for the
+settings a checkpoint's generation_config.json may hold:
+- `repetition_penalty` (Keskar et al., 2019): the score of a token already in the row (prompt or
+  continuation) divided by the penalty where positive, multiplied by it where negative;
+- `no_repeat_ngram_size` n: never a token that would repeat an n-gram the row already holds;
+- `min_new_tokens`: no end token before the continuation holds that many.
+
+As transformers applies them: to the raw logits when decoding greedily or sampling (before the
+temperature and the top-k and top-p filters), to the log-probabilities in beam search. An ensemble's
+logits are its mixture's log-probabilities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from .ensemble import Steps
+
+
+@dataclass(frozen=True)
+class ScoreRules:
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    min_new_tokens: int = 0
+    ends: tuple[int, ...] = ()          # the tokens a continuation ends at (min_new_tokens holds them back)
+
+    @property
+    def any(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0
+
+    def apply(self, scores: torch.Tensor, rows: list[list[int]], new: int) -> torch.Tensor:
+        """[R, V] scores of the next token of rows whose tokens so far (prompt, then continuation) are
+        `rows`, the continuations `new` tokens long."""
+        vocab = scores.size(1)
+        if self.repetition_penalty != 1.0:
+            seen = torch.zeros(len(rows), vocab + 1, dtype=torch.bool, device=scores.device)
+            for row, tokens in zip(seen, rows):
+                row[torch.tensor(tokens, device=scores.device).clamp(max=vocab)] = True
+            penalty = self.repetition_penalty
+            scores = torch.where(seen[:, :vocab], torch.where(scores < 0, scores * penalty, scores / penalty),
+                                 scores)
+        banned = [(r, token) for r, tokens in enumerate(rows) for token in self._repeats(tokens) if token < vocab]
+        if new < self.min_new_tokens:
+            banned += [(r, token) for r in range(len(rows)) for token in self.ends if token < vocab]
+        if banned:
+            scores = scores.clone()
+            at = torch.tensor(banned, device=scores.device)
+            scores[at[:, 0], at[:, 1]] = float("-inf")
+        return scores
+
+    def _repeats(self, tokens: list[int]) -> set[int]:
+        """The tokens that would end an n-gram `tokens` already holds (n: no_repeat_ngram_size)."""
+        n = self.no_repeat_ngram_size
+        if n == 0 or len(tokens) + 1 < n:
+            return set()
+        last = tokens[len(tokens) - n + 1:]
+        return {tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tokens[i:i + n - 1] == last}
+
+
+class RuledSteps:
+    """Beam search's steps (runtime/beam_search.py) with the rules applied to their log-probabilities: each
+    hypothesis [R, t] (a placeholder start, then its tokens) after its prompt is the row's tokens."""
+
+    def __init__(self, steps: Steps, prompts: torch.Tensor, rules: ScoreRules) -> None:
+        self.steps, self.prompts, self.rules = steps, prompts, rules   # prompts [R, P], a row each
+        self.cached = steps.cached
+
+    def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
+        rows = [prompt + tokens for prompt, tokens in zip(self.prompts.tolist(), sequences[:, 1:].tolist())]
+        return self.rules.apply(self.steps.log_probs(sequences), rows, sequences.size(1) - 1)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.prompts = self.prompts[rows]
+        self.steps.keep(rows)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        self.steps.reorder(rows)
