@@ -141,6 +141,9 @@ class DataSection(_Section):
                              "recurrent layer starts every document from its zero state)")
 
 
+TokenId = Annotated[int, Field(ge=0)]
+
+
 class DecodeSection(_Section):
     """Beam search (§6.1) and, for language models, sampling."""
 
@@ -175,6 +178,11 @@ class DecodeSection(_Section):
                                       "n-gram of this size the prompt or continuation holds (0: none)")
     min_new_tokens: int = Field(0, ge=0, description="language model: no end token before the continuation holds "
                                 "this many tokens")
+    min_length: int = Field(0, ge=0, description="language model: no end token before the prompt and the "
+                            "continuation together hold this many tokens (transformers' min_length)")
+    suppress_tokens: tuple[TokenId, ...] = Field((), description="language model: token ids never generated")
+    begin_suppress_tokens: tuple[TokenId, ...] = Field((), description="language model: token ids a "
+                                                       "continuation never starts with")
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> "DecodeSection":

@@ -3,7 +3,9 @@ settings a checkpoint's generation_config.json may hold:
 - `repetition_penalty` (Keskar et al., 2019): the score of a token already in the row (prompt or
   continuation) divided by the penalty where positive, multiplied by it where negative;
 - `no_repeat_ngram_size` n: never a token that would repeat an n-gram the row already holds;
-- `min_new_tokens`: no end token before the continuation holds that many.
+- `min_new_tokens`: no end token before the continuation holds that many; `min_length`, before the
+  prompt and the continuation together do;
+- `suppress_tokens`: never these; `begin_suppress_tokens`: not these as the continuation's first token.
 
 As transformers applies them: to the raw logits when decoding greedily or sampling (before the
 temperature and the top-k and top-p filters), to the log-probabilities in beam search. An ensemble's
@@ -25,11 +27,15 @@ class ScoreRules:
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     min_new_tokens: int = 0
-    ends: tuple[int, ...] = ()          # the tokens a continuation ends at (min_new_tokens holds them back)
+    min_length: int = 0
+    suppress: tuple[int, ...] = ()
+    begin_suppress: tuple[int, ...] = ()
+    ends: tuple[int, ...] = ()          # the tokens a continuation ends at (the least lengths hold them back)
 
     @property
     def any(self) -> bool:
-        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0
+        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0 \
+            or self.min_length > 0 or bool(self.suppress) or bool(self.begin_suppress)
 
     def apply(self, scores: torch.Tensor, rows: list[list[int]], new: int) -> torch.Tensor:
         """[R, V] scores of the next token of rows whose tokens so far (prompt, then continuation) are
@@ -42,9 +48,11 @@ class ScoreRules:
             penalty = self.repetition_penalty
             scores = torch.where(seen[:, :vocab], torch.where(scores < 0, scores * penalty, scores / penalty),
                                  scores)
-        banned = [(r, token) for r, tokens in enumerate(rows) for token in self._repeats(tokens) if token < vocab]
-        if new < self.min_new_tokens:
-            banned += [(r, token) for r in range(len(rows)) for token in self.ends if token < vocab]
+        banned = [(r, token) for r, tokens in enumerate(rows) for token in self._repeats(tokens)]
+        always = [*self.suppress, *(self.begin_suppress if new == 0 else ())]
+        banned += [(r, token) for r, tokens in enumerate(rows) for token in
+                   [*always, *(self.ends if new < self.min_new_tokens or len(tokens) < self.min_length else ())]]
+        banned = [(r, token) for r, token in banned if 0 <= token < vocab]
         if banned:
             scores = scores.clone()
             at = torch.tensor(banned, device=scores.device)

@@ -82,11 +82,11 @@ def test_generation_config_sets_the_decode_section_and_every_eos_ends_a_continua
     _, free = transformers_continuation(plain, saved_model("qwen3"), PROMPT)
     stop = free[3]        # a token greedy decoding reaches: made an end-of-sequence id too
     generation = {"do_sample": False, "eos_token_id": [EOS, stop], "temperature": 0.6, "top_p": 0.9,
-                  "max_new_tokens": 7, "min_length": 2}
+                  "max_new_tokens": 7, "typical_p": 0.9}
     directory = checkpoint(tmp_path, "qwen3", False, generation, "-configured")
     said: list[str] = []
     import_checkpoint(directory, tmp_path / "run", say=said.append)
-    assert f"{directory}/generation_config.json: min_length 2 is not applied by xspec's decoding yet: " \
+    assert f"{directory}/generation_config.json: typical_p 0.9 is not applied by xspec's decoding yet: " \
            "continuations may differ from transformers' generate" in said
     spec = xspec.compile(tmp_path / "run")
     assert (spec.decode.sample, spec.decode.beam, spec.decode.max_new_tokens) == (False, 1, 7)
@@ -97,30 +97,37 @@ def test_generation_config_sets_the_decode_section_and_every_eos_ends_a_continua
     assert continuation == expected == free[:3]
     record = json.loads((tmp_path / "run" / "import.json").read_text())
     assert record["tokenizer"]["eos_ids"] == [EOS, stop]
-    assert "min_length" in record["generation_not_applied"]
+    assert "typical_p" in record["generation_not_applied"]
+
+
+LEAST = ("min_new_tokens", "min_length")     # settings that hold an end back
 
 
 @pytest.mark.parametrize("key, value", [("repetition_penalty", 2.0), ("no_repeat_ngram_size", 1),
-                                        ("min_new_tokens", 6)])
-def test_a_repeat_or_length_rule_continues_as_transformers_does(tmp_path, key, value):
-    """generation_config.json's repetition_penalty, no_repeat_ngram_size and min_new_tokens, over every token
-    of the prompt and of the continuation so far: greedy decoding gives transformers' tokens, which the
-    setting changed (for min_new_tokens, a token greedy decoding reaches early is made an end-of-sequence id
-    too, which the setting holds back)."""
+                                        ("min_new_tokens", 6), ("min_length", 10), ("suppress_tokens", "first"),
+                                        ("begin_suppress_tokens", "first")])
+def test_a_repeat_length_or_suppression_rule_continues_as_transformers_does(tmp_path, key, value):
+    """generation_config.json's repetition_penalty, no_repeat_ngram_size, min_new_tokens, min_length,
+    suppress_tokens and begin_suppress_tokens, over every token of the prompt and of the continuation so far:
+    greedy decoding gives transformers' tokens, which the setting changed (for the least lengths, a token
+    greedy decoding reaches early is made an end-of-sequence id too, which the setting holds back; the
+    suppressions suppress greedy decoding's first token)."""
     plain = checkpoint(tmp_path, "qwen3", False, None)
     _, free = transformers_continuation(plain, saved_model("qwen3"), PROMPT)
-    stops = [EOS, free[2]] if key == "min_new_tokens" else EOS
+    stops = [EOS, free[2]] if key in LEAST else EOS
+    value = [free[0]] if value == "first" else value
     directory = checkpoint(tmp_path, "qwen3", False, {"do_sample": False, "eos_token_id": stops, key: value},
                            "-ruled")
     said: list[str] = []
     import_checkpoint(directory, tmp_path / "run", say=said.append)
     assert not [line for line in said if key in line]
-    assert getattr(xspec.compile(tmp_path / "run").decode, key) == value
+    assert getattr(xspec.compile(tmp_path / "run").decode, key) == (tuple(value) if isinstance(value, list) else value)
     _, expected = transformers_continuation(directory, saved_model("qwen3"), PROMPT)
     _, continuation = xspec_continuation(tmp_path / "run", PROMPT)
-    unruled = free[:2] if key == "min_new_tokens" else free
+    unruled = free[:2] if key in LEAST else free
     assert continuation == expected != unruled
-    neutral = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0}[key]
+    neutral = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0, "min_length": 0,
+               "suppress_tokens": (), "begin_suppress_tokens": ()}[key]
     assert xspec_continuation(tmp_path / "run", PROMPT, **{key: neutral})[1] == unruled
 
 

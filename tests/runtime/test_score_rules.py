@@ -1,6 +1,6 @@
 """transformers' logits processors for generation_config.json's settings (runtime/score_rules.py): a
-repetition penalty, n-gram bans and a least length, against a token-by-token reference written here, in
-greedy decoding (on the logits) and beam search (on the log-probabilities)."""
+repetition penalty, n-gram bans, least lengths and suppressed tokens, against a token-by-token reference
+written here, in greedy decoding (on the logits) and beam search (on the log-probabilities)."""
 
 import torch
 
@@ -43,6 +43,11 @@ def test_an_ngram_is_never_repeated_and_no_end_comes_early():
     held = ScoreRules(min_new_tokens=2, ends=(5, 3)).apply(scores, [[1]], 1)
     assert held.isinf().nonzero()[:, 1].tolist() == [3, 5]
     assert not ScoreRules(min_new_tokens=2, ends=(5,)).apply(scores, [[1]], 2).isinf().any()
+    assert ScoreRules(min_length=3, ends=(5,)).apply(scores, [[1, 2]], 0).isinf().nonzero()[:, 1].tolist() == [5]
+    assert not ScoreRules(min_length=3, ends=(5,)).apply(scores, [[1, 2, 3]], 0).isinf().any()
+    assert ScoreRules(suppress=(1, 9)).apply(scores, [[0]], 4).isinf().nonzero()[:, 1].tolist() == [1]
+    begin = ScoreRules(begin_suppress=(2,))
+    assert begin.apply(scores, [[0]], 0)[0, 2].isinf() and not begin.apply(scores, [[0]], 1).isinf().any()
 
 
 def reference(model: Bigram, prompt: list[int], steps: int, rules: ScoreRules, on_logits: bool) -> list[int]:
@@ -59,8 +64,10 @@ def reference(model: Bigram, prompt: list[int], steps: int, rules: ScoreRules, o
         for i in range(len(tokens) - n + 1 if n else 0):
             if tokens[i:i + n - 1] == tokens[len(tokens) - n + 1:]:
                 scores[tokens[i + n - 1]] = float("-inf")
-        if new < rules.min_new_tokens:
+        if new < rules.min_new_tokens or len(tokens) < rules.min_length:
             scores[END] = float("-inf")
+        for token in (*rules.suppress, *(rules.begin_suppress if new == 0 else ())):
+            scores[token] = float("-inf")
         tokens.append(int(scores.argmax()))
         if tokens[-1] == END:
             break
@@ -75,7 +82,9 @@ def test_greedy_decoding_and_beam_search_apply_the_rules_to_what_each_row_holds(
              ScoreRules(no_repeat_ngram_size=1, ends=(END,)), ScoreRules(min_new_tokens=5, ends=(END,)),
              ScoreRules(min_new_tokens=8, ends=(END,)),
              ScoreRules(repetition_penalty=6.0, min_new_tokens=8, ends=(END,)),
-             ScoreRules(no_repeat_ngram_size=2, min_new_tokens=8, ends=(END,))]
+             ScoreRules(no_repeat_ngram_size=2, min_new_tokens=8, ends=(END,)),
+             ScoreRules(min_length=9, ends=(END,)), ScoreRules(suppress=(0, 3), ends=(END,)),
+             ScoreRules(begin_suppress=(END, 3), ends=(END,))]
     for rules in cases:
         greedy = sample(model, prompts, 8, None, end_token=END, never=(), rules=rules)
         one_beam = [h[0].tokens[:-1] if h[0].tokens[-1:] == [END] else h[0].tokens for h in continue_prompts(

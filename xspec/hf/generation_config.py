@@ -20,8 +20,7 @@ MAX_BYTES = 1 << 20
 
 # Settings transformers' generate applies that xspec's decoding does not (yet): the continuation may differ.
 NOT_APPLIED = {
-    "min_length": 0,
-    "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+    "bad_words_ids": None, "forced_bos_token_id": None,
     "forced_eos_token_id": None, "encoder_repetition_penalty": 1.0, "exponential_decay_length_penalty": None,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None, "diversity_penalty": 0.0,
     "num_beam_groups": 1,
@@ -69,12 +68,18 @@ def read_generation(folder: InputDirectory) -> Generation:
     penalty = cfg.number("repetition_penalty", 1.0, integer=False, least=1e-9, most=1e9)
     if penalty != 1.0:
         decode.append(Setting("repetition_penalty", penalty, _source(cfg, "repetition_penalty", 1.0)))
-    for key in ("no_repeat_ngram_size", "min_new_tokens"):
+    for key in ("no_repeat_ngram_size", "min_new_tokens", "min_length"):
         count = cfg.get(key, 0) or 0          # null: none, as transformers reads it
         if not holds(COUNT, count):
             raise UserError(f"{cfg.file}: {key} {render(count)} is not {COUNT}")
         if count:
             decode.append(Setting(key, count, _source(cfg, key, 0)))
+    for key in ("suppress_tokens", "begin_suppress_tokens"):
+        ids = cfg.get(key, None) or []
+        if not isinstance(ids, list) or not all(holds(COUNT, token) for token in ids):
+            raise UserError(f"{cfg.file}: {key} {render(ids)} is not a list of token ids (integers >= 0)")
+        if ids:
+            decode.append(Setting(key, ids, _source(cfg, key, None)))
     if cfg.has("max_new_tokens"):
         decode.append(Setting("max_new_tokens", cfg.number("max_new_tokens"), _source(cfg, "max_new_tokens", None)))
     generation = Generation(decode, _eos_ids(cfg), cfg.notes, file=values)
