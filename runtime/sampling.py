@@ -70,7 +70,7 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
     B = prompts.size(0)
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
     steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size) for m in members(model)])
-    so_far = prompts.tolist() if rules.any else []                          # each active row's tokens
+    so_far = prompts                                                        # each active row's tokens
 
     def next_log_probs(inputs: torch.Tensor, new: int) -> torch.Tensor:
         if not rules.any:
@@ -88,9 +88,9 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
         else:
             # Log-probabilities are logits of the same distribution (softmax(log p / T) is p tempered).
             tokens = draw(filtered_probabilities(log_probs, sampling, never), [streams[b].random() for b in going])
+        if rules.any:
+            so_far = torch.cat([so_far, tokens[:, None]], dim=1)
         chosen = tokens.tolist()                                            # the step's one wait for the device
-        for row, token in zip(so_far, chosen):
-            row.append(token)
         ended = [t == end_token or t in also_end for t in chosen]
         for b, token, end in zip(going, chosen, ended):
             if not end:
@@ -107,6 +107,6 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
             steps.keep(rows)
             steps.reorder(rows)
             tokens, going = tokens[rows], [going[a] for a in kept]
-            so_far = [so_far[a] for a in kept] if rules.any else so_far
+            so_far = so_far[rows]
         log_probs = next_log_probs(tokens[:, None], step + 1)               # [A, V]
     return results

@@ -37,26 +37,27 @@ class ScoreRules:
         return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0 \
             or self.min_length > 0 or bool(self.suppress) or bool(self.begin_suppress)
 
-    def apply(self, scores: torch.Tensor, rows: list[list[int]], new: int) -> torch.Tensor:
+    def apply(self, scores: torch.Tensor, rows: torch.Tensor, new: int) -> torch.Tensor:
         """[R, V] scores of the next token of rows whose tokens so far (prompt, then continuation) are
-        `rows`, the continuations `new` tokens long."""
+        `rows` [R, L], the continuations `new` tokens long."""
         vocab = scores.size(1)
-        if self.repetition_penalty != 1.0:
-            seen = torch.zeros(len(rows), vocab + 1, dtype=torch.bool, device=scores.device)
-            for row, tokens in zip(seen, rows):
-                row[torch.tensor(tokens, device=scores.device).clamp(max=vocab)] = True
+        if self.repetition_penalty != 1.0:      # the seen tokens' scores, gathered, changed, put back
+            padded = torch.cat([scores, scores.new_zeros(scores.size(0), 1)], dim=1)  # ids past V: the last
+            seen = rows.clamp(max=vocab)
+            picked = padded.gather(1, seen)
             penalty = self.repetition_penalty
-            scores = torch.where(seen[:, :vocab], torch.where(scores < 0, scores * penalty, scores / penalty),
-                                 scores)
-        banned = [(r, token) for r, tokens in enumerate(rows) for token in self._repeats(tokens)]
-        always = [*self.suppress, *(self.begin_suppress if new == 0 else ())]
-        banned += [(r, token) for r, tokens in enumerate(rows) for token in
-                   [*always, *(self.ends if new < self.min_new_tokens or len(tokens) < self.min_length else ())]]
-        banned = [(r, token) for r, token in banned if 0 <= token < vocab]
-        if banned:
+            scores = padded.scatter(1, seen, torch.where(picked < 0, picked * penalty, picked / penalty))[:, :vocab]
+        held = new < self.min_new_tokens or rows.size(1) < self.min_length
+        columns = [token for token in (*self.suppress, *(self.begin_suppress if new == 0 else ()),
+                                       *(self.ends if held else ())) if 0 <= token < vocab]
+        repeats = [(r, token) for r, tokens in enumerate(rows.tolist() if self.no_repeat_ngram_size else [])
+                   for token in self._repeats(tokens) if token < vocab]
+        if columns or repeats:
             scores = scores.clone()
-            at = torch.tensor(banned, device=scores.device)
-            scores[at[:, 0], at[:, 1]] = float("-inf")
+            scores[:, columns] = float("-inf")
+            if repeats:
+                at = torch.tensor(repeats, device=scores.device)
+                scores[at[:, 0], at[:, 1]] = float("-inf")
         return scores
 
     def _repeats(self, tokens: list[int]) -> set[int]:
@@ -77,7 +78,7 @@ class RuledSteps:
         self.cached = steps.cached
 
     def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
-        rows = [prompt + tokens for prompt, tokens in zip(self.prompts.tolist(), sequences[:, 1:].tolist())]
+        rows = torch.cat([self.prompts, sequences[:, 1:]], dim=1)
         return self.rules.apply(self.steps.log_probs(sequences), rows, sequences.size(1) - 1)
 
     def keep(self, rows: torch.Tensor) -> None:

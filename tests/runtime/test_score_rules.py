@@ -31,23 +31,26 @@ class Bigram(torch.nn.Module):
 
 def test_seen_scores_are_divided_where_positive_and_multiplied_where_negative():
     scores = torch.tensor([[2.0, -2.0, 3.0, -1.0]])
-    assert ScoreRules(repetition_penalty=2.0).apply(scores, [[0, 1, 9]], 0).tolist() == [[1.0, -4.0, 3.0, -1.0]]
+    penalized = ScoreRules(repetition_penalty=2.0).apply(scores, torch.tensor([[0, 1, 9]]), 0)  # 9: past them
+    assert penalized.tolist() == [[1.0, -4.0, 3.0, -1.0]]
 
 
 def test_an_ngram_is_never_repeated_and_no_end_comes_early():
     scores = torch.zeros(1, 6)
     # the bigrams (1, 2) and (1, 4) are held: after a 1, neither 2 nor 4
-    assert ScoreRules(no_repeat_ngram_size=2).apply(scores, [[1, 2, 3, 1, 4, 1]], 0).isinf().nonzero()[:, 1] \
-        .tolist() == [2, 4]
-    assert not ScoreRules(no_repeat_ngram_size=3).apply(scores, [[1, 2]], 0).isinf().any()
-    held = ScoreRules(min_new_tokens=2, ends=(5, 3)).apply(scores, [[1]], 1)
+    banned = ScoreRules(no_repeat_ngram_size=2).apply(scores, torch.tensor([[1, 2, 3, 1, 4, 1]]), 0)
+    assert banned.isinf().nonzero()[:, 1].tolist() == [2, 4]
+    assert not ScoreRules(no_repeat_ngram_size=3).apply(scores, torch.tensor([[1, 2]]), 0).isinf().any()
+    held = ScoreRules(min_new_tokens=2, ends=(5, 3)).apply(scores, torch.tensor([[1]]), 1)
     assert held.isinf().nonzero()[:, 1].tolist() == [3, 5]
-    assert not ScoreRules(min_new_tokens=2, ends=(5,)).apply(scores, [[1]], 2).isinf().any()
-    assert ScoreRules(min_length=3, ends=(5,)).apply(scores, [[1, 2]], 0).isinf().nonzero()[:, 1].tolist() == [5]
-    assert not ScoreRules(min_length=3, ends=(5,)).apply(scores, [[1, 2, 3]], 0).isinf().any()
-    assert ScoreRules(suppress=(1, 9)).apply(scores, [[0]], 4).isinf().nonzero()[:, 1].tolist() == [1]
+    assert not ScoreRules(min_new_tokens=2, ends=(5,)).apply(scores, torch.tensor([[1]]), 2).isinf().any()
+    short = ScoreRules(min_length=3, ends=(5,)).apply(scores, torch.tensor([[1, 2]]), 0)
+    assert short.isinf().nonzero()[:, 1].tolist() == [5]
+    assert not ScoreRules(min_length=3, ends=(5,)).apply(scores, torch.tensor([[1, 2, 3]]), 0).isinf().any()
+    assert ScoreRules(suppress=(1, 9)).apply(scores, torch.tensor([[0]]), 4).isinf().nonzero()[:, 1].tolist() == [1]
     begin = ScoreRules(begin_suppress=(2,))
-    assert begin.apply(scores, [[0]], 0)[0, 2].isinf() and not begin.apply(scores, [[0]], 1).isinf().any()
+    assert begin.apply(scores, torch.tensor([[0]]), 0)[0, 2].isinf()
+    assert not begin.apply(scores, torch.tensor([[0]]), 1).isinf().any()
 
 
 def reference(model: Bigram, prompt: list[int], steps: int, rules: ScoreRules, on_logits: bool) -> list[int]:
