@@ -125,7 +125,7 @@ def test_an_export_keeps_the_imports_config_keys_tokenizer_files_and_generation_
          "unk_token": "w0", "chat_template": template, "model_max_length": 256}))
     (source / "generation_config.json").write_text(json.dumps(
         {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "eos_token_id": [2, 9],
-         "bos_token_id": 1}))
+         "bos_token_id": 1, "repetition_penalty": 1.1, "suppress_tokens": [7]}))
     import_checkpoint(source, tmp_path / "run", say=lambda _: None)
     out = tmp_path / "exported"
     assert main(["export", str(tmp_path / "run"), "--format", "hf", "-o", str(out)]) == 0
@@ -138,7 +138,20 @@ def test_an_export_keeps_the_imports_config_keys_tokenizer_files_and_generation_
         (theirs.bos_token, theirs.eos_token, theirs.pad_token, theirs.unk_token, template)
     generation = transformers.GenerationConfig.from_pretrained(out)
     assert (generation.do_sample, generation.temperature, generation.top_p, generation.top_k,
-            generation.eos_token_id) == (True, 0.6, 0.95, 20, [2, 9])
+            generation.eos_token_id, generation.repetition_penalty, generation.suppress_tokens) == \
+        (True, 0.6, 0.95, 20, [2, 9], 1.1, [7])
+
+
+def test_an_exports_generation_settings_are_the_decode_sections():
+    """A run's decode section, edited after the import, is what the exported generation_config.json says."""
+    from xspec.compiler.sections import DecodeSection
+    from xspec.hf.export import generation_config
+
+    imported_file = {"repetition_penalty": 1.1, "no_repeat_ngram_size": 3, "eos_token_id": 2}
+    edited = DecodeSection(beam=1, repetition_penalty=1.3, begin_suppress_tokens=(5,))
+    written = generation_config(imported_file, edited, 1, [2])
+    assert (written["repetition_penalty"], written["begin_suppress_tokens"], written["num_beams"]) == (1.3, [5], 1)
+    assert "no_repeat_ngram_size" not in written and written["eos_token_id"] == 2
 
 
 def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():

@@ -19,6 +19,7 @@ from xspec.base.text import printable
 from xspec.compiler.sections import DecodeSection
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
+from xspec.hf.generation_config import RULES
 from xspec.hf.hf_config import OWN, config_for
 from xspec.hf.safetensors_file import write_safetensors
 
@@ -236,6 +237,12 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
             config.pop(key, None)
     if "max_new_tokens" in config or original is None:
         config["max_new_tokens"] = decode.max_new_tokens
+    for key, off in RULES.items():      # the repetition penalty and the rest, as the decode section holds them
+        value = getattr(decode, key)
+        if value != off:
+            config[key] = list(value) if isinstance(value, tuple) else value
+        else:
+            config.pop(key, None)
     config.setdefault("bos_token_id", bos)
     config.setdefault("eos_token_id", eos[0] if len(eos) == 1 else eos or None)
     return config

@@ -25,6 +25,13 @@ NOT_APPLIED = {
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None, "diversity_penalty": 0.0,
     "num_beam_groups": 1,
 }
+# Settings transformers' logits processors apply and xspec's decoding applies alike (runtime/score_rules.py),
+# keys of the decode section of the same names, each with the value that turns it off: read by an import,
+# written back by an export.
+RULES: dict[str, float | int | tuple[int, ...]] = {
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0, "min_length": 0,
+    "suppress_tokens": (), "begin_suppress_tokens": (),
+}
 # Settings that change no continuation: how generate runs or what it returns.
 UNUSED = ("transformers_version", "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
           "output_scores", "output_logits", "output_attentions", "output_hidden_states", "num_return_sequences",
@@ -65,21 +72,11 @@ def read_generation(folder: InputDirectory) -> Generation:
         else:
             value = cfg.number(key, default, integer=False, least=1e-9, most=1 if key == "top_p" else 1e9)
         decode.append(Setting(key, value, _source(cfg, key, default)))
-    penalty = cfg.number("repetition_penalty", 1.0, integer=False, least=1e-9, most=1e9)
-    if penalty != 1.0:
-        decode.append(Setting("repetition_penalty", penalty, _source(cfg, "repetition_penalty", 1.0)))
-    for key in ("no_repeat_ngram_size", "min_new_tokens", "min_length"):
-        count = cfg.get(key, 0) or 0          # null: none, as transformers reads it
-        if not holds(COUNT, count):
-            raise UserError(f"{cfg.file}: {key} {render(count)} is not {COUNT}")
-        if count:
-            decode.append(Setting(key, count, _source(cfg, key, 0)))
-    for key in ("suppress_tokens", "begin_suppress_tokens"):
-        ids = cfg.get(key, None) or []
-        if not isinstance(ids, list) or not all(holds(COUNT, token) for token in ids):
-            raise UserError(f"{cfg.file}: {key} {render(ids)} is not a list of token ids (integers >= 0)")
-        if ids:
-            decode.append(Setting(key, ids, _source(cfg, key, None)))
+    for key, off in RULES.items():
+        value = _rule(cfg, key, off)
+        if value != off:
+            decode.append(Setting(key, list(value) if isinstance(value, tuple) else value,
+                                  _source(cfg, key, list(off) if isinstance(off, tuple) else off)))
     if cfg.has("max_new_tokens"):
         decode.append(Setting("max_new_tokens", cfg.number("max_new_tokens"), _source(cfg, "max_new_tokens", None)))
     generation = Generation(decode, _eos_ids(cfg), cfg.notes, file=values)
@@ -95,6 +92,20 @@ def read_generation(folder: InputDirectory) -> Generation:
         if key not in cfg.taken:
             generation.notes[key] = "not read: xspec's decoding has no such setting"
     return generation
+
+
+def _rule(cfg: ConfigReader, key: str, off: float | int | tuple[int, ...]) -> float | int | tuple[int, ...]:
+    """One of RULES, checked for its kind (null: off, as transformers reads it)."""
+    if isinstance(off, float):
+        return cfg.number(key, off, integer=False, least=1e-9, most=1e9)
+    value = cfg.get(key, None) or off
+    if isinstance(off, tuple):
+        if not isinstance(value, (list, tuple)) or not all(holds(COUNT, token) for token in value):
+            raise UserError(f"{cfg.file}: {key} {render(value)} is not a list of token ids (integers >= 0)")
+        return tuple(value)
+    if not holds(COUNT, value):
+        raise UserError(f"{cfg.file}: {key} {render(value)} is not {COUNT}")
+    return value
 
 
 def _source(cfg: ConfigReader, key: str, default: object) -> str:
