@@ -44,16 +44,6 @@ class LoRALinear(nn.Linear):
                                    self.scaling)
         return adapted.view_as(base)
 
-    def merged(self) -> nn.Linear:
-        """A plain linear layer computing the same: W + (alpha / r) B A."""
-        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
-                           device=self.weight.device, dtype=self.weight.dtype)
-        with torch.no_grad():
-            linear.weight.copy_(merged_weight(self.weight, self.lora_A, self.lora_B, self.scaling))
-            if self.bias is not None:
-                linear.bias.copy_(self.bias)
-        return linear
-
 
 class _AddUpdate(torch.autograd.Function):
     """base + scaling * (x A^T) B^T, for 2-d base [tokens, out] and x [tokens, in]. Autograd's own backward
@@ -133,15 +123,6 @@ def apply_lora(model: nn.Module, spec, rank: int, alpha: float, dropout: float,
         assert isinstance(linear, nn.Linear), f"lora_targets chose {name}, a {type(linear).__name__}"
         setattr(holder, child, LoRALinear(linear, rank, alpha, dropout))
     return names
-
-
-def merge_lora(model: nn.Module) -> int:
-    """Replaces every LoRALinear of `model` with the plain linear layer it computes, in place; how many."""
-    merged = [(name, module) for name, module in model.named_modules() if isinstance(module, LoRALinear)]
-    for name, module in merged:
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, child, module.merged())
-    return len(merged)
 
 
 def adapter_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -18,7 +18,7 @@ from hf_checkpoints import imported
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.inference import compile_checkpoint_spec
-from xspec.runtime.lora import LoRALinear, apply_lora, lora_targets, merge_lora, trainable_share
+from xspec.runtime.lora import LoRALinear, apply_lora, is_adapter, lora_targets, merged_weight, trainable_share
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -65,15 +65,21 @@ def test_adapters_start_as_the_base_model_and_only_they_train():
     assert grads and all(name.endswith(("lora_A", "lora_B")) for name in grads)
     assert any(name.endswith("lora_B") for name in grads)
 
-    with torch.no_grad():       # a trained adapter, merged: the same function in one plain linear layer
+    with torch.no_grad():       # a trained adapter, merged as checkpoints merge it: the same function
         for module in model.modules():
             if isinstance(module, LoRALinear):
                 module.lora_B.normal_(std=0.05)
         model.eval()
         adapted = model(ids)
-        assert merge_lora(model) == len(names)
-        assert not any(isinstance(m, LoRALinear) for m in model.modules())
-        assert_close(model(ids), adapted)
+        state = {name: tensor for name, tensor in model.state_dict().items() if not is_adapter(name)}
+        lora = {name: module for name, module in model.named_modules() if isinstance(module, LoRALinear)}
+        assert sorted(lora) == sorted(names)
+        for name, module in lora.items():
+            state[f"{name}.weight"] = merged_weight(module.weight, module.lora_A, module.lora_B, module.scaling)
+        plain = spec.build(device="cpu").eval()
+        plain.load_state_dict(state)
+        assert not any(isinstance(m, LoRALinear) for m in plain.modules())
+        assert_close(plain(ids), adapted)
         assert (adapted - before).abs().max() > 1e-3
 
 
