@@ -362,20 +362,27 @@ def load_into(model: torch.nn.Module, checkpoint: Checkpoint,
     """Copies the tensors into `model` (through `load`, for a model sharded over processes), naming the
     first tensor whose name, shape or kind does not match."""
     expected = model.state_dict()
+    check_tensors(checkpoint, {name: tuple(tensor.shape) for name, tensor in expected.items()}, "the model",
+                  "a checkpoint from a different spec")
     for name, tensor in checkpoint.tensors.items():
-        if name not in expected:
-            raise UserError(f"{checkpoint.path}: tensor {name} is not in the model "
-                            "(a checkpoint from a different spec)")
-        if expected[name].shape != tensor.shape:
-            raise UserError(f"{checkpoint.path}: tensor {name} has shape {tuple(tensor.shape)}, "
-                            f"the model expects {tuple(expected[name].shape)} (a checkpoint from a different spec)")
         if not _same_kind(expected[name].dtype, tensor.dtype):
             raise UserError(f"{checkpoint.path}: tensor {name} holds {tensor.dtype}, "
                             f"the model expects {expected[name].dtype}")
-    missing = [k for k in expected if k not in checkpoint.tensors]
-    if missing:
-        raise UserError(f"{checkpoint.path}: no tensor {missing[0]} (a checkpoint from a different spec)")
     (load or model.load_state_dict)(checkpoint.tensors)
+
+
+def check_tensors(checkpoint: Checkpoint, expected: dict[str, tuple[int, ...]], model: str, why: str) -> None:
+    """The checkpoint's tensors are `expected`'s (the names and shapes of `model`, as a message names it),
+    name for name and shape for shape; the first that differs is named, with `why` it matters."""
+    for name, tensor in checkpoint.tensors.items():
+        if name not in expected:
+            raise UserError(f"{checkpoint.path}: tensor {name} is not in {model} ({why})")
+        if tuple(tensor.shape) != tuple(expected[name]):
+            raise UserError(f"{checkpoint.path}: tensor {name} has shape {tuple(tensor.shape)}; {model} has "
+                            f"{tuple(expected[name])} ({why})")
+    missing = [name for name in expected if name not in checkpoint.tensors]
+    if missing:
+        raise UserError(f"{checkpoint.path}: no tensor {missing[0]}, which {model} has ({why})")
 
 
 def _same_kind(expected: torch.dtype, found: torch.dtype) -> bool:

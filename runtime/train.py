@@ -278,18 +278,8 @@ def _same_tensors(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:
     """The checkpoint a fine-tune starts from: its tensors must be the spec's model's, name for name and
     shape for shape (a variant of its spec that adds no weight, a schedule parameter say, starts from it);
     the first that differs is named."""
-    expected = {**spec.param_shapes, **spec.state_shapes}
-    for name, tensor in saved.tensors.items():
-        if name not in expected:
-            raise UserError(f"{saved.path}: tensor {name} is not in the model of {spec.name} (--init starts from "
-                            "weights of the same names and shapes)")
-        if tuple(tensor.shape) != tuple(expected[name]):
-            raise UserError(f"{saved.path}: tensor {name} has shape {tuple(tensor.shape)}; the model of {spec.name} "
-                            f"has {tuple(expected[name])} (--init starts from weights of the same names and shapes)")
-    missing = [name for name in expected if name not in saved.tensors]
-    if missing:
-        raise UserError(f"{saved.path}: no tensor {missing[0]}, which the model of {spec.name} has (--init starts "
-                        "from weights of the same names and shapes)")
+    ckpt.check_tensors(saved, {**spec.param_shapes, **spec.state_shapes}, f"the model of {spec.name}",
+                       "--init starts from weights of the same names and shapes")
     return saved
 
 
