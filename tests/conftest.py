@@ -27,13 +27,15 @@ from hostile_suites import is_hostile_suite
 
 TESTS = Path(__file__).parent
 # What `pytest -m "not slow"` leaves out, for an edit-test loop (README): the fuzzers, the runs against
-# transformers' classes, training and decoding runs, torch.compile, several processes.
+# transformers' classes, training and decoding runs, torch.compile, several processes, and the builds of
+# every shipped spec (initialization, edited configs).
 SLOW_SUITES = ("fuzz", "test_distributed.py", "test_compiled_step.py", "test_export.py", "test_prepared_data.py",
                "test_runtime_cli.py", "test_readme.py", "test_sweep.py", "test_families.py", "test_hf_import.py",
                "test_hf_export.py", "test_hf_finetune.py", "test_hf_multi_token.py", "test_hybrid.py",
                "test_language_model.py", "test_training.py", "test_hybrid_training.py", "test_ensemble.py",
                "test_experts_training.py", "test_readable_code.py", "test_run_log.py", "test_memory_plan.py",
-               "test_multi_token.py", "test_equivalence.py", "test_table3.py", "test_plot.py")
+               "test_multi_token.py", "test_equivalence.py", "test_table3.py", "test_plot.py", "test_hf_generation.py",
+               "test_hf_chat.py", "test_lora.py", "test_initialize.py", "test_config_truth.py")
 
 
 def pytest_collection_modifyitems(items):
