@@ -8,6 +8,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from xspec.base.errors import UserError
 from xspec.compiler.sections import DecodeSection
 from .beam_search import continue_prompts
 from .decode_batches import in_input_order, length_sorted_chunks
@@ -33,6 +34,13 @@ class Generator:
     drafts: Drafts = field(default_factory=Drafts)  # speculative decoding's proposals and acceptances so far
     chat: bool = False              # each prompt a user's message in the checkpoint's chat template
     system: Optional[str] = None    # with `chat`: a system message before each
+
+    def __post_init__(self) -> None:
+        d, ids = self.decode, len(self.vocab)
+        for key, tokens in (("suppress_tokens", d.suppress_tokens), ("begin_suppress_tokens", d.begin_suppress_tokens)):
+            outside = [token for token in tokens if token >= ids]
+            if outside:
+                raise UserError(f"decode.{key}: {outside[0]} is not a token id (the vocabulary has {ids:,})")
 
     @property
     def sampling(self) -> Optional[Sampling]:

@@ -14,6 +14,7 @@ import torch
 
 import xspec
 from hf_checkpoints import BOS, EOS, saved, saved_model
+from xspec.base.errors import UserError
 from xspec.hf.importer import import_checkpoint
 
 transformers = pytest.importorskip("transformers")
@@ -170,3 +171,12 @@ def test_a_sentencepiece_tokenizer_adds_what_tokenizer_config_says(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": "yes"}))
     with pytest.raises(UserError, match='tokenizer_config.json: add_bos_token "yes" is not true or false'):
         find_tokenizer(tmp_path, config)
+
+
+def test_a_suppressed_id_beyond_the_vocabulary_is_refused(tmp_path):
+    directory = checkpoint(tmp_path, "qwen3", False, None)
+    import_checkpoint(directory, tmp_path / "run", say=lambda _: None)
+    trained = xspec.load(tmp_path / "run", device="cpu")
+    with pytest.raises(UserError, match=r"decode\.begin_suppress_tokens: 100000 is not a token id \(the vocabulary "
+                                        r"has [0-9,]+\)"):
+        trained.generator(begin_suppress_tokens=(5, 100000))

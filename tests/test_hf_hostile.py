@@ -317,3 +317,23 @@ def test_force_replaces_only_an_earlier_import_never_the_checkpoint(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "run")
     with pytest.raises(UserError, match="link: a symlink; give the directory itself"):
         import_checkpoint(directory, tmp_path / "link", force=True, verify=False)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"suppress_tokens": [10 ** 30]}, "suppress_tokens [1000000000000000000000000000000] is not a list of token ids "
+                                      "(integers from 0 to 2,147,483,647)"),
+    ({"min_new_tokens": 10 ** 30}, "min_new_tokens 1000000000000000000000000000000 is not an integer from 0 to "
+                                   "2,147,483,647"),
+    ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size -1 is not an integer from 0 to 2,147,483,647"),
+    ({"begin_suppress_tokens": [[1]]}, "begin_suppress_tokens [[1]] is not a list of token ids (integers from 0 to "
+                                       "2,147,483,647)"),
+    ({"repetition_penalty": "x"}, 'repetition_penalty "x" is not a number >= 1e-09'),
+    # an id the tokenizer could never make: checked against the embedding, as the end ids are
+    ({"suppress_tokens": [5, 100000]}, "suppress_tokens holds 100000, which is not a token id: the model's "
+                                       "embedding has"),
+])
+def test_a_generation_rule_of_the_wrong_kind_or_size_is_refused_naming_its_key(tmp_path, setting, message):
+    directory = copy("qwen3", tmp_path)
+    (directory / "generation_config.json").write_text(json.dumps(setting))
+    said = refused(directory, tmp_path / "out")
+    assert said.startswith(f"{directory}/generation_config.json: {message}"), said

@@ -32,6 +32,7 @@ RULES: dict[str, float | int | tuple[int, ...]] = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0, "min_length": 0,
     "suppress_tokens": (), "begin_suppress_tokens": (),
 }
+MAX_COUNT = (1 << 31) - 1       # a rule's count or token id: beyond it, no model xspec builds has one
 # Settings that change no continuation: how generate runs or what it returns.
 UNUSED = ("transformers_version", "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
           "output_scores", "output_logits", "output_attentions", "output_hidden_states", "num_return_sequences",
@@ -100,12 +101,28 @@ def _rule(cfg: ConfigReader, key: str, off: float | int | tuple[int, ...]) -> fl
         return cfg.number(key, off, integer=False, least=1e-9, most=1e9)
     value = cfg.get(key, None) or off
     if isinstance(off, tuple):
-        if not isinstance(value, (list, tuple)) or not all(holds(COUNT, token) for token in value):
-            raise UserError(f"{cfg.file}: {key} {render(value)} is not a list of token ids (integers >= 0)")
+        if not isinstance(value, (list, tuple)) or not all(_count(token) for token in value):
+            raise UserError(f"{cfg.file}: {key} {render(value)} is not a list of token ids (integers from 0 to "
+                            f"{MAX_COUNT:,})")
         return tuple(value)
-    if not holds(COUNT, value):
-        raise UserError(f"{cfg.file}: {key} {render(value)} is not {COUNT}")
+    if not _count(value):
+        raise UserError(f"{cfg.file}: {key} {render(value)} is not an integer from 0 to {MAX_COUNT:,}")
     return value
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and holds(COUNT, value) and value <= MAX_COUNT
+
+
+def check_token_ids(generation: Generation, rows: int, where: str) -> None:
+    """The token ids of the rules (suppress_tokens, ...) must be rows of the model's embedding (`rows`);
+    `where` names generation_config.json."""
+    for setting in generation.decode:
+        if isinstance(RULES.get(setting.param), tuple):
+            for token in setting.value:
+                if token >= rows:
+                    raise UserError(f"{where}: {setting.param} holds {token}, which is not a token id: the model's "
+                                    f"embedding has {rows:,} rows")
 
 
 def _source(cfg: ConfigReader, key: str, default: object) -> str:

@@ -27,7 +27,7 @@ from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, checkpoint_directory, open_weights, read_config
 from xspec.hf.config_reader import render
 from xspec.hf.families import Mapped, map_config
-from xspec.hf.generation_config import FILE as GENERATION_FILE, Generation, read_generation
+from xspec.hf.generation_config import FILE as GENERATION_FILE, Generation, check_token_ids, read_generation
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
@@ -74,6 +74,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
         _check_sizes(spec, mapped, source / CONFIG)
         plan = _plan(mapped, spec, weights)
         check_fits(tokenizer, config, source, spec.vocab_size, generation.eos_ids)  # the rows _plan checked
+        check_token_ids(generation, spec.vocab_size, shown(source / GENERATION_FILE))
         _write_weights(work, plan, weights, spec, tokenizer)
         verification = None
         if verify:
