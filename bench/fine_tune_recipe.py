@@ -1,15 +1,17 @@
 """`xspec train --init` as a user runs it: the fine-tuning recipe's defaults, and LoRA against a full fine-tune.
 
-    python bench/fine_tune_recipe.py [--lines 2000] [--rank 8] [--rounds 2] [--corpus FILE]
+    python bench/fine_tune_recipe.py [--lines 2000] [--rank 8] [--rounds 2] [--corpus FILE] [--size 30m]
+                                     [--bases float32,bfloat16,int8] [--no-recipe]
 
-A ~30M Llama (bench/decode_lm.py's sizes) written by transformers, with a BPE tokenizer.json trained on the
+A Llama of bench/decode_lm.py's sizes (default ~30M) written by transformers, with a BPE tokenizer.json trained on the
 corpus (default: ../shared/data/multi30k-en-de/train.en), is imported by `xspec import`. Then, on --lines
 lines of the corpus (validation: the next 500):
 - the recipe: `xspec train --init RUN --train T --valid V` with no --set, timed, and the validation loss
   of the import and of the fine-tune (`xspec eval --text V`);
 - LoRA (`--set train.lora_rank=R`) against the full fine-tune, each a fresh `xspec train --init` process, the
   two alternating for --rounds rounds: the share of parameters that train (the run's log), the process's
-  peak resident memory (from wait4), and training tokens per second (metrics.json; medians).
+  peak resident memory (from wait4), and training tokens per second (metrics.json; medians);
+- LoRA with its frozen weights kept in each of --bases (train.lora_base), in the same rounds.
 It prints the figures and the ratios; it checks nothing (transformers and tokenizers are needed).
 """
 
@@ -40,44 +42,53 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--size", choices=sorted(SIZES), default="30m")
+    parser.add_argument("--bases", default="float32", help="train.lora_base values, comma-separated")
+    parser.add_argument("--no-recipe", action="store_true", help="skip the run with the recipe's defaults")
     args = parser.parse_args()
+    bases = args.bases.split(",")
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(temporary)
         lines = args.corpus.read_text(encoding="utf-8").splitlines()
         train, valid = work / "train.txt", work / "valid.txt"
         train.write_text("\n".join(lines[:args.lines]) + "\n")
         valid.write_text("\n".join(lines[args.lines:args.lines + VALID_LINES]) + "\n")
-        run = _imported(work, lines)
+        run = _imported(work, lines, args.size)
 
-        started = time.perf_counter()
-        recipe = _train(run, train, valid, work / "recipe", [])
-        minutes = (time.perf_counter() - started) / 60
-        before, after = _valid_loss(run, valid), _valid_loss(work / "recipe", valid)
-        print(f"train --init, defaults, {args.lines} lines: {recipe['steps']} steps (one epoch) in {minutes:.1f} min "
-              f"wall; validation loss {before:.3f} (import) -> {after:.3f}")
+        if not args.no_recipe:
+            started = time.perf_counter()
+            recipe = _train(run, train, valid, work / "recipe", [])
+            minutes = (time.perf_counter() - started) / 60
+            before, after = _valid_loss(run, valid), _valid_loss(work / "recipe", valid)
+            print(f"train --init, defaults, {args.lines} lines: {recipe['steps']} steps (one epoch) in {minutes:.1f} "
+                  f"min wall; validation loss {before:.3f} (import) -> {after:.3f}")
 
-        figures: dict[str, list[dict]] = {"full": [], "lora": []}
+        kinds = {"full": [], **{f"lora, {base} base": ["--set", f"train.lora_rank={args.rank}", "--set",
+                                                      f"train.lora_base={base}"] for base in bases}}
+        figures: dict[str, list[dict]] = {kind: [] for kind in kinds}
         for round_ in range(args.rounds):
-            for kind in ("full", "lora"):
-                extra = ["--set", f"train.lora_rank={args.rank}"] if kind == "lora" else []
-                figures[kind].append(_train(run, train, valid, work / f"{kind}-{round_}", extra))
-        full, lora = ({key: statistics.median(f[key] for f in figures[kind]) for key in ("rss", "tokens_per_s")}
-                      for kind in ("full", "lora"))
-        share = figures["lora"][0]["share"]
-        print(f"LoRA rank {args.rank} against the full fine-tune ({args.rounds} rounds, medians): trainable "
-              f"{share:.2%}; peak memory {lora['rss'] / 2**20:,.0f} MiB vs {full['rss'] / 2**20:,.0f} MiB "
-              f"({lora['rss'] / full['rss']:.0%}); {lora['tokens_per_s']:,.0f} vs {full['tokens_per_s']:,.0f} "
-              f"tokens/s ({lora['tokens_per_s'] / full['tokens_per_s']:.2f}x)")
+            for number, (kind, extra) in enumerate(kinds.items()):
+                figures[kind].append(_train(run, train, valid, work / f"{number}-{round_}", extra))
+        medians = {kind: {key: statistics.median(f[key] for f in runs) for key in ("rss", "tokens_per_s")}
+                   for kind, runs in figures.items()}
+        full = medians["full"]
+        print(f"{args.size} Llama, {args.rounds} rounds, medians; the full fine-tune: peak memory "
+              f"{full['rss'] / 2**20:,.0f} MiB, {full['tokens_per_s']:,.0f} tokens/s")
+        for kind in list(kinds)[1:]:
+            lora = medians[kind]
+            print(f"LoRA rank {args.rank}, {kind.split(', ')[1]}: trainable {figures[kind][0]['share']:.2%}; peak "
+                  f"memory {lora['rss'] / 2**20:,.0f} MiB ({lora['rss'] / full['rss']:.0%} of the full); "
+                  f"{lora['tokens_per_s']:,.0f} tokens/s ({lora['tokens_per_s'] / full['tokens_per_s']:.2f}x)")
 
 
-def _imported(work: Path, lines: list[str]) -> Path:
+def _imported(work: Path, lines: list[str], size: str) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     source, run = work / "hf", work / "run"
-    write_checkpoint(source, "30m")
+    write_checkpoint(source, size)
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=SIZES["30m"]["vocab_size"], special_tokens=["<unk>", "<s>", "</s>"])
+    trainer = trainers.BpeTrainer(vocab_size=SIZES[size]["vocab_size"], special_tokens=["<unk>", "<s>", "</s>"])
     tokenizer.train_from_iterator(lines, trainer)
     tokenizer.save(str(source / "tokenizer.json"))
     subprocess.run([sys.executable, "-m", "xspec", "import", str(source), "-o", str(run), "--no-verify"],

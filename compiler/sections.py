@@ -91,6 +91,10 @@ class TrainSection(_Section):
                            "checkpoints then hold the adapters and a reference to the weights they adapt (--init)")
     lora_alpha: float = Field(16.0, gt=0, description="LoRA: the adapters' update is scaled by lora_alpha / lora_rank")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA: dropout on the adapters' input")
+    lora_base: Literal["float32", "bfloat16", "int8"] = Field(
+        "float32", description="LoRA: how the adapted layers' frozen weights are kept while the adapters train "
+                               "(bfloat16: half the memory; int8: a quarter, with a scale per row, as QLoRA keeps "
+                               "them); merging rounds them alike, so the merged model is the one that trained")
     lora_targets: tuple[str, ...] = Field(
         ("attention", "latent_attention", "linear"), min_length=1,
         description="LoRA: the linear layers adapted, as op kinds (attention: its projections; linear: every linear "

@@ -40,7 +40,7 @@ from xspec.base.errors import UserError
 from xspec.base.files import write_atomically_with
 from xspec.base.text import shown
 from . import nested_state
-from .lora import ADAPTER_PARTS, is_adapter, merged_weight
+from .lora import ADAPTER_PARTS, BASE_FORMS, is_adapter, merged_weight
 from .run_dir import MAX_SPEC_BYTES
 
 CHECKPOINT_DIR = "checkpoints"
@@ -60,18 +60,21 @@ _ZIP, _PICKLE = b"PK\x03\x04", b"\x80"   # torch.save's archive; a bare pickle (
 @dataclass(frozen=True)
 class BaseRef:
     """The checkpoint a LoRA run's adapters adapt: where it is, its SHA-256 (so a file replaced since is
-    refused), and the adapters' scale, lora_alpha / lora_rank."""
+    refused), the adapters' scale, lora_alpha / lora_rank, and how the run kept the adapted weights
+    (train.lora_base; merging rounds them alike)."""
 
     path: Path
     sha256: str
     scaling: float
+    stored: str = "float32"
 
     @classmethod
-    def of(cls, path: Path, scaling: float) -> "BaseRef":
-        return cls(path.resolve(), file_sha256(path), scaling)
+    def of(cls, path: Path, scaling: float, stored: str = "float32") -> "BaseRef":
+        return cls(path.resolve(), file_sha256(path), scaling, stored)
 
     def text(self) -> str:
-        return json.dumps({"path": str(self.path), "sha256": self.sha256, "scaling": self.scaling}, sort_keys=True)
+        return json.dumps({"path": str(self.path), "sha256": self.sha256, "scaling": self.scaling,
+                           "stored": self.stored}, sort_keys=True)
 
     @classmethod
     def parse(cls, where: Path, text: str) -> "BaseRef":
@@ -79,9 +82,11 @@ class BaseRef:
             record = json.loads(text)
         except (ValueError, RecursionError):
             raise _bad(where, BASE_KEY, "not JSON") from None
-        if not isinstance(record, dict) or set(record) != {"path", "sha256", "scaling"}:
-            raise _bad(where, BASE_KEY, "expected path, sha256 and scaling")
+        if not isinstance(record, dict) or not {"path", "sha256", "scaling"} <= set(record) \
+                or not set(record) <= {"path", "sha256", "scaling", "stored"}:
+            raise _bad(where, BASE_KEY, "expected path, sha256, scaling and stored")
         path, digest, scaling = record["path"], record["sha256"], record["scaling"]
+        stored = record.get("stored", "float32")        # absent: a run from before train.lora_base
         if not isinstance(path, str) or not path or "\x00" in path:
             raise _bad(where, BASE_KEY, "path: expected a file's path")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
@@ -89,7 +94,9 @@ class BaseRef:
         if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not math.isfinite(scaling) \
                 or scaling <= 0:
             raise _bad(where, BASE_KEY, "scaling: expected a positive number")
-        return cls(Path(path), digest, float(scaling))
+        if stored not in BASE_FORMS:
+            raise _bad(where, BASE_KEY, f"stored: expected one of {', '.join(BASE_FORMS)}")
+        return cls(Path(path), digest, float(scaling), stored)
 
 
 def file_sha256(path: Path) -> str:
@@ -172,7 +179,7 @@ def merged(checkpoint: Checkpoint) -> Checkpoint:
         if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != weight.shape:
             raise UserError(f"{where}: adapters of {layer} of shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
                             f"fit its weight of shape {tuple(weight.shape)} in {base.path}")
-        tensors[f"{layer}.weight"] = merged_weight(weight, a, b, checkpoint.base.scaling)
+        tensors[f"{layer}.weight"] = merged_weight(weight, a, b, checkpoint.base.scaling, checkpoint.base.stored)
     return replace(checkpoint, tensors=tensors, base=None)
 
 

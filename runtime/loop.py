@@ -30,7 +30,7 @@ from . import checkpoint as ckpt
 from . import distributed, state_dicts
 from .batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
 from .data_order import Window
-from .lora import adapter_tensors
+from .lora import adapter_tensors, store_frozen_base
 from .precision import Precision
 from .prefetch import Prefetcher
 from .best import BestRecord, Criterion, best_checkpoint, remove_unkept
@@ -451,8 +451,11 @@ class Trainer:
             remove_unkept(self.run_dir, [step for step, _ in self.progress.best.kept])
 
     def _load(self, checkpoint: ckpt.Checkpoint) -> None:
+        """The checkpoint's weights into the model; then a LoRA run's frozen ones kept as train.lora_base says."""
         ckpt.load_into(self.step.model, checkpoint,
                        lambda tensors: state_dicts.load_model_state(self.step, self.wrapped, self.sharded, tensors))
+        if self.adapted is not None and self.adapted.stored != "float32":
+            self.log.message(store_frozen_base(self.step.model, self.adapted.stored))
 
 
 def window_plan(window: Window, cfg, parts: int) -> list[list[list[int]]]:

@@ -5,7 +5,12 @@ model's; nothing else trains.
 Which layers (train.lora_targets): op kinds of the spec (`attention`: every projection of an attention op;
 `linear`: every linear op but the output head), or the end of module names (`q_proj`, `self_attn.q_proj`).
 A run's checkpoints hold the adapters alone and a reference to the checkpoint they adapt (checkpoint.py's
-`BaseRef`); reading one for decoding, averaging or export merges them into the base's weights."""
+`BaseRef`); reading one for decoding, averaging or export merges them into the base's weights.
+
+The frozen weights of the adapted layers may be kept smaller (train.lora_base), as QLoRA (Dettmers et al.,
+2023) keeps them: in bf16, or in int8 with a scale per output row (its absolute maximum / 127). Each product
+restores the float weight for itself alone, and merging applies the same rounding, so the merged model is
+the one that trained."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from xspec.base.errors import UserError
 from xspec.compiler.ops import OPS
 
 ADAPTER_PARTS = ("lora_A", "lora_B")
+BASE_FORMS = ("float32", "bfloat16", "int8")      # train.lora_base: how the adapted layers' frozen weights are kept
 
 
 class LoRALinear(nn.Linear):
@@ -37,9 +43,25 @@ class LoRALinear(nn.Linear):
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))      # as nn.Linear's own weight, and PEFT's A
         self.scaling = alpha / rank
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.base_form = "float32"
+        self.register_buffer("weight_scale", None, persistent=False)     # int8's scale per row
+
+    def store_base(self, form: str) -> None:
+        """Keeps the frozen weight as `form` (BASE_FORMS) says, once the base's weights are in it. The stored
+        weight is a buffer outside the state dict: a LoRA run's checkpoints hold the adapters alone."""
+        if form == "float32":
+            return
+        data, scale = stored_weight(self.weight.detach(), form)
+        del self.weight
+        self.register_buffer("weight", data, persistent=False)
+        self.weight_scale = scale
+        self.base_form = form
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        base = F.linear(x, self.weight, self.bias)
+        if self.base_form == "float32":
+            base = F.linear(x, self.weight, self.bias)
+        else:
+            base = _StoredLinear.apply(x, self.weight, self.weight_scale, self.bias)
         adapted = _AddUpdate.apply(base.flatten(0, -2), self.dropout(x).flatten(0, -2), self.lora_A, self.lora_B,
                                    self.scaling)
         return adapted.view_as(base)
@@ -69,9 +91,52 @@ class _AddUpdate(torch.autograd.Function):
         return grad, grad_x, grad_a, grad_b, None
 
 
-def merged_weight(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: float) -> torch.Tensor:
-    """W + scaling * B A, computed in float32 and kept in W's dtype."""
-    return (weight.float() + scaling * (b.float() @ a.float())).to(weight.dtype)
+class _StoredLinear(torch.autograd.Function):
+    """x W^T + b for a frozen W kept in a smaller form (data and, for int8, a scale per row). W is restored
+    for the product and again for the input's gradient: autograd's own F.linear would keep the restored
+    float copy of every layer until the backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor | None,
+                bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(data, scale)
+        return F.linear(x, restored_weight(data, scale, x.dtype), bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        data, scale = ctx.saved_tensors
+        grad_x = grad @ restored_weight(data, scale, grad.dtype) if ctx.needs_input_grad[0] else None
+        return grad_x, None, None, None
+
+
+def stored_weight(weight: torch.Tensor, form: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`weight` [out, in] as `form` keeps it: (bf16 data, None), or (int8 data, float32 scale [out, 1]) with
+    each row's absolute maximum mapped to 127."""
+    if form == "bfloat16":
+        return weight.to(torch.bfloat16), None
+    assert form == "int8", f"a frozen weight is kept as float32, bfloat16 or int8, not {form}"
+    scale = (weight.float().abs().amax(dim=1, keepdim=True) / 127).clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.round(weight.float() / scale).clamp_(-127, 127).to(torch.int8), scale
+
+
+def restored_weight(data: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """The float weight that stored_weight's data (and scale) stand for, in `dtype`."""
+    if scale is None:
+        return data.to(dtype)
+    return (data.to(torch.float32) * scale).to(dtype)
+
+
+def as_trained(weight: torch.Tensor, form: str) -> torch.Tensor:
+    """`weight` rounded as a run with train.lora_base = `form` kept it, in float32."""
+    if form == "float32":
+        return weight.float()
+    return restored_weight(*stored_weight(weight, form), torch.float32)
+
+
+def merged_weight(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: float,
+                  form: str = "float32") -> torch.Tensor:
+    """W + scaling * B A, computed in float32 from W as the run kept it (`form`) and kept in W's dtype."""
+    return (as_trained(weight, form) + scaling * (b.float() @ a.float())).to(weight.dtype)
 
 
 def is_adapter(name: str) -> bool:
@@ -123,6 +188,26 @@ def apply_lora(model: nn.Module, spec, rank: int, alpha: float, dropout: float,
         assert isinstance(linear, nn.Linear), f"lora_targets chose {name}, a {type(linear).__name__}"
         setattr(holder, child, LoRALinear(linear, rank, alpha, dropout))
     return names
+
+
+def store_frozen_base(model: nn.Module, form: str) -> str:
+    """Keeps the frozen weight of every LoRALinear of `model` as `form` says (train.lora_base); what that
+    saved, as the log says it. A weight shared with another module is refused by name: the other module would
+    keep the float weight, and compute with other numbers."""
+    uses: dict[int, int] = {}
+    for _, parameter in model.named_parameters(remove_duplicate=False):
+        uses[id(parameter)] = uses.get(id(parameter), 0) + 1
+    adapted = [(name, module) for name, module in model.named_modules() if isinstance(module, LoRALinear)]
+    before = after = 0
+    for name, module in adapted:
+        if uses.get(id(module.weight), 0) > 1:
+            raise UserError(f"train.lora_base = \"{form}\": {name}.weight is shared with another module; keep it "
+                            "in float32 (train.lora_base = \"float32\") or leave it out of train.lora_targets")
+        before += module.weight.numel() * module.weight.element_size()
+        module.store_base(form)
+        after += sum(t.numel() * t.element_size() for t in (module.weight, module.weight_scale) if t is not None)
+    return (f"LoRA: frozen weights of the {len(adapted)} adapted layers kept in {form}: {after / 2**20:,.1f} MiB "
+            f"in place of {before / 2**20:,.1f} MiB")
 
 
 def adapter_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -158,14 +158,17 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     elif initial is not None:
         trainer.start_from(initial)
         say(f"starting from the weights of {initial.path}")
+    resuming = resumed is not None
+    # The model holds the checkpoints' weights now; keeping them too would hold a second copy all run long.
+    del last, resumed, starting, initial, kept
     if cfg.validate_bleu:
         trainer.bleu = _validation_bleu(spec, task, trainer)
     progress = trainer.progress
     if context.is_main:
         write_run_files(run_dir, spec.resolved_source, record)
         _start_metrics_log(run_dir, progress.step if options.resume else None)
-    log.open(run_dir, progress.step, cfg.max_steps, resumed=resumed is not None)
-    if resumed is not None:
+    log.open(run_dir, progress.step, cfg.max_steps, resumed=resuming)
+    if resuming:
         say(f"resuming {run_dir} at step {progress.step}")
     where = f"device {context.device}"
     if context.distributed:
@@ -292,6 +295,9 @@ def _lora_base(spec, starting: ckpt.Checkpoint | None, resumed: ckpt.Checkpoint 
         raise UserError(f"{resumed.path}: the run trained {had}; resuming it with train.lora_rank = "
                         f"{cfg.lora_rank} would change that (drop the --set)")
     if cfg.lora_rank == 0:
+        if cfg.lora_base != "float32":
+            raise UserError(f"train.lora_base = \"{cfg.lora_base}\" keeps the frozen weights of a LoRA run; set "
+                            "train.lora_rank too")
         return None
     if cfg.sharding == "fsdp":
         raise UserError("train.lora_rank with train.sharding = \"fsdp\": LoRA's adapters train beside a frozen, "
@@ -303,6 +309,9 @@ def _lora_base(spec, starting: ckpt.Checkpoint | None, resumed: ckpt.Checkpoint 
             raise UserError(f"{resumed.path}: its adapters were trained with lora_alpha / lora_rank = "
                             f"{resumed.base.scaling:g}; train.lora_alpha {cfg.lora_alpha:g} and lora_rank "
                             f"{cfg.lora_rank} give {scaling:g}")
+        if resumed.base.stored != cfg.lora_base:
+            raise UserError(f"{resumed.path}: its adapters were trained beside weights kept in "
+                            f"{resumed.base.stored}; train.lora_base = \"{cfg.lora_base}\" would change them")
         return resumed.base
     if starting is None:
         raise UserError(f"train.lora_rank = {cfg.lora_rank}: LoRA adapts trained weights; start from them with "
@@ -310,7 +319,7 @@ def _lora_base(spec, starting: ckpt.Checkpoint | None, resumed: ckpt.Checkpoint 
     if starting.base is not None:
         raise UserError(f"{starting.path}: holds LoRA adapters, which new adapters cannot adapt; merge them "
                         f"first (xspec average RUN --last 1 --output merged.safetensors) and --init from that")
-    return ckpt.BaseRef.of(starting.path, scaling)
+    return ckpt.BaseRef.of(starting.path, scaling, cfg.lora_base)
 
 
 def _same_model(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:

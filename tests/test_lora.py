@@ -18,7 +18,8 @@ from hf_checkpoints import imported
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.inference import compile_checkpoint_spec
-from xspec.runtime.lora import LoRALinear, apply_lora, is_adapter, lora_targets, merged_weight, trainable_share
+from xspec.runtime.lora import (LoRALinear, apply_lora, as_trained, is_adapter, lora_targets, merged_weight,
+                                store_frozen_base, trainable_share)
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -35,13 +36,16 @@ def text_files(directory, lines: int = 60) -> list[str]:
 
 
 def adapted_model(run):
-    """The LoRA run's model as it trained: its base's weights, frozen, and its adapters beside them."""
+    """The LoRA run's model as it trained: its base's weights, frozen (kept as train.lora_base says), and its
+    adapters beside them."""
     saved = ckpt.load_weights(ckpt.resolve(run))
     spec = compile_checkpoint_spec(saved)
     model = spec.build(device="cpu")
     cfg = spec.train
     apply_lora(model, spec, cfg.lora_rank, cfg.lora_alpha, 0.0, cfg.lora_targets)
     ckpt.load_into(model, replace(saved, tensors={**ckpt.load_base(saved).tensors, **saved.tensors}))
+    if cfg.lora_base != "float32":
+        store_frozen_base(model, cfg.lora_base)
     return model.eval()
 
 
@@ -94,6 +98,50 @@ def test_the_adapters_gradients_are_the_products_derivatives():
     assert torch.autograd.gradcheck(layer, (x,))
     expected = x @ layer.weight.t() + layer.bias + 3 * (x @ layer.lora_A.t()) @ layer.lora_B.t()
     torch.testing.assert_close(layer(x), expected)
+
+
+@pytest.mark.parametrize("form", ["bfloat16", "int8"])
+def test_a_frozen_weight_kept_smaller_computes_with_its_rounding_and_keeps_no_float_copy(form):
+    torch.manual_seed(3)
+    linear = torch.nn.Linear(48, 24)
+    weight = linear.weight.detach().clone()
+    layer = LoRALinear(linear, rank=4, alpha=8, dropout=0.0)
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    layer.store_base(form)
+    assert layer.weight.dtype == getattr(torch, form) and "weight" not in layer.state_dict()
+    rounded = as_trained(weight, form)
+    step = 2 * weight.abs().amax(dim=1, keepdim=True) / 127 if form == "int8" else weight.abs() / 2 ** 7
+    assert ((rounded - weight).abs() <= step / 2 + 1e-7).all() and not torch.equal(rounded, weight)
+
+    reference = LoRALinear(torch.nn.Linear(48, 24), rank=4, alpha=8, dropout=0.0)
+    reference.load_state_dict({**layer.state_dict(), "weight": rounded})
+    x = torch.randn(3, 5, 48)
+    saved: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = layer(x.requires_grad_())
+    assert not [t for t in saved if t.shape == weight.shape and t.data_ptr() != layer.weight.data_ptr()], \
+        "a float copy of the frozen weight is kept for the backward"
+    x_ref = x.detach().clone().requires_grad_()
+    y_ref = reference(x_ref)
+    assert_close(y, y_ref, rel=1e-5)
+    y.square().sum().backward()
+    y_ref.square().sum().backward()
+    assert_close(x.grad, x_ref.grad, rel=1e-5)
+    assert_close(layer.lora_A.grad, reference.lora_A.grad, rel=1e-5)
+    assert_close(layer.lora_B.grad, reference.lora_B.grad, rel=1e-5)
+    merged = merged_weight(weight, layer.lora_A, layer.lora_B, layer.scaling, form)
+    with torch.no_grad():
+        assert_close(torch.nn.functional.linear(x, merged, layer.bias), y, rel=1e-5)
+
+
+def test_a_shared_weight_is_not_kept_smaller():
+    spec = xspec.compile("specs/lm.xspec")              # the output head shares the embedding's weight
+    model = spec.build(device="cpu")
+    apply_lora(model, spec, 2, 4, 0.0, ("generator",))
+    with pytest.raises(UserError, match="train.lora_base = \"int8\": decoder.generator.weight is shared with another "
+                                        "module; keep it in float32"):
+        store_frozen_base(model, "int8")
 
 
 @pytest.mark.parametrize("targets, expected", [
@@ -206,14 +254,44 @@ def test_lora_needs_weights_to_adapt(tmp_path, capsys):
         capsys.readouterr().err
     assert main(["train", "--resume", str(tuned), *TRAIN, "--set", "train.lora_alpha=4"]) != 0
     assert "its adapters were trained with lora_alpha / lora_rank = 8" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tuned), *TRAIN, "--set", "train.lora_base=int8"]) != 0
+    assert "its adapters were trained beside weights kept in float32; train.lora_base = \"int8\" would change " \
+           "them" in capsys.readouterr().err
+    assert main(["train", "--init", str(imported("qwen3")), *data, "-o", str(tmp_path / "b"), *TRAIN, "--set",
+                 "train.lora_base=int8"]) != 0
+    assert "train.lora_base = \"int8\" keeps the frozen weights of a LoRA run; set train.lora_rank too" in \
+        capsys.readouterr().err
     # A full fine-tune may start from the adapted model: its weights merged.
     assert main(["train", "--init", str(tuned), *data, "-o", str(tmp_path / "full"), *TRAIN,
                  "--set", "train.max_steps=1"]) == 0
 
 
+def test_an_int8_base_trains_and_merges_into_the_model_that_trained(tmp_path, capsys):
+    from xspec.cli import main
+
+    data = text_files(tmp_path, lines=30)
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(imported("qwen3")), *data, "-o", str(tuned), *TRAIN, "--set",
+                 "train.lora_rank=4", "--set", "train.lora_base=int8", "--set", "train.max_steps=2"]) == 0
+    out = capsys.readouterr().out
+    assert "LoRA: frozen weights of the 21 adapted layers kept in int8: " in out
+    saved = ckpt.load_weights(ckpt.resolve(tuned))
+    assert saved.base is not None and saved.base.stored == "int8"
+    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        adapted = adapted_model(tuned)(ids)
+        assert_close(xspec.load(tuned, device="cpu", weights="fp32").model(ids), adapted)
+        unrounded = replace(saved, base=replace(saved.base, stored="float32"))
+        model = compile_checkpoint_spec(saved).build(device="cpu").eval()
+        ckpt.load_into(model, ckpt.merged(unrounded))
+        assert (model(ids) - adapted).abs().max() > 1e-5          # merging without the rounding is another model
+
+
 def test_a_lora_checkpoints_base_reference_is_checked(tmp_path):
     saved = tmp_path / "adapters.safetensors"
-    for text, problem in (("[]", "expected path, sha256 and scaling"),
+    for text, problem in (("[]", "expected path, sha256, scaling and stored"),
+                          ('{"path": "x", "sha256": "' + "0" * 64 + '", "scaling": 1, "stored": "int4"}',
+                           "stored: expected one of float32, bfloat16, int8"),
                           ('{"path": "x", "sha256": "00", "scaling": 1}', "sha256: expected 64 hexadecimal"),
                           ('{"path": "x", "sha256": "' + "0" * 64 + '", "scaling": -1}', "scaling: expected a "
                                                                                           "positive number")):
