@@ -21,8 +21,7 @@ import time
 import torch
 
 from xspec.compiler.op_attention import AttentionAttrs
-from xspec.nn import (ExplicitAttention, RotaryAttention, RotaryEmbedding, SinkAttention, SlidingWindowAttention,
-                      SoftCapAttention)
+from xspec.nn import Attention, RotaryEmbedding, WrittenOutAttention
 from xspec.runtime.attention_kernels import run_through_flex
 
 VARIANTS = {"window": {}, "window + soft cap": {"softcap": 50.0}, "window + soft cap + sinks": {"softcap": 50.0,
@@ -31,20 +30,15 @@ VARIANTS = {"window": {}, "window + soft cap": {"softcap": 50.0}, "window + soft
 
 def attention(path: str, window: int, options: dict, d_model: int, heads: int, kv_heads: int,
               device: str) -> torch.nn.Module:
-    """The attention a spec with these options gets (its pieces), run by `path`."""
+    """The attention a spec with these options gets (its parts), run by `path`."""
     torch.manual_seed(0)
     d_k = d_model // heads
-    pieces = [SlidingWindowAttention]
-    if "softcap" in options:
-        pieces.append(SoftCapAttention)
-    if options.get("sinks"):
-        pieces.append(SinkAttention)
-    if path == "plain" and not options:
-        pieces.append(ExplicitAttention)  # a window alone, its scores written out
-    cls = type("Attention", (*pieces, RotaryAttention), {})
-    kwargs = {"softcap": options["softcap"]} if "softcap" in options else {}
-    module = cls(d_model, heads, d_k, d_k, kv_heads=kv_heads, bias=False, causal=True, rotary=RotaryEmbedding(d_k),
-                 window=window, **kwargs).to(device)
+    softcap, sinks = options.get("softcap"), options.get("sinks", False)
+    # "plain" with a window alone: its scores written out too
+    written_out = softcap is not None or sinks or path == "plain"
+    module = Attention(d_model, heads, kv_heads, d_k, d_k, bias=False, out_bias=False, causal=True,
+                       rotary=RotaryEmbedding(d_k, 10000.0), window=window, sinks=sinks,
+                       inner_attention=WrittenOutAttention(softcap=softcap) if written_out else None).to(device)
     if path.startswith("flex"):
         attrs = AttentionAttrs(heads=heads, d_k=d_k, d_v=d_k, kv_heads=kv_heads, causal=True, window=window,
                                softcap=options.get("softcap"), sinks=options.get("sinks", False), rotary=True)

@@ -91,8 +91,6 @@ def check_module(source: str | ast.Module) -> ast.Module:
             if node.name in library_classes():
                 if not is_copy(library_classes()[node.name], node):
                     _refuse(node, f"class {node.name} differs from the library's")
-            elif len(node.bases) > 1:
-                _check_combined(node, imported | classes)
             else:
                 _check_class(node, module_names)
         elif isinstance(node, ast.Assign):
@@ -164,15 +162,6 @@ def _check_post_init(node: ast.FunctionDef, config: str) -> None:
 
 def _is_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
-
-
-def _check_combined(node: ast.ClassDef, defined: set[str]) -> None:
-    """A class of several library classes together (each imported or copied): their names as bases, a
-    docstring, nothing else."""
-    if node.decorator_list or node.keywords or len(node.body) != 1 or not _is_docstring(node.body[0]) or not all(
-            isinstance(base, ast.Name) and base.id in library_classes() and base.id in defined
-            for base in node.bases):
-        _refuse(node, f"class {node.name} is not library classes combined")
 
 
 def _check_class(node: ast.ClassDef, module_names: set[str]) -> None:

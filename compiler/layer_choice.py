@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast as pyast
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional, Union
+from typing import Iterator, Optional, Union
 
 from . import ast
 from .config import config_condition
@@ -156,13 +156,12 @@ def _indexed_class(written: _Layer, index: str, statements: list[pyast.stmt]) ->
 
 
 def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], classes: list[pyast.ClassDef],
-                         fields: dict[str, Constant], pieces_of: dict[str, tuple[str, ...]],
-                         optional: Mapping[str, str], guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
+                         fields: dict[str, Constant], optional: set[str],
+                         guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
     """One class for `layers` (their classes as lower.py builds them), whose constructor takes the layer's
     index as `index` and chooses its modules by the block's conditions; None where they cannot be one
-    class. `pieces_of` gives the library pieces of the file's combined classes, `optional` the pieces whose
-    option may be None, with that option (OpDef.optional_pieces); `guards` refuse the branches no layer
-    takes (`branch_guards`)."""
+    class. `optional`: the constructors' keywords whose None turns an option off (OpDef.optional_keywords);
+    `guards` refuse the branches no layer takes (`branch_guards`)."""
     parts = [_split(cls) for cls in classes]
     if any(p is None for p in parts) or index in ("self", "config"):
         return None
@@ -204,8 +203,8 @@ def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], c
         if key in done:
             continue
         done.add(key)
-        merged = [_merged_choice(branch[True], branch[False], conditions[key], where(statement.span), pieces_of,
-                                 optional) for branch in branches.values()]
+        merged = [_merged_choice(branch[True], branch[False], conditions[key], where(statement.span), optional)
+                  for branch in branches.values()]
         if all(assignment is not None for assignment in merged):  # one constructor call, its arguments chosen
             statements += [assignment for assignment in merged if assignment is not None]
             continue
@@ -245,27 +244,17 @@ def _holds(statements: tuple[ast.Stmt, ...], span: Span) -> bool:
 
 
 def _merged_choice(chosen: pyast.Assign, other: pyast.Assign, condition: pyast.expr, pointer: str,
-                   pieces_of: dict[str, tuple[str, ...]], optional_pieces: Mapping[str, str]) -> Optional[pyast.Assign]:
-    """The constructor of a module whose class the condition chooses, as one call where the two classes
-    differ only by pieces whose option may be None (a sliding window, None in a global layer, as
-    transformers writes `sliding_window if layer_type == "sliding_attention" else None`): the class with
-    them, that option chosen by the condition (the assignment points to the spec's `if`). None where they
-    differ otherwise."""
+                   optional: set[str]) -> Optional[pyast.Assign]:
+    """The constructor of a module the condition chooses, as one call where the two calls differ only by
+    keywords whose None turns an option off (a sliding window, None in a global layer, as transformers
+    writes `sliding_window if layer_type == "sliding_attention" else None`): that keyword chosen by the
+    condition (the assignment points to the spec's `if`). None where they differ otherwise."""
     call_a, call_b = chosen.value, other.value
     if not (isinstance(call_a, pyast.Call) and isinstance(call_b, pyast.Call)) or \
-            pyast.dump(chosen.targets[0]) != pyast.dump(other.targets[0]):
+            pyast.dump(chosen.targets[0]) != pyast.dump(other.targets[0]) or \
+            pyast.dump(call_a.func) != pyast.dump(call_b.func) or \
+            [pyast.dump(a) for a in call_a.args] != [pyast.dump(a) for a in call_b.args]:
         return None
-    names = [c.func.id for c in (call_a, call_b) if isinstance(c.func, pyast.Name)]
-    if len(names) != 2 or [pyast.dump(a) for a in call_a.args] != [pyast.dump(a) for a in call_b.args]:
-        return None
-    pieces = [set(pieces_of.get(name, (name,))) for name in names]
-    differing = pieces[0] ^ pieces[1]
-    if not differing or not differing <= set(optional_pieces):
-        return None
-    cls = names[0] if pieces[0] >= pieces[1] else names[1] if pieces[1] >= pieces[0] else None
-    if cls is None:
-        return None
-    optional = {optional_pieces[piece] for piece in differing}
     mine = {k.arg: k.value for k in call_a.keywords if k.arg is not None}
     theirs = {k.arg: k.value for k in call_b.keywords if k.arg is not None}
     keywords: dict[str, pyast.expr] = {}
@@ -277,7 +266,8 @@ def _merged_choice(chosen: pyast.Assign, other: pyast.Assign, condition: pyast.e
             return None
         else:
             keywords[name] = pyast.IfExp(condition, a or constant(None), b or constant(None))
-    return assign(chosen.targets[0], call(cls, *call_a.args, **keywords), pointer)
+    return assign(chosen.targets[0], pyast.Call(call_a.func, call_a.args, [
+        pyast.keyword(name, value) for name, value in keywords.items()]), pointer)
 
 
 def kind_names(block: ast.Block, choice: Choice) -> dict[str, str]:

@@ -65,18 +65,11 @@ class Lowered:
         return text
 
 
-def _library_used(named: set[str], combined: dict[str, tuple[str, ...]]) -> set[str]:
-    """The library classes among the names generated code uses (`RMSNorm(`, not `nn.RMSNorm(`), and the
-    pieces of the file's classes `combined` of several. Library classes construct none of each other (an
-    attention's rotary embedding is built by the generated code and passed in), so the file needs these
-    and, where it copies them, the classes they extend."""
-    return (named & set(library_classes())) | {piece for pieces in combined.values() for piece in pieces}
-
-
-def _combined(name: str, pieces: tuple[str, ...]) -> pyast.ClassDef:
-    """A class of the generated file that is the library classes `pieces` together."""
-    names = ", ".join(piece.removesuffix("Attention") for piece in pieces)
-    return class_def(name, [variable(piece) for piece in pieces], [docstring(f"{names}: each piece above.")])
+def _library_used(named: set[str]) -> set[str]:
+    """The library classes among the names generated code uses (`RMSNorm(`, not `nn.RMSNorm(`). Library
+    classes construct none of each other (an attention's rotary embedding is built by the generated code
+    and passed in), so the file needs these and, where it copies them, the classes they extend."""
+    return named & set(library_classes())
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel) -> Lowered:
@@ -131,10 +124,7 @@ class _Lowering:
         self.index_args: dict[str, pyast.expr] = {}  # block call path -> the index its class is built with
         self.kinds: dict[str, Choice] = {}  # stack path -> which class each layer is, by the block's ifs
         self.order: list[pyast.ClassDef] = []  # classes in definition order
-        # Classes of the file that combine library classes (an attention's pieces), by name.
-        composed = dict(OPS[node.op].composes(node.attrs, node.inferred) for node in self.graph)
-        self.combined = {name: pieces for name, pieces in composed.items() if len(pieces) > 1}
-        self.library = {*library_classes(), *self.combined}  # names generated classes do not take
+        self.library = set(library_classes())  # names generated classes do not take
         self.model_class = class_name(model.name, self.library)
         self.config_class = class_name(f"{model.name}_config", {*self.library, self.model_class})
         self.fields = config_fields(model.params)
@@ -149,11 +139,8 @@ class _Lowering:
         root = self.validated.graph.root
         self._define_children(root, "")
         model_class = self._model_class()
-        used = names_used(*self.order, *model_class)
-        combined = {name: pieces for name, pieces in self.combined.items() if name in used}
-        library = _library_used(used, combined)
-        generated: list[pyast.stmt] = [*(_combined(name, pieces) for name, pieces in sorted(combined.items())),
-                                       *self.order, *model_class]
+        library = _library_used(names_used(*self.order, *model_class))
+        generated: list[pyast.stmt] = [*self.order, *model_class]
         config = self._config([*self.order, *model_class])
         source = self._module([config, *generated], library)
         copies = [library_classes()[name] for name in with_bases(library)]
@@ -241,9 +228,9 @@ class _Lowering:
         if stack.index_param is not None and block is not None:
             guards = branch_guards(block, stack.index_param, len(layers), self.fields)
             if len(set(keys)) > 1:
-                merged = layer_class_by_index(block, stack.index_param, layers, classes, self.fields,
-                                              self.combined, {piece: option for op in OPS.values() for piece, option
-                                                              in op.optional_pieces.items()}, guards)
+                optional = {keyword for op in OPS.values() for keyword in op.optional_keywords}
+                merged = layer_class_by_index(block, stack.index_param, layers, classes, self.fields, optional,
+                                              guards)
             else:
                 merged = guarded_layer_class(classes[0], stack.index_param, guards) if guards else None
             if merged is not None:

@@ -124,9 +124,6 @@ def _check(a: AttentionAttrs) -> list[tuple[str, str]]:
         problems.append(("softcap", f"softcap = {a.softcap} caps scores at +-softcap: it must be positive"))
     if a.scale is not None and a.scale <= 0:
         problems.append(("scale", f"scale = {a.scale}: the scores' scale must be positive"))
-    if a.dropout and (a.softcap is not None or a.sinks):
-        problems.append(("dropout", "dropout on the attention weights with softcap or sinks is not supported: "
-                                    "their weights are computed without it"))
     return problems
 
 
@@ -291,35 +288,6 @@ ROTARY_ARGUMENTS = {"rotary_factor": "factor", "rotary_original_max_len": "origi
                     "rotary_attention_factor": "attention_factor", "rotary_truncate": "truncate"}
 
 
-# The pieces of xspec/nn/attention.py, in the order a class that combines several lists them; the name each
-# gives that class.
-PIECES = (("SlidingWindowAttention", "SlidingWindow"), ("ALiBiAttention", "ALiBi"), ("SoftCapAttention", "SoftCap"),
-          ("SinkAttention", "Sink"), ("DropoutAttention", "Dropout"), ("GatedAttention", "Gated"),
-          ("ScaledAttention", "Scaled"),
-          ("QKNormAttention", "QKNorm"), ("ProjectionQKNormAttention", "ProjectionQKNorm"),
-          ("RotaryAttention", "Rotary"), ("CrossAttention", "Cross"))
-
-
-# Pieces whose option may be None, which turns them off: Gemma 2's local and global layers share one call.
-OPTIONAL_PIECES = {"SlidingWindowAttention": "window"}
-
-
-def attention_class(a: AttentionAttrs, i: Inferred) -> tuple[str, tuple[str, ...]]:
-    """The attention's class and the pieces it is made of: MultiHeadAttention alone, a piece, or a class of
-    the generated file that extends the pieces it uses (SlidingWindowRotaryAttention)."""
-    used = {"SlidingWindowAttention": a.window is not None, "ALiBiAttention": a.alibi,
-            "SoftCapAttention": a.softcap is not None, "SinkAttention": a.sinks, "GatedAttention": a.output_gate,
-            "DropoutAttention": a.dropout > 0, "ScaledAttention": a.scale is not None,
-            "QKNormAttention": a.qk_norm == "head", "ProjectionQKNormAttention": a.qk_norm == "projection",
-            "RotaryAttention": a.rotary, "CrossAttention": not i.get("self_attention", False)}
-    pieces = tuple(piece for piece, _ in PIECES if used[piece])
-    if not pieces:
-        return "MultiHeadAttention", ()
-    if len(pieces) == 1:
-        return pieces[0], pieces
-    return "".join(short for piece, short in PIECES if piece in pieces) + "Attention", pieces
-
-
 def _product(w: Written, names: tuple[str, ...], value: float) -> pyast.expr:
     """A size the attributes `names` multiply to (heads * d_k): over the config where the spec read one of
     them from it, else the value."""
@@ -329,25 +297,41 @@ def _product(w: Written, names: tuple[str, ...], value: float) -> pyast.expr:
 
 
 def _module(a: AttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
-    """The attention's class (d_model, heads, kv_heads, d_k, d_v, bias, out_bias, causal), and what each
-    of its pieces takes."""
+    """xspec/nn/attention.py's Attention (d_model, heads, kv_heads, d_k, d_v, bias, out_bias, causal) and
+    the parts its options take, each only where the spec uses it: its norms and rotary embedding built
+    here, and the written-out weights for soft caps and sinks."""
     kv_heads = w.attr("kv_heads") if a.kv_heads is not None else w.attr("heads")
     out_bias = w.attr("bias") if a.out_bias is None else w.attr("out_bias")
     keywords = {"bias": w.attr("bias"), "out_bias": out_bias, "causal": w.attr("causal")}
+    if not i.get("self_attention", False):
+        keywords["cross"] = constant(True)
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
         key_heads = "kv_heads" if a.kv_heads is not None else "heads"
         q_features = w.attr("d_k") if a.qk_norm == "head" else _product(w, ("heads", "d_k"), q_size)
         k_features = w.attr("d_k") if a.qk_norm == "head" else _product(w, (key_heads, "d_k"), k_size)
         keywords |= {"q_norm": _norm(q_features, a, w), "k_norm": _norm(k_features, a, w)}
+        if a.qk_norm == "projection":
+            keywords["norm_over"] = constant("projection")
     if a.rotary:
         keywords["rotary"] = rotary_module(a, w)
-    for option, used in (("window", a.window is not None), ("softcap", a.softcap is not None),
-                         ("scale", a.scale is not None), ("dropout", a.dropout > 0)):
+    for keyword, attr, used in (("scale", "scale", a.scale is not None), ("window", "window", a.window is not None),
+                                ("alibi", "alibi", a.alibi), ("gate", "output_gate", a.output_gate),
+                                ("sinks", "sinks", a.sinks)):
         if used:
-            keywords[option] = w.attr(option)
-    return call(attention_class(a, i)[0], w.width("query"), w.attr("heads"), kv_heads, w.attr("d_k"), w.attr("d_v"),
-                **keywords)
+            keywords[keyword] = w.attr(attr)
+    dropout = {"dropout": w.attr("dropout")} if a.dropout > 0 else {}
+    if a.softcap is not None or a.sinks:
+        softcap = {"softcap": w.attr("softcap")} if a.softcap is not None else {}
+        keywords["inner_attention"] = call("WrittenOutAttention", **softcap, **dropout)
+    else:
+        keywords |= dropout
+    return call("Attention", w.width("query"), w.attr("heads"), kv_heads, w.attr("d_k"), w.attr("d_v"), **keywords)
+
+
+# Attention's keywords whose None turns their option off (a sliding window, None in a global layer): layers
+# a condition chooses between share one call, that keyword chosen (compiler/layer_choice.py).
+OPTIONAL_KEYWORDS = frozenset({"window"})
 
 
 def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
@@ -407,7 +391,7 @@ ATTENTION = OpDef(
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
-    flops=_flops, saved=_saved, composes=attention_class, optional_pieces=OPTIONAL_PIECES,
+    flops=_flops, saved=_saved, optional_keywords=OPTIONAL_KEYWORDS,
     cache=lambda a, i: ((a.key_heads, a.d_k, a.d_v), a.window), output_weight="out_proj.weight",
 )
 

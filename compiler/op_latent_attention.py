@@ -161,6 +161,6 @@ LATENT_ATTENTION = OpDef(
     title="Multi-Head Latent Attention", details=_details,
     facts=lambda a, i: {"heads": a.heads, "kv_heads": a.heads, "d_k": a.d_k, "d_v": a.v_head_dim,
                         "positions": "rotary", "kv_lora_rank": a.kv_lora_rank},
-    flops=_flops, saved=_saved, composes=lambda a, i: ("LatentAttention", ()),
-    cache=lambda a, i: ((1, a.kv_lora_rank, a.qk_rope_head_dim), None), output_weight="out_proj.weight",
+    flops=_flops, saved=_saved, cache=lambda a, i: ((1, a.kv_lora_rank, a.qk_rope_head_dim), None),
+    output_weight="out_proj.weight",
 )

@@ -85,7 +85,6 @@ SHORT_CONVOLUTION = OpDef(
     module=_short_convolution_module, call=_call, uses_cache=True, title="Short Convolution",
     details=lambda a, i: [f"causal, depthwise, over {a.kernel} positions; SiLU"],
     flops=lambda a, i, n, n_in: {"recurrent": 2 * n * size(i, "d_model") * a.kernel},
-    composes=lambda a, i: ("ShortConvolution", ()),
     recurrent_state=lambda a, i: (a.kernel - 1) * size(i, "d_model"),
 )
 
@@ -131,7 +130,7 @@ GATED_DELTA_NET = OpDef(
     module=_delta_module, call=_call, uses_cache=True, title="Gated DeltaNet",
     details=lambda a, i: [f"{a.k_heads} query/key heads of {a.d_k}, {a.v_heads} value heads of {a.d_v}",
                           f"convolution over {a.conv_kernel} positions; state {a.v_heads} x {a.d_k} x {a.d_v}"],
-    flops=_delta_flops, composes=lambda a, i: ("GatedDeltaNet", ()), output_weight="out_proj.weight",
+    flops=_delta_flops, output_weight="out_proj.weight",
     recurrent_state=lambda a, i: a.v_heads * a.d_k * a.d_v + (a.conv_kernel - 1) * (
         2 * a.k_heads * a.d_k + a.v_heads * a.d_v),
 )
@@ -193,7 +192,7 @@ MAMBA2 = OpDef(
     module=_mamba_module, call=_call, uses_cache=True, title="Mamba-2",
     details=lambda a, i: [f"{a.heads} heads of {a.head_dim}, state {a.state_size} in {a.groups} group(s)",
                           f"convolution over {a.conv_kernel} positions"],
-    flops=_mamba_flops, composes=lambda a, i: ("Mamba2Mixer", ()), output_weight="out_proj.weight",
+    flops=_mamba_flops, output_weight="out_proj.weight",
     recurrent_state=lambda a, i: a.heads * a.head_dim * a.state_size + (a.conv_kernel - 1) * (
         a.heads * a.head_dim + 2 * a.groups * a.state_size),
 )

@@ -5,9 +5,9 @@ their own, which imports this one; ops.py registers every entry in the one table
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Generic, Mapping, Optional, Protocol, TypeVar
+from typing import Callable, Generic, Optional, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -129,12 +129,9 @@ class OpDef(Generic[AttrsT]):
     # Learned tensors' elements a token does not use (a mixture of experts' unchosen experts): the model's
     # active parameters per token are its parameters less these.
     inactive: Callable[[AttrsT, Inferred], int] = lambda a, i: 0
-    # The class its module is, and the library classes that class combines: where there are several, the
-    # generated file defines it, extending them (xspec/nn/attention.py's pieces).
-    composes: Callable[[AttrsT, Inferred], tuple[str, tuple[str, ...]]] = lambda a, i: ("", ())
-    # Of those pieces, the ones whose option may be None, which turns them off (a sliding window): the
-    # layers a condition chooses between share one call, that option chosen (compiler/layer_choice.py).
-    optional_pieces: Mapping[str, str] = field(default_factory=dict)
+    # The module's keywords whose None turns their option off (an attention's sliding window): the layers a
+    # condition chooses between share one call, that keyword chosen (compiler/layer_choice.py).
+    optional_keywords: frozenset[str] = frozenset()
     # The attribute whose value is the output's last size (linear: `out`); None: the op keeps the last
     # size of an input (a norm, attention, an addition), which generated code then names as that input's.
     width: Optional[str] = None

@@ -94,7 +94,7 @@ def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Att
     attend: Callable[..., Any] = flex
     if compiled and not torch.compiler.is_compiling():
         attend = _compiled()
-    # A scale of the spec's own is in the queries already (ScaledAttention).
+    # A scale of the spec's own is in the queries already (Attention.queries).
     options: dict[str, Any] = {"score_mod": capped if softcap is not None else None, "block_mask": block_mask,
                                "enable_gqa": q.size(1) != k.size(1)}
     if sinks is None:

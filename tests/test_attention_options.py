@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from xspec.compiler.op_attention import AttentionAttrs
-from xspec.nn import (LinearRotaryEmbedding, Llama3RotaryEmbedding, MultiHeadAttention, PartialRotaryEmbedding,
+from xspec.nn import (Attention, LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
                       RMSNorm, RotaryEmbedding, YarnRotaryEmbedding)
 from xspec.runtime.attention_kernels import flex_attention, heads_of
 from xspec.runtime.cache import DecoderCache
@@ -21,7 +21,7 @@ from float32 import assert_close
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 
-def attention(**options) -> MultiHeadAttention:
+def attention(**options) -> Attention:
     torch.manual_seed(0)
     module = compose(32, heads=4, d_k=8, d_v=6, kv_heads=2, bias=False, causal=True, **options).eval()
     with torch.no_grad():  # sinks and norms start at what makes them inert: move them
@@ -31,12 +31,13 @@ def attention(**options) -> MultiHeadAttention:
     return module
 
 
-def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+def reference(module: Attention, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """Attention written from the options' definitions, one head at a time."""
     T = x.size(1)
     q = module.q_proj(x)
     k = module.k_proj(x)
-    q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+    normed = not isinstance(module.q_norm, torch.nn.Identity)
+    q_norm, k_norm = (module.q_norm, module.k_norm) if normed else (None, None)
     d_k, d_v = module.q_proj.out_features // module.heads, module.v_proj.out_features // module.kv_heads
     norm_per_head = q_norm is not None and q_norm.weight.numel() == d_k
     if q_norm is not None and not norm_per_head:
@@ -46,13 +47,14 @@ def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor
     v = module.v_proj(x).unflatten(-1, (module.kv_heads, d_v)).transpose(1, 2)
     if q_norm is not None and norm_per_head:
         q, k = q_norm(q), k_norm(k)
-    if hasattr(module, "rotary"):
+    if module.rotary is not None:
         q, k = module.rotary(q, 0), module.rotary(k, 0)
-    softcap, sinks = getattr(module, "softcap", None), getattr(module, "sinks", None)
+    softcap = module.inner_attention.softcap if module.inner_attention is not None else None
+    sinks, scale = module.sinks, module.scale if module.scale is not None else d_k ** -0.5
     heads = []
     for h in range(module.heads):
         kv = h // (module.heads // module.kv_heads)
-        scores = q[:, h] @ k[:, kv].transpose(-2, -1) * getattr(module, "scale", d_k ** -0.5)  # [B, T, T]
+        scores = q[:, h] @ k[:, kv].transpose(-2, -1) * scale  # [B, T, T]
         if softcap is not None:
             scores = softcap * torch.tanh(scores / softcap)
         scores = scores.masked_fill(~allowed, float("-inf"))
@@ -65,7 +67,7 @@ def reference(module: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor
     return module.out_proj(torch.cat(heads, dim=-1))
 
 
-def step(module: MultiHeadAttention, x: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+def step(module: Attention, x: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
     """Self-attention over x's positions after those cached, as a model's decode runs it: the cache's
     length, where positions start, moves on after each step."""
     out = module(x, x, x, cache=cache)
@@ -103,7 +105,7 @@ def test_each_option_computes_its_definition(options):
     attrs = AttentionAttrs(heads=4, d_k=8, d_v=6, kv_heads=2, causal=True, window=options.get("window"),
                            softcap=options.get("softcap"))
     q, k, v = heads_of(module, x, x, x)
-    flexed = flex_attention(q, k, v, attrs, None, getattr(module, "sinks", None), compiled=False)
+    flexed = flex_attention(q, k, v, attrs, None, module.sinks, compiled=False)
     assert_close(module.out_proj(flexed.transpose(1, 2).flatten(2)), expected)
 
 
@@ -122,14 +124,27 @@ def test_cached_decoding_equals_full_decoding_past_the_window(options):
     assert held == options["window"] if "window" in options else held >= 13
 
 
+def test_dropout_on_written_out_weights_drops_weights_while_training():
+    """Dropout composes with soft caps and sinks: the weights written out are dropped as SDPA drops its own."""
+    module = attention(softcap=2.0, sinks=True, dropout=0.5)
+    x = torch.randn(2, 9, 32)
+    with torch.no_grad():
+        expected = reference(module, x, causal(9))
+        assert_close(module(x, x, x), expected)                 # evaluating: no dropout
+        module.train()
+        torch.manual_seed(1)
+        dropped = module(x, x, x)
+        assert (dropped - expected).abs().max() > 1e-2
+        # Each kept weight is scaled by 1 / (1 - p): on average, the output is the undropped one.
+        drawn = torch.stack([module(x, x, x) for _ in range(300)]).mean(0)
+        assert (drawn - expected).abs().mean() < 0.2 * (dropped - expected).abs().mean()
+
+
 @torch.no_grad()
 def test_a_window_of_none_is_full_causal_attention_and_caches_every_position():
-    """A global layer of Gemma 2 or gpt-oss: the windowed class with window None."""
-    from xspec.nn import SlidingWindowAttention
+    """A global layer of Gemma 2 or gpt-oss: window None, as the layers' one call passes it there."""
     plain = attention(rotary=RotaryEmbedding(8, 10000.0))
-    torch.manual_seed(0)
-    windowless = type("SlidingWindowRotaryAttention", (SlidingWindowAttention, type(plain)), {})(
-        32, 4, 2, 8, 6, bias=False, out_bias=False, causal=True, rotary=RotaryEmbedding(8, 10000.0), window=None)
+    windowless = attention(rotary=RotaryEmbedding(8, 10000.0), window=None)
     windowless.load_state_dict(plain.state_dict())
     windowless.eval()
     x = torch.randn(2, 11, 32)
@@ -174,7 +189,8 @@ def test_the_attention_weights_diagrams_draw_include_caps_sinks_and_windows():
     module = attention(window=3, softcap=2.0, sinks=True)
     x = torch.randn(2, 7, 32)
     q, k, mask, is_causal = scores_inputs(module, x, x, x, None)
-    weights = module.weights(q, k, mask, is_causal)
+    assert not is_causal                    # the weights written out take the causal mask as a mask
+    weights = module.inner_attention.weights(q, k, mask, module.sinks)
     assert (weights.sum(-1) < 1).all()                          # the sinks take a share of each row
     assert (weights[..., causal(7, 3).logical_not()] == 0).all()
 

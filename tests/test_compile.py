@@ -103,7 +103,7 @@ def test_generated_module_runs_on_its_own(tmp_path: Path, standalone: bool):
     assert "total" in result.stdout and "1,053,696" in result.stdout
     source = (out / "model.py").read_text()
     assert ("from xspec" not in source) == standalone and "import xspec" not in source
-    assert ("class MultiHeadAttention(nn.Module):" in source) == standalone
+    assert ("class Attention(nn.Module):" in source) == standalone
     script = ("import torch, model\n"
               "m = model.Model().eval()\n"
               "src = torch.randint(0, 1000, (2, 7)); tgt = torch.randint(0, 1000, (2, 5))\n"
@@ -123,7 +123,7 @@ def test_generated_code_is_one_class_per_block_with_loops():
     assert ("nn.ModuleList(  # base.xspec:55\n"
             "            [EncoderLayer(config) for _ in range(config.layers)])") in source
     assert "for layer in self.layers:" in source
-    assert "from xspec.nn import CrossAttention, MultiHeadAttention, ScaledEmbedding, SinusoidalPositions\n" in source
+    assert "from xspec.nn import Attention, ScaledEmbedding, SinusoidalPositions\n" in source
     # Sizes from the typed config, under the spec's parameter names (nanoGPT's GPTConfig).
     assert "@dataclass\nclass TransformerBaseConfig:\n" in source and "    d_ff: int = 2048\n" in source
     assert "        self.w_1 = nn.Linear(config.d_model, config.d_ff)  # base.xspec:28\n" in source
@@ -214,15 +214,15 @@ def test_generated_class_names_never_clash():
     text = ('import "base.xspec"\n'
             "model feed_forward extends transformer_base {\n"
             "  set vocab = 100\n"
-            "  block multi_head_attention(h, mask) { return attention(h, h, h, mask, heads, d_k, d_v) as attn }\n"
+            "  block rotary_embedding(h, mask) { return attention(h, h, h, mask, heads, d_k, d_v) as attn }\n"
             "  block encoder_layer(x, mask) {\n"
-            "    x = sublayer(x, h => multi_head_attention(h, mask) as self_attn)\n"
+            "    x = sublayer(x, h => rotary_embedding(h, mask) as self_attn)\n"
             "    return sublayer(x, h => feed_forward(h) as ffn)\n"
             "  }\n"
             "}\n")
     spec = xspec.compile_source(text, name="specs/clash.xspec")
     classes = [line.split("(")[0] for line in spec.python_source.splitlines() if line.startswith("class ")]
     assert len(classes) == len(set(classes))
-    assert {"class MultiHeadAttention2", "class FeedForward2", "class FeedForward"} <= set(classes)
+    assert {"class RotaryEmbedding2", "class FeedForward2", "class FeedForward"} <= set(classes)
     model = spec.build(device="cpu").eval()
     assert model(torch.randint(0, 100, (2, 5)), torch.randint(0, 100, (2, 3))).shape == (2, 3, 100)

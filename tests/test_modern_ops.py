@@ -9,14 +9,14 @@ import torch
 import torch.nn.functional as F
 
 import xspec
-from xspec.nn import ALiBiAttention, RotaryEmbedding
+from xspec.nn import Attention, RotaryEmbedding
 from xspec.runtime.cache import DecoderCache
 from xspec.viz.attention import scores_inputs, sdpa_weights
 from attention_pieces import compose
 from float32 import assert_close
 
 LLAMA = "specs/modern/llama.xspec"
-alibi_slopes = ALiBiAttention.alibi_slopes
+alibi_slopes = Attention.alibi_slopes
 
 
 def only_attention(**kwargs) -> torch.nn.Module:

@@ -20,8 +20,8 @@ DEPTHS = [("specs/modern/gemma3.xspec", 62), ("specs/modern/qwen3_moe.xspec", 48
           ("specs/modern/gpt_oss.xspec", 24), ("specs/modern/mixtral.xspec", 32)]
 # Library modules composed of optional parts, as torchtitan's are, rather than of classes combined by
 # inheritance: each states every option, and a spec sets those it uses (the router: its scoring, selection
-# and weighting).
-COMPOSED = {"Router"}
+# and weighting; the attention: its norms, positions, window, gate, sinks and how its weights are computed).
+COMPOSED = {"Router", "Attention", "WrittenOutAttention"}
 BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z_0-9]*)`")
 
 
@@ -146,5 +146,5 @@ def test_the_checks_find_what_they_look_for():
     assert names_docstrings_lack(base.replace('"""Token embeddings multiplied by `scale`',
                                               '"""Token embeddings multiplied by `factor`')) \
         == ["ScaledEmbedding: `factor`"]
-    assert names_docstrings_lack(base.replace("(§3.4: sqrt(d_model))", "(§3.4; see RotaryAttention)")) \
-        == ["ScaledEmbedding: RotaryAttention"]
+    assert names_docstrings_lack(base.replace("(§3.4: sqrt(d_model))", "(§3.4; see RotaryEmbedding)")) \
+        == ["ScaledEmbedding: RotaryEmbedding"]

@@ -25,10 +25,10 @@ def test_a_note_is_the_statements_comment_and_a_shape_comes_before_the_spec_line
 
 
 def test_a_long_call_hangs_its_arguments_and_its_comment_stays_on_the_first_line():
-    code = ("self.attention = MultiHeadAttention(config.d_model, config.heads, config.kv_heads, config.d_k, "
+    code = ("self.attention = Attention(config.d_model, config.heads, config.kv_heads, config.d_k, "
             "config.d_v, bias=False, out_bias=False, causal=True, rotary=RotaryEmbedding(config.d_k, 10000.0))")
     lines = print_statements([_statement(code, "llama.xspec:12")], "        ")
-    assert lines[0] == "        self.attention = MultiHeadAttention(  # llama.xspec:12"
+    assert lines[0] == "        self.attention = Attention(  # llama.xspec:12"
     assert len(lines) > 1 and all(len(line) < LINE_LIMIT for line in lines) and _same_code(lines, code)
 
 

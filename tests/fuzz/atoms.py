@@ -19,7 +19,7 @@ EXTREME_NUMBERS = (
 RESERVED_NAMES = (
     "training", "forward", "class", "None", "F", "__x", "self", "cache", "layer", "_", "__init__", "lambda",
     "import", "def", "return", "True", "torch", "nn", "math", "super", "range", "Model", "eval", "to",
-    "state_dict", "parameters", "_private", "__class__", "DecoderCache", "Embedding", "MultiHeadAttention",
+    "state_dict", "parameters", "_private", "__class__", "DecoderCache", "Embedding", "Attention",
     "src_tokens", "tgt_tokens", "memory", "logits", "x", "h", "global", "print", "exec", "eval", "type",
 )
 

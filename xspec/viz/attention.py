@@ -93,7 +93,7 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
     for site in sites:
         module = model.get_submodule(site.module)
         attrs = node_of(spec.graph, site.module).attrs
-        recorder = _recorder(site.module, attrs, captured) if isinstance(attrs, AttentionAttrs) \
+        recorder = _recorder(site.module, captured) if isinstance(attrs, AttentionAttrs) \
             else _latent_recorder(site.module, captured)
         handles.append(module.register_forward_hook(recorder, with_kwargs=True))
     try:
@@ -109,13 +109,13 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
     return captured
 
 
-def _recorder(name: str, attrs: AttentionAttrs, captured: dict[str, torch.Tensor]):
+def _recorder(name: str, captured: dict[str, torch.Tensor]):
     def hook(module, args, kwargs, output):
         query, key, value = args[:3]
         padding = args[3] if len(args) > 3 else kwargs.get("padding_mask")
         q, k, mask, is_causal = scores_inputs(module, query, key, value, padding)
-        if attrs.softcap is not None or attrs.sinks:  # computed by the module (ExplicitAttention)
-            captured[name] = module.weights(q, k, mask, is_causal)[0]
+        if module.inner_attention is not None:  # written out (WrittenOutAttention)
+            captured[name] = module.inner_attention.weights(q, k, mask, module.sinks)[0]
         else:
             captured[name] = sdpa_weights(q, k, mask, is_causal)[0]
     return hook

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.nn import CrossAttention, MultiHeadAttention, ScaledEmbedding, SinusoidalPositions
+from xspec.nn import Attention, ScaledEmbedding, SinusoidalPositions
 
 
 @dataclass
@@ -56,7 +56,7 @@ class EncoderLayer(nn.Module):  # block encoder_layer, base.xspec:41
     def __init__(self, config):
         super().__init__()
         self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:42
-        self.self_attn = MultiHeadAttention(  # base.xspec:42
+        self.self_attn = Attention(  # base.xspec:42
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=False)
         self.sublayer_2 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:43
@@ -86,13 +86,13 @@ class DecoderLayer(nn.Module):  # block decoder_layer, base.xspec:47
     def __init__(self, config):
         super().__init__()
         self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:48
-        self.self_attn = MultiHeadAttention(  # base.xspec:48
+        self.self_attn = Attention(  # base.xspec:48
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=True)
         self.sublayer_2 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:49
-        self.cross_attn = CrossAttention(  # base.xspec:49
+        self.cross_attn = Attention(  # base.xspec:49
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
-            out_bias=True, causal=False)
+            out_bias=True, causal=False, cross=True)
         self.sublayer_3 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:50
         self.ffn = FeedForward(config)  # base.xspec:50
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:23

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.nn import (
-    QKNormAttention, RMSNorm, RotaryAttention, RotaryEmbedding, ScaledAttention, ScaledEmbedding,
-    SlidingWindowAttention)
+from xspec.nn import Attention, RMSNorm, RotaryEmbedding, ScaledEmbedding
 
 
 @dataclass
@@ -38,11 +36,6 @@ class Gemma3Config:
                 * (self.layers // self.sliding_window_pattern + 1))
 
 
-class SlidingWindowScaledQKNormRotaryAttention(
-        SlidingWindowAttention, ScaledAttention, QKNormAttention, RotaryAttention):
-    """SlidingWindow, Scaled, QKNorm, Rotary: each piece above."""
-
-
 class FeedForward(nn.Module):  # block feed_forward, gemma2.xspec:20
     def __init__(self, config):
         super().__init__()
@@ -63,13 +56,13 @@ class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
                              'compile the spec with these values (xspec compile --set)')
         self.input_norm = RMSNorm(  # gemma3.xspec:31
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.self_attn = SlidingWindowScaledQKNormRotaryAttention(  # gemma3.xspec:20
+        self.self_attn = Attention(  # gemma3.xspec:20
             config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
             bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
             q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
             k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
             rotary=RotaryEmbedding(config.head_dim, config.rope_local_base_freq),
-            window=config.sliding_window, scale=config.query_pre_attn_scalar ** -0.5)
+            scale=config.query_pre_attn_scalar ** -0.5, window=config.sliding_window)
         self.post_attention_norm = RMSNorm(  # gemma3.xspec:32
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
         self.pre_feedforward_norm = RMSNorm(  # gemma3.xspec:33

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.nn import Embedding, RotaryAttention, RotaryEmbedding
+from xspec.nn import Attention, Embedding, RotaryEmbedding
 
 
 @dataclass
@@ -48,7 +48,7 @@ class LmLayer(nn.Module):  # block lm_layer, llama.xspec:33
         super().__init__()
         self.sublayer_1 = nn.ModuleDict({  # llama.xspec:34
             'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
-        self.self_attn = RotaryAttention(  # llama.xspec:34
+        self.self_attn = Attention(  # llama.xspec:34
             config.d_model, config.heads, config.kv_heads, config.d_k, config.d_v,
             bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
             rotary=RotaryEmbedding(config.d_k, config.rope_theta))

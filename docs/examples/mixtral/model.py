@@ -5,9 +5,7 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
-from xspec.nn import (
-    Embedding, MixtureOfExperts, RotaryAttention, RotaryEmbedding, Router, SlidingWindowAttention,
-    SwiGLU)
+from xspec.nn import Attention, Embedding, MixtureOfExperts, RotaryEmbedding, Router, SwiGLU
 
 
 @dataclass
@@ -32,10 +30,6 @@ class MixtralConfig:
         self.head_dim = self.d_model // self.heads if self.head_dim is None else self.head_dim
 
 
-class SlidingWindowRotaryAttention(SlidingWindowAttention, RotaryAttention):
-    """SlidingWindow, Rotary: each piece above."""
-
-
 class FeedForward(nn.Module):  # block feed_forward, mixtral.xspec:12
     def __init__(self, config):
         super().__init__()
@@ -54,7 +48,7 @@ class LmLayer(nn.Module):  # block lm_layer, mistral.xspec:13
         super().__init__()
         self.sublayer_1 = nn.ModuleDict({  # mistral.xspec:14
             'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
-        self.self_attn = SlidingWindowRotaryAttention(  # mistral.xspec:14
+        self.self_attn = Attention(  # mistral.xspec:14
             config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
             bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
             rotary=RotaryEmbedding(config.head_dim, config.rope_theta),
