@@ -44,6 +44,11 @@ class TrainSection(_Section):
         "auto", description="padded tokens per forward pass at most; an update's gradients accumulate over its "
                             "passes. auto: as many as fit in the memory the device has free, by the spec's "
                             "memory estimate (runtime/memory_plan.py)")
+    length_buckets: int = Field(
+        0, ge=0, le=64, description="pad each forward pass's sequence lengths up to one of at most this many "
+                                    "lengths, chosen from the training data as those that pad it least (0: up to "
+                                    "the pass's longest); few shapes let a CPU's bf16 kernels and torch.compile's "
+                                    "code be reused. The log says the padding they add; losses do not change")
     update_parts: Optional[int] = Field(
         None, ge=1, le=4096, description="forward passes an update is split into (default: one per process); "
                                          "fixed, an update is the same sentences on any number of processes")

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from .batching import padded_lengths
+
+if TYPE_CHECKING:
+    from .length_buckets import LengthBuckets
 
 WINDOW = 65_536                     # examples planned together (about 65 of the paper's updates)
 
@@ -37,6 +40,7 @@ class Window:
     ids: Optional[np.ndarray] = None
     source_of: Optional[np.ndarray] = None     # a mixture: which corpus each local example comes from
     _padded: Optional[list[int]] = field(default=None, repr=False)
+    _bucketed: Optional[list[int]] = field(default=None, repr=False)
 
     def global_ids(self, local: list[int]) -> list[int]:
         return local if self.ids is None else self.ids[local].tolist()
@@ -47,6 +51,14 @@ class Window:
         if self._padded is None:
             self._padded = padded_lengths(self.src_lens, self.tgt_lens)
         return self._padded
+
+    def padded_in(self, buckets: Optional["LengthBuckets"]) -> list[int]:
+        """Each example's length in a padded pass, up to its length's bucket where there are buckets."""
+        if buckets is None:
+            return self.padded
+        if self._bucketed is None:
+            self._bucketed = buckets.padded_lengths(self.src_lens, self.tgt_lens)
+        return self._bucketed
 
 
 class WholeCorpusWindows:

@@ -30,6 +30,7 @@ from . import checkpoint as ckpt
 from . import distributed, state_dicts
 from .batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
 from .data_order import Window
+from .length_buckets import LengthBuckets
 from .lora import adapter_tensors, store_frozen_base
 from .precision import Precision
 from .prefetch import Prefetcher
@@ -162,6 +163,8 @@ class Trainer:
     thread_watch: Optional[ThreadWatch] = None
     # A LoRA run's base checkpoint: its checkpoints hold the adapters and this reference.
     adapted: Optional[ckpt.BaseRef] = None
+    # The lengths passes are padded up to (train.length_buckets); None: each pass's longest.
+    buckets: Optional[LengthBuckets] = None
 
     @property
     def sharded(self) -> bool:
@@ -231,9 +234,9 @@ class Trainer:
         on a GPU, so the copy does not wait)."""
         window, index, parts, update = planned
         context = self.context
-        passes = [(_to_device(self.examples.collate(window.global_ids(indices)), context.device), counts)
-                  for indices, counts in rank_passes(update, context.rank, context.world_size, window.padded,
-                                                     self.pass_tokens)]
+        passes = [(_to_device(self._collated(self.examples, window.global_ids(indices)), context.device), counts)
+                  for indices, counts in rank_passes(update, context.rank, context.world_size,
+                                                     window.padded_in(self.buckets), self.pass_tokens)]
         tokens = [window.tgt_lens[i] + 1 for micro_batch in update for i in micro_batch]
         by_source: list[int] = []
         if window.source_of is not None:
@@ -241,6 +244,10 @@ class Trainer:
             counted = np.bincount(sources, weights=tokens, minlength=int(window.source_of.max()) + 1)
             by_source = [int(n) for n in counted]
         return Prepared(window, index, parts, passes, sum(tokens), by_source)
+
+    def _collated(self, examples: Examples, indices: list[int]) -> Batch:
+        batch = examples.collate(indices)
+        return batch if self.buckets is None else self.buckets.padded(batch)
 
     def _update(self, update: Prepared) -> _Pending:
         """One optimizer step over one update (§5: gradients accumulated over its passes)."""
@@ -369,7 +376,7 @@ class Trainer:
         totals = torch.zeros(2, dtype=torch.float64, device=context.device)  # loss, target tokens
         self.wrapped.eval()
         for indices, counts in shard(batches, context.rank, context.world_size):
-            batch = valid.collate(indices).to(context.device)
+            batch = self._collated(valid, indices).to(context.device)
             with self.precision.context():
                 loss = self.wrapped(batch.labels, *batch.inputs, smoothed=False)
             if counts:

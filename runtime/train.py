@@ -33,6 +33,8 @@ from . import distributed, state_dicts
 from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
 from .best import Criterion, best_checkpoint
+from .batching import micro_batch_cap
+from .length_buckets import LengthBuckets
 from .lora import apply_lora, trainable_share
 from .residual_init import scale_residual_writers
 from .loop import Diverged, Progress, StopRequested, Trainer, epoch_updates, torch_seed
@@ -547,7 +549,21 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     runner = compile_step(wrapped) if use_compile(options.compile, context.device) else wrapped
     return Trainer(spec, run_dir, context, precision, step, wrapped, runner, optimizer,
                    make_scheduler(optimizer, cfg, spec.model_dim), corpus.train, corpus.valid, vocab, Progress(),
-                   log, plan.cap, precision.grad_scaler(), adapted=adapted)
+                   log, plan.cap, precision.grad_scaler(), adapted=adapted,
+                   buckets=_length_buckets(cfg, corpus, cfg.update_parts or context.world_size, log))
+
+
+def _length_buckets(cfg, corpus: Corpus, parts: int, log: RunLog) -> LengthBuckets | None:
+    """train.length_buckets' lengths, chosen from the first window of training examples, and the padding
+    they add to its micro-batches, as the log says it."""
+    if not cfg.length_buckets:
+        return None
+    first = corpus.train.window(0, cfg.seed)
+    buckets = LengthBuckets.chosen(first.src_lens, first.tgt_lens, cfg.length_buckets)
+    added = buckets.added(first.src_lens, first.tgt_lens, micro_batch_cap(cfg.batch_tokens, parts))
+    log.message(f"length buckets (train.length_buckets = {cfg.length_buckets}): {buckets.describe()}; padding "
+                f"up to them adds {added:.1%} to the padded positions of the first epoch's micro-batches")
+    return buckets
 
 
 def _adapters(model: torch.nn.Module, spec) -> str:
