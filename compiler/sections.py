@@ -180,6 +180,15 @@ class DecodeSection(_Section):
                                                         "as transformers' top_k 0)")
     top_p: float = Field(1.0, gt=0, le=1, description="sampling: among the smallest likeliest set whose "
                                                       "probability reaches p")
+    min_p: Optional[float] = Field(None, ge=0, le=1, description="sampling: among the tokens at least min_p times "
+                                   "as likely as the likeliest (Nguyen et al., 2024; after top-k and top-p)")
+    typical_p: float = Field(1.0, gt=0, le=1, description="sampling: among the tokens whose information is "
+                             "nearest the distribution's entropy, up to this mass (locally typical sampling, Meister "
+                             "et al., 2023; 1: all)")
+    epsilon_cutoff: float = Field(0.0, ge=0, lt=1, description="sampling: among the tokens of probability at least "
+                                  "this (Hewitt et al., 2022; 0: all)")
+    eta_cutoff: float = Field(0.0, ge=0, lt=1, description="sampling: among the tokens of probability at least "
+                              "min(eta, sqrt(eta) exp(-entropy)) (Hewitt et al., 2022; 0: all)")
     repetition_penalty: float = Field(1.0, gt=0, description="language model: the score of a token already in "
                                       "the prompt or continuation divided by this where positive, multiplied "
                                       "where negative (transformers' repetition_penalty; 1: none)")

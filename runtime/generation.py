@@ -46,7 +46,8 @@ class Generator:
     def sampling(self) -> Optional[Sampling]:
         """How tokens are drawn; None: beam search (beam 1: greedy)."""
         d = self.decode
-        return Sampling(d.temperature, d.top_k or None, d.top_p) if d.sample else None
+        return Sampling(d.temperature, d.top_k or None, d.top_p, d.min_p, d.typical_p, d.epsilon_cutoff,
+                        d.eta_cutoff) if d.sample else None
 
     def prompt_tokens(self, lines: list[str]) -> tuple[list[list[int]], list[tuple[int, int]]]:
         """Each prompt as the model reads it (runtime/vocab.py's prompt_ids: xspec's vocabulary starts it with

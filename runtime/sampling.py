@@ -1,4 +1,5 @@
-"""Sampling continuations from a decoder-only model: temperature, top-k and top-p (nucleus) filtering.
+"""Sampling continuations from a decoder-only model: temperature, then the filters transformers' sampling
+applies, in its order: top-k, top-p (nucleus), min-p, typical, epsilon and eta.
 
 Each prompt draws from a random stream of its own, seeded by (seed, the prompt's index), and a token is
 drawn by inverting the cumulative distribution at a uniform number from that stream: the same seed
@@ -25,12 +26,20 @@ class Sampling:
     temperature: float = 1.0
     top_k: Optional[int] = None
     top_p: float = 1.0
+    min_p: Optional[float] = None
+    typical_p: float = 1.0
+    epsilon_cutoff: float = 0.0
+    eta_cutoff: float = 0.0
 
 
 def filtered_probabilities(logits: torch.Tensor, sampling: Sampling,
                            never: tuple[int, ...] = (PAD, BOS)) -> torch.Tensor:
-    """[R, V] logits -> [R, V] probabilities: divided by the temperature, then only the `top_k` most likely
-    tokens and the smallest most-likely set whose probability reaches `top_p` kept (in float32)."""
+    """[R, V] logits -> [R, V] probabilities (in float32): divided by the temperature, then only the `top_k`
+    most likely tokens kept, the smallest most-likely set whose probability reaches `top_p`, the tokens at
+    least `min_p` times as likely as the most likely, the locally typical set of mass `typical_p`, and those
+    of probability at least `epsilon_cutoff` or eta's bound. Each filter reads what the ones before left
+    (renormalized) and keeps one token at least (the most likely; typical's, the most typical), as
+    transformers' warpers do."""
     logits = logits.float() / sampling.temperature
     logits[:, list(never)] = float("-inf")        # never a token of the text (xspec's PAD and BOS)
     if sampling.top_k is not None and sampling.top_k < logits.size(-1):
@@ -42,7 +51,38 @@ def filtered_probabilities(logits: torch.Tensor, sampling: Sampling,
         # A token is dropped when the more likely ones already reach top_p (the most likely is always kept).
         dropped = probs.cumsum(dim=-1) - probs >= sampling.top_p
         logits = logits.scatter(1, order, ordered.masked_fill(dropped, float("-inf")))
+    if sampling.min_p is not None:
+        probs = logits.softmax(dim=-1)
+        logits = _keeping_the_likeliest(logits, probs < sampling.min_p * probs.amax(dim=-1, keepdim=True))
+    if sampling.typical_p < 1.0:
+        logits = _typical(logits, sampling.typical_p)
+    if 0.0 < sampling.epsilon_cutoff:
+        logits = _keeping_the_likeliest(logits, logits.softmax(dim=-1) < sampling.epsilon_cutoff)
+    if 0.0 < sampling.eta_cutoff:
+        eta = torch.tensor(sampling.eta_cutoff, device=logits.device)
+        entropy = torch.distributions.Categorical(logits=logits).entropy()[:, None]
+        bound = torch.minimum(eta, eta.sqrt() * torch.exp(-entropy))
+        logits = _keeping_the_likeliest(logits, logits.softmax(dim=-1) < bound)
     return logits.softmax(dim=-1)
+
+
+def _keeping_the_likeliest(logits: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
+    """`logits` with the `dropped` tokens at -inf, but for each row's most likely token."""
+    dropped = dropped.scatter(1, logits.argmax(dim=-1, keepdim=True), False)
+    return logits.masked_fill(dropped, float("-inf"))
+
+
+def _typical(logits: torch.Tensor, mass: float) -> torch.Tensor:
+    """Locally typical sampling (Meister et al., 2023): the tokens whose information, -log p, is nearest the
+    distribution's entropy, taken nearest first until their probability reaches `mass` (the first always)."""
+    log_probs = logits.log_softmax(dim=-1)
+    entropy = -(log_probs * log_probs.exp()).nansum(dim=-1, keepdim=True)
+    distance, order = (-log_probs - entropy).abs().sort(dim=-1)
+    reached = logits.gather(1, order).softmax(dim=-1).cumsum(dim=-1)
+    last = (reached < mass).sum(dim=1, keepdim=True).clamp(max=logits.size(1) - 1)
+    dropped = distance > distance.gather(1, last)
+    dropped[:, 0] = False
+    return logits.masked_fill(dropped.scatter(1, order, dropped), float("-inf"))
 
 
 def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:

@@ -83,12 +83,12 @@ def test_generation_config_sets_the_decode_section_and_every_eos_ends_a_continua
     _, free = transformers_continuation(plain, saved_model("qwen3"), PROMPT)
     stop = free[3]        # a token greedy decoding reaches: made an end-of-sequence id too
     generation = {"do_sample": False, "eos_token_id": [EOS, stop], "temperature": 0.6, "top_p": 0.9,
-                  "max_new_tokens": 7, "typical_p": 0.9}
+                  "max_new_tokens": 7, "exponential_decay_length_penalty": [5, 1.5]}
     directory = checkpoint(tmp_path, "qwen3", False, generation, "-configured")
     said: list[str] = []
     import_checkpoint(directory, tmp_path / "run", say=said.append)
-    assert f"{directory}/generation_config.json: typical_p 0.9 is not applied by xspec's decoding yet: " \
-           "continuations may differ from transformers' generate" in said
+    assert f"{directory}/generation_config.json: exponential_decay_length_penalty [5, 1.5] is not applied by " \
+           "xspec's decoding yet: continuations may differ from transformers' generate" in said
     spec = xspec.compile(tmp_path / "run")
     assert (spec.decode.sample, spec.decode.beam, spec.decode.max_new_tokens) == (False, 1, 7)
     text = (tmp_path / "run" / "model.xspec").read_text()
@@ -98,7 +98,7 @@ def test_generation_config_sets_the_decode_section_and_every_eos_ends_a_continua
     assert continuation == expected == free[:3]
     record = json.loads((tmp_path / "run" / "import.json").read_text())
     assert record["tokenizer"]["eos_ids"] == [EOS, stop]
-    assert "typical_p" in record["generation_not_applied"]
+    assert "exponential_decay_length_penalty" in record["generation_not_applied"]
 
 
 LEAST = ("min_new_tokens", "min_length")     # settings that hold an end back
@@ -146,6 +146,30 @@ def test_sampling_settings_come_from_generation_config_and_no_sample_means_greed
     capsys.readouterr()
     assert main(["generate", str(run), "--prompt", PROMPT, "--no-sample", "--max-new-tokens", str(NEW)]) == 0
     assert capsys.readouterr().out.strip() == trained.tokenizer.decode(greedy)
+
+
+def test_sampling_filters_come_from_generation_config_and_go_back_on_export(tmp_path):
+    """min_p, typical_p, epsilon_cutoff and eta_cutoff are read where do_sample is true (runtime/sampling.py
+    applies them as transformers' warpers do, tests/runtime/test_sampling_filters.py), and written back."""
+    from xspec.cli import main
+
+    filters = {"min_p": 0.05, "typical_p": 0.9, "epsilon_cutoff": 0.001, "eta_cutoff": 0.002}
+    directory = checkpoint(tmp_path, "qwen3", False, {"do_sample": True, "top_k": 20, **filters}, "-filtered")
+    run = tmp_path / "run"
+    said: list[str] = []
+    import_checkpoint(directory, run, say=said.append)
+    assert not [line for line in said if "not applied" in line]
+    decode = xspec.compile(run).decode
+    assert {key: getattr(decode, key) for key in filters} == filters
+    lines = [line.split() for line in (run / "model.xspec").read_text().splitlines()]
+    assert ["min_p", "=", "0.05", "#", "generation_config.json", "min_p"] in lines
+    assert len(xspec.load(run, device="cpu").generate([PROMPT], max_new_tokens=4)) == 1
+    assert main(["export", str(run), "--format", "hf", "-o", str(tmp_path / "exported")]) == 0
+    written = json.loads((tmp_path / "exported" / "generation_config.json").read_text())
+    assert {key: written[key] for key in filters} == filters
+    greedy = checkpoint(tmp_path, "qwen3", False, {"do_sample": False, "min_p": 0.05}, "-greedy")
+    import_checkpoint(greedy, tmp_path / "greedy", say=lambda _: None)
+    assert xspec.compile(tmp_path / "greedy").decode.min_p is None      # a sampling setting, and no sampling
 
 
 def test_a_sentencepiece_tokenizer_adds_what_tokenizer_config_says(tmp_path):

@@ -19,7 +19,7 @@ from xspec.base.text import printable
 from xspec.compiler.sections import DecodeSection
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
-from xspec.hf.generation_config import RULES
+from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import OWN, config_for
 from xspec.hf.safetensors_file import write_safetensors
 
@@ -232,8 +232,13 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     config |= {"do_sample": decode.sample, "num_beams": decode.beam}
     if decode.sample:
         config |= {"temperature": decode.temperature, "top_k": decode.top_k or 0, "top_p": decode.top_p}
+        for key, (neutral, _, _) in FILTERS.items():    # min-p and the other filters, where the section sets them
+            if getattr(decode, key) != neutral:
+                config[key] = getattr(decode, key)
+            else:
+                config.pop(key, None)
     else:
-        for key in ("temperature", "top_k", "top_p"):
+        for key in ("temperature", "top_k", "top_p", *FILTERS):
             config.pop(key, None)
     if "max_new_tokens" in config or original is None:
         config["max_new_tokens"] = decode.max_new_tokens

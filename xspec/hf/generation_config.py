@@ -22,8 +22,13 @@ MAX_BYTES = 1 << 20
 NOT_APPLIED = {
     "bad_words_ids": None, "forced_bos_token_id": None,
     "forced_eos_token_id": None, "encoder_repetition_penalty": 1.0, "exponential_decay_length_penalty": None,
-    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None, "diversity_penalty": 0.0,
-    "num_beam_groups": 1,
+    "diversity_penalty": 0.0, "num_beam_groups": 1,
+}
+# Sampling's filters after top-k and top-p (runtime/sampling.py), keys of the decode section of the same names:
+# the value that turns each off, and the bounds transformers' warpers take.
+FILTERS: dict[str, tuple[float | None, float, float]] = {
+    "min_p": (None, 0.0, 1.0), "typical_p": (1.0, 1e-9, 1.0), "epsilon_cutoff": (0.0, 0.0, 1 - 1e-9),
+    "eta_cutoff": (0.0, 0.0, 1 - 1e-9),
 }
 # Settings transformers' logits processors apply and xspec's decoding applies alike (runtime/score_rules.py),
 # keys of the decode section of the same names, each with the value that turns it off: read by an import,
@@ -73,6 +78,11 @@ def read_generation(folder: InputDirectory) -> Generation:
         else:
             value = cfg.number(key, default, integer=False, least=1e-9, most=1 if key == "top_p" else 1e9)
         decode.append(Setting(key, value, _source(cfg, key, default)))
+    for key, (neutral, least, most) in FILTERS.items():
+        if not sample:
+            cfg.ignore(key, "a sampling setting; do_sample is false")
+        elif cfg.get(key, None) not in (None, neutral):
+            decode.append(Setting(key, cfg.number(key, integer=False, least=least, most=most), f"{FILE} {key}"))
     for key, off in RULES.items():
         value = _rule(cfg, key, off)
         if value != off:
