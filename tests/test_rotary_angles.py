@@ -22,7 +22,8 @@ class TrigonometryCount(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_a_forward_of_an_eight_layer_llama_computes_no_angles_once_reached():
+def test_a_forward_of_an_eight_layer_llama_computes_its_angles_once_for_every_layer():
+    RotaryEmbedding.tables.clear()          # as in a new process
     spec = xspec.compile("specs/modern/llama.xspec", overrides={"layers": 8})
     model = spec.build("cpu").eval()
     tokens = torch.randint(4, 1000, (2, 24))
@@ -33,11 +34,14 @@ def test_a_forward_of_an_eight_layer_llama_computes_no_angles_once_reached():
         cache = DecoderCache()
         model.decode(tokens[:, :20], cache=cache)
         model.decode(tokens[:, 20:21], cache=cache)
-    assert first.calls == 2 * 8  # each layer's cos and sin, once
+    assert first.calls == 2  # one cos and one sin, for every layer
     assert again.calls == 0
+    tables = {module.turns.data_ptr() for module in model.modules() if isinstance(module, RotaryEmbedding)}
+    assert len(tables) == 1     # the layers' embeddings share one table
 
 
 def test_the_kept_angles_turn_as_the_positions_own_do():
+    RotaryEmbedding.tables.clear()          # no table of the same frequencies made before
     for rotary in (RotaryEmbedding(16, 10000.0), LinearRotaryEmbedding(16, 10000.0, 4.0),
                    YarnRotaryEmbedding(16, 10000.0, 4.0, 64, 32.0, 1.0, 1.2, True)):
         x = torch.randn(2, 3, 5, 16)

@@ -13,7 +13,11 @@ class RotaryEmbedding(nn.Module):
     """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
     is turned by the angle p * theta_i, theta_i = base^(-2i/dim), in float32. The cos and sin of
     every position's angles are made once, for as many positions as a forward has reached (twice
-    that when outgrown), and each forward slices them: no layer computes them per step."""
+    that when outgrown), and each forward slices them: no layer computes them per step. The table
+    is shared by every embedding of the same frequencies on a device (`tables`): a model's layers
+    turn by the same angles, made once for all of them."""
+
+    tables = {}  # (device, frequencies) -> the longest cos and sin table made so far
 
     def __init__(self, dim, base):
         super().__init__()
@@ -36,8 +40,20 @@ class RotaryEmbedding(nn.Module):
     def forward(self, x, start):  # x [B, h, T, dim] at positions start, start + 1, ...
         end = start + x.size(2)
         if end > self.turns.size(1):
-            self.turns = self.angles(max(end, 2 * self.turns.size(1)))
+            self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
         return self.rotate(x, self.turns[0, start:end], self.turns[1, start:end])
+
+    def shared_angles(self, positions):
+        """The cos and sin table of at least `positions` positions, made here or by an embedding of
+        the same frequencies (here while traced: the frequencies' values are not known then)."""
+        if torch.compiler.is_compiling() or self.inverse_frequency.is_meta:
+            return self.angles(positions)
+        key = (str(self.inverse_frequency.device), tuple(self.inverse_frequency.tolist()))
+        table = RotaryEmbedding.tables.get(key)
+        if table is None or table.size(1) < positions:
+            table = self.angles(positions)
+            RotaryEmbedding.tables[key] = table
+        return table
 
     def angles(self, positions):
         """cos and sin [2, positions, dim] of the angles of positions 0, 1, ..."""
