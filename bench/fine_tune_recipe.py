@@ -1,7 +1,7 @@
 """`xspec train --init` as a user runs it: the fine-tuning recipe's defaults, and LoRA against a full fine-tune.
 
     python bench/fine_tune_recipe.py [--lines 2000] [--rank 8] [--rounds 2] [--corpus FILE] [--size 30m]
-                                     [--bases float32,bfloat16,int8] [--no-recipe]
+                                     [--bases float32,bfloat16,int8] [--checkpointing] [--no-recipe]
 
 A Llama of bench/decode_lm.py's sizes (default ~30M) written by transformers, with a BPE tokenizer.json trained on the
 corpus (default: ../shared/data/multi30k-en-de/train.en), is imported by `xspec import`. Then, on --lines
@@ -11,7 +11,8 @@ lines of the corpus (validation: the next 500):
 - LoRA (`--set train.lora_rank=R`) against the full fine-tune, each a fresh `xspec train --init` process, the
   two alternating for --rounds rounds: the share of parameters that train (the run's log), the process's
   peak resident memory (from wait4), and training tokens per second (metrics.json; medians);
-- LoRA with its frozen weights kept in each of --bases (train.lora_base), in the same rounds.
+- LoRA with its frozen weights kept in each of --bases (train.lora_base), in the same rounds; with
+  --checkpointing, each also with train.activation_checkpointing.
 It prints the figures and the ratios; it checks nothing (transformers and tokenizers are needed).
 """
 
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--size", choices=sorted(SIZES), default="30m")
     parser.add_argument("--bases", default="float32", help="train.lora_base values, comma-separated")
+    parser.add_argument("--checkpointing", action="store_true", help="LoRA also with activation checkpointing")
     parser.add_argument("--no-recipe", action="store_true", help="skip the run with the recipe's defaults")
     args = parser.parse_args()
     bases = args.bases.split(",")
@@ -65,6 +67,9 @@ def main() -> None:
 
         kinds = {"full": [], **{f"lora, {base} base": ["--set", f"train.lora_rank={args.rank}", "--set",
                                                       f"train.lora_base={base}"] for base in bases}}
+        if args.checkpointing:
+            kinds |= {f"{kind} + checkpointing": [*extra, "--set", "train.activation_checkpointing=true"]
+                      for kind, extra in list(kinds.items())[1:]}
         figures: dict[str, list[dict]] = {kind: [] for kind in kinds}
         for round_ in range(args.rounds):
             for number, (kind, extra) in enumerate(kinds.items()):
@@ -76,7 +81,7 @@ def main() -> None:
               f"{full['rss'] / 2**20:,.0f} MiB, {full['tokens_per_s']:,.0f} tokens/s")
         for kind in list(kinds)[1:]:
             lora = medians[kind]
-            print(f"LoRA rank {args.rank}, {kind.split(', ')[1]}: trainable {figures[kind][0]['share']:.2%}; peak "
+            print(f"LoRA rank {args.rank}, {kind.split(', ', 1)[1]}: trainable {figures[kind][0]['share']:.2%}; peak "
                   f"memory {lora['rss'] / 2**20:,.0f} MiB ({lora['rss'] / full['rss']:.0%} of the full); "
                   f"{lora['tokens_per_s']:,.0f} tokens/s ({lora['tokens_per_s'] / full['tokens_per_s']:.2f}x)")
 

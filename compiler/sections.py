@@ -44,6 +44,10 @@ class TrainSection(_Section):
         "auto", description="padded tokens per forward pass at most; an update's gradients accumulate over its "
                             "passes. auto: as many as fit in the memory the device has free, by the spec's "
                             "memory estimate (runtime/memory_plan.py)")
+    activation_checkpointing: bool = Field(
+        False, description="each layer of the repeated stacks keeps only its inputs for the backward and runs "
+                           "its forward again there (torch.utils.checkpoint): about a third more compute for "
+                           "the memory of the activations inside the layers")
     length_buckets: int = Field(
         0, ge=0, le=64, description="pad each forward pass's sequence lengths up to one of at most this many "
                                     "lengths, chosen from the training data as those that pad it least (0: up to "

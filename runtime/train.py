@@ -30,6 +30,7 @@ from xspec.base.text import shown
 from xspec.base.threads import ThreadChoice, ThreadWatch
 from . import checkpoint as ckpt
 from . import distributed, state_dicts
+from .activation_checkpoint import checkpoint_layers
 from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
 from .best import Criterion, best_checkpoint
@@ -542,6 +543,9 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused
     if adapted is not None:
         log.message(_adapters(model, spec))
+    if cfg.activation_checkpointing:
+        layers = checkpoint_layers(model, spec)
+        log.message(f"activation checkpointing: {len(layers)} layers recompute their activations in the backward")
     step = TrainingStep(model, cfg.label_smoothing, cfg.router_aux_loss_coef, cfg.expert_bias_update_rate,
                         cfg.mtp_loss_weight, spec.output_head, _document_start(spec, vocab))
     wrapped = distribute(step, context, cfg.sharding)

@@ -17,7 +17,7 @@ class RotaryEmbedding(nn.Module):
     is shared by every embedding of the same frequencies on a device (`tables`): a model's layers
     turn by the same angles, made once for all of them."""
 
-    tables = {}  # (device, frequencies) -> the longest cos and sin table made so far
+    tables: dict = {}  # (device, frequencies) -> the longest cos and sin table made so far
 
     def __init__(self, dim, base):
         super().__init__()
