@@ -153,17 +153,34 @@ def flops(spec: CompiledSpec, length: int) -> Flops:
                  by_stack={s: count // length for s, count in by_stack.items()})
 
 
-def activation_elements(spec: CompiledSpec, batch: int, length: int) -> int:
-    """Float values autograd keeps for the backward pass (see the module docstring)."""
+def activation_elements(spec: CompiledSpec, batch: int, length: int, recomputed: bool = False) -> int:
+    """Float values autograd keeps for the backward pass (see the module docstring). `recomputed`: each layer of
+    the repeated stacks keeps its input alone and makes the rest again in the backward, one layer at a time
+    (train.activation_checkpointing), so the layers count their inputs and the largest layer's own."""
     graph = spec.graph
-    total = 0
+    layers = _layer_paths(spec.instances) if recomputed else []
+    outside, within = 0, dict.fromkeys(layers, 0)
     for node, data in graph.nodes(data=True):
         if OPS[data["node"].op].family == Family.IO or data["node"].shape.dtype != "float":
             continue
-        total += _size(data["node"].shape, batch, length)
-        total += batch * OPS[data["node"].op].saved(data["node"].attrs, data["node"].inferred,
-                                                    *_node_positions(graph, node, length))
-    return total
+        kept = _size(data["node"].shape, batch, length) + batch * OPS[data["node"].op].saved(
+            data["node"].attrs, data["node"].inferred, *_node_positions(graph, node, length))
+        path = data["node"].module or data["node"].scope or ""
+        layer = next((p for p in layers if path == p or path.startswith(f"{p}.")), None)
+        if layer is None:
+            outside += kept
+        else:
+            within[layer] += kept
+    if not within:
+        return outside
+    return outside + len(within) * batch * length * spec.model_dim + max(within.values())
+
+
+def _layer_paths(instance) -> list[str]:
+    """The paths of the layers of every repeated stack under `instance`."""
+    if instance.kind == "stack":
+        return [layer.path for layer in instance.children.values()]
+    return [path for child in instance.children.values() for path in _layer_paths(child)]
 
 
 LOSS_TENSORS = 2     # float32 [tokens x vocab]: log-probabilities kept for backward, then their gradient
@@ -171,18 +188,23 @@ LOSS_TENSORS = 2     # float32 [tokens x vocab]: log-probabilities kept for back
 
 
 def memory(spec: CompiledSpec, batch: int, length: int, *, activation_bytes: int = BYTES_FLOAT32,
-           shards: int = 1, replicas: int = 1) -> Memory:
+           shards: int = 1, replicas: int = 1, trained: int | None = None, weight_bytes: int | None = None,
+           recomputed: bool = False) -> Memory:
     """Training memory of one pass (see the module docstring). `activation_bytes`: 2 under bf16/fp16
     autocast; `shards`: ranks that share weights, gradients and Adam's moments (FSDP), each of which
     also gathers whole the largest unit it shards, twice (one prefetched); `replicas`: ranks that each
-    hold the whole model (DDP, whose gradient buckets are a second copy of the gradients)."""
-    weights = spec.parameters * BYTES_FLOAT32 // shards
+    hold the whole model (DDP, whose gradient buckets are a second copy of the gradients). `trained`: the
+    parameters that train, with gradients and moments (None: all; LoRA's adapters), and `weight_bytes`
+    what the weights take (None: float32; LoRA's frozen base kept smaller); `recomputed`: layers remake
+    their activations in the backward (activation_elements)."""
+    weights = (weight_bytes if weight_bytes is not None else spec.parameters * BYTES_FLOAT32) // shards
     gathered = 2 * _largest_shard_unit(spec) * BYTES_FLOAT32 if shards > 1 else 0
-    gradients = weights * (2 if replicas > 1 and shards == 1 else 1)
+    state = (trained if trained is not None else spec.parameters) * BYTES_FLOAT32 // shards
+    gradients = state * (2 if replicas > 1 and shards == 1 else 1)
     tokens = batch * length
     return Memory(batch=batch, length=length, weights=weights + gathered, gradients=gradients,
-                  adam=ADAM_MOMENTS * weights,
-                  activations=activation_elements(spec, batch, length) * activation_bytes,
+                  adam=ADAM_MOMENTS * state,
+                  activations=activation_elements(spec, batch, length, recomputed) * activation_bytes,
                   loss=LOSS_TENSORS * tokens * spec.vocab_size * BYTES_FLOAT32)
 
 

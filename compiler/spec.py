@@ -119,12 +119,15 @@ class CompiledSpec:
         return width
 
     def training_memory(self, batch: int, length: int, *, activation_bytes: int = 4, shards: int = 1,
-                        replicas: int = 1):
+                        replicas: int = 1, trained: Optional[int] = None, weight_bytes: Optional[int] = None,
+                        recomputed: bool = False):
         """Estimated bytes a training pass of `batch` sequences of `length` tokens holds at its peak
-        (compiler/cost.py's Memory: weights, gradients, Adam's moments, activations, the loss's tensors)."""
+        (compiler/cost.py's Memory: weights, gradients, Adam's moments, activations, the loss's tensors;
+        `trained`, `weight_bytes` and `recomputed` as its `memory` takes them)."""
         from .cost import memory
 
-        return memory(self, batch, length, activation_bytes=activation_bytes, shards=shards, replicas=replicas)
+        return memory(self, batch, length, activation_bytes=activation_bytes, shards=shards, replicas=replicas,
+                      trained=trained, weight_bytes=weight_bytes, recomputed=recomputed)
 
     @property
     def param_shapes(self) -> dict[str, tuple[int, ...]]:

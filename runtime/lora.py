@@ -210,6 +210,21 @@ def store_frozen_base(model: nn.Module, form: str) -> str:
             f"in place of {before / 2**20:,.1f} MiB")
 
 
+STORED_BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}   # a frozen weight's element, as train.lora_base keeps it
+
+
+def lora_footprint(spec) -> tuple[int, int]:
+    """(the parameters that train, the bytes every weight takes) of a LoRA run of `spec` (train.lora_*): the
+    memory plan's counts, from a model built on the meta device."""
+    cfg = spec.train
+    model = spec.build(device="meta")
+    adapted = [model.get_submodule(name) for name in lora_targets(model, spec, cfg.lora_targets)]
+    adapters = sum(cfg.lora_rank * (layer.in_features + layer.out_features) for layer in adapted)
+    frozen = sum(layer.weight.numel() for layer in adapted)
+    scales = sum(layer.out_features for layer in adapted) if cfg.lora_base == "int8" else 0
+    return adapters, (spec.parameters - frozen + adapters + scales) * 4 + frozen * STORED_BYTES[cfg.lora_base]
+
+
 def adapter_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: tensor for name, tensor in state.items() if is_adapter(name)}
 

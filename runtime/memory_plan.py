@@ -2,9 +2,10 @@
 
 `train.max_batch_tokens = "auto"` (the default): the spec's estimate of training memory (weights,
 gradients, Adam's moments, and per pass the activations autograd keeps and the loss's tensors, at the
-run's precision and sharding: `spec.training_memory`, compiler/cost.py) is set against the memory the
-device has free, and each update (§5.1: about `batch_tokens` target tokens) is cut into as many passes as
-it takes for the largest to fit. Passes only split an update: its sentences, and so the result of the
+run's precision and sharding, for what trains, a LoRA run's adapters alone, and as its layers keep their
+activations: `spec.training_memory`, compiler/cost.py) is set against the memory the device has free,
+and each update (§5.1: about `batch_tokens` target tokens) is cut into as many passes as it takes for the
+largest to fit. Passes only split an update: its sentences, and so the result of the
 update (gradients accumulate), are what they would be in one pass. A number keeps that cap and is checked
 the same way, with a warning instead of a refusal.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -87,24 +89,32 @@ def _cgroup_room() -> int | None:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the run holds the model: the precision of its activations and how its ranks share the state."""
+    """How the run holds the model: the precision of its activations, how its ranks share the state, what
+    trains (LoRA: the adapters alone, beside a frozen base that may be kept smaller) and whether layers
+    remake their activations in the backward."""
 
     device_type: str
     activation_bytes: int               # 2 under bf16/fp16 autocast, else 4
     shards: int                         # ranks sharing weights, gradients and moments (FSDP)
     replicas: int                       # ranks holding the whole model each (DDP)
+    trained: Optional[int] = None       # parameters with gradients and moments (None: all)
+    weight_bytes: Optional[int] = None  # what the weights take (None: float32)
+    recomputed: bool = False            # train.activation_checkpointing
 
     @classmethod
-    def of(cls, context: Context, precision: Precision, sharding: str) -> "Layout":
+    def of(cls, context: Context, precision: Precision, sharding: str, trained: Optional[int] = None,
+           weight_bytes: Optional[int] = None, recomputed: bool = False) -> "Layout":
         sharded = context.distributed and sharding == "fsdp"
         return cls(context.device.type, 2 if precision.dtype is not None else 4,
-                   context.world_size if sharded else 1, 1 if sharded else context.world_size)
+                   context.world_size if sharded else 1, 1 if sharded else context.world_size,
+                   trained, weight_bytes, recomputed)
 
 
 def estimate_peak(spec, sentences: int, length: int, layout: Layout) -> int:
     """Estimated peak bytes of training with passes of `sentences` sequences of `length` tokens."""
     memory = spec.training_memory(sentences, length, activation_bytes=layout.activation_bytes,
-                                  shards=layout.shards, replicas=layout.replicas)
+                                  shards=layout.shards, replicas=layout.replicas, trained=layout.trained,
+                                  weight_bytes=layout.weight_bytes, recomputed=layout.recomputed)
     if layout.device_type == "cpu":
         return memory.fixed + int(memory.per_pass * CPU_PASS_FACTOR) + CPU_RUNTIME_BYTES
     return memory.total

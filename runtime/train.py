@@ -36,7 +36,7 @@ from .compile_choice import use_compile
 from .best import Criterion, best_checkpoint
 from .batching import micro_batch_cap
 from .length_buckets import LengthBuckets
-from .lora import apply_lora, trainable_share
+from .lora import apply_lora, lora_footprint, trainable_share
 from .residual_init import scale_residual_writers
 from .loop import Diverged, Progress, StopRequested, Trainer, epoch_updates, torch_seed
 from .memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
@@ -534,7 +534,8 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     `adapted`: a LoRA run's base checkpoint; the model then trains adapters beside its frozen weights."""
     cfg = spec.train
     precision = choose_precision(context.device, cfg.precision)
-    plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log)
+    plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log,
+                        adapted is not None)
     torch.manual_seed(torch_seed(cfg.seed))
     model = spec.build(device=str(context.device))
     if cfg.residual_init == "depth":
@@ -581,14 +582,18 @@ def _adapters(model: torch.nn.Module, spec) -> str:
 
 
 def _memory_plan(spec, context: distributed.Context, precision, corpus: Corpus, free: FreeMemory,
-                 log: RunLog) -> MemoryPlan:
+                 log: RunLog, adapted: bool = False) -> MemoryPlan:
     """The pass cap every rank uses: the smallest that the ranks' devices plan (runtime/memory_plan.py).
-    A rank where nothing fits stops them all (the others learn it from the agreed cap, 0)."""
+    A rank where nothing fits stops them all (the others learn it from the agreed cap, 0). `adapted`: a LoRA
+    run, whose adapters alone train."""
+    cfg = spec.train
     longest = corpus.train.longest_padded
-    parts = spec.train.update_parts or context.world_size
+    parts = cfg.update_parts or context.world_size
+    trained, weight_bytes = lora_footprint(spec) if adapted else (None, None)
+    layout = Layout.of(context, precision, cfg.sharding, trained, weight_bytes, cfg.activation_checkpointing)
     plan, refusal = None, None
     try:
-        plan = plan_memory(spec, Layout.of(context, precision, spec.train.sharding), parts, longest, free)
+        plan = plan_memory(spec, layout, parts, longest, free)
     except UserError as error:
         refusal = error
     cap = distributed.all_min_int(context, plan.cap if plan is not None else 0)

@@ -117,3 +117,42 @@ def test_an_explicit_cap_beyond_the_free_memory_trains_with_a_warning(small_corp
               RunOptions(tmp_path / "auto", small_corpus, device="cpu", progress=False, evaluate=False,
                          tensorboard=False))
     assert not (tmp_path / "auto" / "checkpoints").exists()
+
+
+def test_a_lora_run_plans_for_its_adapters_alone_and_fits_where_a_full_fine_tune_does_not():
+    """Gradients and Adam's moments for the adapters only, the frozen base at the bytes train.lora_base keeps:
+    a model whose full fine-tune leaves no room for a sequence trains with LoRA."""
+    from xspec.runtime.lora import lora_footprint
+
+    spec = xspec.compile(str(SPECS / "modern" / "llama.xspec"), overrides={"train.lora_rank": 4})
+    trained, weight_bytes = lora_footprint(spec)
+    linears = 2 * (128 * 128 * 2 + 128 * 64 * 2 + 3 * 128 * 344)      # q, o; k, v; gate, up, down (two layers)
+    assert trained == 4 * 2 * (128 + 128) * 2 + 4 * 2 * (128 + 64) * 2 + 4 * 2 * (2 * (128 + 344) + (344 + 128))
+    assert weight_bytes == (spec.parameters + trained) * 4
+    lora = Layout("cpu", 4, 1, 1, trained, weight_bytes)
+    full_fixed, lora_fixed = (estimate_peak(spec, 0, LONGEST, layout) for layout in (CPU, lora))
+    assert full_fixed - lora_fixed == 3 * (spec.parameters - trained) * 4 - trained * 4
+    int8 = xspec.compile(str(SPECS / "modern" / "llama.xspec"),
+                         overrides={"train.lora_rank": 4, "train.lora_base": "int8"})
+    _, stored = lora_footprint(int8)
+    rows = 2 * (128 + 64 + 64 + 128 + 344 + 344 + 128)
+    assert stored == weight_bytes - 3 * linears + 4 * rows
+    sequence = estimate_peak(spec, 1, LONGEST, CPU) - full_fixed
+    between = lora_fixed + sequence + (full_fixed - lora_fixed) // 2      # room for LoRA's, not the full one's
+    free = FreeMemory(int(between / USABLE_SHARE) + 1, "test")
+    with pytest.raises(UserError, match="not enough memory"):
+        plan_memory(spec, CPU, 1, LONGEST, free)
+    assert plan_memory(spec, lora, 1, LONGEST, free).cap >= LONGEST
+
+
+def test_layers_that_remake_their_activations_plan_for_their_inputs_and_one_layer():
+    from xspec.compiler.cost import activation_elements
+
+    spec = xspec.compile(str(SPECS / "modern" / "llama.xspec"), overrides={"layers": 8})
+    kept, remade = (activation_elements(spec, 4, LONGEST, recomputed) for recomputed in (False, True))
+    seven = xspec.compile(str(SPECS / "modern" / "llama.xspec"), overrides={"layers": 7})
+    one_layer = kept - activation_elements(seven, 4, LONGEST)
+    outside = kept - 8 * one_layer
+    assert remade == pytest.approx(outside + 8 * 4 * LONGEST * 128 + one_layer)
+    recomputing = Layout("cpu", 4, 1, 1, recomputed=True)
+    assert estimate_peak(spec, 4, LONGEST, recomputing) < estimate_peak(spec, 4, LONGEST, CPU)

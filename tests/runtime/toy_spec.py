@@ -102,9 +102,10 @@ class ToySpec:
         return sum(p.numel() for p in self.build().parameters())
 
     def training_memory(self, batch: int, length: int, *, activation_bytes: int = 4, shards: int = 1,
-                        replicas: int = 1):
+                        replicas: int = 1, trained=None, weight_bytes=None, recomputed=False):
         """A rough stand-in for the compiled spec's estimate: 16 bytes a parameter (weights, gradients, Adam),
-        and per token 64 activations of d_model plus the loss's two rows of the vocabulary."""
+        and per token 64 activations of d_model plus the loss's two rows of the vocabulary (every parameter
+        trains, no layer recomputes: the toy model has neither LoRA nor repeated stacks)."""
         from xspec.compiler.cost import Memory
 
         weights = 4 * self.parameters // shards
