@@ -124,7 +124,8 @@ class _Scoring:
     def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
                  beam: Optional[int] = None, seed: int = 0, chat: bool = False,
-                 system: Optional[str] = None, repetition_penalty: Optional[float] = None) -> list[str]:
+                 system: Optional[str] = None, repetition_penalty: Optional[float] = None,
+                 min_p: Optional[float] = None) -> list[str]:
         """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text.
         `sample=False` without a `beam` is greedy (beam 1), as `xspec generate --no-sample` is. `chat`: each
         prompt is a user's message (after `system`'s) in the checkpoint's chat template, and the continuation
@@ -133,7 +134,7 @@ class _Scoring:
             beam = 1
         return self.generator(seed=seed, chat=chat, system=system, max_new_tokens=max_new_tokens, sample=sample,
                               temperature=temperature, top_k=top_k, top_p=top_p, beam=beam,
-                              repetition_penalty=repetition_penalty).generate(prompts)
+                              repetition_penalty=repetition_penalty, min_p=min_p).generate(prompts)
 
     def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
         """log P (nats) of each text under a language model, or of each target given its source text

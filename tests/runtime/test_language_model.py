@@ -106,6 +106,8 @@ def test_greedy_sampling_and_beam_search_agree_where_they_should(model):
     prompts = _prompts(5, 4, seed=1)
     greedy = sample(model, prompts, 12, None)
     assert sample(model, prompts, 12, Sampling(top_k=1)) == greedy            # top-k 1 is greedy
+    assert sample(model, prompts, 12, Sampling(min_p=1.0)) == greedy          # so is min-p 1
+    assert sample(model, prompts, 12, Sampling(min_p=0.05), seed=3) != greedy
     beam_1 = continue_prompts(model, prompts, beam=1, alpha=0.6, max_new_tokens=12)
     assert [h[0].tokens for h in beam_1] == greedy
     cached = continue_prompts(model, prompts, beam=3, alpha=0.6, max_new_tokens=10, nbest=3)
@@ -300,6 +302,7 @@ def test_generate_and_eval_text_commands(lm_run, demo_text, capsys, tmp_path):
     code, out, _ = _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--seed", "5", "--top-k", "1")
     greedy = _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--beam", "1")[1]
     assert code == 0 and len(out.splitlines()) == 3 and out == greedy
+    assert _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--min-p", "1")[1] == greedy
     code, echoed, _ = _xspec(capsys, "generate", str(lm_run), "--prompt", "some big", "--beam", "1", "--echo")
     assert code == 0 and echoed == "some big " + out.splitlines()[2] + "\n"
     code, out, _ = _xspec(capsys, "eval", str(lm_run), "--text", str(demo_text.test.src))
@@ -376,6 +379,7 @@ def test_weights_that_outgrow_the_cache_decode_in_bf16_and_export_as_trained(lm_
 @pytest.mark.parametrize("argv, message", [
     (["generate", "RUN", "--beam", "2", "--top-p", "0.9"], "--beam and --alpha are for beam search"),
     (["generate", "RUN", "--no-sample", "--temperature", "0.5"], "--no-sample with --temperature"),
+    (["generate", "RUN", "--no-sample", "--min-p", "0.1"], "--no-sample with --temperature, --top-k, --top-p or"),
     (["eval", "RUN", "--src", "x", "--ref", "y"], "a language model; score its text with --text FILE"),
     (["eval", "RUN"], "which text?"),
     (["train", LM, "--train-src", "a", "--train-tgt", "b"], "--train-src gives a translation model's data"),

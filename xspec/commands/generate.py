@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int_at_least(1), help="sample among the K most likely tokens")
     parser.add_argument("--top-p", type=float_at_least(1e-6, 1.0),
                         help="sample among the most likely tokens whose probability reaches P (nucleus)")
+    parser.add_argument("--min-p", type=float_at_least(0.0, 1.0), metavar="P",
+                        help="sample among the tokens at least P times as likely as the most likely (min-p)")
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="random seed for sampling (default 0)")
     parser.add_argument("--beam", type=int_at_least(1), help="beam size for beam search (1: greedy)")
     parser.add_argument("--alpha", type=float_at_least(0), help="beam search length penalty alpha")
@@ -75,9 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings(args: argparse.Namespace) -> dict:
     """The decode section's values the flags give; the sampling flags imply --sample."""
-    sampling = (args.temperature, args.top_k, args.top_p)
+    sampling = (args.temperature, args.top_k, args.top_p, args.min_p)
     if args.sample is False and any(v is not None for v in sampling):
-        raise UserError("--no-sample with --temperature, --top-k or --top-p: those shape sampling")
+        raise UserError("--no-sample with --temperature, --top-k, --top-p or --min-p: those shape sampling")
     sample = args.sample if args.sample is not None else (True if any(v is not None for v in sampling) else None)
     if sample and (args.beam is not None or args.alpha is not None):
         raise UserError("--beam and --alpha are for beam search; sampling draws one continuation per prompt")
@@ -85,7 +87,7 @@ def settings(args: argparse.Namespace) -> dict:
     beam = 1 if sample is False and args.beam is None else args.beam
     return {"sample": False if beam is not None else sample, "beam": beam, "length_penalty": args.alpha,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
-            "top_p": args.top_p, "repetition_penalty": args.repetition_penalty}
+            "top_p": args.top_p, "min_p": args.min_p, "repetition_penalty": args.repetition_penalty}
 
 
 def run(args: argparse.Namespace) -> int:
