@@ -1,6 +1,7 @@
 """The memory plan's estimate against the measured peak of real training passes.
 
     python bench/memory.py [--specs tiny base big lm] [--sizes 16x64 32x128] [--device cpu|cuda]
+                           [--variant plain|checkpointing|lora]
 
 For each spec and each size (sentences x tokens, source and target of that length), a fresh process
 builds the model with its loss and Adam (as `xspec train` does), runs two updates on random tokens
@@ -9,7 +10,9 @@ of the process's peak resident memory (VmHWM) over what it held before building 
 `torch.cuda.max_memory_allocated`. Beside it, the estimate `xspec train` plans with
 (runtime/memory_plan.estimate_peak: the spec's `training_memory` at that size, plus the CPU runtime's
 allowance). The target: the estimate no more than 10% below the measured peak, nor more than 50% above.
-It prints figures and checks nothing; docs/runtime.md has a table.
+`--variant checkpointing` runs the layers with train.activation_checkpointing, `--variant lora` trains
+rank-8 adapters of the attention and feed-forward projections alone (the frozen base in float32), each
+against the estimate for it. It prints figures and checks nothing; docs/runtime.md has a table.
 """
 
 from __future__ import annotations
@@ -35,16 +38,18 @@ def _status_bytes(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def measure(spec_path: str, sentences: int, length: int, device: str) -> dict:
+def measure(spec_path: str, sentences: int, length: int, device: str, variant: str = "plain") -> dict:
     """One configuration, in this process (run by `main` in a child process of its own)."""
     import torch
 
     import xspec
+    from xspec.runtime.activation_checkpoint import checkpoint_layers
+    from xspec.runtime.lora import apply_lora, lora_footprint
     from xspec.runtime.memory_plan import Layout, estimate_peak
     from xspec.runtime.schedule import make_optimizer
     from xspec.runtime.step import TrainingStep
 
-    spec = xspec.compile(str(ROOT / spec_path))
+    spec = xspec.compile(str(ROOT / spec_path), overrides={"train.lora_rank": 8} if variant == "lora" else None)
     generator = torch.Generator().manual_seed(0)
 
     def tokens() -> torch.Tensor:
@@ -60,8 +65,15 @@ def measure(spec_path: str, sentences: int, length: int, device: str) -> dict:
     else:
         Path("/proc/self/clear_refs").write_text("5")     # resets VmHWM to the current resident size
         before = _status_bytes("VmRSS")
-    step = TrainingStep(spec.build(device=device), spec.train.label_smoothing)
-    optimizer = make_optimizer(step.parameters(), spec.train)
+    model = spec.build(device=device)
+    trained, weight_bytes = None, None
+    if variant == "checkpointing":
+        checkpoint_layers(model, spec)
+    elif variant == "lora":
+        trained, weight_bytes = lora_footprint(spec)
+        apply_lora(model, spec, 8, 16.0, 0.0, spec.train.lora_targets)
+    step = TrainingStep(model, spec.train.label_smoothing)
+    optimizer = make_optimizer([p for p in step.parameters() if p.requires_grad], spec.train)
     started = time.perf_counter()
     for _ in range(2):
         optimizer.zero_grad(set_to_none=True)
@@ -72,8 +84,9 @@ def measure(spec_path: str, sentences: int, length: int, device: str) -> dict:
         peak = torch.cuda.max_memory_allocated() - before
     else:
         peak = _status_bytes("VmHWM") - before
-    layout = Layout("cuda" if cuda else "cpu", 4, 1, 1)
-    return {"spec": Path(spec_path).stem, "parameters": spec.parameters, "sentences": sentences, "length": length,
+    layout = Layout("cuda" if cuda else "cpu", 4, 1, 1, trained, weight_bytes, variant == "checkpointing")
+    return {"spec": Path(spec_path).stem, "variant": variant, "parameters": spec.parameters, "sentences": sentences,
+            "length": length,
             "estimate": estimate_peak(spec, sentences, length, layout), "measured": peak,
             "seconds_per_update": round((time.perf_counter() - started) / 2, 2), "device": device}
 
@@ -84,12 +97,13 @@ def main() -> None:
                         help="tiny base big lm by default; the 2024-25 family's small specs by name")
     parser.add_argument("--sizes", nargs="+", default=["16x64", "32x128"], metavar="SENTENCESxTOKENS")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--variant", choices=["plain", "checkpointing", "lora"], default="plain")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON lines")
     parser.add_argument("--child", nargs=3, metavar=("SPEC", "SENTENCES", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         spec, sentences, length = args.child
-        print(json.dumps(measure(spec, int(sentences), int(length), args.device)))
+        print(json.dumps(measure(spec, int(sentences), int(length), args.device, args.variant)))
         return
     rows = []
     print(f"{'spec':<6} {'parameters':>12} {'batch':>8} {'estimate':>10} {'measured':>10} {'est/meas':>8}  "
@@ -97,8 +111,9 @@ def main() -> None:
     for name in args.specs:
         for size in args.sizes:
             sentences, length = (int(x) for x in size.split("x"))
-            child = subprocess.run([sys.executable, __file__, "--device", args.device, "--child", SPECS[name],
-                                    str(sentences), str(length)], capture_output=True, text=True, cwd=ROOT)
+            child = subprocess.run([sys.executable, __file__, "--device", args.device, "--variant", args.variant,
+                                    "--child", SPECS[name], str(sentences), str(length)],
+                                   capture_output=True, text=True, cwd=ROOT)
             if child.returncode != 0:
                 print(f"{name:<6} {size:>21}  failed: {child.stderr.strip().splitlines()[-1:]}")
                 continue
