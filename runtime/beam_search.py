@@ -187,10 +187,11 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
         # The best extensions of a sentence are among the best 2K tokens of each of its rows.
         per_row = min(2 * K, V)
         row_best, row_token = logp.topk(per_row, dim=-1)                         # [A*K, 2K]
-        # At its maximum length a sentence may only end: `end`, with its probability, is each row's one choice.
+        # At its maximum length a sentence may only end: `end`, with its probability, is each row's one choice;
+        # where a rule forbids `end` (a least length beyond the maximum), the row ends there by its length.
         at_max = (max_lens <= step).repeat_interleave(K)[:, None]              # [A*K, 1]
         only_eos = torch.full_like(row_best, float("-inf"))
-        only_eos[:, 0] = logp[:, end]
+        only_eos[:, 0] = logp[:, end].nan_to_num(neginf=0.0)
         row_best = torch.where(at_max, only_eos, row_best)
         row_token = torch.where(at_max, end, row_token)
         candidates = (alive_logp.view(A * K, 1) + row_best).view(A, K * per_row)

@@ -110,3 +110,19 @@ def test_the_logits_are_the_log_probabilities_before_their_softmax():
     logits = LanguageModelSteps(model, torch.tensor([[1, 2]]), 1, True).logits(torch.tensor([[0]]))
     again = LanguageModelSteps(model, torch.tensor([[1, 2]]), 1, True)
     assert torch.allclose(again.log_probs(torch.tensor([[0]])), torch.log_softmax(logits, -1))
+
+
+def test_beam_search_that_may_not_end_before_its_maximum_ends_there_by_its_length():
+    """An end held back past the maximum length (a least length beyond it, or the end suppressed): every
+    beam's continuation is its maximum length, the likeliest first, where it had nothing to return."""
+    model = Bigram()
+    prompts = torch.tensor([[4, 5, 6], [7, 7, 2]])
+    for rules in (ScoreRules(min_new_tokens=20, ends=(END,)), ScoreRules(suppress=(END,), ends=(END,))):
+        for beam in (1, 3):
+            found = continue_prompts(model, prompts, beam, 0.6, 5, nbest=beam, end=END, never=(), rules=rules)
+            assert all(len(hyps) == beam for hyps in found), (rules, beam)
+            assert all(len(h.tokens) == 5 and END not in h.tokens for hyps in found for h in hyps)
+            assert all(hyps[0].score >= hyps[-1].score for hyps in found)
+        greedy = sample(model, prompts, 5, None, end_token=END, never=(), rules=rules)
+        assert [hyps[0].tokens for hyps in continue_prompts(model, prompts, 1, 0.6, 5, end=END, never=(),
+                                                             rules=rules)] == greedy
