@@ -1,8 +1,9 @@
 """One class for the layers of a stack that differ by their index: `if` statements of the layer's block
 that read the index (`if (i + 1) % sliding_window_pattern != 0 { ... }`) become `if` statements of the
 class's constructor over the config and the index it is given, instead of a class per kind of layer.
-Where the two branches make one module of classes that differ only by a piece whose option may be None
-(a sliding window), the constructor makes one call, that option chosen by the condition.
+Where the two branches make one module by calls that differ only in a keyword whose None turns its
+option off (an attention's sliding window), the constructor makes one call, that keyword chosen by the
+condition.
 
 The layers' classes are built first (compiler/lower.py), one syntax tree per layer; they merge where they
 differ only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
