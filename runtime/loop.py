@@ -183,10 +183,17 @@ class Trainer:
         last_checkpoint, last_read = time.time(), time.time()
         updates = Prefetcher(self.planned_updates(), self._prepare, ahead=context.device.type == "cuda")
         interrupted = over_time = due_by_time = False
+        compiling = self.runner is not self.wrapped
+        if compiling:
+            self.log.message("torch.compile: the first update compiles the training step (tens of seconds on a "
+                             "CPU; a pass of a new shape may compile again)")
         for update in updates:
             started = time.time()
             pending.append(self._update(update))
             seconds = time.time() - started
+            if compiling:
+                self.log.message(f"torch.compile: the first update, compiling included, took {seconds:.1f} s")
+                compiling = False
             progress.train_seconds += seconds
             if self.thread_watch is not None and (line := self.thread_watch.observe(seconds / max(update.tokens, 1))):
                 self.log.message(line)

@@ -46,3 +46,29 @@ def test_the_compiled_step_is_one_graph_for_every_batch_and_gives_the_eager_loss
         graphs.append(counters["stats"]["unique_graphs"])
     assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
     assert graphs[-1] - graphs[1] <= 2, graphs
+
+
+def test_a_compiled_run_says_its_first_update_compiles_and_how_long_it_took(small_corpus, tmp_path, monkeypatch,
+                                                                             capsys):
+    """The compilation itself stands in here (a minute on a CPU): what the log says around it is tested."""
+    import xspec.runtime.train as train_module
+    from xspec.runtime.train import RunOptions, train
+
+    class Compiled(torch.nn.Module):
+        def __init__(self, wrapped):
+            super().__init__()
+            self.wrapped = wrapped
+
+        def forward(self, *args, **kwargs):
+            return self.wrapped(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "compile_step", Compiled)
+    spec = xspec.compile("specs/tiny.xspec", overrides={"vocab": 200, "layers": 1, "train.max_steps": 2})
+    train(spec, RunOptions(tmp_path / "run", small_corpus, device="cpu", compile="on", progress=False,
+                           evaluate=False, tensorboard=False))
+    lines = capsys.readouterr().out.splitlines()
+    announced = lines.index("torch.compile: the first update compiles the training step (tens of seconds on a CPU; "
+                            "a pass of a new shape may compile again)")
+    took = [i for i, line in enumerate(lines) if line.startswith("torch.compile: the first update, compiling "
+                                                                 "included, took ")]
+    assert len(took) == 1 and announced < took[0] < next(i for i, line in enumerate(lines) if line.startswith("step "))
