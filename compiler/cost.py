@@ -158,7 +158,7 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int, recomputed:
     the repeated stacks keeps its input alone and makes the rest again in the backward, one layer at a time
     (train.activation_checkpointing), so the layers count their inputs and the largest layer's own."""
     graph = spec.graph
-    layers = _layer_paths(spec.instances) if recomputed else []
+    layers = spec.layer_paths() if recomputed else []
     outside, within = 0, dict.fromkeys(layers, 0)
     for node, data in graph.nodes(data=True):
         if OPS[data["node"].op].family == Family.IO or data["node"].shape.dtype != "float":
@@ -174,13 +174,6 @@ def activation_elements(spec: CompiledSpec, batch: int, length: int, recomputed:
     if not within:
         return outside
     return outside + len(within) * batch * length * spec.model_dim + max(within.values())
-
-
-def _layer_paths(instance) -> list[str]:
-    """The paths of the layers of every repeated stack under `instance`."""
-    if instance.kind == "stack":
-        return [layer.path for layer in instance.children.values()]
-    return [path for child in instance.children.values() for path in _layer_paths(child)]
 
 
 LOSS_TENSORS = 2     # float32 [tokens x vocab]: log-probabilities kept for backward, then their gradient

@@ -155,6 +155,16 @@ class CompiledSpec:
         """The module tree (root instance) that the generated classes follow."""
         return self._compilation.validated.graph.root
 
+    def layer_paths(self) -> list[str]:
+        """The paths of the layers of every repeated stack (`decoder.layers.0`, ...), outermost stacks only:
+        a stack inside a layer is part of that layer."""
+        def under(instance) -> list[str]:
+            if instance.kind == "stack":
+                return [layer.path for layer in instance.children.values()]
+            return [path for child in instance.children.values() for path in under(child)]
+
+        return under(self.instances)
+
     def count_under(self, path: str) -> int:
         return self._compilation.validated.count_under(path)
 

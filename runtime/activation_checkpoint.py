@@ -7,17 +7,16 @@ optimizer's state read them as before."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 
 def checkpoint_layers(model: nn.Module, spec) -> list[str]:
-    """Makes each layer of `spec`'s repeated stacks in `model` recompute its activations in the backward;
-    returns their paths."""
-    paths = [layer.path for stack in _instances(spec.instances) if stack.kind == "stack"
-             for layer in stack.children.values()]
+    """Makes each layer of `spec`'s repeated stacks in `model` recompute its activations in the backward (the
+    layers the memory plan counts so, spec.layer_paths()); returns their paths."""
+    paths = spec.layer_paths()
     for path in paths:
         layer = model.get_submodule(path)
         layer.forward = functools.partial(_recomputed, layer.forward)
@@ -26,9 +25,3 @@ def checkpoint_layers(model: nn.Module, spec) -> list[str]:
 
 def _recomputed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-
-
-def _instances(instance) -> Iterator:
-    yield instance
-    for child in instance.children.values():
-        yield from _instances(child)

@@ -21,6 +21,7 @@ from torch import nn
 
 from xspec.base.errors import UserError
 from xspec.compiler.ops import OPS
+from .step import parameter_holders
 
 ADAPTER_PARTS = ("lora_A", "lora_B")
 BASE_FORMS = ("float32", "bfloat16", "int8")      # train.lora_base: how the adapted layers' frozen weights are kept
@@ -194,13 +195,11 @@ def store_frozen_base(model: nn.Module, form: str) -> str:
     """Keeps the frozen weight of every LoRALinear of `model` as `form` says (train.lora_base); what that
     saved, as the log says it. A weight shared with another module is refused by name: the other module would
     keep the float weight, and compute with other numbers."""
-    uses: dict[int, int] = {}
-    for _, parameter in model.named_parameters(remove_duplicate=False):
-        uses[id(parameter)] = uses.get(id(parameter), 0) + 1
+    uses = parameter_holders(model)
     adapted = [(name, module) for name, module in model.named_modules() if isinstance(module, LoRALinear)]
     before = after = 0
     for name, module in adapted:
-        if uses.get(id(module.weight), 0) > 1:
+        if uses[id(module.weight)] > 1:
             raise UserError(f"train.lora_base = \"{form}\": {name}.weight is shared with another module; keep it "
                             "in float32 (train.lora_base = \"float32\") or leave it out of train.lora_targets")
         before += module.weight.numel() * module.weight.element_size()

@@ -12,6 +12,7 @@ validation and decoding use the model itself (`step.model`).
 from __future__ import annotations
 
 import inspect
+from collections import Counter
 from typing import Any, Optional, cast
 
 import torch
@@ -140,20 +141,20 @@ def distribute(step: TrainingStep, context: Context, sharding: str) -> nn.Module
     return DistributedDataParallel(step, device_ids=device_ids, **no_sync)
 
 
+def parameter_holders(module: nn.Module) -> Counter[int]:
+    """How many places in `module` hold each parameter (by id): more than one where it is tied."""
+    return Counter(id(parameter) for _, parameter in module.named_parameters(remove_duplicate=False))
+
+
 def _stack_layers(model: nn.Module) -> list[nn.Module]:
     """The layers of every repeated stack (the generated model's nn.ModuleLists) that can be FSDP units of
     their own: innermost first (a unit must be sharded before one that contains it), and only layers whose
     parameters no module outside them shares (a stack tied to its first layer is sharded with the rest)."""
     layers = [layer for module in model.modules() if isinstance(module, nn.ModuleList) for layer in module]
-    holders: dict[int, int] = {}  # parameter -> how many places in the model hold it
-    for _, parameter in model.named_parameters(remove_duplicate=False):
-        holders[id(parameter)] = holders.get(id(parameter), 0) + 1
+    holders = parameter_holders(model)
 
     def own(layer: nn.Module) -> bool:
-        inside: dict[int, int] = {}
-        for _, parameter in layer.named_parameters(remove_duplicate=False):
-            inside[id(parameter)] = inside.get(id(parameter), 0) + 1
-        return all(holders[p] == count for p, count in inside.items())
+        return all(holders[p] == count for p, count in parameter_holders(layer).items())
 
     # model.modules() lists a module before those inside it: reversed, the inner layers come first.
     return [layer for layer in reversed(layers) if own(layer)]
