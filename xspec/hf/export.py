@@ -232,17 +232,14 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     config |= {"do_sample": decode.sample, "num_beams": decode.beam}
     if decode.sample:
         config |= {"temperature": decode.temperature, "top_k": decode.top_k or 0, "top_p": decode.top_p}
-        for key, (neutral, _, _) in FILTERS.items():    # min-p and the other filters, where the section sets them
-            if getattr(decode, key) != neutral:
-                config[key] = getattr(decode, key)
-            else:
-                config.pop(key, None)
     else:
         for key in ("temperature", "top_k", "top_p", *FILTERS):
             config.pop(key, None)
     if "max_new_tokens" in config or original is None:
         config["max_new_tokens"] = decode.max_new_tokens
-    for key, off in RULES.items():      # the repetition penalty and the rest, as the decode section holds them
+    filters = {key: neutral for key, (neutral, _, _) in FILTERS.items()} if decode.sample else {}
+    # min-p and the other filters when sampling, the repetition penalty and the rest: as the section holds them
+    for key, off in {**filters, **RULES}.items():
         value = getattr(decode, key)
         if value != off:
             config[key] = list(value) if isinstance(value, tuple) else value
