@@ -179,7 +179,7 @@ def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
         **linear_params("q_proj.", d_model, a.heads * a.d_k, a.bias),
         **linear_params("k_proj.", d_model, a.key_heads * a.d_k, a.bias),
         **linear_params("v_proj.", d_model, a.key_heads * a.d_v, a.bias),
-        **linear_params("out_proj.", a.heads * a.d_v, d_model, a.has_out_bias),
+        **linear_params("o_proj.", a.heads * a.d_v, d_model, a.has_out_bias),
     }
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
@@ -392,6 +392,6 @@ ATTENTION = OpDef(
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
     flops=_flops, saved=_saved, optional_keywords=OPTIONAL_KEYWORDS,
-    cache=lambda a, i: ((a.key_heads, a.d_k, a.d_v), a.window), output_weight="out_proj.weight",
+    cache=lambda a, i: ((a.key_heads, a.d_k, a.d_v), a.window), output_weight="o_proj.weight",
 )
 

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from .op_attention import rotary_module, rotary_scaling_problems
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
-from .python_code import binary, call, constant, variable, product
+from .python_code import binary, call, constant, variable
 from .shapes import TensorType, concrete_last, require
 
 
@@ -84,14 +84,14 @@ def _params(a: LatentAttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
     if not a.q_lora_rank:
         params = linear_params("q_proj.", d_model, queries, False)
     else:
-        params = {**linear_params("q_proj.down.", d_model, a.q_lora_rank, a.bias),
-                  "q_proj.norm.weight": (a.q_lora_rank,), **linear_params("q_proj.up.", a.q_lora_rank, queries, False)}
+        params = {**linear_params("q_a_proj.", d_model, a.q_lora_rank, a.bias),
+                  "q_a_layernorm.weight": (a.q_lora_rank,), **linear_params("q_b_proj.", a.q_lora_rank, queries, False)}
     return {
         **params,
-        **linear_params("kv_down.", d_model, a.kv_lora_rank + a.qk_rope_head_dim, a.bias),
-        "kv_norm.weight": (a.kv_lora_rank,),
-        **linear_params("kv_up.", a.kv_lora_rank, a.heads * (a.qk_nope_head_dim + a.v_head_dim), False),
-        **linear_params("out_proj.", a.heads * a.v_head_dim, d_model, a.bias),
+        **linear_params("kv_a_proj_with_mqa.", d_model, a.kv_lora_rank + a.qk_rope_head_dim, a.bias),
+        "kv_a_layernorm.weight": (a.kv_lora_rank,),
+        **linear_params("kv_b_proj.", a.kv_lora_rank, a.heads * (a.qk_nope_head_dim + a.v_head_dim), False),
+        **linear_params("o_proj.", a.heads * a.v_head_dim, d_model, a.bias),
     }
 
 
@@ -120,22 +120,15 @@ def _saved(a: LatentAttentionAttrs, i: Inferred, n: int, n_in: dict[str, int]) -
 
 
 def _module(a: LatentAttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
-    """LatentAttention(d_model, heads, kv_lora_rank, nope, rope, v, q_proj=..., rotary=..., eps, bias,
-    scale): the query projection a plain linear layer or a LowRankProjection."""
+    """LatentAttention(d_model, heads, kv_lora_rank, nope, rope, v, q_rank=..., rotary=..., eps, bias,
+    scale): q_rank 0 for queries made directly."""
     d_model, heads = w.width("x"), w.attr("heads")
     nope, rope = w.attr("qk_nope_head_dim"), w.attr("qk_rope_head_dim")
     head_dim = binary(nope, pyast.Add(), rope)
-    from_config = any(w.from_config(attr) for attr in ("heads", "qk_nope_head_dim", "qk_rope_head_dim"))
-    queries = product(heads, head_dim) if from_config else constant(a.heads * a.d_k)
-    if not a.q_lora_rank:
-        q_proj = call("nn.Linear", d_model, queries, bias=constant(False))
-    else:
-        q_proj = call("LowRankProjection", d_model, w.attr("q_lora_rank"), queries, eps=w.attr("norm_eps"),
-                      bias=w.attr("bias"))
     scale = w.attr("scale") if a.scale is not None else binary(head_dim, pyast.Pow(), constant(-0.5))
     return call("LatentAttention", d_model, heads, w.attr("kv_lora_rank"), nope, rope, w.attr("v_head_dim"),
-                q_proj=q_proj, rotary=rotary_module(a, w, rope), eps=w.attr("norm_eps"), bias=w.attr("bias"),
-                scale=scale)
+                q_rank=w.attr("q_lora_rank"), rotary=rotary_module(a, w, rope), eps=w.attr("norm_eps"),
+                bias=w.attr("bias"), scale=scale)
 
 
 def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
@@ -162,5 +155,5 @@ LATENT_ATTENTION = OpDef(
     facts=lambda a, i: {"heads": a.heads, "kv_heads": a.heads, "d_k": a.d_k, "d_v": a.v_head_dim,
                         "positions": "rotary", "kv_lora_rank": a.kv_lora_rank},
     flops=_flops, saved=_saved, cache=lambda a, i: ((1, a.kv_lora_rank, a.qk_rope_head_dim), None),
-    output_weight="out_proj.weight",
+    output_weight="o_proj.weight",
 )

@@ -63,7 +63,7 @@ def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torc
         q, k, v = heads_of(module, query, key, value)
         sinks = module.sinks if attrs.sinks else None
         out = flex_attention(q, k, v, attrs, padding_mask, sinks, compiled)
-        return module.out_proj(module.gated(out.transpose(1, 2).flatten(2), query))
+        return module.o_proj(module.gated(out.transpose(1, 2).flatten(2), query))
     return forward
 
 

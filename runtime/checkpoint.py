@@ -41,6 +41,7 @@ from xspec.base.files import write_atomically_with
 from xspec.base.text import shown
 from . import nested_state
 from .lora import ADAPTER_PARTS, BASE_FORMS, is_adapter, merged_weight
+from .older_names import current_names
 from .run_dir import MAX_SPEC_BYTES
 
 CHECKPOINT_DIR = "checkpoints"
@@ -148,7 +149,8 @@ def load_weights(path: Path) -> Checkpoint:
     missing = [key for key in (SPEC_KEY, PARAMS_KEY, VOCAB_KEY, STEP_KEY) if key not in metadata]
     if missing:
         raise UserError(f"{path}: not an xspec checkpoint (its metadata has no {missing[0]})")
-    return Checkpoint(path, tensors, _spec_text(path, metadata[SPEC_KEY]), _params(path, metadata[PARAMS_KEY]),
+    return Checkpoint(path, current_names(tensors), _spec_text(path, metadata[SPEC_KEY]),
+                      _params(path, metadata[PARAMS_KEY]),
                       _vocab_bytes(path, metadata[VOCAB_KEY]), _step(path, metadata[STEP_KEY]),
                       _tokenizer(metadata.get(TOKENIZER_KEY)),
                       BaseRef.parse(path, metadata[BASE_KEY]) if BASE_KEY in metadata else None)

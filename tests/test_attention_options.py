@@ -64,7 +64,7 @@ def reference(module: Attention, x: torch.Tensor, allowed: torch.Tensor) -> torc
         else:
             weights = scores.softmax(-1)
         heads.append(weights @ v[:, kv])
-    return module.out_proj(torch.cat(heads, dim=-1))
+    return module.o_proj(torch.cat(heads, dim=-1))
 
 
 def step(module: Attention, x: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
@@ -106,7 +106,7 @@ def test_each_option_computes_its_definition(options):
                            softcap=options.get("softcap"))
     q, k, v = heads_of(module, x, x, x)
     flexed = flex_attention(q, k, v, attrs, None, module.sinks, compiled=False)
-    assert_close(module.out_proj(flexed.transpose(1, 2).flatten(2)), expected)
+    assert_close(module.o_proj(flexed.transpose(1, 2).flatten(2)), expected)
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "plain")

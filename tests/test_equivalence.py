@@ -26,8 +26,8 @@ def _copy_attention(ours, theirs: nn.MultiheadAttention) -> None:
     for proj, w, b in ((ours.q_proj, q, qb), (ours.k_proj, k, kb), (ours.v_proj, v, vb)):
         proj.weight.copy_(w)
         proj.bias.copy_(b)
-    ours.out_proj.weight.copy_(theirs.out_proj.weight)
-    ours.out_proj.bias.copy_(theirs.out_proj.bias)
+    ours.o_proj.weight.copy_(theirs.out_proj.weight)
+    ours.o_proj.bias.copy_(theirs.out_proj.bias)
 
 
 def _copy_layer(ours, theirs, cross: bool) -> None:

@@ -112,7 +112,7 @@ def test_decoding_with_stored_weight_formats_keeps_the_up_projection_it_reads(we
     net, stored = model(d_model=64, kv_lora_rank=32), model(d_model=64, kv_lora_rank=32)
     store_weights(stored, weights)
     attention = stored.decoder.layers[0].self_attn
-    assert type(attention.kv_up) is torch.nn.Linear and type(attention.kv_down) is not torch.nn.Linear
+    assert type(attention.kv_b_proj) is torch.nn.Linear and type(attention.kv_a_proj_with_mqa) is not torch.nn.Linear
     tokens = torch.randint(0, 61, (2, 6), generator=torch.Generator().manual_seed(3))
     expected, cache = net(tokens), DecoderCache()
     got = torch.cat([stored.decode(tokens[:, :3], cache=cache), stored.decode(tokens[:, 3:], cache=cache)], dim=1)
@@ -135,7 +135,7 @@ def test_attention_maps_read_latent_attention_through_its_own_steps():
     assert weights.shape == (2, 7, 7) and torch.all(weights.triu(1) == 0)
     assert_close(weights.sum(-1), torch.ones(2, 7))
     attention = net.decoder.layers[0].self_attn
-    x = net.decoder.layers[0].sublayer_1.norm(net.decoder.embedding(tokens))
+    x = net.decoder.layers[0].input_layernorm(net.decoder.embed_tokens(tokens))
     q_nope, q_rope, latent, k_rope = attention.project(x, 0)
     _, values = attention.keys_values(latent, k_rope)
     assert_close(weights @ values[0], attention.attend(q_nope, q_rope, latent, k_rope)[0])

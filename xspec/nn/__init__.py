@@ -17,7 +17,7 @@ from .norms import RMSNorm
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
                      RotaryEmbedding, YarnRotaryEmbedding)
 from .attention import Attention, WrittenOutAttention
-from .latent_attention import LatentAttention, LowRankProjection
+from .latent_attention import LatentAttention
 from .convolution import ConvolvedMixer, ShortConvolution
 from .delta_rule import GatedDeltaNet
 from .state_space import GroupRMSNorm, Mamba2Mixer
@@ -30,7 +30,7 @@ __all__ = [
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",
     "Attention", "WrittenOutAttention",
-    "LatentAttention", "LowRankProjection",
+    "LatentAttention",
     "ConvolvedMixer", "ShortConvolution", "GatedDeltaNet", "GroupRMSNorm", "Mamba2Mixer",
     "Router",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",

@@ -49,7 +49,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
-        self.out_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
+        self.o_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
         self.gate_proj = nn.Linear(d_model, heads * d_v, bias=bias) if gate else None  # W^G
         self.init_projections()
         self.rotary = rotary
@@ -72,7 +72,7 @@ class Attention(nn.Module):
 
     def init_projections(self):
         """Xavier-uniform W^Q, W^K, W^V and W^O (over nn.Linear's own), zero biases."""
-        for projection in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+        for projection in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
             nn.init.xavier_uniform_(projection.weight)
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
@@ -83,7 +83,7 @@ class Attention(nn.Module):
         q = self.queries(q, start)  # [B, h, Tq, d_k]
         k, v = self.keys_values(key, value, start, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
         out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
-        return self.out_proj(self.gated(out.transpose(1, 2).flatten(2), query))
+        return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), query))
 
     def queries(self, q, start):
         """q [B, h, Tq, d_k] normalized, turned and scaled (a scale of its own: q times

@@ -7,38 +7,36 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-class LowRankProjection(nn.Module):
-    """x W^D, normalized, then W^U: a projection through `rank` features (MLA's queries)."""
-
-    def __init__(self, d_in, rank, d_out, *, eps, bias):
-        super().__init__()
-        self.down = nn.Linear(d_in, rank, bias=bias)
-        self.norm = nn.RMSNorm(rank, eps=eps)
-        self.up = nn.Linear(rank, d_out, bias=False)
-
-    def forward(self, x):
-        return self.up(self.norm(self.down(x)))
-
-
 class LatentAttention(nn.Module):
     """Each head's query and key: `nope_dim` features without positions, `rope_dim` turned by
     `rotary`. Keys (their first part) and values come from the latent c = norm(x W^DKV) of
     `latent_dim` features, through W^UK and W^UV; the key's rotary part, x W^KR, is one for all
-    heads. softmax(q k^T * scale) v per head, then W^O."""
+    heads. softmax(q k^T * scale) v per head, then W^O. The queries come from x through W^Q, or,
+    with a `q_rank`, through a latent of their own: x W^DQ, normalized, then W^UQ. Modules are
+    named as DeepSeek's checkpoints name them."""
 
-    weights_read = ("kv_up",)  # decoding reads its weight as matrices: a weight format keeps it
+    # Decoding reads this weight as matrices: a weight format keeps it.
+    weights_read = ("kv_b_proj",)
 
-    def __init__(self, d_model, heads, latent_dim, nope_dim, rope_dim, v_dim, *, q_proj, rotary,
+    def __init__(self, d_model, heads, latent_dim, nope_dim, rope_dim, v_dim, *, q_rank, rotary,
                  eps, bias, scale):
         super().__init__()
         self.heads, self.latent_dim, self.scale = heads, latent_dim, scale
         self.nope_dim, self.rope_dim, self.v_dim = nope_dim, rope_dim, v_dim
-        self.q_proj = q_proj  # d_model -> heads * (nope_dim + rope_dim)
+        queries = heads * (nope_dim + rope_dim)
+        if q_rank:
+            self.q_a_proj = nn.Linear(d_model, q_rank, bias=bias)  # W^DQ
+            self.q_a_layernorm = nn.RMSNorm(q_rank, eps=eps)
+            self.q_b_proj = nn.Linear(q_rank, queries, bias=False)  # W^UQ and W^QR
+        else:
+            self.q_proj = nn.Linear(d_model, queries, bias=False)
         self.rotary = rotary
-        self.kv_down = nn.Linear(d_model, latent_dim + rope_dim, bias=bias)  # W^DKV and W^KR
-        self.kv_norm = nn.RMSNorm(latent_dim, eps=eps)
-        self.kv_up = nn.Linear(latent_dim, heads * (nope_dim + v_dim), bias=False)  # W^UK, W^UV
-        self.out_proj = nn.Linear(heads * v_dim, d_model, bias=bias)
+        # W^DKV and W^KR, then W^UK and W^UV
+        self.kv_a_proj_with_mqa = nn.Linear(d_model, latent_dim + rope_dim, bias=bias)
+        self.kv_a_layernorm = nn.RMSNorm(latent_dim, eps=eps)
+        self.kv_b_proj = nn.Linear(latent_dim, heads * (nope_dim + v_dim), bias=False)
+        self.o_proj = nn.Linear(heads * v_dim, d_model, bias=bias)
+        self.q_rank = q_rank
 
     def forward(self, x, cache=None):
         start = cache.length if cache is not None else 0
@@ -49,21 +47,22 @@ class LatentAttention(nn.Module):
             latent, k_rope = cache.append(self, latent, k_rope)
             mask = self.visible(q_nope.size(2), latent.size(2), x.device)
             out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
-        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
+        return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
 
     def project(self, x, start):
         """x [B, T, d] at positions start, start + 1, ... -> each head's query without and with
         positions [B, h, T, nope], [B, h, T, rope] (turned), the latent [B, 1, T, latent_dim] and
         the rotary key [B, 1, T, rope] (turned)."""
-        q = self.q_proj(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_rank else self.q_proj(x)
+        q = q.unflatten(-1, (self.heads, -1)).transpose(1, 2)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
-        latent, k_rope = self.kv_down(x).split([self.latent_dim, self.rope_dim], dim=-1)
-        latent = self.kv_norm(latent)[:, None]
+        latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.latent_dim, self.rope_dim], dim=-1)
+        latent = self.kv_a_layernorm(latent)[:, None]
         return q_nope, self.rotary(q_rope, start), latent, self.rotary(k_rope[:, None], start)
 
     def keys_values(self, latent, k_rope):
         """Every head's keys [B, h, Tk, nope + rope] and values [B, h, Tk, v] from the latent."""
-        kv = self.kv_up(latent[:, 0]).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        kv = self.kv_b_proj(latent[:, 0]).unflatten(-1, (self.heads, -1)).transpose(1, 2)
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
         return torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1), v
 
@@ -77,7 +76,7 @@ class LatentAttention(nn.Module):
         """The same attention over the latent itself (decoding): W^UK folded into the queries and
         W^UV applied after, (q_nope W^UK) c^T = q_nope (c W^UK^T)^T, so no position's keys or
         values are made. The latent is one key head for all query heads: one head's queries."""
-        up = self.kv_up.weight.view(self.heads, -1, self.latent_dim)  # [h, nope + v, latent]
+        up = self.kv_b_proj.weight.view(self.heads, -1, self.latent_dim)  # [h, nope + v, latent]
         up_k, up_v = up.split([self.nope_dim, self.v_dim], dim=1)
         q = torch.cat([q_nope @ up_k, q_rope], dim=-1)  # [B, h, Tq, latent + rope]
         k = torch.cat([latent, k_rope], dim=-1)  # [B, 1, Tk, latent + rope]
