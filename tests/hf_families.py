@@ -16,31 +16,9 @@ import torch
 RENAMED = {"vocab": "vocab_size", "d_model": "hidden_size", "d_ff": "intermediate_size",
            "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "layers": "num_hidden_layers"}
 
-# Hugging Face names -> the spec's, for the parts every family shares.
-COMMON = [
-    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
-    (r"model\.norm\.weight", "decoder.norm.weight"),
-    (r"lm_head\.weight", "decoder.generator.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", r"decoder.layers.\1.self_attn.\2_proj.\3"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.(weight|bias)", r"decoder.layers.\1.self_attn.out_proj.\2"),
-    (r"model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"decoder.layers.\1.self_attn.\2_norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.sinks", r"decoder.layers.\1.self_attn.sinks"),
-    (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.(weight|bias)", r"decoder.layers.\1.ffn.\2.\3"),
-]
-PRE_NORM = [  # specs/modern/llama.xspec's sublayer: x + f(norm(x))
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
-]
-POST_NORM = [  # OLMo 2's: x + norm(f(x))
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
-    (r"model\.layers\.(\d+)\.post_feedforward_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
-]
-SANDWICH = [  # Gemma's four norms a layer
-    (rf"model\.layers\.(\d+)\.{hf}\.weight", rf"decoder.layers.\1.{ours}.weight")
-    for hf, ours in (("input_layernorm", "input_norm"), ("post_attention_layernorm", "post_attention_norm"),
-                     ("pre_feedforward_layernorm", "pre_feedforward_norm"),
-                     ("post_feedforward_layernorm", "post_feedforward_norm"))
-]
+# transformers' names -> the spec's: the same after the top-level module, whose output head the spec's
+# decoder holds. Only packing differs (stacked experts, Phi-3's fused matrices, interleaved rotary rows).
+COMMON = [(r"lm_head\.weight", "decoder.lm_head.weight"), (r"model\.(.+)", r"decoder.\1")]
 
 
 def renamed(state: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
@@ -60,14 +38,16 @@ def stacked_experts(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
     the router mlp.gate.weight [E, d]: the spec's moe.router, moe.gate, moe.up, moe.down."""
     ours, rest = {}, {}
     for name, tensor in state.items():
-        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(gate\.weight|experts\.gate_up_proj|experts\.down_proj)",
-                             name)
+        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(gate\.weight|gate\.e_score_correction_bias|"
+                             r"experts\.gate_up_proj|experts\.down_proj)", name)
         if found is None:
             rest[name] = tensor
             continue
-        moe = f"decoder.layers.{found[1]}.ffn.moe."
+        moe = f"decoder.layers.{found[1]}.mlp.moe."
         if found[2] == "gate.weight":
             ours[moe + "router.weight"] = tensor
+        elif found[2] == "gate.e_score_correction_bias":
+            ours[moe + "router.correction_bias"] = tensor
         elif found[2] == "experts.gate_up_proj":
             ours[moe + "gate"], ours[moe + "up"] = tensor.chunk(2, dim=1)
         else:
@@ -84,7 +64,7 @@ def gpt_oss_experts(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
         if found is None:
             rest[name] = tensor
             continue
-        moe, part = f"decoder.layers.{found[1]}.ffn.moe.", found[2]
+        moe, part = f"decoder.layers.{found[1]}.mlp.moe.", found[2]
         if part.startswith("router"):
             ours[moe + part] = tensor
         elif part == "experts.gate_up_proj":
@@ -156,42 +136,23 @@ class Family:
         return model.eval()
 
 
-def pre_norm_weights(state, sizes):
-    return renamed(state, COMMON + PRE_NORM)
+def plain_weights(state, sizes):
+    return renamed(state, COMMON)
 
 
 def tied_weights(state, sizes):
-    ours = renamed({k: v for k, v in state.items() if k != "lm_head.weight"}, COMMON + PRE_NORM)
-    return ours | {"decoder.generator.weight": ours["decoder.embedding.weight"]}
+    ours = renamed({k: v for k, v in state.items() if k != "lm_head.weight"}, COMMON)
+    return ours | {"decoder.lm_head.weight": ours["decoder.embed_tokens.weight"]}
 
 
 def moe_weights(state, sizes):
     experts, rest = stacked_experts(state)
-    return experts | renamed(rest, COMMON + PRE_NORM)
+    return experts | renamed(rest, COMMON)
 
 
 def gpt_oss_weights(state, sizes):
     experts, rest = gpt_oss_experts(state)
-    return experts | renamed(rest, COMMON + PRE_NORM)
-
-
-def gemma_weights(state, sizes):
-    ours = renamed({k: v for k, v in state.items() if k != "lm_head.weight"}, COMMON + SANDWICH)
-    return ours | {"decoder.generator.weight": ours["decoder.embedding.weight"]}  # tied
-
-
-DEEPSEEK = [  # DeepSeek's multi-head latent attention (the queries' latent, the keys' and values' latent), experts
-    (r"model\.layers\.(\d+)\.self_attn\.q_a_proj\.(weight|bias)", r"decoder.layers.\1.self_attn.q_proj.down.\2"),
-    (r"model\.layers\.(\d+)\.self_attn\.q_a_layernorm\.weight", r"decoder.layers.\1.self_attn.q_proj.norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.q_b_proj\.weight", r"decoder.layers.\1.self_attn.q_proj.up.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.(weight|bias)", r"decoder.layers.\1.self_attn.kv_down.\2"),
-    (r"model\.layers\.(\d+)\.self_attn\.kv_a_layernorm\.weight", r"decoder.layers.\1.self_attn.kv_norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.kv_b_proj\.weight", r"decoder.layers.\1.self_attn.kv_up.weight"),
-    # DeepSeek's experts beside the stacked ones: the router's load-correction bias, the shared experts
-    (r"model\.layers\.(\d+)\.mlp\.gate\.e_score_correction_bias", r"decoder.layers.\1.ffn.moe.router.correction_bias"),
-    (r"model\.layers\.(\d+)\.mlp\.shared_experts\.(gate|up|down)_proj\.weight",
-     r"decoder.layers.\1.ffn.shared_experts.\2.weight"),
-]
+    return experts | renamed(rest, COMMON)
 
 
 def deepseek_interleaved(sizes: dict) -> bool:
@@ -201,9 +162,10 @@ def deepseek_interleaved(sizes: dict) -> bool:
 
 
 def deepseek_expert_weights(state, sizes):
-    """The stacked experts and DeepSeek's names (GLM-4.5 has them too, beside grouped-query attention)."""
+    """The stacked experts, with their load-correction bias (GLM-4.5 has them too, beside grouped-query
+    attention)."""
     experts, rest = stacked_experts(state)
-    return experts | renamed(rest, COMMON + PRE_NORM + DEEPSEEK)
+    return experts | renamed(rest, COMMON)
 
 
 def deepseek_weights(state, sizes):
@@ -215,42 +177,12 @@ def deepseek_weights(state, sizes):
     nope, rope_dim, latent = sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"], sizes["kv_lora_rank"]
     halves = list(range(0, rope_dim, 2)) + list(range(1, rope_dim, 2))
     for name, tensor in ours.items():
-        if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.up.weight")):
+        if name.endswith(("self_attn.q_proj.weight", "self_attn.q_b_proj.weight")):
             heads = tensor.view(-1, nope + rope_dim, tensor.size(-1))
             ours[name] = torch.cat([heads[:, :nope], heads[:, nope:][:, halves]], dim=1).flatten(0, 1)
-        elif ".self_attn.kv_down." in name:
+        elif ".self_attn.kv_a_proj_with_mqa." in name:
             ours[name] = torch.cat([tensor[:latent], tensor[latent:][halves]])
     return ours
-
-
-BAMBA = [  # Bamba's own names: the Mamba-2 mixer's, the feed-forward's, the norms'
-    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
-    (r"model\.final_layernorm\.weight", "decoder.norm.weight"),
-    (r"lm_head\.weight", "decoder.generator.weight"),
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
-    (r"model\.layers\.(\d+)\.pre_ff_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
-    (r"model\.layers\.(\d+)\.feed_forward\.(gate|up|down)_proj\.weight", r"decoder.layers.\1.ffn.\2.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.weight", r"decoder.layers.\1.self_attn.\2_proj.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"decoder.layers.\1.self_attn.out_proj.weight"),
-    (r"model\.layers\.(\d+)\.mamba\.(.+)", r"decoder.layers.\1.mamba.\2"),
-]
-
-
-NEXT_RULES = [
-    (r"model\.embed_tokens\.weight", "decoder.embedding.weight"),
-    (r"model\.norm\.weight", "decoder.norm.weight"),
-    (r"lm_head\.weight", "decoder.generator.weight"),
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"decoder.layers.\1.sublayer_1.norm.weight"),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"decoder.layers.\1.sublayer_2.norm.weight"),
-    (r"model\.layers\.(\d+)\.linear_attn\.(.+)", r"decoder.layers.\1.linear_attn.\2"),
-    (r"model\.layers\.(\d+)\.self_attn\.([kv])_proj\.weight", r"decoder.layers.\1.self_attn.\2_proj.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"decoder.layers.\1.self_attn.\2_norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"decoder.layers.\1.self_attn.out_proj.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.gate\.weight", r"decoder.layers.\1.ffn.moe.router.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.shared_expert\.(gate|up|down)_proj\.weight",
-     r"decoder.layers.\1.ffn.shared_expert.\2.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.shared_expert_gate\.weight", r"decoder.layers.\1.ffn.shared_expert_gate.weight"),
-]
 
 
 def qwen3_next_weights(state: dict[str, torch.Tensor], sizes: dict) -> dict[str, torch.Tensor]:
@@ -258,10 +190,10 @@ def qwen3_next_weights(state: dict[str, torch.Tensor], sizes: dict) -> dict[str,
     and the gate's projection, the experts stacked as gate_up_proj [E, 2 d_ff, d] and down_proj."""
     ours = {}
     for name, tensor in state.items():
-        found = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn\.q_proj\.weight|mlp\.experts\.(gate_up|down)_proj)",
-                             name)
+        found = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn\.q_proj\.weight|mlp\.experts\.(gate_up|down)_proj|"
+                             r"mlp\.gate\.weight)", name)
         if found is None:
-            for pattern, target in NEXT_RULES:
+            for pattern, target in COMMON:
                 if re.fullmatch(pattern, name):
                     ours[re.sub(pattern, target, name)] = tensor
                     break
@@ -269,14 +201,16 @@ def qwen3_next_weights(state: dict[str, torch.Tensor], sizes: dict) -> dict[str,
                 raise AssertionError(f"no rule maps {name}")
             continue
         layer = f"decoder.layers.{found[1]}"
-        if found[2].startswith("self_attn"):
+        if found[2] == "mlp.gate.weight":
+            ours[f"{layer}.mlp.moe.router.weight"] = tensor
+        elif found[2].startswith("self_attn"):
             query, gate = tensor.unflatten(0, (sizes["heads"], 2, -1)).unbind(1)
             ours[f"{layer}.self_attn.q_proj.weight"] = query.flatten(0, 1)
             ours[f"{layer}.self_attn.gate_proj.weight"] = gate.flatten(0, 1)
         elif found[3] == "gate_up":
-            ours[f"{layer}.ffn.moe.gate"], ours[f"{layer}.ffn.moe.up"] = tensor.chunk(2, dim=1)
+            ours[f"{layer}.mlp.moe.gate"], ours[f"{layer}.mlp.moe.up"] = tensor.chunk(2, dim=1)
         else:
-            ours[f"{layer}.ffn.moe.down"] = tensor
+            ours[f"{layer}.mlp.moe.down"] = tensor
     return ours
 
 
@@ -284,17 +218,6 @@ def qwen3_next_config(sizes: dict) -> dict:
     """Full attention every fourth layer, from the fourth (the spec's default schedule)."""
     return {"layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(sizes["layers"])],
             "rms_norm_eps": 1e-6, **rope(1000000.0, partial_rotary_factor=0.25)}
-
-
-NEMOTRON_H = [  # Nemotron-H's names: one norm and one mixer a block
-    (r"model\.embeddings\.weight", "decoder.embedding.weight"),
-    (r"model\.norm_f\.weight", "decoder.norm.weight"),
-    (r"lm_head\.weight", "decoder.generator.weight"),
-    (r"model\.layers\.(\d+)\.norm\.weight", r"decoder.layers.\1.sublayer.norm.weight"),
-    (r"model\.layers\.(\d+)\.mixer\.(up|down)_proj\.weight", r"decoder.layers.\1.mixer.\2.weight"),
-    (r"model\.layers\.(\d+)\.mixer\.o_proj\.weight", r"decoder.layers.\1.mixer.out_proj.weight"),
-    (r"model\.layers\.(\d+)\.mixer\.(.+)", r"decoder.layers.\1.mixer.\2"),
-]
 
 
 def nemotron_h_config(sizes: dict) -> dict:
@@ -331,7 +254,7 @@ FAMILIES = [
            [{**BASE, "sliding_window": 6, "head_dim": 24}, {**ODD, "sliding_window": 4},
             {**WIDE, "sliding_window": 9, "head_dim": 16}],
            lambda s: {"sliding_window": s["sliding_window"], "rms_norm_eps": 1e-6, **rope(10000.0)},
-           pre_norm_weights, window=6),
+           plain_weights, window=6),
     Family("specs/modern/qwen2.xspec", "Qwen2ForCausalLM", "Qwen2Config",
            [{**BASE, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1},
             {**ODD, "use_sliding_window": False}, {**WIDE, "tie_word_embeddings": True}],
@@ -339,7 +262,7 @@ FAMILIES = [
                       "sliding_window": s.get("sliding_window", 8),
                       "max_window_layers": s.get("max_window_layers", 1), "rms_norm_eps": 1e-6,
                       "tie_word_embeddings": s.get("tie_word_embeddings", False), **rope(10000.0)},
-           lambda state, s: (tied_weights if s.get("tie_word_embeddings") else pre_norm_weights)(state, s),
+           lambda state, s: (tied_weights if s.get("tie_word_embeddings") else plain_weights)(state, s),
            window=6),
     Family("specs/modern/qwen3.xspec", "Qwen3ForCausalLM", "Qwen3Config",
            [{**BASE, "head_dim": 24, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1},
@@ -347,7 +270,7 @@ FAMILIES = [
            lambda s: {"head_dim": s["head_dim"], "use_sliding_window": s.get("use_sliding_window", False),
                       "sliding_window": s.get("sliding_window", 8), "max_window_layers": s.get("max_window_layers", 1),
                       "rms_norm_eps": 1e-6, "attention_bias": False, **rope(1000000.0)},
-           pre_norm_weights, window=6),
+           plain_weights, window=6),
     Family("specs/modern/gemma2.xspec", "Gemma2ForCausalLM", "Gemma2Config",
            [{**BASE, "head_dim": 24, "sliding_window": 6, "query_pre_attn_scalar": 20},
             {**ODD, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 8},
@@ -356,7 +279,7 @@ FAMILIES = [
                       "query_pre_attn_scalar": s["query_pre_attn_scalar"], "attn_logit_softcapping": 2.0,
                       "final_logit_softcapping": 3.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
                       **rope(10000.0)},
-           gemma_weights, window=6, overrides={"attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0}),
+           tied_weights, window=6, overrides={"attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0}),
     Family("specs/modern/gemma3.xspec", "Gemma3ForCausalLM", "Gemma3TextConfig",
            [{**BASE, "head_dim": 24, "sliding_window": 6, "query_pre_attn_scalar": 20, "sliding_window_pattern": 2},
             {**ODD, "heads": 4, "kv_heads": 2, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 8,
@@ -367,17 +290,17 @@ FAMILIES = [
                       "sliding_window_pattern": s["sliding_window_pattern"], "hidden_activation": "gelu_pytorch_tanh",
                       "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
                                           "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
-           gemma_weights, window=6),
+           tied_weights, window=6),
     Family("specs/modern/olmo2.xspec", "Olmo2ForCausalLM", "Olmo2Config", [BASE, ODD, WIDE],
            lambda s: {"rms_norm_eps": 1e-5, **rope(500000.0)},
-           lambda state, s: renamed(state, COMMON + POST_NORM)),
+           lambda state, s: renamed(state, COMMON)),
     Family("specs/modern/phi3.xspec", "Phi3ForCausalLM", "Phi3Config",
            [{**BASE, "partial_rotary_factor": 0.75}, {**ODD, "partial_rotary_factor": 0.5},
             {**WIDE, "partial_rotary_factor": 0.25}],
            lambda s: {"partial_rotary_factor": s["partial_rotary_factor"], "rms_norm_eps": 1e-5,
                       "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                           "partial_rotary_factor": s["partial_rotary_factor"]}},
-           lambda state, s: renamed(phi3_fused(state, s["heads"], s["kv_heads"]), COMMON + PRE_NORM)),
+           lambda state, s: renamed(phi3_fused(state, s["heads"], s["kv_heads"]), COMMON)),
     Family("specs/modern/mixtral.xspec", "MixtralForCausalLM", "MixtralConfig",
            [{**BASE, "sliding_window": 6, "num_local_experts": 4, "num_experts_per_tok": 2},
             {**ODD, "sliding_window": 5, "num_local_experts": 3, "num_experts_per_tok": 1},
@@ -451,7 +374,7 @@ FAMILIES = [
              "mamba_d_conv": 4, "mamba_chunk_size": 16},
             {**WIDE, "mamba_n_heads": 3, "mamba_expand": 1, "mamba_n_groups": 3, "mamba_d_state": 16,
              "mamba_d_conv": 2, "mamba_chunk_size": 32}],
-           bamba_config, lambda state, s: renamed(state, BAMBA)),
+           bamba_config, lambda state, s: renamed(state, COMMON)),
     Family("specs/modern/qwen3_next.xspec", "Qwen3NextForCausalLM", "Qwen3NextConfig",
            [{**BASE, "layers": 4, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
              "moe_intermediate_size": 24, "shared_expert_intermediate_size": 40, "linear_num_key_heads": 2,
@@ -471,7 +394,7 @@ FAMILIES = [
              "ssm_state_size": 8, "conv_kernel": 4, "chunk_size": 16},
             {**WIDE, "head_dim": 48, "mamba_num_heads": 2, "mamba_head_dim": 32, "n_groups": 1,
              "ssm_state_size": 16, "conv_kernel": 2, "chunk_size": 32}],
-           nemotron_h_config, lambda state, s: renamed(state, NEMOTRON_H)),
+           nemotron_h_config, lambda state, s: renamed(state, COMMON)),
     Family("specs/modern/llama3.xspec", "LlamaForCausalLM", "LlamaConfig",
            [{**BASE, "original_max_position_embeddings": 8, "attention_bias": True, "mlp_bias": True},
             {**ODD, "original_max_position_embeddings": 16},
@@ -479,6 +402,6 @@ FAMILIES = [
            lambda s: {"rms_norm_eps": 1e-6, "rope_parameters": {
                "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": s["original_max_position_embeddings"]}},
-           pre_norm_weights),
+           plain_weights),
 ]
 BY_NAME = {family.name: family for family in FAMILIES}

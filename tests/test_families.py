@@ -188,13 +188,13 @@ def test_router_choices_and_auxiliary_loss_equal_hugging_faces(name):
     text = tokens(family, 23)
     out = reference(text, output_router_logits=True)
     assert_close(model(text), out.logits)
-    layers = [layer for layer in model.decoder.layers if hasattr(layer.ffn, "moe")]
+    layers = [layer for layer in model.decoder.layers if hasattr(layer.mlp, "moe")]
     assert len(layers) == len(out.router_logits)
     hidden = torch.randn(40, family.sizes[0]["d_model"])
     for layer, hf_layer in zip(layers, [hf for hf in reference.model.layers if hasattr(hf.mlp, "experts")]):
         router = getattr(hf_layer.mlp, "router", None) or hf_layer.mlp.gate
         _, hf_weights, hf_chosen = router(hidden)
-        weights, chosen, _ = layer.ffn.moe.router(hidden)
+        weights, chosen, _ = layer.mlp.moe.router(hidden)
         assert torch.equal(chosen.sort(dim=-1).values, hf_chosen.sort(dim=-1).values)
         assert_close(weights.gather(1, chosen.argsort(dim=-1)), hf_weights.float().gather(1, hf_chosen.argsort(dim=-1)))
     if name in ("deepseek_v3", "glm4_moe"):  # balanced by the correction bias: transformers computes no auxiliary loss
@@ -223,11 +223,11 @@ def test_the_shared_expert_adds_a_gated_feed_forward_every_token_passes_through(
     spec = xspec.compile("specs/modern/qwen3_moe.xspec", overrides={"shared_expert_intermediate_size": 24})
     torch.manual_seed(0)
     layer = spec.build(device="cpu").eval().decoder.layers[0]
-    ffn = layer.ffn
+    ffn = layer.mlp
     x = torch.randn(2, 5, spec.params["d_model"])
     shared = ffn.shared_expert
-    expected = ffn.moe(x) + torch.sigmoid(ffn.shared_expert_gate(x)) * shared.down(
-        torch.nn.functional.silu(shared.gate(x)) * shared.up(x))
+    expected = ffn.moe(x) + torch.sigmoid(ffn.shared_expert_gate(x)) * shared.down_proj(
+        torch.nn.functional.silu(shared.gate_proj(x)) * shared.up_proj(x))
     assert_close(ffn(x), expected)
 
 

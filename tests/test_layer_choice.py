@@ -182,4 +182,4 @@ def test_the_prediction_layer_is_the_decoders_layer_class_at_its_index(name):
     model = spec.build("cpu")
     assert type(model.mtp[1].layer) is type(model.decoder.layers[-1])
     # the index past the last layer takes the sparse branch, as the spec's condition says
-    assert type(model.mtp[0].layer.ffn).__name__ == "SparseFeedForward"
+    assert type(model.mtp[0].layer.mlp).__name__ == "SparseFeedForward"

@@ -57,7 +57,7 @@ def test_adapters_start_as_the_base_model_and_only_they_train():
     with torch.no_grad():
         before = model(ids)
     names = apply_lora(model, spec, rank=4, alpha=8, dropout=0.0, targets=("attention", "linear"))
-    assert "decoder.generator" not in names and len(names) == 7 * spec.params["layers"]
+    assert "decoder.lm_head" not in names and len(names) == 7 * spec.params["layers"]
     with torch.no_grad():
         assert_close(model(ids), before, rel=1e-6)              # B = 0: the base model's forward
     trainable, total = trainable_share(model)
@@ -145,9 +145,9 @@ def test_a_shared_weight_is_not_kept_smaller():
 
 
 @pytest.mark.parametrize("targets, expected", [
-    (("attention",), {"q_proj", "k_proj", "v_proj", "out_proj"}),
-    (("linear",), {"gate", "up", "down"}),
-    (("q_proj", "ffn.down"), {"q_proj", "down"}),
+    (("attention",), {"q_proj", "k_proj", "v_proj", "o_proj"}),
+    (("linear",), {"gate_proj", "up_proj", "down_proj"}),
+    (("q_proj", "mlp.down_proj"), {"q_proj", "down_proj"}),
 ])
 def test_targets_are_op_kinds_or_ends_of_module_names(targets, expected):
     spec = xspec.compile("specs/modern/qwen3.xspec")
@@ -161,14 +161,15 @@ def test_latent_attention_projections_are_targets_of_their_kind():
     spec = xspec.compile("specs/modern/deepseek_v3.xspec")
     chosen = lora_targets(spec.build(device="meta"), spec, ("latent_attention",))
     assert chosen and all(".self_attn." in name for name in chosen)
-    assert {name.split(".self_attn.")[1] for name in chosen} == {"q_proj.down", "q_proj.up", "kv_down", "kv_up",
-                                                                 "out_proj"}
+    assert {name.split(".self_attn.")[1] for name in chosen} == {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+                                                                 "kv_b_proj", "o_proj"}
 
 
 def test_a_target_naming_nothing_is_refused_by_name():
     spec = xspec.compile("specs/modern/qwen3.xspec")
     with pytest.raises(UserError, match="train.lora_targets: 'qproj' is neither an op kind nor the end of a linear "
-                                        "layer's name in qwen3 .its linear layers: down, gate, generator, k_proj"):
+                                        "layer's name in qwen3 .its linear layers: down_proj, gate_proj, k_proj, "
+                                        "lm_head"):
         lora_targets(spec.build(device="meta"), spec, ("attention", "qproj"))
     with pytest.raises(UserError, match=r"train.lora_targets \['moe', 'mamba2'\]: no linear layer of qwen3 is among "
                                         "them .its op kinds: add, attention, embedding"):
@@ -188,8 +189,8 @@ def test_a_lora_fine_tune_saves_adapters_resumes_and_exports_merged(tmp_path, ca
     assert ", lr 0.0002, " in out                    # LoRA's learning rate in the fine-tuning recipe
     layers = 7 * 3                  # qwen3's test sizes: three layers, seven projections each
     line = next(line for line in out.splitlines() if line.startswith("LoRA: "))
-    assert line.startswith(f"LoRA: rank 4, alpha 8, on {layers} linear layers (down, gate, k_proj, out_proj, q_proj, "
-                           "up, v_proj); ")
+    assert line.startswith(f"LoRA: rank 4, alpha 8, on {layers} linear layers (down_proj, gate_proj, k_proj, o_proj, "
+                           "q_proj, up_proj, v_proj); ")
     saved = ckpt.load_weights(ckpt.resolve(tuned))
     trained = sum(t.numel() for t in saved.tensors.values())
     assert f"; {trained:,} of " in line

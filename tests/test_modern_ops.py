@@ -37,7 +37,7 @@ def test_grouped_query_attention_repeats_each_key_value_head_for_its_group():
     k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(8)
     scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
-    expected = attention.out_proj((scores.softmax(-1) @ v).transpose(1, 2).flatten(2))
+    expected = attention.o_proj((scores.softmax(-1) @ v).transpose(1, 2).flatten(2))
     assert_close(attention(x, x, x), expected)
 
 
@@ -87,7 +87,7 @@ def test_alibi_biases_scores_by_distance():
     distance = torch.arange(5)[:, None] - torch.arange(5)[None, :]
     bias = -alibi_slopes(4)[:, None, None] * distance
     scores = (q @ k.transpose(-2, -1) / math.sqrt(8) + bias).masked_fill(distance < 0, float("-inf"))
-    expected = attention.out_proj((scores.softmax(-1) @ v).transpose(1, 2).flatten(2))
+    expected = attention.o_proj((scores.softmax(-1) @ v).transpose(1, 2).flatten(2))
     assert_close(attention(x, x, x), expected)
 
 
@@ -99,10 +99,10 @@ def test_rms_norm_and_a_swiglu_written_in_the_spec():
     x = torch.randn(2, 3, 128)
     reference = torch.nn.RMSNorm(128, eps=1e-6)
     reference.weight.copy_(torch.rand(128))
-    layer.sublayer_1.norm.weight.copy_(reference.weight)
-    assert_close(layer.sublayer_1.norm(x), reference(x))
-    ffn = layer.ffn
-    expected = (F.silu(x @ ffn.gate.weight.T) * (x @ ffn.up.weight.T)) @ ffn.down.weight.T
+    layer.input_layernorm.weight.copy_(reference.weight)
+    assert_close(layer.input_layernorm(x), reference(x))
+    ffn = layer.mlp
+    expected = (F.silu(x @ ffn.gate_proj.weight.T) * (x @ ffn.up_proj.weight.T)) @ ffn.down_proj.weight.T
     assert_close(ffn(x), expected)
 
 
@@ -137,18 +137,13 @@ def hf_llama(vocab: int, d_model: int, layers: int, heads: int, kv_heads: int, d
 
 
 def hf_to_xspec_names(layers: int) -> dict[str, str]:
-    """The weight mapping: Hugging Face's parameter names -> the spec's module paths."""
-    names = {"model.embed_tokens.weight": "decoder.embedding.weight", "model.norm.weight": "decoder.norm.weight",
-             "lm_head.weight": "decoder.generator.weight"}
+    """The weight mapping: Hugging Face's parameter names -> the spec's, the same after the top-level module."""
+    names = {"model.embed_tokens.weight": "decoder.embed_tokens.weight", "model.norm.weight": "decoder.norm.weight",
+             "lm_head.weight": "decoder.lm_head.weight"}
     for i in range(layers):
-        hf, ours = f"model.layers.{i}.", f"decoder.layers.{i}."
-        names |= {
-            f"{hf}input_layernorm.weight": f"{ours}sublayer_1.norm.weight",
-            f"{hf}post_attention_layernorm.weight": f"{ours}sublayer_2.norm.weight",
-            **{f"{hf}self_attn.{p}_proj.weight": f"{ours}self_attn.{p}_proj.weight" for p in "qkv"},
-            f"{hf}self_attn.o_proj.weight": f"{ours}self_attn.out_proj.weight",
-            **{f"{hf}mlp.{p}_proj.weight": f"{ours}ffn.{p}.weight" for p in ("gate", "up", "down")},
-        }
+        names |= {f"model.layers.{i}.{name}": f"decoder.layers.{i}.{name}" for name in (
+            "input_layernorm.weight", "post_attention_layernorm.weight",
+            *(f"self_attn.{p}_proj.weight" for p in "qkvo"), *(f"mlp.{p}_proj.weight" for p in ("gate", "up", "down")))}
     return names
 
 
@@ -297,20 +292,20 @@ def test_the_weights_diagrams_draw_are_those_forward_applies(options):
     assert weights.shape == (2, 4, 6, 6)
     v = attention.v_proj(x).unflatten(-1, (attention.kv_heads, 8)).transpose(1, 2)
     v = v.repeat_interleave(4 // attention.kv_heads, dim=1)
-    expected = attention.out_proj((weights @ v).transpose(1, 2).flatten(2))
+    expected = attention.o_proj((weights @ v).transpose(1, 2).flatten(2))
     assert_close(attention(x, x, x, padding_mask=padding), expected)
 
 
 @torch.no_grad()
 def test_every_activation_lowers_to_code_that_passes_the_generated_code_check():
     source = open(LLAMA).read().replace("gate = silu(", "gate = tanh(sigmoid(silu(gelu(relu(").replace(
-        "as gate)", "as gate)))))")
+        "as gate_proj)", "as gate_proj)))))")
     spec = xspec.compile_source(source, name=LLAMA, overrides=SMALL)
     layer = spec.build(device="cpu").eval().decoder.layers[0]
     x = torch.randn(2, 3, 32)
-    ffn = layer.ffn
-    gate = torch.tanh(torch.sigmoid(F.silu(F.gelu(F.relu(ffn.gate(x))))))
-    assert_close(ffn(x), ffn.down(gate * ffn.up(x)))
+    ffn = layer.mlp
+    gate = torch.tanh(torch.sigmoid(F.silu(F.gelu(F.relu(ffn.gate_proj(x))))))
+    assert_close(ffn(x), ffn.down_proj(gate * ffn.up_proj(x)))
 
 
 @pytest.mark.parametrize("name", ["llama", "alibi"])

@@ -36,8 +36,8 @@ def _model(depth: int, seed: int = 0):
 
 def test_each_depth_shares_the_decoders_embedding_and_output_head():
     spec, model = _model(3)
-    assert spec.output_head == "decoder.generator" and len(model.mtp) == 3
-    assert all(depth.embed_tokens.weight is model.decoder.embedding.weight for depth in model.mtp)
+    assert spec.output_head == "decoder.lm_head" and len(model.mtp) == 3
+    assert all(depth.embed_tokens.weight is model.decoder.embed_tokens.weight for depth in model.mtp)
     assert spec.param_shapes["mtp.2.eh_proj.weight"] == (32, 64)   # [e; h] -> d_model
     assert not any(name.startswith("mtp.") for name in xspec.compile(SPEC, overrides={**SMALL, "mtp_depth": 0})
                    .param_shapes)

@@ -123,7 +123,8 @@ def _merged(shape: str, wanted: str) -> bool:
 
 def test_sizes_come_from_the_config_by_the_spec_names():
     source = xspec.compile("specs/modern/llama.xspec").python_source
-    assert "self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.mlp_bias)  # llama.xspec:29" in source
+    assert ("self.gate_proj = nn.Linear(  # llama.xspec:25\n"
+            "            config.d_model, config.d_ff, bias=config.mlp_bias)") in source
     assert "nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)" in source
     assert "config.d_model, config.heads, config.kv_heads, config.d_k, config.d_v," in source
     assert "rotary=RotaryEmbedding(config.d_k, config.rope_theta)" in source

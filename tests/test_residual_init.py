@@ -11,15 +11,15 @@ from xspec.runtime.residual_init import scale_residual_writers
 
 
 @pytest.mark.parametrize("spec, writers, additions", [
-    ("specs/modern/llama.xspec", {"self_attn.out_proj.weight", "ffn.down.weight"}, {"decoder": 4}),
+    ("specs/modern/llama.xspec", {"self_attn.o_proj.weight", "mlp.down_proj.weight"}, {"decoder": 4}),
     # PaLM's parallel block: both branches add to the stream at once
-    ("specs/modern/palm_parallel.xspec", {"self_attn.out_proj.weight", "ffn.w_2.weight"}, {"decoder": 4}),
+    ("specs/modern/palm_parallel.xspec", {"self_attn.o_proj.weight", "ffn.w_2.weight"}, {"decoder": 4}),
     # the paper's: the encoder's two sublayers a layer, the decoder's three
-    ("specs/base.xspec", {"self_attn.out_proj.weight", "cross_attn.out_proj.weight", "ffn.w_2.weight"},
+    ("specs/base.xspec", {"self_attn.o_proj.weight", "cross_attn.o_proj.weight", "ffn.w_2.weight"},
      {"encoder": 12, "decoder": 18}),
     # a shared expert beside the routed ones, and a recurrent mixer's output projection
-    ("specs/modern/qwen3_next.xspec", {"linear_attn.out_proj.weight", "self_attn.out_proj.weight", "ffn.moe.down",
-                                        "ffn.shared_expert.down.weight"}, {"decoder": 8}),
+    ("specs/modern/qwen3_next.xspec", {"linear_attn.out_proj.weight", "self_attn.o_proj.weight", "mlp.moe.down",
+                                        "mlp.shared_expert.down_proj.weight"}, {"decoder": 8}),
     # sandwich norms: a norm ends each sublayer, so nothing writes into the stream unnormalized
     ("specs/modern/gemma3.xspec", set(), {}),
 ])

@@ -226,13 +226,14 @@ def test_diff_compares_every_layer_of_a_stack_and_names_those_that_differ(tmp_pa
                        " d_v = d_v, causal = true, bias = attention_bias, rotary = true,"
                        " rotary_base = rope_theta) as self_attn\n"
                        "    }\n"
-                       "    x = sublayer(x, attend)\n"
-                       "    return sublayer(x, h => feed_forward(h) as ffn)\n  }\n"
+                       "    x = x + attend(rms_norm(x, eps = rms_norm_eps) as input_layernorm)\n"
+                       "    return x + feed_forward(rms_norm(x, eps = rms_norm_eps) as post_attention_layernorm)"
+                       " as mlp\n  }\n"
                        "  block decoder(tokens) {\n"
-                       "    x = embedding(tokens, vocab, d_model) as embedding\n"
+                       "    x = embedding(tokens, vocab, d_model) as embed_tokens\n"
                        "    repeat i in layers { x = lm_layer(x, i) }\n"
                        "    x = rms_norm(x, eps = rms_norm_eps) as norm\n"
-                       "    return linear(x, vocab, bias = false) as generator\n  }\n}\n")
+                       "    return linear(x, vocab, bias = false) as lm_head\n  }\n}\n")
     diff = Diff(xspec.compile(str(variant)), xspec.compile(str(llama), overrides={"layers": 8}))
     assert not diff.is_empty
     lines = [line for status in diff.ops.values() for line in status.lines]

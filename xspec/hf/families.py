@@ -24,7 +24,7 @@ class Mapped:
     spec: str                       # the shipped spec extended, e.g. "llama3" (specs/modern/llama3.xspec)
     model_type: str
     hf_class: str                   # transformers' class for this model_type (verification and export)
-    layout: str                     # how the weights are named and packed (weight_map.py)
+    layout: str                     # the weight rules that pack its tensors ("plain": none; weight_map.py)
     settings: list[Setting]
     notes: dict[str, str]           # attributes that change nothing, and why
     max_positions: int
@@ -718,13 +718,13 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family("llama", "LlamaForCausalLM", "pre_norm", _llama, 2048),
-    "mistral": Family("mistral", "MistralForCausalLM", "pre_norm", _mistral, 131072),
-    "qwen2": Family("qwen2", "Qwen2ForCausalLM", "pre_norm", _qwen2, 32768),
-    "qwen3": Family("qwen3", "Qwen3ForCausalLM", "pre_norm", _qwen3, 32768),
-    "gemma2": Family("gemma2", "Gemma2ForCausalLM", "sandwich", _gemma2, 8192),
-    "gemma3_text": Family("gemma3", "Gemma3ForCausalLM", "sandwich", _gemma3, 131072),
-    "olmo2": Family("olmo2", "Olmo2ForCausalLM", "post_norm", _olmo2, 2048),
+    "llama": Family("llama", "LlamaForCausalLM", "plain", _llama, 2048),
+    "mistral": Family("mistral", "MistralForCausalLM", "plain", _mistral, 131072),
+    "qwen2": Family("qwen2", "Qwen2ForCausalLM", "plain", _qwen2, 32768),
+    "qwen3": Family("qwen3", "Qwen3ForCausalLM", "plain", _qwen3, 32768),
+    "gemma2": Family("gemma2", "Gemma2ForCausalLM", "plain", _gemma2, 8192),
+    "gemma3_text": Family("gemma3", "Gemma3ForCausalLM", "plain", _gemma3, 131072),
+    "olmo2": Family("olmo2", "Olmo2ForCausalLM", "plain", _olmo2, 2048),
     "phi3": Family("phi3", "Phi3ForCausalLM", "phi3", _phi3, 4096),
     "mixtral": Family("mixtral", "MixtralForCausalLM", "mixtral", _mixtral, 131072),
     "qwen3_moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", _qwen3_moe, 32768),
@@ -732,7 +732,7 @@ FAMILIES: dict[str, Family] = {
     "deepseek_v2": Family("deepseek_v2", "DeepseekV2ForCausalLM", "deepseek", _deepseek_v2, 2048),
     "deepseek_v3": Family("deepseek_v3", "DeepseekV3ForCausalLM", "deepseek", _deepseek_v3, 4096),
     "glm4_moe": Family("glm4_moe", "Glm4MoeForCausalLM", "deepseek", _glm4_moe, 131072),
-    "bamba": Family("bamba", "BambaForCausalLM", "bamba", _bamba, 262144),
+    "bamba": Family("bamba", "BambaForCausalLM", "plain", _bamba, 262144),
     "qwen3_next": Family("qwen3_next", "Qwen3NextForCausalLM", "qwen3_next", _qwen3_next, 32768),
     "nemotron_h": Family("nemotron_h", "NemotronHForCausalLM", "nemotron_h", _nemotron_h, 4096),
 }

@@ -234,7 +234,7 @@ def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
     made: dict[str, torch.Tensor] = {}
     read: tuple[str, ...] = ()
     for name, _, _ in plan.layout:
-        if name in plan.tied and name.endswith("generator.weight"):
+        if name in plan.tied and name.endswith("lm_head.weight"):
             yield _embedding_copy(weights)
             continue
         name = plan.tied.get(name, name)

@@ -1,10 +1,13 @@
 """Hugging Face's tensor names and packing against the spec's, in both directions.
 
-A `Group` ties some checkpoint tensors to some of the model's: mostly one to one under another name,
-but Phi-3 fuses q, k, v (and gate, up) into one matrix, Mixtral and Qwen3-MoE store each expert
-apart where the spec stacks them, and gpt-oss interleaves gate and up columns and multiplies from the
-left. The groups are made from the spec's own tensor names, so a checkpoint tensor no group asks for is
-left over, and one a group asks for but the checkpoint lacks is missing: both are errors naming it.
+The specs of imported families name their modules as transformers does, so a tensor's name is the
+checkpoint's after the top-level prefix: `decoder.layers.0.mlp.up_proj.weight` is
+`model.layers.0.mlp.up_proj.weight`, and the output head `decoder.lm_head.weight` is `lm_head.weight`. What
+remains is packing, a family's weight rules: Phi-3 fuses q, k, v (and gate, up) into one matrix, Mixtral,
+Qwen3-MoE and DeepSeek store each expert apart where the spec stacks them, gpt-oss interleaves gate and up
+columns and multiplies from the left. A `Group` ties some checkpoint tensors to some of the model's. The
+groups are made from the spec's own tensor names, so a checkpoint tensor no group asks for is left over,
+and one a group asks for but the checkpoint lacks is missing: both are errors naming it.
 
 DeepSeek-V3's multi-token prediction modules (`mtp.K.*`) are stored as layers after the last
 (`model.layers.{layers + K}.*`): their transformer layer under the names of every layer, their norms and
@@ -36,61 +39,26 @@ def _same(tensors: Tensors) -> Tensors:
     return tensors
 
 
-RENAMES = [  # the spec's names -> Hugging Face's, for what every family shares
-    (r"decoder\.embedding\.weight", "model.embed_tokens.weight"),
-    (r"decoder\.norm\.weight", "model.norm.weight"),
-    (r"decoder\.generator\.weight", "lm_head.weight"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", r"model.layers.\1.self_attn.\2_proj.\3"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.out_proj\.(weight|bias)", r"model.layers.\1.self_attn.o_proj.\2"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"model.layers.\1.self_attn.\2_norm.weight"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.sinks", r"model.layers.\1.self_attn.sinks"),
-    (r"decoder\.layers\.(\d+)\.ffn\.(gate|up|down)\.(weight|bias)", r"model.layers.\1.mlp.\2_proj.\3"),
-    # latent attention's (DeepSeek): the queries' latent and the keys' and values'
-    (r"decoder\.layers\.(\d+)\.self_attn\.q_proj\.down\.(weight|bias)", r"model.layers.\1.self_attn.q_a_proj.\2"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.q_proj\.norm\.weight", r"model.layers.\1.self_attn.q_a_layernorm.weight"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.q_proj\.up\.weight", r"model.layers.\1.self_attn.q_b_proj.weight"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.kv_down\.(weight|bias)", r"model.layers.\1.self_attn.kv_a_proj_with_mqa.\2"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.kv_norm\.weight", r"model.layers.\1.self_attn.kv_a_layernorm.weight"),
-    (r"decoder\.layers\.(\d+)\.self_attn\.kv_up\.weight", r"model.layers.\1.self_attn.kv_b_proj.weight"),
-    # Qwen2-MoE's and Qwen3-Next's shared expert, gated
-    (r"decoder\.layers\.(\d+)\.ffn\.shared_expert\.(gate|up|down)\.weight",
-     r"model.layers.\1.mlp.shared_expert.\2_proj.weight"),
-    (r"decoder\.layers\.(\d+)\.ffn\.shared_expert_gate\.weight", r"model.layers.\1.mlp.shared_expert_gate.weight"),
-    # DeepSeek's shared experts
-    (r"decoder\.layers\.(\d+)\.ffn\.shared_experts\.(gate|up|down)\.weight",
-     r"model.layers.\1.mlp.shared_experts.\2_proj.weight"),
-]
-NORMS = {
-    "pre_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.input_layernorm.weight"),
-                 (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight",
-                  r"model.layers.\1.post_attention_layernorm.weight")],
-    "post_norm": [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight",
-                   r"model.layers.\1.post_attention_layernorm.weight"),
-                  (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight",
-                   r"model.layers.\1.post_feedforward_layernorm.weight")],
-    "sandwich": [(rf"decoder\.layers\.(\d+)\.{ours}\.weight", rf"model.layers.\1.{hf}.weight")
-                 for ours, hf in (("input_norm", "input_layernorm"),
-                                  ("post_attention_norm", "post_attention_layernorm"),
-                                  ("pre_feedforward_norm", "pre_feedforward_layernorm"),
-                                  ("post_feedforward_norm", "post_feedforward_layernorm"))],
-}
-NORMS["bamba"] = [(r"decoder\.layers\.(\d+)\.sublayer_1\.norm\.weight", r"model.layers.\1.input_layernorm.weight"),
-                  (r"decoder\.layers\.(\d+)\.sublayer_2\.norm\.weight", r"model.layers.\1.pre_ff_layernorm.weight")]
-NORM_OF_LAYOUT = {"pre_norm": "pre_norm", "post_norm": "post_norm", "sandwich": "sandwich", "phi3": "pre_norm",
-                  "mixtral": "pre_norm", "qwen3_moe": "pre_norm", "gpt_oss": "pre_norm", "deepseek": "pre_norm",
-                  "deepseek_interleaved": "pre_norm", "bamba": "bamba", "qwen3_next": "pre_norm",
-                  "nemotron_h": "pre_norm"}
+# The checkpoint's top-level module where it is not transformers' usual `model.`.
+PREFIX = {"nemotron_h": "backbone."}
+
+
+def checkpoint_name(name: str, layout: str) -> str:
+    """The checkpoint's name of the spec's tensor `name` (`decoder.` is the checkpoint's top-level module,
+    whose output head stands beside it)."""
+    assert name.startswith("decoder."), f"no Hugging Face name for the spec's tensor {name}"
+    rest = name.removeprefix("decoder.")
+    return rest if rest.startswith("lm_head.") else PREFIX.get(layout, "model.") + rest
 
 
 def groups(layout: str, names: list[str], shapes: dict[str, tuple[int, ...]], params: dict) -> list[Group]:
     """The groups covering `names` (the spec's tensors, tied copies left out)."""
     found: dict[tuple[str, ...], Group] = {}
-    rules = RENAMES + NORMS[NORM_OF_LAYOUT[layout]]
     special = SPECIAL.get(layout)
 
     def group_of(name: str, tensor_shapes: dict[str, tuple[int, ...]]) -> Group:
         group = special(name, tensor_shapes, params) if special else None
-        return group if group is not None else Group((_renamed(name, rules),), (name,), _same, _same)
+        return group if group is not None else Group((checkpoint_name(name, layout),), (name,), _same, _same)
 
     depths = sorted({int(found_[1]) for name in names if (found_ := re.match(r"mtp\.(\d+)\.", name))})
     for name in names:
@@ -147,17 +115,10 @@ def _with_copies(group: Group, layers: int, depths: list[int]) -> Group:
     return Group(group.hf + tuple(name for name, _ in copies), group.ours, to_ours, to_hf)
 
 
-def _renamed(name: str, rules: list[tuple[str, str]]) -> str:
-    for pattern, target in rules:
-        if re.fullmatch(pattern, name):
-            return re.sub(pattern, target, name)
-    raise AssertionError(f"no Hugging Face name for the spec's tensor {name}")
-
-
 # --- fused and stacked layouts -------------------------------------------------------------------
 
 def _phi3(name: str, shapes: dict, params: dict) -> Group | None:
-    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(self_attn\.[qkv]_proj|ffn\.(?:gate|up))\.weight", name)
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(self_attn\.[qkv]_proj|mlp\.(?:gate|up)_proj)\.weight", name)
     if found is None:
         return None
     layer = found[1]
@@ -166,7 +127,7 @@ def _phi3(name: str, shapes: dict, params: dict) -> Group | None:
         rows = [shapes[n][0] for n in ours]
         return Group((f"model.layers.{layer}.self_attn.qkv_proj.weight",), ours,
                      lambda t: list(t[0].split(rows)), lambda t: [torch.cat(t)])
-    ours = (f"decoder.layers.{layer}.ffn.gate.weight", f"decoder.layers.{layer}.ffn.up.weight")
+    ours = (f"decoder.layers.{layer}.mlp.gate_proj.weight", f"decoder.layers.{layer}.mlp.up_proj.weight")
     return Group((f"model.layers.{layer}.mlp.gate_up_proj.weight",), ours,
                  lambda t: list(t[0].chunk(2)), lambda t: [torch.cat(t)])
 
@@ -176,7 +137,7 @@ def _per_expert(prefix: str, names: dict[str, str], router: str):
     router's weight, and DeepSeek's load-correction bias."""
 
     def special(name: str, shapes: dict, params: dict) -> Group | None:
-        found = re.fullmatch(r"decoder\.layers\.(\d+)\.ffn\.moe\.(router\.weight|router\.correction_bias|gate|up|down)",
+        found = re.fullmatch(r"decoder\.layers\.(\d+)\.mlp\.moe\.(router\.weight|router\.correction_bias|gate|up|down)",
                              name)
         if found is None:
             return None
@@ -194,14 +155,14 @@ def _per_expert(prefix: str, names: dict[str, str], router: str):
 
 
 def _gpt_oss(name: str, shapes: dict, params: dict) -> Group | None:
-    found = re.fullmatch(r"decoder\.layers\.(\d+)\.ffn\.moe\.(\w+(?:\.\w+)?)", name)
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.mlp\.moe\.(\w+(?:\.\w+)?)", name)
     if found is None:
         return None
     layer, part = found[1], found[2]
     base = f"model.layers.{layer}.mlp"
     if part.startswith("router."):
         return Group((f"{base}.{part}",), (name,), _same, _same)
-    ours = lambda *parts: tuple(f"decoder.layers.{layer}.ffn.moe.{p}" for p in parts)  # noqa: E731
+    ours = lambda *parts: tuple(f"decoder.layers.{layer}.mlp.moe.{p}" for p in parts)  # noqa: E731
     if part in ("gate", "up"):   # [E, d, 2 f], gate and up interleaved (even, odd columns), multiplied from the left
         return Group((f"{base}.experts.gate_up_proj",), ours("gate", "up"),
                      lambda t: [t[0][..., ::2].transpose(1, 2), t[0][..., 1::2].transpose(1, 2)],
@@ -219,13 +180,14 @@ def _gpt_oss(name: str, shapes: dict, params: dict) -> Group | None:
 def _interleaved_rotary(name: str, shapes: dict, params: dict) -> Group | None:
     """DeepSeek's rotary features as pairs (x0, x1), (x2, x3), ... (rope_interleave): the rows of the
     projections that make them, reordered to halves (x0, x2, ..., x1, x3, ...), which the spec turns."""
-    found = re.fullmatch(r"decoder\.layers\.\d+\.self_attn\.(q_proj\.weight|q_proj\.up\.weight|kv_down\.\w+)", name)
+    found = re.fullmatch(r"decoder\.layers\.\d+\.self_attn\.(q_proj\.weight|q_b_proj\.weight|kv_a_proj_with_mqa\.\w+)",
+                         name)
     if found is None:
         return None
     rope = params["qk_rope_head_dim"]
     halves = torch.cat([torch.arange(0, rope, 2), torch.arange(1, rope, 2)])
     pairs = halves.argsort()
-    if found[1].startswith("kv_down"):  # [kv_lora_rank + rope, ...]: the shared rotary key last
+    if found[1].startswith("kv_a_proj"):  # [kv_lora_rank + rope, ...]: the shared rotary key last
         latent = params["kv_lora_rank"]
 
         def reorder(order):
@@ -238,8 +200,7 @@ def _interleaved_rotary(name: str, shapes: dict, params: dict) -> Group | None:
                 heads = t[0].view(-1, nope + rope, t[0].size(-1))
                 return [torch.cat([heads[:, :nope], heads[:, nope:][:, order]], dim=1).flatten(0, 1)]
             return apply
-    hf = _renamed(name, RENAMES)
-    return Group((hf,), (name,), reorder(halves), reorder(pairs))
+    return Group((checkpoint_name(name, "deepseek"),), (name,), reorder(halves), reorder(pairs))
 
 
 # Qwen3-MoE's and DeepSeek's experts: mlp.experts.E.{gate,up,down}_proj, the router mlp.gate.
@@ -250,51 +211,19 @@ def _deepseek_interleaved(name: str, shapes: dict, params: dict) -> Group | None
     return _interleaved_rotary(name, shapes, params) or _mlp_experts(name, shapes, params)
 
 
-def _bamba(name: str, shapes: dict, params: dict) -> Group | None:
-    """Bamba's own names: the Mamba-2 mixer's tensors as the spec's module names them, the feed-forward
-    under feed_forward, the last norm final_layernorm."""
-    for pattern, target in ((r"decoder\.layers\.(\d+)\.mamba\.(.+)", r"model.layers.\1.mamba.\2"),
-                            (r"decoder\.layers\.(\d+)\.ffn\.(gate|up|down)\.weight",
-                             r"model.layers.\1.feed_forward.\2_proj.weight"),
-                            (r"decoder\.norm\.weight", "model.final_layernorm.weight")):
-        if re.fullmatch(pattern, name):
-            return Group((re.sub(pattern, target, name),), (name,), _same, _same)
-    return None
-
-
 def _qwen3_next(name: str, shapes: dict, params: dict) -> Group | None:
-    """Qwen3-Next's Gated DeltaNet under its own names; its gated attention's q_proj (weight and bias), each
-    head's query rows then its gate's rows, split into the spec's q_proj and gate_proj; its experts as
-    Qwen3-MoE's."""
-    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(linear_attn\..+|self_attn\.(q|gate)_proj\.(weight|bias))", name)
+    """Qwen3-Next's gated attention's q_proj (weight and bias), each head's query rows then its gate's rows,
+    split into the spec's q_proj and gate_proj; its experts as Qwen3-MoE's."""
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.self_attn\.(q|gate)_proj\.(weight|bias)", name)
     if found is None:
         return _mlp_experts(name, shapes, params)
-    layer, part, kind = found[1], found[2], found[4]
-    if part.startswith("linear_attn"):
-        return Group((f"model.layers.{layer}.{part}",), (name,), _same, _same)
+    layer, kind = found[1], found[3]
     heads = params["heads"]
     ours = (f"decoder.layers.{layer}.self_attn.q_proj.{kind}", f"decoder.layers.{layer}.self_attn.gate_proj.{kind}")
     return Group((f"model.layers.{layer}.self_attn.q_proj.{kind}",), ours,
                  lambda t: [rows.flatten(0, 1) for rows in t[0].unflatten(0, (heads, 2, -1)).unbind(1)],
                  lambda t: [torch.stack([t[0].unflatten(0, (heads, -1)), t[1].unflatten(0, (heads, -1))], 1)
                             .flatten(0, 2)])
-
-
-def _nemotron_h(name: str, shapes: dict, params: dict) -> Group | None:
-    """Nemotron-H's names, under `backbone.` as NVIDIA's checkpoints have them: one mixer and one norm a
-    block (the spec's sublayer; an attention's W^O is o_proj, a Mamba-2 mixer's out_proj), the embedding
-    and the last norm of its own."""
-    found = re.fullmatch(r"decoder\.layers\.(\d+)\.(sublayer\.norm|mixer)\.(.+)", name)
-    if found is not None:
-        layer, part, rest = found[1], found[2], found[3]
-        if part.startswith("sublayer"):
-            return Group((f"backbone.layers.{layer}.norm.{rest}",), (name,), _same, _same)
-        attention = params["layers_block_type"][int(layer)] == "full_attention"
-        rest = re.sub(r"^(up|down)\.", r"\1_proj.", rest)
-        rest = re.sub(r"^out_proj\.", "o_proj.", rest) if attention else rest
-        return Group((f"backbone.layers.{layer}.mixer.{rest}",), (name,), _same, _same)
-    hf = {"decoder.embedding.weight": "backbone.embeddings.weight", "decoder.norm.weight": "backbone.norm_f.weight"}
-    return Group((hf[name],), (name,), _same, _same) if name in hf else None
 
 
 SPECIAL = {
@@ -304,7 +233,5 @@ SPECIAL = {
     "gpt_oss": _gpt_oss,
     "deepseek": _mlp_experts,
     "deepseek_interleaved": _deepseek_interleaved,
-    "bamba": _bamba,
     "qwen3_next": _qwen3_next,
-    "nemotron_h": _nemotron_h,
 }

@@ -39,13 +39,14 @@ class Gemma3Config:
 class FeedForward(nn.Module):  # block feed_forward, gemma2.xspec:20
     def __init__(self, config):
         super().__init__()
-        self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)  # gemma2.xspec:21
-        self.up = nn.Linear(config.d_model, config.d_ff, bias=False)  # gemma2.xspec:22
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=False)  # gemma2.xspec:22
+        self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=False)  # gemma2.xspec:21
+        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=False)  # gemma2.xspec:22
+        self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=False)  # gemma2.xspec:22
 
     def forward(self, x):
-        gate = F.gelu(self.gate(x), approximate='tanh')  # [batch, tgt_len, d_ff]  gemma2.xspec:21
-        return self.down(gate * self.up(x))  # [batch, tgt_len, d_model]  gemma2.xspec:22
+        gate = F.gelu(  # [batch, tgt_len, d_ff]  gemma2.xspec:21
+            self.gate_proj(x), approximate='tanh')
+        return self.down_proj(gate * self.up_proj(x))  # [batch, tgt_len, d_model]  gemma2.xspec:22
 
 
 class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
@@ -54,7 +55,7 @@ class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
         if not config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:19
             raise ValueError(f'layer {i} takes a branch this file was generated without: '
                              'compile the spec with these values (xspec compile --set)')
-        self.input_norm = RMSNorm(  # gemma3.xspec:31
+        self.input_layernorm = RMSNorm(  # gemma3.xspec:31
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
         self.self_attn = Attention(  # gemma3.xspec:20
             config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
@@ -63,39 +64,39 @@ class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
             k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
             rotary=RotaryEmbedding(config.head_dim, config.rope_local_base_freq),
             scale=config.query_pre_attn_scalar ** -0.5, window=config.sliding_window)
-        self.post_attention_norm = RMSNorm(  # gemma3.xspec:32
+        self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:32
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.pre_feedforward_norm = RMSNorm(  # gemma3.xspec:33
+        self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:33
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.ffn = FeedForward(config)  # gemma3.xspec:33
-        self.post_feedforward_norm = RMSNorm(  # gemma3.xspec:34
+        self.mlp = FeedForward(config)  # gemma3.xspec:33
+        self.post_feedforward_layernorm = RMSNorm(  # gemma3.xspec:34
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
 
     def forward(self, x, cache=None):
         def attend(h):  # gemma3.xspec:20
             return self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:20
-        h = attend(self.input_norm(x))  # gemma3.xspec:31
-        x = x + self.post_attention_norm(h)  # gemma3.xspec:32
-        h = self.ffn(self.pre_feedforward_norm(x))  # gemma3.xspec:33
-        return x + self.post_feedforward_norm(h)  # gemma3.xspec:34
+        h = attend(self.input_layernorm(x))  # gemma3.xspec:31
+        x = x + self.post_attention_layernorm(h)  # gemma3.xspec:32
+        h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:33
+        return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:34
 
 
 class Decoder(nn.Module):  # block decoder, gemma2.xspec:42
     def __init__(self, config):
         super().__init__()
-        self.embedding = ScaledEmbedding(  # gemma2.xspec:43
+        self.embed_tokens = ScaledEmbedding(  # gemma2.xspec:43
             config.vocab, config.d_model, math.sqrt(config.d_model))
         self.layers = nn.ModuleList(  # gemma2.xspec:44
             [LmLayer(config, i) for i in range(config.layers)])
         self.norm = RMSNorm(config.d_model, eps=config.rms_norm_eps, offset=1.0)  # gemma2.xspec:45
-        self.generator = nn.Linear(config.d_model, config.vocab, bias=False)  # gemma2.xspec:46
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # gemma2.xspec:46
 
     def forward(self, tokens, cache=None):
-        x = self.embedding(tokens)  # [batch, tgt_len, d_model]  gemma2.xspec:43
+        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  gemma2.xspec:43
         for layer in self.layers:  # gemma2.xspec:44
             x = layer(x, cache=cache)  # gemma2.xspec:44
         x = self.norm(x)  # gemma2.xspec:45
-        return self.generator(x)  # [batch, tgt_len, vocab]  gemma2.xspec:46
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  gemma2.xspec:46
 
 
 class Gemma3(nn.Module):  # the whole model: decode, forward
@@ -103,7 +104,7 @@ class Gemma3(nn.Module):  # the whole model: decode, forward
         super().__init__()
         config = config if config is not None else Gemma3Config()
         self.decoder = Decoder(config)
-        self.decoder.generator.weight = self.decoder.embedding.weight  # tie, gemma3.xspec:47
+        self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, gemma3.xspec:45
 
     def decode(self, tgt_tokens, cache=None):
         """[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."""

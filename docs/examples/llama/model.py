@@ -31,52 +31,55 @@ class LlamaConfig:
         self.d_v = self.d_model // self.heads if self.d_v is None else self.d_v
 
 
-class FeedForward(nn.Module):  # block feed_forward, llama.xspec:28
+class FeedForward(nn.Module):  # block feed_forward, llama.xspec:24
     def __init__(self, config):
         super().__init__()
-        self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.mlp_bias)  # llama.xspec:29
-        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.mlp_bias)  # llama.xspec:30
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.mlp_bias)  # llama.xspec:30
+        self.gate_proj = nn.Linear(  # llama.xspec:25
+            config.d_model, config.d_ff, bias=config.mlp_bias)
+        self.up_proj = nn.Linear(  # llama.xspec:26
+            config.d_model, config.d_ff, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(  # llama.xspec:26
+            config.d_ff, config.d_model, bias=config.mlp_bias)
 
     def forward(self, x):
-        gate = F.silu(self.gate(x))  # [batch, tgt_len, d_ff]  llama.xspec:29
-        return self.down(gate * self.up(x))  # [batch, tgt_len, d_model]  llama.xspec:30
+        gate = F.silu(self.gate_proj(x))  # [batch, tgt_len, d_ff]  llama.xspec:25
+        return self.down_proj(gate * self.up_proj(x))  # [batch, tgt_len, d_model]  llama.xspec:26
 
 
-class LmLayer(nn.Module):  # block lm_layer, llama.xspec:33
+class LmLayer(nn.Module):  # block lm_layer, llama.xspec:30
     def __init__(self, config):
         super().__init__()
-        self.sublayer_1 = nn.ModuleDict({  # llama.xspec:34
-            'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
-        self.self_attn = Attention(  # llama.xspec:34
+        self.input_layernorm = nn.RMSNorm(  # llama.xspec:31
+            config.d_model, eps=config.rms_norm_eps)
+        self.self_attn = Attention(  # llama.xspec:32
             config.d_model, config.heads, config.kv_heads, config.d_k, config.d_v,
             bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
             rotary=RotaryEmbedding(config.d_k, config.rope_theta))
-        self.sublayer_2 = nn.ModuleDict({  # llama.xspec:36
-            'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
-        self.ffn = FeedForward(config)  # llama.xspec:36
+        self.post_attention_layernorm = nn.RMSNorm(  # llama.xspec:34
+            config.d_model, eps=config.rms_norm_eps)
+        self.mlp = FeedForward(config)  # llama.xspec:34
 
     def forward(self, x, cache=None):
-        norm = self.sublayer_1.norm(x)  # llama.xspec:34
-        x = x + self.self_attn(norm, norm, norm, cache=cache)  # llama.xspec:34
-        return x + self.ffn(self.sublayer_2.norm(x))  # llama.xspec:36
+        h = self.input_layernorm(x)  # llama.xspec:31
+        x = x + self.self_attn(h, h, h, cache=cache)  # llama.xspec:32
+        return x + self.mlp(self.post_attention_layernorm(x))  # llama.xspec:34
 
 
-class Decoder(nn.Module):  # block decoder, llama.xspec:39
+class Decoder(nn.Module):  # block decoder, llama.xspec:37
     def __init__(self, config):
         super().__init__()
-        self.embedding = Embedding(config.vocab, config.d_model)  # llama.xspec:40
-        self.layers = nn.ModuleList(  # llama.xspec:41
+        self.embed_tokens = Embedding(config.vocab, config.d_model)  # llama.xspec:38
+        self.layers = nn.ModuleList(  # llama.xspec:39
             [LmLayer(config) for _ in range(config.layers)])
-        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:42
-        self.generator = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:43
+        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:40
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:41
 
     def forward(self, tokens, cache=None):
-        x = self.embedding(tokens)  # [batch, tgt_len, d_model]  llama.xspec:40
-        for layer in self.layers:  # llama.xspec:41
-            x = layer(x, cache=cache)  # llama.xspec:41
-        x = self.norm(x)  # llama.xspec:42
-        return self.generator(x)  # [batch, tgt_len, vocab]  llama.xspec:43
+        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  llama.xspec:38
+        for layer in self.layers:  # llama.xspec:39
+            x = layer(x, cache=cache)  # llama.xspec:39
+        x = self.norm(x)  # llama.xspec:40
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  llama.xspec:41
 
 
 class Llama(nn.Module):  # the whole model: decode, forward

@@ -46,38 +46,38 @@ class FeedForward(nn.Module):  # block feed_forward, mixtral.xspec:12
 class LmLayer(nn.Module):  # block lm_layer, mistral.xspec:13
     def __init__(self, config):
         super().__init__()
-        self.sublayer_1 = nn.ModuleDict({  # mistral.xspec:14
-            'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
-        self.self_attn = Attention(  # mistral.xspec:14
+        self.input_layernorm = nn.RMSNorm(  # mistral.xspec:14
+            config.d_model, eps=config.rms_norm_eps)
+        self.self_attn = Attention(  # mistral.xspec:15
             config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
             bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
             rotary=RotaryEmbedding(config.head_dim, config.rope_theta),
             window=config.sliding_window)
-        self.sublayer_2 = nn.ModuleDict({  # mistral.xspec:17
-            'norm': nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)})
-        self.ffn = FeedForward(config)  # mistral.xspec:17
+        self.post_attention_layernorm = nn.RMSNorm(  # mistral.xspec:18
+            config.d_model, eps=config.rms_norm_eps)
+        self.mlp = FeedForward(config)  # mistral.xspec:18
 
     def forward(self, x, cache=None):
-        norm = self.sublayer_1.norm(x)  # mistral.xspec:14
-        x = x + self.self_attn(norm, norm, norm, cache=cache)  # mistral.xspec:14
-        return x + self.ffn(self.sublayer_2.norm(x))  # mistral.xspec:17
+        h = self.input_layernorm(x)  # mistral.xspec:14
+        x = x + self.self_attn(h, h, h, cache=cache)  # mistral.xspec:15
+        return x + self.mlp(self.post_attention_layernorm(x))  # mistral.xspec:18
 
 
-class Decoder(nn.Module):  # block decoder, llama.xspec:39
+class Decoder(nn.Module):  # block decoder, llama.xspec:37
     def __init__(self, config):
         super().__init__()
-        self.embedding = Embedding(config.vocab, config.d_model)  # llama.xspec:40
-        self.layers = nn.ModuleList(  # llama.xspec:41
+        self.embed_tokens = Embedding(config.vocab, config.d_model)  # llama.xspec:38
+        self.layers = nn.ModuleList(  # llama.xspec:39
             [LmLayer(config) for _ in range(config.layers)])
-        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:42
-        self.generator = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:43
+        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:40
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:41
 
     def forward(self, tokens, cache=None):
-        x = self.embedding(tokens)  # [batch, tgt_len, d_model]  llama.xspec:40
-        for layer in self.layers:  # llama.xspec:41
-            x = layer(x, cache=cache)  # llama.xspec:41
-        x = self.norm(x)  # llama.xspec:42
-        return self.generator(x)  # [batch, tgt_len, vocab]  llama.xspec:43
+        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  llama.xspec:38
+        for layer in self.layers:  # llama.xspec:39
+            x = layer(x, cache=cache)  # llama.xspec:39
+        x = self.norm(x)  # llama.xspec:40
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  llama.xspec:41
 
 
 class Mixtral(nn.Module):  # the whole model: decode, forward
