@@ -157,33 +157,63 @@ def test_an_exports_generation_settings_are_the_decode_sections():
 def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():
     from xspec.hf.export import match_family
 
-    config, mapped = match_family(xspec.compile("specs/modern/qwen2.xspec", overrides={"use_sliding_window": True}),
-                                  (1, [2]))
+    config = match_family(xspec.compile("specs/modern/qwen2.xspec", overrides={"use_sliding_window": True}),
+                          (1, [2])).config
     assert (config["model_type"], config["use_sliding_window"], config["sliding_window"]) == ("qwen2", True, 8)
-    config, _ = match_family(xspec.compile("specs/modern/llama3.xspec"), (None, []))
+    config = match_family(xspec.compile("specs/modern/llama3.xspec"), (None, [])).config
     assert config["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 
 
 @pytest.mark.parametrize("spec, overrides, message", [
-    ("specs/lm.xspec", {}, "spec 'transformer_lm' maps to none of the Hugging Face families; the closest, llama, "
-                           "differs at decoder.embedding.embed (llama: decoder.embedding): embedding with scale "
-                           "11.3137 where llama has 1"),
+    ("specs/lm.xspec", {}, "spec 'transformer_lm' maps to none of the Hugging Face families; the closest, gemma2, "
+                           "differs at decoder.embedding.positions (sinusoidal_positions: max_len=1024; shape "
+                           "[tgt_len, 128]), where gemma2 has decoder.layers.0.input_layernorm (rms_norm"),
     ("specs/modern/llama.xspec", {"norm_first": True, "mlp_bias": True, "rms_norm_eps": 1e-5},
      None),   # parameters the family writes: maps
-    ("specs/modern/alibi.xspec", {}, "maps to none of the Hugging Face families; the closest, llama, differs at "
-                                     "decoder.embedding.embed (llama: decoder.embedding): embedding with scale 11.3137 "
-                                     "where llama has 1"),
+    ("specs/modern/alibi.xspec", {}, "maps to none of the Hugging Face families; the closest, gemma2, differs at "
+                                     "decoder.embedding.dropout_1 (dropout: p=0.1"),
     ("specs/modern/qwen3_moe.xspec", {"shared_expert_intermediate_size": 8},
-     "the closest, qwen3_moe, differs at decoder.layers.0.ffn.shared_expert_gate"),
+     "the closest, qwen3_moe, differs at decoder.layers.0.mlp.shared_expert_gate"),
 ])
 def test_a_spec_that_computes_what_no_family_does_is_refused_naming_where(spec, overrides, message):
     from xspec.hf.export import match_family
 
     compiled = xspec.compile(spec, overrides=overrides)
     if message is None:
-        assert match_family(compiled, (None, []))[0]["mlp_bias"] is True
+        assert match_family(compiled, (None, [])).config["mlp_bias"] is True
         return
     with pytest.raises(UserError) as error:
         match_family(compiled, (None, []))
     assert message in str(error.value), str(error.value)
+
+
+@torch.no_grad()
+def test_a_spec_naming_its_modules_otherwise_exports_under_transformers_names(tmp_path):
+    """A run whose spec computes Mistral but names its modules otherwise (as runs written before the shipped
+    specs took transformers' names did) is matched op by op: its tensors are written under the family's
+    names, and the export gives the original checkpoint's logits."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.spec_text import family_spec
+    from xspec.runtime.inference import load
+
+    trained = load(imported("mistral"), "cpu", weights="fp32")
+    text = family_spec("mistral").read_text()
+    for ours, older in (("input_layernorm", "attention_norm"), ("post_attention_layernorm", "ffn_norm"),
+                        ("mlp", "ffn"), ("embed_tokens", "embedding"), ("lm_head", "generator")):
+        text = text.replace(f"as {ours}", f"as {older}").replace(f"decoder.{ours}.", f"decoder.{older}.")
+    older = xspec.compile_source(text, str(family_spec("mistral")),
+                                 overrides={k: v for k, v in trained.spec.params.items()
+                                            if k in xspec.compile(family_spec("mistral")).params
+                                            and not isinstance(v, (str, list))})
+    names = dict(zip(trained.model.state_dict(), older.param_shapes))
+    assert "decoder.layers.0.ffn_norm.weight" in names.values()
+    model = older.build("cpu").eval()
+    model.load_state_dict({names[k]: v for k, v in trained.model.state_dict().items()})
+    trained.spec, trained.model = older, model
+    export_hf(trained, tmp_path)
+    original = saved_model("mistral")
+    exported = transformers.MistralForCausalLM.from_pretrained(tmp_path, dtype=torch.float32,
+                                                             attn_implementation="eager").eval()
+    text_ids = torch.randint(0, original.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    assert_close(exported(text_ids).logits, original(text_ids).logits)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
@@ -24,22 +25,73 @@ from xspec.hf.hf_config import OWN, config_for
 from xspec.hf.safetensors_file import write_safetensors
 
 
-def _nodes(spec) -> list[tuple]:
-    """The op graph without source positions: what the model computes, in order."""
+@dataclass(frozen=True)
+class _Node:
+    """One op of the graph as export compares it: what it computes, its inputs by position. Names are
+    not compared, so a spec that names its modules otherwise (or a run an older xspec wrote) still maps,
+    its tensors renamed to the family's."""
+
+    name: str                   # the op's id, for messages
+    op: str
+    attrs: str
+    shape: str
+    module: Optional[str]       # the module holding its tensors, if it has any
+    inputs: tuple               # (the producing op's position, its ports), sorted
+
+    def computes(self) -> tuple:
+        return (self.op, self.attrs, self.shape, self.module is None, self.inputs)
+
+
+def _graph(spec) -> tuple[list[_Node], list[tuple]]:
+    """The op graph in order, and the ties as (op position, tensor) pairs."""
     graph = json.loads(spec.graph_json())
+    position = {node["id"]: index for index, node in enumerate(graph["nodes"])}
     inputs: dict[str, list[tuple]] = {}
     for edge in graph["edges"]:
-        inputs.setdefault(edge["to"], []).append((edge["from"], tuple(edge["ports"])))
-    return [(n["id"], n["op"], json.dumps(n["attrs"], sort_keys=True), n["shape"], n["module"],
-             tuple(sorted(inputs.get(n["id"], [])))) for n in graph["nodes"]] + [("ties", json.dumps(graph["ties"]))]
+        inputs.setdefault(edge["to"], []).append((position[edge["from"]], tuple(edge["ports"])))
+    nodes = [_Node(n["id"], n["op"], json.dumps(n["attrs"], sort_keys=True), n["shape"], n["module"],
+                   tuple(sorted(inputs.get(n["id"], [])))) for n in graph["nodes"]]
+    held = {node.module: index for index, node in enumerate(nodes) if node.module is not None}
+
+    def tensor(path: str) -> tuple:
+        module = _holder(path, held)
+        return (held[module], path.removeprefix(module)) if module is not None else (-1, path)
+
+    return nodes, sorted((tensor(copy), tensor(target)) for copy, target in graph["ties"].items())
+
+
+def _holder(name: str, modules) -> Optional[str]:
+    """The longest of `modules` that holds the tensor `name`."""
+    return max((m for m in modules if name.startswith(m + ".")), key=len, default=None)
+
+
+def renaming(ours, theirs) -> dict[str, str]:
+    """Each tensor of `ours` under the name the same tensor has in `theirs`, a spec computing the same
+    (matched op by op): a run's `decoder.layers.0.sublayer_1.norm.weight` is `...input_layernorm.weight`."""
+    modules = {a.module: b.module for a, b in zip(_graph(ours)[0], _graph(theirs)[0]) if a.module and b.module}
+    names = {}
+    for name in {**ours.param_shapes, **ours.state_shapes}:
+        module = _holder(name, modules)
+        names[name] = name if module is None else modules[module] + name.removeprefix(module)
+    return names
 
 
 def _quoted(value: Any) -> Any:
     return f'"{value}"' if isinstance(value, str) else value
 
 
+@dataclass(frozen=True)
+class Match:
+    """A spec as one family: the config.json it writes, the mapping that reads it back, and the family's
+    own spec at those values, whose tensor names are the checkpoint's."""
+
+    config: Any
+    mapped: Any
+    family_spec: Any
+
+
 def _candidate(spec, model_type: str, family: Family, special: tuple[int | None, list[int]]):
-    """(config or None, mapped or None, first difference or None) of the spec as `model_type`. A spec whose
+    """(the match, the first difference or None) of the spec as `model_type`. A spec whose
     parameters cannot be written as that family's config is compared with the family's spec at the
     parameters they share, to say where they differ."""
     import xspec
@@ -59,28 +111,30 @@ def _candidate(spec, model_type: str, family: Family, special: tuple[int | None,
             rebuilt = xspec.compile(family_spec(family.spec), overrides=shared)
         except UserError:
             rebuilt = xspec.compile(family_spec(family.spec))
-    ours, theirs = _nodes(spec), _nodes(rebuilt)
+    (ours, our_ties), (theirs, their_ties) = _graph(spec), _graph(rebuilt)
     for index, (a, b) in enumerate(zip(ours, theirs)):
-        if a != b:
-            return config, mapped, (index, a, b)
+        if a.computes() != b.computes():
+            return Match(config, mapped, rebuilt), (index, a, b)
     if len(ours) != len(theirs):
         shorter = min(len(ours), len(theirs))
-        return config, mapped, (shorter, ours[shorter] if shorter < len(ours) else ("(nothing)",),
-                                theirs[shorter] if shorter < len(theirs) else ("(nothing)",))
+        return Match(config, mapped, rebuilt), (shorter, ours[shorter] if shorter < len(ours) else "(nothing)",
+                                                theirs[shorter] if shorter < len(theirs) else "(nothing)")
+    if our_ties != their_ties:
+        return Match(config, mapped, rebuilt), (len(ours), f"ties {our_ties}", f"ties {their_ties}")
     if config is None:    # the same graph, but parameters no config holds
-        return None, None, (len(ours), ("parameters",), ("others",))
-    return config, mapped, None
+        return Match(None, None, rebuilt), (len(ours), "parameters", "others")
+    return Match(config, mapped, rebuilt), None
 
 
-def match_family(spec, special: tuple[int | None, list[int]]) -> tuple[dict, Any]:
+def match_family(spec, special: tuple[int | None, list[int]]) -> Match:
     closest = None
     # The families whose own parameters the spec has most of first: usually the first compiled matches.
     order = sorted(FAMILIES, key=lambda t: -sum(p in spec.params for p in OWN[t]))
     for model_type in order:
         family = FAMILIES[model_type]
-        config, mapped, difference = _candidate(spec, model_type, family, special)
+        match, difference = _candidate(spec, model_type, family, special)
         if difference is None:
-            return config, mapped
+            return match
         if closest is None or difference[0] > closest[1][0]:
             closest = (model_type, difference)
     assert closest is not None
@@ -89,20 +143,20 @@ def match_family(spec, special: tuple[int | None, list[int]]) -> tuple[dict, Any
                     f"{model_type}, differs at {_difference(ours, theirs, model_type)}")
 
 
-def _difference(ours: tuple, theirs: tuple, model_type: str) -> str:
+def _difference(ours, theirs, model_type: str) -> str:
     """Where two ops differ, naming what differs: the attributes of one op (`scale 11.31 where llama has
     1.0`), its shape or its inputs; else both ops whole."""
-    if len(ours) > 3 and len(theirs) > 3 and ours[1] == theirs[1]:
-        mine, other = json.loads(ours[2]), json.loads(theirs[2])
+    if isinstance(ours, _Node) and isinstance(theirs, _Node) and ours.op == theirs.op:
+        mine, other = json.loads(ours.attrs), json.loads(theirs.attrs)
         changed = [f"{key} {_value(mine.get(key))} where {model_type} has {_value(other.get(key))}"
                    for key in sorted(set(mine) | set(other)) if mine.get(key) != other.get(key)]
-        if ours[3] != theirs[3]:
-            changed.append(f"shape {ours[3]} where {model_type} has {theirs[3]}")
-        if ours[5] != theirs[5] and ours[0] == theirs[0]:
-            changed.append(f"its inputs {list(ours[5])} where {model_type} has {list(theirs[5])}")
-        where = ours[0] if ours[0] == theirs[0] else f"{ours[0]} ({model_type}: {theirs[0]})"
+        if ours.shape != theirs.shape:
+            changed.append(f"shape {ours.shape} where {model_type} has {theirs.shape}")
+        if ours.inputs != theirs.inputs:
+            changed.append(f"other inputs than {model_type}'s")
+        where = ours.name if ours.name == theirs.name else f"{ours.name} ({model_type}: {theirs.name})"
         if changed:
-            return f"{where}: {ours[1]} with " + "; ".join(changed)
+            return f"{where}: {ours.op} with " + "; ".join(changed)
     return f"{_describe(ours)}, where {model_type} has {_describe(theirs)}"
 
 
@@ -111,11 +165,11 @@ def _value(value: object) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def _describe(node: tuple) -> str:
-    if len(node) < 3:
-        return node[0]
-    attrs = ", ".join(f"{k}={v}" for k, v in json.loads(node[2]).items() if v not in (None, False))
-    return f"{node[0]} ({node[1]}{': ' + attrs if attrs else ''}; shape {node[3]})"
+def _describe(node) -> str:
+    if not isinstance(node, _Node):
+        return printable(str(node))
+    attrs = ", ".join(f"{k}={v}" for k, v in json.loads(node.attrs).items() if v not in (None, False))
+    return f"{node.name} ({node.op}{': ' + attrs if attrs else ''}; shape {node.shape})"
 
 
 # transformers' save_pretrained shards at 5 GB (max_shard_size="5GB"), and the Hugging Face hub takes no
@@ -165,12 +219,14 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     tokenizer = trained.tokenizer
     special = (tokenizer.bos_id, tokenizer.eos_ids) if hasattr(tokenizer, "eos_ids") else (3, [3])
     kept: dict[str, dict] = getattr(tokenizer, "hf_files", {})
-    config, mapped = match_family(trained.spec, special)
-    config = kept_keys(kept.get("config.json"), config, mapped, say)
-    state = {name: tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
-    shapes = {**trained.spec.param_shapes, **trained.spec.state_shapes}
-    names = [n for n in shapes if n not in trained.spec.ties]
-    groups = weight_map.groups(mapped.layout, names, shapes, trained.spec.params)
+    match = match_family(trained.spec, special)
+    config = kept_keys(kept.get("config.json"), match.config, match.mapped, say)
+    mapped, theirs = match.mapped, match.family_spec
+    renamed = renaming(trained.spec, theirs)
+    state = {renamed[name]: tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
+    shapes = {**theirs.param_shapes, **theirs.state_shapes}
+    names = [n for n in shapes if n not in theirs.ties]
+    groups = weight_map.groups(mapped.layout, names, shapes, theirs.params)
     tensors: list = []
     for group in groups:
         tensors += zip(group.hf, group.to_hf([state[n] for n in group.ours]))
