@@ -207,9 +207,9 @@ def test_a_refusal_naming_no_key_still_names_config_json_and_not_the_generated_s
     from xspec.hf.config_reader import Setting
     from xspec.hf.families import Mapped
     from xspec.hf.importer import _in_config
+    from xspec.hf.weight_map import PLAIN
 
-    mapped = Mapped("llama", "llama", "LlamaForCausalLM", "pre_norm", [Setting("heads", 4, "num_attention_heads")],
-                    {}, 64)
+    mapped = Mapped("llama", "llama", "LlamaForCausalLM", PLAIN, [Setting("heads", 4, "num_attention_heads")], {}, 64)
     error = SpecError("rendered", [Diagnostic("shape", "error", Span("out/specs/modern/llama.xspec", 3, 1, 3, 2),
                                               "the shapes of an addition differ")])
     assert str(_in_config(error, mapped, Path("ckpt/config.json"))) == (

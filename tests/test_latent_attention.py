@@ -74,10 +74,10 @@ def _config(**changes) -> dict:
 
 def test_import_maps_a_deepseek_config_and_its_rotary_layout():
     mapped = map_config(_config())
-    assert mapped.spec == "deepseek_v3" and mapped.layout == "deepseek_interleaved"
+    assert mapped.spec == "deepseek_v3" and mapped.weights.name == "deepseek_interleaved"
     assert mapped.params["q_lora_rank"] == 0 and mapped.params["kv_lora_rank"] == 10
     assert mapped.params["n_routed_experts"] == 256 and mapped.params["n_group"] == 8  # transformers' defaults
-    assert map_config(_config(rope_interleave=False)).layout == "deepseek"
+    assert map_config(_config(rope_interleave=False)).weights.name == "deepseek"
     # DeepSeek's own config.json keys are set aside, saying why: transformers does not read them (its
     # DeepSeek-V3 always routes by sigmoid scores within groups), and the import computes what it computes.
     assert map_config(_config(topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1)).params

@@ -1,3 +1,3 @@
 """Hugging Face checkpoints as xspec run directories and back: `xspec import` (importer.py) and
-`xspec export --format hf` (export.py). config.json is mapped attribute by attribute (families.py), the
-weights renamed and repacked (weight_map.py), read from checked, memory-mapped safetensors files."""
+`xspec export --format hf` (export.py). config.json is mapped attribute by attribute (families/, one module
+a family), the weights repacked (weight_map.py), read from checked, memory-mapped safetensors files."""

@@ -4,7 +4,7 @@ weights under Hugging Face's names (model.safetensors, or shards of at most 5 GB
 save_pretrained writes them), and the tokenizer.
 
 Which family a spec is decided by what it computes, not by its name: the spec's parameters are written
-as a family's config.json, that config is mapped back (families.py) and compiled, and its op graph must
+as a family's config.json, that config is mapped back (families/) and compiled, and its op graph must
 equal the run's, op for op. A spec that matches no family is refused, naming the first op where it differs
 from the closest one."""
 
@@ -21,7 +21,7 @@ from xspec.compiler.sections import DecodeSection
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
-from xspec.hf.hf_config import OWN, config_for
+from xspec.hf.hf_config import config_for
 from xspec.hf.safetensors_file import write_safetensors
 
 
@@ -99,7 +99,7 @@ def _candidate(spec, model_type: str, family: Family, special: tuple[int | None,
 
     config = mapped = None
     try:
-        config = config_for(model_type, family.hf_class, spec.params, spec.data.max_tokens, *special)
+        config = config_for(family, spec.params, spec.data.max_tokens, *special)
         mapped = map_config(dict(config))
         rebuilt = xspec.compile(family_spec(mapped.spec),
                                 overrides={s.param: _quoted(s.value) for s in mapped.settings})
@@ -129,7 +129,7 @@ def _candidate(spec, model_type: str, family: Family, special: tuple[int | None,
 def match_family(spec, special: tuple[int | None, list[int]]) -> Match:
     closest = None
     # The families whose own parameters the spec has most of first: usually the first compiled matches.
-    order = sorted(FAMILIES, key=lambda t: -sum(p in spec.params for p in OWN[t]))
+    order = sorted(FAMILIES, key=lambda t: -sum(p in spec.params for p in FAMILIES[t].keys))
     for model_type in order:
         family = FAMILIES[model_type]
         match, difference = _candidate(spec, model_type, family, special)
@@ -226,7 +226,7 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     state = {renamed[name]: tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
     shapes = {**theirs.param_shapes, **theirs.state_shapes}
     names = [n for n in shapes if n not in theirs.ties]
-    groups = weight_map.groups(mapped.layout, names, shapes, theirs.params)
+    groups = weight_map.groups(mapped.weights, names, shapes, theirs.params)
     tensors: list = []
     for group in groups:
         tensors += zip(group.hf, group.to_hf([state[n] for n in group.ours]))
@@ -274,7 +274,7 @@ def kept_keys(original: dict | None, written: dict, mapped, say: Callable[[str],
 
 
 def _reads_as(config: dict, mapped) -> bool:
-    """Whether `config` maps to the parameters `mapped` holds (families.py reads it as the import did)."""
+    """Whether `config` maps to the parameters `mapped` holds (its family reads it as the import did)."""
     try:
         return map_config(dict(config)).params == mapped.params
     except UserError:

@@ -170,7 +170,7 @@ def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
     shapes = {**spec.param_shapes, **spec.state_shapes}
     tied = {copy: target for copy, target in spec.ties.items()}
     names = [n for n in shapes if n not in tied]
-    groups = weight_map.groups(mapped.layout, names, shapes, spec.params)
+    groups = weight_map.groups(mapped.weights, names, shapes, spec.params)
     wanted = {hf for g in groups for hf in g.hf}
     where = weights.path
     missing = [hf for g in groups for hf in g.hf if hf not in weights.files]
