@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import pytest
 import torch
@@ -60,6 +61,31 @@ def random_sizes(family: Family, seed: int) -> dict:
     heads = kv_heads * draw.choice([1, 2, 4])
     return {**family.sizes[0], "vocab": draw.randint(50, 600), "layers": draw.randint(1, 4), "heads": heads,
             "kv_heads": kv_heads, "d_model": heads * 8 * draw.randint(1, 4), "d_ff": draw.randint(8, 200)}
+
+
+# What the spec packs otherwise than transformers' modules hold it: stacked experts (the spec's
+# mlp.moe.{router,gate,up,down}; transformers' mlp.gate and mlp.experts), Phi-3's fused matrices, and
+# Qwen3-Next's attention gate (its own projection; rows of q_proj in transformers).
+PACKED_OURS = (r".*\.mlp\.moe\..*|.*\.self_attn\.gate_proj\.weight|"
+               r".*phi3.*\.(self_attn\.[qkv]_proj|mlp\.(gate|up)_proj)\.weight")
+PACKED_THEIRS = r".*\.mlp\.(gate|router)\..*|.*\.mlp\.experts\..*|.*phi3.*\.(qkv_proj|gate_up_proj)\.weight"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tensor_names_are_transformers_after_the_top_level_module(name):
+    """The spec's tensors carry transformers' names (the spec's `decoder.` for transformers' `model.`, whose
+    output head stands beside it), but for what the spec packs otherwise."""
+    family = BY_NAME[name]
+    sizes = family.sizes[0]
+    theirs = {re.sub(r"^model\.", "", key) for key in family.hf_model(sizes, device="meta").state_dict()}
+    ours = {key.removeprefix("decoder.") for key in compiled(family, sizes).param_shapes
+            if not key.startswith("mtp.")}
+    assert ours & theirs
+    tag = "phi3." if name == "phi3" else ""   # the fused matrices are Phi-3's alone
+    assert all(re.fullmatch(PACKED_OURS, tag + key) for key in ours - theirs), sorted(ours - theirs)
+    assert all(re.fullmatch(PACKED_THEIRS, tag + key) for key in theirs - ours), sorted(theirs - ours)
+    if not family.experts and name != "phi3":
+        assert ours == theirs
 
 
 @pytest.mark.parametrize("name, seed", [(f.name, seed) for f in FAMILIES for seed in range(3)])
