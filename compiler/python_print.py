@@ -198,8 +198,9 @@ def _layout(code: ast.expr, indent: str, head: str = "", split: bool = False) ->
         before, called = trailing
         return _layout(called, indent, head + before, split)
     parts = _parts(code)
-    if parts is None:
-        return [one]
+    if parts is None:  # a name or an attribute chain: in parentheses on a line of its own, where that fits
+        inner = indent + INDENT + text_of(code) + ")"
+        return [indent + head + "(", inner] if head and len(inner) < LINE_LIMIT else [one]
     opener, items, close = parts
     pieces = _pieces(items)
     if pieces is not None:  # raise ValueError(f'...'\n                 '...')
