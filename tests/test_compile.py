@@ -120,7 +120,7 @@ def test_generated_code_is_one_class_per_block_with_loops():
     for name in ("class FeedForward(", "class EncoderLayer(", "class DecoderLayer(",
                  "class Embed(", "class Encoder(", "class Decoder(", "class TransformerBase("):
         assert source.count(name) == 1, name
-    assert ("nn.ModuleList(  # base.xspec:55\n"
+    assert ("nn.ModuleList(  # base.xspec:57\n"
             "            [EncoderLayer(config) for _ in range(config.layers)])") in source
     assert "for layer in self.layers:" in source
     assert "from xspec.nn import Attention, ScaledEmbedding, SinusoidalPositions\n" in source
@@ -128,19 +128,20 @@ def test_generated_code_is_one_class_per_block_with_loops():
     assert "@dataclass\nclass TransformerBaseConfig:\n" in source and "    d_ff: int = 2048\n" in source
     assert "        self.w_1 = nn.Linear(config.d_model, config.d_ff)  # base.xspec:28\n" in source
     # A block called with a function is written in place: the residual and the norm in the layer's own
-    # forward, the block's modules kept as its own (the parameter names do not change).
+    # forward, the block's modules kept as its own under the call's label (the parameter names do not change).
     assert "class Sublayer(" not in source
-    assert ("        self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})"
-            "  # base.xspec:42\n") in source
+    assert ("        self.ffn_sublayer = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})"
+            "  # base.xspec:43\n") in source
     assert ("    def forward(self, x, mask):\n"
-            "        x = self.sublayer_1.norm(x + self.dropout(self.self_attn(x, x, x, mask)))  # base.xspec:42\n"
-            "        return self.sublayer_2.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43\n") in source
+            "        summed = x + self.dropout(self.self_attn(x, x, x, mask))  # base.xspec:42\n"
+            "        x = self.self_attn_sublayer.norm(summed)  # base.xspec:42\n"
+            "        return self.ffn_sublayer.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43\n") in source
     # One line per loop step, and a shape comment where a line changes the shape it reads.
-    assert ("        x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:54\n"
-            "        for layer in self.layers:  # base.xspec:55\n"
-            "            x = layer(x, src_mask)  # base.xspec:55\n"
+    assert ("        x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:56\n"
+            "        for layer in self.layers:  # base.xspec:57\n"
+            "            x = layer(x, src_mask)  # base.xspec:57\n"
             "        return x\n") in source
-    assert "        return self.generator(x)  # [batch, tgt_len, vocab]  base.xspec:68\n" in source
+    assert "        return self.generator(x)  # [batch, tgt_len, vocab]  base.xspec:70\n" in source
 
 
 def test_json_summary_for_scripts(tmp_path: Path):
@@ -189,7 +190,8 @@ def test_inline_repeat_body_is_the_same_model_as_a_layer_block():
             "    x = embed(src) as embedding\n"
             "    repeat layers {\n"
             "      x = sublayer(x, h => attention(h, h, h, src_mask, heads, d_k, d_v) as self_attn)\n"
-            "      x = sublayer(x, h => feed_forward(h) as ffn)\n"
+            "        as self_attn_sublayer\n"
+            "      x = sublayer(x, h => feed_forward(h) as ffn) as ffn_sublayer\n"
             "    }\n"
             "    return x\n"
             "  }\n"

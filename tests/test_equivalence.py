@@ -32,11 +32,13 @@ def _copy_attention(ours, theirs: nn.MultiheadAttention) -> None:
 
 def _copy_layer(ours, theirs, cross: bool) -> None:
     _copy_attention(ours.self_attn, theirs.self_attn)
+    # nn.Transformer's norm1, norm2 (and norm3) follow its sublayers in order
+    sublayers = ["self_attn_sublayer"] + (["cross_attn_sublayer"] if cross else []) + ["ffn_sublayer"]
     norms = [theirs.norm1, theirs.norm2] + ([theirs.norm3] if cross else [])
     if cross:
         _copy_attention(ours.cross_attn, theirs.multihead_attn)
-    for i, norm in enumerate(norms, start=1):
-        getattr(ours, f"sublayer_{i}").norm.load_state_dict(norm.state_dict())
+    for sublayer, norm in zip(sublayers, norms):
+        getattr(ours, sublayer).norm.load_state_dict(norm.state_dict())
     ours.ffn.w_1.load_state_dict(theirs.linear1.state_dict())
     ours.ffn.w_2.load_state_dict(theirs.linear2.state_dict())
 

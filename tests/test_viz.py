@@ -138,10 +138,10 @@ def test_tied_weights_are_marked(base):
 def test_pre_norm_puts_the_norm_before_the_sublayer():
     dot = diagram(overrides={"norm_first": True})
     assert not dot.with_class("add_norm")
-    norm = "encoder.layers.0.sublayer_1.norm"
+    norm = "encoder.layers.0.self_attn_sublayer.norm"
     assert (norm, "encoder.layers.0.self_attn") in {(t, h) for t, h, _ in dot.edges}
     residual_into = {h: t for t, h, _ in dot.edges_with_class("residual")}
-    assert residual_into["encoder.layers.0.sublayer_1.add_1"] == "encoder.embedding.add_1"  # skips the norm
+    assert residual_into["encoder.layers.0.self_attn_sublayer.add_1"] == "encoder.embedding.add_1"  # skips the norm
 
 
 def test_block_names_do_not_matter(tmp_path):
@@ -169,9 +169,9 @@ def test_depth_full_opens_attention_as_figure_2():
     parts = ("q", "k", "v", "scores", "scale", "mask", "softmax", "concat", "out")
     assert {f"decoder.layers.0.self_attn/{p}" for p in parts} <= dot.clusters[mha]
     assert "causal" in dot.nodes["decoder.layers.0.self_attn/mask"]
-    assert "encoder.layers.0.sublayer_1.dropout_1" in dot.nodes  # every op, dropout included
+    assert "encoder.layers.0.self_attn_sublayer.dropout_1" in dot.nodes  # every op, dropout included
     tails = {t for t, h, _ in dot.edges if h == "decoder.layers.0.cross_attn/k"}
-    assert tails == {"encoder.layers.0.sublayer_2.norm"}
+    assert tails == {"encoder.layers.0.ffn_sublayer.norm"}
 
 
 # --- diffs -------------------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_diff_marks_added_removed_and_layer_counts(tmp_path):
     removed = diagram(BASE, diff_with=pre_norm)
     assert {"removed/encoder.norm", "removed/decoder.norm"} <= removed.with_class("removed")
     assert "removed/encoder.norm" in removed.clusters["cluster_encoder"]  # where it was
-    assert ("encoder.layers.0.sublayer_2.add_1", "removed/encoder.norm") in {(t, h) for t, h, _ in removed.edges}
+    assert ("encoder.layers.0.ffn_sublayer.add_1", "removed/encoder.norm") in {(t, h) for t, h, _ in removed.edges}
     no_encoder = diagram(str(ROOT / "specs" / "lm.xspec"), diff_with=xspec.compile(BASE))
     assert {"removed/encoder.layers.0.self_attn", "removed/input.src"} <= no_encoder.with_class("removed")
     assert "removed/encoder.layers.0.self_attn" in no_encoder.clusters["cluster_removed/encoder"]

@@ -11,8 +11,8 @@ from the closest one."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from xspec.base.errors import UserError

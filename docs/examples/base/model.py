@@ -55,70 +55,74 @@ class FeedForward(nn.Module):  # block feed_forward, base.xspec:27
 class EncoderLayer(nn.Module):  # block encoder_layer, base.xspec:41
     def __init__(self, config):
         super().__init__()
-        self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:42
+        self.self_attn_sublayer = nn.ModuleDict({  # base.xspec:42
+            'norm': nn.LayerNorm(config.d_model)})
         self.self_attn = Attention(  # base.xspec:42
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=False)
-        self.sublayer_2 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:43
+        self.ffn_sublayer = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:43
         self.ffn = FeedForward(config)  # base.xspec:43
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:23
 
     def forward(self, x, mask):
-        x = self.sublayer_1.norm(x + self.dropout(self.self_attn(x, x, x, mask)))  # base.xspec:42
-        return self.sublayer_2.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43
+        summed = x + self.dropout(self.self_attn(x, x, x, mask))  # base.xspec:42
+        x = self.self_attn_sublayer.norm(summed)  # base.xspec:42
+        return self.ffn_sublayer.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43
 
 
-class Encoder(nn.Module):  # block encoder, base.xspec:53
+class Encoder(nn.Module):  # block encoder, base.xspec:55
     def __init__(self, config):
         super().__init__()
-        self.embedding = Embed(config)  # base.xspec:54
-        self.layers = nn.ModuleList(  # base.xspec:55
+        self.embedding = Embed(config)  # base.xspec:56
+        self.layers = nn.ModuleList(  # base.xspec:57
             [EncoderLayer(config) for _ in range(config.layers)])
 
     def forward(self, src, src_mask):
-        x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:54
-        for layer in self.layers:  # base.xspec:55
-            x = layer(x, src_mask)  # base.xspec:55
+        x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:56
+        for layer in self.layers:  # base.xspec:57
+            x = layer(x, src_mask)  # base.xspec:57
         return x
 
 
 class DecoderLayer(nn.Module):  # block decoder_layer, base.xspec:47
     def __init__(self, config):
         super().__init__()
-        self.sublayer_1 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:48
+        self.self_attn_sublayer = nn.ModuleDict({  # base.xspec:48
+            'norm': nn.LayerNorm(config.d_model)})
         self.self_attn = Attention(  # base.xspec:48
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=True)
-        self.sublayer_2 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:49
-        self.cross_attn = Attention(  # base.xspec:49
+        self.cross_attn_sublayer = nn.ModuleDict({  # base.xspec:50
+            'norm': nn.LayerNorm(config.d_model)})
+        self.cross_attn = Attention(  # base.xspec:50
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=False, cross=True)
-        self.sublayer_3 = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:50
-        self.ffn = FeedForward(config)  # base.xspec:50
+        self.ffn_sublayer = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:52
+        self.ffn = FeedForward(config)  # base.xspec:52
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:23
 
     def forward(self, x, memory, memory_mask, cache=None):
         summed = x + self.dropout(self.self_attn(x, x, x, cache=cache))  # base.xspec:48
-        x = self.sublayer_1.norm(summed)  # base.xspec:48
-        summed = x + self.dropout(  # base.xspec:49
+        x = self.self_attn_sublayer.norm(summed)  # base.xspec:48
+        summed = x + self.dropout(  # base.xspec:50
             self.cross_attn(x, memory, memory, memory_mask, cache))
-        x = self.sublayer_2.norm(summed)  # base.xspec:49
-        return self.sublayer_3.norm(x + self.dropout(self.ffn(x)))  # base.xspec:50
+        x = self.cross_attn_sublayer.norm(summed)  # base.xspec:50
+        return self.ffn_sublayer.norm(x + self.dropout(self.ffn(x)))  # base.xspec:52
 
 
-class Decoder(nn.Module):  # block decoder, base.xspec:62
+class Decoder(nn.Module):  # block decoder, base.xspec:64
     def __init__(self, config):
         super().__init__()
-        self.embedding = Embed(config)  # base.xspec:63
-        self.layers = nn.ModuleList(  # base.xspec:64
+        self.embedding = Embed(config)  # base.xspec:65
+        self.layers = nn.ModuleList(  # base.xspec:66
             [DecoderLayer(config) for _ in range(config.layers)])
-        self.generator = nn.Linear(config.d_model, config.vocab, bias=False)  # base.xspec:68
+        self.generator = nn.Linear(config.d_model, config.vocab, bias=False)  # base.xspec:70
 
     def forward(self, tgt, memory, memory_mask, cache=None):
-        x = self.embedding(tgt, cache=cache)  # [batch, tgt_len, d_model]  base.xspec:63
-        for layer in self.layers:  # base.xspec:64
-            x = layer(x, memory, memory_mask, cache=cache)  # base.xspec:64
-        return self.generator(x)  # [batch, tgt_len, vocab]  base.xspec:68
+        x = self.embedding(tgt, cache=cache)  # [batch, tgt_len, d_model]  base.xspec:65
+        for layer in self.layers:  # base.xspec:66
+            x = layer(x, memory, memory_mask, cache=cache)  # base.xspec:66
+        return self.generator(x)  # [batch, tgt_len, vocab]  base.xspec:70
 
 
 class TransformerBase(nn.Module):  # the whole model: encode, decode, forward
@@ -127,9 +131,9 @@ class TransformerBase(nn.Module):  # the whole model: encode, decode, forward
         config = config if config is not None else TransformerBaseConfig()
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-        shared = self.encoder.embedding.embed.weight  # tie, base.xspec:72
-        self.decoder.embedding.embed.weight = shared  # tie, base.xspec:72
-        self.decoder.generator.weight = self.encoder.embedding.embed.weight  # tie, base.xspec:72
+        shared = self.encoder.embedding.embed.weight  # tie, base.xspec:74
+        self.decoder.embedding.embed.weight = shared  # tie, base.xspec:74
+        self.decoder.generator.weight = self.encoder.embedding.embed.weight  # tie, base.xspec:74
 
     def encode(self, src_tokens, src_padding_mask=None):
         """[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."""
