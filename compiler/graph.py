@@ -25,7 +25,7 @@ from .body import (assigned, bound_names, cache_blocks, call_site_names, free_na
 from .entries import (DECODER, ENCODER, LOGITS, MEMORY, MTP, MTP_DEPTH, MTP_TOKENS, SIGNATURES, SRC, SRC_MASK, TGT,
                       GraphInput, GraphOutput, mtp_hidden, mtp_output, takes_cache)
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
-from .limits import MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
+from .limits import MAX_MODULES, MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
 from .ops import OPS, Attrs, IOAttrs, OpDef, callable_op
 from .resolve import ResolvedModel
@@ -330,9 +330,13 @@ class _Builder:
         # recorded nowhere: they compute the same steps with their own layer.
         loop = Program()
         first: dict[str, str] = {}
+        modules_before = self.budget.modules  # what the layer being built starts from
         for index in range(count):
             iteration = loop if index == 0 else Program()
             before = {n: frame.env[n] for n in watched if _is_constant(frame.env.get(n))}
+            if index == 1 and single is not None and stmt.index is None:
+                self._refuse_if_too_large(stmt, count, self.budget.modules - modules_before)
+            modules_before = self.budget.modules
             self.stack_frames.append((stack.path, index, count))
             try:
                 if single is not None:
@@ -375,6 +379,13 @@ class _Builder:
             (entry[n] if n in looped else None, looped.get(n), first[n], last[n]) for n in last)))
         for carried_name, ref in last.items():
             frame.program.hint(ref, carried_name)
+
+    def _refuse_if_too_large(self, stmt: ast.Repeat, count: int, per_layer: int) -> None:
+        """Layers that are one call without an index make as many ops each as the first: refuse a stack whose
+        layers would pass the bound at once, rather than after expanding up to it."""
+        if self.budget.modules + (count - 1) * per_layer > MAX_MODULES:
+            raise LimitExceeded(stmt.count.span, f"the model expands to more than {MAX_MODULES:,} ops and modules",
+                                f"a repeat of {count:,} layers of {per_layer:,} ops and modules each")
 
     def _same_call_in_every_layer(self, call: ast.Call, stmt: ast.Repeat, frame: _Frame) -> bool:
         """Whether the one block call of an indexed repeat runs the same steps in every layer: the index
