@@ -20,7 +20,7 @@ _PART = re.compile(r"(.*)\.(out_proj|kv_down|kv_norm|kv_up|q_proj\.(?:down|norm|
 
 
 def current_names(tensors: dict[str, T]) -> dict[str, T]:
-    """`tensors` with any name an older xspec wrote renamed (the same dict when none is)."""
+    """`tensors` (a new dict), any name an older xspec wrote renamed."""
     prefixes = {name.rsplit(".", 1)[0] for name in tensors}  # the modules holding them
     attentions = {p.rsplit(".", 1)[0] for p in prefixes if p.endswith((".q_proj", ".k_proj", ".v_proj"))}
     latents = {p.rsplit(".", 1)[0] for p in prefixes if p.endswith(".kv_down")}
