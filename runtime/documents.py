@@ -20,7 +20,7 @@ from xspec.base.text import shown
 from .batching import Batch, collate_sequences
 from .corpus import read_lines
 from .data_order import WholeCorpusWindows
-from .vocab import EOS, Vocab, document_end, document_start
+from .vocab import EOS, Vocab
 
 
 @dataclass
@@ -112,7 +112,7 @@ def document_sequence(ids: list[int], vocab: Vocab | None = None) -> list[int]:
     """A document as the model reads it: EOS, its tokens, EOS (an imported tokenizer's own start and end)."""
     if vocab is None:
         return [EOS, *ids, EOS]
-    return [document_start(vocab), *ids, document_end(vocab)]
+    return [vocab.document_start, *ids, vocab.document_end]
 
 
 def windows(sequence: list[int], size: int) -> list[list[int]]:
@@ -126,10 +126,10 @@ def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, trunca
     with lines_named(docs):
         encoded = vocab.encode(docs.lines)
     if mode == "blocks":
-        stream = [document_start(vocab)]
+        stream = [vocab.document_start]
         for ids in encoded:
             stream += ids
-            stream.append(document_end(vocab))
+            stream.append(vocab.document_end)
         return EncodedText(windows(stream, size), len(encoded), mode, docs.empty_skipped)
     out = EncodedText([], len(encoded), mode, docs.empty_skipped, truncated=truncate)
     for ids in encoded:

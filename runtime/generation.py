@@ -18,13 +18,13 @@ from .precision import choose_precision
 from .sampling import Sampling, sample
 from .score_rules import ScoreRules
 from .speculative import Drafts, can_draft, speculative_greedy
-from .vocab import EOS, Vocab, chat_prompt_ids, document_start, end_tokens, never_generated, prompt_ids
+from .vocab import EOS, Tokenizer
 
 
 @dataclass(frozen=True)
 class Generator:
     model: ModelOrEnsemble          # one model, or several as an ensemble (runtime/ensemble.py)
-    vocab: Vocab
+    vocab: Tokenizer                # xspec's vocabulary, or an imported checkpoint's tokenizer
     decode: DecodeSection
     device: torch.device
     max_tokens: int                 # the model's positions: prompt and continuation together
@@ -50,15 +50,15 @@ class Generator:
                         d.eta_cutoff) if d.sample else None
 
     def prompt_tokens(self, lines: list[str]) -> tuple[list[list[int]], list[tuple[int, int]]]:
-        """Each prompt as the model reads it (runtime/vocab.py's prompt_ids: xspec's vocabulary starts it with
+        """Each prompt as the model reads it (the tokenizer's encode_prompts: xspec's vocabulary starts it with
         EOS, the start of a document; a checkpoint's tokenizer encodes it as its own does), and the (index,
         tokens) of those too long to leave room for a new token: they keep their first token where it is
         the document's start, and their last ones. A prompt of no tokens at all is the start alone. With
         `chat`, each prompt is a user's message rendered by the checkpoint's chat template."""
         room = self.max_tokens - 1
-        start = document_start(self.vocab)
+        start = self.vocab.document_start
         prompts, too_long = [], []
-        encoded = chat_prompt_ids(self.vocab, lines, self.system) if self.chat else prompt_ids(self.vocab, lines)
+        encoded = self.vocab.encode_chat(lines, self.system) if self.chat else self.vocab.encode_prompts(lines)
         for i, ids in enumerate(encoded):
             ids = ids or [start]
             if len(ids) > room:
@@ -79,7 +79,7 @@ class Generator:
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
-        follow = _follower(on_tokens, end_tokens(self.vocab)) if on_tokens is not None and len(lines) == 1 else None
+        follow = _follower(on_tokens, self.vocab.end_tokens) if on_tokens is not None and len(lines) == 1 else None
 
         def continue_chunk(chunk: list[int]) -> list[list[int]]:
             batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
@@ -96,7 +96,7 @@ class Generator:
         with choose_precision(self.device, self.decode.precision, "decode.precision").context():
             single = self.model if isinstance(self.model, torch.nn.Module) else None
             depths = prediction_depths(single) if single is not None and can_draft(single) else None
-            end, *also_end = end_tokens(self.vocab)
+            end, *also_end = self.vocab.end_tokens
             rules = ScoreRules(d.repetition_penalty, d.no_repeat_ngram_size, d.min_new_tokens, d.min_length,
                                d.suppress_tokens, d.begin_suppress_tokens, (end, *also_end))
             if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head \
@@ -105,11 +105,11 @@ class Generator:
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
-                              end_token=end, never=never_generated(self.vocab), vocab_size=len(self.vocab),
+                              end_token=end, never=self.vocab.never_generated, vocab_size=len(self.vocab),
                               also_end=tuple(also_end), rules=rules)
             hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
-                                    end=end, never=never_generated(self.vocab), also_end=tuple(also_end),
+                                    end=end, never=self.vocab.never_generated, also_end=tuple(also_end),
                                     rules=rules)
         return [h[0].tokens if h else [] for h in hyps]
 
@@ -120,11 +120,11 @@ class Generator:
         head = self.model.get_submodule(self.output_head)
         room = min(self.decode.max_new_tokens, self.max_tokens - batch.size(1) + 1)
         results = []
-        end, *also_end = end_tokens(self.vocab)
+        end, *also_end = self.vocab.end_tokens
         for row in range(batch.size(0)):
             heard = (lambda token: follow([0], [token])) if follow is not None else None
             results.append(speculative_greedy(self.model, depths, head, batch[row:row + 1], room, end,
-                                              never_generated(self.vocab), len(self.vocab), self.drafts, heard,
+                                              self.vocab.never_generated, len(self.vocab), self.drafts, heard,
                                               also_end=tuple(also_end)))
         return results
 

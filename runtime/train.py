@@ -48,7 +48,7 @@ from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord
 from .schedule import make_optimizer, make_scheduler, run_length, warmup_warning
 from .step import TrainingStep, compile_step, distribute
 from .tasks import Corpus, Task, task_for
-from .vocab import MODEL_FILE, Vocab, document_start, load_or_train_vocab
+from .vocab import MODEL_FILE, Vocab, load_or_train_vocab
 from .inference import checkpoint_vocab
 
 
@@ -522,7 +522,7 @@ def _document_start(spec, vocab: Vocab) -> Optional[int]:
     if latent:
         raise UserError(f"{spec.name}: data.document_boundaries = \"separate\" is not supported by latent "
                         f"attention yet ({latent[0]})")
-    return document_start(vocab)
+    return vocab.document_start
 
 
 def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,

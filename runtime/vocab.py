@@ -6,6 +6,7 @@ import io
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import sentencepiece as spm
 
@@ -17,41 +18,37 @@ MODEL_FILE = "sentencepiece.model"
 SPACE = "\u2581"                 # sentencepiece's mark for the space before a word
 
 
-def document_start(vocab) -> int:
-    """The token a document starts with (xspec's EOS; an imported tokenizer's BOS), for any text <-> ids
-    object: one without the attribute reads documents as xspec's vocabulary does."""
-    return getattr(vocab, "document_start", EOS)
+class Tokenizer(Protocol):
+    """Text <-> token ids as the runtime reads them: xspec's own `Vocab`, or an imported checkpoint's
+    tokenizer (runtime/tokenizer.py), each with its own ids for where a document starts and ends."""
 
+    @property
+    def document_start(self) -> int: ...
 
-def document_end(vocab) -> int:
-    return getattr(vocab, "document_end", EOS)
+    @property
+    def document_end(self) -> int: ...
 
+    @property
+    def end_tokens(self) -> tuple[int, ...]:
+        """Every token a continuation ends at, `document_end` first."""
+        ...
 
-def never_generated(vocab) -> tuple[int, ...]:
-    return getattr(vocab, "never_generated", (PAD, BOS))
+    @property
+    def never_generated(self) -> tuple[int, ...]: ...
 
+    def __len__(self) -> int: ...
 
-def end_tokens(vocab) -> tuple[int, ...]:
-    """Every token a continuation ends at, `document_end` first (a checkpoint's tokenizer may have several)."""
-    return getattr(vocab, "end_tokens", (document_end(vocab),))
+    def encode(self, lines: list[str]) -> list[list[int]]: ...
 
+    def decode(self, ids: list[int]) -> str: ...
 
-def prompt_ids(vocab, lines: list[str]) -> list[list[int]]:
-    """Each prompt's ids as the model reads them: as the vocabulary encodes a text to continue (a checkpoint's
-    tokenizer: its own special tokens), else the start of a document and the text's tokens."""
-    encode = getattr(vocab, "encode_prompts", None)
-    if encode is not None:
-        return encode(lines)
-    return [[document_start(vocab), *ids] for ids in vocab.encode(lines)]
+    def encode_prompts(self, lines: list[str]) -> list[list[int]]:
+        """Each prompt's ids as the model reads a text to continue."""
+        ...
 
-
-def chat_prompt_ids(vocab, lines: list[str], system: str | None = None) -> list[list[int]]:
-    """Each line a user's message in the checkpoint's chat template (runtime/tokenizer.py's encode_chat)."""
-    encode = getattr(vocab, "encode_chat", None)
-    if encode is None:
-        raise UserError("--chat: the model's vocabulary is xspec's own, which has no chat template (an imported "
-                        "checkpoint's tokenizer brings its template)")
-    return encode(lines, system)
+    def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
+        """Each line a user's message in the tokenizer's chat template."""
+        ...
 
 
 class Vocab:
@@ -63,6 +60,7 @@ class Vocab:
 
     document_start = EOS
     document_end = EOS
+    end_tokens = (EOS,)
     never_generated = (PAD, BOS)
 
     def __init__(self, model_proto: bytes) -> None:
@@ -80,6 +78,14 @@ class Vocab:
         embedding is larger than its vocabulary can still sample them), are left out."""
         pieces = len(self)
         return self.sp.decode([i for i in ids if EOS < i < pieces])
+
+    def encode_prompts(self, lines: list[str]) -> list[list[int]]:
+        """A prompt continues a document: its start, then the text's tokens."""
+        return [[self.document_start, *ids] for ids in self.encode(lines)]
+
+    def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
+        raise UserError("--chat: the model's vocabulary is xspec's own, which has no chat template (an imported "
+                        "checkpoint's tokenizer brings its template)")
 
     @classmethod
     def from_bytes(cls, model_proto: bytes, origin: str) -> "Vocab":
