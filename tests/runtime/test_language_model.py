@@ -34,7 +34,9 @@ SMALL = {"d_model": 64, "d_ff": 256, "heads": 2, "layers": 2, "vocab": 400, "max
 
 
 class _Words:
-    """A stand-in vocabulary: each word is its number."""
+    """A stand-in vocabulary: each word is its number; documents start and end as xspec's do."""
+
+    document_start = document_end = EOS
 
     def encode(self, lines: list[str]) -> list[list[int]]:
         return [[int(w) for w in line.split()] for line in lines]
