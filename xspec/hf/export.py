@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Container, Optional
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
@@ -60,20 +60,14 @@ def _graph(spec) -> tuple[list[_Node], list[tuple]]:
     return nodes, sorted((tensor(copy), tensor(target)) for copy, target in graph["ties"].items())
 
 
-def _holder(name: str, modules) -> Optional[str]:
-    """The longest of `modules` that holds the tensor `name`."""
-    return max((m for m in modules if name.startswith(m + ".")), key=len, default=None)
-
-
-def renaming(ours, theirs) -> dict[str, str]:
-    """Each tensor of `ours` under the name the same tensor has in `theirs`, a spec computing the same
-    (matched op by op): a run's `decoder.layers.0.sublayer_1.norm.weight` is `...input_layernorm.weight`."""
-    modules = {a.module: b.module for a, b in zip(_graph(ours)[0], _graph(theirs)[0]) if a.module and b.module}
-    names = {}
-    for name in {**ours.param_shapes, **ours.state_shapes}:
-        module = _holder(name, modules)
-        names[name] = name if module is None else modules[module] + name.removeprefix(module)
-    return names
+def _holder(name: str, modules: Container[str]) -> Optional[str]:
+    """The innermost of `modules` that holds the tensor `name`."""
+    path = name
+    while "." in path:
+        path = path.rsplit(".", 1)[0]
+        if path in modules:
+            return path
+    return None
 
 
 def _quoted(value: Any) -> Any:
@@ -82,18 +76,26 @@ def _quoted(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Match:
-    """A spec as one family: the config.json it writes, the mapping that reads it back, and the family's
-    own spec at those values, whose tensor names are the checkpoint's."""
+    """A spec as one family: the config.json it writes, the mapping that reads it back, the family's own
+    spec at those values, whose tensor names are the checkpoint's, and each module of the spec as the
+    family's spec names the same op's (matched op by op)."""
 
     config: Any
     mapped: Any
     family_spec: Any
+    modules: dict[str, str]
+
+    def tensor_name(self, name: str) -> str:
+        """The family's name of the spec's tensor `name`: a run's `decoder.layers.0.sublayer_1.norm.weight`
+        is `...input_layernorm.weight`."""
+        module = _holder(name, self.modules)
+        return name if module is None else self.modules[module] + name.removeprefix(module)
 
 
-def _candidate(spec, model_type: str, family: Family, special: tuple[int | None, list[int]]):
-    """(the match, the first difference or None) of the spec as `model_type`. A spec whose
-    parameters cannot be written as that family's config is compared with the family's spec at the
-    parameters they share, to say where they differ."""
+def _candidate(spec, graph: tuple[list[_Node], list[tuple]], family: Family, special: tuple[int | None, list[int]]):
+    """(the match, the first difference or None) of the spec, whose op graph is `graph`, as `family`. A
+    spec whose parameters cannot be written as that family's config is compared with the family's spec at
+    the parameters they share, to say where they differ."""
     import xspec
     from xspec.hf.spec_text import family_spec
 
@@ -111,29 +113,30 @@ def _candidate(spec, model_type: str, family: Family, special: tuple[int | None,
             rebuilt = xspec.compile(family_spec(family.spec), overrides=shared)
         except UserError:
             rebuilt = xspec.compile(family_spec(family.spec))
-    (ours, our_ties), (theirs, their_ties) = _graph(spec), _graph(rebuilt)
+    (ours, our_ties), (theirs, their_ties) = graph, _graph(rebuilt)
     for index, (a, b) in enumerate(zip(ours, theirs)):
         if a.computes() != b.computes():
-            return Match(config, mapped, rebuilt), (index, a, b)
+            return None, (index, a, b)
     if len(ours) != len(theirs):
         shorter = min(len(ours), len(theirs))
-        return Match(config, mapped, rebuilt), (shorter, ours[shorter] if shorter < len(ours) else "(nothing)",
-                                                theirs[shorter] if shorter < len(theirs) else "(nothing)")
+        return None, (shorter, ours[shorter] if shorter < len(ours) else "(nothing)",
+                      theirs[shorter] if shorter < len(theirs) else "(nothing)")
     if our_ties != their_ties:
-        return Match(config, mapped, rebuilt), (len(ours), f"ties {our_ties}", f"ties {their_ties}")
+        return None, (len(ours), f"ties {our_ties}", f"ties {their_ties}")
     if config is None:    # the same graph, but parameters no config holds
-        return Match(None, None, rebuilt), (len(ours), "parameters", "others")
-    return Match(config, mapped, rebuilt), None
+        return None, (len(ours), "parameters", "others")
+    modules = {a.module: b.module for a, b in zip(ours, theirs) if a.module is not None and b.module is not None}
+    return Match(config, mapped, rebuilt, modules), None
 
 
 def match_family(spec, special: tuple[int | None, list[int]]) -> Match:
     closest = None
     # The families whose own parameters the spec has most of first: usually the first compiled matches.
     order = sorted(FAMILIES, key=lambda t: -sum(p in spec.params for p in FAMILIES[t].keys))
+    graph = _graph(spec)
     for model_type in order:
-        family = FAMILIES[model_type]
-        match, difference = _candidate(spec, model_type, family, special)
-        if difference is None:
+        match, difference = _candidate(spec, graph, FAMILIES[model_type], special)
+        if match is not None:
             return match
         if closest is None or difference[0] > closest[1][0]:
             closest = (model_type, difference)
@@ -222,8 +225,7 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     match = match_family(trained.spec, special)
     config = kept_keys(kept.get("config.json"), match.config, match.mapped, say)
     mapped, theirs = match.mapped, match.family_spec
-    renamed = renaming(trained.spec, theirs)
-    state = {renamed[name]: tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
+    state = {match.tensor_name(name): tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
     shapes = {**theirs.param_shapes, **theirs.state_shapes}
     names = [n for n in shapes if n not in theirs.ties]
     groups = weight_map.groups(mapped.weights, names, shapes, theirs.params)
