@@ -30,9 +30,9 @@ def config_for(family: Family, params: dict[str, Any], max_positions: int, bos_i
     return config
 
 
-def layer_types(params: dict[str, Any]) -> list[str]:
-    """Each layer's kind, as the spec's layers read it by their index."""
-    return list(params["layer_types"][:params["layers"]])
+def layer_types(params: dict[str, Any], key: str = "layer_types") -> list[str]:
+    """Each layer's kind (the parameter `key` lists them), as the spec's layers read it by their index."""
+    return list(params[key][:params["layers"]])
 
 
 def own_head_dim(params: dict[str, Any], config: dict[str, Any]) -> None:

@@ -5,8 +5,23 @@ from __future__ import annotations
 
 from xspec.hf.config_reader import ConfigReader
 from xspec.hf.families.family import Family, Mapped
-from xspec.hf.families.readers import read_default_rope, read_gemma_common, read_layer_types
+from xspec.hf.families.readers import (read_bias, read_common, read_default_rope, read_head_dim, read_layer_types,
+                                       read_window)
 from xspec.hf.hf_config import layer_types
+
+
+def read_gemma_common(cfg: ConfigReader, m: Mapped, *, final_softcap: float | None) -> None:
+    """Gemma's layers; `final_softcap`: final_logit_softcapping where config.json has none (null: none)."""
+    read_common(cfg, tie_default=True, activation="gelu_pytorch_tanh", kv_heads=4)
+    read_head_dim(cfg, "head_dim", default=256)
+    read_bias(cfg, "attention_bias")
+    cfg.map("query_pre_attn_scalar", "query_pre_attn_scalar", 256, integer=False)
+    m.window = read_window(cfg, 4096)
+    cfg.expect("use_bidirectional_attention", [None, False], None, " (the spec's attention is causal)")
+    final = cfg.get("final_logit_softcapping", final_softcap)
+    cfg.put("final_logit_softcapping",
+            0.0 if final is None else cfg.number("final_logit_softcapping", final_softcap, integer=False, least=1e-9),
+            "final_logit_softcapping" if cfg.has("final_logit_softcapping") else "final_logit_softcapping (default)")
 
 
 def read(cfg: ConfigReader, m: Mapped) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from xspec.hf.config_reader import ConfigReader
 from xspec.hf.families.family import Family, Mapped
+from xspec.hf.families.gemma2 import read_gemma_common
 from xspec.hf.families.gemma2 import write as write_gemma2
-from xspec.hf.families.readers import read_gemma_common, read_layer_types
+from xspec.hf.families.readers import read_layer_types
 from xspec.hf.rope import read_gemma3_rope
 
 

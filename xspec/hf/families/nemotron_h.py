@@ -8,6 +8,7 @@ from xspec.compiler.limits import MAX_REPEAT
 from xspec.hf.config_reader import ConfigReader, refuse, render
 from xspec.hf.families.family import Family, Mapped
 from xspec.hf.families.readers import LEGACY_KINDS, ZERO, read_bias, read_kv_heads
+from xspec.hf.hf_config import layer_types
 from xspec.hf.weight_map import WeightRules
 
 
@@ -117,7 +118,7 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 def write(params: dict, config: dict) -> None:
     """Its own spellings: blocks count the layers; the norms' epsilon; relu^2."""
     del config["num_hidden_layers"], config["rope_theta"], config["hidden_act"]
-    config["layers_block_type"] = list(params["layers_block_type"][:params["layers"]])
+    config["layers_block_type"] = layer_types(params, "layers_block_type")
     config["layer_norm_epsilon"] = config.pop("rms_norm_eps")
     config |= {"mlp_hidden_act": "relu2", "num_nextn_predict_layers": 0}
 
