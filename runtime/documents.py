@@ -20,7 +20,7 @@ from xspec.base.text import shown
 from .batching import Batch, collate_sequences
 from .corpus import read_lines
 from .data_order import WholeCorpusWindows
-from .vocab import EOS, Vocab
+from .vocab import EOS, Tokenizer
 
 
 @dataclass
@@ -108,7 +108,7 @@ class EncodedText(WholeCorpusWindows):
         return ", ".join(parts)
 
 
-def document_sequence(ids: list[int], vocab: Vocab | None = None) -> list[int]:
+def document_sequence(ids: list[int], vocab: Tokenizer | None = None) -> list[int]:
     """A document as the model reads it: EOS, its tokens, EOS (an imported tokenizer's own start and end)."""
     if vocab is None:
         return [EOS, *ids, EOS]
@@ -121,7 +121,7 @@ def windows(sequence: list[int], size: int) -> list[list[int]]:
     return [sequence[i:i + size + 1] for i in range(0, len(sequence) - 1, size)]
 
 
-def encode_documents(docs: Documents, vocab: Vocab, mode: str, size: int, truncate: bool) -> EncodedText:
+def encode_documents(docs: Documents, vocab: Tokenizer, mode: str, size: int, truncate: bool) -> EncodedText:
     """`size`: a block's predictions (blocks), or the most inputs of a line's sequence (lines)."""
     with lines_named(docs):
         encoded = vocab.encode(docs.lines)

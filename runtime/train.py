@@ -48,7 +48,7 @@ from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord
 from .schedule import make_optimizer, make_scheduler, run_length, warmup_warning
 from .step import TrainingStep, compile_step, distribute
 from .tasks import Corpus, Task, task_for
-from .vocab import MODEL_FILE, Vocab, load_or_train_vocab
+from .vocab import MODEL_FILE, Tokenizer, Vocab, load_or_train_vocab
 from .inference import checkpoint_vocab
 
 
@@ -511,7 +511,7 @@ def _with_run_length(spec, corpus: Corpus, context: distributed.Context, say: Ca
     return lengthened
 
 
-def _document_start(spec, vocab: Vocab) -> Optional[int]:
+def _document_start(spec, vocab: Tokenizer) -> Optional[int]:
     """The token that starts a document, where a language model keeps its packed documents apart."""
     if spec.data.document_boundaries == "cross":
         return None
