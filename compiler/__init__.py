@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Optional
@@ -27,11 +28,22 @@ class Compilation:
     def lowered(self) -> Lowered:
         """The generated module (importing the op library, or standalone), made when first asked for: a
         spec checked, counted or drawn but never built is never lowered."""
-        return lower(self.model, self.validated)
+        return lower(self.model, self.validated, functools.partial(_built_with, self.model))
 
     @property
     def python_source(self) -> str:
         return self.lowered.source
+
+
+def _built_with(model: ResolvedModel, forced: Mapping[int, bool]) -> Optional[ValidatedModel]:
+    """`model` built and validated with the `if` statements `forced` taking the branches given (the branches
+    no layer takes, which lowering writes too); None where that model does not check."""
+    diagnostics = Diagnostics()
+    try:
+        built = build_graph(model, diagnostics, forced)
+        return validate(model, built, diagnostics) if built is not None else None
+    except TooManyErrors:
+        return None
 
 
 class CompileFailed(Exception):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Optional, TypeGuard, Union, get_args
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, TypeGuard, Union, get_args
 
 import pydantic
 
@@ -97,8 +98,11 @@ class _Return(Exception):
         self.value = value
 
 
-def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[BuiltGraph]:
-    builder = _Builder(model, diagnostics)
+def build_graph(model: ResolvedModel, diagnostics: Diagnostics,
+                forced: Mapping[int, bool] = MappingProxyType({})) -> Optional[BuiltGraph]:
+    """The op graph and module tree of `model`. `forced`: `if` statements (by id) that take the branch given
+    wherever they run, whatever their condition; lowering builds the branches no layer takes so."""
+    builder = _Builder(model, diagnostics, forced)
     try:
         root = builder.run()
     except LimitExceeded as limit:
@@ -110,8 +114,8 @@ def build_graph(model: ResolvedModel, diagnostics: Diagnostics) -> Optional[Buil
 
 
 class _Builder:
-    def __init__(self, model: ResolvedModel, diagnostics: Diagnostics) -> None:
-        self.model, self.diagnostics = model, diagnostics
+    def __init__(self, model: ResolvedModel, diagnostics: Diagnostics, forced: Mapping[int, bool]) -> None:
+        self.model, self.diagnostics, self.forced = model, diagnostics, forced
         self.graph = OpGraph()
         self.tensors: dict[str, str] = {}  # ref -> node, for every tensor value the programs name
         self.config = config_fields(model.params)
@@ -270,7 +274,8 @@ class _Builder:
             if isinstance(stmt, ast.If):
                 condition = self._constant(stmt.condition, frame, "an if condition")
                 if isinstance(condition, bool):
-                    self._exec(stmt.then if condition else stmt.orelse, frame)
+                    taken = self.forced.get(id(stmt), condition)
+                    self._exec(stmt.then if taken else stmt.orelse, frame)
                     continue
                 if not isinstance(condition, Poison):
                     self._error("type", stmt.condition.span, f"an if condition must be true or false, got "

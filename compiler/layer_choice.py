@@ -9,9 +9,10 @@ The layers' classes are built first (compiler/lower.py), one syntax tree per lay
 differ only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
 explains, a condition that reads more than the index and parameters) leaves them apart.
 
-A branch no layer takes at the spec's values is not in the file, so a config edited to take it (more
-layers, another `layer_types`) would build a model the spec does not describe. The constructor refuses
-it by name instead (`branch_guards`).
+A branch no layer takes at the spec's values is written too, from the model built with that branch forced
+(compiler/lower.py), so a config edited to take it (more layers, another `layer_types`) builds what the
+same `--set` compiles. Where that model does not check, the constructor refuses the branch by name
+(`branch_guards`).
 """
 
 from __future__ import annotations
@@ -59,29 +60,44 @@ def _split(cls: pyast.ClassDef) -> Optional[_Layer]:
     return _Layer(cls, attributes, forward)
 
 
-def branch_guards(block: ast.Block, index: str, count: int, fields: dict[str, Constant]) -> list[pyast.stmt]:
-    """The constructor's statement that refuses a layer whose `if` (of the block's own statements, over the
-    index and parameters) takes a branch none of the `count` layers takes at the spec's values: one `if`
-    for them all."""
-    refused: list[tuple[pyast.expr, Span]] = []  # (the untaken branch's condition, the spec's `if`)
+@dataclass(frozen=True)
+class Untaken:
+    """A branch of one of a layer block's own `if` statements (over the index and parameters) that none of
+    a stack's layers takes at the spec's values."""
+
+    statement: ast.If
+    branch: bool  # True: the `then` branch
+    condition: pyast.expr  # the statement's condition as Python over the config and the index
+
+
+def untaken_branches(block: ast.Block, index: str, count: int, fields: dict[str, Constant]) -> list[Untaken]:
+    """The branches of `block`'s own `if` statements that none of `count` layers takes."""
+    untaken = []
     for statement in block.body:
         condition = config_condition(statement.condition, fields, index) if isinstance(statement, ast.If) else None
         if condition is None:
             continue
         assert isinstance(statement, ast.If)
         taken = {_value(statement.condition, index, layer, fields) for layer in range(count)}
-        if len(taken) != 1 or None in taken:
-            continue
-        refused.append((condition if taken == {False} else pyast.UnaryOp(pyast.Not(), condition), statement.span))
-    if not refused:
+        if len(taken) == 1 and None not in taken:
+            untaken.append(Untaken(statement, not taken.pop(), condition))
+    return untaken
+
+
+def branch_guards(untaken: list[Untaken], index: str) -> list[pyast.stmt]:
+    """The constructor's statement that refuses a layer taking one of the `untaken` branches, where lowering
+    could not write them (compiler/lower.py builds them otherwise): one `if` for them all."""
+    if not untaken:
         return []
-    either = pyast.BoolOp(pyast.Or(), [tree for tree, _ in refused]) if len(refused) > 1 else refused[0][0]
+    refused = [item.condition if item.branch else pyast.UnaryOp(pyast.Not(), item.condition) for item in untaken]
+    either = pyast.BoolOp(pyast.Or(), refused) if len(refused) > 1 else refused[0]
     message = concatenated(pyast.JoinedStr([pyast.Constant("layer "), pyast.FormattedValue(variable(index), -1),
                                             pyast.Constant(" takes a branch this file was generated without: ")]),
                            "compile the spec with these values (xspec compile --set)")
     guard = pyast.If(either, [pyast.Raise(call("ValueError", message), None)], [])
-    noted(guard, ", ".join(where(span) for _, span in refused))
-    guard.notes = [where(span) for _, span in refused]  # type: ignore[attr-defined]  # one an operand, if split
+    spans = [where(item.statement.span) for item in untaken]
+    noted(guard, ", ".join(spans))
+    guard.notes = spans  # type: ignore[attr-defined]  # one an operand, if split
     return [guard]
 
 
@@ -222,10 +238,16 @@ def _one_forward(forwards: list[pyast.FunctionDef]) -> Optional[pyast.FunctionDe
         return None
     for versions in zip(*(statements_in(forward) for forward in forwards)):
         notes = [note for note in map(note_of, versions) if note is not None]
-        pointers = list(dict.fromkeys(note.text for note in notes))
+        pointers = sorted(dict.fromkeys(note.text for note in notes), key=_line_order)
         if len(pointers) > 1 and note_of(versions[0]) is not None:
             noted(versions[0], Note(", ".join(pointers), notes[0].shape, notes[0].dtype))
     return forwards[0]
+
+
+def _line_order(pointer: str) -> tuple[str, int]:
+    """`file.xspec:12` in the order of its file and line."""
+    file, _, line = pointer.rpartition(":")
+    return (file, int(line)) if line.isdigit() else (pointer, 0)
 
 
 def _deciding_if(body: tuple[ast.Stmt, ...], span: Span) -> Optional[tuple[ast.If, bool]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast as pyast
 import functools
 import itertools
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
@@ -29,8 +29,8 @@ from .diagnostics import Span
 from .entries import DECODER, ENCODER
 from .forward import Arguments, Context, file_label, forward_method, inline_calls, where
 from .ir import Instance
-from .layer_choice import (Choice, branch_guards, chooses_alike, guarded_layer_class, kind_names,
-                           layer_class_by_index, layer_kinds)
+from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
+                           layer_class_by_index, layer_kinds, untaken_branches)
 from .library import MODULE, LibraryClass, library_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -72,8 +72,13 @@ def _library_used(named: set[str]) -> set[str]:
     return named & set(library_classes())
 
 
-def lower(model: ResolvedModel, validated: ValidatedModel) -> Lowered:
-    return _Lowering(model, validated).module_sources()
+# The model built with the `if` statements given (by id) taking the branches given; None where it does not
+# check (compiler/__init__.py).
+BuiltWith = Callable[[Mapping[int, bool]], Optional[ValidatedModel]]
+
+
+def lower(model: ResolvedModel, validated: ValidatedModel, built_with: BuiltWith) -> Lowered:
+    return _Lowering(model, validated, built_with).module_sources()
 
 
 def _field_type(value: object, optional: bool) -> pyast.expr:
@@ -101,6 +106,14 @@ def _class_key(cls: pyast.ClassDef) -> str:
     return text_of(pyast.Module(cls.body, [])) + repr([text_of(base) for base in cls.bases]) + repr(notes)
 
 
+def _layout_key(cls: pyast.ClassDef) -> str:
+    """What a kind of layer is: the modules its constructor makes, by name, and its forward."""
+    init, forward = cls.body[0], cls.body[-1]
+    made = [text_of(target) for statement in (init.body if isinstance(init, pyast.FunctionDef) else [])
+            if isinstance(statement, pyast.Assign) for target in statement.targets]
+    return repr(made) + text_of(forward)
+
+
 def _merge_shapes(kept: pyast.ClassDef, other: pyast.ClassDef) -> None:
     """`kept`'s shape comments naming both classes' dimensions where they differ (`[batch, src_len|tgt_len,
     d_model]`); the two are the same code."""
@@ -111,8 +124,8 @@ def _merge_shapes(kept: pyast.ClassDef, other: pyast.ClassDef) -> None:
 
 
 class _Lowering:
-    def __init__(self, model: ResolvedModel, validated: ValidatedModel) -> None:
-        self.model, self.validated = model, validated
+    def __init__(self, model: ResolvedModel, validated: ValidatedModel, built_with: BuiltWith) -> None:
+        self.model, self.validated, self.built_with = model, validated, built_with
         self.graph = validated.graph.graph
         self.classes: dict[str, str] = {}  # class key (_class_key) -> class name
         self.class_of: dict[str, str] = {}  # instance path -> class name
@@ -122,7 +135,9 @@ class _Lowering:
         # block -> its layers' one class that takes the index, and the stack's layers and their own classes
         self.by_index: dict[str, tuple[str, Instance, list[pyast.ClassDef]]] = {}
         self.index_args: dict[str, pyast.expr] = {}  # block call path -> the index its class is built with
-        self.kinds: dict[str, Choice] = {}  # stack path -> which class each layer is, by the block's ifs
+        # stack path -> which class each layer is, by the block's ifs; and the refusal of untaken branches
+        self.kinds: dict[str, tuple[Choice, list[pyast.stmt]]] = {}
+        self.index_of: dict[str, str] = {}  # a kind of layer's class that takes the index -> the index's name
         self.order: list[pyast.ClassDef] = []  # classes in definition order
         self.library = set(library_classes())  # names generated classes do not take
         self.model_class = class_name(model.name, self.library)
@@ -216,41 +231,117 @@ class _Lowering:
     def _define_layers(self, stack: Instance, base: str) -> list[str]:
         """The class of each layer of a stack. Layers differ where the first changes the width the others
         see (`x = linear(x, 4)` on 8 features), a value carried from layer to layer changes what a layer
-        computes, or the block chooses modules by the layer's index: those are one class that takes the
-        index (compiler/layer_choice.py)."""
+        computes, or the block chooses modules by the layer's index. Those the block's conditions choose are
+        one class that takes the index, or a class per kind of layer (a hybrid's attention and Mamba-2
+        layers) chosen by the conditions (compiler/layer_choice.py); the branches no layer takes at the
+        spec's values are written too, from the model built with them taken."""
         layers = list(stack.children.values())
         bases = [item.block_name or f"{base}_layer" for item in layers]
         for item, item_base in zip(layers, bases):
             self._define_children(item, item_base)
         classes = [self._class(item) for item in layers]
-        keys = [_class_key(cls) for cls in classes]
         block = self.model.blocks[layers[0].block_name] if layers[0].block_name is not None else None
         if stack.index_param is not None and block is not None:
-            guards = branch_guards(block, stack.index_param, len(layers), self.fields)
-            if len(set(keys)) > 1:
-                optional = {keyword for op in OPS.values() for keyword in op.optional_keywords}
-                merged = layer_class_by_index(block, stack.index_param, layers, classes, self.fields, optional,
-                                              guards)
-            else:
-                merged = guarded_layer_class(classes[0], stack.index_param, guards) if guards else None
-            if merged is not None:
-                for other in classes[1:]:
-                    _merge_shapes(merged, other)
-                name = self._register(layers[0], bases[0], merged)
-                for item in layers:
-                    self.class_of[item.path] = name
-                self.indexed[stack.path] = stack.index_param
-                self.by_index[block.name.id] = (name, stack, classes)
-                return [name] * len(layers)
-        names = [self._register(item, item_base, cls, key) for item, item_base, cls, key
-                 in zip(layers, bases, classes, keys)]
-        if stack.index_param is not None and block is not None and len(set(names)) > 1:
-            kinds = layer_kinds(block, stack.index_param, names, self.fields)
-            if kinds is not None:
-                renamed = self._renamed(kind_names(block, kinds), bases[0])
-                self.kinds[stack.path] = _choice_renamed(kinds, renamed)
-                names = [renamed.get(name, name) for name in names]
-        return names
+            index = stack.index_param
+            untaken = untaken_branches(block, index, len(layers), self.fields)
+            before = self._registry()
+            built = self._untaken_layers(stack, untaken, bases[0])
+            names = self._chosen_classes(stack, layers, classes, built, []) if built or not untaken else None
+            if names is None and untaken:  # the untaken branches refused by name instead
+                self._restore(before)
+                names = self._chosen_classes(stack, layers, classes, [], branch_guards(untaken, index))
+            if names is not None:
+                return names
+        return [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
+
+    def _chosen_classes(self, stack: Instance, layers: list[Instance], classes: list[pyast.ClassDef],
+                        untaken: list[tuple[Instance, pyast.ClassDef]], guards: list[pyast.stmt]
+                        ) -> Optional[list[str]]:
+        """The class of each of `layers` (their `classes`) where the block's conditions choose them: one
+        class taking the index, or a class per kind of layer. `untaken`: layers built with the branches no
+        layer takes (their classes), written into the classes too; `guards` refuse those branches instead.
+        None where the conditions do not explain the classes."""
+        index, block = stack.index_param, self.model.blocks[layers[0].block_name or ""]
+        assert index is not None
+        every, every_class = [*layers, *(layer for layer, _ in untaken)], [*classes, *(cls for _, cls in untaken)]
+        one = self._one_layer_class(index, every, every_class, guards)
+        if one is not None:
+            for other in every_class[1:]:
+                _merge_shapes(one, other)
+            name = self._register(layers[0], layers[0].block_name or "layer", one)
+            for item in layers:
+                self.class_of[item.path] = name
+            self.indexed[stack.path] = index
+            self.by_index[block.name.id] = (name, stack, classes)
+            return [name] * len(layers)
+        # A class per kind: the layers alike in their modules' names and their forward, each kind one class
+        # (taking the index where its layers differ otherwise, by the block's conditions).
+        kinds: dict[str, list[int]] = {}
+        for position, cls in enumerate(every_class):
+            kinds.setdefault(_layout_key(cls), []).append(position)
+        if len(kinds) == 1 or any(min(positions) >= len(layers) for positions in kinds.values()):
+            return None  # one kind (the layers differ otherwise), or a kind no layer is
+        names: list[str] = [""] * len(layers)
+        for positions in kinds.values():
+            members = [every_class[position] for position in positions]
+            kind = members[0] if len({_class_key(cls) for cls in members}) == 1 else \
+                self._one_layer_class(index, [every[position] for position in positions], members, [])
+            if kind is None:
+                return None
+            first = layers[positions[0]]
+            name = self._register(first, first.block_name or "layer", kind)
+            if kind is not members[0]:
+                self.index_of[name] = index
+            for position in positions:
+                if position < len(layers):
+                    names[position] = name
+        choice = layer_kinds(block, index, names, self.fields)
+        if choice is None:
+            return None
+        renamed = self._renamed(kind_names(block, choice), layers[0].block_name or "layer")
+        self.kinds[stack.path] = (_choice_renamed(choice, renamed), guards)
+        self.index_of = {renamed.get(name, name): index for name, index in self.index_of.items()}
+        return [renamed.get(name, name) for name in names]
+
+    def _one_layer_class(self, index: str, layers: list[Instance], classes: list[pyast.ClassDef],
+                         guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
+        """One class for `layers` (their `classes`) whose constructor takes the index and chooses by their
+        block's conditions, after `guards`; None where they are not one class."""
+        block = self.model.blocks[layers[0].block_name or ""]
+        if len({_class_key(cls) for cls in classes}) > 1:
+            optional = {keyword for op in OPS.values() for keyword in op.optional_keywords}
+            return layer_class_by_index(block, index, layers, classes, self.fields, optional, guards)
+        return guarded_layer_class(classes[0], index, guards) if guards else None
+
+    def _untaken_layers(self, stack: Instance, untaken: list[Untaken], base: str
+                        ) -> list[tuple[Instance, pyast.ClassDef]]:
+        """The layers of `stack` as the model builds them with the `untaken` branches forced, each with its
+        class (the classes they use written into this file); none where there are no such branches, or that
+        model does not check."""
+        built = self.built_with({id(item.statement): item.branch for item in untaken}) if untaken else None
+        if built is None:
+            return []
+        other = built.graph.root
+        for part in stack.path.split("."):
+            other = other.children[part]
+        lowering = _Lowering(self.model, built, self.built_with)
+        lowering.classes, lowering.trees, lowering.order = self.classes, self.trees, self.order  # one file
+        layers = list(other.children.values())
+        for layer in layers:
+            lowering._define_children(layer, base)
+        return [(layer, lowering._class(layer)) for layer in layers]
+
+    def _registry(self) -> tuple[dict[str, str], dict[str, pyast.ClassDef], int]:
+        return dict(self.classes), dict(self.trees), len(self.order)
+
+    def _restore(self, registry: tuple[dict[str, str], dict[str, pyast.ClassDef], int]) -> None:
+        """The classes as they were before a layer's attempt wrote its own."""
+        classes, trees, count = registry
+        self.classes.clear()
+        self.classes.update(classes)
+        self.trees.clear()
+        self.trees.update(trees)
+        del self.order[count:]
 
     def _renamed(self, kinds: dict[str, str], base: str) -> dict[str, str]:
         """Each class of a kind of layer named after what its branch calls (`GatedDeltaNetLmLayer`), not
@@ -332,22 +423,22 @@ class _Lowering:
 
     def _layers_by_kind(self, stack: Instance, attribute: str) -> list[pyast.stmt]:
         """`self.layers = nn.ModuleList()`, then a loop over the layers appending each of its kind, chosen by
-        the spec's conditions over the config (as transformers' `config.layer_types[i]`), the branches no
-        layer takes refused (layer_choice.branch_guards)."""
+        the spec's conditions over the config (as transformers' `config.layer_types[i]`)."""
         index = stack.index_param
         assert index is not None
-        block = self.model.blocks[stack.children["0"].block_name or ""]
+        choice, guards = self.kinds[stack.path]
 
         def statements(choice: Choice) -> list[pyast.stmt]:
             if isinstance(choice, str):
-                return [expression(call(f"{attribute}.append", call(choice, variable("config"))), where(stack.span))]
+                given = [variable(index)] if choice in self.index_of else []
+                layer = call(choice, variable("config"), *given)
+                return [expression(call(f"{attribute}.append", layer), where(stack.span))]
             condition, span, yes, no = choice
             return [if_statement(condition, statements(yes), statements(no), where(span))]
 
         count = stack.count_source if stack.count_source is not None else constant(len(stack.children))
-        body = [*branch_guards(block, index, len(stack.children), self.fields), *statements(self.kinds[stack.path])]
         return [assign(attribute, call("nn.ModuleList"), where(stack.span)),
-                for_loop(index, call("range", count), body, where(stack.span))]
+                for_loop(index, call("range", count), [*guards, *statements(choice)], where(stack.span))]
 
     def _holder(self, instance: Instance, node_id: str, constructor: pyast.expr) -> str:
         """The attribute of `instance`'s class that holds a parameter-free module: named after the spec's

@@ -221,10 +221,21 @@ def _layout(code: ast.expr, indent: str, head: str = "", split: bool = False) ->
             *middle, last = _layout(item, inner, item_head)
             lines += middle
             current = last[len(inner):]
+        elif len(inner + text) + len(close) >= LINE_LIMIT and isinstance(item, ast.IfExp):
+            *middle, last = _choice(item, inner, item_head)
+            lines += middle
+            current = last[len(inner):]
         else:
             current = text
     lines.append(f"{inner}{current}{close}")
     return lines
+
+
+def _choice(code: ast.IfExp, indent: str, head: str) -> list[str]:
+    """A long `a if condition else b` in parentheses, its value, condition and alternative a line each."""
+    under = indent + " " * (len(head) + 1)
+    return [f"{indent}{head}({text_of(code.body)}", f"{under}if {text_of(code.test)}",
+            f"{under}else {text_of(code.orelse)})"]
 
 
 def _trailing_call(code: ast.expr) -> Optional[tuple[str, ast.expr]]:

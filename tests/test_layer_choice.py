@@ -41,13 +41,19 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
     ("specs/modern/bamba.xspec", {}, {"layers": 5, "layer_types": ("full_attention",) + ("linear_attention",) * 4}),
     ("specs/modern/nemotron_h.xspec", {},
      {"layers": 3, "layers_block_type": ("mlp", "full_attention", "linear_attention")}),
+    # Branches no layer takes at the spec's values: written too, from the model built with them taken.
+    ("specs/modern/gemma3.xspec", {}, {"layers": 12}),  # two layers, both local: the global one
+    ("specs/modern/qwen3.xspec", {}, {"use_sliding_window": True, "max_window_layers": 1}),
+    ("specs/modern/qwen3_moe.xspec", {}, {"sparse_layers": (True, False)}),  # every layer sparse: a dense one
+    ("specs/modern/glm4_moe.xspec", {}, {"use_qk_norm": True}),
+    ("specs/modern/qwen3_next.xspec", {}, {"sparse_layers": (False, True, False, True)}),  # in both kinds
 ])
 def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_with, edited):
     generated = xspec.compile(path, overrides=compiled_with)
     module = sys.modules[generated.model_class().__module__]
     config_class = next(v for k, v in vars(module).items() if k.endswith("Config") and dataclasses.is_dataclass(v))
     torch.manual_seed(0)
-    from_config = generated.model_class()(dataclasses.replace(config_class(), **edited))
+    from_config = generated.model_class()(config_class(**edited))  # derived fields computed anew
     torch.manual_seed(0)
     as_set = {k: list(v) if isinstance(v, tuple) else v for k, v in edited.items()}
     from_set = xspec.compile(path, overrides={**compiled_with, **as_set}).build("cpu")
@@ -142,22 +148,35 @@ def test_a_list_parameter_is_a_per_layer_schedule_the_config_holds():
     assert windows(from_set) == windows(spec.model_class()(config)) == [None, None, 8]
 
 
-@pytest.mark.parametrize("path, edited, layer", [
-    ("specs/modern/gemma3.xspec", {"layers": 12}, 5),   # two layers, both local: no global layer written
-    ("specs/modern/qwen3.xspec", {"use_sliding_window": True, "max_window_layers": 1}, 1),
-    ("specs/modern/qwen3_moe.xspec", {"sparse_layers": (True, False)}, 1),   # every layer sparse: no dense one
-])
-def test_an_edited_config_that_takes_a_branch_the_file_lacks_is_refused(path, edited, layer):
-    """A branch no layer takes at the spec's values is not in the file: an edit that reaches it is refused
-    by name, and the same --set builds the model."""
-    generated = xspec.compile(path)
+UNCHECKED_BRANCH = """
+model m {
+  param layers = 2
+  param wide = false
+  block layer(x, i) {
+    if wide and i > 0 { h = linear(x, 6, bias = false) as proj } else { h = linear(x, 6) as proj }
+    return linear(h, 6) as out
+  }
+  block decoder(tokens) {
+    x = embedding(tokens, 10, 6)
+    repeat i in layers { x = layer(x, i) }
+    return linear(x, 10)
+  }
+}"""
+
+
+def test_a_branch_no_layer_takes_is_refused_by_name_where_the_model_taking_it_does_not_check():
+    """A branch whose shapes do not check at the spec's values (an attention of 4 heads over 6 features)
+    cannot be written: a config that takes it is refused by name. One that checks is written."""
+    spec = UNCHECKED_BRANCH.replace("linear(x, 6, bias = false)", "attention(x, x, x, heads = 4)")
+    generated = xspec.compile_source(spec, "unchecked.xspec")
     module = sys.modules[generated.model_class().__module__]
     config_class = next(v for k, v in vars(module).items() if k.endswith("Config") and dataclasses.is_dataclass(v))
-    with pytest.raises(ValueError, match=f"^layer {layer} takes a branch this file was generated without: "
+    with pytest.raises(ValueError, match="^layer 1 takes a branch this file was generated without: "
                                          r"compile the spec with these values \(xspec compile --set\)$"):
-        generated.model_class()(dataclasses.replace(config_class(), **edited))
-    as_set = {k: list(v) if isinstance(v, tuple) else v for k, v in edited.items()}
-    assert xspec.compile(path, overrides=as_set).model_class()() is not None
+        generated.model_class()(dataclasses.replace(config_class(), wide=True))
+    assert generated.model_class()(config_class()) is not None
+    source = xspec.compile_source(UNCHECKED_BRANCH, "checked.xspec").python_source
+    assert "generated without" not in source and "if config.wide and i > 0:" in source
 
 
 @pytest.mark.parametrize("name, classes", [

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.nn import Attention, RMSNorm, RotaryEmbedding, ScaledEmbedding
+from xspec.nn import Attention, LinearRotaryEmbedding, RMSNorm, RotaryEmbedding, ScaledEmbedding
 
 
 @dataclass
@@ -21,6 +21,7 @@ class Gemma3Config:
     layers: int = 2
     kv_heads: int = 2
     rms_norm_eps: float = 1e-06
+    rope_theta: float = 1000000.0
     attention_bias: bool = False
     head_dim: int = 32
     sliding_window: int = 8
@@ -28,6 +29,7 @@ class Gemma3Config:
     sliding_window_pattern: int = 6
     layer_types: tuple[str, ...] | None = None
     rope_local_base_freq: float = 10000.0
+    rope_scaling_factor: float = 8.0
 
     def __post_init__(self):  # None: computed from the others, as the spec does
         if self.layer_types is None:
@@ -52,18 +54,25 @@ class FeedForward(nn.Module):  # block feed_forward, gemma2.xspec:20
 class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
     def __init__(self, config, i):
         super().__init__()
-        if not config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:19
-            raise ValueError(f'layer {i} takes a branch this file was generated without: '
-                             'compile the spec with these values (xspec compile --set)')
         self.input_layernorm = RMSNorm(  # gemma3.xspec:31
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.self_attn = Attention(  # gemma3.xspec:20
-            config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
-            bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
-            q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
-            k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
-            rotary=RotaryEmbedding(config.head_dim, config.rope_local_base_freq),
-            scale=config.query_pre_attn_scalar ** -0.5, window=config.sliding_window)
+        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:19
+            self.self_attn = Attention(  # gemma3.xspec:20
+                config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
+                bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
+                q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
+                k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
+                rotary=RotaryEmbedding(config.head_dim, config.rope_local_base_freq),
+                scale=config.query_pre_attn_scalar ** -0.5, window=config.sliding_window)
+        else:
+            self.self_attn = Attention(  # gemma3.xspec:25
+                config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
+                bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
+                q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
+                k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
+                rotary=LinearRotaryEmbedding(
+                    config.head_dim, config.rope_theta, factor=config.rope_scaling_factor),
+                scale=config.query_pre_attn_scalar ** -0.5)
         self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:32
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
         self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:33
@@ -73,8 +82,8 @@ class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
 
     def forward(self, x, cache=None):
-        def attend(h):  # gemma3.xspec:20
-            return self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:20
+        def attend(h):  # gemma3.xspec:20, gemma3.xspec:25
+            return self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:20, gemma3.xspec:25
         h = attend(self.input_layernorm(x))  # gemma3.xspec:31
         x = x + self.post_attention_layernorm(h)  # gemma3.xspec:32
         h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:33
