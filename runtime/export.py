@@ -41,7 +41,7 @@ from xspec.compiler.entries import MTP
 from xspec.compiler.ops import OPS
 from xspec.compiler.spec import CompiledSpec
 from .tokenizer import CheckpointTokenizer
-from .vocab import BOS, EOS, MODEL_FILE, PAD, UNK
+from .vocab import BOS, EOS, MODEL_FILE, PAD, UNK, Tokenizer
 
 if TYPE_CHECKING:
     from .inference import TrainedModel
@@ -323,10 +323,9 @@ def export_model(trained: TrainedModel, format: str, directory: Path) -> list[st
     return sorted(p.name for p in directory.iterdir() if p.name != WRITTEN)
 
 
-def tokenizer_file(tokenizer) -> str:
+def tokenizer_file(tokenizer: Tokenizer) -> str:
     """sentencepiece.model for xspec's vocabulary; an import's own tokenizer keeps its file name."""
-    kind = getattr(tokenizer, "kind", None)
-    return {None: MODEL_FILE, "tokenizers": "tokenizer.json", "sentencepiece": "tokenizer.model"}.get(kind, MODEL_FILE)
+    return {"tokenizers": "tokenizer.json", "sentencepiece": "tokenizer.model"}.get(tokenizer.kind, MODEL_FILE)
 
 
 def manifest(trained: TrainedModel, format: str, exported: Plan) -> dict:

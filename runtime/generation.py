@@ -63,7 +63,7 @@ class Generator:
             ids = ids or [start]
             if len(ids) > room:
                 too_long.append((i, len(ids)))
-                head = ids[:1] if ids[0] in (start, getattr(self.vocab, "bos_id", None)) else []
+                head = ids[:1] if ids[0] in (start, self.vocab.bos_id) else []
                 ids = head + ids[len(ids) - room + len(head):]
             prompts.append(ids)
         return prompts, too_long

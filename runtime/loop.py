@@ -430,11 +430,11 @@ class Trainer:
     def _write_weights(self, path: Path, tensors: dict[str, torch.Tensor]) -> None:
         """A self-contained checkpoint of the model at this step (its spec, parameters and vocabulary)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        describe = getattr(self.vocab, "describe", None)        # an imported checkpoint's own tokenizer
+        described = self.vocab.describe()        # an imported checkpoint's own tokenizer
         if self.adapted is not None:
             tensors = adapter_tensors(tensors)
         ckpt.save_weights(path, tensors, self.spec.resolved_source, self.spec.params, self.vocab.model_proto,
-                          self.progress.step, json.dumps(describe()) if describe is not None else None,
+                          self.progress.step, json.dumps(described) if described is not None else None,
                           self.adapted)
 
     def start_from(self, checkpoint: ckpt.Checkpoint) -> None:

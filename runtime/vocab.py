@@ -36,6 +36,34 @@ class Tokenizer(Protocol):
     @property
     def never_generated(self) -> tuple[int, ...]: ...
 
+    @property
+    def kind(self) -> str:
+        """What `model_proto` holds: "xspec" (xspec's own sentencepiece vocabulary, its special ids fixed),
+        an import's "sentencepiece" or "tokenizers" file, or "none" (an import without one)."""
+        ...
+
+    @property
+    def model_proto(self) -> bytes: ...
+
+    @property
+    def bos_id(self) -> int | None:
+        """The id the tokenizer starts a text with, where it adds one."""
+        ...
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """The end ids a checkpoint's config names (config.json's eos_token_id)."""
+        ...
+
+    @property
+    def hf_files(self) -> dict[str, dict]:
+        """The JSON files of an imported checkpoint's tokenizer, kept for export: file name -> its object."""
+        ...
+
+    def describe(self) -> dict | None:
+        """What a checkpoint records to rebuild the tokenizer beside its file; None: xspec's own needs none."""
+        ...
+
     def __len__(self) -> int: ...
 
     def encode(self, lines: list[str]) -> list[list[int]]: ...
@@ -62,10 +90,17 @@ class Vocab:
     document_end = EOS
     end_tokens = (EOS,)
     never_generated = (PAD, BOS)
+    kind = "xspec"
+    bos_id = None  # a text starts as a document does, at EOS
+    eos_ids = [EOS]
+    hf_files: dict[str, dict] = {}
 
     def __init__(self, model_proto: bytes) -> None:
         self.model_proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    def describe(self) -> dict | None:
+        return None
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()

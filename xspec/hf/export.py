@@ -23,6 +23,7 @@ from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import config_for
 from xspec.hf.safetensors_file import write_safetensors
+from xspec.runtime.vocab import EOS, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -220,8 +221,9 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     their index), the tokenizer and generation_config.json; returns the files written. An import's own
     config.json keys are kept, each the run's spec changed said (`say`)."""
     tokenizer = trained.tokenizer
-    special = (tokenizer.bos_id, tokenizer.eos_ids) if hasattr(tokenizer, "eos_ids") else (3, [3])
-    kept: dict[str, dict] = getattr(tokenizer, "hf_files", {})
+    # xspec's own vocabulary starts and ends a document at EOS
+    special = (tokenizer.bos_id, tokenizer.eos_ids) if tokenizer.kind != "xspec" else (EOS, [EOS])
+    kept = tokenizer.hf_files
     match = match_family(trained.spec, special)
     config = kept_keys(kept.get("config.json"), match.config, match.mapped, say)
     mapped, theirs = match.mapped, match.family_spec
@@ -308,13 +310,12 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     return config
 
 
-def _write_tokenizer(tokenizer, out: Path, kept: dict[str, dict]) -> list[str]:
+def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict]) -> list[str]:
     """The tokenizer's file, and the import's own tokenizer_config.json and special_tokens_map.json (what
     AutoTokenizer reads of special tokens, the chat template included), else a minimal configuration."""
-    kind = getattr(tokenizer, "kind", "sentencepiece")
-    if kind == "none":
+    if tokenizer.kind == "none":
         return []
-    if kind == "tokenizers":
+    if tokenizer.kind == "tokenizers":
         (out / "tokenizer.json").write_bytes(tokenizer.model_proto)
         settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
         written = ["tokenizer.json"]
