@@ -38,6 +38,8 @@ from .python_print import INDENT, LINE_LIMIT
 
 # What a value an op without a module computes is called, where the spec gives it no name.
 ROLE_NAMES = {"add": "summed", "sub": "difference", "mul": "product", "scale": "scaled"}
+# The longest function written where it is passed (a lambda); a longer one is a nested def.
+AT_CALL_LIMIT = 72
 
 
 @functools.cache
@@ -58,19 +60,9 @@ class Context:
     graph: OpGraph
     tensors: dict[str, str]  # ref -> the node that computes it
     names: ConfigNames
-    inline: set[str]  # paths of the block instances written where they are called
     # The attribute a forward's class holds to call a parameter-free module (nn.Dropout): given the
     # instance whose forward calls it, the node, and the module's constructor.
     holder: Callable[[Instance, str, pyast.expr], str]
-
-
-@dataclass
-class _Item:
-    """A step as this forward writes it: whose modules it names, and the spec line it points to."""
-
-    step: Step
-    prefix: str  # "" for the forward's own modules, "sublayer_1." for those of a block written here
-    span: Span
 
 
 @dataclass
@@ -91,139 +83,42 @@ def forward_method(context: Context, instance: Instance) -> pyast.FunctionDef:
     return _Forward(context, instance).method()
 
 
-def inlinable(instance: Instance) -> bool:
-    """A block written where it is called: straight-line ops and one call of each function it takes,
-    holding no block of its own."""
-    program = instance.program
-    applied = [step.inputs.get("fn") for step in program.steps if step.kind == "apply"]
-    functions = set(program.params.values()) & set(applied)
-    return (bool(functions) and len(applied) == len(set(applied)) == len(functions)
-            and all(step.kind in ("op", "apply") for step in program.steps)
-            and all(child.kind == "op" for child in instance.children.values()))
-
-
-def inline_calls(root: Instance) -> set[str]:
-    """The block instances written where they are called: inlinable, and called with functions that
-    only they read."""
-    found: set[str] = set()
-    pending = [root]
-    while pending:
-        instance = pending.pop()
-        pending += instance.children.values()
-        steps = instance.program.steps
-        made = {step.outputs[0] for step in steps if step.kind == "function"}
-        for step in steps:
-            child = instance.children.get(step.target) if step.kind == "block" else None
-            if child is None or not inlinable(child):
-                continue
-            taken = {v for v in step.inputs.values() if isinstance(v, str) and v in made}
-            functions = {child.program.params[name] for name, v in step.inputs.items() if v in taken}
-            applied = {s.inputs.get("fn") for s in child.program.steps if s.kind == "apply"}
-            if taken and functions == applied and not any(
-                    taken & other.reads() for other in steps if other is not step):
-                found.add(child.path)
-    return found
-
-
 class _Forward:
     def __init__(self, context: Context, instance: Instance) -> None:
         self.context, self.graph, self.instance = context, context.graph, instance
         self.names: dict[str, str] = {}  # ref -> its local name
         self.taken: set[str] = set()  # the names of the scope being written
         self.holder: dict[str, str] = {}  # in the forward's own body: name -> the ref it holds now
-        self.aliases: dict[str, Operand] = {}  # a ref of a block or function written here -> its value
-        self.hints: dict[str, str] = {}  # the spec's names of values that blocks written here return
-        self.functions: dict[str, tuple[Step, str]] = {}  # function ref -> its step, its modules' prefix
-        self.consumed: set[str] = set()  # functions written where an inlined block calls them
         self.pending: Optional[_Pending] = None
+        self.at_call: dict[str, pyast.expr] = {}  # a function ref -> its code where the one call it is passed to
         self.depth = 2  # indentation of the lines being written: class, def
-        items = self._flatten(instance.program)
+        items = instance.program.steps
         # Where a value of the forward's own body is read for the last time; values read by a function
         # or returned never die.
         self.last_read: dict[str, int] = {}
         self.reads: dict[str, int] = {}  # how many steps read each value, anywhere in this forward
-        for index, item in enumerate(items):
-            for ref in self._reads(item.step):
+        for index, step in enumerate(items):
+            for ref in self._reads(step):
                 self.last_read[ref] = index
         self.captured = self._captured(instance.program)
-        self.results = {self._resolve_str(r) for r in instance.program.results if isinstance(self._resolve(r), str)}
+        self.results = {r for r in instance.program.results if isinstance(r, str)}
         self.immortal = self.captured | self.results
         self.top_items = items
 
-    # --- flattening: blocks and functions written in place ------------------------------------
-    def _flatten(self, program: Program, prefix: str = "", span: Optional[Span] = None) -> list[_Item]:
-        items: list[_Item] = []
-        inlined = [step for step in program.steps if step.kind == "block"
-                   and self._child(prefix, step.target).path in self.context.inline]
-        made = {step.outputs[0] for step in program.steps if step.kind == "function"}
-        for step in inlined:  # the functions these blocks take are written inside them
-            self.consumed.update(v for v in step.inputs.values() if isinstance(v, str) and v in made)
-        for step in program.steps:
-            if step.kind == "function":
-                self.functions[step.outputs[0]] = (step, prefix)
-                if step.outputs[0] not in self.consumed:
-                    items.append(_Item(step, prefix, span or step.span))
-            elif step in inlined:
-                child = self._child(prefix, step.target)
-                for name, ref in child.program.params.items():
-                    self.aliases[ref] = step.inputs[name]
-                items += self._flatten(child.program, f"{prefix}{step.target}.", span or step.span)
-                if step.outputs:
-                    self._alias(step.outputs[0], child.program.results[0], program)
-            elif step.kind == "apply" and self._resolve(step.inputs["fn"]) in self.consumed:
-                function, function_prefix = self.functions[self._resolve_str(step.inputs["fn"])]
-                body = function.body
-                assert body is not None
-                (param_ref,) = body.params.values()
-                self.aliases[param_ref] = step.inputs["x"] if "x" in step.inputs else step.argument  # type: ignore
-                items += self._flatten(body, function_prefix, span or step.span)
-                if step.outputs:
-                    self._alias(step.outputs[0], body.results[0], program)
-            else:
-                items.append(_Item(step, prefix, span or step.span))
-        return items
-
-    def _alias(self, ref: str, value: Operand, program: Program) -> None:
-        """`ref` is written as `value`, which takes the spec's name for it (`x = sublayer(x, ...)`)."""
-        self.aliases[ref] = value
-        resolved = self._resolve(value)
-        if ref in program.hints and isinstance(resolved, str):
-            self.hints[resolved] = program.hints[ref]
-
-    def _hint(self, ref: str, program: Program, default: str) -> str:
-        return program.hints.get(ref) or self.hints.get(ref) or default
-
-    def _child(self, prefix: str, target: str) -> Instance:
-        owner = self.instance
-        for part in prefix.split(".")[:-1]:
-            owner = owner.children[part]
-        return owner.children[target]
-
-    def _resolve(self, operand: Operand) -> Operand:
-        while isinstance(operand, str) and operand in self.aliases:
-            operand = self.aliases[operand]
-        return operand
-
-    def _resolve_str(self, operand: Operand) -> str:
-        resolved = self._resolve(operand)
-        assert isinstance(resolved, str)
-        return resolved
-
     def _reads(self, step: Step) -> set[str]:
-        refs = {self._resolve(v) for v in step.inputs.values()}
-        refs |= {self._resolve(before) for before, _, _, _ in step.carried if before is not None}
+        refs = {v for v in step.inputs.values()}
+        refs |= {before for before, _, _, _ in step.carried if before is not None}
         if step.body is not None:
-            refs |= {self._resolve(r) for r in step.body.reads()}
+            refs |= step.body.reads()
         return {r for r in refs if isinstance(r, str)}
 
     def _captured(self, program: Program) -> set[str]:
         """The refs from outside it that some function written as a function (or a loop) reads."""
         refs: set[str] = set()
         for step in program.steps:
-            if step.body is not None and not (step.kind == "function" and step.outputs[0] in self.consumed):
+            if step.body is not None:
                 inside = _defined(step.body) | set(step.body.params.values())
-                refs |= {self._resolve_str(r) for r in step.body.reads() - inside
-                         if isinstance(self._resolve(r), str)}
+                refs |= {r for r in step.body.reads() - inside if isinstance(r, str)}
         return refs
 
     # --- the forward --------------------------------------------------------------------------
@@ -234,11 +129,11 @@ class _Forward:
         body = self._body(self.instance.program, top=True, items=self.top_items)
         return function("forward", args, body, defaults=[constant(None)] if self.instance.has_cache else [])
 
-    def _body(self, program: Program, top: bool, items: Optional[list[_Item]] = None) -> list[pyast.stmt]:
+    def _body(self, program: Program, top: bool, items: Optional[list[Step]] = None) -> list[pyast.stmt]:
         """A forward's or a function's steps, then its return: `return self.w_2(...)` where the last
         step computes what it returns (rather than naming the value only to return it)."""
         lines = self._program(program, top, items)
-        results = [self._resolve(r) for r in program.results]
+        results = [r for r in program.results]
         pending = self.pending
         if pending is not None and results == [pending.ref]:
             self.pending = None
@@ -248,11 +143,10 @@ class _Forward:
         value = values[0] if len(values) == 1 else pyast.Tuple(values, pyast.Load()) if values else constant(None)
         return [*lines, returns(value)]
 
-    def _program(self, program: Program, top: bool, items: Optional[list[_Item]] = None,
+    def _program(self, program: Program, top: bool, items: Optional[list[Step]] = None,
                  stack: Optional[Instance] = None) -> list[pyast.stmt]:
         lines: list[pyast.stmt] = []
-        for index, item in enumerate(items if items is not None else self._flatten(program)):
-            step = item.step
+        for index, step in enumerate(items if items is not None else program.steps):
             if step.kind == "function":
                 lines += self._flush()
                 lines += self._function(step, program, top, index)
@@ -260,51 +154,50 @@ class _Forward:
                 lines += self._flush()
                 lines += self._stack(step, program, top, index)
             else:
-                lines += self._step(item, program, top, index, stack)
+                lines += self._step(step, program, top, index, stack)
         return lines
 
-    def _step(self, item: _Item, program: Program, top: bool, index: int,
+    def _step(self, step: Step, program: Program, top: bool, index: int,
               stack: Optional[Instance]) -> list[pyast.stmt]:
         """A step's expression, taking in the pending value where it fits; the step's own value pends in
         turn where only the next step may read it."""
         lines: list[pyast.stmt] = []
         pending = self.pending
         if pending is not None:
-            code, source = self._call(item, stack, taking=pending)
+            code, source = self._call(step, stack, taking=pending)
             if code is None:
                 lines += self._flush()
-                code, source = self._call(item, stack)
+                code, source = self._call(step, stack)
         else:
-            code, source = self._call(item, stack)
+            code, source = self._call(step, stack)
         self.pending = None
         assert code is not None
-        step = item.step
-        outputs = [self._resolve_str(ref) for ref in step.outputs]
+        outputs = list(step.outputs)
         if len(outputs) == 1 and self.reads_once(outputs[0]):
-            self.pending = _Pending(outputs[0], code, item.span, source, index, self._default_hint(item), program)
+            self.pending = _Pending(outputs[0], code, step.span, source, index, self._default_hint(step), program)
             return lines
-        names = [self._name_output(ref, self._default_hint(item), program, top, index) for ref in outputs]
+        names = [self._name_output(ref, self._default_hint(step), program, top, index) for ref in outputs]
         ref = outputs[0] if len(outputs) == 1 else None
-        return [*lines, assign_many(names or ["_"], code, self._note(item.span, ref, source))]
+        return [*lines, assign_many(names or ["_"], code, self._note(step.span, ref, source))]
 
     def reads_once(self, ref: str) -> bool:
         """Whether one step reads `ref` (the forward's return counts as one), and no function."""
         if ref in self.captured or ref in self.names:
             return False
         if not self.reads:
-            for item in self.top_items:
-                for read in self._reads_all(item.step):
+            for step in self.top_items:
+                for read in self._reads_all(step):
                     self.reads[read] = self.reads.get(read, 0) + 1
         return self.reads.get(ref, 0) + (ref in self.results) == 1
 
     def _reads_all(self, step: Step) -> list[str]:
         """Every read of a step, counted once per input (attention(h, h, h) reads h three times)."""
-        refs = [self._resolve(v) for v in step.inputs.values()]
-        refs += [self._resolve(b) for b, _, _, _ in step.carried if b is not None]
+        refs = [v for v in step.inputs.values()]
+        refs += [b for b, _, _, _ in step.carried if b is not None]
         if step.body is not None:
-            refs += [self._resolve(r) for s in step.body.steps for r in (*s.inputs.values(),)]
-            refs += [self._resolve(r) for r in step.body.results]
-            refs += [self._resolve(r) for s in step.body.steps if s.body is not None for r in s.body.reads()]
+            refs += [r for s in step.body.steps for r in (*s.inputs.values(),)]
+            refs += [r for r in step.body.results]
+            refs += [r for s in step.body.steps if s.body is not None for r in s.body.reads()]
         return [r for r in refs if isinstance(r, str)]
 
     def _flush(self) -> list[pyast.stmt]:
@@ -352,14 +245,13 @@ class _Forward:
     def _name_output(self, ref: str, hint: str, program: Program, top: bool, index: int) -> str:
         if ref in self.names:  # a loop's carried value, named by the loop
             return self.names[ref]
-        hint = self._hint(ref, program, hint)
+        hint = program.hints.get(ref) or hint
         held = self.holder.get(hint)
         if top and held is not None and local_name_problem(hint) is None and self._dead(held, index):
             return self._bind(ref, hint, top)
         return self._bind(ref, self._fresh(hint), top)
 
-    def _default_hint(self, item: _Item) -> str:
-        step = item.step
+    def _default_hint(self, step: Step) -> str:
         if step.kind == "op":
             node = self.graph[step.target]
             if node.module is not None:
@@ -370,34 +262,33 @@ class _Forward:
         return "layer_out" if step.kind == "layer" else f"{step.target}_out"  # apply: `f_out = f(x)`
 
     def _operand(self, operand: Operand) -> pyast.expr:
-        operand = self._resolve(operand)
+        if isinstance(operand, str) and operand in self.at_call:
+            return self.at_call[operand]
         if isinstance(operand, Const):
             return constant(operand.value)
         assert operand in self.names, f"{operand} is read before it is defined"
         return variable(self.names[operand])
 
     # --- expressions --------------------------------------------------------------------------
-    def _call(self, item: _Item, stack: Optional[Instance] = None,
+    def _call(self, step: Step, stack: Optional[Instance] = None,
               taking: Optional[_Pending] = None) -> tuple[Optional[pyast.expr], Optional[str]]:
         """The expression a step computes, and the tensor it reads first. With `taking`, the pending
         value written in its place: None where the step does not read it, or the line would be long."""
-        step = item.step
-        resolved = {port: self._resolve(v) for port, v in step.inputs.items()}
-        if taking is not None and (list(resolved.values()).count(taking.ref) != 1 or
-                                   (taking.span.file, taking.span.line) != (item.span.file, item.span.line)):
+        if taking is not None and (list(step.inputs.values()).count(taking.ref) != 1 or
+                                   (taking.span.file, taking.span.line) != (step.span.file, step.span.line)):
             return None, None
-        code = self._expression(item, resolved, taking, stack)
-        first = next((v for v in resolved.values() if isinstance(v, str) and self._is_tensor(v)), None)
+        code = self._expression(step, taking, stack)
+        first = next((v for v in step.inputs.values() if isinstance(v, str) and self._is_tensor(v)), None)
         source = taking.source if taking is not None and first == taking.ref else first
-        if taking is not None and self._length(item, code, source) >= LINE_LIMIT:
+        if taking is not None and self._length(step, code, source) >= LINE_LIMIT:
             return None, None
         return code, source
 
-    def _length(self, item: _Item, code: pyast.expr, source: Optional[str]) -> int:
+    def _length(self, step: Step, code: pyast.expr, source: Optional[str]) -> int:
         """About how long the step's line will be: its name (none where its value pends in turn), the
         code and the comment."""
-        length = len(INDENT * self.depth) + len(text_of(code)) + len("  # ") + len(where(item.span))
-        outputs = [self._resolve(ref) for ref in item.step.outputs]
+        length = len(INDENT * self.depth) + len(text_of(code)) + len("  # ") + len(where(step.span))
+        outputs = list(step.outputs)
         if len(outputs) != 1 or not isinstance(outputs[0], str):
             return length + 4
         ref = outputs[0]
@@ -406,25 +297,23 @@ class _Forward:
         shape = self._shape(ref)
         if shape is not None and shape != self._shape(source):
             length += len(str(Note("", *shape)))
-        name = "return" if ref in self.results else self._hint(ref, self.instance.program, self._default_hint(item))
+        name = "return" if ref in self.results else \
+            self.instance.program.hints.get(ref) or self._default_hint(step)
         return length + len(name) + (1 if ref in self.results else 3)
 
     def _is_tensor(self, ref: str) -> bool:
         return ref in self.context.tensors or ref in self.graph
 
-    def _expression(self, item: _Item, resolved: dict[str, Operand], taking: Optional[_Pending],
-                    stack: Optional[Instance]) -> pyast.expr:
-        step = item.step
-
+    def _expression(self, step: Step, taking: Optional[_Pending], stack: Optional[Instance]) -> pyast.expr:
         def code(port: str) -> pyast.expr:
-            value = resolved[port]
+            value = step.inputs[port]
             return taking.code if taking is not None and value == taking.ref else self._operand(value)
 
         if step.kind == "op":
             node = self.graph[step.target]
             op = OPS[node.op]
             if op.module is not None:
-                attribute = item.prefix + identifier(node.id.rsplit(".", 1)[-1])
+                attribute = identifier(node.id.rsplit(".", 1)[-1])
             elif op.holder is not None:
                 attribute = self.context.holder(self.instance, node.id, op.holder(node.attrs, Arguments(node)))
             else:
@@ -434,9 +323,9 @@ class _Forward:
         args = [code(port) for port in step.inputs]
         cache = {"cache": variable("cache")}
         if step.kind == "block":
-            child = self._child(item.prefix, step.target)
+            child = self.instance.children[step.target]
             passed = cache if child.has_cache and self.instance.has_cache else {}
-            return call(f"self.{item.prefix}{identifier(step.target)}", *args, **passed)
+            return call(f"self.{identifier(step.target)}", *args, **passed)
         if step.kind == "layer":
             assert stack is not None, "a layer step outside a stack's loop"
             return call("layer", *args, **(cache if stack.children["0"].has_cache and self.instance.has_cache else {}))
@@ -448,32 +337,50 @@ class _Forward:
 
     # --- functions and loops ------------------------------------------------------------------
     def _function(self, step: Step, program: Program, top: bool, index: int) -> list[pyast.stmt]:
-        """A spec function: `None` if nothing calls it, else a nested def (a function that is one expression
-        returns it: a def, not a lambda bound to a name, as PEP 8 and the project's linter ask)."""
-        name = self._name_output(step.outputs[0], "fn", program, top, index)
-        comment = where(step.span)
-        body = step.body
+        """A spec function: `None` if nothing calls it; where one expression passed to one block call, that
+        expression at the call (`self.ffn`, `lambda h: self.self_attn(h, h, h, mask)`), as the Annotated
+        Transformer passes its sublayers; else a nested def (a def, not a lambda bound to a name, as PEP 8
+        and the project's linter ask)."""
+        ref, comment, body = step.outputs[0], where(step.span), step.body
         if body is None:
-            return [assign(name, constant(None), comment)]
+            return [assign(self._name_output(ref, "fn", program, top, index), constant(None), comment)]
         # The body is a scope of its own: its names need only avoid those it can see.
         outer, outer_holder = set(self.taken), self.holder
         self.holder = {}
         (param, param_ref), = body.params.items()
         param = self._bind(param_ref, self._fresh(param), top=False)
         only = body.steps[0] if len(body.steps) == 1 else None
-        # Every statement names its spec line: the def, and the return (which the comment lets wrap, if long).
+        expression: Optional[pyast.expr] = None
         if not body.steps:
-            statements: list[pyast.stmt] = [returns(self._operand(body.results[0]), comment)]
+            expression = self._operand(body.results[0])
         elif only is not None and only.kind != "function" and list(only.outputs) == list(body.results):
-            expression, _ = self._call(_Item(only, "", only.span))
+            expression, _ = self._call(only)
             assert expression is not None
+        if expression is not None and self._passed_once(ref, program):
+            self.taken, self.holder = outer, outer_holder
+            at_call = _applied_to(expression, param) or pyast.Lambda(
+                pyast.arguments([], [pyast.arg(param)], None, [], [], None, []), expression)
+            if len(text_of(at_call)) <= AT_CALL_LIMIT:
+                self.at_call[ref] = at_call
+                return []
+            self.taken, self.holder = set(self.taken), {}
+        # Every statement names its spec line: the def, and the return (which the comment lets wrap, if long).
+        statements: list[pyast.stmt]
+        if expression is not None:
             statements = [returns(expression, comment)]
         else:
             self.depth += 1
             statements = self._body(body, top=False)
             self.depth -= 1
         self.taken, self.holder = outer, outer_holder
+        name = self._name_output(ref, "fn", program, top, index)
         return [function(name, [param], statements, comment)]
+
+    def _passed_once(self, ref: str, program: Program) -> bool:
+        """Whether the function `ref` is an argument of one block call of `program`, and read nowhere else."""
+        readers = [step for step in program.steps if ref in step.inputs.values()]
+        nested = any(ref in step.body.reads() for step in program.steps if step.body is not None)
+        return len(readers) == 1 and readers[0].kind == "block" and not nested and ref not in program.results
 
     def _stack(self, step: Step, program: Program, top: bool, index: int) -> list[pyast.stmt]:
         """`for layer in self.layers:` around the first layer's iteration."""
@@ -484,7 +391,6 @@ class _Forward:
         assert step.body is not None
         inside = step.body.reads()  # a value from before the loop the layers also read unchanged keeps its name
         for before, loop, first, last in step.carried:
-            before = self._resolve_str(before) if before is not None else None
             hint = program.hints.get(last, "carried")
             held = self.holder.get(hint)
             if (before is not None and top and self._dead(before, index) and before not in inside
@@ -511,6 +417,16 @@ class _Forward:
         for last, name in carried_names:
             self._bind(last, name, top)
         return lines
+
+
+def _applied_to(expression: pyast.expr, param: str) -> Optional[pyast.expr]:
+    """`self.ffn` of `self.ffn(h)`, a module of the class called on `param` alone; else None."""
+    if isinstance(expression, pyast.Call) and not expression.keywords and len(expression.args) == 1 \
+            and isinstance(expression.args[0], pyast.Name) and expression.args[0].id == param \
+            and isinstance(expression.func, pyast.Attribute) and isinstance(expression.func.value, pyast.Name) \
+            and expression.func.value.id == "self":
+        return expression.func
+    return None
 
 
 def _defined(program: Program) -> set[str]:

@@ -27,7 +27,7 @@ from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER
-from .forward import Arguments, Context, file_label, forward_method, inline_calls, where
+from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
                            layer_class_by_index, layer_kinds, untaken_branches)
@@ -147,8 +147,7 @@ class _Lowering:
         self.widths: dict[str, pyast.expr] = {}  # node id -> its output's last size, as generated code writes it
         # instance -> the constructor's code -> (attribute, constructor, line)
         self.holders: dict[str, dict[str, tuple[str, pyast.expr, Span]]] = {}
-        self.context = Context(self.graph, validated.graph.tensors, self.names,
-                               inline_calls(validated.graph.root), self._holder)
+        self.context = Context(self.graph, validated.graph.tensors, self.names, self._holder)
 
     def module_sources(self) -> Lowered:
         root = self.validated.graph.root
@@ -223,7 +222,7 @@ class _Lowering:
 
     def _define_children(self, instance: Instance, base: str) -> None:
         for child in instance.children.values():
-            if child.kind == "block" and child.path not in self.context.inline:
+            if child.kind == "block":
                 self._define(child, child.block_name or f"{base}_layer")
             elif child.kind == "stack":
                 self.layer_classes[child.path] = self._define_layers(child, base)
@@ -412,12 +411,6 @@ class _Lowering:
                 return call("nn.ModuleList", layers)
             # flat: no deep expression
             return call("nn.ModuleList", pyast.List([call(name, variable("config")) for name in classes], pyast.Load()))
-        if child.path in self.context.inline:  # its steps are written in the caller: it holds its modules
-            modules = {name: self._constructor(c) for name, c in child.children.items()}
-            if not modules:
-                return None
-            return call("nn.ModuleDict", pyast.Dict([constant(n) for n in modules],
-                                                    [c for c in modules.values() if c is not None]))
         given = self.index_args.get(child.path)
         return call(self.class_of[child.path], variable("config"), *([given] if given is not None else []))
 

@@ -117,7 +117,7 @@ def test_generated_module_runs_on_its_own(tmp_path: Path, standalone: bool):
 
 def test_generated_code_is_one_class_per_block_with_loops():
     source = xspec.compile("specs/base.xspec").python_source
-    for name in ("class FeedForward(", "class EncoderLayer(", "class DecoderLayer(",
+    for name in ("class Sublayer(", "class FeedForward(", "class EncoderLayer(", "class DecoderLayer(",
                  "class Embed(", "class Encoder(", "class Decoder(", "class TransformerBase("):
         assert source.count(name) == 1, name
     assert ("nn.ModuleList(  # base.xspec:57\n"
@@ -127,15 +127,19 @@ def test_generated_code_is_one_class_per_block_with_loops():
     # Sizes from the typed config, under the spec's parameter names (nanoGPT's GPTConfig).
     assert "@dataclass\nclass TransformerBaseConfig:\n" in source and "    d_ff: int = 2048\n" in source
     assert "        self.w_1 = nn.Linear(config.d_model, config.d_ff)  # base.xspec:28\n" in source
-    # A block called with a function is written in place: the residual and the norm in the layer's own
-    # forward, the block's modules kept as its own under the call's label (the parameter names do not change).
-    assert "class Sublayer(" not in source
-    assert ("        self.ffn_sublayer = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})"
-            "  # base.xspec:43\n") in source
+    # A block that takes a function is a class whose forward calls it (the Annotated Transformer's
+    # SublayerConnection); the function is passed as the module it calls, or a lambda: no ModuleDict.
+    assert ("class Sublayer(nn.Module):  # block sublayer, base.xspec:19\n"
+            "    def __init__(self, config):\n"
+            "        super().__init__()\n"
+            "        self.norm = nn.LayerNorm(config.d_model)  # base.xspec:23\n"
+            "        self.dropout = nn.Dropout(config.dropout)  # base.xspec:23\n\n"
+            "    def forward(self, x, f):\n"
+            "        return self.norm(x + self.dropout(f(x)))  # base.xspec:23\n") in source
+    assert "ModuleDict" not in source
     assert ("    def forward(self, x, mask):\n"
-            "        summed = x + self.dropout(self.self_attn(x, x, x, mask))  # base.xspec:42\n"
-            "        x = self.self_attn_sublayer.norm(summed)  # base.xspec:42\n"
-            "        return self.ffn_sublayer.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43\n") in source
+            "        x = self.self_attn_sublayer(x, lambda h: self.self_attn(h, h, h, mask))  # base.xspec:42\n"
+            "        return self.ffn_sublayer(x, self.ffn)  # base.xspec:43\n") in source
     # One line per loop step, and a shape comment where a line changes the shape it reads.
     assert ("        x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:56\n"
             "        for layer in self.layers:  # base.xspec:57\n"

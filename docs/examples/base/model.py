@@ -42,6 +42,16 @@ class Embed(nn.Module):  # block embed, base.xspec:32
         return self.dropout(e + self.positions(e, cache))  # base.xspec:37
 
 
+class Sublayer(nn.Module):  # block sublayer, base.xspec:19
+    def __init__(self, config):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.d_model)  # base.xspec:23
+        self.dropout = nn.Dropout(config.dropout)  # base.xspec:23
+
+    def forward(self, x, f):
+        return self.norm(x + self.dropout(f(x)))  # base.xspec:23
+
+
 class FeedForward(nn.Module):  # block feed_forward, base.xspec:27
     def __init__(self, config):
         super().__init__()
@@ -55,19 +65,16 @@ class FeedForward(nn.Module):  # block feed_forward, base.xspec:27
 class EncoderLayer(nn.Module):  # block encoder_layer, base.xspec:41
     def __init__(self, config):
         super().__init__()
-        self.self_attn_sublayer = nn.ModuleDict({  # base.xspec:42
-            'norm': nn.LayerNorm(config.d_model)})
+        self.self_attn_sublayer = Sublayer(config)  # base.xspec:42
         self.self_attn = Attention(  # base.xspec:42
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=False)
-        self.ffn_sublayer = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:43
+        self.ffn_sublayer = Sublayer(config)  # base.xspec:43
         self.ffn = FeedForward(config)  # base.xspec:43
-        self.dropout = nn.Dropout(config.dropout)  # base.xspec:23
 
     def forward(self, x, mask):
-        summed = x + self.dropout(self.self_attn(x, x, x, mask))  # base.xspec:42
-        x = self.self_attn_sublayer.norm(summed)  # base.xspec:42
-        return self.ffn_sublayer.norm(x + self.dropout(self.ffn(x)))  # base.xspec:43
+        x = self.self_attn_sublayer(x, lambda h: self.self_attn(h, h, h, mask))  # base.xspec:42
+        return self.ffn_sublayer(x, self.ffn)  # base.xspec:43
 
 
 class Encoder(nn.Module):  # block encoder, base.xspec:55
@@ -87,27 +94,23 @@ class Encoder(nn.Module):  # block encoder, base.xspec:55
 class DecoderLayer(nn.Module):  # block decoder_layer, base.xspec:47
     def __init__(self, config):
         super().__init__()
-        self.self_attn_sublayer = nn.ModuleDict({  # base.xspec:48
-            'norm': nn.LayerNorm(config.d_model)})
+        self.self_attn_sublayer = Sublayer(config)  # base.xspec:48
         self.self_attn = Attention(  # base.xspec:48
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=True)
-        self.cross_attn_sublayer = nn.ModuleDict({  # base.xspec:50
-            'norm': nn.LayerNorm(config.d_model)})
+        self.cross_attn_sublayer = Sublayer(config)  # base.xspec:50
         self.cross_attn = Attention(  # base.xspec:50
             config.d_model, config.heads, config.heads, config.d_k, config.d_v, bias=True,
             out_bias=True, causal=False, cross=True)
-        self.ffn_sublayer = nn.ModuleDict({'norm': nn.LayerNorm(config.d_model)})  # base.xspec:52
+        self.ffn_sublayer = Sublayer(config)  # base.xspec:52
         self.ffn = FeedForward(config)  # base.xspec:52
-        self.dropout = nn.Dropout(config.dropout)  # base.xspec:23
 
     def forward(self, x, memory, memory_mask, cache=None):
-        summed = x + self.dropout(self.self_attn(x, x, x, cache=cache))  # base.xspec:48
-        x = self.self_attn_sublayer.norm(summed)  # base.xspec:48
-        summed = x + self.dropout(  # base.xspec:50
-            self.cross_attn(x, memory, memory, memory_mask, cache))
-        x = self.cross_attn_sublayer.norm(summed)  # base.xspec:50
-        return self.ffn_sublayer.norm(x + self.dropout(self.ffn(x)))  # base.xspec:52
+        x = self.self_attn_sublayer(  # base.xspec:48
+            x, lambda h: self.self_attn(h, h, h, cache=cache))
+        x = self.cross_attn_sublayer(  # base.xspec:50
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask, cache))
+        return self.ffn_sublayer(x, self.ffn)  # base.xspec:52
 
 
 class Decoder(nn.Module):  # block decoder, base.xspec:64
