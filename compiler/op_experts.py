@@ -30,26 +30,36 @@ from pydantic import Field
 
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, size
 from .python_code import call
-from .shapes import TensorType, concrete_last, require
+from .shapes import ShapeError, TensorType, concrete_last, require
 
 GLU_NAMES = {"silu": "SwiGLU", "gelu_tanh": "GeGLU", "clamped_swiglu": "clamped SwiGLU"}
 
 
-class ExpertsAttrs(Attrs):
+class RoutingChoice(Attrs):
+    """How a router chooses: shared by the `moe` op and the `router` op."""
+
     experts: int = Field(gt=0)  # num_local_experts
     top_k: int = Field(gt=0)  # num_experts_per_tok
-    d_ff: int = Field(gt=0)  # each expert's inner width (moe_intermediate_size)
     scoring: Literal["softmax", "sigmoid"] = "softmax"
     normalize: bool = True  # the top-k weights renormalized to sum to 1 (norm_topk_prob)
     routing_scale: float = 1.0  # the weights' scale (routed_scaling_factor)
-    router_bias: bool = False
+    groups: int = Field(1, gt=0)  # the experts in groups, a token choosing among its top groups' (n_group)
+    top_groups: int = Field(1, gt=0)  # topk_group
+    score_correction: bool = False  # a bias per expert in the choice only (e_score_correction_bias)
+
+
+class ExpertActivation(Attrs):
+    """The experts' gated activation: shared by the `moe` op and the `experts` op."""
+
+    d_ff: int = Field(gt=0)  # each expert's inner width (moe_intermediate_size)
     bias: bool = False  # the experts' projections have biases (gpt-oss)
     activation: Literal["silu", "gelu_tanh", "clamped_swiglu"] = "silu"
     swiglu_limit: float = 7.0  # clamped_swiglu
     swiglu_alpha: float = 1.702  # clamped_swiglu
-    groups: int = Field(1, gt=0)  # the experts in groups, a token choosing among its top groups' (n_group)
-    top_groups: int = Field(1, gt=0)  # topk_group
-    score_correction: bool = False  # a bias per expert in the choice only (e_score_correction_bias)
+
+
+class ExpertsAttrs(RoutingChoice, ExpertActivation):
+    router_bias: bool = False
 
 
 def _shape(shapes: Shapes, a: ExpertsAttrs) -> tuple[TensorType, Inferred]:
@@ -58,12 +68,16 @@ def _shape(shapes: Shapes, a: ExpertsAttrs) -> tuple[TensorType, Inferred]:
 
 
 def _check(a: ExpertsAttrs) -> list[tuple[str, str]]:
+    return _routing_problems(a, a.routing_scale) + _activation_problems(a)
+
+
+def _routing_problems(a: RoutingChoice, scale: float) -> list[tuple[str, str]]:
     problems = []
     if a.top_k > a.experts:
         problems.append(("top_k", f"top_k = {a.top_k} experts per token, but there are only {a.experts}"))
-    if a.routing_scale <= 0:
-        problems.append(("routing_scale", f"routing_scale = {a.routing_scale} scales the experts' weights: it "
-                                          "must be positive"))
+    if scale <= 0:
+        problems.append(("routing_scale", f"routing_scale = {scale} scales the experts' weights: it must be "
+                                          "positive"))
     if a.experts % a.groups:
         problems.append(("groups", f"groups = {a.groups} must divide the {a.experts} experts"))
     elif a.groups > 1 and a.experts // a.groups < 2:
@@ -74,9 +88,13 @@ def _check(a: ExpertsAttrs) -> list[tuple[str, str]]:
     elif a.groups > 1 and a.top_k > a.top_groups * (a.experts // a.groups):
         problems.append(("top_k", f"top_k = {a.top_k} experts from {a.top_groups} groups of "
                                   f"{a.experts // a.groups}: too few to choose from"))
-    if a.activation == "clamped_swiglu" and a.swiglu_limit <= 0:
-        problems.append(("swiglu_limit", f"swiglu_limit = {a.swiglu_limit} clamps to +-limit: it must be positive"))
     return problems
+
+
+def _activation_problems(a: ExpertActivation) -> list[tuple[str, str]]:
+    if a.activation == "clamped_swiglu" and a.swiglu_limit <= 0:
+        return [("swiglu_limit", f"swiglu_limit = {a.swiglu_limit} clamps to +-limit: it must be positive")]
+    return []
 
 
 def _expert_params(a: ExpertsAttrs, d_model: int) -> dict[str, tuple[int, ...]]:
@@ -128,7 +146,15 @@ def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> pyast.expr:
     """MixtureOfExperts(d_model, experts, d_ff, router, activation), or its biased piece: the pieces of
     xspec/nn/experts.py this mixture uses."""
     d_model = w.width("x")
-    options = {"bias": w.attr("router_bias"), "normalize": w.attr("normalize")}
+    experts = "BiasedMixtureOfExperts" if a.bias else "MixtureOfExperts"
+    router = call("Router", d_model, w.attr("experts"), w.attr("top_k"), bias=w.attr("router_bias"),
+                  **_router_options(a, w))
+    return call(experts, d_model, w.attr("experts"), w.attr("d_ff"), router, _activation(a, w))
+
+
+def _router_options(a: RoutingChoice, w: Written) -> dict[str, pyast.expr]:
+    """A router's keywords beyond its sizes and bias: those the spec sets, or writes from its parameters."""
+    options = {"normalize": w.attr("normalize")}
     if a.scoring != "softmax" or w.from_config("scoring"):
         options["scoring"] = w.attr("scoring")
     if a.score_correction or w.from_config("score_correction"):
@@ -137,11 +163,13 @@ def _module(a: ExpertsAttrs, i: Inferred, w: Written) -> pyast.expr:
         options |= {"groups": w.attr("groups"), "top_groups": w.attr("top_groups")}
     if a.routing_scale != 1 or w.from_config("routing_scale"):
         options["scale"] = w.attr("routing_scale")
-    activation = {"silu": lambda: call("SwiGLU"), "gelu_tanh": lambda: call("GeGLU"),
-                  "clamped_swiglu": lambda: call("ClampedSwiGLU", w.attr("swiglu_limit"), w.attr("swiglu_alpha"))}
-    experts = "BiasedMixtureOfExperts" if a.bias else "MixtureOfExperts"
-    router = call("Router", d_model, w.attr("experts"), w.attr("top_k"), **options)
-    return call(experts, d_model, w.attr("experts"), w.attr("d_ff"), router, activation[a.activation]())
+    return options
+
+
+def _activation(a: ExpertActivation, w: Written) -> pyast.expr:
+    if a.activation == "clamped_swiglu":
+        return call("ClampedSwiGLU", w.attr("swiglu_limit"), w.attr("swiglu_alpha"))
+    return call({"silu": "SwiGLU", "gelu_tanh": "GeGLU"}[a.activation])
 
 
 def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
@@ -149,6 +177,12 @@ def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool)
 
 
 def _details(a: ExpertsAttrs, i: Inferred) -> list[str]:
+    total = sum(_prod(shape) for shape in _params(a, i).values())
+    return [f"{a.experts} experts, top-{a.top_k} per token", _router_line(a), _experts_line(a),
+            f"{total - _inactive(a, i):,} of {total:,} params active per token", "load-balancing loss (Switch)"]
+
+
+def _router_line(a: RoutingChoice) -> str:
     router = f"router: {a.scoring}" + (", top-k renormalized" if a.normalize else "")
     if a.groups > 1:
         router += f", top {a.top_groups} of {a.groups} groups"
@@ -156,10 +190,11 @@ def _details(a: ExpertsAttrs, i: Inferred) -> list[str]:
         router += ", load-corrected choice"
     if a.routing_scale != 1:
         router += f", × {a.routing_scale:g}"
-    total = sum(_prod(shape) for shape in _params(a, i).values())
-    return [f"{a.experts} experts, top-{a.top_k} per token", router,
-            f"{GLU_NAMES[a.activation]} experts, d_ff = {a.d_ff}" + (", biases" if a.bias else ""),
-            f"{total - _inactive(a, i):,} of {total:,} params active per token", "load-balancing loss (Switch)"]
+    return router
+
+
+def _experts_line(a: ExpertActivation) -> str:
+    return f"{GLU_NAMES[a.activation]} experts, d_ff = {a.d_ff}" + (", biases" if a.bias else "")
 
 
 EXPERTS = OpDef(
@@ -168,6 +203,102 @@ EXPERTS = OpDef(
     family=Family.EXPERTS, inputs=(Input("x"),), attrs=ExpertsAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, title="Mixture of Experts", details=_details, flops=_flops, saved=_saved,
     inactive=_inactive, output_weight="down",
-    state=lambda a, i: {"router.correction_bias": (a.experts,)} if a.score_correction else {},
+    state=lambda a, i: {"router.e_score_correction_bias": (a.experts,)} if a.score_correction else {},
     facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k, "d_ff": a.d_ff},
+)
+
+
+# --- the router and the bank of experts as two ops (transformers' `mlp.gate` and `mlp.experts`) -------
+
+class RouterAttrs(RoutingChoice):
+    bias: bool = False
+
+
+def _routing_shape(shapes: Shapes, a: RouterAttrs) -> tuple[TensorType, Inferred]:
+    x = require(shapes["x"], "the input")
+    return TensorType((*x.dims[:-1], a.experts)), {"d_model": concrete_last(x, "the input")}
+
+
+def _router_params(a: RouterAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
+    return {"weight": (a.experts, size(i, "d_model")), **({"bias": (a.experts,)} if a.bias else {})}
+
+
+def _router_module(a: RouterAttrs, i: Inferred, w: Written) -> pyast.expr:
+    return call("TopKRouter", w.width("x"), w.attr("experts"), w.attr("top_k"), bias=w.attr("bias"),
+                **_router_options(a, w))
+
+
+ROUTER = OpDef(
+    name="router", doc="each token's top_k of `experts` experts and their weights, as weights per expert (zero "
+                       "for those not chosen), for an `experts` op to read (Shazeer et al., 2017)",
+    family=Family.EXPERTS, inputs=(Input("x"),), attrs=RouterAttrs, infer=_routing_shape, params=_router_params,
+    check=lambda a: _routing_problems(a, a.routing_scale), module=_router_module,
+    call=lambda target, inputs, a, cache: call(f"self.{target}", inputs["x"]), title="Router",
+    details=lambda a, i: [f"{a.experts} experts, top-{a.top_k} per token", _router_line(a),
+                          "load-balancing loss (Switch)"],
+    flops=lambda a, i, n, n_in: {"moe_router": 2 * n * size(i, "d_model") * a.experts},
+    saved=lambda a, i, n, n_in: 3 * n * a.experts, width="experts",
+    state=lambda a, i: {"e_score_correction_bias": (a.experts,)} if a.score_correction else {},
+    facts=lambda a, i: {"experts": a.experts, "top_k": a.top_k},
+)
+
+
+class BankAttrs(ExpertActivation):
+    top_k: int = Field(gt=0)  # the experts each token goes through: its router's top_k
+
+
+def _bank_shape(shapes: Shapes, a: BankAttrs) -> tuple[TensorType, Inferred]:
+    x, routing = require(shapes["x"], "the input"), require(shapes["routing"], "the routing")
+    if routing.dims[:-1] != x.dims[:-1]:
+        raise ShapeError(f"the routing {routing} must weigh each position of the input {x}")
+    experts = concrete_last(routing, "the routing")
+    if a.top_k > experts:
+        raise ShapeError(f"top_k = {a.top_k} experts per token, but the routing weighs only {experts}")
+    return x, {"d_model": concrete_last(x, "the input"), "experts": experts}
+
+
+def _bank_params(a: BankAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
+    experts, d_model = size(i, "experts"), size(i, "d_model")
+    params: dict[str, tuple[int, ...]] = {"gate_up_proj": (experts, 2 * a.d_ff, d_model),
+                                          "down_proj": (experts, d_model, a.d_ff)}
+    if a.bias:
+        params |= {"gate_up_proj_bias": (experts, 2 * a.d_ff), "down_proj_bias": (experts, d_model)}
+    return params
+
+
+def _bank_inactive(a: BankAttrs, i: Inferred) -> int:
+    """The weights of the experts a token does not go through."""
+    per_expert = sum(_prod(shape[1:]) for shape in _bank_params(a, i).values())
+    return (size(i, "experts") - a.top_k) * per_expert
+
+
+def _bank_module(a: BankAttrs, i: Inferred, w: Written) -> pyast.expr:
+    """Experts(d_model, experts, d_ff, top_k, activation), or its biased piece (xspec/nn/experts.py)."""
+    return call("BiasedExperts" if a.bias else "Experts", w.width("x"), w.width("routing"), w.attr("d_ff"),
+                w.attr("top_k"), _activation(a, w))
+
+
+def _bank_reads(a: BankAttrs, producers: dict[str, tuple[str, Attrs]]) -> list[tuple[str, str]]:
+    """The routing is a router's, which chooses as many experts per token as the bank runs."""
+    op, attrs = producers["routing"]
+    if not isinstance(attrs, RouterAttrs):
+        return [("routing", f"the routing must be a router's output (router(x, experts = ..., top_k = ...)), "
+                            f"got {op}'s")]
+    if attrs.top_k != a.top_k:
+        return [("top_k", f"top_k = {a.top_k}, but the router chooses {attrs.top_k} experts per token")]
+    return []
+
+
+EXPERT_BANK = OpDef(
+    name="experts", doc="a bank of gated feed-forward experts, each token through the top_k its routing weighs, "
+                        "their outputs weighted by it (Fedus et al., 2022)",
+    family=Family.EXPERTS, inputs=(Input("x"), Input("routing")), attrs=BankAttrs, infer=_bank_shape,
+    params=_bank_params, check=_activation_problems, module=_bank_module,
+    call=lambda target, inputs, a, cache: call(f"self.{target}", inputs["x"], inputs["routing"]),
+    title="Mixture of Experts",
+    details=lambda a, i: [_experts_line(a), f"top-{a.top_k} of {size(i, 'experts')} per token"],
+    flops=lambda a, i, n, n_in: {"moe_experts": 2 * n * a.top_k * 3 * size(i, "d_model") * a.d_ff},
+    saved=lambda a, i, n, n_in: n * a.top_k * (3 * size(i, "d_model") + EXPERT_INTERMEDIATES * a.d_ff),
+    inactive=_bank_inactive, output_weight="down_proj",
+    facts=lambda a, i: {"d_ff": a.d_ff}, reads=_bank_reads,
 )

@@ -108,6 +108,9 @@ class OpDef(Generic[AttrsT]):
     gates: bool = False  # multiplies two tensors: with an activation on one side, a gated linear unit
     # Rules between arguments that their types cannot state: (argument, message) for each one broken.
     check: Callable[[AttrsT], list[tuple[str, str]]] = lambda a: []
+    # Rules over the ops that feed its inputs: given each input port's (op name, attributes), (argument,
+    # message) for each one broken (an experts op reads a router's routing, of the same top_k).
+    reads: Callable[[AttrsT, dict[str, tuple[str, Attrs]]], list[tuple[str, str]]] = lambda a, producers: []
     # Cost (docs/stats.md), given the sequence positions of one example's output and of each input:
     # forward FLOPs by category (matrix products only), and the values autograd keeps beyond the output.
     flops: Callable[[AttrsT, Inferred, int, dict[str, int]], dict[str, int]] = lambda a, i, n, n_in: {}

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal
 from pydantic import Field
 
 from .op_attention import ATTENTION, AttentionAttrs  # noqa: F401 (AttentionAttrs: re-exported)
-from .op_experts import EXPERTS
+from .op_experts import EXPERT_BANK, EXPERTS, ROUTER
 from .op_latent_attention import LATENT_ATTENTION
 from .op_recurrent import GATED_DELTA_NET, MAMBA2, SHORT_CONVOLUTION
 from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, Written, linear_params, no_params
@@ -233,6 +233,8 @@ OPS: dict[str, OpDef[Any]] = {
         GATED_DELTA_NET,
         MAMBA2,
         EXPERTS,
+        ROUTER,
+        EXPERT_BANK,
         OpDef(
             name="dropout", doc="dropout (§5.4: residual dropout)", family=Family.REGULARIZATION,
             inputs=(Input("x"),), attrs=DropoutAttrs, infer=_same, params=_no_params, module=None,

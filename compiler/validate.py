@@ -82,6 +82,7 @@ class ValidatedModel:
 
 
 def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) -> Optional[ValidatedModel]:
+    _check_producers(built.graph, diagnostics)
     _infer_shapes(built.graph, diagnostics)
     if diagnostics.errors:
         return None
@@ -164,6 +165,14 @@ def _origin(graph: OpGraph, node_id: str) -> str:
         return f"the input '{node.attrs_as(IOAttrs).name}'"
     span = node.span
     return f"{node_id.rsplit('.', 1)[-1]} ({node.op}) at {printable(Path(span.file).name)}:{span.line}:{span.col}"
+
+
+def _check_producers(graph: OpGraph, diagnostics: Diagnostics) -> None:
+    """Each op's rules over the ops that feed it (OpDef.reads)."""
+    for node in graph:
+        producers = {port: (graph[source].op, graph[source].attrs) for port, source in node.inputs.items()}
+        for argument, message in OPS[node.op].reads(node.attrs, producers):
+            diagnostics.error("value", node.span, f"{node.op}: {argument}: {message}")
 
 
 def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:

@@ -38,6 +38,7 @@ from xspec.base.errors import UserError
 from xspec.base.output_dir import WRITTEN, check_replaceable, write_directory
 from xspec.base.text import shown
 from xspec.compiler.entries import MTP
+from xspec.compiler.opdef import Family
 from xspec.compiler.ops import OPS
 from xspec.compiler.spec import CompiledSpec
 from .tokenizer import CheckpointTokenizer
@@ -215,7 +216,7 @@ def plan(trained: TrainedModel) -> Plan:
         raise UserError(f"{spec.name}: export does not yet write sliding-window attention ({windowed[0]}); its "
                         "decoding cache keeps a ring of the last positions, which the exported steps do not carry")
     stepped = [node for node in spec.ops if node.scope.split(".")[0] != MTP]  # drafting's modules: not run
-    if any(node.op == "moe" for node in stepped):
+    if any(OPS[node.op].family == Family.EXPERTS for node in stepped):
         raise UserError(f"{spec.name}: export does not yet write a mixture of experts: the experts' token counts "
                         "depend on the routing, which torch.export's static graphs cannot follow")
     recurrent = [node.module for node in stepped if OPS[node.op].recurrent_state(node.attrs, node.inferred)]

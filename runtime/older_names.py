@@ -2,8 +2,9 @@
 passes through this one mapping when it is read, so runs written before a rename load, resume, average
 and export as they did.
 
-Renamed so far, to transformers' names: attention's W^O (`out_proj`, now `o_proj`), and latent attention's
-parts (now DeepSeek's). Mamba-2's and Gated DeltaNet's `out_proj` keep their name, so an attention is
+Renamed so far, to transformers' names: attention's W^O (`out_proj`, now `o_proj`), latent attention's
+parts (now DeepSeek's), and a router's load-correction bias (`correction_bias`, now DeepSeek's
+`e_score_correction_bias`). Mamba-2's and Gated DeltaNet's `out_proj` keep their name, so an attention is
 recognized by its other projections beside it, never by the one name."""
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def current_names(tensors: dict[str, T]) -> dict[str, T]:
     latents = {p.rsplit(".", 1)[0] for p in prefixes if p.endswith(".kv_down")}
     renamed: dict[str, T] = {}
     for name, tensor in tensors.items():
+        if name.endswith(".router.correction_bias"):
+            name = name.removesuffix("correction_bias") + "e_score_correction_bias"
         found = _PART.fullmatch(name)
         if found is not None and found[1] in latents:
             name = f"{found[1]}.{_LATENT[found[2]]}.{found[3]}"

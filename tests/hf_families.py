@@ -33,49 +33,19 @@ def renamed(state: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dic
     return ours
 
 
-def stacked_experts(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Mixtral's and Qwen3-MoE's experts: gate_up_proj [E, 2 d_ff, d] (gate first) and down_proj [E, d, d_ff],
-    the router mlp.gate.weight [E, d]: the spec's moe.router, moe.gate, moe.up, moe.down."""
-    ours, rest = {}, {}
-    for name, tensor in state.items():
-        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(gate\.weight|gate\.e_score_correction_bias|"
-                             r"experts\.gate_up_proj|experts\.down_proj)", name)
-        if found is None:
-            rest[name] = tensor
-            continue
-        moe = f"decoder.layers.{found[1]}.mlp.moe."
-        if found[2] == "gate.weight":
-            ours[moe + "router.weight"] = tensor
-        elif found[2] == "gate.e_score_correction_bias":
-            ours[moe + "router.correction_bias"] = tensor
-        elif found[2] == "experts.gate_up_proj":
-            ours[moe + "gate"], ours[moe + "up"] = tensor.chunk(2, dim=1)
-        else:
-            ours[moe + "down"] = tensor
-    return ours, rest
-
-
-def gpt_oss_experts(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def gpt_oss_experts(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """gpt-oss's experts: gate_up_proj [E, d, 2 d_ff] with gate and up interleaved (even, odd columns) and
-    its bias, down_proj [E, d_ff, d] and its bias, all multiplied from the left; the router with its bias."""
-    ours, rest = {}, {}
+    its bias, down_proj [E, d_ff, d], multiplied from the left; the spec's gate's rows, then up's."""
+    ours = {}
     for name, tensor in state.items():
-        found = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.(router\.weight|router\.bias|experts\.\w+)", name)
-        if found is None:
-            rest[name] = tensor
-            continue
-        moe, part = f"decoder.layers.{found[1]}.mlp.moe.", found[2]
-        if part.startswith("router"):
-            ours[moe + part] = tensor
-        elif part == "experts.gate_up_proj":
-            ours[moe + "gate"], ours[moe + "up"] = tensor[..., ::2].transpose(1, 2), tensor[..., 1::2].transpose(1, 2)
-        elif part == "experts.gate_up_proj_bias":
-            ours[moe + "gate_bias"], ours[moe + "up_bias"] = tensor[..., ::2], tensor[..., 1::2]
-        elif part == "experts.down_proj":
-            ours[moe + "down"] = tensor.transpose(1, 2)
-        else:
-            ours[moe + "down_bias"] = tensor
-    return ours, rest
+        if name.endswith("mlp.experts.gate_up_proj"):
+            tensor = torch.cat([tensor[..., ::2], tensor[..., 1::2]], dim=-1).transpose(1, 2)
+        elif name.endswith("mlp.experts.gate_up_proj_bias"):
+            tensor = torch.cat([tensor[..., ::2], tensor[..., 1::2]], dim=-1)
+        elif name.endswith("mlp.experts.down_proj"):
+            tensor = tensor.transpose(1, 2)
+        ours[name] = tensor
+    return ours
 
 
 def phi3_fused(state: dict[str, torch.Tensor], heads: int, kv_heads: int) -> dict[str, torch.Tensor]:
@@ -145,14 +115,8 @@ def tied_weights(state, sizes):
     return ours | {"decoder.lm_head.weight": ours["decoder.embed_tokens.weight"]}
 
 
-def moe_weights(state, sizes):
-    experts, rest = stacked_experts(state)
-    return experts | renamed(rest, COMMON)
-
-
 def gpt_oss_weights(state, sizes):
-    experts, rest = gpt_oss_experts(state)
-    return experts | renamed(rest, COMMON)
+    return renamed(gpt_oss_experts(state), COMMON)
 
 
 def deepseek_interleaved(sizes: dict) -> bool:
@@ -161,17 +125,10 @@ def deepseek_interleaved(sizes: dict) -> bool:
     return sizes["q_lora_rank"] > 0
 
 
-def deepseek_expert_weights(state, sizes):
-    """The stacked experts, with their load-correction bias (GLM-4.5 has them too, beside grouped-query
-    attention)."""
-    experts, rest = stacked_experts(state)
-    return experts | renamed(rest, COMMON)
-
-
 def deepseek_weights(state, sizes):
     """The latent attention's names; interleaved rotary rows (of q_proj or q_b_proj per head, and the shared
     rotary key's at the end of kv_a_proj_with_mqa) put in halves: evens, then odds."""
-    ours = deepseek_expert_weights(state, sizes)
+    ours = renamed(state, COMMON)
     if not deepseek_interleaved(sizes):
         return ours
     nope, rope_dim, latent = sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"], sizes["kv_lora_rank"]
@@ -187,30 +144,15 @@ def deepseek_weights(state, sizes):
 
 def qwen3_next_weights(state: dict[str, torch.Tensor], sizes: dict) -> dict[str, torch.Tensor]:
     """Qwen3-Next's tensors under the spec's names: q_proj's rows per head [query; gate] split into q_proj
-    and the gate's projection, the experts stacked as gate_up_proj [E, 2 d_ff, d] and down_proj."""
+    and the gate's projection."""
     ours = {}
-    for name, tensor in state.items():
-        found = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn\.q_proj\.weight|mlp\.experts\.(gate_up|down)_proj|"
-                             r"mlp\.gate\.weight)", name)
-        if found is None:
-            for pattern, target in COMMON:
-                if re.fullmatch(pattern, name):
-                    ours[re.sub(pattern, target, name)] = tensor
-                    break
-            else:
-                raise AssertionError(f"no rule maps {name}")
-            continue
-        layer = f"decoder.layers.{found[1]}"
-        if found[2] == "mlp.gate.weight":
-            ours[f"{layer}.mlp.moe.router.weight"] = tensor
-        elif found[2].startswith("self_attn"):
+    for name, tensor in renamed(state, COMMON).items():
+        if name.endswith("self_attn.q_proj.weight"):
             query, gate = tensor.unflatten(0, (sizes["heads"], 2, -1)).unbind(1)
-            ours[f"{layer}.self_attn.q_proj.weight"] = query.flatten(0, 1)
-            ours[f"{layer}.self_attn.gate_proj.weight"] = gate.flatten(0, 1)
-        elif found[3] == "gate_up":
-            ours[f"{layer}.mlp.moe.gate"], ours[f"{layer}.mlp.moe.up"] = tensor.chunk(2, dim=1)
+            ours[name] = query.flatten(0, 1)
+            ours[name.replace("q_proj", "gate_proj")] = gate.flatten(0, 1)
         else:
-            ours[f"{layer}.mlp.moe.down"] = tensor
+            ours[name] = tensor
     return ours
 
 
@@ -307,7 +249,7 @@ FAMILIES = [
             {**WIDE, "sliding_window": 9, "num_local_experts": 8, "num_experts_per_tok": 3}],
            lambda s: {"sliding_window": s["sliding_window"], "num_local_experts": s["num_local_experts"],
                       "num_experts_per_tok": s["num_experts_per_tok"], "rms_norm_eps": 1e-6, **rope(10000.0)},
-           moe_weights, window=6, experts=True),
+           plain_weights, window=6, experts=True),
     Family("specs/modern/qwen3_moe.xspec", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
            [{**BASE, "head_dim": 24, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 40,
              "decoder_sparse_step": 2, "norm_topk_prob": True},
@@ -320,7 +262,7 @@ FAMILIES = [
                       "moe_intermediate_size": s["moe_intermediate_size"],
                       "decoder_sparse_step": s["decoder_sparse_step"], "norm_topk_prob": s["norm_topk_prob"],
                       "mlp_only_layers": [], "rms_norm_eps": 1e-6, "attention_bias": False, **rope(1000000.0)},
-           moe_weights, experts=True),
+           plain_weights, experts=True),
     Family("specs/modern/gpt_oss.xspec", "GptOssForCausalLM", "GptOssConfig",
            [{**BASE, "head_dim": 16, "sliding_window": 6, "num_local_experts": 4, "num_experts_per_tok": 2,
              "original_max_position_embeddings": 8},
@@ -366,7 +308,7 @@ FAMILIES = [
              "n_group": 1, "topk_group": 1, "first_k_dense_replace": 0}],
            lambda s: {"attention_bias": True, "rms_norm_eps": 1e-5,
                       **rope(10000.0, partial_rotary_factor=s["partial_rotary_factor"])},
-           deepseek_expert_weights, experts=True, overrides={"attention_bias": True, "mtp_depth": 0}),
+           plain_weights, experts=True, overrides={"attention_bias": True, "mtp_depth": 0}),
     Family("specs/modern/bamba.xspec", "BambaForCausalLM", "BambaConfig",
            [{**BASE, "layers": 5, "mamba_n_heads": 4, "mamba_expand": 2, "mamba_n_groups": 2, "mamba_d_state": 12,
              "mamba_d_conv": 3, "mamba_chunk_size": 8},

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xspec.nn import BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, Router, SwiGLU
+from xspec.nn import (BiasedExperts, BiasedMixtureOfExperts, ClampedSwiGLU, Experts, GeGLU, MixtureOfExperts, Router,
+                      SwiGLU, TopKRouter)
 from xspec.runtime.expert_products import register_expert_products
 from xspec.runtime.load_balance import count_loads, load_balancing_loss
 from float32 import assert_close
@@ -22,7 +23,7 @@ def experts(experts=5, top_k=2, normalize=True, scoring="softmax", routing_scale
     router = Router(16, experts, top_k, bias=router_bias, normalize=normalize, scoring=scoring,
                     corrected=score_correction, groups=groups, top_groups=top_groups, scale=routing_scale)
     if score_correction:  # a load correction that changes choices
-        router.correction_bias.copy_(torch.randn(experts) * 0.5)
+        router.e_score_correction_bias.copy_(torch.randn(experts) * 0.5)
     act = ClampedSwiGLU(swiglu_limit, 1.702) if activation == "clamped_swiglu" else ACTIVATIONS[activation]()
     module = (BiasedMixtureOfExperts if bias else MixtureOfExperts)(16, experts, 12, router, act)
     with torch.no_grad():
@@ -39,7 +40,7 @@ def token_by_token(module: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
         logits = token @ router.weight.T + (router.bias if router.bias is not None else 0)
         scores = logits.sigmoid() if router.scoring == "sigmoid" else logits.softmax(-1)
         # DeepSeek-V3 (§2.1.2): chosen by the corrected scores, among the best groups; weighted by the scores.
-        corrected = scores + (router.correction_bias if router.correction_bias is not None else 0)
+        corrected = scores + (router.e_score_correction_bias if router.e_score_correction_bias is not None else 0)
         candidates = range(len(scores))
         if router.groups > 1:
             size = len(scores) // router.groups
@@ -82,10 +83,58 @@ def test_grouped_experts_compute_each_tokens_chosen_experts(options):
     assert_close(module(x), token_by_token(module, x.flatten(0, 1)).view(2, 7, 16))
 
 
-def test_the_compiled_path_gives_the_eager_outputs_and_gradients():
+class RouterAndExperts(torch.nn.Module):
+    """The `router` and `experts` ops' two modules, as a spec's block calls them."""
+
+    def __init__(self, gate: TopKRouter, experts: Experts) -> None:
+        super().__init__()
+        self.gate, self.experts = gate, experts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.experts(x, self.gate(x))
+
+
+@torch.no_grad()
+def router_and_experts(module: MixtureOfExperts) -> RouterAndExperts:
+    """`module`'s router and experts as the `router` and `experts` ops' two modules (transformers' layout),
+    of the same weights: gate_up_proj is gate's rows, then up's."""
+    old = module.router
+    router = TopKRouter(16, old.out_features, old.top_k, bias=old.bias is not None, normalize=old.normalize,
+                        scoring=old.scoring, corrected=old.e_score_correction_bias is not None, groups=old.groups,
+                        top_groups=old.top_groups, scale=old.scale)
+    kind = BiasedExperts if isinstance(module, BiasedMixtureOfExperts) else Experts
+    bank = kind(16, old.out_features, module.gate.size(1), old.top_k, module.activation)
+    router.load_state_dict(old.state_dict())
+    bank.gate_up_proj.copy_(torch.cat([module.gate, module.up], dim=1))
+    bank.down_proj.copy_(module.down)
+    if isinstance(module, BiasedMixtureOfExperts):
+        bank.gate_up_proj_bias.copy_(torch.cat([module.gate_bias, module.up_bias], dim=1))
+        bank.down_proj_bias.copy_(module.down_bias)
+    return RouterAndExperts(router, bank)
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(f"{k}={v}" for k, v in o.items()) or "mixtral")
+@torch.no_grad()
+def test_a_router_and_a_bank_of_experts_compute_the_one_modules_mixture(options):
+    """The routing passes as weights per expert, zero for those not chosen; the bank runs each token's
+    top_k of them. Same outputs, and the same record for the load-balancing loss."""
+    module = experts(**options)
+    pair = router_and_experts(module)
+    x = torch.randn(2, 7, 16)
+    routing = pair.gate(x)
+    assert routing.shape == (2, 7, module.gate.size(0))
+    assert ((routing != 0).sum(-1) == pair.gate.top_k).all()
+    assert_close(pair.experts(x, routing), module(x))
+    assert_close(load_balancing_loss(pair), load_balancing_loss(module))
+
+
+@pytest.mark.parametrize("form", ["moe", "router+experts"])
+def test_the_compiled_path_gives_the_eager_outputs_and_gradients(form):
     """While torch.compile traces, the experts' products go through the registered op (xspec::grouped_linear)."""
     register_expert_products()
     module = experts(bias=True, activation="clamped_swiglu")
+    if form != "moe":
+        module = router_and_experts(module)
     x = torch.randn(3, 5, 16, requires_grad=True)
     eager = module(x)
     eager.square().sum().backward()
@@ -134,7 +183,7 @@ def test_deepseeks_correction_moves_each_bias_toward_the_experts_that_took_fewer
     model = torch.nn.ModuleDict({"corrected": corrected, "plain": plain})
     step = TrainingStep(model, label_smoothing=0.0, expert_bias_rate=0.01)
     assert step.corrected == [corrected] and step.expert_loads.shape == (6,)
-    before = corrected.router.correction_bias.clone()
+    before = corrected.router.e_score_correction_bias.clone()
     x, y = torch.randn(4, 16), torch.randn(3, 16)
     chosen = [corrected.router(x)[1], corrected.router(y)[1]]
     for tokens, counted in ((x, torch.ones(2, 2, dtype=torch.bool)), (y, torch.tensor([[True, True, False]]))):
@@ -144,6 +193,6 @@ def test_deepseeks_correction_moves_each_bias_toward_the_experts_that_took_fewer
     loads = torch.bincount(torch.cat([chosen[0].flatten(), chosen[1][:2].flatten()]), minlength=6).float()
     assert torch.equal(step.expert_loads, loads)
     step.correct_routers(Context(rank=0, world_size=1, device=torch.device("cpu")))
-    assert_close(corrected.router.correction_bias, before + 0.01 * torch.sign(loads.mean() - loads))
+    assert_close(corrected.router.e_score_correction_bias, before + 0.01 * torch.sign(loads.mean() - loads))
     assert not step.expert_loads.any()  # cleared for the next update
-    assert plain.router.correction_bias is None and plain.load_correction() is None
+    assert plain.router.e_score_correction_bias is None and plain.load_correction() is None

@@ -16,6 +16,7 @@ import torch
 import xspec
 from float32 import assert_close
 from hf_families import BY_NAME, FAMILIES, Family
+from xspec.nn import Experts
 from xspec.runtime.cache import DecoderCache
 from xspec.runtime.load_balance import load_balancing_loss
 
@@ -63,12 +64,10 @@ def random_sizes(family: Family, seed: int) -> dict:
             "kv_heads": kv_heads, "d_model": heads * 8 * draw.randint(1, 4), "d_ff": draw.randint(8, 200)}
 
 
-# What the spec packs otherwise than transformers' modules hold it: stacked experts (the spec's
-# mlp.moe.{router,gate,up,down}; transformers' mlp.gate and mlp.experts), Phi-3's fused matrices, and
-# Qwen3-Next's attention gate (its own projection; rows of q_proj in transformers).
-PACKED_OURS = (r".*\.mlp\.moe\..*|.*\.self_attn\.gate_proj\.weight|"
-               r".*phi3.*\.(self_attn\.[qkv]_proj|mlp\.(gate|up)_proj)\.weight")
-PACKED_THEIRS = r".*\.mlp\.(gate|router)\..*|.*\.mlp\.experts\..*|.*phi3.*\.(qkv_proj|gate_up_proj)\.weight"
+# What the spec packs otherwise than transformers' modules hold it: Phi-3's fused matrices, and Qwen3-Next's
+# attention gate (its own projection; rows of q_proj in transformers).
+PACKED_OURS = r".*\.self_attn\.gate_proj\.weight|.*phi3.*\.(self_attn\.[qkv]_proj|mlp\.(gate|up)_proj)\.weight"
+PACKED_THEIRS = r".*phi3.*\.(qkv_proj|gate_up_proj)\.weight"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -78,13 +77,14 @@ def test_tensor_names_are_transformers_after_the_top_level_module(name):
     family = BY_NAME[name]
     sizes = family.sizes[0]
     theirs = {re.sub(r"^model\.", "", key) for key in family.hf_model(sizes, device="meta").state_dict()}
-    ours = {key.removeprefix("decoder.") for key in compiled(family, sizes).param_shapes
+    spec = compiled(family, sizes)
+    ours = {key.removeprefix("decoder.") for key in {**spec.param_shapes, **spec.state_shapes}
             if not key.startswith("mtp.")}
     assert ours & theirs
     tag = "phi3." if name == "phi3" else ""   # the fused matrices are Phi-3's alone
     assert all(re.fullmatch(PACKED_OURS, tag + key) for key in ours - theirs), sorted(ours - theirs)
     assert all(re.fullmatch(PACKED_THEIRS, tag + key) for key in theirs - ours), sorted(theirs - ours)
-    if not family.experts and name != "phi3":
+    if name not in ("phi3", "qwen3_next"):
         assert ours == theirs
 
 
@@ -214,13 +214,14 @@ def test_router_choices_and_auxiliary_loss_equal_hugging_faces(name):
     text = tokens(family, 23)
     out = reference(text, output_router_logits=True)
     assert_close(model(text), out.logits)
-    layers = [layer for layer in model.decoder.layers if hasattr(layer.mlp, "moe")]
+    layers = [layer for layer in model.decoder.layers if isinstance(getattr(layer.mlp, "experts", None), Experts)]
     assert len(layers) == len(out.router_logits)
     hidden = torch.randn(40, family.sizes[0]["d_model"])
     for layer, hf_layer in zip(layers, [hf for hf in reference.model.layers if hasattr(hf.mlp, "experts")]):
         router = getattr(hf_layer.mlp, "router", None) or hf_layer.mlp.gate
         _, hf_weights, hf_chosen = router(hidden)
-        weights, chosen, _ = layer.mlp.moe.router(hidden)
+        router = getattr(layer.mlp, "router", None) or layer.mlp.gate
+        weights, chosen, _ = router.route(hidden)
         assert torch.equal(chosen.sort(dim=-1).values, hf_chosen.sort(dim=-1).values)
         assert_close(weights.gather(1, chosen.argsort(dim=-1)), hf_weights.float().gather(1, hf_chosen.argsort(dim=-1)))
     if name in ("deepseek_v3", "glm4_moe"):  # balanced by the correction bias: transformers computes no auxiliary loss
@@ -252,7 +253,7 @@ def test_the_shared_expert_adds_a_gated_feed_forward_every_token_passes_through(
     ffn = layer.mlp
     x = torch.randn(2, 5, spec.params["d_model"])
     shared = ffn.shared_expert
-    expected = ffn.moe(x) + torch.sigmoid(ffn.shared_expert_gate(x)) * shared.down_proj(
+    expected = ffn.experts(x, ffn.gate(x)) + torch.sigmoid(ffn.shared_expert_gate(x)) * shared.down_proj(
         torch.nn.functional.silu(shared.gate_proj(x)) * shared.up_proj(x))
     assert_close(ffn(x), expected)
 

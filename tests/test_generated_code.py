@@ -193,6 +193,8 @@ def test_a_standalone_module_copies_only_the_library_classes_it_uses():
     import re
 
     classes = lambda path: set(re.findall(r"^class (\w+)", xspec.compile(path).standalone_source, re.M))  # noqa: E731
-    assert not classes("specs/base.xspec") & {"RotaryEmbedding", "RMSNorm", "MixtureOfExperts"}
-    assert {"RotaryEmbedding", "MixtureOfExperts"} <= classes("specs/modern/mixtral.xspec")
+    assert not classes("specs/base.xspec") & {"RotaryEmbedding", "RMSNorm", "TopKRouter", "Experts"}
+    mixtral = classes("specs/modern/mixtral.xspec")
+    assert {"RotaryEmbedding", "Router", "TopKRouter", "GroupedExperts", "Experts"} <= mixtral  # and their bases
+    assert not mixtral & {"MixtureOfExperts", "BiasedExperts"}
     assert "RMSNorm" in classes("specs/modern/gemma2.xspec") and "RMSNorm" not in classes("specs/modern/llama.xspec")

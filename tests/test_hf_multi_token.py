@@ -59,7 +59,7 @@ def test_import_keeps_the_module_and_export_writes_it_back(tmp_path):
     assert trained.spec.params["mtp_depth"] == 1 and len(model.mtp) == 1
     assert torch.equal(model.mtp[0].eh_proj.weight, tensors[f"model.layers.{layer}.eh_proj.weight"])
     assert torch.equal(model.mtp[0].head_norm.weight, tensors[f"model.layers.{layer}.shared_head.norm.weight"])
-    assert torch.equal(model.mtp[0].layer.mlp.moe.router.weight, tensors[f"model.layers.{layer}.mlp.gate.weight"])
+    assert torch.equal(model.mtp[0].layer.mlp.gate.weight, tensors[f"model.layers.{layer}.mlp.gate.weight"])
     assert model.mtp[0].embed_tokens.weight is model.decoder.embed_tokens.weight
     out = tmp_path / "exported"
     assert main(["export", str(run), "--format", "hf", "-o", str(out)]) == 0

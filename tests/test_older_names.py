@@ -1,5 +1,6 @@
 """Checkpoints an older xspec wrote load under today's names: attention's W^O was `out_proj`, latent
-attention's parts had names of their own; a Mamba-2 mixer's `out_proj` is its name still."""
+attention's parts had names of their own, a router's load correction was `correction_bias`; a Mamba-2
+mixer's `out_proj` is its name still."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def test_attention_and_latent_attention_take_todays_names_and_mamba_keeps_its_ow
         "decoder.layers.3.self_attn.q_proj.down.weight": one, "decoder.layers.3.self_attn.q_proj.norm.weight": one,
         "decoder.layers.3.self_attn.q_proj.up.weight": one, "decoder.layers.3.self_attn.kv_down.weight": one,
         "decoder.layers.3.self_attn.kv_norm.weight": one, "decoder.layers.3.self_attn.kv_up.weight": one,
-        "decoder.layers.3.self_attn.out_proj.weight": one,
+        "decoder.layers.3.self_attn.out_proj.weight": one, "decoder.layers.4.mlp.moe.router.correction_bias": one,
     }
     assert list(current_names(older)) == [
         "decoder.layers.0.self_attn.q_proj.weight", "decoder.layers.0.self_attn.k_proj.weight",
@@ -29,7 +30,7 @@ def test_attention_and_latent_attention_take_todays_names_and_mamba_keeps_its_ow
         "decoder.layers.3.self_attn.q_a_proj.weight", "decoder.layers.3.self_attn.q_a_layernorm.weight",
         "decoder.layers.3.self_attn.q_b_proj.weight", "decoder.layers.3.self_attn.kv_a_proj_with_mqa.weight",
         "decoder.layers.3.self_attn.kv_a_layernorm.weight", "decoder.layers.3.self_attn.kv_b_proj.weight",
-        "decoder.layers.3.self_attn.o_proj.weight",
+        "decoder.layers.3.self_attn.o_proj.weight", "decoder.layers.4.mlp.moe.router.e_score_correction_bias",
     ]
 
 

@@ -18,8 +18,9 @@ from xspec.runtime.residual_init import scale_residual_writers
     ("specs/base.xspec", {"self_attn.o_proj.weight", "cross_attn.o_proj.weight", "ffn.w_2.weight"},
      {"encoder": 12, "decoder": 18}),
     # a shared expert beside the routed ones, and a recurrent mixer's output projection
-    ("specs/modern/qwen3_next.xspec", {"linear_attn.out_proj.weight", "self_attn.o_proj.weight", "mlp.moe.down",
-                                        "mlp.shared_expert.down_proj.weight"}, {"decoder": 8}),
+    ("specs/modern/qwen3_next.xspec", {"linear_attn.out_proj.weight", "self_attn.o_proj.weight",
+                                        "mlp.experts.down_proj", "mlp.shared_expert.down_proj.weight"},
+     {"decoder": 8}),
     # sandwich norms: a norm ends each sublayer, so nothing writes into the stream unnormalized
     ("specs/modern/gemma3.xspec", set(), {}),
 ])

@@ -70,7 +70,7 @@ def test_deepseeks_routers_correct_their_bias_after_each_update_and_the_checkpoi
     with contextlib.redirect_stdout(io.StringIO()):
         train(spec, RunOptions(run, data, device="cpu", progress=False))
     trained = xspec.load(run, device="cpu", weights="fp32")
-    bias = trained.model.decoder.layers[1].mlp.moe.router.correction_bias
+    bias = trained.model.decoder.layers[1].mlp.gate.e_score_correction_bias
     steps = bias / 0.001                      # started at 0: a whole number of +-1 steps, at most one per update
     assert torch.allclose(steps, steps.round(), atol=1e-3) and bias.abs().max() <= 6 * 0.001 + 1e-6
     assert bias.abs().max() > 0 and bias.sum().abs() < bias.abs().sum()   # some experts up, others down

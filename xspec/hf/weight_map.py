@@ -133,25 +133,28 @@ def _with_copies(group: Group, layers: int, depths: list[int]) -> Group:
 # --- packing several families share ------------------------------------------------------------------
 
 def per_expert(prefix: str, names: dict[str, str], router: str):
-    """Experts stored one tensor per expert (`prefix.experts.E.<name>.weight`), stacked by the spec; the
-    router's weight, and DeepSeek's load-correction bias."""
+    """Experts stored one tensor per expert (`prefix.experts.E.<name>.weight`), where the spec stacks them,
+    gate and up in one (`mlp.experts.gate_up_proj`, gate's rows first); the router (`mlp.gate`) and
+    DeepSeek's load-correction bias under the checkpoint's names."""
 
     def special(name: str, shapes: dict, params: dict) -> Group | None:
         import torch
 
-        found = re.fullmatch(r"decoder\.layers\.(\d+)\.mlp\.moe\.(router\.weight|router\.correction_bias|gate|up|down)",
-                             name)
+        found = re.fullmatch(r"decoder\.layers\.(\d+)\.mlp\.(gate\.weight|gate\.e_score_correction_bias|"
+                             r"experts\.gate_up_proj|experts\.down_proj)", name)
         if found is None:
             return None
         layer, part = found[1], found[2]
         base = f"model.layers.{layer}.{prefix}"
-        if part == "router.weight":
-            return Group((f"{base}.{router}.weight",), (name,), same, same)
-        if part == "router.correction_bias":
-            return Group((f"{base}.{router}.e_score_correction_bias",), (name,), same, same)
-        experts = shapes[name][0]
-        hf = tuple(f"{base}.experts.{e}.{names[part]}.weight" for e in range(experts))
-        return Group(hf, (name,), lambda t: [torch.stack(t)], lambda t: list(t[0].unbind(0)))
+        if part.startswith("gate."):
+            return Group((f"{base}.{router}.{part.removeprefix('gate.')}",), (name,), same, same)
+        count = shapes[name][0]
+        each = lambda kind: tuple(f"{base}.experts.{e}.{names[kind]}.weight" for e in range(count))  # noqa: E731
+        if part == "experts.down_proj":
+            return Group(each("down"), (name,), lambda t: [torch.stack(t)], lambda t: list(t[0].unbind(0)))
+        return Group(each("gate") + each("up"), (name,),
+                     lambda t: [torch.cat([torch.stack(t[:count]), torch.stack(t[count:])], dim=1)],
+                     lambda t: [*t[0].chunk(2, dim=1)[0].unbind(0), *t[0].chunk(2, dim=1)[1].unbind(0)])
 
     return special
 

@@ -21,7 +21,8 @@ from .latent_attention import LatentAttention
 from .convolution import ConvolvedMixer, ShortConvolution
 from .delta_rule import GatedDeltaNet
 from .state_space import GroupRMSNorm, Mamba2Mixer
-from .experts import BiasedMixtureOfExperts, ClampedSwiGLU, GeGLU, MixtureOfExperts, Router, SwiGLU
+from .experts import (BiasedExperts, BiasedMixtureOfExperts, ClampedSwiGLU, Experts, GeGLU, GroupedExperts,
+                      MixtureOfExperts, Router, SwiGLU, TopKRouter)
 from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPrediction,
                         ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture)
 
@@ -32,7 +33,7 @@ __all__ = [
     "Attention", "WrittenOutAttention",
     "LatentAttention",
     "ConvolvedMixer", "ShortConvolution", "GatedDeltaNet", "GroupRMSNorm", "Mamba2Mixer",
-    "Router",
+    "Router", "TopKRouter", "GroupedExperts", "Experts", "BiasedExperts",
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
     "DecodingCache", "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer",

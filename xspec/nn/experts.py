@@ -2,8 +2,11 @@
 scores (softmax or sigmoid), selects (limited to the best groups of experts, corrected by a bias
 per expert: DeepSeek-V3's) and weights (scaled or not); an activation of the gated experts (SwiGLU,
 GeGLU, gpt-oss's clamped SwiGLU); and the bank of experts that holds them (with biases or
-without). The load-balancing loss is training's (runtime/load_balance.py): it reads what each
-forward records through `last_routing()`."""
+without). Two forms: a TopKRouter and a bank of Experts as two modules, as transformers keeps them
+(`mlp.gate`, `mlp.experts`), the routing passed between them as weights per expert; and the
+MixtureOfExperts of both in one module (the `moe` op's, which earlier specs use). The
+load-balancing loss is training's (runtime/load_balance.py): it reads what each forward records
+through `last_routing()`."""
 
 import torch
 import torch.nn as nn
@@ -26,7 +29,7 @@ class Router(nn.Linear):
         self.top_k, self.normalize, self.scoring = top_k, normalize, scoring
         self.groups, self.top_groups, self.scale = groups, top_groups, scale
         correction = torch.zeros(experts) if corrected else None
-        self.register_buffer("correction_bias", correction)
+        self.register_buffer("e_score_correction_bias", correction)
 
     def reset_parameters(self):
         super().reset_parameters()
@@ -38,8 +41,8 @@ class Router(nn.Linear):
 
     def choose(self, scores):
         """The experts each token goes to: [N, experts] -> [N, top_k]."""
-        if self.correction_bias is not None:
-            scores = scores + self.correction_bias
+        if self.e_score_correction_bias is not None:
+            scores = scores + self.e_score_correction_bias
         if self.groups > 1:
             grouped = scores.unflatten(-1, (self.groups, -1))  # [N, groups, experts per group]
             best = grouped.topk(2, dim=-1).values.sum(dim=-1)  # [N, groups]
@@ -49,6 +52,9 @@ class Router(nn.Linear):
         return scores.topk(self.top_k, dim=-1).indices
 
     def forward(self, tokens):
+        return self.route(tokens)
+
+    def route(self, tokens):
         """tokens [N, d] -> weights [N, top_k] and probabilities [N, experts] (float32), and the
         chosen experts [N, top_k]."""
         logits = super().forward(tokens).float()
@@ -61,7 +67,27 @@ class Router(nn.Linear):
 
     def load_correction(self):
         """The per-expert bias that training moves against the load; None: this router has none."""
-        return self.correction_bias
+        return self.e_score_correction_bias
+
+
+class TopKRouter(Router):
+    """A router as a module of its own (transformers' `mlp.gate`): [..., d] -> the routing weights
+    [..., experts], each token's top_k chosen experts' weights and zeros elsewhere, for a bank of
+    Experts to read. `routed` keeps the last choices, for the load-balancing loss."""
+
+    def __init__(self, d_model, experts, top_k, **options):
+        super().__init__(d_model, experts, top_k, **options)
+        self.routed = None  # the chosen experts [N, top_k] and probabilities [N, E]
+
+    def forward(self, x):
+        weights, chosen, probabilities = self.route(x.reshape(-1, x.size(-1)))
+        self.routed = (chosen, probabilities)
+        routing = weights.new_zeros(probabilities.shape).scatter_(-1, chosen, weights)
+        return routing.reshape(*x.shape[:-1], -1)
+
+    def last_routing(self):
+        """The last forward's chosen experts [N, top_k] and probabilities [N, E], or None."""
+        return self.routed
 
 
 class SwiGLU(nn.Module):
@@ -91,7 +117,49 @@ class ClampedSwiGLU(nn.Module):
         return (up + 1) * gate * torch.sigmoid(gate * self.alpha)
 
 
-class MixtureOfExperts(nn.Module):
+class GroupedExperts(nn.Module):
+    """What both forms of a mixture share: tokens through their chosen experts, the (token, choice)
+    pairs sorted by expert and each expert's rows multiplied at once."""
+
+    @staticmethod
+    def dispatch(tokens, weights, chosen, experts, products):
+        """tokens [N, d] through their chosen experts [N, top_k] of `experts`, weighted by
+        `weights` [N, top_k] and summed; `products(x, expert, counts)` runs the rows x [S, d] in
+        order of their experts [S], `counts` of each."""
+        flat = chosen.flatten()  # [N * top_k]: the (token, choice) pairs
+        order = flat.argsort(stable=True)  # the pairs grouped by expert
+        rows = order // chosen.size(1)  # each pair's token
+        counts = torch.zeros(experts, dtype=torch.int64, device=tokens.device)
+        counts = counts.scatter_add_(0, flat, torch.ones_like(flat))  # the pairs of each expert
+        out = products(tokens[rows], flat[order], counts)  # [N * top_k, d]
+        out = out * weights.flatten()[order, None].to(out.dtype)
+        return tokens.new_zeros(tokens.shape).index_add_(0, rows, out.to(tokens.dtype))
+
+    @staticmethod
+    def grouped(x):
+        """Whether each projection is one grouped product over the experts (grouped_linear): on
+        CUDA in bfloat16, and while torch.compile traces with the runtime's op registered."""
+        return (x.is_cuda and x.dtype == torch.bfloat16) or \
+            (torch.compiler.is_compiling() and hasattr(torch.ops.xspec, "grouped_linear"))
+
+    @staticmethod
+    def grouped_linear(x, weight, counts):
+        """x [S, in], rows grouped by expert (`counts` of each), times each expert's weight
+        [E, out, in] transposed: [S, out]. On CUDA in bfloat16 one grouped product; while
+        torch.compile traces, the op the runtime registers (xspec::grouped_linear), which keeps
+        sizes that depend on the routing out of the graph; otherwise one product per expert."""
+        if x.is_cuda and x.dtype == torch.bfloat16:
+            offsets = counts.cumsum(dim=0).to(torch.int32)
+            return F.grouped_mm(x, weight.to(x.dtype).transpose(-2, -1), offs=offsets)
+        if torch.compiler.is_compiling() and hasattr(torch.ops.xspec, "grouped_linear"):
+            return torch.ops.xspec.grouped_linear(x, weight.to(x.dtype), counts)
+        parts = x.split(counts.tolist())
+        # unbind, not weight[e]: its backward stacks the experts' gradients once, where indexing
+        # fills a zero gradient of the whole bank per expert
+        return torch.cat([part @ w.transpose(0, 1) for part, w in zip(parts, weight.unbind(0))])
+
+
+class MixtureOfExperts(GroupedExperts):
     """`experts` gated feed-forward experts, down(activation(gate x, up x)), each token through the
     `top_k` its router chooses, their outputs weighted by the router (Shazeer et al., 2017; Fedus
     et al., 2022). The (token, choice) pairs are sorted by expert, and each expert multiplies
@@ -119,14 +187,7 @@ class MixtureOfExperts(nn.Module):
         tokens = x.reshape(-1, x.size(-1))  # [N, d]
         weights, chosen, probabilities = self.router(tokens)
         self.routed = (chosen, probabilities)
-        flat = chosen.flatten()  # [N * top_k]: the (token, choice) pairs
-        order = flat.argsort(stable=True)  # the pairs grouped by expert
-        rows = order // chosen.size(1)  # each pair's token
-        counts = torch.zeros(self.gate.size(0), dtype=torch.int64, device=x.device)
-        counts = counts.scatter_add_(0, flat, torch.ones_like(flat))  # the pairs of each expert
-        out = self.experts(tokens[rows], flat[order], counts)  # [N * top_k, d]
-        out = out * weights.flatten()[order, None].to(out.dtype)
-        summed = tokens.new_zeros(tokens.shape).index_add_(0, rows, out.to(tokens.dtype))
+        summed = self.dispatch(tokens, weights, chosen, self.gate.size(0), self.products)
         return summed.reshape(x.shape)
 
     def last_routing(self):
@@ -136,23 +197,9 @@ class MixtureOfExperts(nn.Module):
     def load_correction(self):
         return self.router.load_correction()
 
-    def experts(self, x, expert, counts):  # x [S, d], its rows' experts [S] in order
+    def products(self, x, expert, counts):
         gate, up = (self.grouped_linear(x, weight, counts) for weight in (self.gate, self.up))
         return self.grouped_linear(self.activation(gate, up), self.down, counts)
-
-    @staticmethod
-    def grouped_linear(x, weight, counts):
-        """x [S, in], rows grouped by expert (`counts` of each), times each expert's weight
-        [E, out, in] transposed: [S, out]. On CUDA in bfloat16 one grouped product; while
-        torch.compile traces, the op the runtime registers (xspec::grouped_linear), which keeps
-        sizes that depend on the routing out of the graph; otherwise one product per expert."""
-        if x.is_cuda and x.dtype == torch.bfloat16:
-            offsets = counts.cumsum(dim=0).to(torch.int32)
-            return F.grouped_mm(x, weight.to(x.dtype).transpose(-2, -1), offs=offsets)
-        if torch.compiler.is_compiling() and hasattr(torch.ops.xspec, "grouped_linear"):
-            return torch.ops.xspec.grouped_linear(x, weight.to(x.dtype), counts)
-        parts = x.split(counts.tolist())
-        return torch.cat([part @ weight[e].transpose(0, 1) for e, part in enumerate(parts)])
 
 
 class BiasedMixtureOfExperts(MixtureOfExperts):
@@ -169,8 +216,78 @@ class BiasedMixtureOfExperts(MixtureOfExperts):
         for bias in (self.gate_bias, self.up_bias, self.down_bias):
             nn.init.zeros_(bias)
 
-    def experts(self, x, expert, counts):
+    def products(self, x, expert, counts):
         gate = self.grouped_linear(x, self.gate, counts) + self.gate_bias[expert].to(x.dtype)
         up = self.grouped_linear(x, self.up, counts) + self.up_bias[expert].to(x.dtype)
         out = self.grouped_linear(self.activation(gate, up), self.down, counts)
         return out + self.down_bias[expert].to(out.dtype)
+
+
+class Experts(GroupedExperts):
+    """A bank of `experts` gated feed-forward experts as transformers keeps them (`mlp.experts`):
+    gate_up_proj [E, 2 d_ff, d] (the gate's rows, then up's) and down_proj [E, d, d_ff]. x [..., d]
+    and its routing weights [..., E] (a TopKRouter's) -> each token through the `top_k` experts
+    its weights choose, down(activation(gate x, up x)), weighted and summed."""
+
+    def __init__(self, d_model, experts, d_ff, top_k, activation):
+        super().__init__()
+        self.top_k, self.activation = top_k, activation
+        self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * d_ff, d_model))
+        self.down_proj = nn.Parameter(torch.empty(experts, d_model, d_ff))
+        self.init_experts()
+
+    def reset_parameters(self):
+        self.init_experts()
+
+    def init_experts(self):
+        """Each expert's matrices of variance 1 / their inputs."""
+        for weight in (self.gate_up_proj, self.down_proj):
+            nn.init.normal_(weight, std=weight.size(-1) ** -0.5)
+
+    def forward(self, x, routing):
+        tokens, routing = x.reshape(-1, x.size(-1)), routing.reshape(-1, routing.size(-1))
+        weights, chosen = routing.topk(self.top_k, dim=-1)
+        summed = self.dispatch(tokens, weights, chosen, routing.size(-1), self.products)
+        return summed.reshape(x.shape)
+
+    def products(self, x, expert, counts):
+        if self.grouped(x):
+            gate, up = self.grouped_linear(x, self.gate_up_proj, counts).chunk(2, dim=-1)
+            return self.grouped_linear(self.activation(gate, up), self.down_proj, counts)
+        # each expert's rows through its whole feed-forward, one concatenation of the outputs
+        # (bench/experts.py: faster to train on CPUs than a concatenation per projection)
+        out = []
+        for part, gate_up, down in zip(x.split(counts.tolist()), self.gate_up_proj.unbind(0),
+                                       self.down_proj.unbind(0)):
+            gate, up = (part @ gate_up.T).chunk(2, dim=-1)
+            out.append(self.activation(gate, up) @ down.T)
+        return torch.cat(out)
+
+
+class BiasedExperts(Experts):
+    """Experts whose projections have biases (gpt-oss): gate_up_proj_bias [E, 2 d_ff] and
+    down_proj_bias [E, d]."""
+
+    def __init__(self, d_model, experts, d_ff, *args):
+        super().__init__(d_model, experts, d_ff, *args)
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(experts, 2 * d_ff))
+        self.down_proj_bias = nn.Parameter(torch.zeros(experts, d_model))
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        for bias in (self.gate_up_proj_bias, self.down_proj_bias):
+            nn.init.zeros_(bias)
+
+    def products(self, x, expert, counts):
+        if self.grouped(x):
+            gate_up = self.grouped_linear(x, self.gate_up_proj, counts)
+            gate, up = (gate_up + self.gate_up_proj_bias[expert].to(x.dtype)).chunk(2, dim=-1)
+            out = self.grouped_linear(self.activation(gate, up), self.down_proj, counts)
+            return out + self.down_proj_bias[expert].to(out.dtype)
+        weights = (self.gate_up_proj, self.gate_up_proj_bias, self.down_proj, self.down_proj_bias)
+        out = []
+        for part, gate_up, gate_up_bias, down, down_bias in zip(x.split(counts.tolist()),
+                                                                *(w.unbind(0) for w in weights)):
+            gate, up = F.linear(part, gate_up, gate_up_bias).chunk(2, dim=-1)
+            out.append(F.linear(self.activation(gate, up), down, down_bias))
+        return torch.cat(out)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
-from xspec.nn import Attention, Embedding, MixtureOfExperts, RotaryEmbedding, Router, SwiGLU
+from xspec.nn import Attention, Embedding, Experts, RotaryEmbedding, SwiGLU, TopKRouter
 
 
 @dataclass
@@ -33,14 +33,16 @@ class MixtralConfig:
 class FeedForward(nn.Module):  # block feed_forward, mixtral.xspec:12
     def __init__(self, config):
         super().__init__()
-        self.moe = MixtureOfExperts(  # mixtral.xspec:13
-            config.d_model, config.num_local_experts, config.d_ff,
-            Router(
-                config.d_model, config.num_local_experts, config.num_experts_per_tok, bias=False,
-                normalize=True), SwiGLU())
+        self.gate = TopKRouter(  # mixtral.xspec:13
+            config.d_model, config.num_local_experts, config.num_experts_per_tok, bias=False,
+            normalize=True)
+        self.experts = Experts(  # mixtral.xspec:14
+            config.d_model, config.num_local_experts, config.d_ff, config.num_experts_per_tok,
+            SwiGLU())
 
     def forward(self, x):
-        return self.moe(x)  # mixtral.xspec:13
+        routing = self.gate(x)  # [batch, tgt_len, 4]  mixtral.xspec:13
+        return self.experts(x, routing)  # mixtral.xspec:14
 
 
 class LmLayer(nn.Module):  # block lm_layer, mistral.xspec:13

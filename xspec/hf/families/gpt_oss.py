@@ -4,6 +4,7 @@ experts with a clamped SwiGLU whose checkpoint interleaves gate and up."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from xspec.base.errors import UserError
 from xspec.hf.config_reader import ConfigReader, render
@@ -11,7 +12,10 @@ from xspec.hf.families.family import Family, Mapped
 from xspec.hf.families.readers import read_common, read_head_dim, read_layer_types, read_window, refuse_quantized
 from xspec.hf.hf_config import layer_types
 from xspec.hf.rope import read_rope
-from xspec.hf.weight_map import Group, WeightRules, same
+from xspec.hf.weight_map import Group, WeightRules
+
+if TYPE_CHECKING:
+    import torch
 
 
 # gpt-oss's rotary settings where config.json gives none (its config class's).
@@ -56,30 +60,33 @@ def write(params: dict, config: dict) -> None:
 
 
 def experts(name: str, shapes: dict, params: dict) -> Group | None:
-    """gate_up_proj [E, d, 2 f], gate and up interleaved (even, odd columns), and down_proj, multiplied from
-    the left, with their biases; the router as it is."""
-    import torch  # here, not at the top: `xspec --help` lists the families without torch
+    """The experts' gate_up_proj as the checkpoint keeps it: [E, d, 2 f], gate and up interleaved (even, odd
+    columns) and multiplied from the left, where the spec's is [E, 2 f, d], gate's rows then up's (its bias
+    likewise); down_proj multiplied from the left. The router is stored as it is."""
 
-    found = re.fullmatch(r"decoder\.layers\.(\d+)\.mlp\.moe\.(\w+(?:\.\w+)?)", name)
+    found = re.fullmatch(r"decoder\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|gate_up_proj_bias|down_proj)", name)
     if found is None:
         return None
-    layer, part = found[1], found[2]
-    base = f"model.layers.{layer}.mlp"
-    if part.startswith("router."):
-        return Group((f"{base}.{part}",), (name,), same, same)
-    ours = lambda *parts: tuple(f"decoder.layers.{layer}.mlp.moe.{p}" for p in parts)  # noqa: E731
-    if part in ("gate", "up"):
-        return Group((f"{base}.experts.gate_up_proj",), ours("gate", "up"),
-                     lambda t: [t[0][..., ::2].transpose(1, 2), t[0][..., 1::2].transpose(1, 2)],
-                     lambda t: [torch.stack([t[0].transpose(1, 2), t[1].transpose(1, 2)], dim=-1).flatten(-2)])
-    if part in ("gate_bias", "up_bias"):
-        return Group((f"{base}.experts.gate_up_proj_bias",), ours("gate_bias", "up_bias"),
-                     lambda t: [t[0][..., ::2], t[0][..., 1::2]],
-                     lambda t: [torch.stack(t, dim=-1).flatten(-2)])
-    if part == "down":
-        return Group((f"{base}.experts.down_proj",), (name,), lambda t: [t[0].transpose(1, 2)],
-                     lambda t: [t[0].transpose(1, 2)])
-    return Group((f"{base}.experts.down_proj_bias",), (name,), same, same)
+    hf = (f"model.layers.{found[1]}.mlp.experts.{found[2]}",)
+    if found[2] == "gate_up_proj":
+        return Group(hf, (name,), lambda t: [_halves(t[0]).transpose(1, 2)],
+                     lambda t: [_interleaved(t[0].transpose(1, 2))])
+    if found[2] == "gate_up_proj_bias":
+        return Group(hf, (name,), lambda t: [_halves(t[0])], lambda t: [_interleaved(t[0])])
+    return Group(hf, (name,), lambda t: [t[0].transpose(1, 2)], lambda t: [t[0].transpose(1, 2)])
+
+
+def _halves(interleaved: "torch.Tensor") -> "torch.Tensor":
+    """Columns gate, up, gate, up, ... as all of gate's, then all of up's."""
+    import torch
+
+    return torch.cat([interleaved[..., ::2], interleaved[..., 1::2]], dim=-1)
+
+
+def _interleaved(halves: "torch.Tensor") -> "torch.Tensor":
+    import torch
+
+    return torch.stack(halves.chunk(2, dim=-1), dim=-1).flatten(-2)
 
 
 FAMILY = Family("gpt_oss", "gpt_oss", "GptOssForCausalLM", read, 131072,
