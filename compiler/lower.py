@@ -245,12 +245,15 @@ class _Lowering:
             untaken = untaken_branches(block, index, len(layers), self.fields)
             before = self._registry()
             built = self._untaken_layers(stack, untaken, bases[0])
-            names = self._chosen_classes(stack, layers, classes, built, []) if built or not untaken else None
-            if names is None and untaken:  # the untaken branches refused by name instead
+            # The untaken branches written; else (that model does not check) refused by name.
+            attempts: list[tuple[list[tuple[Instance, pyast.ClassDef]], list[pyast.stmt]]] = \
+                [(built, [])] if built or not untaken else []
+            attempts += [([], branch_guards(untaken, index))] if untaken else []
+            for extra, guards in attempts:
+                names = self._chosen_classes(stack, layers, classes, extra, guards)
+                if names is not None:
+                    return names
                 self._restore(before)
-                names = self._chosen_classes(stack, layers, classes, [], branch_guards(untaken, index))
-            if names is not None:
-                return names
         return [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
 
     def _chosen_classes(self, stack: Instance, layers: list[Instance], classes: list[pyast.ClassDef],
@@ -330,17 +333,19 @@ class _Lowering:
             lowering._define_children(layer, base)
         return [(layer, lowering._class(layer)) for layer in layers]
 
-    def _registry(self) -> tuple[dict[str, str], dict[str, pyast.ClassDef], int]:
-        return dict(self.classes), dict(self.trees), len(self.order)
+    def _registry(self) -> tuple[dict[str, str], dict[str, pyast.ClassDef], int, dict[str, str]]:
+        return dict(self.classes), dict(self.trees), len(self.order), dict(self.index_of)
 
-    def _restore(self, registry: tuple[dict[str, str], dict[str, pyast.ClassDef], int]) -> None:
-        """The classes as they were before a layer's attempt wrote its own."""
-        classes, trees, count = registry
+    def _restore(self, registry: tuple[dict[str, str], dict[str, pyast.ClassDef], int, dict[str, str]]) -> None:
+        """The classes as they were before an attempt at a stack's layers wrote its own (the untaken
+        branches' layers' classes among them)."""
+        classes, trees, count, index_of = registry
         self.classes.clear()
         self.classes.update(classes)
         self.trees.clear()
         self.trees.update(trees)
         del self.order[count:]
+        self.index_of = index_of
 
     def _renamed(self, kinds: dict[str, str], base: str) -> dict[str, str]:
         """Each class of a kind of layer named after what its branch calls (`GatedDeltaNetLmLayer`), not
