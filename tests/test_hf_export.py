@@ -5,6 +5,7 @@ refused, naming where it differs."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -215,5 +216,52 @@ def test_a_spec_naming_its_modules_otherwise_exports_under_transformers_names(tm
     original = saved_model("mistral")
     exported = transformers.MistralForCausalLM.from_pretrained(tmp_path, dtype=torch.float32,
                                                              attn_implementation="eager").eval()
+    text_ids = torch.randint(0, original.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    assert_close(exported(text_ids).logits, original(text_ids).logits)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name, hf_class", [("mixtral", "MixtralForCausalLM"), ("gpt_oss", "GptOssForCausalLM")])
+def test_a_run_with_the_one_op_mixture_of_experts_exports_as_its_family(tmp_path, name, hf_class):
+    """Runs written before the families' specs wrote a router and an experts op hold the one `moe` op
+    (`mlp.moe.router.weight`, `mlp.moe.gate`, `up`, `down`): compared as those two ops, their experts'
+    tensors packed as the family's, they export to the original checkpoint's logits."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.spec_text import family_spec
+    from xspec.runtime.inference import load
+
+    trained = load(imported(name), "cpu", weights="fp32")
+    text = family_spec(name).read_text()
+    two_ops = re.search(r"    routing = router\(.*?\) as (?:gate|router)\n"
+                        r"    return experts\((.*?)\) as experts\n", text, re.S)
+    assert two_ops is not None
+    router = re.search(r"router\(x, (.*?)\) as", two_ops[0], re.S)[1].replace("bias = true", "router_bias = true")
+    bank = two_ops[1].removeprefix("x, routing, ").replace("top_k = num_experts_per_tok, ", "")
+    text = text.replace(two_ops[0], f"    return moe(x, {router}, {bank}) as moe\n")
+    older = xspec.compile_source(text, str(family_spec(name)),
+                                 overrides={k: v for k, v in trained.spec.params.items()
+                                            if k in xspec.compile(family_spec(name)).params
+                                            and not isinstance(v, (str, list))})
+    assert "decoder.layers.0.mlp.moe.gate" in older.param_shapes
+    model = older.build("cpu").eval()
+    state = {}
+    for key, value in trained.model.state_dict().items():   # the two ops' tensors in the one op's layout
+        base = key.rsplit(".mlp.", 1)[0] + ".mlp.moe." if ".mlp." in key else ""
+        if key.endswith(("mlp.gate.weight", "mlp.router.weight", "mlp.router.bias")):
+            state[base + "router." + key.rsplit(".", 1)[1]] = value
+        elif key.endswith("experts.gate_up_proj"):
+            state[base + "gate"], state[base + "up"] = value.chunk(2, dim=1)
+        elif key.endswith("experts.gate_up_proj_bias"):
+            state[base + "gate_bias"], state[base + "up_bias"] = value.chunk(2, dim=1)
+        elif key.endswith(("experts.down_proj", "experts.down_proj_bias")):
+            state[base + key.rsplit(".", 1)[1].replace("_proj", "")] = value
+        else:
+            state[key] = value
+    model.load_state_dict(state)
+    trained.spec, trained.model = older, model
+    export_hf(trained, tmp_path)
+    original = saved_model(name)
+    exported = getattr(transformers, hf_class).from_pretrained(tmp_path, dtype=torch.float32,
+                                                              attn_implementation="eager").eval()
     text_ids = torch.randint(0, original.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
     assert_close(exported(text_ids).logits, original(text_ids).logits)

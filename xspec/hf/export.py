@@ -6,7 +6,9 @@ save_pretrained writes them), and the tokenizer.
 Which family a spec is decided by what it computes, not by its name: the spec's parameters are written
 as a family's config.json, that config is mapped back (families/) and compiled, and its op graph must
 equal the run's, op for op. A spec that matches no family is refused, naming the first op where it differs
-from the closest one."""
+from the closest one. A run written with the one-op mixture of experts (`moe`, as the families' specs were
+before they wrote a router and an experts op) is compared as those two ops, its experts' tensors packed as
+theirs."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Callable, Container, Optional
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
+from xspec.compiler.op_experts import BankAttrs, RouterAttrs
 from xspec.compiler.sections import DecodeSection
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
@@ -38,6 +41,7 @@ class _Node:
     shape: str
     module: Optional[str]       # the module holding its tensors, if it has any
     inputs: tuple               # (the producing op's position, its ports), sorted
+    one_op: bool = False        # the experts of a one-op mixture: gate, up and down apart
 
     def computes(self) -> tuple:
         return (self.op, self.attrs, self.shape, self.module is None, self.inputs)
@@ -46,12 +50,21 @@ class _Node:
 def _graph(spec) -> tuple[list[_Node], list[tuple]]:
     """The op graph in order, and the ties as (op position, tensor) pairs."""
     graph = json.loads(spec.graph_json())
-    position = {node["id"]: index for index, node in enumerate(graph["nodes"])}
+    listed, edges = [], list(graph["edges"])
+    for node in graph["nodes"]:
+        if node["op"] == ONE_OP_MIXTURE:
+            router, experts = _as_two_ops(node)
+            listed += [router, experts]
+            edges = [{**edge, "to": router["id"]} for edge in edges if edge["to"] == node["id"]] + edges
+            edges.append({"from": router["id"], "to": experts["id"], "ports": ["routing"]})
+        else:
+            listed.append(node)
+    position = {node["id"]: index for index, node in enumerate(listed)}
     inputs: dict[str, list[tuple]] = {}
-    for edge in graph["edges"]:
+    for edge in edges:
         inputs.setdefault(edge["to"], []).append((position[edge["from"]], tuple(edge["ports"])))
     nodes = [_Node(n["id"], n["op"], json.dumps(n["attrs"], sort_keys=True), n["shape"], n["module"],
-                   tuple(sorted(inputs.get(n["id"], [])))) for n in graph["nodes"]]
+                   tuple(sorted(inputs.get(n["id"], []))), n.get("one_op", False)) for n in listed]
     held = {node.module: index for index, node in enumerate(nodes) if node.module is not None}
 
     def tensor(path: str) -> tuple:
@@ -59,6 +72,31 @@ def _graph(spec) -> tuple[list[_Node], list[tuple]]:
         return (held[module], path.removeprefix(module)) if module is not None else (-1, path)
 
     return nodes, sorted((tensor(copy), tensor(target)) for copy, target in graph["ties"].items())
+
+
+ONE_OP_MIXTURE = "moe"
+
+
+def _as_two_ops(node: dict) -> tuple[dict, dict]:
+    """A one-op mixture's node as the router's and the experts' nodes the families' specs make: the router
+    holds its module's `router`, the experts the rest."""
+    attrs = node["attrs"]
+    router = {name: attrs[name] for name in RouterAttrs.model_fields if name != "bias"}
+    dims = node["shape"].strip("[]").split(", ")
+    return ({**node, "id": f"{node['id']}.router", "op": "router", "attrs": {**router, "bias": attrs["router_bias"]},
+             "shape": "[" + ", ".join([*dims[:-1], str(attrs["experts"])]) + "]", "module": f"{node['module']}.router"},
+            {**node, "op": "experts", "attrs": {name: attrs[name] for name in BankAttrs.model_fields}, "one_op": True})
+
+
+def _packed_as_two_ops(state: dict, experts: str) -> None:
+    """The one-op mixture's experts' tensors, renamed to the family's `experts` module, packed as its:
+    gate and up (and their biases) as gate_up_proj, down as down_proj."""
+    import torch
+
+    for parts, packed in ((("gate", "up"), "gate_up_proj"), (("down",), "down_proj"),
+                          (("gate_bias", "up_bias"), "gate_up_proj_bias"), (("down_bias",), "down_proj_bias")):
+        if f"{experts}.{parts[0]}" in state:
+            state[f"{experts}.{packed}"] = torch.cat([state.pop(f"{experts}.{part}") for part in parts], dim=1)
 
 
 def _holder(name: str, modules: Container[str]) -> Optional[str]:
@@ -85,6 +123,7 @@ class Match:
     mapped: Any
     family_spec: Any
     modules: dict[str, str]
+    one_op_experts: list[str]   # the family's experts modules a one-op mixture of the spec's computes
 
     def tensor_name(self, name: str) -> str:
         """The family's name of the spec's tensor `name`: a run's `decoder.layers.0.sublayer_1.norm.weight`
@@ -127,7 +166,8 @@ def _candidate(spec, graph: tuple[list[_Node], list[tuple]], family: Family, spe
     if config is None:    # the same graph, but parameters no config holds
         return None, (len(ours), "parameters", "others")
     modules = {a.module: b.module for a, b in zip(ours, theirs) if a.module is not None and b.module is not None}
-    return Match(config, mapped, rebuilt, modules), None
+    one_op = [b.module for a, b in zip(ours, theirs) if a.one_op and b.module is not None]
+    return Match(config, mapped, rebuilt, modules, one_op), None
 
 
 def match_family(spec, special: tuple[int | None, list[int]]) -> Match:
@@ -228,6 +268,8 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     config = kept_keys(kept.get("config.json"), match.config, match.mapped, say)
     mapped, theirs = match.mapped, match.family_spec
     state = {match.tensor_name(name): tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
+    for experts in match.one_op_experts:
+        _packed_as_two_ops(state, experts)
     shapes = {**theirs.param_shapes, **theirs.state_shapes}
     names = [n for n in shapes if n not in theirs.ties]
     groups = weight_map.groups(mapped.weights, names, shapes, theirs.params)
