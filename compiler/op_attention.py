@@ -176,7 +176,8 @@ def rotary_scaling_problems(a) -> list[tuple[str, str]]:
 def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
     d_model = size(i, "d_model")
     params = {
-        **linear_params("q_proj.", d_model, a.heads * a.d_k, a.bias),
+        # with a gate, W^G's rows are W^Q's: each head's queries, then its gate's (transformers' layout)
+        **linear_params("q_proj.", d_model, a.heads * (a.d_k + (a.d_v if a.output_gate else 0)), a.bias),
         **linear_params("k_proj.", d_model, a.key_heads * a.d_k, a.bias),
         **linear_params("v_proj.", d_model, a.key_heads * a.d_v, a.bias),
         **linear_params("o_proj.", a.heads * a.d_v, d_model, a.has_out_bias),
@@ -186,8 +187,6 @@ def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
         params |= {"q_norm.weight": (q_size,), "k_norm.weight": (k_size,)}
     if a.sinks:
         params["sinks"] = (a.heads,)
-    if a.output_gate:
-        params |= linear_params("gate_proj.", d_model, a.heads * a.d_v, a.bias)
     return params
 
 

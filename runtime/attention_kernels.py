@@ -51,7 +51,7 @@ def heads_of(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     """A generated attention's queries [B, h, Tq, d_k], keys [B, kv_h, Tk, d_k] and values [..., d_v], by
     its own steps (positions, norms) and without a cache, as its forward makes them."""
     attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
-    q = attention.q_proj(query).unflatten(-1, (attention.heads, -1)).transpose(1, 2)
+    q, _ = attention.projected_queries(query)
     return (attention.queries(q, 0), *attention.keys_values(key, value, 0, None))
 
 
@@ -60,10 +60,11 @@ def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torc
                 padding_mask: Optional[torch.Tensor] = None, cache: Any = None) -> torch.Tensor:
         if cache is not None or (module.training and attrs.dropout):
             return own(module, query, key, value, padding_mask, cache)
-        q, k, v = heads_of(module, query, key, value)
+        q, gate = module.projected_queries(query)
+        q, (k, v) = module.queries(q, 0), module.keys_values(key, value, 0, None)
         sinks = module.sinks if attrs.sinks else None
         out = flex_attention(q, k, v, attrs, padding_mask, sinks, compiled)
-        return module.o_proj(module.gated(out.transpose(1, 2).flatten(2), query))
+        return module.o_proj(module.gated(out.transpose(1, 2).flatten(2), gate))
     return forward
 
 

@@ -5,14 +5,16 @@ and export as they did.
 Renamed so far, to transformers' names: attention's W^O (`out_proj`, now `o_proj`), latent attention's
 parts (now DeepSeek's), and a router's load-correction bias (`correction_bias`, now DeepSeek's
 `e_score_correction_bias`). Mamba-2's and Gated DeltaNet's `out_proj` keep their name, so an attention is
-recognized by its other projections beside it, never by the one name."""
+recognized by its other projections beside it, never by the one name. Repacked: a gated attention's W^G
+(`gate_proj`, now rows of `q_proj`, each head's queries then its gate's, as transformers keeps
+Qwen3-Next's), where the attention normalizes each head's queries (its `q_norm` then says a head's size;
+Qwen3-Next's does)."""
 
 from __future__ import annotations
 
 import re
-from typing import TypeVar
 
-T = TypeVar("T")
+import torch
 
 # latent attention's old parts -> DeepSeek's names
 _LATENT = {"kv_down": "kv_a_proj_with_mqa", "kv_norm": "kv_a_layernorm", "kv_up": "kv_b_proj",
@@ -20,12 +22,12 @@ _LATENT = {"kv_down": "kv_a_proj_with_mqa", "kv_norm": "kv_a_layernorm", "kv_up"
 _PART = re.compile(r"(.*)\.(out_proj|kv_down|kv_norm|kv_up|q_proj\.(?:down|norm|up))\.(.+)")
 
 
-def current_names(tensors: dict[str, T]) -> dict[str, T]:
-    """`tensors` (a new dict), any name an older xspec wrote renamed."""
+def current_names(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`tensors` (a new dict), any name an older xspec wrote renamed, any layout it wrote repacked."""
     prefixes = {name.rsplit(".", 1)[0] for name in tensors}  # the modules holding them
     attentions = {p.rsplit(".", 1)[0] for p in prefixes if p.endswith((".q_proj", ".k_proj", ".v_proj"))}
     latents = {p.rsplit(".", 1)[0] for p in prefixes if p.endswith(".kv_down")}
-    renamed: dict[str, T] = {}
+    renamed: dict[str, torch.Tensor] = {}
     for name, tensor in tensors.items():
         if name.endswith(".router.correction_bias"):
             name = name.removesuffix("correction_bias") + "e_score_correction_bias"
@@ -35,4 +37,21 @@ def current_names(tensors: dict[str, T]) -> dict[str, T]:
         elif found is not None and found[2] == "out_proj" and found[1] in attentions:
             name = f"{found[1]}.o_proj.{found[3]}"
         renamed[name] = tensor
-    return renamed
+    return _gates_in_queries(renamed)
+
+
+def _gates_in_queries(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A gated attention's `gate_proj` (weight and bias) as rows of its `q_proj`: each head's queries, then
+    its gate's."""
+    gated = [name.removesuffix(".gate_proj.weight") for name in tensors if name.endswith(".gate_proj.weight")]
+    for attention in gated:
+        norm = tensors.get(f"{attention}.q_norm.weight")
+        if f"{attention}.q_proj.weight" not in tensors or norm is None or norm.dim() != 1:
+            continue
+        for kind in ("weight", "bias"):
+            if f"{attention}.gate_proj.{kind}" in tensors:
+                queries, gate = tensors[f"{attention}.q_proj.{kind}"], tensors.pop(f"{attention}.gate_proj.{kind}")
+                heads = queries.size(0) // norm.numel()
+                tensors[f"{attention}.q_proj.{kind}"] = torch.cat(
+                    [queries.unflatten(0, (heads, -1)), gate.unflatten(0, (heads, -1))], dim=1).flatten(0, 1)
+    return tensors

@@ -142,20 +142,6 @@ def deepseek_weights(state, sizes):
     return ours
 
 
-def qwen3_next_weights(state: dict[str, torch.Tensor], sizes: dict) -> dict[str, torch.Tensor]:
-    """Qwen3-Next's tensors under the spec's names: q_proj's rows per head [query; gate] split into q_proj
-    and the gate's projection."""
-    ours = {}
-    for name, tensor in renamed(state, COMMON).items():
-        if name.endswith("self_attn.q_proj.weight"):
-            query, gate = tensor.unflatten(0, (sizes["heads"], 2, -1)).unbind(1)
-            ours[name] = query.flatten(0, 1)
-            ours[name.replace("q_proj", "gate_proj")] = gate.flatten(0, 1)
-        else:
-            ours[name] = tensor
-    return ours
-
-
 def qwen3_next_config(sizes: dict) -> dict:
     """Full attention every fourth layer, from the fourth (the spec's default schedule)."""
     return {"layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(sizes["layers"])],
@@ -328,7 +314,7 @@ FAMILIES = [
             {**WIDE, "head_dim": 32, "num_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
              "shared_expert_intermediate_size": 32, "linear_num_key_heads": 1, "linear_num_value_heads": 2,
              "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 2}],
-           qwen3_next_config, qwen3_next_weights, experts=True, chunk=64),  # Gated DeltaNet's chunks
+           qwen3_next_config, plain_weights, experts=True, chunk=64),  # Gated DeltaNet's chunks
     Family("specs/modern/nemotron_h.xspec", "NemotronHForCausalLM", "NemotronHConfig",
            [{**BASE, "layers": 5, "head_dim": 24, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2,
              "ssm_state_size": 12, "conv_kernel": 3, "chunk_size": 8},

@@ -36,16 +36,24 @@ def test_attention_and_latent_attention_take_todays_names_and_mamba_keeps_its_ow
 
 @torch.no_grad()
 def test_a_checkpoint_written_under_the_older_names_loads_and_computes_the_same(tmp_path):
-    """Today's names of a DeepSeek-V3 and a Bamba (attention beside Mamba-2) written back under the older
-    ones, as an older checkpoint holds them: read back, the model loads them and gives the same logits."""
+    """Today's names of a DeepSeek-V3 and a Bamba (attention beside Mamba-2), and a Qwen3-Next's gated
+    attention, written back under the older names and layout, as an older checkpoint holds them: read
+    back, the model loads them and gives the same logits."""
     from xspec.runtime import checkpoint as ckpt
 
-    for path, sizes in (("specs/modern/deepseek_v3.xspec", {"mtp_depth": 0}), ("specs/modern/bamba.xspec", {})):
+    for path, sizes in (("specs/modern/deepseek_v3.xspec", {"mtp_depth": 0}), ("specs/modern/bamba.xspec", {}),
+                        ("specs/modern/qwen3_next.xspec", {"attention_bias": True})):
         spec = xspec.compile(path, overrides=sizes)
         torch.manual_seed(0)
         model = spec.build("cpu").eval()
         older = {}
         for name, tensor in model.state_dict().items():
+            if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")) and "qwen3_next" in path:
+                # Qwen3-Next's gate apart: each head's rows [queries; gate] split into q_proj and gate_proj
+                queries, gate = tensor.unflatten(0, (spec.params["heads"], 2, -1)).unbind(1)
+                older[name] = queries.flatten(0, 1)
+                older[name.replace("q_proj", "gate_proj")] = gate.flatten(0, 1)
+                continue
             for new, old in (("o_proj", "out_proj"), ("kv_a_proj_with_mqa", "kv_down"), ("kv_a_layernorm", "kv_norm"),
                              ("kv_b_proj", "kv_up"), ("q_a_proj", "q_proj.down"), ("q_a_layernorm", "q_proj.norm"),
                              ("q_b_proj", "q_proj.up")):

@@ -33,7 +33,8 @@ class Attention(nn.Module):
       layers of Gemma 2 and gpt-oss); the cache keeps those;
     - `alibi`: scores biased by -slope_h * distance, a slope per head (Press et al., 2022);
     - `gate`: each head's output multiplied by sigmoid(x W^G) of the query's input before W^O
-      (Qwen3-Next's full attention; Qiu et al., 2025);
+      (Qwen3-Next's full attention; Qiu et al., 2025), W^G's rows in W^Q's: each head's queries,
+      then its gate's (transformers' layout);
     - `sinks`: a learned logit per head in the softmax's denominator, its share dropped after
       it (gpt-oss), which the inner attention takes;
     - `inner_attention`: the heads' outputs from queries, keys, values and the mask (the
@@ -45,12 +46,12 @@ class Attention(nn.Module):
                  alibi=False, gate=False, sinks=False, inner_attention=None, dropout=0.0):
         super().__init__()
         self.heads, self.kv_heads, self.causal, self.cross = heads, kv_heads, causal, cross
-        # W^Q, W^K, W^V and W^O (§3.2.2)
-        self.q_proj = nn.Linear(d_model, heads * d_k, bias=bias)
+        self.d_k, self.gate = d_k, gate
+        # W^Q (and W^G), W^K, W^V and W^O (§3.2.2)
+        self.q_proj = nn.Linear(d_model, heads * (d_k + d_v if gate else d_k), bias=bias)
         self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
         self.o_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
-        self.gate_proj = nn.Linear(d_model, heads * d_v, bias=bias) if gate else None  # W^G
         self.init_projections()
         self.rotary = rotary
         self.q_norm = q_norm if q_norm is not None else nn.Identity()
@@ -79,11 +80,19 @@ class Attention(nn.Module):
 
     def forward(self, query, key, value, padding_mask=None, cache=None):
         start = cache.length if cache is not None else 0
-        q = self.q_proj(query).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        q, gate = self.projected_queries(query)
         q = self.queries(q, start)  # [B, h, Tq, d_k]
         k, v = self.keys_values(key, value, start, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
         out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
-        return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), query))
+        return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), gate))
+
+    def projected_queries(self, query):
+        """x W^Q as heads [B, h, Tq, d_k]; with a gate, also x W^G [B, Tq, h * d_v] (else None)."""
+        heads = self.q_proj(query).unflatten(-1, (self.heads, -1))
+        if not self.gate:
+            return heads.transpose(1, 2), None
+        q, gate = heads.split([self.d_k, heads.size(-1) - self.d_k], dim=-1)
+        return q.transpose(1, 2), gate.flatten(-2)
 
     def queries(self, q, start):
         """q [B, h, Tq, d_k] normalized, turned and scaled (a scale of its own: q times
@@ -116,8 +125,8 @@ class Attention(nn.Module):
     def turned(self, x, start):
         return x if self.rotary is None else self.rotary(x, start)
 
-    def gated(self, out, query):  # the heads' outputs [B, Tq, h*d_v] as W^O reads them
-        return out if self.gate_proj is None else out * torch.sigmoid(self.gate_proj(query))
+    def gated(self, out, gate):  # the heads' outputs [B, Tq, h*d_v] as W^O reads them
+        return out if gate is None else out * torch.sigmoid(gate)
 
     def attend(self, q, k, v, mask, is_causal):
         if self.inner_attention is not None:

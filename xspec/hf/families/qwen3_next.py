@@ -3,7 +3,6 @@ experts with a gated shared expert."""
 
 from __future__ import annotations
 
-import re
 
 from xspec.base.errors import UserError
 from xspec.hf.config_reader import ConfigReader
@@ -11,7 +10,7 @@ from xspec.hf.families.family import Family, Mapped
 from xspec.hf.families.readers import (read_bias, read_common, read_head_dim, read_kinds, read_partial_rotary,
                                        read_qwen_experts)
 from xspec.hf.hf_config import layer_types, sparse_layers
-from xspec.hf.weight_map import Group, WeightRules, mlp_experts
+from xspec.hf.weight_map import WeightRules, mlp_experts
 
 
 def read(cfg: ConfigReader, m: Mapped) -> None:
@@ -47,27 +46,10 @@ def write(params: dict, config: dict) -> None:
     config["layer_types"] = layer_types(params)
 
 
-def packing(name: str, shapes: dict, params: dict) -> Group | None:
-    """The gated attention's q_proj (weight and bias), each head's query rows then its gate's rows, split into
-    the spec's q_proj and gate_proj; the experts as Qwen3-MoE's."""
-    import torch  # here, not at the top: `xspec --help` lists the families without torch
-
-    found = re.fullmatch(r"decoder\.layers\.(\d+)\.self_attn\.(q|gate)_proj\.(weight|bias)", name)
-    if found is None:
-        return mlp_experts(name, shapes, params)
-    layer, kind = found[1], found[3]
-    heads = params["heads"]
-    ours = (f"decoder.layers.{layer}.self_attn.q_proj.{kind}", f"decoder.layers.{layer}.self_attn.gate_proj.{kind}")
-    return Group((f"model.layers.{layer}.self_attn.q_proj.{kind}",), ours,
-                 lambda t: [rows.flatten(0, 1) for rows in t[0].unflatten(0, (heads, 2, -1)).unbind(1)],
-                 lambda t: [torch.stack([t[0].unflatten(0, (heads, -1)), t[1].unflatten(0, (heads, -1))], 1)
-                            .flatten(0, 2)])
-
-
 FAMILY = Family("qwen3_next", "qwen3_next", "Qwen3NextForCausalLM", read, 32768,
                 keys={key: key for key in (
                     "head_dim", "attention_bias", "partial_rotary_factor", "linear_num_key_heads",
                     "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
                     "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
                     "decoder_sparse_step", "norm_topk_prob", "router_aux_loss_coef")},
-                write=write, weights=WeightRules("qwen3_next", packing))
+                write=write, weights=WeightRules("qwen3_next", mlp_experts))
