@@ -357,13 +357,12 @@ class _Forward:
             expression, _ = self._call(only)
             assert expression is not None
         if expression is not None and self._passed_once(ref, program):
-            self.taken, self.holder = outer, outer_holder
             at_call = _applied_to(expression, param) or pyast.Lambda(
                 pyast.arguments([], [pyast.arg(param)], None, [], [], None, []), expression)
             if len(text_of(at_call)) <= AT_CALL_LIMIT:
+                self.taken, self.holder = outer, outer_holder
                 self.at_call[ref] = at_call
                 return []
-            self.taken, self.holder = set(self.taken), {}
         # Every statement names its spec line: the def, and the return (which the comment lets wrap, if long).
         statements: list[pyast.stmt]
         if expression is not None:

@@ -50,9 +50,16 @@ def heads_of(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
              value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A generated attention's queries [B, h, Tq, d_k], keys [B, kv_h, Tk, d_k] and values [..., d_v], by
     its own steps (positions, norms) and without a cache, as its forward makes them."""
+    q, k, v, _ = _heads_and_gate(module, query, key, value)
+    return q, k, v
+
+
+def _heads_and_gate(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """heads_of's queries, keys and values, and the attention's output gate (None without one)."""
     attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
-    q, _ = attention.projected_queries(query)
-    return (attention.queries(q, 0), *attention.keys_values(key, value, 0, None))
+    q, gate = attention.projected_queries(query)
+    return (attention.queries(q, 0), *attention.keys_values(key, value, 0, None), gate)
 
 
 def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torch.Tensor]):
@@ -60,8 +67,7 @@ def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torc
                 padding_mask: Optional[torch.Tensor] = None, cache: Any = None) -> torch.Tensor:
         if cache is not None or (module.training and attrs.dropout):
             return own(module, query, key, value, padding_mask, cache)
-        q, gate = module.projected_queries(query)
-        q, (k, v) = module.queries(q, 0), module.keys_values(key, value, 0, None)
+        q, k, v, gate = _heads_and_gate(module, query, key, value)
         sinks = module.sinks if attrs.sinks else None
         out = flex_attention(q, k, v, attrs, padding_mask, sinks, compiled)
         return module.o_proj(module.gated(out.transpose(1, 2).flatten(2), gate))

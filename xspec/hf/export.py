@@ -93,10 +93,13 @@ def _packed_as_two_ops(state: dict, experts: str) -> None:
     gate and up (and their biases) as gate_up_proj, down as down_proj."""
     import torch
 
-    for parts, packed in ((("gate", "up"), "gate_up_proj"), (("down",), "down_proj"),
-                          (("gate_bias", "up_bias"), "gate_up_proj_bias"), (("down_bias",), "down_proj_bias")):
-        if f"{experts}.{parts[0]}" in state:
-            state[f"{experts}.{packed}"] = torch.cat([state.pop(f"{experts}.{part}") for part in parts], dim=1)
+    for gate, up, packed in (("gate", "up", "gate_up_proj"), ("gate_bias", "up_bias", "gate_up_proj_bias")):
+        if f"{experts}.{gate}" in state:
+            state[f"{experts}.{packed}"] = torch.cat([state.pop(f"{experts}.{gate}"), state.pop(f"{experts}.{up}")],
+                                                     dim=1)
+    for down, renamed in (("down", "down_proj"), ("down_bias", "down_proj_bias")):
+        if f"{experts}.{down}" in state:
+            state[f"{experts}.{renamed}"] = state.pop(f"{experts}.{down}")
 
 
 def _holder(name: str, modules: Container[str]) -> Optional[str]:

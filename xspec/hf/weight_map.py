@@ -152,9 +152,12 @@ def per_expert(prefix: str, names: dict[str, str], router: str):
         each = lambda kind: tuple(f"{base}.experts.{e}.{names[kind]}.weight" for e in range(count))  # noqa: E731
         if part == "experts.down_proj":
             return Group(each("down"), (name,), lambda t: [torch.stack(t)], lambda t: list(t[0].unbind(0)))
+        def apart(t: Tensors) -> Tensors:
+            gate, up = t[0].chunk(2, dim=1)
+            return [*gate.unbind(0), *up.unbind(0)]
+
         return Group(each("gate") + each("up"), (name,),
-                     lambda t: [torch.cat([torch.stack(t[:count]), torch.stack(t[count:])], dim=1)],
-                     lambda t: [*t[0].chunk(2, dim=1)[0].unbind(0), *t[0].chunk(2, dim=1)[1].unbind(0)])
+                     lambda t: [torch.cat([torch.stack(t[:count]), torch.stack(t[count:])], dim=1)], apart)
 
     return special
 
