@@ -78,7 +78,26 @@ BuiltWith = Callable[[Mapping[int, bool]], Optional[ValidatedModel]]
 
 
 def lower(model: ResolvedModel, validated: ValidatedModel, built_with: BuiltWith) -> Lowered:
-    return _Lowering(model, validated, built_with).module_sources()
+    return _Lowering(model, validated, _Builds(built_with)).module_sources()
+
+
+# Models built with `if`s forced, each a whole model's build: a spec of many stacks lowers in bounded time.
+MAX_FORCED_BUILDS = 4
+
+
+class _Builds:
+    """`built_with`, each forcing built once and at most MAX_FORCED_BUILDS of them (beyond: None, so the
+    branches are refused by name)."""
+
+    def __init__(self, built_with: BuiltWith) -> None:
+        self.built_with = built_with
+        self.built: dict[frozenset[tuple[int, bool]], Optional[ValidatedModel]] = {}
+
+    def __call__(self, forced: Mapping[int, bool]) -> Optional[ValidatedModel]:
+        key = frozenset(forced.items())
+        if key not in self.built:
+            self.built[key] = self.built_with(forced) if len(self.built) < MAX_FORCED_BUILDS else None
+        return self.built[key]
 
 
 def _field_type(value: object, optional: bool) -> pyast.expr:
@@ -244,16 +263,17 @@ class _Lowering:
             index = stack.index_param
             untaken = untaken_branches(block, index, len(layers), self.fields)
             before = self._registry()
-            built = self._untaken_layers(stack, untaken, bases[0])
-            # The untaken branches written; else (that model does not check) refused by name.
-            attempts: list[tuple[list[tuple[Instance, pyast.ClassDef]], list[pyast.stmt]]] = \
-                [(built, [])] if built or not untaken else []
-            attempts += [([], branch_guards(untaken, index))] if untaken else []
-            for extra, guards in attempts:
-                names = self._chosen_classes(stack, layers, classes, extra, guards)
+            # The untaken branches written, from a model that takes them; else (none checks) refused by name.
+            for forced in self._forcings(untaken):
+                built = self._untaken_layers(stack, forced, bases[0])
+                names = self._chosen_classes(stack, layers, classes, built, []) if built else None
                 if names is not None:
                     return names
                 self._restore(before)
+            names = self._chosen_classes(stack, layers, classes, [], branch_guards(untaken, index))
+            if names is not None:
+                return names
+            self._restore(before)
         return [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
 
     def _chosen_classes(self, stack: Instance, layers: list[Instance], classes: list[pyast.ClassDef],
@@ -315,12 +335,37 @@ class _Lowering:
             return layer_class_by_index(block, index, layers, classes, self.fields, optional, guards)
         return guarded_layer_class(classes[0], index, guards) if guards else None
 
-    def _untaken_layers(self, stack: Instance, untaken: list[Untaken], base: str
+    def _forcings(self, untaken: list[Untaken]) -> list[dict[int, bool]]:
+        """The `if`s to force for a stack's `untaken` branches: every stack's together, where they agree with
+        this one's (one build serves them all), then this stack's alone."""
+        mine = {id(item.statement): item.branch for item in untaken}
+        together = self.everywhere if all(self.everywhere.get(k) == taken for k, taken in mine.items()) else mine
+        return ([together] if mine else []) + ([mine] if mine and together != mine else [])
+
+    @functools.cached_property
+    def everywhere(self) -> dict[int, bool]:
+        """The untaken branches of every stack whose block reads the index, each `if` taking the branch its
+        stacks lack (one two stacks would force each its own way left out)."""
+        forced: dict[int, bool] = {}
+        conflicting: set[int] = set()
+        pending = [self.validated.graph.root]
+        while pending:
+            node = pending.pop()
+            pending += node.children.values()
+            first = next(iter(node.children.values()), None)
+            if node.kind != "stack" or node.index_param is None or first is None or first.block_name is None:
+                continue
+            block = self.model.blocks[first.block_name]
+            for item in untaken_branches(block, node.index_param, len(node.children), self.fields):
+                if forced.setdefault(id(item.statement), item.branch) != item.branch:
+                    conflicting.add(id(item.statement))
+        return {key: taken for key, taken in forced.items() if key not in conflicting}
+
+    def _untaken_layers(self, stack: Instance, forced: Mapping[int, bool], base: str
                         ) -> list[tuple[Instance, pyast.ClassDef]]:
-        """The layers of `stack` as the model builds them with the `untaken` branches forced, each with its
-        class (the classes they use written into this file); none where there are no such branches, or that
-        model does not check."""
-        built = self.built_with({id(item.statement): item.branch for item in untaken}) if untaken else None
+        """The layers of `stack` as the model builds them with the `if`s `forced`, each with its class (the
+        classes they use written into this file); none where that model does not check."""
+        built = self.built_with(forced)
         if built is None:
             return []
         other = built.graph.root
@@ -328,6 +373,7 @@ class _Lowering:
             other = other.children[part]
         lowering = _Lowering(self.model, built, self.built_with)
         lowering.classes, lowering.trees, lowering.order = self.classes, self.trees, self.order  # one file
+        lowering.everywhere = self.everywhere
         layers = list(other.children.values())
         for layer in layers:
             lowering._define_children(layer, base)

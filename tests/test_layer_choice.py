@@ -202,3 +202,25 @@ def test_the_prediction_layer_is_the_decoders_layer_class_at_its_index(name):
     assert type(model.mtp[1].layer) is type(model.decoder.layers[-1])
     # the index past the last layer takes the sparse branch, as the spec's condition says
     assert type(model.mtp[0].layer.mlp).__name__ == "SparseFeedForward"
+
+
+def test_the_untaken_branches_of_many_stacks_come_from_one_build():
+    """Each forced build is a whole model's, and lowering makes few (compiler/lower.py MAX_FORCED_BUILDS):
+    thirty stacks, each of its own block with a branch no layer takes, are served by the one model that
+    takes them all, so every branch is written and none refused."""
+    blocks = "\n".join(f"""  block layer{k}(x, i) {{
+    if wide and i > 100 {{ h = linear(x, 16, bias = false) as proj }} else {{ h = linear(x, 16) as proj }}
+    return x + h
+  }}""" for k in range(30))
+    calls = "\n".join(f"    repeat i in layers {{ x = layer{k}(x, i) }}" for k in range(30))
+    source = xspec.compile_source(f"""model m {{
+  param layers = 2
+  param wide = false
+{blocks}
+  block decoder(tokens) {{
+    x = embedding(tokens, 50, 16)
+{calls}
+    return linear(x, 50)
+  }}
+}}""", "stacks.xspec").python_source
+    assert "generated without" not in source and source.count("if config.wide and i > 100:") == 30
