@@ -46,12 +46,26 @@ def _gates_in_queries(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
     gated = [name.removesuffix(".gate_proj.weight") for name in tensors if name.endswith(".gate_proj.weight")]
     for attention in gated:
         norm = tensors.get(f"{attention}.q_norm.weight")
-        if f"{attention}.q_proj.weight" not in tensors or norm is None or norm.dim() != 1:
-            continue
-        for kind in ("weight", "bias"):
-            if f"{attention}.gate_proj.{kind}" in tensors:
-                queries, gate = tensors[f"{attention}.q_proj.{kind}"], tensors.pop(f"{attention}.gate_proj.{kind}")
+        parts = [(tensors.get(f"{attention}.q_proj.{kind}"), tensors.get(f"{attention}.gate_proj.{kind}"))
+                 for kind in ("weight", "bias")]
+        if norm is None or norm.dim() != 1 or not _repackable(parts, norm.numel()):
+            continue  # not an older gated attention: left as it is, for the model's checks to name
+        for kind, (queries, gate) in zip(("weight", "bias"), parts):
+            if queries is not None and gate is not None:
                 heads = queries.size(0) // norm.numel()
+                del tensors[f"{attention}.gate_proj.{kind}"]
                 tensors[f"{attention}.q_proj.{kind}"] = torch.cat(
                     [queries.unflatten(0, (heads, -1)), gate.unflatten(0, (heads, -1))], dim=1).flatten(0, 1)
     return tensors
+
+
+def _repackable(parts: list[tuple[torch.Tensor | None, torch.Tensor | None]], head: int) -> bool:
+    """Whether each (queries, gate) pair, where both are, splits into the same heads of `head` queries: the
+    sizes are the file's, so any other is left for the model's checks to refuse by name."""
+    weight, _ = parts[0]
+    if weight is None or head < 1 or weight.dim() < 1 or weight.size(0) % head:
+        return False
+    heads = weight.size(0) // head
+    return all(queries.dim() == gate.dim() >= 1 and queries.size(0) == heads * head and gate.size(0) % heads == 0
+               and queries.shape[1:] == gate.shape[1:] for queries, gate in parts
+               if queries is not None and gate is not None)

@@ -66,3 +66,20 @@ def test_a_checkpoint_written_under_the_older_names_loads_and_computes_the_same(
         ckpt.load_into(fresh, ckpt.load_weights(written))
         tokens = torch.randint(0, spec.params["vocab"], (2, 7), generator=torch.Generator().manual_seed(1))
         assert torch.equal(fresh(tokens), model(tokens))
+
+
+def test_a_gate_that_does_not_split_into_the_queries_heads_is_left_for_the_models_checks():
+    """The sizes are the file's: a head size of 0, or queries and a gate that are not whole heads of it, are
+    not repacked (no error here); loading then refuses the names or shapes the model lacks."""
+    base = "decoder.layers.0.self_attn"
+    for norm, queries, gate in ((torch.zeros(0), torch.zeros(8, 4), torch.zeros(8, 4)),
+                                (torch.zeros(3), torch.zeros(8, 4), torch.zeros(8, 4)),
+                                (torch.zeros(4), torch.zeros(8, 4), torch.zeros(3, 4)),
+                                (torch.zeros(4), torch.zeros(8, 4), torch.zeros(8, 5))):
+        read = current_names({f"{base}.q_norm.weight": norm, f"{base}.q_proj.weight": queries,
+                              f"{base}.gate_proj.weight": gate})
+        assert read[f"{base}.gate_proj.weight"] is gate and read[f"{base}.q_proj.weight"] is queries
+    read = current_names({f"{base}.q_norm.weight": torch.zeros(4), f"{base}.q_proj.weight": torch.arange(8.)[:, None],
+                          f"{base}.gate_proj.weight": -torch.arange(8.)[:, None]})
+    assert read.keys() == {f"{base}.q_norm.weight", f"{base}.q_proj.weight"}
+    assert read[f"{base}.q_proj.weight"].flatten().tolist() == [0, 1, 2, 3, 0, -1, -2, -3, 4, 5, 6, 7, -4, -5, -6, -7]
