@@ -36,6 +36,7 @@ CODES: dict[str, str] = {
     # The graph
     "shape": "tensors whose shapes do not fit the op, or an entry block that returns the wrong shape",
     "attention-positions": "rotary, ALiBi or a sliding window on attention whose keys are not its queries",
+    "attention-fused": "fused_qkv on attention whose queries, keys and values are not one tensor",
     "decoder-attention": "decoder self-attention that is not causal, or keys that see the target's future",
     "tie": "a `tie` of something that cannot be tied (not a stack, a module with nothing learned, ...)",
     "tie-shape": "a `tie` of tensors or modules whose shapes differ",

@@ -13,6 +13,7 @@ quantity it holds (docs/language.md):
   sinks                a learned logit per head that takes part in the softmax and is dropped after it
   qk_norm, qk_norm_*   RMSNorm of queries and keys before the rotation, per head or over the projection
   bias, out_bias       biases of the Q, K, V projections and of the output projection
+  fused_qkv            W^Q, W^K and W^V as rows of one matrix, qkv_proj (Phi-3's checkpoints)
 
 Everything about the op is here: schema, rules between arguments, shape rule, learned tensors and buffers,
 lowering (xspec/nn/attention.py has the module), FLOPs, saved activations, and what diagrams say.
@@ -54,6 +55,7 @@ class AttentionAttrs(Attrs):
     softcap: Optional[float] = None  # scores soft-capped, c * tanh(s / c), before the mask (Gemma 2)
     sinks: bool = False  # a learned logit per head in the softmax's denominator (gpt-oss)
     output_gate: bool = False  # each head's output times sigmoid(x W^G) before W^O (Qwen3-Next)
+    fused_qkv: bool = False  # W^Q, W^K and W^V as rows of one matrix, `qkv_proj`: one product (Phi-3)
     qk_norm: QKNorm = "none"  # RMSNorm of queries and keys: per head (Qwen3, Gemma 3) or projection (OLMo 2)
     qk_norm_eps: float = Field(1e-6, gt=0)
     qk_norm_offset: float = 0.0  # the norms' weight is offset + w (Gemma: 1 + w, w starting at 0)
@@ -175,13 +177,15 @@ def rotary_scaling_problems(a) -> list[tuple[str, str]]:
 
 def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
     d_model = size(i, "d_model")
-    params = {
-        # with a gate, W^G's rows are W^Q's: each head's queries, then its gate's (transformers' layout)
-        **linear_params("q_proj.", d_model, a.heads * (a.d_k + (a.d_v if a.output_gate else 0)), a.bias),
-        **linear_params("k_proj.", d_model, a.key_heads * a.d_k, a.bias),
-        **linear_params("v_proj.", d_model, a.key_heads * a.d_v, a.bias),
-        **linear_params("o_proj.", a.heads * a.d_v, d_model, a.has_out_bias),
-    }
+    # with a gate, W^G's rows are W^Q's: each head's queries, then its gate's (transformers' layout)
+    rows = {"q_proj.": a.heads * (a.d_k + (a.d_v if a.output_gate else 0)), "k_proj.": a.key_heads * a.d_k,
+            "v_proj.": a.key_heads * a.d_v}
+    if a.fused_qkv:
+        rows = {"qkv_proj.": sum(rows.values())}
+    params: dict[str, tuple[int, ...]] = {}
+    for part, n in rows.items():
+        params |= linear_params(part, d_model, n, a.bias)
+    params |= linear_params("o_proj.", a.heads * a.d_v, d_model, a.has_out_bias)
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
         params |= {"q_norm.weight": (q_size,), "k_norm.weight": (k_size,)}
@@ -304,6 +308,8 @@ def _module(a: AttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
     keywords = {"bias": w.attr("bias"), "out_bias": out_bias, "causal": w.attr("causal")}
     if not i.get("self_attention", False):
         keywords["cross"] = constant(True)
+    if a.fused_qkv:
+        keywords["fused"] = w.attr("fused_qkv")
     if a.qk_norm != "none":
         q_size, k_size = _qk_norm_sizes(a)
         key_heads = "kv_heads" if a.kv_heads is not None else "heads"
@@ -377,6 +383,8 @@ def _details(a: AttentionAttrs, i: Inferred) -> list[str]:
         details.append("attention sinks")
     if a.output_gate:
         details.append("output gated")
+    if a.fused_qkv:
+        details.append("Q, K, V in one matrix")
     if a.dropout:
         details.append(f"attention dropout {a.dropout:g}")
     return details

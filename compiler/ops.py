@@ -67,6 +67,10 @@ class ScaleAttrs(Attrs):
     factor: float
 
 
+class GLUAttrs(Attrs):
+    activation: Literal["silu", "gelu", "gelu_tanh", "relu", "sigmoid"]  # on the gate, the first half
+
+
 class IOAttrs(Attrs):
     name: str
     kind: Literal["tokens", "mask", "hidden", "output"]
@@ -135,6 +139,15 @@ def _concat_shape(shapes: Shapes, a: Attrs) -> tuple[TensorType, Inferred]:
     if left.dims[:-1] != right.dims[:-1] or left.dtype != right.dtype:
         raise ShapeError(f"cannot join {left} and {right}: they must agree but in their last dimension")
     return left.with_last(concrete_last(left, "the left operand") + concrete_last(right, "the right operand")), {}
+
+
+def _halves_shape(shapes: Shapes, a: GLUAttrs) -> tuple[TensorType, Inferred]:
+    x = require(shapes["x"], "the input")
+    features = concrete_last(x, "the input")
+    if features % 2:
+        raise ShapeError(f"a gated linear unit splits its input {x} into a gate and a value of equal size: "
+                         f"its last size, {features}, must be even")
+    return x.with_last(features // 2), {}
 
 
 def _io_shape(shapes: Shapes, a: IOAttrs) -> tuple[TensorType, Inferred]:
@@ -260,6 +273,13 @@ OPS: dict[str, OpDef[Any]] = {
             check=lambda a: [] if a.cap > 0 else [("cap", f"cap = {a.cap}: values are capped at +-cap, so it must "
                                                            "be positive")],
             title="Soft-cap", details=lambda a, i: [f"{a.cap:g} · tanh(x / {a.cap:g})"], elementwise=True,
+        ),
+        OpDef(
+            name="glu", doc="activation(a) * b, a and b the first and second halves of x: a gated linear unit "
+                            "after one projection that makes both (Phi-3's gate_up_proj)",
+            family=Family.ACTIVATION, inputs=(Input("x"),), attrs=GLUAttrs, infer=_halves_shape, params=_no_params,
+            module=lambda a, i, w: call("GLU", w.attr("activation")), call=_call_module,
+            title="Gated Linear Unit", details=lambda a, i: [f"{a.activation}(first half) × second half"],
         ),
         _infix("add", pyast.Add, "add", "Add", "a + b, e.g. a residual connection (§3.1)", Family.RESIDUAL),
         _infix("sub", pyast.Sub, "subtract", "Subtract", "a - b", Family.ELEMENTWISE),

@@ -190,6 +190,11 @@ def _attention_roles(graph: OpGraph, diagnostics: Diagnostics) -> None:
                 diagnostics.error("attention-positions", node.span, f"{what} needs self-attention: "
                                   "it relates a query to the keys of its own sequence by position",
                                   "pass the same tensor as query and key, or drop it from this attention")
+            if getattr(node.attrs, "fused_qkv", False) and \
+                    not node.inputs["query"] == node.inputs["key"] == node.inputs["value"]:
+                diagnostics.error("attention-fused", node.span, "fused_qkv = true projects queries, keys and "
+                                  "values from one tensor, but this attention's differ",
+                                  "pass the same tensor as query, key and value, or drop fused_qkv")
     target = TGT.node
     if target not in graph:
         return

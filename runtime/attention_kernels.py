@@ -7,7 +7,7 @@ sigmoid(lse - sink)). A forward with a decoding cache, or with dropout on the we
 runs the module's own computation.
 
 Which modules and options: the spec's graph says (`attrs`), not the module's attributes; the module
-gives its projections, its `queries` and `keys_values` (positions, norms) and its `sinks`.
+gives its heads (`heads_of`: projections, positions, norms), its output gate and its `sinks`.
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ def _heads_and_gate(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """heads_of's queries, keys and values, and the attention's output gate (None without one)."""
     attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
-    q, gate = attention.projected_queries(query)
-    return (attention.queries(q, 0), *attention.keys_values(key, value, 0, None), gate)
+    return attention.heads_of(query, key, value)
 
 
 def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torch.Tensor]):

@@ -48,23 +48,6 @@ def gpt_oss_experts(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return ours
 
 
-def phi3_fused(state: dict[str, torch.Tensor], heads: int, kv_heads: int) -> dict[str, torch.Tensor]:
-    """Phi-3's fused qkv_proj (Q, then K, then V rows) and gate_up_proj (gate, then up) as separate matrices."""
-    split = {}
-    for name, tensor in state.items():
-        if name.endswith("self_attn.qkv_proj.weight"):
-            head_dim = tensor.size(0) // (heads + 2 * kv_heads)
-            q, k, v = tensor.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
-            base = name.removesuffix("qkv_proj.weight")
-            split |= {f"{base}q_proj.weight": q, f"{base}k_proj.weight": k, f"{base}v_proj.weight": v}
-        elif name.endswith("mlp.gate_up_proj.weight"):
-            base = name.removesuffix("gate_up_proj.weight")
-            split[f"{base}gate_proj.weight"], split[f"{base}up_proj.weight"] = tensor.chunk(2)
-        else:
-            split[name] = tensor
-    return split
-
-
 @dataclass
 class Family:
     spec: str
@@ -228,7 +211,7 @@ FAMILIES = [
            lambda s: {"partial_rotary_factor": s["partial_rotary_factor"], "rms_norm_eps": 1e-5,
                       "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                           "partial_rotary_factor": s["partial_rotary_factor"]}},
-           lambda state, s: renamed(phi3_fused(state, s["heads"], s["kv_heads"]), COMMON)),
+           lambda state, s: renamed(state, COMMON)),
     Family("specs/modern/mixtral.xspec", "MixtralForCausalLM", "MixtralConfig",
            [{**BASE, "sliding_window": 6, "num_local_experts": 4, "num_experts_per_tok": 2},
             {**ODD, "sliding_window": 5, "num_local_experts": 3, "num_experts_per_tok": 1},

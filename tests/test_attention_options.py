@@ -307,3 +307,32 @@ def test_the_runtimes_flex_attention_gives_the_models_own_logits(spec_path):
     steps = [model.decode(tokens[:, :11], cache=cache)] + [model.decode(tokens[:, t:t + 1], cache=cache)
                                                            for t in range(11, 19)]
     assert_close(torch.cat(steps, dim=1), expected)
+
+
+@pytest.mark.parametrize("gate", [False, True])
+@torch.no_grad()
+def test_fused_projections_compute_what_three_matrices_do_in_one_product(gate):
+    """Phi-3's qkv_proj: W^Q, W^K and W^V as rows of one matrix give the three projections' attention, in a
+    forward, in cached decoding and through FlexAttention, and initialize each part as its own matrix."""
+    options = dict(rotary=PartialRotaryEmbedding(4, 10000.0), q_norm=RMSNorm(8), k_norm=RMSNorm(8), gate=gate)
+    apart = compose(32, heads=4, d_k=8, d_v=6, kv_heads=2, bias=True, causal=True, **options).eval()
+    for parameter in apart.parameters():   # biases and norms start at what makes them inert: move them
+        parameter.copy_(torch.randn_like(parameter) * 0.3)
+    fused = compose(32, heads=4, d_k=8, d_v=6, kv_heads=2, bias=True, causal=True, fused=True, **options).eval()
+    assert not hasattr(fused, "q_proj") and fused.qkv_proj.weight.shape == (4 * (8 + 6 * gate) + 2 * 8 + 2 * 6, 32)
+    parts = (apart.q_proj, apart.k_proj, apart.v_proj)
+    fused.load_state_dict({**{n: t for n, t in apart.state_dict().items() if "_proj." not in n or "o_proj" in n},
+                           "qkv_proj.weight": torch.cat([p.weight for p in parts]),
+                           "qkv_proj.bias": torch.cat([p.bias for p in parts])})
+    x = torch.randn(2, 7, 32)
+    assert_close(fused(x, x, x), apart(x, x, x))
+    cache = DecoderCache(capacity=2)
+    steps = [step(fused, x[:, :3], cache)] + [step(fused, x[:, t:t + 1], cache) for t in range(3, 7)]
+    assert_close(torch.cat(steps, dim=1), apart(x, x, x))
+    for ours, theirs in zip(heads_of(fused, x, x, x), heads_of(apart, x, x, x)):
+        assert_close(ours, theirs)
+    fused.reset_parameters()
+    bounds = [(6 / (32 + rows)) ** 0.5 for rows in fused.sizes]   # Xavier's, of each part's own shape
+    for part, bound in zip(fused.qkv_proj.weight.split(fused.sizes), bounds):
+        assert bound * 0.9 < part.abs().max() <= bound
+    assert not fused.qkv_proj.bias.any()

@@ -64,27 +64,17 @@ def random_sizes(family: Family, seed: int) -> dict:
             "kv_heads": kv_heads, "d_model": heads * 8 * draw.randint(1, 4), "d_ff": draw.randint(8, 200)}
 
 
-# What the spec packs otherwise than transformers' modules hold it: Phi-3's fused matrices.
-PACKED_OURS = r".*phi3.*\.(self_attn\.[qkv]_proj|mlp\.(gate|up)_proj)\.weight"
-PACKED_THEIRS = r".*phi3.*\.(qkv_proj|gate_up_proj)\.weight"
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_tensor_names_are_transformers_after_the_top_level_module(name):
     """The spec's tensors carry transformers' names (the spec's `decoder.` for transformers' `model.`, whose
-    output head stands beside it), but for what the spec packs otherwise."""
+    output head stands beside it), key for key."""
     family = BY_NAME[name]
     sizes = family.sizes[0]
     theirs = {re.sub(r"^model\.", "", key) for key in family.hf_model(sizes, device="meta").state_dict()}
     spec = compiled(family, sizes)
     ours = {key.removeprefix("decoder.") for key in {**spec.param_shapes, **spec.state_shapes}
             if not key.startswith("mtp.")}
-    assert ours & theirs
-    tag = "phi3." if name == "phi3" else ""   # the fused matrices are Phi-3's alone
-    assert all(re.fullmatch(PACKED_OURS, tag + key) for key in ours - theirs), sorted(ours - theirs)
-    assert all(re.fullmatch(PACKED_THEIRS, tag + key) for key in theirs - ours), sorted(theirs - ours)
-    if name != "phi3":
-        assert ours == theirs
+    assert ours == theirs
 
 
 @pytest.mark.parametrize("name, seed", [(f.name, seed) for f in FAMILIES for seed in range(3)])

@@ -3,6 +3,7 @@ rotary positions, ALiBi, GLU-style feed-forwards written in specs; and specs/mod
 Hugging Face's LlamaForCausalLM (a test-only extra) with the same weights."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -104,6 +105,22 @@ def test_rms_norm_and_a_swiglu_written_in_the_spec():
     ffn = layer.mlp
     expected = (F.silu(x @ ffn.gate_proj.weight.T) * (x @ ffn.up_proj.weight.T)) @ ffn.down_proj.weight.T
     assert_close(ffn(x), expected)
+
+
+@pytest.mark.parametrize("activation, gated", [("silu", F.silu), ("gelu_tanh", lambda g: F.gelu(g, approximate="tanh")),
+                                               ("sigmoid", torch.sigmoid)])
+@torch.no_grad()
+def test_a_glu_gates_the_second_half_of_one_projection_by_the_first(activation, gated, tmp_path):
+    """Phi-3's gate_up_proj: glu(x) = activation(gate) * up, [gate; up] the projection's halves, in that order."""
+    path = tmp_path / "glu.xspec"
+    path.write_text(f'import "{Path("specs/modern/phi3.xspec").resolve()}"\nmodel m extends phi3 {{\n'
+                    '  block feed_forward(x) {\n    gate_up = linear(x, 2 * d_ff, bias = false) as gate_up_proj\n'
+                    f'    h = glu(gate_up, activation = "{activation}")\n'
+                    '    return linear(h, d_model, bias = false) as down_proj\n  }\n}\n')
+    ffn = xspec.compile(path, overrides={"layers": 1}).build().decoder.layers[0].mlp
+    x = torch.randn(2, 3, 128)
+    gate, up = (x @ ffn.gate_up_proj.weight.T).split(344, dim=-1)
+    assert_close(ffn(x), (gated(gate) * up) @ ffn.down_proj.weight.T)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"kv_heads": 1}, {"alibi": True}])

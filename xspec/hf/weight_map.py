@@ -3,11 +3,11 @@
 The specs of imported families name their modules as transformers does, so a tensor's name is the
 checkpoint's after the top-level prefix: `decoder.layers.0.mlp.up_proj.weight` is
 `model.layers.0.mlp.up_proj.weight`, and the output head `decoder.lm_head.weight` is `lm_head.weight`. What
-remains is packing, a family's weight rules: Phi-3 fuses q, k, v (and gate, up) into one matrix, Mixtral,
-Qwen3-MoE and DeepSeek store each expert apart where the spec stacks them, gpt-oss interleaves gate and up
-columns and multiplies from the left. A `Group` ties some checkpoint tensors to some of the model's. The
-groups are made from the spec's own tensor names, so a checkpoint tensor no group asks for is left over,
-and one a group asks for but the checkpoint lacks is missing: both are errors naming it.
+remains is packing, a family's weight rules: Mixtral, Qwen3-MoE and DeepSeek store each expert apart where
+the spec stacks them, gpt-oss interleaves gate and up columns and multiplies from the left. A `Group` ties
+some checkpoint tensors to some of the model's. The groups are made from the spec's own tensor names, so a
+checkpoint tensor no group asks for is left over, and one a group asks for but the checkpoint lacks is
+missing: both are errors naming it.
 
 DeepSeek-V3's multi-token prediction modules (`mtp.K.*`) are stored as layers after the last
 (`model.layers.{layers + K}.*`): their transformer layer under the names of every layer, their norms and

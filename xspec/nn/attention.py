@@ -5,7 +5,7 @@ gate, sinks, and how the weights are computed (`inner_attention`: torch's fused 
 or WrittenOutAttention for what SDPA cannot state: soft caps and sinks). The generated code builds
 the parts and passes them in; no class here builds another.
 
-Diagrams read an attention's queries, keys and mask through `queries`, `keys_values` and `mask`,
+Diagrams read an attention's queries, keys and mask through `heads_of` and `mask`,
 and written-out weights through `inner_attention.weights`. How the weights are computed fast on a
 device (FlexAttention) is the runtime's (runtime/attention_kernels.py)."""
 
@@ -24,6 +24,8 @@ class Attention(nn.Module):
     The options, each off by default:
     - `cross`: attention over another sequence (the encoder's output, §3.2.3), whose keys and
       values, while decoding, are computed once per memory tensor and kept in the cache;
+    - `fused`: W^Q, W^K and W^V as rows of one matrix, `qkv_proj`, one product for the three
+      (Phi-3's checkpoints); self-attention only;
     - `q_norm`, `k_norm`: each head's queries and keys normalized before the rotation (QK-norm:
       Qwen3, Gemma 3), or each whole projection where `norm_over` is "projection" (OLMo 2);
     - `rotary`: queries and keys turned by rotary position embeddings (Su et al., 2021); keys
@@ -41,17 +43,23 @@ class Attention(nn.Module):
       weights written out, for soft-capped scores, Gemma 2, or sinks); None: torch's fused
       SDPA, with `dropout` on the weights while training."""
 
-    def __init__(self, d_model, heads, kv_heads, d_k, d_v, *, bias, out_bias, causal, cross=False,
-                 q_norm=None, k_norm=None, norm_over="head", rotary=None, scale=None, window=None,
-                 alibi=False, gate=False, sinks=False, inner_attention=None, dropout=0.0):
+    def __init__(self, d_model, heads, kv_heads, d_k, d_v, *, bias, out_bias, causal,
+                 cross=False, fused=False, q_norm=None, k_norm=None, norm_over="head",
+                 rotary=None, scale=None, window=None, alibi=False, gate=False, sinks=False,
+                 inner_attention=None, dropout=0.0):
         super().__init__()
         self.heads, self.kv_heads, self.causal, self.cross = heads, kv_heads, causal, cross
         self.d_k, self.gate = d_k, gate
-        # W^Q (and W^G), W^K, W^V and W^O (§3.2.2)
-        self.q_proj = nn.Linear(d_model, heads * (d_k + d_v if gate else d_k), bias=bias)
-        self.k_proj = nn.Linear(d_model, kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, kv_heads * d_v, bias=bias)
+        # W^Q (and W^G), W^K, W^V and W^O (§3.2.2); fused, the first three as rows of one matrix
+        self.sizes = [heads * (d_k + d_v if gate else d_k), kv_heads * d_k, kv_heads * d_v]
+        if fused:
+            self.qkv_proj = nn.Linear(d_model, sum(self.sizes), bias=bias)
+        else:
+            self.q_proj = nn.Linear(d_model, self.sizes[0], bias=bias)
+            self.k_proj = nn.Linear(d_model, self.sizes[1], bias=bias)
+            self.v_proj = nn.Linear(d_model, self.sizes[2], bias=bias)
         self.o_proj = nn.Linear(heads * d_v, d_model, bias=out_bias)
+        self.fused = fused
         self.init_projections()
         self.rotary = rotary
         self.q_norm = q_norm if q_norm is not None else nn.Identity()
@@ -72,23 +80,41 @@ class Attention(nn.Module):
             self.slopes.copy_(self.alibi_slopes(self.heads))
 
     def init_projections(self):
-        """Xavier-uniform W^Q, W^K, W^V and W^O (over nn.Linear's own), zero biases."""
-        for projection in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
-            nn.init.xavier_uniform_(projection.weight)
+        """Xavier-uniform W^Q, W^K, W^V and W^O (over nn.Linear's own; fused, each its rows),
+        zero biases."""
+        if self.fused:
+            projections, weights = [self.qkv_proj], list(self.qkv_proj.weight.split(self.sizes))
+        else:
+            projections = [self.q_proj, self.k_proj, self.v_proj]
+            weights = [projection.weight for projection in projections]
+        for weight in weights + [self.o_proj.weight]:
+            nn.init.xavier_uniform_(weight)
+        for projection in projections + [self.o_proj]:
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
 
     def forward(self, query, key, value, padding_mask=None, cache=None):
         start = cache.length if cache is not None else 0
-        q, gate = self.projected_queries(query)
-        q = self.queries(q, start)  # [B, h, Tq, d_k]
-        k, v = self.keys_values(key, value, start, cache)  # [B, kv_h, Tk, d_k], [..., d_v]
+        q, k, v, gate = self.heads_of(query, key, value, start, cache)
         out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
         return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), gate))
 
-    def projected_queries(self, query):
-        """x W^Q as heads [B, h, Tq, d_k]; with a gate, also x W^G [B, Tq, h * d_v] (else None)."""
-        heads = self.q_proj(query).unflatten(-1, (self.heads, -1))
+    def heads_of(self, query, key, value, start=0, cache=None):
+        """Queries [B, h, Tq, d_k] normalized, turned and scaled; keys [B, kv_h, Tk, d_k] and
+        values [..., d_v] as the cache holds them; the gate x W^G [B, Tq, h * d_v] or None."""
+        if self.fused:  # one product for the three; self-attention only (the compiler checks)
+            q, k, v = self.qkv_proj(query).split(self.sizes, dim=-1)
+            q, gate = self.query_heads(q)
+            k, v = self.cached(*self.key_value_heads(k, v, start), cache)
+        else:
+            q, gate = self.query_heads(self.q_proj(query))
+            k, v = self.keys_values(key, value, start, cache)
+        return self.queries(q, start), k, v, gate
+
+    def query_heads(self, q):
+        """x W^Q [B, Tq, h * d_k] as heads [B, h, Tq, d_k]; with a gate (each head's queries, then
+        its gate's), also the gate [B, Tq, h * d_v] (else None)."""
+        heads = q.unflatten(-1, (self.heads, -1))
         if not self.gate:
             return heads.transpose(1, 2), None
         q, gate = heads.split([self.d_k, heads.size(-1) - self.d_k], dim=-1)
@@ -102,8 +128,7 @@ class Attention(nn.Module):
 
     def keys_values(self, key, value, start, cache):
         if not self.cross:
-            k, v = self.projected(key, value, start)
-            return (k, v) if cache is None else cache.append(self, k, v, window=self.window)
+            return self.cached(*self.projected(key, value, start), cache)
         kept = cache.memory.get(self) if cache is not None else None
         if kept is None or kept[0] is not key or kept[1] is not value:
             kept = (key, value, *self.projected(key, value, start))
@@ -112,9 +137,15 @@ class Attention(nn.Module):
         return kept[2], kept[3]
 
     def projected(self, key, value, start):
-        k = self.k_proj(key).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
-        v = self.v_proj(value).unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
+        return self.key_value_heads(self.k_proj(key), self.v_proj(value), start)
+
+    def key_value_heads(self, k, v, start):  # x W^K, x W^V as heads; keys normalized, turned
+        k = k.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
+        v = v.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
         return self.turned(self.normalized(k, self.k_norm), start), v
+
+    def cached(self, k, v, cache):  # this step's keys and values after those the cache holds
+        return (k, v) if cache is None else cache.append(self, k, v, window=self.window)
 
     def normalized(self, x, norm):  # x [B, h, T, d]
         if self.norm_over == "head":
