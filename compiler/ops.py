@@ -40,6 +40,15 @@ class PositionsAttrs(Attrs):
     max_len: int = Field(gt=0)
 
 
+class SinusoidalAttrs(PositionsAttrs):
+    # "interleaved": sin and cos alternate (§3.5); "halves": every sine, then every cosine (Marian)
+    layout: Literal["interleaved", "halves"] = "interleaved"
+
+
+# Each layout's class (xspec/nn/embeddings.py).
+_SINUSOIDS = {"interleaved": "SinusoidalPositions", "halves": "SinusoidalPositionsInHalves"}
+
+
 class LinearAttrs(Attrs):
     out: int = Field(gt=0)
     bias: bool = True
@@ -196,12 +205,14 @@ OPS: dict[str, OpDef[Any]] = {
         OpDef(
             name="sinusoidal_positions",
             doc="PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5)",
-            family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
+            family=Family.POSITION, inputs=(Input("x"),), attrs=SinusoidalAttrs, infer=_positions_shape,
             params=_no_params,
-            module=lambda a, i, w: call("SinusoidalPositions", w.width("x"), w.attr("max_len")),
+            module=lambda a, i, w: call(_SINUSOIDS[a.layout], w.width("x"), w.attr("max_len")),
             call=_call_with_cache, uses_cache=True,
             buffers=lambda a, i: {"table": (a.max_len, _size(i, "dim"))},
-            title="Positional Encoding", details=lambda a, i: [f"sinusoidal, max_len {a.max_len}"],
+            title="Positional Encoding",
+            details=lambda a, i: [f"sinusoidal{', sines then cosines' if a.layout == 'halves' else ''}, "
+                                  f"max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "sinusoidal"},
         ),
         OpDef(

@@ -18,7 +18,7 @@ MODERN = sorted((Path(__file__).resolve().parent.parent / "specs" / "modern").gl
 def _edits(name: str, value: object, layers: int) -> list[object]:
     if isinstance(value, bool):
         return [not value]
-    if name in ("layers", "mtp_depth"):
+    if name in ("layers", "mtp_depth", "encoder_layers", "decoder_layers"):
         return [value + 1]
     if isinstance(value, tuple):
         schedule = value[:layers]
@@ -39,7 +39,7 @@ def test_an_edited_config_builds_what_the_same_set_compiles(path):
     default = config()
     checked = 0
     for field in dataclasses.fields(config):
-        for edited in _edits(field.name, getattr(default, field.name), spec.params["layers"]):
+        for edited in _edits(field.name, getattr(default, field.name), spec.params.get("layers", 0)):
             given = list(edited) if isinstance(edited, tuple) else edited
             with torch.device("meta"):
                 built = module.Model(config(**{field.name: edited}))

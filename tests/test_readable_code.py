@@ -160,6 +160,9 @@ FAMILIES = ["base", "big", "lm", *(f"modern/{path.stem}" for path in sorted(Path
 def _edits(params: dict) -> list[dict]:
     """Edits of the parameters a config holds whose result --set can also build: the depth, the width (with
     what the spec computes from it left to the config), the feed-forward's width, the head count."""
+    if "encoder_layers" in params:     # an encoder and a decoder sized apart (Marian's)
+        return [{"encoder_layers": 3, "decoder_layers": 1}, {"d_model": 2 * params["d_model"]},
+                {"encoder_ffn_dim": params["encoder_ffn_dim"] + 8}, {"decoder_attention_heads": 2}]
     edits = [{"layers": 3}, {"d_model": 2 * params["d_model"]}]
     if isinstance(params.get("d_ff"), int):
         edits.append({"d_ff": params["d_ff"] + 8})

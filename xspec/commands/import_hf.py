@@ -65,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"imported {imported.mapped.model_type} as {spec.name} (extends specs/modern/{imported.mapped.spec}.xspec): "
           f"{spec.parameters:,} parameters, tokenizer {tokenizer.kind}{chat}, into {shown(imported.out)}")
     out = shown(shlex.quote(str(imported.out)))
-    generate = f"xspec generate {out}" + (" --chat" if tokenizer.chat is not None else "")
-    print(f"next: xspec show {out}; xspec viz {out}; {generate} --prompt \"...\"")
+    if imported.spec.has_encoder:
+        use = f"xspec translate {out} < source.txt"
+    else:
+        use = f"xspec generate {out}" + (" --chat" if tokenizer.chat is not None else "") + " --prompt \"...\""
+    print(f"next: xspec show {out}; xspec viz {out}; {use}")
     return 0

@@ -210,12 +210,16 @@ class ConfigReader:
             self.taken.add(key)
             self.notes[key] = reason
 
-    def finish(self) -> None:
+    def finish(self, encoder_decoder: bool = False) -> None:
+        """The attributes every family may carry, then a refusal of any left unread. `encoder_decoder`: the
+        family is one (Marian's), else a decoder alone."""
         for key, reason in NOT_ARCHITECTURAL.items():
             self.ignore(key, reason)
         for key in GENERATION_KEYS:
             self.ignore(key, "a generation setting older versions kept here; transformers reads none from config.json")
-        self.expect("is_encoder_decoder", [False], False, " (the families imported are decoders alone)")
+        self.expect("is_encoder_decoder", [encoder_decoder], encoder_decoder,
+                    f" (model_type {render(self.config.get('model_type'))} is "
+                    f"{'an encoder-decoder' if encoder_decoder else 'a decoder alone'})")
         left = [key for key in self.config if key not in self.taken]
         if left:
             key = left[0]

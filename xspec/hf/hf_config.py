@@ -23,9 +23,12 @@ def config_for(family: Family, params: dict[str, Any], max_positions: int, bos_i
                               # padding is never attended to; null keeps a class default (Phi-3's 32000) from
                               # naming a row past a small vocabulary
                               "pad_token_id": None}
-    for param, key in {**COMMON, **family.keys}.items():
+    for param, key in ({} if family.encoder_decoder else COMMON).items():
         config[key] = params[param]
-    config["hidden_act"] = "silu"
+    for param, key in family.keys.items():
+        config[key] = params[param]
+    if not family.encoder_decoder:
+        config["hidden_act"] = "silu"
     family.write(params, config)
     return config
 

@@ -26,7 +26,7 @@ from xspec.base.text import shown
 from xspec.hf import weight_map
 from xspec.hf.checkpoint_dir import CONFIG, CheckpointDir, checkpoint_directory, open_weights, read_config
 from xspec.hf.config_reader import render
-from xspec.hf.families import Mapped, map_config
+from xspec.hf.families import FAMILIES, Mapped, map_config
 from xspec.hf.generation_config import FILE as GENERATION_FILE, Generation, check_token_ids, read_generation
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
@@ -73,6 +73,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
             raise _in_config(error, mapped, source / CONFIG) from None
         _check_sizes(spec, mapped, source / CONFIG)
         plan = _plan(mapped, spec, weights)
+        _check_copies(mapped, spec.params, weights)
         check_fits(tokenizer, config, source, spec.vocab_size, generation.eos_ids)  # the rows _plan checked
         check_token_ids(generation, spec.vocab_size, shown(source / GENERATION_FILE))
         _write_weights(work, plan, weights, spec, tokenizer)
@@ -119,7 +120,8 @@ def _check_output(source: Path, out: Path, force: bool) -> None:
 def _write_spec(work: Path, source: Path, mapped: Mapped, generation: Generation):
     family = copy_family(mapped.spec, work)
     text = spec_text(model_name(source, family.models), mapped.spec, family.spec, mapped.settings, str(source),
-                     mapped.model_type, mapped.max_positions, generation.decode)
+                     mapped.model_type, mapped.max_positions, generation.decode,
+                     FAMILIES[mapped.model_type].encoder_decoder)
     (work / MODEL_SPEC).write_text(text, encoding="utf-8")
     spec = xspec.compile(work / MODEL_SPEC)
     (work / "spec.xspec").write_text(spec.resolved_source, encoding="utf-8")
@@ -176,9 +178,7 @@ def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
     missing = [hf for g in groups for hf in g.hf if hf not in weights.files]
     if missing:
         raise UserError(f"{where}: no tensor {missing[0]}, which a {mapped.model_type} model with this config.json has")
-    extra = [n for n in weights.files if n not in wanted]
-    if mapped.tied and "lm_head.weight" in extra:
-        extra.remove("lm_head.weight")    # a copy of the embedding some checkpoints keep: checked when written
+    extra = [n for n in weights.files if n not in wanted and mapped.weights.extras(n, spec.params) is None]
     if extra:
         raise UserError(f"{where}: tensor {extra[0]} is left over: a {mapped.model_type} model with this "
                         "config.json has no such tensor")
@@ -234,9 +234,6 @@ def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
     made: dict[str, torch.Tensor] = {}
     read: tuple[str, ...] = ()
     for name, _, _ in plan.layout:
-        if name in plan.tied and name.endswith("lm_head.weight"):
-            yield _embedding_copy(weights)
-            continue
         name = plan.tied.get(name, name)
         if name not in made:
             for done in read:
@@ -250,12 +247,29 @@ def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
         yield made.pop(name)
 
 
-def _embedding_copy(weights: CheckpointDir) -> torch.Tensor:
-    embedding = weights.tensor("model.embed_tokens.weight")
-    if "lm_head.weight" in weights.files and not torch.equal(weights.tensor("lm_head.weight"), embedding):
-        raise UserError(f"{weights.path}: lm_head.weight differs from model.embed_tokens.weight, but "
-                        "tie_word_embeddings is true")
-    return embedding
+def _check_copies(mapped: Mapped, params: dict, weights: CheckpointDir) -> None:
+    """What a checkpoint keeps beside the spec's tensors must hold what the spec computes: its copies of shared
+    tensors (a tied output head, Marian's embeddings of its one vocabulary) equal them, and its derived tables
+    (Marian's sinusoidal positions) equal the spec's."""
+    for name in weights.files:
+        extra = mapped.weights.extras(name, params)
+        if extra is None:
+            continue
+        stored = weights.tensor(name)
+        if extra.copy_of is None:
+            assert extra.derived is not None, f"{name}: a derived table with no values"
+            expected = extra.derived(tuple(stored.shape))
+            if not torch.allclose(stored.float(), expected, atol=DERIVED_TOLERANCE):
+                raise UserError(f"{weights.path}: tensor {name} differs from {extra.why}")
+        elif extra.copy_of not in weights.files:
+            raise UserError(f"{weights.path}: no tensor {extra.copy_of}, of which {name} is a copy")
+        elif not torch.equal(stored, weights.tensor(extra.copy_of)):
+            raise UserError(f"{weights.path}: {name} differs from {extra.copy_of}, but {extra.why}")
+        for read in (name, extra.copy_of or name):
+            weights.files[read].release(read)
+
+
+DERIVED_TOLERANCE = 1e-4     # a table of sines computed in another precision or order differs by ~1e-7
 
 
 def _write_weights(work: Path, plan: Plan, weights: CheckpointDir, spec, tokenizer: CheckpointTokenizer) -> None:

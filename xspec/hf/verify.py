@@ -74,10 +74,16 @@ def layers_to_check(work: Path, layers: int, whole: int, device: torch.device) -
     return int(min(fitting, layers - 1))
 
 
-def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor,
+                source: torch.Tensor | None = None) -> torch.Tensor:
+    """The logits of `tokens`; of an encoder-decoder, the target `tokens` after the `source` sentences."""
     device = str(tokens.device)
     import xspec
 
+    if source is not None:
+        model = xspec.load(work, device=device, weights="fp32").model
+        with torch.no_grad():
+            return model(source, tokens, source_padding(source)).float()
     if checked == layers:
         model = xspec.load(work, device=device, weights="fp32").model  # the reference is float32
     else:  # the first layers: the spec with fewer, their tensors read from the written checkpoint
@@ -107,12 +113,13 @@ def _reference_directory(weights: CheckpointDir, into: Path) -> Path:
     return into
 
 
-def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.Tensor,
+                  source: torch.Tensor | None = None) -> torch.Tensor:
     """The logits of the checkpoint's own class; whatever transformers raises on this checkpoint is an error
     naming it (xspec's reading let through a value the reference cannot run)."""
     with tempfile.TemporaryDirectory(prefix="xspec-reference-") as folder:
         try:
-            return _reference_logits(_reference_directory(weights, Path(folder)), hf_class, checked, tokens)
+            return _reference_logits(_reference_directory(weights, Path(folder)), hf_class, checked, tokens, source)
         except Exception as error:      # transformers raises assorted types for what it cannot run
             reason = printable(" ".join(str(error).split())[:300]) or type(error).__name__
             raise UserError(f"{shown(weights.path)}: transformers' {hf_class.__name__} cannot run this checkpoint "
@@ -120,11 +127,12 @@ def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.
                             "skip the check") from None
 
 
-def _reference_logits(source: Path, hf_class, checked: int, tokens: torch.Tensor) -> torch.Tensor:
+def _reference_logits(folder: Path, hf_class, checked: int, tokens: torch.Tensor,
+                      source: torch.Tensor | None = None) -> torch.Tensor:
     import transformers
 
-    config = hf_class.config_class.from_pretrained(source)
-    if checked != config.num_hidden_layers:
+    config = hf_class.config_class.from_pretrained(folder)
+    if source is None and checked != config.num_hidden_layers:
         config.num_hidden_layers = checked
         if getattr(config, "layer_types", None):
             config.layer_types = config.layer_types[:checked]
@@ -133,14 +141,26 @@ def _reference_logits(source: Path, hf_class, checked: int, tokens: torch.Tensor
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()        # the layers left out are not news
     try:
-        reference = hf_class.from_pretrained(source, config=config, dtype=torch.float32, trust_remote_code=False,
+        reference = hf_class.from_pretrained(folder, config=config, dtype=torch.float32, trust_remote_code=False,
                                              use_safetensors=True, attn_implementation="eager").eval()
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
         if bars:
             transformers.utils.logging.enable_progress_bar()
     with torch.no_grad():
-        return reference.to(tokens.device)(tokens).logits.float()
+        reference = reference.to(tokens.device)
+        if source is None:
+            return reference(tokens).logits.float()
+        return reference(input_ids=source, attention_mask=(~source_padding(source)).long(),
+                         decoder_input_ids=tokens).logits.float()
+
+
+def source_padding(source: torch.Tensor) -> torch.Tensor:
+    """[B, S] True at padding: the second sentence of the check is shorter by a third (its ids are kept, and
+    masked), so that padding is checked too."""
+    padding = torch.zeros(source.shape, dtype=torch.bool, device=source.device)
+    padding[1:, source.size(1) - source.size(1) // 3:] = True
+    return padding
 
 
 def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Callable[[str], None], spec,
@@ -156,13 +176,21 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
     from xspec.runtime.distributed import pick_device
 
     chosen = pick_device(device)
-    tokens = torch.randint(0, mapped.params["vocab"], (2, length), generator=torch.Generator().manual_seed(0))
-    tokens = tokens.to(chosen)
-    layers = mapped.params["layers"]
-    checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
+    draw = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, mapped.params["vocab"], (2, length), generator=draw).to(chosen)
+    source = None
+    if spec.has_encoder:    # a translation model: the target tokens after source sentences, one padded
+        source = torch.randint(0, mapped.params["vocab"], (2, length + 3), generator=draw).to(chosen)
+        layers = checked = mapped.params["decoder_layers"]
+        if spec._compilation.validated.bytes_needed > available_memory(chosen) * 0.8:
+            raise UserError(f"{work.name}: the model does not fit in memory as float32 to be checked; import with "
+                            "--no-verify")
+    else:
+        layers = mapped.params["layers"]
+        checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
     # One model at a time: ours, then the checkpoint's own class.
-    our_logits = _our_logits(work, layers, checked, tokens)
-    hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens)
+    our_logits = _our_logits(work, layers, checked, tokens, source)
+    hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens, source)
     difference = (our_logits - hf_logits).abs().max().item()
     scale = hf_logits.abs().max().item()
     kl = torch.nn.functional.kl_div(our_logits.log_softmax(-1), hf_logits.log_softmax(-1), log_target=True,

@@ -43,12 +43,32 @@ Packing = Callable[[str, dict, dict], Optional[Group]]
 
 
 @dataclass(frozen=True)
+class Extra:
+    """A checkpoint tensor no tensor of the spec is made from: a copy of another, or a table the spec
+    derives (sinusoidal positions). Either must hold what the spec computes."""
+
+    copy_of: Optional[str]          # the checkpoint tensor it copies; None: derived
+    why: str                        # why the checkpoint holds it (`tie_word_embeddings is true`)
+    # A derived table's values, given its stored shape (the spec computes them; the checkpoint's must agree).
+    derived: Optional[Callable[[tuple[int, ...]], "torch.Tensor"]] = None
+
+
+def tied_output_head(name: str, params: dict) -> Optional[Extra]:
+    """The output head some checkpoints keep beside the embedding it is tied to."""
+    if name == "lm_head.weight" and params.get("tie_word_embeddings"):
+        return Extra("model.embed_tokens.weight", "tie_word_embeddings is true")
+    return None
+
+
+@dataclass(frozen=True)
 class WeightRules:
-    """How a family's checkpoint stores the spec's tensors: its top-level module, and its packing."""
+    """How a family's checkpoint stores the spec's tensors: its top-level module, its packing, and the
+    tensors it holds beside them."""
 
     name: str
     packing: Optional[Packing] = None
     prefix: str = "model."          # the checkpoint's top-level module (Nemotron-H's say `backbone.`)
+    extras: Callable[[str, dict], Optional[Extra]] = tied_output_head
 
     def checkpoint_name(self, name: str) -> str:
         """The checkpoint's name of the spec's tensor `name` (`decoder.` is the checkpoint's top-level
@@ -78,7 +98,7 @@ def groups(rules: WeightRules, names: list[str], shapes: dict[str, tuple[int, ..
         group = _prediction_group(name, params["layers"], shapes, group_of) if name.startswith("mtp.") \
             else group_of(name, shapes)
         found.setdefault(group.hf, group)
-    return [_with_copies(group, params["layers"], depths) for group in found.values()]
+    return [_with_copies(group, params.get("layers", 0), depths) for group in found.values()]
 
 
 # A multi-token prediction module's own tensors, after its layer's number.

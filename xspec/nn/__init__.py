@@ -13,7 +13,8 @@ models, Gated DeltaNet and Mamba-2, and the short convolution they share), exper
 of experts: routers, activations, the experts), contracts.py (what the runtime may ask
 of a model and its modules, as protocols, and the list of multi-token prediction depths)."""
 
-from .embeddings import Embedding, LearnedPositions, ScaledEmbedding, SinusoidalPositions
+from .embeddings import (Embedding, LearnedPositions, ScaledEmbedding, SinusoidalPositions,
+                         SinusoidalPositionsInHalves)
 from .norms import RMSNorm
 from .gating import GLU
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
@@ -29,7 +30,8 @@ from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPred
                         ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture)
 
 __all__ = [
-    "Embedding", "ScaledEmbedding", "SinusoidalPositions", "LearnedPositions", "RMSNorm", "GLU",
+    "Embedding", "ScaledEmbedding", "SinusoidalPositions", "SinusoidalPositionsInHalves", "LearnedPositions",
+    "RMSNorm", "GLU",
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",
     "Attention", "WrittenOutAttention",

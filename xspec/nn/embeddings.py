@@ -58,6 +58,17 @@ class SinusoidalPositions(nn.Module):
         return self.table[start:start + x.size(-2)].to(x.dtype)  # [T, d]
 
 
+class SinusoidalPositionsInHalves(SinusoidalPositions):
+    """The same sines and cosines, every sine first, then every cosine (Marian's layout, which it
+    computes in float64)."""
+
+    @staticmethod
+    def sinusoids(max_len, dim):
+        position = torch.arange(max_len, dtype=torch.float64)[:, None]
+        angle = position / 10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        return torch.cat([angle.sin(), angle[:, : dim // 2].cos()], dim=-1).float()
+
+
 class LearnedPositions(nn.Module):
     """One learned vector per position (Table 3, row E)."""
 

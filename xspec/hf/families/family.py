@@ -50,3 +50,6 @@ class Family:
     # The family's other keys, written from the parameters into the config export writes.
     write: Callable[[dict[str, Any], dict[str, Any]], None] = _nothing
     weights: WeightRules = PLAIN
+    # An encoder and a decoder (Marian), which config.json sizes apart: the keys every decoder family shares
+    # (hidden_size, num_hidden_layers, ...) are not written for it.
+    encoder_decoder: bool = False
