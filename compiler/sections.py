@@ -170,7 +170,15 @@ class DecodeSection(_Section):
                             "(fp32), in bf16, or in int8 with a scale per output channel: fewer bytes read per "
                             "token, logits slightly changed (CPUs with bf16 matrix instructions, GPUs); auto: "
                             "bf16 on such a CPU when the weights outgrow its last-level cache, else as trained")
-    length_penalty: float = Field(0.6, ge=0, description="alpha of lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6)")
+    length_penalty: float = Field(0.6, ge=0, description="alpha of lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6); "
+                                  "with beam_scoring \"transformers\", |Y|^alpha")
+    beam_scoring: Literal["gnmt", "transformers"] = Field(
+        "gnmt", description="how beam search scores and stops: \"gnmt\" (§6.1, tensor2tensor's), or as "
+                            "transformers' generate does (an import's: |Y|^alpha, only the best `beam` candidates "
+                            "of a step may end, a sentence done by early_stopping's rule)")
+    early_stopping: Union[bool, Literal["never"]] = Field(
+        False, description="beam_scoring \"transformers\": done when `beam` hypotheses have ended (true), when no "
+                           "live one scores better at its present length (false), or at its longest (\"never\")")
     max_len_a: float = Field(1.0, ge=0, description="output length at most a * input length + b")
     max_len_b: int = Field(50, ge=0, description="... + b (§6.1: input length + 50)")
     nbest: int = Field(1, ge=1, description="hypotheses written per input (at most beam)")
@@ -202,7 +210,9 @@ class DecodeSection(_Section):
                                 "this many tokens")
     min_length: int = Field(0, ge=0, description="language model: no end token before the prompt and the "
                             "continuation together hold this many tokens (transformers' min_length)")
-    suppress_tokens: tuple[TokenId, ...] = Field((), description="language model: token ids never generated")
+    suppress_tokens: tuple[TokenId, ...] = Field((), description="token ids never generated")
+    decoder_start: Optional[TokenId] = Field(None, description="translation: the token every output starts from "
+                                             "(a checkpoint's decoder_start_token_id); none: the vocabulary's BOS")
     begin_suppress_tokens: tuple[TokenId, ...] = Field((), description="language model: token ids a "
                                                        "continuation never starts with")
 

@@ -41,25 +41,65 @@ def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | f
     return ((5 + length) / 6) ** alpha
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """How ended hypotheses are scored and when a sentence is done. "gnmt" (§6.1, tensor2tensor's): log P(Y) /
+    ((5 + |Y|) / 6)^alpha, any of a step's best 2K candidates may end, done when no live hypothesis could beat
+    the worst ended one even at the maximum length. "transformers" (its generate's beam search, which an
+    import decodes as): log P(Y) / |Y|^alpha, only the best K candidates of a step may end, the end token
+    forced at the maximum length scores 0 (its ForcedEOSTokenLogitsProcessor), and a sentence is done, once K
+    hypotheses have ended, as `early_stopping` says: at once (true), when the best live one scores no better
+    at its present length (false), or at its longest ("never")."""
+
+    alpha: float = 0.6
+    form: str = "gnmt"
+    early_stopping: bool | str = False
+
+    @classmethod
+    def of(cls, decode) -> "Scoring":
+        """A decode section's (compiler/sections.py)."""
+        return cls(decode.length_penalty, decode.beam_scoring, decode.early_stopping)
+
+    def penalty(self, length: torch.Tensor | int) -> torch.Tensor | float:
+        return length_penalty(length, self.alpha) if self.form == "gnmt" else length ** self.alpha
+
+    def done(self, worst_ended: torch.Tensor, best_alive: torch.Tensor, step: int,
+             max_lens: torch.Tensor) -> torch.Tensor:
+        """[A] whether each sentence is done, from its worst ended score (-inf while fewer than K ended) and its
+        best live log-probability after `step` tokens."""
+        if self.form == "gnmt":
+            return worst_ended >= best_alive / self.penalty(max_lens.float())
+        full = worst_ended > float("-inf")
+        if self.early_stopping is True:
+            return full
+        longest = max_lens.float() if self.early_stopping == "never" and self.alpha > 0 else step
+        return full & (worst_ended >= best_alive / self.penalty(longest))
+
+
 @torch.no_grad()
-def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Tensor, beam: int, alpha: float,
+def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Tensor, beam: int,
+                alpha: float | Scoring,
                 max_len_a: float, max_len_b: int, nbest: int = 1, use_cache: bool = True,
-                max_positions: int | None = None, vocab_size: int | None = None) -> list[list[Hypothesis]]:
+                max_positions: int | None = None, vocab_size: int | None = None, start: int = BOS, end: int = EOS,
+                never: tuple[int, ...] = (PAD, BOS)) -> list[list[Hypothesis]]:
     """Best `nbest` translations of each sentence of `src` [B, S], best first, by a model or an ensemble
     (a list of models).
 
     `max_positions` caps the output length where the model's positions end; `vocab_size`, the tokens
-    chosen from, where the model has more rows than the vocabulary has pieces.
+    chosen from, where the model has more rows than the vocabulary has pieces. An output starts from
+    `start`, ends at `end` and never holds `never` (xspec's vocabulary's; an imported checkpoint has its own).
     """
     # Longest output (EOS included): a * source length (EOS included) + b.
     max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
     steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache, vocab_size)
                             for m in members(model)])
-    return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest)
+    return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest, end, never,
+                  start=start)
 
 
 @torch.no_grad()
-def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, alpha: float, max_new_tokens: int,
+def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, alpha: float | Scoring,
+                     max_new_tokens: int,
                      nbest: int = 1, use_cache: bool = True, max_positions: int | None = None,
                      vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS),
                      also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules()) -> list[list[Hypothesis]]:
@@ -155,18 +195,21 @@ class LanguageModelSteps:
 
 
 @torch.no_grad()
-def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, nbest: int = 1, end: int = EOS,
-           never: tuple[int, ...] = (PAD, BOS), also_end: tuple[int, ...] = ()) -> list[list[Hypothesis]]:
+def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch.Tensor, nbest: int = 1, end: int = EOS,
+           never: tuple[int, ...] = (PAD, BOS), also_end: tuple[int, ...] = (), start: int = BOS
+           ) -> list[list[Hypothesis]]:
     """The beam search itself, over `steps` (EncoderDecoderSteps, LanguageModelSteps or an ensemble of
-    either) for B sentences; `max_lens` [B]: each one's longest output, `end` included. Rows start with BOS
+    either) for B sentences; `max_lens` [B]: each one's longest output, `end` included. Rows start with `start`
     (the decoder's first input; a placeholder for a language model, whose steps read the prompts) and are
     padded with PAD once finished: a hypothesis is read by position, so these ids may be real tokens of a
     checkpoint's own vocabulary. Ending at any of `also_end` counts as ending at `end`, with the likeliest
     of their probabilities (the best hypothesis that ends, as a search over each would find)."""
+    scoring = alpha if isinstance(alpha, Scoring) else Scoring(alpha)     # a number: GNMT's alpha
+    transformers = scoring.form == "transformers"
     device = max_lens.device
     greedy = K == 1
     sentence = list(range(B))                                            # original index of each active one
-    alive = torch.full((B, K, 1), BOS, dtype=torch.long, device=device)  # [A, K, t]
+    alive = torch.full((B, K, 1), start, dtype=torch.long, device=device)  # [A, K, t]
     alive_logp = torch.full((B, K), float("-inf"), device=device)
     alive_logp[:, 0] = 0.0                                               # one real beam at the start
     finished = torch.full((B, K, 1), PAD, dtype=torch.long, device=device)
@@ -191,7 +234,7 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
         # where a rule forbids `end` (a least length beyond the maximum), the row ends there by its length.
         at_max = (max_lens <= step).repeat_interleave(K)[:, None]              # [A*K, 1]
         only_eos = torch.full_like(row_best, float("-inf"))
-        only_eos[:, 0] = logp[:, end].nan_to_num(neginf=0.0)
+        only_eos[:, 0] = 0.0 if transformers else logp[:, end].nan_to_num(neginf=0.0)
         row_best = torch.where(at_max, only_eos, row_best)
         row_token = torch.where(at_max, end, row_token)
         candidates = (alive_logp.view(A * K, 1) + row_best).view(A, K * per_row)
@@ -201,9 +244,9 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
 
         # Finished set: the best K of (already finished, candidates ending in `end`).
         is_eos = token == end
-        if greedy:
-            is_eos[:, 1:] = False                        # only the argmax may end a greedy hypothesis
-        eos_score = torch.where(is_eos, top_logp / length_penalty(step, alpha), float("-inf"))
+        if greedy or transformers:
+            is_eos[:, K:] = False                        # only the best K may end (greedy: the argmax)
+        eos_score = torch.where(is_eos, top_logp / scoring.penalty(step), float("-inf"))
         finished = torch.cat([finished, torch.full((A, K, 1), PAD, dtype=torch.long, device=device)], dim=2)
         pool_score = torch.cat([finished_score, eos_score], dim=1)
         pool_logp = torch.cat([finished_logp, torch.where(is_eos, top_logp, float("-inf"))], dim=1)
@@ -219,8 +262,7 @@ def search(steps: Steps, B: int, K: int, alpha: float, max_lens: torch.Tensor, n
         if greedy:
             done = finished_score[:, 0] > float("-inf")
         else:
-            best_possible = alive_logp[:, 0] / length_penalty(max_lens.float(), alpha)
-            done = finished_score[:, -1] >= best_possible
+            done = scoring.done(finished_score[:, -1], alive_logp[:, 0], step, max_lens)
         done |= at_max.view(A, K)[:, 0]
         flags = done.tolist()                                # the step's one wait for the device
         if any(flags):

@@ -12,7 +12,7 @@ from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file
 from .batching import Batch, collate
 from .data_order import WholeCorpusWindows
-from .vocab import EOS, Vocab
+from .vocab import EOS, Tokenizer, Vocab
 
 
 def read_lines(path: Path) -> list[str]:
@@ -101,9 +101,11 @@ def encode_pairs(text: ParallelText, vocab: Vocab, max_tokens: int, truncate: bo
     return out
 
 
-def encode_source(lines: list[str], vocab: Vocab, max_tokens: int) -> tuple[list[list[int]], list[tuple[int, int]]]:
-    """Sentences to translate, and the (index, tokens) of each one longer than `max_tokens`, which is
-    truncated (a translation per input line is promised)."""
+def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int
+                  ) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """Sentences to translate, each ending as a document does (xspec's EOS; an imported checkpoint's own end
+    token), and the (index, tokens) of each one longer than `max_tokens`, which is truncated (a translation per
+    input line is promised)."""
     encoded = vocab.encode(lines)
     too_long = [(i, len(ids) + 1) for i, ids in enumerate(encoded) if len(ids) + 1 > max_tokens]
-    return [ids[: max_tokens - 1] + [EOS] for ids in encoded], too_long
+    return [ids[: max_tokens - 1] + [vocab.document_end] for ids in encoded], too_long

@@ -10,7 +10,7 @@ import torch
 
 from xspec.base.errors import UserError
 from xspec.compiler.sections import DecodeSection
-from .beam_search import continue_prompts
+from .beam_search import Scoring, continue_prompts
 from .decode_batches import in_input_order, length_sorted_chunks
 from .ensemble import ModelOrEnsemble, eval_members
 from .multi_token import prediction_depths
@@ -107,7 +107,7 @@ class Generator:
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=end, never=self.vocab.never_generated, vocab_size=len(self.vocab),
                               also_end=tuple(also_end), rules=rules)
-            hyps = continue_prompts(self.model, batch, d.beam, d.length_penalty, d.max_new_tokens,
+            hyps = continue_prompts(self.model, batch, d.beam, Scoring.of(d), d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
                                     end=end, never=self.vocab.never_generated, also_end=tuple(also_end),
                                     rules=rules)

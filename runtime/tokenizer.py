@@ -17,6 +17,9 @@ a panic included, is an error naming the file.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import os
 import queue
 import sys
@@ -35,7 +38,10 @@ from .chat import chat_template
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE = "tokenizer.model"
 KINDS = {TOKENIZER_JSON: "tokenizers", SENTENCEPIECE: "sentencepiece"}
-FILES = {kind: name for name, kind in KINDS.items()}
+# MarianTokenizer's three files, which a checkpoint keeps as one (`_Marian`): its ids are vocab.json's.
+MARIAN = "marian"
+MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+FILES = {**{kind: name for name, kind in KINDS.items()}, MARIAN: "vocab.json"}
 NONE = "none"               # a checkpoint directory without a tokenizer: the model runs on token ids alone
 DESCRIPTION = ("kind", "bos_id", "eos_ids", "add_bos", "add_eos")  # what a checkpoint keeps of a tokenizer
 # The checkpoint directory's own files an import keeps beside its tokenizer (`hf_files`), as JSON objects,
@@ -101,11 +107,13 @@ class CheckpointTokenizer:
         self._origin = origin
         # tokenizer_config.json's chat template (`settings_origin` names the file), compiled and so checked now
         self.chat = chat_template(self.hf_files.get(TOKENIZER_CONFIG, {}), settings_origin)
-        self._library: _Tokenizers | _Sentencepiece | None = None
+        self._library: _Tokenizers | _Sentencepiece | _Marian | None = None
         if kind == "tokenizers":
             self._library = _Tokenizers(data, origin)
         elif kind == "sentencepiece":
             self._library = _Sentencepiece(data, origin)
+        elif kind == MARIAN:
+            self._library = _Marian(data, origin)
         self._size = self._library.size if self._library is not None else 0
         if self._library is not None:
             _Probe(self._library, origin).run()
@@ -138,10 +146,10 @@ class CheckpointTokenizer:
 
     never_generated: tuple[int, ...] = ()
 
-    def _needed(self) -> _Tokenizers | _Sentencepiece:
+    def _needed(self) -> _Tokenizers | _Sentencepiece | _Marian:
         if self._library is None:
-            raise UserError(f"{self._origin}: none (the checkpoint directory had no tokenizer.json or "
-                            "tokenizer.model): text cannot be turned into token ids")
+            raise UserError(f"{self._origin}: none (the checkpoint directory had no tokenizer.json, "
+                            "tokenizer.model or Marian's vocab.json): text cannot be turned into token ids")
         return self._library
 
     def encode(self, lines: list[str]) -> list[list[int]]:
@@ -218,7 +226,7 @@ class CheckpointTokenizer:
     def from_description(cls, description: str, data: bytes, where: str) -> "CheckpointTokenizer":
         """The tokenizer a checkpoint keeps (`where`: the checkpoint) from its description and file."""
         info = parse_json(description, f"{where}: metadata xspec.tokenizer")
-        kinds = (*KINDS.values(), NONE)
+        kinds = (*KINDS.values(), MARIAN, NONE)
         # Checkpoints written before add_bos and add_eos were kept hold the three keys alone.
         keys = ({"kind", "bos_id", "eos_ids"}, set(DESCRIPTION), {*DESCRIPTION, "hf_files"})
         files = info.get("hf_files", {}) if isinstance(info, dict) else None
@@ -231,7 +239,7 @@ class CheckpointTokenizer:
             raise UserError(f"{where}: not a checkpoint xspec wrote (metadata xspec.tokenizer: not a tokenizer "
                             "description)")
         kind = info["kind"]
-        origin = f"{where}: its {FILES[kind]}" if kind in FILES else f"{where}: its tokenizer"
+        origin = f"{where}: its {FILES[kind]}" if kind in KINDS.values() else f"{where}: its tokenizer"
         return cls(kind, data, info["bos_id"], info["eos_ids"], origin, info.get("add_bos", True),
                    info.get("add_eos", False), files, f"{where}: its {TOKENIZER_CONFIG}")
 
@@ -305,6 +313,84 @@ class _Sentencepiece:
 
     def decode(self, ids: list[int]) -> str:
         return self.processor.decode(ids)
+
+
+class _Marian:
+    """MarianTokenizer's files, kept as one JSON object of the three (base64): source.spm and target.spm
+    split a text into pieces, and vocab.json gives each piece its id (not the sentencepiece models' own ids);
+    a piece it lacks is <unk>, and a leading language code (`>>de<<`) is one piece. One vocabulary serves
+    both sides, so, as MarianTokenizer does, the source model encodes and joins the pieces of an output
+    again, its special tokens (</s>, <unk>, <pad>) left out. Both models release the GIL while they work."""
+
+    longest = None      # pieces are joined: no decoder of its own to probe
+
+    def __init__(self, data: bytes, origin: str) -> None:
+        import sentencepiece as spm
+
+        files = parse_json(data, origin)
+        if not (isinstance(files, dict) and files.keys() == set(MARIAN_FILES)
+                and all(isinstance(v, str) for v in files.values())):
+            raise UserError(f"{origin}: not Marian's tokenizer files ({', '.join(MARIAN_FILES)})")
+        raw = {name: _base64(text, f"{origin}: {name}") for name, text in files.items()}
+        self.source, self.target = (_processor(spm, raw[name], f"{origin}: {name}") for name in MARIAN_FILES[:2])
+        vocab = parse_json(raw["vocab.json"], f"{origin}: vocab.json")
+        if not isinstance(vocab, dict) or not vocab:
+            raise UserError(f"{origin}: vocab.json is not a JSON object of pieces and their ids")
+        for piece, index in vocab.items():
+            if type(index) is not int or not 0 <= index < MAX_ID:
+                raise UserError(f"{origin}: vocab.json: the id of \"{printable(piece[:40])}\" is not an integer "
+                                f"from 0 to {MAX_ID - 1:,}")
+        if "<unk>" not in vocab:
+            raise UserError(f"{origin}: vocab.json has no <unk>, which every piece it lacks becomes")
+        self.ids: dict[str, int] = vocab
+        self.pieces = {index: piece for piece, index in vocab.items()}
+        self.unknown: int = vocab["<unk>"]
+        self.special = {vocab[token] for token in ("</s>", "<unk>", "<pad>") if token in vocab}
+        self.size = max(vocab.values()) + 1
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        split = [_language_code(line) for line in lines]
+        pieces = self.source.encode([text for _, text in split], out_type=str)
+        return [[self.ids.get(piece, self.unknown) for piece in [*code, *line]]
+                for (code, _), line in zip(split, pieces)]
+
+    def decode(self, ids: list[int]) -> str:
+        pieces = [self.pieces[i] for i in ids if i not in self.special and i in self.pieces]
+        return self.source.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+
+MAX_ID = 1 << 31
+
+
+def _language_code(line: str) -> tuple[list[str], str]:
+    """A leading `>>xx<<` apart from the text after it (MarianTokenizer's multilingual targets)."""
+    end = line.find("<<") if line.startswith(">>") else -1
+    return ([line[:end + 2]], line[end + 2:]) if end != -1 else ([], line)
+
+
+def _base64(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise UserError(f"{where}: not base64") from None
+
+
+def _processor(spm, data: bytes, where: str):
+    """A sentencepiece model from its bytes (SentencePieceProcessor loads nothing from none, and fails only
+    when used)."""
+    if not data:
+        raise UserError(f"{where}: empty, not a sentencepiece model")
+    return _read(lambda: spm.SentencePieceProcessor(model_proto=data), f"{where}: not a sentencepiece model")
+
+
+def marian_files(files: dict[str, bytes]) -> bytes:
+    """Marian's three files as the one object a checkpoint keeps (`_Marian` reads it)."""
+    return json.dumps({name: base64.b64encode(files[name]).decode("ascii") for name in MARIAN_FILES}).encode()
+
+
+def marian_file_bytes(kept: bytes) -> dict[str, bytes]:
+    """The three files again, from what a checkpoint keeps (checked when its tokenizer was made)."""
+    return {name: base64.b64decode(text) for name, text in json.loads(kept).items()}
 
 
 def _read(load: Callable[[], T], refusal: str) -> T:
@@ -487,7 +573,7 @@ class _Probe:
     run of one kind of character, or that takes long to decode its longest token. Its cost for real
     tokenizers (Llama 2 and 3, Qwen2, GPT-2, BERT, T5 shapes, sentencepiece): 10 to 60 ms."""
 
-    def __init__(self, library: _Tokenizers | _Sentencepiece, origin: str) -> None:
+    def __init__(self, library: _Tokenizers | _Sentencepiece | _Marian, origin: str) -> None:
         self.library, self.origin = library, origin
 
     def run(self) -> None:

@@ -11,18 +11,18 @@ from tqdm import tqdm
 
 from xspec.compiler.sections import DecodeSection
 from .batching import pad
-from .beam_search import Hypothesis, beam_search
+from .beam_search import Hypothesis, Scoring, beam_search
 from .corpus import encode_source
 from .decode_batches import in_input_order, length_sorted_chunks
 from .ensemble import ModelOrEnsemble, eval_members
 from .precision import choose_precision
-from .vocab import PAD, Vocab
+from .vocab import BOS, Tokenizer
 
 
 @dataclass(frozen=True)
 class Translator:
     model: ModelOrEnsemble          # a model, or a list of models decoding as an ensemble
-    vocab: Vocab
+    vocab: Tokenizer                # xspec's vocabulary, or an imported checkpoint's tokenizer
     decode: DecodeSection
     device: torch.device
     max_tokens: int                 # the model's longest sequence (its positions), source and output; an
@@ -50,12 +50,20 @@ class Translator:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
 
+        start = BOS if self.decode.decoder_start is None else self.decode.decoder_start
+        never = tuple(dict.fromkeys([*self.vocab.never_generated, *self.decode.suppress_tokens]))
+
         def translate_chunk(chunk: list[int]) -> list[list[Hypothesis]]:
-            src = pad([sources[i] for i in chunk]).to(self.device)
+            rows = [sources[i] for i in chunk]
+            src = pad(rows).to(self.device)
+            # padding by length: the padding id may be a real token of a checkpoint's own vocabulary
+            lengths = torch.tensor([len(row) for row in rows], device=self.device)
+            padding = torch.arange(src.size(1), device=self.device)[None, :] >= lengths[:, None]
             with choose_precision(self.device, self.decode.precision, "decode.precision").context():
-                return beam_search(self.model, src, src == PAD, self.decode.beam, self.decode.length_penalty,
+                return beam_search(self.model, src, padding, self.decode.beam, Scoring.of(self.decode),
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
-                                   max_positions=self.max_tokens, vocab_size=len(self.vocab))
+                                   max_positions=self.max_tokens, vocab_size=len(self.vocab), start=start,
+                                   end=self.vocab.document_end, never=never)
 
         eval_members(self.model)
         # Empty lines translate to empty lines (and cost nothing).

@@ -6,6 +6,7 @@ end-of-sequence ids; `--no-sample` and `generate(sample=False)` are greedy."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -92,7 +93,9 @@ def test_generation_config_sets_the_decode_section_and_every_eos_ends_a_continua
     spec = xspec.compile(tmp_path / "run")
     assert (spec.decode.sample, spec.decode.beam, spec.decode.max_new_tokens) == (False, 1, 7)
     text = (tmp_path / "run" / "model.xspec").read_text()
-    assert "    sample = false      # generation_config.json do_sample\n" in text
+    assert re.search(r"^    sample = false +# generation_config.json do_sample$", text, re.M)
+    assert re.search(r"^    beam_scoring = \"transformers\" +# beams scored as transformers' generate scores them$",
+                     text, re.M)
     _, expected = transformers_continuation(directory, saved_model("qwen3"), PROMPT)
     _, continuation = xspec_continuation(tmp_path / "run", PROMPT)
     assert continuation == expected == free[:3]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -183,3 +184,135 @@ def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, 
     (directory / "model.safetensors").symlink_to(saved(0) / "model.safetensors")
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+
+
+# --- its tokenizer and its generation settings ---------------------------------------------------------------
+
+WORDS = ["the", "house", "is", "small", "big", "a", "dog", "runs", "fast", "green", "tree", "under", "we", "see",
+         "it", "and", "river", "old", "new", "city"]
+
+
+@functools.cache
+def with_tokenizer() -> Path:
+    """A checkpoint as opus-mt's are: source.spm and target.spm (sentencepiece, one trained here), vocab.json (its
+    pieces, after </s> 0 and <unk> 1, <pad> last), a model of that vocabulary, and generation_config.json's
+    decoder start, bad words, forced end and maximum length."""
+    import random
+
+    import sentencepiece as spm
+
+    folder = ROOT / "marian-text"
+    folder.mkdir()
+    draw = random.Random(0)
+    text = folder / "text.txt"
+    text.write_text("\n".join(" ".join(draw.choice(WORDS) for _ in range(draw.randint(3, 9))) for _ in range(400)))
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "spm"), vocab_size=40,
+                                   character_coverage=1.0, minloglevel=2)
+    processor = spm.SentencePieceProcessor(model_file=str(folder / "spm.model"))
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+              if not (processor.is_control(i) or processor.is_unknown(i))]
+    vocab = {"</s>": 0, "<unk>": 1, **{piece: i + 2 for i, piece in enumerate(pieces)}}
+    vocab["<pad>"] = len(vocab)
+    saved = ROOT / "marian-with-tokenizer"
+    tokenizer = transformers.MarianTokenizer(str(folder / "spm.model"), str(folder / "spm.model"),
+                                             _json(folder / "vocab.json", vocab))
+    tokenizer.save_pretrained(saved)
+    config = transformers.MarianConfig(vocab_size=len(vocab), d_model=32, encoder_layers=2, decoder_layers=2,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                                       decoder_ffn_dim=48, activation_function="swish", scale_embedding=True,
+                                       max_position_embeddings=64, pad_token_id=len(vocab) - 1, eos_token_id=0,
+                                       decoder_start_token_id=len(vocab) - 1, forced_eos_token_id=0)
+    torch.manual_seed(7)
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():   # weights that make varied outputs, and an end token likely enough to end some early
+        torch.manual_seed(2)
+        for name, parameter in model.named_parameters():
+            if "layer_norm" not in name and parameter.requires_grad:
+                parameter.copy_(torch.randn_like(parameter) * 0.5)
+        model.final_logits_bias[0, 0] = 3.0
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=len(vocab) - 1, eos_token_id=0, forced_eos_token_id=0, pad_token_id=len(vocab) - 1,
+        bad_words_ids=[[len(vocab) - 1]], max_length=24, num_beams=1)
+    model.eval().save_pretrained(saved)
+    return saved
+
+
+def _json(path: Path, value: dict) -> str:
+    path.write_text(json.dumps(value))
+    return str(path)
+
+
+LINES = ["the house is small", "we see a green tree under the old city", "dog", "it runs fast and the river is new",
+         "a big dog and a small dog"]
+
+
+def test_an_import_reads_marians_tokenizer_as_marian_tokenizer_does(tmp_path):
+    from xspec.hf.importer import import_checkpoint
+
+    imported = import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    assert imported.tokenizer.kind == "marian"
+    theirs = transformers.MarianTokenizer.from_pretrained(with_tokenizer())
+    lines = [*LINES, "zebra unknown words", ">>de<< the house"]
+    assert [ids + [0] for ids in imported.tokenizer.encode(lines)] == theirs(lines)["input_ids"]
+    ids = theirs(LINES)["input_ids"]
+    assert [imported.tokenizer.decode(i) for i in ids] == theirs.batch_decode(ids, skip_special_tokens=True)
+
+
+def test_greedy_translation_is_generates_on_every_sentence(tmp_path):
+    """decoder_start_token_id, bad_words_ids (the padding id), forced_eos_token_id and max_length as generate
+    applies them: the same text for every line, with the batch's padding."""
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    ours = xspec.load(tmp_path / "run", device="cpu", weights="fp32").translate(LINES)
+    tokenizer = transformers.MarianTokenizer.from_pretrained(with_tokenizer())
+    model = transformers.MarianMTModel.from_pretrained(with_tokenizer()).eval()
+    with torch.no_grad():
+        outputs = model.generate(**tokenizer(LINES, return_tensors="pt", padding=True))
+    assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
+    assert len(set(ours)) >= 3    # varied outputs: not a degenerate model agreeing by chance
+
+
+@pytest.mark.parametrize("settings", [{"num_beams": 4}, {"num_beams": 3, "length_penalty": 0.5},
+                                      {"num_beams": 5, "early_stopping": True},
+                                      {"num_beams": 2, "length_penalty": 2.0}])
+def test_beam_translation_is_generates(tmp_path, settings):
+    """Beam search as transformers' generate runs it (an import's beam_scoring): |Y|^length_penalty, only the
+    best `beam` candidates of a step may end, early_stopping's rule; the same text for every line."""
+    from xspec.hf.importer import import_checkpoint
+
+    directory = tmp_path / "marian"
+    shutil.copytree(with_tokenizer(), directory)
+    generation = json.loads((directory / "generation_config.json").read_text())
+    (directory / "generation_config.json").write_text(json.dumps({**generation, **settings}))
+    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    lines = LINES + [" ".join(WORDS[i:i + 4]) for i in range(0, 16)]
+    ours = xspec.load(tmp_path / "run", device="cpu", weights="fp32").translate(lines)
+    tokenizer = transformers.MarianTokenizer.from_pretrained(directory)
+    model = transformers.MarianMTModel.from_pretrained(directory).eval()
+    with torch.no_grad():
+        theirs = tokenizer.batch_decode(model.generate(**tokenizer(lines, return_tensors="pt", padding=True)),
+                                        skip_special_tokens=True)
+    assert ours == theirs
+
+
+def test_an_export_writes_marians_tokenizer_and_generation_settings_back(tmp_path):
+    from xspec.hf.export import export_hf
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.inference import load
+
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    (tmp_path / "hf").mkdir()
+    export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+    original = transformers.MarianTokenizer.from_pretrained(with_tokenizer())
+    exported = transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")
+    assert exported(LINES)["input_ids"] == original(LINES)["input_ids"]
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    pad = len(original) - 1
+    assert (generation["decoder_start_token_id"], generation["bad_words_ids"], generation["max_length"]) == \
+        (pad, [[pad]], 24)
+    model = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        outputs = model.generate(**exported(LINES, return_tensors="pt", padding=True))
+    assert exported.batch_decode(outputs, skip_special_tokens=True) == \
+        xspec.load(tmp_path / "run", device="cpu", weights="fp32").translate(LINES)

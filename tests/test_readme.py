@@ -77,7 +77,8 @@ class Run:
 
 
 # The README's commands that run here, with what the output must hold. Placeholders: runs/<run>, runs/<a> and
-# runs/<b> are the main job's run; ~/models/Qwen3-0.6B a small random Qwen3 checkpoint; SPEC specs/base.xspec.
+# runs/<b> are the main job's run; ~/models/Qwen3-0.6B a small random Qwen3 checkpoint, ~/models/opus-mt-en-de a
+# small random Marian with its tokenizer; SPEC specs/base.xspec.
 RUN = {
     "xspec train specs/tiny.xspec": Run("BLEU|nrefs:1|"),
     "xspec show runs/<run>": Run("xspec train --resume runs/"),
@@ -108,6 +109,8 @@ RUN = {
     "xspec train --init runs/qwen3 --train my.txt --valid my-valid.txt -o runs/qwen3-tuned":
         Run("starting from the weights of runs/qwen3", needs=("transformers",)),
     "xspec export runs/qwen3-tuned --format hf -o exported/qwen3-tuned": Run(needs=("transformers",)),
+    "xspec import ~/models/opus-mt-en-de -o runs/en-de": Run("KL", needs=("transformers",)),
+    "xspec translate runs/en-de < news.en > news.de": Run(needs=("transformers",)),
     "xspec data prepare corpus/*.txt -o data/web --vocab-size 32000": Run("data/web: "),
     "xspec train specs/lm.xspec --data data/web --valid valid.txt": Run("would set it: the model's embedding takes"),
     "xspec keys": Run("train.max_steps"),
@@ -297,6 +300,10 @@ def test_the_readme_commands_run(tmp_path, monkeypatch, one_thread):
         from hf_checkpoints import saved
 
         placeholders["~/models/Qwen3-0.6B"] = str(saved("qwen3"))
+        from test_hf_marian import LINES, with_tokenizer     # a small random Marian with its tokenizer
+
+        placeholders["~/models/opus-mt-en-de"] = str(with_tokenizer())
+        Path("news.en").write_text("".join(line + "\n" for line in LINES))
         # What the README's Hugging Face block imported before: another checkpoint to compare with.
         assert run_command(f"xspec import {saved('llama3')} -o runs/llama", Run(), {}).code == 0
     readme = README.read_text(encoding="utf-8")
@@ -314,6 +321,8 @@ def test_the_readme_commands_run(tmp_path, monkeypatch, one_thread):
         if command == "xspec compile specs/base.xspec":
             assert outcome.output == _shown_after(readme, "`xspec compile specs/base.xspec` prints:")
     assert len(Path("output.txt").read_text().splitlines()) == 3
+    if AVAILABLE["transformers"]:
+        assert len(Path("news.de").read_text().splitlines()) == len(LINES)
     assert sorted(ran) == sorted(c for c in RUN if _runnable(RUN[c]))
 
 

@@ -26,6 +26,7 @@ from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import config_for
 from xspec.hf.safetensors_file import write_safetensors
+from xspec.runtime.tokenizer import MARIAN, MARIAN_FILES, marian_file_bytes
 from xspec.runtime.vocab import EOS, Tokenizer
 
 
@@ -350,6 +351,8 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
             config[key] = list(value) if isinstance(value, tuple) else value
         else:
             config.pop(key, None)
+    if decode.beam_scoring == "transformers":       # GNMT's scoring has no spelling there
+        config |= {"length_penalty": decode.length_penalty, "early_stopping": decode.early_stopping}
     config.setdefault("bos_token_id", bos)
     config.setdefault("eos_token_id", eos[0] if len(eos) == 1 else eos or None)
     return config
@@ -364,6 +367,11 @@ def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict]) -> 
         (out / "tokenizer.json").write_bytes(tokenizer.model_proto)
         settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
         written = ["tokenizer.json"]
+    elif tokenizer.kind == MARIAN:
+        for name, data in marian_file_bytes(tokenizer.model_proto).items():
+            (out / name).write_bytes(data)
+        settings = {"tokenizer_class": "MarianTokenizer"}
+        written = list(MARIAN_FILES)
     else:
         (out / "tokenizer.model").write_bytes(tokenizer.model_proto)
         settings = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}

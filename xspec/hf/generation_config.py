@@ -42,7 +42,7 @@ MAX_COUNT = (1 << 31) - 1       # a rule's count or token id: beyond it, no mode
 UNUSED = ("transformers_version", "_from_model_config", "use_cache", "cache_implementation", "return_dict_in_generate",
           "output_scores", "output_logits", "output_attentions", "output_hidden_states", "num_return_sequences",
           "pad_token_id", "bos_token_id", "decoder_start_token_id", "remove_invalid_values", "renormalize_logits",
-          "early_stopping", "length_penalty", "max_length", "trust_remote_code", "assistant_confidence_threshold",
+          "max_length", "trust_remote_code", "assistant_confidence_threshold",
           "num_assistant_tokens", "num_assistant_tokens_schedule")
 
 
@@ -55,17 +55,24 @@ class Generation:
     file: dict | None = None                           # the file as given (an export writes it back)
 
 
-def read_generation(folder: InputDirectory) -> Generation:
+def read_generation(folder: InputDirectory, config: dict | None = None) -> Generation:
+    """`config`: an encoder-decoder's config.json, whose decoder start token generate falls back to; the
+    output's length and its start are then read too (`_translation`)."""
     if not folder.has(FILE):
-        return Generation([Setting("sample", False, f"no {FILE}: transformers' generate is greedy"),
-                           Setting("beam", 1, f"no {FILE}: transformers' generate is greedy")], [])
+        generation = Generation([Setting("sample", False, f"no {FILE}: transformers' generate is greedy"),
+                                 Setting("beam", 1, f"no {FILE}: transformers' generate is greedy"),
+                                 *_beams(ConfigReader({}, f"no {FILE}"))], [])
+        if config is not None:
+            generation.decode += _translation(ConfigReader({}, f"no {FILE}"), config)
+        return generation
     where, values = shown(folder.file(FILE)), folder.read_json(FILE, MAX_BYTES)
     if not isinstance(values, dict):
         raise UserError(f"{where}: not a JSON object")
     cfg = ConfigReader(values, where)
+    translation = _translation(cfg, config) if config is not None else []
     sample = cfg.flag("do_sample", False)
     decode = [Setting("sample", sample, _source(cfg, "do_sample", False)),
-              Setting("beam", cfg.number("num_beams", 1), _source(cfg, "num_beams", 1))]
+              Setting("beam", cfg.number("num_beams", 1), _source(cfg, "num_beams", 1)), *_beams(cfg)]
     for key, default in (("temperature", 1.0), ("top_k", 50), ("top_p", 1.0)):
         if not sample:
             cfg.ignore(key, "a sampling setting; do_sample is false")
@@ -90,19 +97,74 @@ def read_generation(folder: InputDirectory) -> Generation:
                                   _source(cfg, key, list(off) if isinstance(off, tuple) else off)))
     if cfg.has("max_new_tokens"):
         decode.append(Setting("max_new_tokens", cfg.number("max_new_tokens"), _source(cfg, "max_new_tokens", None)))
+    decode = _suppressing(decode, translation)
     generation = Generation(decode, _eos_ids(cfg), cfg.notes, file=values)
+    applied = set(cfg.taken) if translation else set()     # what the translation's settings hold
     for key, neutral in NOT_APPLIED.items():
         value = cfg.get(key, neutral)
-        if value != neutral and value not in (None, [], {}):
+        if key not in applied and value != neutral and value not in (None, [], {}):
             generation.notes[key] = "transformers' generate applies it; xspec's decoding does not yet"
             generation.changed.append(f"{key} {render(value)}")
     for key in UNUSED:
-        cfg.ignore(key, "how generate runs, what it returns, or a length counted with the prompt; the decode "
-                        "section sets xspec's")
+        if key not in applied:
+            cfg.ignore(key, "how generate runs, what it returns, or a length counted with the prompt; the decode "
+                            "section sets xspec's")
     for key in cfg.config:
         if key not in cfg.taken:
             generation.notes[key] = "not read: xspec's decoding has no such setting"
     return generation
+
+
+def _beams(cfg: ConfigReader) -> list[Setting]:
+    """Beam search as generate's: its scoring, length_penalty (an exponent of the length there) and
+    early_stopping, read even where num_beams is 1, so that a beam given later decodes as generate would."""
+    penalty = cfg.number("length_penalty", 1.0, integer=False, least=0, most=1e9)
+    early = cfg.get("early_stopping", False)
+    if early not in (True, False, "never"):
+        raise UserError(f"{cfg.file}: early_stopping {render(early)} is not true, false or \"never\"")
+    return [Setting("beam_scoring", "transformers", "beams scored as transformers' generate scores them"),
+            Setting("length_penalty", float(penalty), _source(cfg, "length_penalty", 1.0)),
+            Setting("early_stopping", early, _source(cfg, "early_stopping", False))]
+
+
+def _translation(cfg: ConfigReader, config: dict) -> list[Setting]:
+    """What generate does with an encoder-decoder that xspec's translation does alike: the output starts from
+    decoder_start_token_id (config.json's where the file has none), holds at most max_length - 1 tokens after
+    it (20 where none is given), ends with the end token there (forced_eos_token_id, where it is that token:
+    the search allows only the end token at the maximum length), and never holds the single tokens of
+    bad_words_ids (Marian's padding). Each key read here is marked taken."""
+    start_key = "decoder_start_token_id"
+    start = cfg.get(start_key, config.get(start_key))
+    if type(start) is not int or not 0 <= start <= MAX_COUNT:
+        raise UserError(f"{cfg.file}: {start_key} {render(start)} is not a token id (config.json's is read where "
+                        "the file has none)")
+    length = cfg.number("max_length", 20)
+    settings = [Setting("decoder_start", start, _source(cfg, start_key, config.get(start_key))),
+                Setting("max_len_a", 0.0, f"{FILE} max_length: the output's length alone"),
+                Setting("max_len_b", length - 1, _source(cfg, "max_length", 20) + " (less the start token)")]
+    eos = _eos_ids(cfg) or ([config["eos_token_id"]] if type(config.get("eos_token_id")) is int else [])
+    forced = cfg.get("forced_eos_token_id", None)
+    if forced is not None and forced not in eos:
+        raise UserError(f"{cfg.file}: forced_eos_token_id {render(forced)} is not the end token ({render(eos)}): "
+                        "not supported")
+    words = cfg.get("bad_words_ids", None) or []
+    if not (isinstance(words, list) and all(isinstance(w, list) and len(w) == 1 and _count(w[0]) for w in words)):
+        raise UserError(f"{cfg.file}: bad_words_ids {render(words)}: only single tokens are supported (each a "
+                        "list of one token id)")
+    if words:
+        settings.append(Setting("suppress_tokens", [w[0] for w in words], f"{FILE} bad_words_ids"))
+    return settings
+
+
+def _suppressing(decode: list[Setting], translation: list[Setting]) -> list[Setting]:
+    """The decode settings with the translation's, one suppress_tokens holding both lists."""
+    extra = next((s for s in translation if s.param == "suppress_tokens"), None)
+    own = next((s for s in decode if s.param == "suppress_tokens"), None)
+    if extra is not None and own is not None:
+        own.value = list(dict.fromkeys([*own.value, *extra.value]))
+        own.source += f", {extra.source}"
+        translation = [s for s in translation if s is not extra]
+    return decode + translation
 
 
 def _rule(cfg: ConfigReader, key: str, off: float | int | tuple[int, ...]) -> float | int | tuple[int, ...]:

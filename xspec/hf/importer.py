@@ -59,7 +59,8 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     mapped = map_config(config, str(source / CONFIG))
     weights = open_weights(source, config)
     _without_missing_predictions(mapped, weights, say)
-    generation = read_generation(checkpoint_directory(source))
+    encoder_decoder = FAMILIES[mapped.model_type].encoder_decoder
+    generation = read_generation(checkpoint_directory(source), config if encoder_decoder else None)
     tokenizer = find_tokenizer(source, config, generation.eos_ids, generation.file)
     for setting in generation.changed:
         say(f"{shown(source / GENERATION_FILE)}: {setting} is not applied by xspec's decoding yet: continuations "

@@ -13,7 +13,7 @@ from xspec.base.errors import UserError
 from xspec.base.input_dir import InputDirectory
 from xspec.base.text import shown
 from xspec.hf.config_reader import render
-from xspec.runtime.tokenizer import FILES, KINDS, NONE, CheckpointTokenizer
+from xspec.runtime.tokenizer import FILES, KINDS, MARIAN, MARIAN_FILES, NONE, CheckpointTokenizer, marian_files
 
 MAX_TOKENIZER_BYTES = 64 << 20
 MAX_TOKENIZER_CONFIG_BYTES = 4 << 20     # chat templates make some a few hundred KiB
@@ -65,6 +65,8 @@ def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Seq
             kept[name] = _json_object(folder, name)
     if folder.has(CHAT_TEMPLATE):       # which transformers reads in place of tokenizer_config.json's
         kept[TOKENIZER_CONFIG] = {**kept.get(TOKENIZER_CONFIG, {}), "chat_template": _text(folder, CHAT_TEMPLATE)}
+    if all(folder.has(name) for name in MARIAN_FILES):
+        return _marian(folder, config, bos, eos, kept, more_eos)
     add_bos, add_eos = _added_tokens(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)))
     for name, kind in KINDS.items():
         if folder.has(name):
@@ -75,6 +77,21 @@ def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Seq
             return tokenizer
     return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer", hf_files=kept,
                                settings_origin=_settings_origin(folder))
+
+
+def _marian(folder: InputDirectory, config: dict, bos: int | None, eos: list[int], kept: dict[str, dict],
+            more_eos: Sequence[int]) -> CheckpointTokenizer:
+    """MarianTokenizer's source.spm, target.spm and vocab.json: a text is its pieces' ids, then </s>."""
+    settings = kept.get(TOKENIZER_CONFIG, {})
+    if settings.get("separate_vocabs") or settings.get("target_vocab_file"):
+        raise UserError(f"{shown(folder.file(TOKENIZER_CONFIG))}: separate_vocabs: a target vocabulary of its own "
+                        "is not supported (supported: one vocab.json for both sides)")
+    files = {name: folder.read(name, MAX_TOKENIZER_BYTES) for name in MARIAN_FILES}
+    tokenizer = CheckpointTokenizer(MARIAN, marian_files(files), bos, eos, shown(folder.path), add_bos=False,
+                                    add_eos=True, hf_files=kept, settings_origin=_settings_origin(folder))
+    path = shown(folder.file("vocab.json"))
+    _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
+    return tokenizer
 
 
 def _settings_origin(folder: InputDirectory) -> str:
