@@ -238,12 +238,16 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
     return out
 
 
-def collate(indices: list[int], sources: list[list[int]], targets: list[list[int]]) -> Batch:
+def collate(indices: list[int], sources: list[list[int]], targets: list[list[int]], start: int = BOS,
+            end: int = EOS) -> Batch:
     """A translation micro-batch: inputs (src ending in EOS, BOS + target, src padding mask), labels
-    target + EOS."""
-    src = pad([sources[i] for i in indices])
-    tgt_in, labels = _shifted([targets[i] for i in indices], BOS, EOS)
-    return Batch((src, tgt_in, src == PAD), labels, int((labels != NO_LABEL).sum()))
+    target + EOS; an imported checkpoint's outputs start and end with its own tokens (`start`, `end`). The
+    padding mask follows each source's length: the padding id may be one of its real tokens."""
+    rows = [sources[i] for i in indices]
+    src = pad(rows)
+    padding = torch.arange(src.size(1))[None, :] >= _lengths(rows)[:, None]
+    tgt_in, labels = _shifted([targets[i] for i in indices], start, end)
+    return Batch((src, tgt_in, padding), labels, int((labels != NO_LABEL).sum()))
 
 
 def collate_sequences(indices: list[int], sequences: list[list[int]]) -> Batch:

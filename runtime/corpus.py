@@ -12,7 +12,7 @@ from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file
 from .batching import Batch, collate
 from .data_order import WholeCorpusWindows
-from .vocab import EOS, Tokenizer, Vocab
+from .vocab import BOS, EOS, Tokenizer
 
 
 def read_lines(path: Path) -> list[str]:
@@ -60,6 +60,8 @@ class EncodedPairs(WholeCorpusWindows):
     empty_skipped: int = 0
     too_long: int = 0                  # skipped, or truncated when `truncate`
     truncated: bool = False
+    start: int = BOS                   # the token a target starts from (an import's decoder start token)
+    end: int = EOS                     # the token both sides end with (an import's own)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -74,7 +76,7 @@ class EncodedPairs(WholeCorpusWindows):
         return [len(t) for t in self.target]
 
     def collate(self, indices: list[int]) -> Batch:
-        return collate(indices, self.source, self.target)
+        return collate(indices, self.source, self.target, self.start, self.end)
 
     def summary(self, name: str) -> str:
         parts = [f"{name}: {len(self)} sentence pairs"]
@@ -85,10 +87,13 @@ class EncodedPairs(WholeCorpusWindows):
         return ", ".join(parts)
 
 
-def encode_pairs(text: ParallelText, vocab: Vocab, max_tokens: int, truncate: bool) -> EncodedPairs:
-    """`max_tokens` bounds the model's sequences: source + EOS, and BOS + target (or target + EOS)."""
+def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate: bool,
+                 start: int = BOS) -> EncodedPairs:
+    """`max_tokens` bounds the model's sequences: source + EOS, and BOS + target (or target + EOS); an
+    imported checkpoint's tokenizer ends them with its own end token, and its targets start from `start`."""
     sources, targets = vocab.encode(text.source), vocab.encode(text.target)
-    out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate)
+    out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate, start=start,
+                       end=vocab.document_end)
     limit = max_tokens - 1     # room for EOS / BOS
     for src, tgt in zip(sources, targets):
         if len(src) > limit or len(tgt) > limit:
@@ -96,7 +101,7 @@ def encode_pairs(text: ParallelText, vocab: Vocab, max_tokens: int, truncate: bo
             if not truncate:
                 continue
             src, tgt = src[:limit], tgt[:limit]
-        out.source.append(src + [EOS])
+        out.source.append(src + [out.end])
         out.target.append(tgt)
     return out
 

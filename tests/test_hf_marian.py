@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -316,3 +317,66 @@ def test_an_export_writes_marians_tokenizer_and_generation_settings_back(tmp_pat
         outputs = model.generate(**exported(LINES, return_tensors="pt", padding=True))
     assert exported.batch_decode(outputs, skip_special_tokens=True) == \
         xspec.load(tmp_path / "run", device="cpu", weights="fp32").translate(LINES)
+
+
+# --- fine-tuning -------------------------------------------------------------------------------------------
+
+def test_a_fine_tuning_batch_is_transformers_batch_with_its_loss(tmp_path):
+    """`train --init` on sentence pairs feeds an imported Marian as transformers' seq2seq training does:
+    sources ending in </s>, targets from decoder_start_token_id, labels ending in </s>; the same loss."""
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.corpus import ParallelText
+    from xspec.runtime.tasks.translation import Translation
+
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    trained = xspec.load(tmp_path / "run", device="cpu", weights="fp32")
+    task = Translation(trained.spec)
+    task.texts = {"train": ParallelText(LINES, LINES[::-1], list(range(1, 6)), tmp_path)}
+    batch = task.encode(trained.tokenizer, truncate=False).train.collate(list(range(len(LINES))))
+    src, tgt_in, padding = batch.inputs
+    logits = trained.model(src, tgt_in, padding)
+    ours = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
+    tokenizer = transformers.MarianTokenizer.from_pretrained(with_tokenizer())
+    model = transformers.MarianMTModel.from_pretrained(with_tokenizer()).eval()
+    inputs = tokenizer(LINES, text_target=LINES[::-1], return_tensors="pt", padding=True)
+    inputs["labels"] = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
+    assert_close(ours, model(**inputs).loss)
+
+
+def test_train_init_fine_tunes_an_imported_marian_on_sentence_pairs(tmp_path, capsys):
+    from xspec.cli import main
+
+    for split, lines in (("train", LINES * 8), ("valid", LINES)):
+        (tmp_path / f"{split}.src").write_text("\n".join(lines) + "\n")
+        (tmp_path / f"{split}.tgt").write_text("\n".join(" ".join(line.split()[::-1]) for line in lines) + "\n")
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(tmp_path / "run"), "--train-src", str(tmp_path / "train.src"),
+                 "--train-tgt", str(tmp_path / "train.tgt"), "--valid-src", str(tmp_path / "valid.src"),
+                 "--valid-tgt", str(tmp_path / "valid.tgt"), "-o", str(tuned), "--no-test", "--no-tensorboard",
+                 "--no-progress", "--set", "train.epochs=6", "--set", "train.validate_every_steps=3",
+                 "--set", "train.lr=0.003", "--set", "train.warmup_fraction=0.01",
+                 "--set", "train.batch_tokens=400"]) == 0
+    valid = [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
+             if "valid_loss" in line]
+    assert len(valid) == 2 and valid[1] < valid[0]
+    assert xspec.load(tuned, device="cpu").tokenizer.kind == "marian"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"forced_eos_token_id": 5}, "forced_eos_token_id 5 is not the end token ([0]): not supported"),
+    ({"bad_words_ids": [[3, 4]]}, "bad_words_ids [[3, 4]]: only single tokens are supported"),
+    ({"early_stopping": "sometimes"}, 'early_stopping "sometimes" is not true, false or "never"'),
+    ({"length_penalty": -1.0}, "length_penalty -1.0 is not a number >= 0"),
+])
+def test_generation_settings_translation_cannot_apply_are_refused_by_key(tmp_path, change, message):
+    from xspec.hf.importer import import_checkpoint
+
+    directory = tmp_path / "marian"
+    shutil.copytree(with_tokenizer(), directory)
+    generation = json.loads((directory / "generation_config.json").read_text())
+    (directory / "generation_config.json").write_text(json.dumps({**generation, **change}))
+    with pytest.raises(UserError, match=re.escape(f"{directory}/generation_config.json: {message}")):
+        import_checkpoint(directory, tmp_path / "run", say=lambda line: None)

@@ -20,7 +20,7 @@ from ..prepared.splits import check_run_vocabulary, decoded_pairs, shared_vocabu
 from ..run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, Split
 from . import Corpus, Outcome, SplitReader, max_sequence_tokens
 from ..translation import Translator
-from ..vocab import Vocab
+from ..vocab import BOS, Vocab
 
 
 class Translation(SplitReader):
@@ -31,6 +31,8 @@ class Translation(SplitReader):
     def __init__(self, spec) -> None:
         super().__init__()
         self.spec = spec
+        # the token a target starts from: an imported checkpoint's decoder start token, else xspec's BOS
+        self.start = BOS if spec.decode.decoder_start is None else spec.decode.decoder_start
 
     def demo_files(self, run_dir: Path) -> DataFiles:
         """The built-in language pair, generated into the run directory."""
@@ -61,12 +63,13 @@ class Translation(SplitReader):
             check_run_vocabulary(self.prepared, vocab, vocab_path)
             train = train_pairs(self.prepared["train"], self.weights, limit, truncate)
         else:
-            train = encode_pairs(self.texts["train"], vocab, limit, truncate)
+            train = encode_pairs(self.texts["train"], vocab, limit, truncate, self.start)
             if not len(train):
                 raise UserError(f"{self.texts['train'].source_path}: every sentence is longer than {limit} tokens; "
                                 "raise data.max_tokens or pass --truncate")
         # Validation loss covers every sentence (truncated if need be).
-        valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True) if "valid" in self.texts else None
+        valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True, start=self.start) \
+            if "valid" in self.texts else None
         return Corpus(train, valid)
 
     def validation_bleu(self, model: torch.nn.Module, vocab: Vocab, device: torch.device) -> float:

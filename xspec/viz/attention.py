@@ -25,7 +25,7 @@ from xspec.runtime.attention_kernels import heads_of
 from xspec.runtime.beam_search import beam_search
 from xspec.runtime.inference import build_from_checkpoint, compile_checkpoint_spec
 from xspec.runtime.tasks import max_sequence_tokens
-from xspec.runtime.vocab import BOS, EOS, PAD, Vocab
+from xspec.runtime.vocab import BOS, EOS, Vocab
 from xspec.compiler.opdef import Family
 from xspec.compiler.ir import node_of
 
@@ -99,8 +99,8 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
     try:
         model.eval()
         with torch.no_grad():
-            if spec.has_encoder:
-                model(src, tgt_in, src == PAD)
+            if src is not None:     # a translation model's one sentence: nothing padded
+                model(src, tgt_in, torch.zeros_like(src, dtype=torch.bool))
             else:
                 model(tgt_in)
     finally:
@@ -201,7 +201,8 @@ def _greedy(model, spec: "CompiledSpec", src_ids: list[int]) -> list[int]:
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)
     with torch.no_grad():
-        hyps = beam_search(model.eval(), src, src == PAD, beam=1, alpha=spec.decode.length_penalty,
+        hyps = beam_search(model.eval(), src, torch.zeros_like(src, dtype=torch.bool), beam=1,
+                           alpha=spec.decode.length_penalty,
                            max_len_a=spec.decode.max_len_a, max_len_b=spec.decode.max_len_b,
                            max_positions=max_sequence_tokens(spec))
     return hyps[0][0].tokens if hyps[0] else []
