@@ -5,6 +5,10 @@ Same architecture and sizes, random weights; the candidates alternate round by r
 extra). Run under tcmalloc:
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python bench/decode.py [--size tiny|small] [--compile]
+        [--imported]
+
+`--imported`: xspec decodes the Marian checkpoint itself, imported (`xspec import`, its logits proven), with
+the import's beam scoring (transformers'): the same weights on both sides.
 
 - beam: beam 4, alpha 0.6, 64 sentences of 24 tokens, exactly 74 steps (EOS banned on both sides);
   sentences per second.
@@ -17,13 +21,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 import xspec
 from speed import SIZES, NoEos
-from xspec.runtime.beam_search import beam_search
+from xspec.runtime.beam_search import Scoring, beam_search
 from xspec.runtime.vocab import BOS, EOS, PAD
 
 VOCAB, SENTENCES, SOURCE_LEN, STEPS, LONG = 8000, 64, 24, 74, 300
@@ -50,9 +56,22 @@ def build_marian(size: str):
     return MarianMTModel(config).eval()
 
 
-def xspec_decode(model, src: torch.Tensor, beam: int, steps: int) -> None:
-    beam_search(NoEos(model), src, torch.zeros_like(src, dtype=torch.bool), beam=beam, alpha=0.6,
+def build_imported(marian, folder: Path):
+    """`marian` saved as a checkpoint and imported: xspec's model of the same weights."""
+    from xspec.hf.importer import import_checkpoint
+
+    marian.save_pretrained(folder / "checkpoint")
+    import_checkpoint(folder / "checkpoint", folder / "run", say=lambda line: None)
+    return xspec.load(folder / "run", device="cpu", weights="fp32").model
+
+
+def xspec_decode(model, src: torch.Tensor, beam: int, steps: int, alpha: float | Scoring = 0.6) -> None:
+    beam_search(NoEos(model), src, torch.zeros_like(src, dtype=torch.bool), beam=beam, alpha=alpha,
                 max_len_a=0, max_len_b=steps)
+
+
+def imported_decode(model, src: torch.Tensor, beam: int, steps: int) -> None:
+    xspec_decode(model, src, beam, steps, Scoring(0.6, "transformers"))
 
 
 def marian_decode(model, src: torch.Tensor, beam: int, steps: int) -> None:
@@ -82,10 +101,14 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="xspec's decoder through torch.compile")
+    parser.add_argument("--imported", action="store_true", help="xspec decodes the Marian checkpoint, imported")
     args = parser.parse_args()
     torch.manual_seed(0)
-    candidates = {"xspec": (build_xspec(args.size, args.compile), xspec_decode),
-                  "marian": (build_marian(args.size), marian_decode)}
+    marian = build_marian(args.size)
+    folder = Path(tempfile.mkdtemp(prefix="xspec-bench-"))
+    ours = (build_imported(marian, folder), imported_decode) if args.imported else \
+        (build_xspec(args.size, args.compile), xspec_decode)
+    candidates = {"xspec": ours, "marian": (marian, marian_decode)}
     batch = torch.randint(4, VOCAB, (SENTENCES, SOURCE_LEN))
     batch[:, -1] = EOS
     one = batch[:1]
@@ -97,7 +120,7 @@ def main() -> None:
         for name, (model, decode) in candidates.items():
             figures[name]["beam"].append(SENTENCES / timed(decode, model, batch, 4, STEPS))
             figures[name]["greedy"].append(1000 * timed(decode, model, one, 1, STEPS) / STEPS)
-    compiled = ", xspec compiled" if args.compile else ""
+    compiled = (", xspec compiled" if args.compile else "") + (", imported" if args.imported else "")
     print(f"size {args.size}{compiled}: beam 4, {SENTENCES} sentences x {SOURCE_LEN} tokens, {STEPS} steps; "
           f"median of {args.rounds} rounds, threads {torch.get_num_threads()}")
     for name in candidates:
