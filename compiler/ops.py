@@ -40,6 +40,10 @@ class PositionsAttrs(Attrs):
     max_len: int = Field(gt=0)
 
 
+class LearnedAttrs(PositionsAttrs):
+    offset: int = Field(0, ge=0)  # rows before the first position's, which no position reads (BART: 2)
+
+
 class SinusoidalAttrs(PositionsAttrs):
     # "interleaved": sin and cos alternate (§3.5); "halves": every sine, then every cosine (Marian)
     layout: Literal["interleaved", "halves"] = "interleaved"
@@ -217,9 +221,11 @@ OPS: dict[str, OpDef[Any]] = {
         ),
         OpDef(
             name="learned_positions", doc="learned positional embeddings (Table 3, row E)",
-            family=Family.POSITION, inputs=(Input("x"),), attrs=PositionsAttrs, infer=_positions_shape,
-            params=lambda a, i: {"weight": (a.max_len, _size(i, "dim"))},
-            module=lambda a, i, w: call("LearnedPositions", w.width("x"), w.attr("max_len")),
+            family=Family.POSITION, inputs=(Input("x"),), attrs=LearnedAttrs, infer=_positions_shape,
+            params=lambda a, i: {"weight": (a.max_len + a.offset, _size(i, "dim"))},
+            module=lambda a, i, w: (call("LearnedPositions", w.width("x"), w.attr("max_len")) if not a.offset else
+                                    call("OffsetLearnedPositions", w.width("x"), w.attr("max_len"),
+                                         w.attr("offset"))),
             call=_call_with_cache, uses_cache=True,
             title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "learned"},

@@ -201,19 +201,21 @@ class DecodeSection(_Section):
                                   "this (Hewitt et al., 2022; 0: all)")
     eta_cutoff: float = Field(0.0, ge=0, lt=1, description="sampling: among the tokens of probability at least "
                               "min(eta, sqrt(eta) exp(-entropy)) (Hewitt et al., 2022; 0: all)")
-    repetition_penalty: float = Field(1.0, gt=0, description="language model: the score of a token already in "
+    repetition_penalty: float = Field(1.0, gt=0, description="the score of a token already in "
                                       "the prompt or continuation divided by this where positive, multiplied "
                                       "where negative (transformers' repetition_penalty; 1: none)")
-    no_repeat_ngram_size: int = Field(0, ge=0, description="language model: never a token that would repeat an "
+    no_repeat_ngram_size: int = Field(0, ge=0, description="never a token that would repeat an "
                                       "n-gram of this size the prompt or continuation holds (0: none)")
-    min_new_tokens: int = Field(0, ge=0, description="language model: no end token before the continuation holds "
+    min_new_tokens: int = Field(0, ge=0, description="no end token before the continuation holds "
                                 "this many tokens")
-    min_length: int = Field(0, ge=0, description="language model: no end token before the prompt and the "
-                            "continuation together hold this many tokens (transformers' min_length)")
+    min_length: int = Field(0, ge=0, description="no end token before the prompt (a translation's start token) "
+                            "and the continuation together hold this many tokens (transformers' min_length)")
     suppress_tokens: tuple[TokenId, ...] = Field((), description="token ids never generated")
     decoder_start: Optional[TokenId] = Field(None, description="translation: the token every output starts from "
                                              "(a checkpoint's decoder_start_token_id); none: the vocabulary's BOS")
-    begin_suppress_tokens: tuple[TokenId, ...] = Field((), description="language model: token ids a "
+    forced_bos: Optional[TokenId] = Field(None, description="translation: the first token of every output, "
+                                          "whatever its score (a checkpoint's forced_bos_token_id)")
+    begin_suppress_tokens: tuple[TokenId, ...] = Field((), description="token ids a "
                                                        "continuation never starts with")
 
     @model_validator(mode="after")

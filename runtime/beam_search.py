@@ -81,18 +81,22 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
                 alpha: float | Scoring,
                 max_len_a: float, max_len_b: int, nbest: int = 1, use_cache: bool = True,
                 max_positions: int | None = None, vocab_size: int | None = None, start: int = BOS, end: int = EOS,
-                never: tuple[int, ...] = (PAD, BOS)) -> list[list[Hypothesis]]:
+                never: tuple[int, ...] = (PAD, BOS), rules: ScoreRules = ScoreRules()) -> list[list[Hypothesis]]:
     """Best `nbest` translations of each sentence of `src` [B, S], best first, by a model or an ensemble
     (a list of models).
 
     `max_positions` caps the output length where the model's positions end; `vocab_size`, the tokens
     chosen from, where the model has more rows than the vocabulary has pieces. An output starts from
-    `start`, ends at `end` and never holds `never` (xspec's vocabulary's; an imported checkpoint has its own).
+    `start`, ends at `end` and never holds `never` (xspec's vocabulary's; an imported checkpoint has its own);
+    `rules` apply to each output after its start token (runtime/score_rules.py).
     """
     # Longest output (EOS included): a * source length (EOS included) + b.
     max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
-    steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache, vocab_size)
-                            for m in members(model)])
+    steps: Steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache, vocab_size)
+                                   for m in members(model)])
+    if rules.any:       # the start token is the rows' prompt: transformers' min_length counts it
+        steps = RuledSteps(steps, torch.full((src.size(0) * beam, 1), start, device=src.device), rules,
+                           on_logits=beam == 1)
     return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest, end, never,
                   start=start)
 
@@ -142,9 +146,12 @@ class EncoderDecoderSteps:
             return self.model.decode(sequences, self.memory, self.memory_padding)[:, -1]
         return self.model.decode(sequences[:, -1:], self.memory, self.memory_padding, cache=self.cache)[:, -1]
 
+    def logits(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[R, t] hypotheses -> [R, V] logits (float32) of their next token (V: the vocabulary's)."""
+        return self(sequences)[:, :self.vocab_size].float()
+
     def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
-        """[R, t] hypotheses -> [R, V] log-probabilities (float32) of their next token (V: the vocabulary's)."""
-        return torch.log_softmax(self(sequences)[:, :self.vocab_size].float(), dim=-1)
+        return torch.log_softmax(self.logits(sequences), dim=-1)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only these rows stay (sentences left the batch). The beams of a sentence share its memory

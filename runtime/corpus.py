@@ -91,9 +91,12 @@ def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate
                  start: int = BOS) -> EncodedPairs:
     """`max_tokens` bounds the model's sequences: source + EOS, and BOS + target (or target + EOS); an
     imported checkpoint's tokenizer ends them with its own end token, and its targets start from `start`."""
-    sources, targets = vocab.encode(text.source), vocab.encode(text.target)
-    out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate, start=start,
-                       end=vocab.document_end)
+    end = vocab.document_end
+    # Each side as the tokenizer encodes a text (an import's special tokens), the end token apart: the
+    # source reads it, the target learns to predict it.
+    sources = [ids[:-1] for ids in vocab.encode_sources(text.source)]
+    targets = [ids[:-1] for ids in vocab.encode_sources(text.target)]
+    out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate, start=start, end=end)
     limit = max_tokens - 1     # room for EOS / BOS
     for src, tgt in zip(sources, targets):
         if len(src) > limit or len(tgt) > limit:
@@ -101,7 +104,7 @@ def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate
             if not truncate:
                 continue
             src, tgt = src[:limit], tgt[:limit]
-        out.source.append(src + [out.end])
+        out.source.append(src + [end])
         out.target.append(tgt)
     return out
 
@@ -111,6 +114,6 @@ def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int
     """Sentences to translate, each ending as a document does (xspec's EOS; an imported checkpoint's own end
     token), and the (index, tokens) of each one longer than `max_tokens`, which is truncated (a translation per
     input line is promised)."""
-    encoded = vocab.encode(lines)
-    too_long = [(i, len(ids) + 1) for i, ids in enumerate(encoded) if len(ids) + 1 > max_tokens]
-    return [ids[: max_tokens - 1] + [vocab.document_end] for ids in encoded], too_long
+    encoded = vocab.encode_sources(lines)
+    too_long = [(i, len(ids)) for i, ids in enumerate(encoded) if len(ids) > max_tokens]
+    return [ids if len(ids) <= max_tokens else ids[: max_tokens - 1] + ids[-1:] for ids in encoded], too_long

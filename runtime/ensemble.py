@@ -41,6 +41,11 @@ class Steps(Protocol):
 
     cached: bool
 
+    def logits(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[R, t] hypotheses -> [R, V] scores of their next token before normalization (an ensemble's:
+        its mixture's log-probabilities)."""
+        ...
+
     def log_probs(self, sequences: torch.Tensor) -> torch.Tensor: ...
 
     def keep(self, rows: torch.Tensor) -> None: ...
@@ -55,6 +60,9 @@ class EnsembleSteps:
         assert len(steps) > 1, "a single model decodes without an ensemble"
         self.steps = list(steps)
         self.cached = all(s.cached for s in self.steps)
+
+    def logits(self, sequences: torch.Tensor) -> torch.Tensor:
+        return self.log_probs(sequences)
 
     def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
         """[R, t] hypotheses -> [R, V] the ensemble's log-probabilities of their next token."""

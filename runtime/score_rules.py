@@ -5,7 +5,8 @@ settings a checkpoint's generation_config.json may hold:
 - `no_repeat_ngram_size` n: never a token that would repeat an n-gram the row already holds;
 - `min_new_tokens`: no end token before the continuation holds that many; `min_length`, before the
   prompt and the continuation together do;
-- `suppress_tokens`: never these; `begin_suppress_tokens`: not these as the continuation's first token.
+- `suppress_tokens`: never these; `begin_suppress_tokens`: not these as the continuation's first token;
+- `forced_bos_token_id` (an encoder-decoder's): this as the first token, scoring 0.
 
 As transformers applies them: to the raw logits when decoding greedily or sampling (before the
 temperature and the top-k and top-p filters), to the log-probabilities in beam search. An ensemble's
@@ -31,16 +32,21 @@ class ScoreRules:
     suppress: tuple[int, ...] = ()
     begin_suppress: tuple[int, ...] = ()
     ends: tuple[int, ...] = ()          # the tokens a continuation ends at (the least lengths hold them back)
+    forced_first: int | None = None     # the continuation's first token, whatever the scores (forced_bos_token_id)
 
     @property
     def any(self) -> bool:
         return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0 \
-            or self.min_length > 0 or bool(self.suppress) or bool(self.begin_suppress)
+            or self.min_length > 0 or bool(self.suppress) or bool(self.begin_suppress) or self.forced_first is not None
 
     def apply(self, scores: torch.Tensor, rows: torch.Tensor, new: int) -> torch.Tensor:
         """[R, V] scores of the next token of rows whose tokens so far (prompt, then continuation) are
         `rows` [R, L], the continuations `new` tokens long."""
         vocab = scores.size(1)
+        if new == 0 and self.forced_first is not None:    # as transformers' ForcedBOSTokenLogitsProcessor
+            forced = torch.full_like(scores, float("-inf"))
+            forced[:, self.forced_first] = 0.0
+            return forced
         if self.repetition_penalty != 1.0:      # the seen tokens' scores, gathered, changed, put back
             padded = torch.cat([scores, scores.new_zeros(scores.size(0), 1)], dim=1)  # ids past V: the last
             seen = rows.clamp(max=vocab)
@@ -73,11 +79,18 @@ class RuledSteps:
     """Beam search's steps (runtime/beam_search.py) with the rules applied to their log-probabilities: each
     hypothesis [R, t] (a placeholder start, then its tokens) after its prompt is the row's tokens."""
 
-    def __init__(self, steps: Steps, prompts: torch.Tensor, rules: ScoreRules) -> None:
+    def __init__(self, steps: Steps, prompts: torch.Tensor, rules: ScoreRules, on_logits: bool = False) -> None:
         self.steps, self.prompts, self.rules = steps, prompts, rules   # prompts [R, P], a row each
         self.cached = steps.cached
+        self.on_logits = on_logits      # greedy decoding: the rules change the logits, as transformers' do
+
+    def logits(self, sequences: torch.Tensor) -> torch.Tensor:
+        rows = torch.cat([self.prompts, sequences[:, 1:]], dim=1)
+        return self.rules.apply(self.steps.logits(sequences), rows, sequences.size(1) - 1)
 
     def log_probs(self, sequences: torch.Tensor) -> torch.Tensor:
+        if self.on_logits:
+            return torch.log_softmax(self.logits(sequences), dim=-1)
         rows = torch.cat([self.prompts, sequences[:, 1:]], dim=1)
         return self.rules.apply(self.steps.log_probs(sequences), rows, sequences.size(1) - 1)
 

@@ -166,6 +166,12 @@ class CheckpointTokenizer:
         end = [self.eos_id] if self.add_eos and self.eos_id is not None else []
         return [[*start, *ids, *end] for ids in self.encode(lines)]
 
+    def encode_sources(self, lines: list[str]) -> list[list[int]]:
+        """Each sentence as the checkpoint's tokenizer encodes a text (its special tokens: Marian's </s>,
+        BART's <s> and </s>), ending with the end token."""
+        return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
+                for ids in self.encode_prompts(lines)]
+
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message (after `system`'s, if given), rendered by the chat template with the
         assistant's turn opened, then encoded as transformers' apply_chat_template encodes it: the template

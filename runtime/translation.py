@@ -16,6 +16,7 @@ from .corpus import encode_source
 from .decode_batches import in_input_order, length_sorted_chunks
 from .ensemble import ModelOrEnsemble, eval_members
 from .precision import choose_precision
+from .score_rules import ScoreRules
 from .vocab import BOS, Tokenizer
 
 
@@ -50,8 +51,10 @@ class Translator:
             for index, tokens in too_long:
                 on_too_long(index, tokens)
 
-        start = BOS if self.decode.decoder_start is None else self.decode.decoder_start
-        never = tuple(dict.fromkeys([*self.vocab.never_generated, *self.decode.suppress_tokens]))
+        d = self.decode
+        start = BOS if d.decoder_start is None else d.decoder_start
+        rules = ScoreRules(d.repetition_penalty, d.no_repeat_ngram_size, d.min_new_tokens, d.min_length,
+                           d.suppress_tokens, d.begin_suppress_tokens, (self.vocab.document_end,), d.forced_bos)
 
         def translate_chunk(chunk: list[int]) -> list[list[Hypothesis]]:
             rows = [sources[i] for i in chunk]
@@ -63,7 +66,7 @@ class Translator:
                 return beam_search(self.model, src, padding, self.decode.beam, Scoring.of(self.decode),
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
                                    max_positions=self.max_tokens, vocab_size=len(self.vocab), start=start,
-                                   end=self.vocab.document_end, never=never)
+                                   end=self.vocab.document_end, never=self.vocab.never_generated, rules=rules)
 
         eval_members(self.model)
         # Empty lines translate to empty lines (and cost nothing).

@@ -74,6 +74,10 @@ class Tokenizer(Protocol):
         """Each prompt's ids as the model reads a text to continue."""
         ...
 
+    def encode_sources(self, lines: list[str]) -> list[list[int]]:
+        """Each sentence's ids as a translation model's encoder reads it, ending with `document_end`."""
+        ...
+
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message in the tokenizer's chat template."""
         ...
@@ -113,6 +117,9 @@ class Vocab:
         embedding is larger than its vocabulary can still sample them), are left out."""
         pieces = len(self)
         return self.sp.decode([i for i in ids if EOS < i < pieces])
+
+    def encode_sources(self, lines: list[str]) -> list[list[int]]:
+        return [[*ids, EOS] for ids in self.encode(lines)]
 
     def encode_prompts(self, lines: list[str]) -> list[list[int]]:
         """A prompt continues a document: its start, then the text's tokens."""

@@ -152,8 +152,8 @@ def test_copies_of_the_shared_embedding_and_the_positions_tables_are_checked_not
 
 @pytest.mark.parametrize("name, tensor, message", [
     ("model__decoder__embed_tokens__weight", lambda: reference(0).model.shared.weight.detach() + 1,
-     "model.decoder.embed_tokens.weight differs from model.shared.weight, but share_encoder_decoder_embeddings is "
-     "true"),
+     "model.decoder.embed_tokens.weight differs from model.shared.weight, but the encoder and the decoder share "
+     "one embedding"),
     ("model__encoder__embed_positions__weight", lambda: marian_positions().roll(1, dims=1),
      "tensor model.encoder.embed_positions.weight differs from the sinusoidal positions Marian computes"),
     ("model__encoder__layers__0__fc3__weight", lambda: torch.zeros(2, 2), "tensor model.encoder.layers.0.fc3.weight "

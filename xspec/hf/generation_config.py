@@ -130,9 +130,10 @@ def _beams(cfg: ConfigReader) -> list[Setting]:
 def _translation(cfg: ConfigReader, config: dict) -> list[Setting]:
     """What generate does with an encoder-decoder that xspec's translation does alike: the output starts from
     decoder_start_token_id (config.json's where the file has none), holds at most max_length - 1 tokens after
-    it (20 where none is given), ends with the end token there (forced_eos_token_id, where it is that token:
-    the search allows only the end token at the maximum length), and never holds the single tokens of
-    bad_words_ids (Marian's padding). Each key read here is marked taken."""
+    it (20 where none is given), begins with forced_bos_token_id where one is given, ends with the end token
+    at the maximum length (forced_eos_token_id, where it is that token: the search allows only the end token
+    there), and never holds the single tokens of bad_words_ids (Marian's padding). Each key read here is
+    marked taken."""
     start_key = "decoder_start_token_id"
     start = cfg.get(start_key, config.get(start_key))
     if type(start) is not int or not 0 <= start <= MAX_COUNT:
@@ -147,6 +148,11 @@ def _translation(cfg: ConfigReader, config: dict) -> list[Setting]:
     if forced is not None and forced not in eos:
         raise UserError(f"{cfg.file}: forced_eos_token_id {render(forced)} is not the end token ({render(eos)}): "
                         "not supported")
+    forced = cfg.get("forced_bos_token_id", None)
+    if forced is not None:
+        if not _count(forced):
+            raise UserError(f"{cfg.file}: forced_bos_token_id {render(forced)} is not a token id")
+        settings.append(Setting("forced_bos", forced, f"{FILE} forced_bos_token_id"))
     words = cfg.get("bad_words_ids", None) or []
     if not (isinstance(words, list) and all(isinstance(w, list) and len(w) == 1 and _count(w[0]) for w in words)):
         raise UserError(f"{cfg.file}: bad_words_ids {render(words)}: only single tokens are supported (each a "

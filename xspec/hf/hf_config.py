@@ -13,6 +13,19 @@ COMMON = {"vocab": "vocab_size", "d_model": "hidden_size", "layers": "num_hidden
           "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "d_ff": "intermediate_size",
           "rms_norm_eps": "rms_norm_eps", "tie_word_embeddings": "tie_word_embeddings", "rope_theta": "rope_theta"}
 
+# What the encoder-decoder families (BART's descendants) write back as they are, in place of COMMON.
+SEQ2SEQ_KEYS = {"vocab": "vocab_size", "d_model": "d_model", "activation_dropout": "activation_dropout",
+                "attention_dropout": "attention_dropout", "dropout": "dropout", "scale_embedding": "scale_embedding",
+                "tie_word_embeddings": "tie_word_embeddings",
+                **{f"{side}_{key}": f"{side}_{key}" for side in ("encoder", "decoder")
+                   for key in ("layers", "attention_heads", "ffn_dim")}}
+
+
+def write_seq2seq(params: dict[str, Any], config: dict[str, Any]) -> None:
+    """What the encoder-decoder families write alike beyond SEQ2SEQ_KEYS."""
+    config["activation_function"] = "swish" if params["activation"] == "silu" else params["activation"]
+    config["is_encoder_decoder"] = True
+
 
 def config_for(family: Family, params: dict[str, Any], max_positions: int, bos_id: int | None,
                eos_ids: list[int]) -> dict[str, Any]:

@@ -165,6 +165,7 @@ class Plan:
     groups: list[weight_map.Group]
     tied: dict[str, str]           # the spec's tied copies -> the tensor they share
     layout: list[tuple[str, torch.dtype, tuple[int, ...]]]
+    zeros: dict[str, tuple[int, ...]]   # checkpoint tensors it lacks, taken as zeros (WeightRules.zeros)
 
 
 def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
@@ -176,7 +177,7 @@ def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
     groups = weight_map.groups(mapped.weights, names, shapes, spec.params)
     wanted = {hf for g in groups for hf in g.hf}
     where = weights.path
-    missing = [hf for g in groups for hf in g.hf if hf not in weights.files]
+    missing = [hf for g in groups for hf in g.hf if hf not in weights.files and hf not in mapped.weights.zeros]
     if missing:
         raise UserError(f"{where}: no tensor {missing[0]}, which a {mapped.model_type} model with this config.json has")
     extra = [n for n in weights.files if n not in wanted and mapped.weights.extras(n, spec.params) is None]
@@ -186,24 +187,44 @@ def _plan(mapped: Mapped, spec, weights: CheckpointDir) -> Plan:
     dtypes, layout_of = {}, {}
     for group in groups:
         _check_stored(group, shapes, weights)
-        inputs = [torch.empty(weights.shape(n), dtype=weights.files[n].dtype(n), device="meta") for n in group.hf]
+        inputs = [torch.empty(_stored_shape(group, n, shapes, weights), dtype=_stored_dtype(n, weights), device="meta")
+                  for n in group.hf]
         for name, output in zip(group.ours, group.to_ours(inputs)):
             assert tuple(output.shape) == tuple(shapes[name]), f"{group.hf} -> {name}: {tuple(output.shape)}"
             dtypes[name] = inputs[0].dtype
             layout_of[name] = (name, inputs[0].dtype, tuple(shapes[name]))
     layout = [layout_of[n] for n in names] + [(c, dtypes[t], tuple(shapes[c])) for c, t in tied.items()]
-    return Plan(groups, tied, layout)
+    zeros = {n: _stored_shape(g, n, shapes, weights) for g in groups for n in g.hf if n not in weights.files}
+    return Plan(groups, tied, layout, zeros)
+
+
+def _needed_shapes(group: weight_map.Group, shapes: dict) -> list[tuple[int, ...]]:
+    """The shapes the checkpoint's tensors of `group` must have: the spec's, put into the checkpoint's layout
+    (on meta tensors), before anything is reordered."""
+    return [tuple(t.shape) for t in group.to_hf([torch.empty(shapes[name], device="meta") for name in group.ours])]
+
+
+def _stored_shape(group: weight_map.Group, name: str, shapes: dict, weights: CheckpointDir) -> tuple[int, ...]:
+    """A checkpoint tensor's shape: the file's, or, where it lacks one taken as zeros, the one needed."""
+    if name in weights.files:
+        return tuple(weights.shape(name))
+    return _needed_shapes(group, shapes)[group.hf.index(name)]
+
+
+def _stored_dtype(name: str, weights: CheckpointDir) -> torch.dtype:
+    return weights.files[name].dtype(name) if name in weights.files else torch.float32
 
 
 def _check_stored(group: weight_map.Group, shapes: dict, weights: CheckpointDir) -> None:
     """Each checkpoint tensor of `group` has the shape and a floating-point dtype the model needs: the
     spec's tensors put into the checkpoint's layout (on meta tensors), before anything is reordered."""
-    ours = [torch.empty(shapes[name], device="meta") for name in group.ours]
-    for hf, needed in zip(group.hf, group.to_hf(ours)):
+    for hf, needed in zip(group.hf, _needed_shapes(group, shapes)):
+        if hf not in weights.files:      # one the checkpoint may lack, taken as zeros
+            continue
         stored, dtype = tuple(weights.shape(hf)), weights.files[hf].dtype(hf)
-        if stored != tuple(needed.shape):
+        if stored != needed:
             raise UserError(f"{weights.path}: tensor {hf} {stored} has the wrong shape: the model with this "
-                            f"config.json needs {tuple(needed.shape)}")
+                            f"config.json needs {needed}")
         if not dtype.is_floating_point:
             held = str(dtype).removeprefix("torch.")
             raise UserError(f"{weights.path}: tensor {hf} holds {held}, not floating-point numbers (quantized "
@@ -240,11 +261,11 @@ def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
             for done in read:
                 weights.files[done].release(done)
             group = by_name[name]
-            stored = [weights.tensor(n) for n in group.hf]
+            stored = [weights.tensor(n) if n in weights.files else torch.zeros(plan.zeros[n]) for n in group.hf]
             for hf, tensor in zip(group.hf, stored):
                 _check_finite(hf, tensor, weights)
             made = dict(zip(group.ours, group.to_ours(stored)))
-            read = group.hf
+            read = tuple(n for n in group.hf if n in weights.files)
         yield made.pop(name)
 
 

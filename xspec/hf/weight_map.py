@@ -69,6 +69,9 @@ class WeightRules:
     packing: Optional[Packing] = None
     prefix: str = "model."          # the checkpoint's top-level module (Nemotron-H's say `backbone.`)
     extras: Callable[[str, dict], Optional[Extra]] = tied_output_head
+    # Checkpoint tensors some checkpoints lack, which transformers then takes as zeros (BART's
+    # final_logits_bias, which checkpoints of BartModel do not hold): the import does the same.
+    zeros: tuple[str, ...] = ()
 
     def checkpoint_name(self, name: str) -> str:
         """The checkpoint's name of the spec's tensor `name` (`decoder.` is the checkpoint's top-level
@@ -186,3 +189,29 @@ def per_expert(prefix: str, names: dict[str, str], router: str):
 mlp_experts = per_expert("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, "gate")
 
 
+
+
+# --- encoder-decoders (BART's descendants) ----------------------------------------------------------------
+
+def seq2seq(name: str, shapes: dict, params: dict) -> Optional[Group]:
+    """BART's and Marian's checkpoints: every tensor under `model.` but the output head's, attention's W^O
+    as `out_proj`, the shared embedding as `model.shared`, and the output projection's bias as
+    final_logits_bias [1, vocab]."""
+    if name == "decoder.lm_head.bias":
+        return Group(("final_logits_bias",), (name,), lambda t: [t[0].reshape(-1)], lambda t: [t[0].reshape(1, -1)])
+    if name == "decoder.lm_head.weight":
+        return Group(("lm_head.weight",), (name,), same, same)
+    if name == "encoder.embed_tokens.weight" and params["share_encoder_decoder_embeddings"]:
+        return Group(("model.shared.weight",), (name,), same, same)
+    return Group(("model." + re.sub(r"\.o_proj\.", ".out_proj.", name),), (name,), same, same)
+
+
+def seq2seq_copies(name: str, params: dict) -> Optional[Extra]:
+    """The copies BART's checkpoints may keep of the shared embedding (the encoder's, the decoder's, a tied
+    output head's)."""
+    shared = "model.shared.weight" if params["share_encoder_decoder_embeddings"] else None
+    if shared and name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+        return Extra(shared, "the encoder and the decoder share one embedding")
+    if name == "lm_head.weight" and params["tie_word_embeddings"]:
+        return Extra(shared or "model.decoder.embed_tokens.weight", "tie_word_embeddings is true")
+    return None

@@ -83,3 +83,16 @@ class LearnedPositions(nn.Module):
     def forward(self, x, cache=None):
         start = cache.length if cache is not None else 0
         return self.weight[start:start + x.size(-2)]  # [T, d]
+
+
+class OffsetLearnedPositions(LearnedPositions):
+    """Learned vectors after `offset` rows no position reads (BART's two, which its checkpoints
+    keep)."""
+
+    def __init__(self, dim, max_len, offset):
+        super().__init__(dim, max_len + offset)
+        self.offset = offset
+
+    def forward(self, x, cache=None):
+        start = (cache.length if cache is not None else 0) + self.offset
+        return self.weight[start:start + x.size(-2)]  # [T, d]

@@ -242,3 +242,49 @@ def read_deepseek_experts(cfg: ConfigReader, alias: str, *, first_dense: int, ex
     cfg.ignore("aux_loss_alpha", "the weight of pretraining's balance loss (train.router_aux_loss_coef sets xspec's)")
     cfg.ignore("seq_aux", "whether pretraining's balance loss is sequence-wise")
     return count
+
+
+# activation_function -> the encoder-decoder specs' `activation` (transformers' ACT2FN: "swish" is SiLU)
+SEQ2SEQ_ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
+
+
+def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embedding: bool,
+                 normalize_embedding: bool) -> None:
+    """What BART's config class and its descendants (Marian's) read alike: an encoder and a decoder sized
+    apart, the activation, the dropouts, whether embeddings are scaled, tied output; and the BART-era
+    switches, each only at the value the family computes (`normalize_embedding`: a layer norm of the
+    embeddings)."""
+    vocab = cfg.map("vocab_size", "vocab")
+    decoder_vocab = cfg.get("decoder_vocab_size", None)
+    if decoder_vocab not in (None, vocab):
+        raise UserError(f"{cfg.file}: decoder_vocab_size {render(decoder_vocab)} differs from vocab_size {vocab}: "
+                        "a target vocabulary of its own is not supported (supported: null, or vocab_size)")
+    cfg.map(cfg.spelling("d_model", "hidden_size"), "d_model")
+    for side in ("encoder", "decoder"):
+        layers = cfg.spelling("encoder_layers", "num_hidden_layers") if side == "encoder" else "decoder_layers"
+        heads = cfg.spelling("encoder_attention_heads", "num_attention_heads") if side == "encoder" \
+            else "decoder_attention_heads"
+        cfg.map(layers, f"{side}_layers", most=MAX_REPEAT)
+        cfg.map(heads, f"{side}_attention_heads")
+        cfg.map(f"{side}_ffn_dim", f"{side}_ffn_dim")
+        cfg.expect(f"{side}_layerdrop", ZERO, 0.0, " (LayerDrop skips whole layers in training; xspec has none)")
+    chosen = cfg.get("activation_function", activation)
+    if chosen not in SEQ2SEQ_ACTIVATIONS:
+        refuse(f"activation_function {render(chosen)}", list(SEQ2SEQ_ACTIVATIONS), cfg.file)
+    cfg.put("activation", SEQ2SEQ_ACTIVATIONS[chosen], "activation_function")
+    for key, default in (("dropout", 0.1), ("attention_dropout", 0.0), ("activation_dropout", 0.0)):
+        cfg.map(key, key, default, integer=False, least=0)
+    cfg.put("max_len", m.max_positions, "max_position_embeddings")
+    cfg.put("scale_embedding", cfg.flag("scale_embedding", scale_embedding), "scale_embedding")
+    cfg.put("tie_word_embeddings", cfg.flag("tie_word_embeddings", True), "tie_word_embeddings")
+    for key, value in (("normalize_before", False), ("normalize_embedding", normalize_embedding),
+                       ("add_final_layer_norm", False), ("add_bias_logits", False), ("is_decoder", False)):
+        cfg.expect(key, [value], value)
+    cfg.ignore("extra_pos_embeddings", "a count BART-era configs carried; the positions read max_position_embeddings")
+    for key in ("classif_dropout", "classifier_dropout"):
+        cfg.ignore(key, "the dropout of a classification head; a translation model has none")
+    cfg.ignore("gradient_checkpointing", "whether transformers recomputes activations in training")
+    cfg.ignore("init_std", "how a new model is initialised; an import starts from the weights")
+    cfg.ignore("decoder_start_token_id", "the token every output starts from: a generation setting")
+    cfg.ignore("task_specific_params", "generation presets for tasks (summarization, translation); "
+                                       "generation_config.json's settings are read")

@@ -1,0 +1,136 @@
+"""BART (BartForConditionalGeneration) in and out, against transformers (a test-only oracle): random checkpoints
+of uncommon sizes import with their logits proven and export back, and one with a byte-level BPE tokenizer
+trained here translates as generate does, with BART's generation settings (a forced first token, n-gram bans,
+least lengths, early stopping)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import xspec
+from float32 import assert_close
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+ROOT = Path(tempfile.mkdtemp(prefix="xspec-bart-"))
+WORDS = ["the", "house", "is", "small", "big", "a", "dog", "runs", "fast", "green", "tree", "under", "we", "see",
+         "it", "and", "river", "old", "new", "city", "."]
+LINES = ["the house is small .", "we see a green tree under the old city", "dog", "it runs fast and the river is new",
+         "a big dog and a small dog ."]
+
+
+def sentences(count: int, seed: int) -> list[str]:
+    draw = random.Random(seed)
+    return [" ".join(draw.choice(WORDS) for _ in range(draw.randint(3, 9))) for _ in range(count)]
+
+
+@functools.cache
+def checkpoint(generation: str = "{}") -> Path:
+    """A random BART (weights moved so that outputs vary) with BART's byte-level BPE tokenizer, trained here, and
+    generation_config.json's `generation` over BART's own."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    folder = ROOT / f"bart-{len(list(ROOT.iterdir()))}"
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tokenizer.train_from_iterator(sentences(300, 0), trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
+                                                pad_token="<pad>", unk_token="<unk>", mask_token="<mask>")
+    fast.save_pretrained(folder)
+    config = transformers.BartConfig(vocab_size=tokenizer.get_vocab_size(), d_model=24, encoder_layers=2,
+                                     decoder_layers=2, encoder_attention_heads=3, decoder_attention_heads=2,
+                                     encoder_ffn_dim=40, decoder_ffn_dim=36, max_position_embeddings=64)
+    torch.manual_seed(3)
+    model = transformers.BartForConditionalGeneration(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm" not in name and "layernorm" not in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.5)
+        model.final_logits_bias.normal_()
+        model.final_logits_bias[0, 2] = 2.0          # the end token likely enough to end some outputs early
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=0, decoder_start_token_id=2, eos_token_id=2, forced_bos_token_id=0, forced_eos_token_id=2,
+        pad_token_id=1, max_length=20, **json.loads(generation))
+    model.eval().save_pretrained(folder)
+    return folder
+
+
+def imported(directory: Path, out: Path) -> xspec.TrainedModel:
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(directory, out, say=lambda line: None)
+    return xspec.load(out, device="cpu", weights="fp32")
+
+
+def test_an_import_gives_barts_logits_and_parameters_and_exports_back(tmp_path):
+    from xspec.hf.export import export_hf
+    from xspec.runtime.inference import load
+
+    run = imported(checkpoint(), tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "import.json").read_text())
+    assert record["verification"]["verified"]
+    reference = transformers.BartForConditionalGeneration.from_pretrained(checkpoint()).eval()
+    theirs = sum(p.numel() for p in reference.parameters()) + reference.final_logits_bias.numel()
+    assert sum(p.numel() for p in run.model.parameters()) == theirs     # the positions' two unread rows too
+    source = torch.randint(3, 200, (2, 11), generator=torch.Generator().manual_seed(1))
+    target = torch.randint(3, 200, (2, 7), generator=torch.Generator().manual_seed(2))
+    padding = torch.zeros(2, 11, dtype=torch.bool)
+    padding[1, 8:] = True
+    with torch.no_grad():
+        expected = reference(input_ids=source, attention_mask=(~padding).long(), decoder_input_ids=target).logits
+        assert_close(run.model(source, target, padding), expected)
+        (tmp_path / "hf").mkdir()
+        export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+        exported = transformers.BartForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
+        assert_close(exported(input_ids=source, attention_mask=(~padding).long(), decoder_input_ids=target).logits,
+                     expected)
+
+
+def test_a_checkpoint_of_bart_model_without_final_logits_bias_imports_with_zeros(tmp_path):
+    """BartModel's checkpoints hold no final_logits_bias: transformers takes zeros, and so does the import."""
+    from safetensors.torch import load_file, save_file
+
+    directory = tmp_path / "bart"
+    shutil.copytree(checkpoint(), directory)
+    tensors = load_file(directory / "model.safetensors")
+    del tensors["final_logits_bias"]
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    run = imported(directory, tmp_path / "run")
+    assert not run.model.decoder.lm_head.bias.any()
+    assert json.loads((tmp_path / "run" / "import.json").read_text())["verification"]["verified"]
+
+
+def generated(directory: Path, lines: list[str]) -> list[str]:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    model = transformers.BartForConditionalGeneration.from_pretrained(directory).eval()
+    with torch.no_grad():
+        outputs = model.generate(**tokenizer(lines, return_tensors="pt", padding=True))
+    return tokenizer.batch_decode(outputs, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("generation", [
+    {"num_beams": 1},
+    {"num_beams": 4, "no_repeat_ngram_size": 3, "early_stopping": True},
+    {"num_beams": 3, "min_length": 8, "length_penalty": 2.0},
+    {"num_beams": 1, "no_repeat_ngram_size": 2, "repetition_penalty": 1.5},
+], ids=["greedy", "beam-ngrams", "beam-min-length", "greedy-penalties"])
+def test_translation_is_generates_with_barts_generation_settings(tmp_path, generation):
+    directory = checkpoint(json.dumps(generation, sort_keys=True))
+    lines = LINES + sentences(12, 5)
+    ours = imported(directory, tmp_path / "run").translate(lines)
+    theirs = generated(directory, lines)
+    assert ours == theirs
+    assert len(set(ours)) >= 3
