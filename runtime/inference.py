@@ -101,11 +101,13 @@ class _Scoring:
     def decode_settings(self, **overrides) -> DecodeSection:
         raise NotImplementedError
 
-    def translator(self, batch_tokens: int = 4000, **overrides) -> Translator:
+    def translator(self, batch_tokens: int = 4000, target_language: Optional[str] = None, **overrides) -> Translator:
+        """`target_language`: a multilingual model's (its tokenizer's code: Marian's `fr` for `>>fr<<`)."""
         if self.is_language_model:
             raise UserError(f"{self.label}: a language model (no encoder) does not translate; use generate")
+        prefix = self.tokenizer.language_prefix(target_language) if target_language is not None else ""
         return Translator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
-                          self.max_tokens, batch_tokens)
+                          self.max_tokens, batch_tokens, prefix)
 
     def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
                   max_len_b: Optional[int] = None) -> list[str]:

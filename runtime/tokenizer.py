@@ -172,6 +172,19 @@ class CheckpointTokenizer:
         return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
                 for ids in self.encode_prompts(lines)]
 
+    def language_prefix(self, code: str) -> str:
+        """Marian's multilingual models take the target language as a source's first piece, `>>fr<<`."""
+        library = self._library
+        if not isinstance(library, _Marian):
+            raise UserError(f"--tgt-lang {code}: {self._origin} names no target languages (Marian's >>xx<< "
+                            "tokens)")
+        codes = sorted(piece[2:-2] for piece in library.ids if piece.startswith(">>") and piece.endswith("<<"))
+        if code not in codes:
+            listed = ", ".join(codes[:30]) + (", ..." if len(codes) > 30 else "") if codes else "none"
+            raise UserError(f"--tgt-lang {code}: {self._origin} has no >>{code}<< token (its target languages: "
+                            f"{printable(listed)})")
+        return f">>{code}<< "
+
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message (after `system`'s, if given), rendered by the chat template with the
         assistant's turn opened, then encoded as transformers' apply_chat_template encodes it: the template

@@ -29,6 +29,7 @@ class Translator:
     max_tokens: int                 # the model's longest sequence (its positions), source and output; an
                                     # ensemble's is its smallest model's
     batch_tokens: int = 4000        # source tokens per beam-search batch (times the beam in memory)
+    prefix: str = ""                # each source's first text: a multilingual model's target language
 
     @torch.no_grad()
     def nbest(self, lines: list[str], progress: bool = False) -> list[list[Hypothesis]]:
@@ -46,7 +47,8 @@ class Translator:
         batches of similar length, and after each batch come the results it completes (a list per line).
         A line longer than the model's positions is translated from its start, and first reported to
         `on_too_long(index, tokens)`."""
-        sources, too_long = encode_source(lines, self.vocab, self.max_tokens)
+        sources, too_long = encode_source([self.prefix + line for line in lines] if self.prefix else lines,
+                                          self.vocab, self.max_tokens)
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)

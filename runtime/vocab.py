@@ -78,6 +78,11 @@ class Tokenizer(Protocol):
         """Each sentence's ids as a translation model's encoder reads it, ending with `document_end`."""
         ...
 
+    def language_prefix(self, code: str) -> str:
+        """The text a source starts with to ask for target language `code` (Marian's `>>fr<< `); a
+        tokenizer that names no target languages refuses."""
+        ...
+
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message in the tokenizer's chat template."""
         ...
@@ -120,6 +125,10 @@ class Vocab:
 
     def encode_sources(self, lines: list[str]) -> list[list[int]]:
         return [[*ids, EOS] for ids in self.encode(lines)]
+
+    def language_prefix(self, code: str) -> str:
+        raise UserError(f"--tgt-lang {code}: xspec's vocabulary names no target languages (a translation model "
+                        "trained by xspec translates into its training data's target language)")
 
     def encode_prompts(self, lines: list[str]) -> list[list[int]]:
         """A prompt continues a document: its start, then the text's tokens."""

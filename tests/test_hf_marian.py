@@ -194,15 +194,15 @@ WORDS = ["the", "house", "is", "small", "big", "a", "dog", "runs", "fast", "gree
 
 
 @functools.cache
-def with_tokenizer() -> Path:
+def with_tokenizer(codes: tuple[str, ...] = ()) -> Path:
     """A checkpoint as opus-mt's are: source.spm and target.spm (sentencepiece, one trained here), vocab.json (its
-    pieces, after </s> 0 and <unk> 1, <pad> last), a model of that vocabulary, and generation_config.json's
-    decoder start, bad words, forced end and maximum length."""
+    pieces, after </s> 0 and <unk> 1, then the target languages' `>>xx<<` of `codes`, <pad> last), a model of
+    that vocabulary, and generation_config.json's decoder start, bad words, forced end and maximum length."""
     import random
 
     import sentencepiece as spm
 
-    folder = ROOT / "marian-text"
+    folder = ROOT / ("marian-text" + "-".join(("", *codes)))
     folder.mkdir()
     draw = random.Random(0)
     text = folder / "text.txt"
@@ -213,8 +213,9 @@ def with_tokenizer() -> Path:
     pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())
               if not (processor.is_control(i) or processor.is_unknown(i))]
     vocab = {"</s>": 0, "<unk>": 1, **{piece: i + 2 for i, piece in enumerate(pieces)}}
+    vocab |= {f">>{code}<<": len(vocab) + i for i, code in enumerate(codes)}
     vocab["<pad>"] = len(vocab)
-    saved = ROOT / "marian-with-tokenizer"
+    saved = ROOT / ("marian-with-tokenizer" + "-".join(("", *codes)))
     tokenizer = transformers.MarianTokenizer(str(folder / "spm.model"), str(folder / "spm.model"),
                                              _json(folder / "vocab.json", vocab))
     tokenizer.save_pretrained(saved)
@@ -380,3 +381,34 @@ def test_generation_settings_translation_cannot_apply_are_refused_by_key(tmp_pat
     (directory / "generation_config.json").write_text(json.dumps({**generation, **change}))
     with pytest.raises(UserError, match=re.escape(f"{directory}/generation_config.json: {message}")):
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+
+
+def test_tgt_lang_asks_a_multilingual_marian_for_its_target_language(tmp_path, capsys):
+    """`--tgt-lang fr` puts Marian's `>>fr<<` before each line, as its multilingual models are asked; a code the
+    vocabulary lacks is refused, listing those it has."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    directory = with_tokenizer(("de", "fr"))
+    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n")
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "fr", "-i", str(tmp_path / "in.txt")]) == 0
+    ours = capsys.readouterr().out.splitlines()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(directory)
+    model = transformers.MarianMTModel.from_pretrained(directory).eval()
+    with torch.no_grad():
+        outputs = model.generate(**tokenizer([f">>fr<< {line}" for line in LINES], return_tensors="pt", padding=True))
+    assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
+    assert xspec.load(tmp_path / "run", device="cpu").translate(LINES) != ours    # the code changes the output
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "it", "-i", str(tmp_path / "in.txt")]) == 1
+    error = capsys.readouterr().err
+    assert "--tgt-lang it: " in error and "has no >>it<< token (its target languages: de, fr)" in error
+
+
+def test_tgt_lang_is_refused_where_the_tokenizer_names_no_languages(tmp_path, capsys):
+    from xspec.cli import main
+
+    (tmp_path / "in.txt").write_text("the house\n")
+    assert main(["translate", str(imported(0)), "--tgt-lang", "fr", "-i", str(tmp_path / "in.txt")]) == 1
+    error = capsys.readouterr().err
+    assert "--tgt-lang fr: " in error and "names no target languages (Marian's >>xx<< tokens)" in error

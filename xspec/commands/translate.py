@@ -33,6 +33,7 @@ examples:
   xspec translate runs/tiny/averaged.safetensors --input input.en --beam 1
   xspec translate runs/tiny --nbest 4 < input.en      # "LINE ||| translation ||| score" lines
   xspec translate runs/tiny runs/tiny-seed2 < input.en > output.de   # an ensemble of two
+  xspec translate runs/opus-mt-en-ROMANCE --tgt-lang fr < input.en   # a multilingual import's target
 """
 
 
@@ -40,7 +41,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     """The model (one, or several as an ensemble: `args.models`) and the beam search's flags."""
     add_model_arguments(parser, ensemble=True)
     parser.add_argument("--beam", type=int_at_least(1), help="beam size (1: greedy)")
-    parser.add_argument("--alpha", type=float_at_least(0), help="length penalty alpha, lp(Y) = ((5 + |Y|) / 6)^alpha")
+    parser.add_argument("--alpha", type=float_at_least(0),
+                        help="length penalty alpha: lp(Y) = ((5 + |Y|) / 6)^alpha, or an import's |Y|^alpha")
     parser.add_argument("--max-len-b", type=int_at_least(0), help="output length limit: input length + this")
     parser.add_argument("--batch-tokens", type=int_at_least(1), default=4000,
                         help="source tokens per decoding batch (default 4000)")
@@ -75,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int_at_least(1), default=1000,
                         help="lines read ahead and sorted by length for batching (default 1000); a line "
                              "typed alone is translated at once")
+    parser.add_argument("--tgt-lang", metavar="CODE",
+                        help="the target language of a multilingual model, by its tokenizer's code (Marian's "
+                             ">>CODE<< token, prefixed to each line)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
-    translator = trained.translator(args.batch_tokens, **decode_overrides(args, args.nbest))
+    translator = trained.translator(args.batch_tokens, args.tgt_lang, **decode_overrides(args, args.nbest))
 
     def translate(window: list[str], first: int, name: str) -> Iterator[str]:
         def warn(index: int, tokens: int) -> None:
