@@ -167,8 +167,11 @@ class CheckpointTokenizer:
         return [[*start, *ids, *end] for ids in self.encode(lines)]
 
     def encode_sources(self, lines: list[str]) -> list[list[int]]:
-        """Each sentence as the checkpoint's tokenizer encodes a text (its special tokens: Marian's </s>,
-        BART's <s> and </s>), ending with the end token."""
+        """Each sentence as the checkpoint's tokenizer encodes a text: a tokenizer.json's post-processor's
+        special tokens as it places them (BART's <s> and </s>; mBART's </s> and language code), else the text's
+        pieces ending with the end token (Marian's </s>)."""
+        if self.kind == "tokenizers":
+            return self.encode_prompts(lines)
         return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
                 for ids in self.encode_prompts(lines)]
 

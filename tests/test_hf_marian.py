@@ -412,3 +412,25 @@ def test_tgt_lang_is_refused_where_the_tokenizer_names_no_languages(tmp_path, ca
     assert main(["translate", str(imported(0)), "--tgt-lang", "fr", "-i", str(tmp_path / "in.txt")]) == 1
     error = capsys.readouterr().err
     assert "--tgt-lang fr: " in error and "names no target languages (Marian's >>xx<< tokens)" in error
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("vocab.json", b"[1, 2]", "vocab.json is not a JSON object of pieces and their ids"),
+    ("vocab.json", b'{"a": 1, "b": "two"}', 'vocab.json: the id of "b" is not an integer'),
+    ("vocab.json", b'{"a": 0, "b": -3}', 'vocab.json: the id of "b" is not an integer'),
+    ("vocab.json", b'{"</s>": 0, "a": 1}', "vocab.json has no <unk>"),
+    ("vocab.json", b'{"</s>": 0, "<unk>": 1, "a": 2, "a": 3}', "vocab.json"),
+    ("source.spm", b"", "source.spm: empty, not a sentencepiece model"),
+    ("target.spm", b"not a model", "target.spm: not a sentencepiece model"),
+])
+def test_marians_tokenizer_files_are_checked_and_refused_by_name(tmp_path, capfd, name, content, message):
+    from xspec.cli import main
+
+    directory = tmp_path / "marian"
+    shutil.copytree(with_tokenizer(), directory)
+    (directory / name).write_bytes(content)
+    capfd.readouterr()       # what making the checkpoint wrote
+    assert main(["import", str(directory), "-o", str(tmp_path / "run"), "--no-verify"]) == 1
+    error = capfd.readouterr().err
+    assert message in error and str(directory) in error and "Traceback" not in error
+    assert len(error.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
