@@ -105,9 +105,11 @@ class _Scoring:
         """`target_language`: a multilingual model's (its tokenizer's code: Marian's `fr` for `>>fr<<`)."""
         if self.is_language_model:
             raise UserError(f"{self.label}: a language model (no encoder) does not translate; use generate")
-        prefix = self.tokenizer.language_prefix(target_language) if target_language is not None else ""
+        language = self.tokenizer.target_language(target_language) if target_language is not None else None
+        if language is not None and language.forced_bos is not None:
+            overrides["forced_bos"] = language.forced_bos
         return Translator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
-                          self.max_tokens, batch_tokens, prefix)
+                          self.max_tokens, batch_tokens, language.prefix if language is not None else "")
 
     def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
                   max_len_b: Optional[int] = None) -> list[str]:

@@ -34,6 +34,7 @@ from xspec.base.errors import UserError
 from xspec.base.strict_json import parse_json
 from xspec.base.text import printable
 from .chat import chat_template
+from .vocab import TargetLanguage
 
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE = "tokenizer.model"
@@ -175,18 +176,27 @@ class CheckpointTokenizer:
         return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
                 for ids in self.encode_prompts(lines)]
 
-    def language_prefix(self, code: str) -> str:
-        """Marian's multilingual models take the target language as a source's first piece, `>>fr<<`."""
+    def target_language(self, code: str) -> TargetLanguage:
+        """Marian's multilingual models take the target language as a source's first piece (`>>fr<<`); those
+        of a tokenizer.json (mBART-50, M2M100) as the output's first token, the code's own (`fr_XX`) or
+        M2M100's spelling of it (`__fr__`)."""
         library = self._library
-        if not isinstance(library, _Marian):
-            raise UserError(f"--tgt-lang {code}: {self._origin} names no target languages (Marian's >>xx<< "
-                            "tokens)")
-        codes = sorted(piece[2:-2] for piece in library.ids if piece.startswith(">>") and piece.endswith("<<"))
-        if code not in codes:
-            listed = ", ".join(codes[:30]) + (", ..." if len(codes) > 30 else "") if codes else "none"
-            raise UserError(f"--tgt-lang {code}: {self._origin} has no >>{code}<< token (its target languages: "
-                            f"{printable(listed)})")
-        return f">>{code}<< "
+        if isinstance(library, _Marian):
+            codes = sorted(p[2:-2] for p in library.ids if p.startswith(">>") and p.endswith("<<"))
+            if code not in codes:
+                listed = ", ".join(codes[:30]) + (", ..." if len(codes) > 30 else "") if codes else "none"
+                raise UserError(f"--tgt-lang {code}: {self._origin} has no >>{code}<< token (its target "
+                                f"languages: {printable(listed)})")
+            return TargetLanguage(prefix=f">>{code}<< ")
+        if isinstance(library, _Tokenizers):
+            for token in (code, f"__{code}__"):
+                found = library.tokenizer.token_to_id(token)
+                if found is not None:
+                    return TargetLanguage(forced_bos=found)
+            raise UserError(f"--tgt-lang {code}: {self._origin} has no token {code} or __{code}__ (a language "
+                            "code as the checkpoint's tokenizer spells it: fr_XX, __fr__, fra_Latn)")
+        raise UserError(f"--tgt-lang {code}: {self._origin} names no target languages (Marian's >>xx<< "
+                        "tokens, or a tokenizer.json's language codes)")
 
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message (after `system`'s, if given), rendered by the chat template with the

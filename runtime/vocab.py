@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -16,6 +17,15 @@ from xspec.base.files import read_regular_file, write_bytes_atomically
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 MODEL_FILE = "sentencepiece.model"
 SPACE = "\u2581"                 # sentencepiece's mark for the space before a word
+
+
+@dataclass(frozen=True)
+class TargetLanguage:
+    """How a multilingual translation model is asked for a target language: text before each source
+    (Marian's `>>fr<< `), or the output's first token (mBART-50's `fr_XX`, M2M100's `__fr__`)."""
+
+    prefix: str = ""
+    forced_bos: int | None = None
 
 
 class Tokenizer(Protocol):
@@ -39,7 +49,7 @@ class Tokenizer(Protocol):
     @property
     def kind(self) -> str:
         """What `model_proto` holds: "xspec" (xspec's own sentencepiece vocabulary, its special ids fixed),
-        an import's "sentencepiece" or "tokenizers" file, or "none" (an import without one)."""
+        an import's "sentencepiece", "tokenizers" or "marian" files, or "none" (an import without one)."""
         ...
 
     @property
@@ -78,9 +88,8 @@ class Tokenizer(Protocol):
         """Each sentence's ids as a translation model's encoder reads it, ending with `document_end`."""
         ...
 
-    def language_prefix(self, code: str) -> str:
-        """The text a source starts with to ask for target language `code` (Marian's `>>fr<< `); a
-        tokenizer that names no target languages refuses."""
+    def target_language(self, code: str) -> "TargetLanguage":
+        """How a source asks for target language `code`; a tokenizer that names no target languages refuses."""
         ...
 
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
@@ -126,7 +135,7 @@ class Vocab:
     def encode_sources(self, lines: list[str]) -> list[list[int]]:
         return [[*ids, EOS] for ids in self.encode(lines)]
 
-    def language_prefix(self, code: str) -> str:
+    def target_language(self, code: str) -> "TargetLanguage":
         raise UserError(f"--tgt-lang {code}: xspec's vocabulary names no target languages (a translation model "
                         "trained by xspec translates into its training data's target language)")
 

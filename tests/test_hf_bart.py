@@ -134,3 +134,83 @@ def test_translation_is_generates_with_barts_generation_settings(tmp_path, gener
     theirs = generated(directory, lines)
     assert ours == theirs
     assert len(set(ours)) >= 3
+
+
+# --- mBART: pre-norm, and language codes ---------------------------------------------------------------
+
+LANGUAGES = ["en_XX", "de_DE", "fr_XX"]
+
+
+@functools.cache
+def mbart_checkpoint(generation: str = "{}") -> Path:
+    """A random mBART whose tokenizer.json ends each source with `</s> en_XX` (its language codes added tokens)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    folder = ROOT / f"mbart-{len(list(ROOT.iterdir()))}"
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(sentences(300, 0), trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.add_special_tokens([AddedToken(code, special=True) for code in LANGUAGES])
+    codes = {code: tokenizer.token_to_id(code) for code in LANGUAGES}
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A </s> en_XX", special_tokens=[("</s>", 2), ("en_XX", codes["en_XX"])])
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
+                                                pad_token="<pad>", unk_token="<unk>")
+    fast.save_pretrained(folder)
+    config = transformers.MBartConfig(vocab_size=tokenizer.get_vocab_size(), d_model=32, encoder_layers=2,
+                                      decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
+                                      encoder_ffn_dim=40, decoder_ffn_dim=24, max_position_embeddings=64,
+                                      scale_embedding=True)
+    torch.manual_seed(4)
+    model = transformers.MBartForConditionalGeneration(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm" not in name and "layernorm" not in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.5)
+        model.final_logits_bias.normal_()
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=0, decoder_start_token_id=2, eos_token_id=2, forced_eos_token_id=2, pad_token_id=1,
+        max_length=16, **json.loads(generation))
+    model.eval().save_pretrained(folder)
+    return folder
+
+
+def test_an_mbart_import_gives_its_logits(tmp_path):
+    run = imported(mbart_checkpoint(), tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "import.json").read_text())["verification"]["verified"]
+    reference = transformers.MBartForConditionalGeneration.from_pretrained(mbart_checkpoint()).eval()
+    source = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(1))
+    target = torch.randint(3, 200, (2, 6), generator=torch.Generator().manual_seed(2))
+    padding = torch.zeros(2, 9, dtype=torch.bool)
+    padding[0, 5:] = True
+    with torch.no_grad():
+        assert_close(run.model(source, target, padding), reference(input_ids=source, attention_mask=(~padding).long(),
+                                                                   decoder_input_ids=target).logits)
+
+
+@pytest.mark.parametrize("generation", [{"num_beams": 1}, {"num_beams": 3, "no_repeat_ngram_size": 2}],
+                         ids=["greedy", "beam"])
+def test_tgt_lang_forces_an_mbart_outputs_first_token_as_generate_does(tmp_path, capsys, generation):
+    """`--tgt-lang de_DE`: the output's first token is the code's (generate's forced_bos_token_id), the source
+    ending as the tokenizer ends it (`</s> en_XX`)."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    directory = mbart_checkpoint(json.dumps(generation, sort_keys=True))
+    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    lines = LINES + sentences(8, 6)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "de_DE", "-i", str(tmp_path / "in.txt")]) == 0
+    ours = capsys.readouterr().out.splitlines()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    model = transformers.MBartForConditionalGeneration.from_pretrained(directory).eval()
+    with torch.no_grad():
+        outputs = model.generate(**tokenizer(lines, return_tensors="pt", padding=True),
+                                 forced_bos_token_id=tokenizer.convert_tokens_to_ids("de_DE"))
+    assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
+    assert len(set(ours)) >= 3
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "xx_YY", "-i", str(tmp_path / "in.txt")]) == 1
+    assert "--tgt-lang xx_YY: " in capsys.readouterr().err

@@ -411,7 +411,7 @@ def test_tgt_lang_is_refused_where_the_tokenizer_names_no_languages(tmp_path, ca
     (tmp_path / "in.txt").write_text("the house\n")
     assert main(["translate", str(imported(0)), "--tgt-lang", "fr", "-i", str(tmp_path / "in.txt")]) == 1
     error = capsys.readouterr().err
-    assert "--tgt-lang fr: " in error and "names no target languages (Marian's >>xx<< tokens)" in error
+    assert "--tgt-lang fr: " in error and "names no target languages (Marian's >>xx<< tokens, or a " in error
 
 
 @pytest.mark.parametrize("name, content, message", [

@@ -78,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lines read ahead and sorted by length for batching (default 1000); a line "
                              "typed alone is translated at once")
     parser.add_argument("--tgt-lang", metavar="CODE",
-                        help="the target language of a multilingual model, by its tokenizer's code (Marian's "
-                             ">>CODE<< token, prefixed to each line)")
+                        help="the target language of a multilingual model, by its tokenizer's code: Marian's "
+                             ">>CODE<< before each line, or the output's first token (mBART-50's fr_XX, "
+                             "M2M100's __fr__)")
 
 
 def run(args: argparse.Namespace) -> int:

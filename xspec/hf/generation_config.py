@@ -135,10 +135,13 @@ def _translation(cfg: ConfigReader, config: dict) -> list[Setting]:
     there), and never holds the single tokens of bad_words_ids (Marian's padding). Each key read here is
     marked taken."""
     start_key = "decoder_start_token_id"
-    start = cfg.get(start_key, config.get(start_key))
+    start = cfg.get(start_key, None)
+    if start is None:   # as generate falls back: config.json's, else the bos token
+        start = next((v for v in (config.get(start_key), cfg.get("bos_token_id", None), config.get("bos_token_id"))
+                      if v is not None), None)
     if type(start) is not int or not 0 <= start <= MAX_COUNT:
-        raise UserError(f"{cfg.file}: {start_key} {render(start)} is not a token id (config.json's is read where "
-                        "the file has none)")
+        raise UserError(f"{cfg.file}: {start_key} {render(start)} is not a token id (config.json's, or the "
+                        "bos_token_id of either, is read where the file has none)")
     length = cfg.number("max_length", 20)
     settings = [Setting("decoder_start", start, _source(cfg, start_key, config.get(start_key))),
                 Setting("max_len_a", 0.0, f"{FILE} max_length: the output's length alone"),

@@ -249,11 +249,11 @@ SEQ2SEQ_ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": 
 
 
 def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embedding: bool,
-                 normalize_embedding: bool) -> None:
-    """What BART's config class and its descendants (Marian's) read alike: an encoder and a decoder sized
-    apart, the activation, the dropouts, whether embeddings are scaled, tied output; and the BART-era
+                 normalize_embedding: bool, pre_norm: bool = False) -> None:
+    """What BART's config class and its descendants (Marian's, mBART's) read alike: an encoder and a decoder
+    sized apart, the activation, the dropouts, whether embeddings are scaled, tied output; and the BART-era
     switches, each only at the value the family computes (`normalize_embedding`: a layer norm of the
-    embeddings)."""
+    embeddings; `pre_norm`: pre-norm layers and a layer norm after each side's last)."""
     vocab = cfg.map("vocab_size", "vocab")
     decoder_vocab = cfg.get("decoder_vocab_size", None)
     if decoder_vocab not in (None, vocab):
@@ -277,8 +277,8 @@ def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embeddi
     cfg.put("max_len", m.max_positions, "max_position_embeddings")
     cfg.put("scale_embedding", cfg.flag("scale_embedding", scale_embedding), "scale_embedding")
     cfg.put("tie_word_embeddings", cfg.flag("tie_word_embeddings", True), "tie_word_embeddings")
-    for key, value in (("normalize_before", False), ("normalize_embedding", normalize_embedding),
-                       ("add_final_layer_norm", False), ("add_bias_logits", False), ("is_decoder", False)):
+    for key, value in (("normalize_before", pre_norm), ("normalize_embedding", normalize_embedding),
+                       ("add_final_layer_norm", pre_norm), ("add_bias_logits", False), ("is_decoder", False)):
         cfg.expect(key, [value], value)
     cfg.ignore("extra_pos_embeddings", "a count BART-era configs carried; the positions read max_position_embeddings")
     for key in ("classif_dropout", "classifier_dropout"):
