@@ -45,12 +45,20 @@ class LearnedAttrs(PositionsAttrs):
 
 
 class SinusoidalAttrs(PositionsAttrs):
-    # "interleaved": sin and cos alternate (§3.5); "halves": every sine, then every cosine (Marian)
-    layout: Literal["interleaved", "halves"] = "interleaved"
+    # "interleaved": sin and cos alternate (§3.5); "halves": every sine, then every cosine (Marian); "fairseq":
+    # halves of fairseq's frequencies (M2M100, NLLB)
+    layout: Literal["interleaved", "halves", "fairseq"] = "interleaved"
+    offset: int = Field(0, ge=0)  # fairseq: rows before the first position's (its padding id + 1)
 
 
 # Each layout's class (xspec/nn/embeddings.py).
-_SINUSOIDS = {"interleaved": "SinusoidalPositions", "halves": "SinusoidalPositionsInHalves"}
+_SINUSOIDS = {"interleaved": "SinusoidalPositions", "halves": "SinusoidalPositionsInHalves",
+              "fairseq": "FairseqSinusoidalPositions"}
+
+
+def _sinusoids_module(a: SinusoidalAttrs, i: Inferred, w: Written) -> pyast.expr:
+    offset = [w.attr("offset")] if a.layout == "fairseq" else []
+    return call(_SINUSOIDS[a.layout], w.width("x"), w.attr("max_len"), *offset)
 
 
 class LinearAttrs(Attrs):
@@ -211,9 +219,10 @@ OPS: dict[str, OpDef[Any]] = {
             doc="PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5)",
             family=Family.POSITION, inputs=(Input("x"),), attrs=SinusoidalAttrs, infer=_positions_shape,
             params=_no_params,
-            module=lambda a, i, w: call(_SINUSOIDS[a.layout], w.width("x"), w.attr("max_len")),
-            call=_call_with_cache, uses_cache=True,
-            buffers=lambda a, i: {"table": (a.max_len, _size(i, "dim"))},
+            module=_sinusoids_module, call=_call_with_cache, uses_cache=True,
+            buffers=lambda a, i: {"table": (a.max_len + a.offset, _size(i, "dim"))},
+            check=lambda a: [] if a.layout == "fairseq" or not a.offset else
+            [("offset", "offset applies to layout = \"fairseq\", whose table starts at its padding id + 1")],
             title="Positional Encoding",
             details=lambda a, i: [f"sinusoidal{', sines then cosines' if a.layout == 'halves' else ''}, "
                                   f"max_len {a.max_len}"],

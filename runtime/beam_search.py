@@ -81,14 +81,16 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
                 alpha: float | Scoring,
                 max_len_a: float, max_len_b: int, nbest: int = 1, use_cache: bool = True,
                 max_positions: int | None = None, vocab_size: int | None = None, start: int = BOS, end: int = EOS,
-                never: tuple[int, ...] = (PAD, BOS), rules: ScoreRules = ScoreRules()) -> list[list[Hypothesis]]:
+                never: tuple[int, ...] = (PAD, BOS), rules: ScoreRules = ScoreRules(),
+                force_end: bool = True) -> list[list[Hypothesis]]:
     """Best `nbest` translations of each sentence of `src` [B, S], best first, by a model or an ensemble
     (a list of models).
 
     `max_positions` caps the output length where the model's positions end; `vocab_size`, the tokens
     chosen from, where the model has more rows than the vocabulary has pieces. An output starts from
     `start`, ends at `end` and never holds `never` (xspec's vocabulary's; an imported checkpoint has its own);
-    `rules` apply to each output after its start token (runtime/score_rules.py).
+    `rules` apply to each output after its start token (runtime/score_rules.py). `force_end`: the maximum length
+    ends an output with `end` (transformers' forced_eos_token_id), else cuts it there.
     """
     # Longest output (EOS included): a * source length (EOS included) + b.
     max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
@@ -98,7 +100,7 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
         steps = RuledSteps(steps, torch.full((src.size(0) * beam, 1), start, device=src.device), rules,
                            on_logits=beam == 1)
     return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest, end, never,
-                  start=start)
+                  start=start, force_end=force_end)
 
 
 @torch.no_grad()
@@ -203,8 +205,8 @@ class LanguageModelSteps:
 
 @torch.no_grad()
 def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch.Tensor, nbest: int = 1, end: int = EOS,
-           never: tuple[int, ...] = (PAD, BOS), also_end: tuple[int, ...] = (), start: int = BOS
-           ) -> list[list[Hypothesis]]:
+           never: tuple[int, ...] = (PAD, BOS), also_end: tuple[int, ...] = (), start: int = BOS,
+           force_end: bool = True) -> list[list[Hypothesis]]:
     """The beam search itself, over `steps` (EncoderDecoderSteps, LanguageModelSteps or an ensemble of
     either) for B sentences; `max_lens` [B]: each one's longest output, `end` included. Rows start with `start`
     (the decoder's first input; a placeholder for a language model, whose steps read the prompts) and are
@@ -239,11 +241,13 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
         row_best, row_token = logp.topk(per_row, dim=-1)                         # [A*K, 2K]
         # At its maximum length a sentence may only end: `end`, with its probability, is each row's one choice;
         # where a rule forbids `end` (a least length beyond the maximum), the row ends there by its length.
+        # Without `force_end`, the maximum length cuts the hypotheses at their last token instead.
         at_max = (max_lens <= step).repeat_interleave(K)[:, None]              # [A*K, 1]
-        only_eos = torch.full_like(row_best, float("-inf"))
-        only_eos[:, 0] = 0.0 if transformers else logp[:, end].nan_to_num(neginf=0.0)
-        row_best = torch.where(at_max, only_eos, row_best)
-        row_token = torch.where(at_max, end, row_token)
+        if force_end:
+            only_eos = torch.full_like(row_best, float("-inf"))
+            only_eos[:, 0] = 0.0 if transformers else logp[:, end].nan_to_num(neginf=0.0)
+            row_best = torch.where(at_max, only_eos, row_best)
+            row_token = torch.where(at_max, end, row_token)
         candidates = (alive_logp.view(A * K, 1) + row_best).view(A, K * per_row)
         top_logp, top = candidates.topk(min(2 * K, K * per_row), dim=1)         # [A, 2K]
         origin, token = top // per_row, row_token.view(A, K * per_row).gather(1, top)
@@ -251,6 +255,8 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
 
         # Finished set: the best K of (already finished, candidates ending in `end`).
         is_eos = token == end
+        if not force_end:
+            is_eos |= (max_lens <= step)[:, None]        # cut: every candidate ends at the maximum length
         if greedy or transformers:
             is_eos[:, K:] = False                        # only the best K may end (greedy: the argmax)
         eos_score = torch.where(is_eos, top_logp / scoring.penalty(step), float("-inf"))
@@ -275,7 +281,7 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
         if any(flags):
             ended = [a for a, flag in enumerate(flags) if flag]
             for a, hyps in zip(ended, _hypotheses(finished[ended], finished_score[ended], finished_logp[ended],
-                                                  nbest, end)):
+                                                  nbest, end, force_end)):
                 results[sentence[a]] = hyps
             kept = [a for a, flag in enumerate(flags) if not flag]
             sentence = [sentence[a] for a in kept]
@@ -293,15 +299,17 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
 
 
 def _hypotheses(tokens: torch.Tensor, scores: torch.Tensor, log_probs: torch.Tensor,
-                nbest: int, end: int) -> list[list[Hypothesis]]:
+                nbest: int, end: int, force_end: bool = True) -> list[list[Hypothesis]]:
     """The best `nbest` finished hypotheses of each of some sentences ([N, K, t] tokens, [N, K] scores): each
-    row is the start, the hypothesis, `end`, then padding."""
+    row is the start, the hypothesis, `end`, then padding; or, cut at the maximum length (not `force_end`),
+    the start and the hypothesis to the row's last token."""
     found = []
     for rows, row_scores, row_logps in zip(tokens.tolist(), scores.tolist(), log_probs.tolist()):
         out: list[Hypothesis] = []
         for row, score, logp in zip(rows, row_scores, row_logps):
             if score == float("-inf") or len(out) == nbest:
                 break
-            out.append(Hypothesis(row[1:row.index(end, 1)], score, logp))
+            stop = row.index(end, 1) if force_end or end in row[1:] else len(row)
+            out.append(Hypothesis(row[1:stop], score, logp))
         found.append(out)
     return found

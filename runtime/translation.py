@@ -68,7 +68,8 @@ class Translator:
                 return beam_search(self.model, src, padding, self.decode.beam, Scoring.of(self.decode),
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
                                    max_positions=self.max_tokens, vocab_size=len(self.vocab), start=start,
-                                   end=self.vocab.document_end, never=self.vocab.never_generated, rules=rules)
+                                   end=self.vocab.document_end, never=self.vocab.never_generated, rules=rules,
+                                   force_end=d.force_end)
 
         eval_members(self.model)
         # Empty lines translate to empty lines (and cost nothing).

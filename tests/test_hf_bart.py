@@ -1,7 +1,7 @@
-"""BART (BartForConditionalGeneration) in and out, against transformers (a test-only oracle): random checkpoints
-of uncommon sizes import with their logits proven and export back, and one with a byte-level BPE tokenizer
-trained here translates as generate does, with BART's generation settings (a forced first token, n-gram bans,
-least lengths, early stopping)."""
+"""BART and its descendants mBART and M2M100/NLLB in and out, against transformers (a test-only oracle): random
+checkpoints of uncommon sizes import with their logits proven and export back, and, with a byte-level BPE
+tokenizer trained here, translate as generate does: with BART's generation settings (a forced first token,
+n-gram bans, least lengths, early stopping), and into the language `--tgt-lang` names."""
 
 from __future__ import annotations
 
@@ -141,26 +141,33 @@ def test_translation_is_generates_with_barts_generation_settings(tmp_path, gener
 LANGUAGES = ["en_XX", "de_DE", "fr_XX"]
 
 
-@functools.cache
-def mbart_checkpoint(generation: str = "{}") -> Path:
-    """A random mBART whose tokenizer.json ends each source with `</s> en_XX` (its language codes added tokens)."""
+def multilingual_tokenizer(folder: Path, languages: list[str], template: str) -> int:
+    """A byte-level BPE tokenizer.json with `languages`' codes as special tokens and the post-processor
+    `template` (mBART's "$A </s> en_XX", NLLB's "eng_Latn $A </s>"), saved into `folder`; its size."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    folder = ROOT / f"mbart-{len(list(ROOT.iterdir()))}"
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.train_from_iterator(sentences(300, 0), trainers.BpeTrainer(
         vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer.add_special_tokens([AddedToken(code, special=True) for code in LANGUAGES])
-    codes = {code: tokenizer.token_to_id(code) for code in LANGUAGES}
+    tokenizer.add_special_tokens([AddedToken(code, special=True) for code in languages])
+    source = languages[0]
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="$A </s> en_XX", special_tokens=[("</s>", 2), ("en_XX", codes["en_XX"])])
+        single=template, special_tokens=[("</s>", 2), (source, tokenizer.token_to_id(source))])
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
                                                 pad_token="<pad>", unk_token="<unk>")
     fast.save_pretrained(folder)
-    config = transformers.MBartConfig(vocab_size=tokenizer.get_vocab_size(), d_model=32, encoder_layers=2,
+    return tokenizer.get_vocab_size()
+
+
+@functools.cache
+def mbart_checkpoint(generation: str = "{}") -> Path:
+    """A random mBART whose tokenizer.json ends each source with `</s> en_XX` (its language codes added tokens)."""
+    folder = ROOT / f"mbart-{len(list(ROOT.iterdir()))}"
+    size = multilingual_tokenizer(folder, LANGUAGES, "$A </s> en_XX")
+    config = transformers.MBartConfig(vocab_size=size, d_model=32, encoder_layers=2,
                                       decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
                                       encoder_ffn_dim=40, decoder_ffn_dim=24, max_position_embeddings=64,
                                       scale_embedding=True)
@@ -214,3 +221,74 @@ def test_tgt_lang_forces_an_mbart_outputs_first_token_as_generate_does(tmp_path,
     assert len(set(ours)) >= 3
     assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "xx_YY", "-i", str(tmp_path / "in.txt")]) == 1
     assert "--tgt-lang xx_YY: " in capsys.readouterr().err
+
+
+NLLB_LANGUAGES = ["eng_Latn", "deu_Latn", "fra_Latn"]
+
+
+@functools.cache
+def nllb_checkpoint(generation: str = "{}") -> Path:
+    """A random M2M100 as NLLB-200's are: a tokenizer.json starting each source with `eng_Latn`, LayerDrop set."""
+    folder = ROOT / f"nllb-{len(list(ROOT.iterdir()))}"
+    size = multilingual_tokenizer(folder, NLLB_LANGUAGES, "eng_Latn $A </s>")
+    config = transformers.M2M100Config(vocab_size=size, d_model=24, encoder_layers=1, decoder_layers=2,
+                                       encoder_attention_heads=2, decoder_attention_heads=3, encoder_ffn_dim=40,
+                                       decoder_ffn_dim=28, max_position_embeddings=64, encoder_layerdrop=0.05,
+                                       decoder_layerdrop=0.05)
+    torch.manual_seed(5)
+    model = transformers.M2M100ForConditionalGeneration(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm" not in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.5)
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=0, decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, max_length=16,
+        **json.loads(generation))
+    model.eval().save_pretrained(folder)
+    return folder
+
+
+def test_an_nllb_import_gives_its_logits_and_exports_back(tmp_path):
+    from xspec.hf.export import export_hf
+    from xspec.runtime.inference import load
+
+    run = imported(nllb_checkpoint(), tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "import.json").read_text())
+    assert record["verification"]["verified"]
+    assert "LayerDrop" in record["not_architectural"]["encoder_layerdrop"]
+    reference = transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_checkpoint()).eval()
+    assert sum(p.numel() for p in run.model.parameters()) == sum(p.numel() for p in reference.parameters())
+    source = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(1))
+    target = torch.randint(3, 200, (2, 6), generator=torch.Generator().manual_seed(2))
+    padding = torch.zeros(2, 9, dtype=torch.bool)
+    padding[0, 6:] = True
+    with torch.no_grad():     # the padded source's pads at the end: transformers' positions count no pads
+        expected = reference(input_ids=source.masked_fill(padding, 1), attention_mask=(~padding).long(),
+                             decoder_input_ids=target).logits
+        assert_close(run.model(source, target, padding), expected)
+        (tmp_path / "hf").mkdir()
+        export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+        exported = transformers.M2M100ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
+        assert_close(exported(input_ids=source.masked_fill(padding, 1), attention_mask=(~padding).long(),
+                              decoder_input_ids=target).logits, expected)
+
+
+@pytest.mark.parametrize("generation", [{"num_beams": 1}, {"num_beams": 4, "length_penalty": 1.2}],
+                         ids=["greedy", "beam"])
+def test_tgt_lang_translates_an_nllb_model_as_generate_does(tmp_path, capsys, generation):
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    directory = nllb_checkpoint(json.dumps(generation, sort_keys=True))
+    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    lines = LINES + sentences(8, 7)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "fra_Latn", "-i", str(tmp_path / "in.txt")]) == 0
+    ours = capsys.readouterr().out.splitlines()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(directory).eval()
+    with torch.no_grad():
+        outputs = model.generate(**tokenizer(lines, return_tensors="pt", padding=True),
+                                 forced_bos_token_id=tokenizer.convert_tokens_to_ids("fra_Latn"))
+    assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
+    assert len(set(ours)) >= 3

@@ -58,7 +58,7 @@ CONFIG_CASES = [
     ("mistral", lambda c: c.update(model_type="bert"),
      'config.json: model_type "bert" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, '
      'gemma3_text, olmo2, phi3, mixtral, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3, glm4_moe, bamba, '
-     'qwen3_next, nemotron_h, marian, bart, mbart)'),
+     'qwen3_next, nemotron_h, marian, bart, mbart, m2m_100)'),
     ("mistral", lambda c: c.pop("model_type"), "config.json: no model_type is not supported (supported: llama,"),
     ("gemma3", lambda c: c.update(model_type="gemma3"),
      'config.json: model_type "gemma3" is not supported: a Gemma 3 checkpoint with its vision tower'),

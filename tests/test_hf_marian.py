@@ -173,7 +173,6 @@ def test_what_a_checkpoint_keeps_beside_its_tensors_must_be_what_the_spec_comput
     ({"activation_function": "tanh"}, 'activation_function "tanh" is not supported (supported: swish, silu, gelu, '
                                       'relu)'),
     ({"normalize_before": True}, "normalize_before true is not supported (supported: false)"),
-    ({"encoder_layerdrop": 0.1}, "encoder_layerdrop 0.1 is not supported"),
 ])
 def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, message):
     from xspec.hf.importer import import_checkpoint

@@ -151,6 +151,8 @@ def _translation(cfg: ConfigReader, config: dict) -> list[Setting]:
     if forced is not None and forced not in eos:
         raise UserError(f"{cfg.file}: forced_eos_token_id {render(forced)} is not the end token ({render(eos)}): "
                         "not supported")
+    if forced is None:      # generate cuts the output at max_length
+        settings.append(Setting("force_end", False, f"{FILE}: no forced_eos_token_id: cut at max_length"))
     forced = cfg.get("forced_bos_token_id", None)
     if forced is not None:
         if not _count(forced):

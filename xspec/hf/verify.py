@@ -163,6 +163,17 @@ def source_padding(source: torch.Tensor) -> torch.Tensor:
     return padding
 
 
+def _tokens(mapped: Mapped, shape: tuple[int, int], draw: torch.Generator) -> torch.Tensor:
+    """Random token ids, none the padding id: a text never holds it, and M2M100 counts positions over the
+    tokens that are not padding."""
+    pad = mapped.config.get("pad_token_id")
+    vocab = mapped.params["vocab"]
+    if type(pad) is not int or not 0 <= pad < vocab:
+        return torch.randint(0, vocab, shape, generator=draw)
+    tokens = torch.randint(0, vocab - 1, shape, generator=draw)
+    return tokens + (tokens >= pad).long()
+
+
 def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Callable[[str], None], spec,
                   device: str | None = None) -> dict:
     """The check, of the import written in `work` (compiled as `spec`) against the checkpoint `weights` holds."""
@@ -177,10 +188,10 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
 
     chosen = pick_device(device)
     draw = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, mapped.params["vocab"], (2, length), generator=draw).to(chosen)
+    tokens = _tokens(mapped, (2, length), draw).to(chosen)
     source = None
     if spec.has_encoder:    # a translation model: the target tokens after source sentences, one padded
-        source = torch.randint(0, mapped.params["vocab"], (2, length + 3), generator=draw).to(chosen)
+        source = _tokens(mapped, (2, length + 3), draw).to(chosen)
         layers = checked = mapped.params["decoder_layers"]
         if spec._compilation.validated.bytes_needed > available_memory(chosen) * 0.8:
             raise UserError(f"{work.name}: the model does not fit in memory as float32 to be checked; import with "

@@ -13,8 +13,8 @@ models, Gated DeltaNet and Mamba-2, and the short convolution they share), exper
 of experts: routers, activations, the experts), contracts.py (what the runtime may ask
 of a model and its modules, as protocols, and the list of multi-token prediction depths)."""
 
-from .embeddings import (Embedding, LearnedPositions, OffsetLearnedPositions, ScaledEmbedding,
-                         SinusoidalPositions, SinusoidalPositionsInHalves)
+from .embeddings import (Embedding, FairseqSinusoidalPositions, LearnedPositions, OffsetLearnedPositions,
+                         ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves)
 from .norms import RMSNorm
 from .gating import GLU
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
@@ -31,7 +31,7 @@ from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPred
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "SinusoidalPositionsInHalves", "LearnedPositions",
-    "OffsetLearnedPositions",
+    "OffsetLearnedPositions", "FairseqSinusoidalPositions",
     "RMSNorm", "GLU",
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",

@@ -69,6 +69,27 @@ class SinusoidalPositionsInHalves(SinusoidalPositions):
         return torch.cat([angle.sin(), angle[:, : dim // 2].cos()], dim=-1).float()
 
 
+class FairseqSinusoidalPositions(SinusoidalPositions):
+    """fairseq's sines and cosines (M2M100's, NLLB's): every sine, then every cosine, of
+    frequencies 10000^(-i / (d/2 - 1)), read `offset` rows on (its padding id + 1)."""
+
+    def __init__(self, dim, max_len, offset):
+        super().__init__(dim, max_len + offset)
+        self.offset = offset
+
+    @staticmethod
+    def sinusoids(max_len, dim):
+        half = dim // 2
+        frequency = torch.exp(torch.arange(half).float() * -(math.log(10000.0) / (half - 1)))
+        angle = torch.arange(max_len).float()[:, None] * frequency[None, :]
+        table = torch.cat([angle.sin(), angle.cos()], dim=-1)
+        return torch.cat([table, torch.zeros(max_len, dim % 2)], dim=-1)  # odd widths: a zero last
+
+    def forward(self, x, cache=None):
+        start = (cache.length if cache is not None else 0) + self.offset
+        return self.table[start:start + x.size(-2)].to(x.dtype)  # [T, d]
+
+
 class LearnedPositions(nn.Module):
     """One learned vector per position (Table 3, row E)."""
 

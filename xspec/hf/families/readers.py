@@ -267,7 +267,9 @@ def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embeddi
         cfg.map(layers, f"{side}_layers", most=MAX_REPEAT)
         cfg.map(heads, f"{side}_attention_heads")
         cfg.map(f"{side}_ffn_dim", f"{side}_ffn_dim")
-        cfg.expect(f"{side}_layerdrop", ZERO, 0.0, " (LayerDrop skips whole layers in training; xspec has none)")
+        layerdrop = f"{side}_layerdrop"
+        if cfg.number(layerdrop, 0.0, integer=False, least=0, most=1):
+            cfg.notes[layerdrop] = "LayerDrop skips whole layers in training only; xspec's fine-tuning runs each"
     chosen = cfg.get("activation_function", activation)
     if chosen not in SEQ2SEQ_ACTIVATIONS:
         refuse(f"activation_function {render(chosen)}", list(SEQ2SEQ_ACTIVATIONS), cfg.file)
