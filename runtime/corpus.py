@@ -92,6 +92,7 @@ def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate
     """`max_tokens` bounds the model's sequences: source + EOS, and BOS + target (or target + EOS); an
     imported checkpoint's tokenizer ends them with its own end token, and its targets start from `start`."""
     end = vocab.document_end
+    _check_framing(vocab)
     # Each side as the tokenizer encodes a text (an import's special tokens), the end token apart: the
     # source reads it, the target learns to predict it.
     sources = [ids[:-1] for ids in vocab.encode_sources(text.source)]
@@ -107,6 +108,18 @@ def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate
         out.source.append(src + [end])
         out.target.append(tgt)
     return out
+
+
+def _check_framing(vocab: Tokenizer) -> None:
+    """A text the tokenizer frames with tokens other than its start and end (mBART's and NLLB's language
+    codes, which a target takes in its own language) is refused: such pairs are not made here yet."""
+    plain, framed = vocab.encode(["a"])[0], vocab.encode_sources(["a"])[0]
+    inner = framed[:-1] if framed[-1:] == [vocab.document_end] else framed
+    inner = inner[1:] if vocab.bos_id is not None and inner[:1] == [vocab.bos_id] else inner
+    if inner != plain:
+        raise UserError("training on sentence pairs: the checkpoint's tokenizer frames a text with tokens other "
+                        "than its start and end ones (a language code, as mBART's and NLLB's do), which a target "
+                        "takes in its own language; fine-tuning such a multilingual model is not supported")
 
 
 def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int

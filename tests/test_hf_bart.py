@@ -292,3 +292,37 @@ def test_tgt_lang_translates_an_nllb_model_as_generate_does(tmp_path, capsys, ge
                                  forced_bos_token_id=tokenizer.convert_tokens_to_ids("fra_Latn"))
     assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
     assert len(set(ours)) >= 3
+
+
+def test_fine_tuning_a_model_whose_tokenizer_frames_texts_with_language_codes_is_refused(tmp_path, capfd):
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(nllb_checkpoint(), tmp_path / "run", say=lambda line: None)
+    for side in ("src", "tgt"):
+        (tmp_path / f"train.{side}").write_text("\n".join(LINES) + "\n")
+    capfd.readouterr()
+    assert main(["train", "--init", str(tmp_path / "run"), "--train-src", str(tmp_path / "train.src"),
+                 "--train-tgt", str(tmp_path / "train.tgt"), "-o", str(tmp_path / "tuned"), "--no-test",
+                 "--no-tensorboard", "--no-progress"]) == 1
+    assert "fine-tuning such a multilingual model is not supported" in capfd.readouterr().err
+
+
+def test_fine_tuning_bart_frames_its_pairs_as_transformers_does(tmp_path):
+    """BART's sources are `<s> x </s>`, its labels `<s> y </s>` after the decoder start: the same loss."""
+    from xspec.runtime.corpus import ParallelText
+    from xspec.runtime.tasks.translation import Translation
+
+    trained = imported(checkpoint(), tmp_path / "run")
+    task = Translation(trained.spec)
+    task.texts = {"train": ParallelText(LINES, LINES[::-1], list(range(1, 6)), tmp_path)}
+    batch = task.encode(trained.tokenizer, truncate=False).train.collate(list(range(len(LINES))))
+    src, tgt_in, padding = batch.inputs
+    ours = torch.nn.functional.cross_entropy(trained.model(src, tgt_in, padding).flatten(0, 1),
+                                             batch.labels.flatten(), ignore_index=-100)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint())
+    model = transformers.BartForConditionalGeneration.from_pretrained(checkpoint()).eval()
+    inputs = tokenizer(LINES, text_target=LINES[::-1], return_tensors="pt", padding=True)
+    inputs["labels"] = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
+    with torch.no_grad():
+        assert_close(ours, model(**inputs).loss)
