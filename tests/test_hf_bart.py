@@ -326,3 +326,20 @@ def test_fine_tuning_bart_frames_its_pairs_as_transformers_does(tmp_path):
     inputs["labels"] = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
     with torch.no_grad():
         assert_close(ours, model(**inputs).loss)
+
+
+def test_eval_scores_an_nllb_models_translations_into_the_target_language(tmp_path, capsys):
+    """`xspec eval --tgt-lang` scores the translations `xspec translate --tgt-lang` writes."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(nllb_checkpoint(), tmp_path / "run", say=lambda line: None)
+    (tmp_path / "src.txt").write_text("\n".join(LINES) + "\n")
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "deu_Latn", "-i", str(tmp_path / "src.txt"),
+                 "-o", str(tmp_path / "hyp.txt")]) == 0
+    (tmp_path / "ref.txt").write_bytes((tmp_path / "hyp.txt").read_bytes())
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--tgt-lang", "deu_Latn", "--src", str(tmp_path / "src.txt"),
+                 "--ref", str(tmp_path / "ref.txt"), "--no-progress"]) == 0
+    bleu = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("BLEU"))
+    assert bleu.split(" = ")[1].startswith("100.00")     # the references are those translations

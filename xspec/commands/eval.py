@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from xspec.commands.translate import add_decode_arguments, decode_overrides
+from xspec.commands.translate import add_decode_arguments, add_target_language_argument, decode_overrides
 from xspec.base.errors import UserError
 from xspec.base.files import check_output_file, write_atomically
 from xspec.base.text import shown
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decode_arguments(parser)
     parser.add_argument("--src", metavar="FILE", help="source text, one sentence a line (translation)")
     parser.add_argument("--ref", metavar="FILE", help="reference translations, aligned with --src")
+    add_target_language_argument(parser)
     parser.add_argument("--text", metavar="FILE", help="text to score, one document a line (language model)")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the translations here")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
@@ -71,7 +72,7 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    translator = trained.translator(args.batch_tokens, **decode_overrides(args))
+    translator = trained.translator(args.batch_tokens, args.tgt_lang, **decode_overrides(args))
     hypotheses = translator.translate(sources, progress=args.progress and sys.stderr.isatty())
     if args.output:
         write_atomically(Path(args.output), "".join(h + "\n" for h in hypotheses))

@@ -48,6 +48,13 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="source tokens per decoding batch (default 4000)")
 
 
+def add_target_language_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tgt-lang", metavar="CODE",
+                        help="the target language of a multilingual model, by its tokenizer's code: Marian's "
+                             ">>CODE<< before each line, or the output's first token (mBART-50's fr_XX, "
+                             "M2M100's __fr__, NLLB's fra_Latn)")
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, ensemble: bool = False) -> None:
     """RUN_OR_CHECKPOINT, --device, --compile and --weights: what every command that loads a trained model takes.
     `ensemble`: one or more (`args.models`, a list) instead of one (`args.model`)."""
@@ -77,10 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int_at_least(1), default=1000,
                         help="lines read ahead and sorted by length for batching (default 1000); a line "
                              "typed alone is translated at once")
-    parser.add_argument("--tgt-lang", metavar="CODE",
-                        help="the target language of a multilingual model, by its tokenizer's code: Marian's "
-                             ">>CODE<< before each line, or the output's first token (mBART-50's fr_XX, "
-                             "M2M100's __fr__)")
+    add_target_language_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
