@@ -44,5 +44,4 @@ def map_config(config: dict, file: str = "config.json") -> Mapped:
                     cfg.number("max_position_embeddings", family.positions), config=config)
     family.read(cfg, mapped)
     cfg.finish(family.encoder_decoder)
-    mapped.tied = bool(mapped.params.get("tie_word_embeddings"))
     return mapped

@@ -26,7 +26,6 @@ class Mapped:
     max_positions: int
     window: int | None = None       # the smallest sliding window, if any
     scaled_from: int | None = None  # original_max_position_embeddings of a rotary scaling
-    tied: bool = False
     config: dict = field(default_factory=dict)
 
     @property
