@@ -96,7 +96,7 @@ def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate
     # Each side as the tokenizer encodes a text (an import's special tokens), the end token apart: the
     # source reads it, the target learns to predict it.
     sources = [ids[:-1] for ids in vocab.encode_sources(text.source)]
-    targets = [ids[:-1] for ids in vocab.encode_sources(text.target)]
+    targets = [ids[:-1] for ids in vocab.encode_targets(text.target)]
     out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate, start=start, end=end)
     limit = max_tokens - 1     # room for EOS / BOS
     for src, tgt in zip(sources, targets):

@@ -176,6 +176,14 @@ class CheckpointTokenizer:
         return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
                 for ids in self.encode_prompts(lines)]
 
+    def encode_targets(self, lines: list[str]) -> list[list[int]]:
+        """Each target sentence of a pair as the checkpoint's tokenizer encodes a text_target: as a source
+        but for Marian's, whose target.spm splits it."""
+        library = self._library
+        if not isinstance(library, _Marian):
+            return self.encode_sources(lines)
+        return [[*ids, self.document_end] for ids in self._encoded(lines, library.encode_targets)]
+
     def target_language(self, code: str) -> TargetLanguage:
         """Marian's multilingual models take the target language as a source's first piece (`>>fr<<`); those
         of a tokenizer.json (mBART-50, M2M100) as the output's first token, the code's own (`fr_XX`) or
@@ -380,11 +388,15 @@ class _Marian:
         self.special = {vocab[token] for token in ("</s>", "<unk>", "<pad>") if token in vocab}
         self.size = max(vocab.values()) + 1
 
-    def encode(self, lines: list[str]) -> list[list[int]]:
+    def encode(self, lines: list[str], target: bool = False) -> list[list[int]]:
+        """Each line's ids; `target`: split by target.spm, as MarianTokenizer splits a text_target."""
         split = [_language_code(line) for line in lines]
-        pieces = self.source.encode([text for _, text in split], out_type=str)
+        pieces = (self.target if target else self.source).encode([text for _, text in split], out_type=str)
         return [[self.ids.get(piece, self.unknown) for piece in [*code, *line]]
                 for (code, _), line in zip(split, pieces)]
+
+    def encode_targets(self, lines: list[str]) -> list[list[int]]:
+        return self.encode(lines, target=True)
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.pieces[i] for i in ids if i not in self.special and i in self.pieces]

@@ -88,6 +88,10 @@ class Tokenizer(Protocol):
         """Each sentence's ids as a translation model's encoder reads it, ending with `document_end`."""
         ...
 
+    def encode_targets(self, lines: list[str]) -> list[list[int]]:
+        """Each target sentence of a training pair, ending with `document_end`."""
+        ...
+
     def target_language(self, code: str) -> "TargetLanguage":
         """How a source asks for target language `code`; a tokenizer that names no target languages refuses."""
         ...
@@ -134,6 +138,9 @@ class Vocab:
 
     def encode_sources(self, lines: list[str]) -> list[list[int]]:
         return [[*ids, EOS] for ids in self.encode(lines)]
+
+    def encode_targets(self, lines: list[str]) -> list[list[int]]:
+        return self.encode_sources(lines)
 
     def target_language(self, code: str) -> "TargetLanguage":
         raise UserError(f"--tgt-lang {code}: xspec's vocabulary names no target languages (a translation model "

@@ -433,3 +433,34 @@ def test_marians_tokenizer_files_are_checked_and_refused_by_name(tmp_path, capfd
     error = capfd.readouterr().err
     assert message in error and str(directory) in error and "Traceback" not in error
     assert len(error.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_targets_of_training_pairs_are_split_by_target_spm_as_marian_tokenizer_splits_a_text_target(tmp_path):
+    """opus-mt's source.spm and target.spm differ (one per language): a pair's target is split by the target's."""
+    import random
+
+    import sentencepiece as spm
+
+    from xspec.runtime.tokenizer import CheckpointTokenizer, marian_files
+
+    draw = random.Random(3)
+    models = {}
+    for side, words in (("source", WORDS[:10]), ("target", WORDS[8:])):
+        text = tmp_path / f"{side}.txt"
+        text.write_text("\n".join(" ".join(draw.choice(words) for _ in range(6)) for _ in range(300)))
+        spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / side), vocab_size=30,
+                                       character_coverage=1.0, minloglevel=2)
+        models[side] = spm.SentencePieceProcessor(model_file=str(tmp_path / f"{side}.model"))
+    pieces = dict.fromkeys(m.id_to_piece(i) for m in models.values() for i in range(m.get_piece_size())
+                           if not (m.is_control(i) or m.is_unknown(i)))
+    vocab = {"</s>": 0, "<unk>": 1, **{piece: i + 2 for i, piece in enumerate(pieces)}}
+    vocab["<pad>"] = len(vocab)
+    files = {f"{side}.spm": (tmp_path / f"{side}.model").read_bytes() for side in models}
+    files["vocab.json"] = json.dumps(vocab).encode()
+    ours = CheckpointTokenizer("marian", marian_files(files), None, [0], str(tmp_path), add_bos=False, add_eos=True)
+    theirs = transformers.MarianTokenizer(str(tmp_path / "source.model"), str(tmp_path / "target.model"),
+                                          _json(tmp_path / "vocab.json", vocab))
+    lines = ["the river runs under the old city", "we see a green tree"]
+    assert ours.encode_targets(lines) == theirs(text_target=lines)["input_ids"]
+    assert ours.encode_sources(lines) == theirs(lines)["input_ids"]
+    assert ours.encode_targets(lines) != ours.encode_sources(lines)
