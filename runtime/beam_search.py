@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from xspec.compiler.sections import DecodeSection
 from .cache import new_cache
 from .ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
 from .score_rules import RuledSteps, ScoreRules
@@ -56,7 +57,7 @@ class Scoring:
     early_stopping: bool | str = False
 
     @classmethod
-    def of(cls, decode) -> "Scoring":
+    def of(cls, decode: DecodeSection) -> "Scoring":
         """A decode section's (compiler/sections.py)."""
         return cls(decode.length_penalty, decode.beam_scoring, decode.early_stopping)
 

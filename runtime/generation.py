@@ -97,8 +97,7 @@ class Generator:
             single = self.model if isinstance(self.model, torch.nn.Module) else None
             depths = prediction_depths(single) if single is not None and can_draft(single) else None
             end, *also_end = self.vocab.end_tokens
-            rules = ScoreRules(d.repetition_penalty, d.no_repeat_ngram_size, d.min_new_tokens, d.min_length,
-                               d.suppress_tokens, d.begin_suppress_tokens, (end, *also_end))
+            rules = ScoreRules.of(d, (end, *also_end))
             if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head \
                     and not rules.any:  # drafting applies none of the rules
                 return self._speculative(batch, depths, follow)

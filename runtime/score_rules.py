@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from xspec.compiler.sections import DecodeSection
     from .ensemble import Steps
 
 
@@ -33,6 +34,12 @@ class ScoreRules:
     begin_suppress: tuple[int, ...] = ()
     ends: tuple[int, ...] = ()          # the tokens a continuation ends at (the least lengths hold them back)
     forced_first: int | None = None     # the continuation's first token, whatever the scores (forced_bos_token_id)
+
+    @classmethod
+    def of(cls, decode: DecodeSection, ends: tuple[int, ...], forced_first: int | None = None) -> "ScoreRules":
+        """A decode section's rules (compiler/sections.py), ending at `ends`."""
+        return cls(decode.repetition_penalty, decode.no_repeat_ngram_size, decode.min_new_tokens, decode.min_length,
+                   decode.suppress_tokens, decode.begin_suppress_tokens, ends, forced_first)
 
     @property
     def any(self) -> bool:

@@ -20,6 +20,11 @@ from .score_rules import ScoreRules
 from .vocab import BOS, Tokenizer
 
 
+def output_start(decode: DecodeSection) -> int:
+    """The token an output starts from: an imported checkpoint's decoder start token, else xspec's BOS."""
+    return BOS if decode.decoder_start is None else decode.decoder_start
+
+
 @dataclass(frozen=True)
 class Translator:
     model: ModelOrEnsemble          # a model, or a list of models decoding as an ensemble
@@ -54,9 +59,8 @@ class Translator:
                 on_too_long(index, tokens)
 
         d = self.decode
-        start = BOS if d.decoder_start is None else d.decoder_start
-        rules = ScoreRules(d.repetition_penalty, d.no_repeat_ngram_size, d.min_new_tokens, d.min_length,
-                           d.suppress_tokens, d.begin_suppress_tokens, (self.vocab.document_end,), d.forced_bos)
+        start = output_start(d)
+        rules = ScoreRules.of(d, (self.vocab.document_end,), d.forced_bos)
 
         def translate_chunk(chunk: list[int]) -> list[list[Hypothesis]]:
             rows = [sources[i] for i in chunk]

@@ -17,6 +17,7 @@ import torch
 
 import xspec
 from float32 import assert_close
+from seq2seq_pairs import pair_losses
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -31,6 +32,25 @@ LINES = ["the house is small .", "we see a green tree under the old city", "dog"
 def sentences(count: int, seed: int) -> list[str]:
     draw = random.Random(seed)
     return [" ".join(draw.choice(WORDS) for _ in range(draw.randint(3, 9))) for _ in range(count)]
+
+
+def save_random(model_class, config, seed: int, generation: dict, folder: Path, end_bias: float = 0.0) -> None:
+    """A model of `config` whose weights but its norms' are drawn anew, wide enough that outputs vary (and its
+    final_logits_bias, where it has one, with `end_bias` on the end token 2), saved into `folder` with the
+    generation settings `generation`."""
+    torch.manual_seed(seed)
+    model = model_class(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm" not in name and "layernorm" not in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.5)
+        bias = getattr(model, "final_logits_bias", None)
+        if bias is not None:
+            bias.normal_()
+            bias[0, 2] += end_bias
+    model.generation_config = transformers.GenerationConfig(bos_token_id=0, decoder_start_token_id=2, eos_token_id=2,
+                                                            pad_token_id=1, **generation)
+    model.eval().save_pretrained(folder)
 
 
 @functools.cache
@@ -53,18 +73,10 @@ def checkpoint(generation: str = "{}") -> Path:
     config = transformers.BartConfig(vocab_size=tokenizer.get_vocab_size(), d_model=24, encoder_layers=2,
                                      decoder_layers=2, encoder_attention_heads=3, decoder_attention_heads=2,
                                      encoder_ffn_dim=40, decoder_ffn_dim=36, max_position_embeddings=64)
-    torch.manual_seed(3)
-    model = transformers.BartForConditionalGeneration(config)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "layer_norm" not in name and "layernorm" not in name:
-                parameter.copy_(torch.randn_like(parameter) * 0.5)
-        model.final_logits_bias.normal_()
-        model.final_logits_bias[0, 2] = 2.0          # the end token likely enough to end some outputs early
-    model.generation_config = transformers.GenerationConfig(
-        bos_token_id=0, decoder_start_token_id=2, eos_token_id=2, forced_bos_token_id=0, forced_eos_token_id=2,
-        pad_token_id=1, max_length=20, **json.loads(generation))
-    model.eval().save_pretrained(folder)
+    # the end token likely enough to end some outputs early
+    save_random(transformers.BartForConditionalGeneration, config, 3, {
+        "forced_bos_token_id": 0, "forced_eos_token_id": 2, "max_length": 20, **json.loads(generation)}, folder,
+        end_bias=2.0)
     return folder
 
 
@@ -171,17 +183,8 @@ def mbart_checkpoint(generation: str = "{}") -> Path:
                                       decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
                                       encoder_ffn_dim=40, decoder_ffn_dim=24, max_position_embeddings=64,
                                       scale_embedding=True)
-    torch.manual_seed(4)
-    model = transformers.MBartForConditionalGeneration(config)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "layer_norm" not in name and "layernorm" not in name:
-                parameter.copy_(torch.randn_like(parameter) * 0.5)
-        model.final_logits_bias.normal_()
-    model.generation_config = transformers.GenerationConfig(
-        bos_token_id=0, decoder_start_token_id=2, eos_token_id=2, forced_eos_token_id=2, pad_token_id=1,
-        max_length=16, **json.loads(generation))
-    model.eval().save_pretrained(folder)
+    save_random(transformers.MBartForConditionalGeneration, config, 4,
+                {"forced_eos_token_id": 2, "max_length": 16, **json.loads(generation)}, folder)
     return folder
 
 
@@ -198,27 +201,36 @@ def test_an_mbart_import_gives_its_logits(tmp_path):
                                                                    decoder_input_ids=target).logits)
 
 
+def translated_into(code: str, directory: Path, hf_class, lines: list[str], tmp_path: Path,
+                    capsys) -> tuple[list[str], list[str]]:
+    """(`xspec translate --tgt-lang code`'s lines, generate's with the code's token forced first) of the checkpoint
+    `directory`, imported into tmp_path/run."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", code, "-i", str(tmp_path / "in.txt")]) == 0
+    ours = capsys.readouterr().out.splitlines()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    model = hf_class.from_pretrained(directory).eval()
+    with torch.no_grad():
+        outputs = model.generate(**tokenizer(lines, return_tensors="pt", padding=True),
+                                 forced_bos_token_id=tokenizer.convert_tokens_to_ids(code))
+    return ours, tokenizer.batch_decode(outputs, skip_special_tokens=True)
+
+
 @pytest.mark.parametrize("generation", [{"num_beams": 1}, {"num_beams": 3, "no_repeat_ngram_size": 2}],
                          ids=["greedy", "beam"])
 def test_tgt_lang_forces_an_mbart_outputs_first_token_as_generate_does(tmp_path, capsys, generation):
     """`--tgt-lang de_DE`: the output's first token is the code's (generate's forced_bos_token_id), the source
     ending as the tokenizer ends it (`</s> en_XX`)."""
     from xspec.cli import main
-    from xspec.hf.importer import import_checkpoint
 
-    directory = mbart_checkpoint(json.dumps(generation, sort_keys=True))
-    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
-    lines = LINES + sentences(8, 6)
-    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "de_DE", "-i", str(tmp_path / "in.txt")]) == 0
-    ours = capsys.readouterr().out.splitlines()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    model = transformers.MBartForConditionalGeneration.from_pretrained(directory).eval()
-    with torch.no_grad():
-        outputs = model.generate(**tokenizer(lines, return_tensors="pt", padding=True),
-                                 forced_bos_token_id=tokenizer.convert_tokens_to_ids("de_DE"))
-    assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
-    assert len(set(ours)) >= 3
+    ours, theirs = translated_into("de_DE", mbart_checkpoint(json.dumps(generation, sort_keys=True)),
+                                   transformers.MBartForConditionalGeneration, LINES + sentences(8, 6), tmp_path,
+                                   capsys)
+    assert ours == theirs and len(set(ours)) >= 3
     assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "xx_YY", "-i", str(tmp_path / "in.txt")]) == 1
     assert "--tgt-lang xx_YY: " in capsys.readouterr().err
 
@@ -235,16 +247,8 @@ def nllb_checkpoint(generation: str = "{}") -> Path:
                                        encoder_attention_heads=2, decoder_attention_heads=3, encoder_ffn_dim=40,
                                        decoder_ffn_dim=28, max_position_embeddings=64, encoder_layerdrop=0.05,
                                        decoder_layerdrop=0.05)
-    torch.manual_seed(5)
-    model = transformers.M2M100ForConditionalGeneration(config)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "layer_norm" not in name:
-                parameter.copy_(torch.randn_like(parameter) * 0.5)
-    model.generation_config = transformers.GenerationConfig(
-        bos_token_id=0, decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, max_length=16,
-        **json.loads(generation))
-    model.eval().save_pretrained(folder)
+    save_random(transformers.M2M100ForConditionalGeneration, config, 5, {"max_length": 16, **json.loads(generation)},
+                folder)
     return folder
 
 
@@ -276,22 +280,10 @@ def test_an_nllb_import_gives_its_logits_and_exports_back(tmp_path):
 @pytest.mark.parametrize("generation", [{"num_beams": 1}, {"num_beams": 4, "length_penalty": 1.2}],
                          ids=["greedy", "beam"])
 def test_tgt_lang_translates_an_nllb_model_as_generate_does(tmp_path, capsys, generation):
-    from xspec.cli import main
-    from xspec.hf.importer import import_checkpoint
-
-    directory = nllb_checkpoint(json.dumps(generation, sort_keys=True))
-    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
-    lines = LINES + sentences(8, 7)
-    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "fra_Latn", "-i", str(tmp_path / "in.txt")]) == 0
-    ours = capsys.readouterr().out.splitlines()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    model = transformers.M2M100ForConditionalGeneration.from_pretrained(directory).eval()
-    with torch.no_grad():
-        outputs = model.generate(**tokenizer(lines, return_tensors="pt", padding=True),
-                                 forced_bos_token_id=tokenizer.convert_tokens_to_ids("fra_Latn"))
-    assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
-    assert len(set(ours)) >= 3
+    ours, theirs = translated_into("fra_Latn", nllb_checkpoint(json.dumps(generation, sort_keys=True)),
+                                   transformers.M2M100ForConditionalGeneration, LINES + sentences(8, 7), tmp_path,
+                                   capsys)
+    assert ours == theirs and len(set(ours)) >= 3
 
 
 def test_fine_tuning_a_model_whose_tokenizer_frames_texts_with_language_codes_is_refused(tmp_path, capfd):
@@ -310,22 +302,10 @@ def test_fine_tuning_a_model_whose_tokenizer_frames_texts_with_language_codes_is
 
 def test_fine_tuning_bart_frames_its_pairs_as_transformers_does(tmp_path):
     """BART's sources are `<s> x </s>`, its labels `<s> y </s>` after the decoder start: the same loss."""
-    from xspec.runtime.corpus import ParallelText
-    from xspec.runtime.tasks.translation import Translation
-
     trained = imported(checkpoint(), tmp_path / "run")
-    task = Translation(trained.spec)
-    task.texts = {"train": ParallelText(LINES, LINES[::-1], list(range(1, 6)), tmp_path)}
-    batch = task.encode(trained.tokenizer, truncate=False).train.collate(list(range(len(LINES))))
-    src, tgt_in, padding = batch.inputs
-    ours = torch.nn.functional.cross_entropy(trained.model(src, tgt_in, padding).flatten(0, 1),
-                                             batch.labels.flatten(), ignore_index=-100)
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint())
-    model = transformers.BartForConditionalGeneration.from_pretrained(checkpoint()).eval()
-    inputs = tokenizer(LINES, text_target=LINES[::-1], return_tensors="pt", padding=True)
-    inputs["labels"] = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
-    with torch.no_grad():
-        assert_close(ours, model(**inputs).loss)
+    model = transformers.BartForConditionalGeneration.from_pretrained(checkpoint())
+    assert_close(*pair_losses(trained, tokenizer, model, LINES, LINES[::-1], tmp_path))
 
 
 def test_eval_scores_an_nllb_models_translations_into_the_target_language(tmp_path, capsys):

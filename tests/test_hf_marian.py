@@ -18,6 +18,7 @@ import torch
 import xspec
 from xspec.base.errors import UserError
 from float32 import assert_close
+from seq2seq_pairs import pair_losses
 
 transformers = pytest.importorskip("transformers")
 
@@ -325,22 +326,12 @@ def test_a_fine_tuning_batch_is_transformers_batch_with_its_loss(tmp_path):
     """`train --init` on sentence pairs feeds an imported Marian as transformers' seq2seq training does:
     sources ending in </s>, targets from decoder_start_token_id, labels ending in </s>; the same loss."""
     from xspec.hf.importer import import_checkpoint
-    from xspec.runtime.corpus import ParallelText
-    from xspec.runtime.tasks.translation import Translation
 
     import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
     trained = xspec.load(tmp_path / "run", device="cpu", weights="fp32")
-    task = Translation(trained.spec)
-    task.texts = {"train": ParallelText(LINES, LINES[::-1], list(range(1, 6)), tmp_path)}
-    batch = task.encode(trained.tokenizer, truncate=False).train.collate(list(range(len(LINES))))
-    src, tgt_in, padding = batch.inputs
-    logits = trained.model(src, tgt_in, padding)
-    ours = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
     tokenizer = transformers.MarianTokenizer.from_pretrained(with_tokenizer())
-    model = transformers.MarianMTModel.from_pretrained(with_tokenizer()).eval()
-    inputs = tokenizer(LINES, text_target=LINES[::-1], return_tensors="pt", padding=True)
-    inputs["labels"] = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
-    assert_close(ours, model(**inputs).loss)
+    model = transformers.MarianMTModel.from_pretrained(with_tokenizer())
+    assert_close(*pair_losses(trained, tokenizer, model, LINES, LINES[::-1], tmp_path))
 
 
 def test_train_init_fine_tunes_an_imported_marian_on_sentence_pairs(tmp_path, capsys):

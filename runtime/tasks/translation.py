@@ -19,8 +19,8 @@ from ..prepared.format import PreparedDir
 from ..prepared.splits import check_run_vocabulary, decoded_pairs, shared_vocabulary, train_pairs
 from ..run_dir import DATA_DIR, TEST_OUTPUT, DataFiles, Split
 from . import Corpus, Outcome, SplitReader, max_sequence_tokens
-from ..translation import Translator
-from ..vocab import BOS, Vocab
+from ..translation import Translator, output_start
+from ..vocab import Vocab
 
 
 class Translation(SplitReader):
@@ -31,8 +31,7 @@ class Translation(SplitReader):
     def __init__(self, spec) -> None:
         super().__init__()
         self.spec = spec
-        # the token a target starts from: an imported checkpoint's decoder start token, else xspec's BOS
-        self.start = BOS if spec.decode.decoder_start is None else spec.decode.decoder_start
+        self.start = output_start(spec.decode)     # the token a target starts from
 
     def demo_files(self, run_dir: Path) -> DataFiles:
         """The built-in language pair, generated into the run directory."""

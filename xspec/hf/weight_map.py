@@ -206,6 +206,18 @@ def seq2seq(name: str, shapes: dict, params: dict) -> Optional[Group]:
     return Group(("model." + re.sub(r"\.o_proj\.", ".out_proj.", name),), (name,), same, same)
 
 
+def seq2seq_with_positions(key: str, why: str,
+                           table: Callable[[tuple[int, ...]], "torch.Tensor"]) -> Callable[[str, dict], Extra | None]:
+    """BART's copies (`seq2seq_copies`), and the sinusoidal positions' tables a checkpoint may keep under
+    `model.encoder.{key}` and `model.decoder.{key}`: derived, their values `table` of their shape (`why`
+    names them)."""
+    tables = re.compile(rf"model\.(encoder|decoder)\.{re.escape(key)}")
+
+    def extras(name: str, params: dict) -> Optional[Extra]:
+        return Extra(None, why, table) if tables.fullmatch(name) else seq2seq_copies(name, params)
+    return extras
+
+
 def seq2seq_copies(name: str, params: dict) -> Optional[Extra]:
     """The copies BART's checkpoints may keep of the shared embedding (the encoder's, the decoder's, a tied
     output head's)."""

@@ -4,14 +4,13 @@ checkpoints are BART's but for final_logits_bias, which it has none of."""
 
 from __future__ import annotations
 
-import re
-from typing import Any, Optional
+from typing import Any
 
 from xspec.hf.config_reader import ConfigReader
 from xspec.hf.families.family import Family, Mapped
 from xspec.hf.families.readers import read_seq2seq
 from xspec.hf.hf_config import SEQ2SEQ_KEYS, write_seq2seq
-from xspec.hf.weight_map import Extra, WeightRules, seq2seq, seq2seq_copies
+from xspec.hf.weight_map import WeightRules, seq2seq, seq2seq_with_positions
 
 
 def read(cfg: ConfigReader, m: Mapped) -> None:
@@ -19,12 +18,6 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
     cfg.put("share_encoder_decoder_embeddings", True, "model_type m2m_100: one embedding, model.shared")
     # The positions' table starts at the padding id + 1 (transformers reads the first position's row so).
     cfg.put("position_offset", cfg.number("pad_token_id", 1, least=0) + 1, "pad_token_id + 1")
-
-
-def extras(name: str, params: dict) -> Optional[Extra]:
-    if re.fullmatch(r"model\.(encoder|decoder)\.embed_positions\.weights", name):
-        return Extra(None, "the sinusoidal positions fairseq computes", _positions)
-    return seq2seq_copies(name, params)
 
 
 def _positions(shape: tuple[int, ...]):
@@ -39,4 +32,6 @@ def write(params: dict[str, Any], config: dict[str, Any]) -> None:
 
 
 FAMILY = Family("m2m_100", "m2m_100", "M2M100ForConditionalGeneration", read, 1024, write=write,
-                encoder_decoder=True, keys=SEQ2SEQ_KEYS, weights=WeightRules("m2m_100", seq2seq, extras=extras))
+                encoder_decoder=True, keys=SEQ2SEQ_KEYS,
+                weights=WeightRules("m2m_100", seq2seq, extras=seq2seq_with_positions(
+                    "embed_positions.weights", "the sinusoidal positions fairseq computes", _positions)))

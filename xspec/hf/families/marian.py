@@ -7,14 +7,13 @@ against what the spec computes and not read."""
 
 from __future__ import annotations
 
-import re
-from typing import Any, Optional
+from typing import Any
 
 from xspec.hf.config_reader import ConfigReader
 from xspec.hf.families.family import Family, Mapped
 from xspec.hf.families.readers import read_seq2seq
 from xspec.hf.hf_config import SEQ2SEQ_KEYS, write_seq2seq
-from xspec.hf.weight_map import Extra, WeightRules, seq2seq, seq2seq_copies
+from xspec.hf.weight_map import WeightRules, seq2seq, seq2seq_with_positions
 
 
 def read(cfg: ConfigReader, m: Mapped) -> None:
@@ -29,12 +28,6 @@ def write(params: dict[str, Any], config: dict[str, Any]) -> None:
     config["decoder_vocab_size"] = params["vocab"]
 
 
-def extras(name: str, params: dict) -> Optional[Extra]:
-    if re.fullmatch(r"model\.(encoder|decoder)\.embed_positions\.weight", name):
-        return Extra(None, "the sinusoidal positions Marian computes (every sine, then every cosine)", _positions)
-    return seq2seq_copies(name, params)
-
-
 def _positions(shape: tuple[int, ...]):
     from xspec.nn import SinusoidalPositionsInHalves   # here: `xspec --help` lists the families without torch
 
@@ -43,4 +36,6 @@ def _positions(shape: tuple[int, ...]):
 
 FAMILY = Family("marian", "marian", "MarianMTModel", read, 1024, write=write, encoder_decoder=True,
                 keys={**SEQ2SEQ_KEYS, "share_encoder_decoder_embeddings": "share_encoder_decoder_embeddings"},
-                weights=WeightRules("marian", seq2seq, extras=extras))
+                weights=WeightRules("marian", seq2seq, extras=seq2seq_with_positions(
+                    "embed_positions.weight", "the sinusoidal positions Marian computes (every sine, then every "
+                    "cosine)", _positions)))
