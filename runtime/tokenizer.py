@@ -188,22 +188,23 @@ class CheckpointTokenizer:
         """Marian's multilingual models take the target language as a source's first piece (`>>fr<<`); those
         of a tokenizer.json (mBART-50, M2M100) as the output's first token, the code's own (`fr_XX`) or
         M2M100's spelling of it (`__fr__`)."""
-        library = self._library
+        library, shown_code = self._library, printable(code)   # as typed: a terminal sees it escaped
         if isinstance(library, _Marian):
             codes = sorted(p[2:-2] for p in library.ids if p.startswith(">>") and p.endswith("<<"))
             if code not in codes:
                 listed = ", ".join(codes[:30]) + (", ..." if len(codes) > 30 else "") if codes else "none"
-                raise UserError(f"--tgt-lang {code}: {self._origin} has no >>{code}<< token (its target "
-                                f"languages: {printable(listed)})")
+                raise UserError(f"--tgt-lang {shown_code}: {self._origin} has no >>{shown_code}<< token (its "
+                                f"target languages: {printable(listed)})")
             return TargetLanguage(prefix=f">>{code}<< ")
         if isinstance(library, _Tokenizers):
             for token in (code, f"__{code}__"):
                 found = library.tokenizer.token_to_id(token)
                 if found is not None:
                     return TargetLanguage(forced_bos=found)
-            raise UserError(f"--tgt-lang {code}: {self._origin} has no token {code} or __{code}__ (a language "
-                            "code as the checkpoint's tokenizer spells it: fr_XX, __fr__, fra_Latn)")
-        raise UserError(f"--tgt-lang {code}: {self._origin} names no target languages (Marian's >>xx<< "
+            raise UserError(f"--tgt-lang {shown_code}: {self._origin} has no token {shown_code} or "
+                            f"__{shown_code}__ (a language code as the checkpoint's tokenizer spells it: fr_XX, "
+                            "__fr__, fra_Latn)")
+        raise UserError(f"--tgt-lang {shown_code}: {self._origin} names no target languages (Marian's >>xx<< "
                         "tokens, or a tokenizer.json's language codes)")
 
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:

@@ -12,6 +12,7 @@ from typing import Protocol
 import sentencepiece as spm
 
 from xspec.base.errors import UserError
+from xspec.base.text import printable
 from xspec.base.files import read_regular_file, write_bytes_atomically
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -143,8 +144,8 @@ class Vocab:
         return self.encode_sources(lines)
 
     def target_language(self, code: str) -> "TargetLanguage":
-        raise UserError(f"--tgt-lang {code}: xspec's vocabulary names no target languages (a translation model "
-                        "trained by xspec translates into its training data's target language)")
+        raise UserError(f"--tgt-lang {printable(code)}: xspec's vocabulary names no target languages (a "
+                        "translation model trained by xspec translates into its training data's target language)")
 
     def encode_prompts(self, lines: list[str]) -> list[list[int]]:
         """A prompt continues a document: its start, then the text's tokens."""

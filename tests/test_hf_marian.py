@@ -402,6 +402,9 @@ def test_tgt_lang_is_refused_where_the_tokenizer_names_no_languages(tmp_path, ca
     assert main(["translate", str(imported(0)), "--tgt-lang", "fr", "-i", str(tmp_path / "in.txt")]) == 1
     error = capsys.readouterr().err
     assert "--tgt-lang fr: " in error and "names no target languages (Marian's >>xx<< tokens, or a " in error
+    assert main(["translate", str(imported(0)), "--tgt-lang", "fr\x1b[2J\n", "-i", str(tmp_path / "in.txt")]) == 1
+    error = capsys.readouterr().err
+    assert "--tgt-lang fr\\x1b[2J\\n: " in error and "\x1b" not in error    # a terminal sees the code escaped
 
 
 @pytest.mark.parametrize("name, content, message", [
