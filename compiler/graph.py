@@ -780,14 +780,17 @@ def _join(prefix: str, name: str) -> str:
 
 
 def _bind_op_args(op: OpDef[Any], call: ast.Call, diagnostics: Diagnostics) -> Optional[dict[str, ast.Expr]]:
-    """Match a call's arguments to the op's inputs, then its attributes, in declaration order."""
-    names = [i.name for i in op.inputs] + list(op.attrs.model_fields)
+    """Match a call's arguments to the op's inputs, then its attributes, in declaration order; inputs given by
+    name only come last."""
+    positional = [i.name for i in op.inputs if not i.keyword] + list(op.attrs.model_fields)
+    names = positional + [i.name for i in op.inputs if i.keyword]
     bound: dict[str, ast.Expr] = {}
-    if len(call.args) > len(names):
-        diagnostics.error("arguments", call.args[len(names)].span,
-                          f"{op.name} takes at most {_count(len(names), 'argument')} ({', '.join(names)})")
+    if len(call.args) > len(positional):
+        diagnostics.error("arguments", call.args[len(positional)].span,
+                          f"{op.name} takes at most {_count(len(positional), 'argument')}"
+                          f"{' by position' if len(names) > len(positional) else ''} ({', '.join(positional)})")
         return None
-    bound.update(zip(names, call.args))
+    bound.update(zip(positional, call.args))
     for kw in call.kwargs:
         if kw.name not in names:
             diagnostics.error("arguments", kw.span, f"{op.name} has no argument '{kw.name}'",

@@ -15,6 +15,9 @@ quantity it holds (docs/language.md):
   bias, out_bias       biases of the Q, K, V projections and of the output projection
   fused_qkv            W^Q, W^K and W^V as rows of one matrix, qkv_proj (Phi-3's checkpoints)
 
+and, beside the query, key, value and padding mask, an input given by name: `position_bias`, added to the
+scores (T5's relative position bias, [1, heads, queries, keys]).
+
 Everything about the op is here: schema, rules between arguments, shape rule, learned tensors and buffers,
 lowering (xspec/nn/attention.py has the module), FLOPs, saved activations, and what diagrams say.
 """
@@ -98,6 +101,12 @@ def _shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
         mask = require(shapes["mask"], "the mask", dtype="bool")
         if mask.dims != k.dims[:-1]:
             raise ShapeError(f"the padding mask {mask} must match the keys' {TensorType(k.dims[:-1])}")
+    if "position_bias" in shapes:
+        bias = require(shapes["position_bias"], "the position bias", min_rank=3)
+        expected = (a.heads, q.dims[-2], k.dims[-2])
+        if bias.dims[-3:] != expected or any(d != 1 for d in bias.dims[:-3]):
+            raise ShapeError(f"the position bias {bias} must be a score's bias per head, query and key: "
+                             f"{TensorType((1, *expected))}")
     d_model = concrete_last(q, "the query")
     for name, x in (("key", k), ("value", v)):
         if concrete_last(x, f"the {name}") != d_model:
@@ -220,13 +229,14 @@ SCORE_COPIES = 4      # n_q x n_k tensors the plain path keeps: scores, capped, 
 def _saved(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> int:
     """What attention keeps for backward. SDPA's kernels: Q, K, V, the per-head context and each query's
     log-sum-exp. Where the n_q x n_k weights are written out, several of them too (measured on CPUs):
-    SDPA's own fallback for dropout on the weights (3) or ALiBi's additive bias (2), and the plain path of
+    SDPA's own fallback for dropout on the weights (3) or an additive bias, ALiBi's or a position bias (2),
+    and the plain path of
     soft caps and sinks (SCORE_COPIES, one more with dropout)."""
     n_k = n_in["key"]
     kept = n_q * a.heads * (a.d_k + a.d_v + 1) + n_k * a.key_heads * (a.d_k + a.d_v)
     if a.softcap is not None or a.sinks:
         kept += (SCORE_COPIES + (1 if a.dropout else 0)) * a.heads * n_q * n_k
-    elif a.dropout or a.alibi:
+    elif a.dropout or a.alibi or "position_bias" in n_in:
         kept += (3 if a.dropout else 2) * a.heads * n_q * n_k
     return kept
 
@@ -238,9 +248,10 @@ def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool)
     args = [inputs["query"], inputs["key"], inputs["value"]]
     if "mask" in inputs:
         args.append(inputs["mask"])  # forward(query, key, value, padding_mask=None, cache=None)
+    bias = {"position_bias": inputs["position_bias"]} if "position_bias" in inputs else {}
     if cache and "mask" in inputs:
-        return call(f"self.{target}", *args, variable("cache"))
-    return call(f"self.{target}", *args, **({"cache": variable("cache")} if cache else {}))
+        return call(f"self.{target}", *args, variable("cache"), **bias)
+    return call(f"self.{target}", *args, **({"cache": variable("cache")} if cache else {}), **bias)
 
 
 def _norm(features: pyast.expr, a: AttentionAttrs, w: Written) -> pyast.expr:
@@ -394,7 +405,8 @@ ATTENTION = OpDef(
     name="attention",
     doc="multi-head scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1-3.2.2)",
     family=Family.ATTENTION,
-    inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True)),
+    inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True),
+            Input("position_bias", optional=True, keyword=True)),
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,

@@ -72,6 +72,9 @@ class Written(Protocol):
 class Input:
     name: str
     optional: bool = False
+    # Given by name only (`position_bias = b`): an input added after the attributes a spec may pass by
+    # position, which must keep their places.
+    keyword: bool = False
 
 
 Inferred = dict[str, object]  # facts the shape rule derives, e.g. {"in_features": 512}

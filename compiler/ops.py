@@ -61,6 +61,31 @@ def _sinusoids_module(a: SinusoidalAttrs, i: Inferred, w: Written) -> pyast.expr
     return call(_SINUSOIDS[a.layout], w.width("x"), w.attr("max_len"), *offset)
 
 
+class RelativeBiasAttrs(Attrs):
+    heads: int = Field(gt=0)
+    buckets: int = 32               # relative_attention_num_buckets
+    max_distance: int = 128         # relative_attention_max_distance: farther keys share the last bucket
+    bidirectional: bool = True      # keys after the query have buckets of their own (an encoder's)
+
+
+def _relative_bias_check(a: RelativeBiasAttrs) -> list[tuple[str, str]]:
+    """Half the buckets (a direction's) count distances one by one, the rest log-spaced up to
+    max_distance: both halves need at least one bucket, and max_distance must lie beyond the exact ones."""
+    per_direction = a.buckets // 2 if a.bidirectional else a.buckets
+    if per_direction < 2:
+        return [("buckets", f"buckets = {a.buckets}: each direction needs at least 2, half of them exact distances "
+                            "and half log-spaced ones")]
+    if a.max_distance <= per_direction // 2:
+        return [("max_distance", f"max_distance = {a.max_distance} must exceed the {per_direction // 2} distances "
+                                 "counted one by one")]
+    return []
+
+
+def _relative_bias_shape(shapes: Shapes, a: RelativeBiasAttrs) -> tuple[TensorType, Inferred]:
+    x = require(shapes["x"], "the input", min_rank=2)
+    return TensorType((1, a.heads, x.dims[-2], x.dims[-2])), {"dim": concrete_last(x, "the input")}
+
+
 class LinearAttrs(Attrs):
     out: int = Field(gt=0)
     bias: bool = True
@@ -238,6 +263,21 @@ OPS: dict[str, OpDef[Any]] = {
             call=_call_with_cache, uses_cache=True,
             title="Positional Embedding", details=lambda a, i: [f"learned, max_len {a.max_len}"],
             facts=lambda a, i: {"positions": "learned"},
+        ),
+        OpDef(
+            name="relative_position_bias",
+            doc="a learned bias per head and bucket of the key's distance from the query, for attention's scores "
+                "(T5; Shaw et al., 2018, in Raffel et al.'s bucketed form)",
+            family=Family.POSITION, inputs=(Input("x"),), attrs=RelativeBiasAttrs, infer=_relative_bias_shape,
+            params=lambda a, i: {"weight": (a.buckets, a.heads)}, check=_relative_bias_check,
+            module=lambda a, i, w: call("RelativePositionBias", w.width("x"), w.attr("heads"),
+                                        **_unless_default(w, "buckets", a.buckets, 32),
+                                        **_unless_default(w, "max_distance", a.max_distance, 128),
+                                        **_unless_default(w, "bidirectional", a.bidirectional, True)),
+            call=_call_with_cache, uses_cache=True, title="Relative Position Bias",
+            details=lambda a, i: [f"{a.buckets} buckets to distance {a.max_distance}, "
+                                  f"{'both directions' if a.bidirectional else 'keys before the query'}"],
+            facts=lambda a, i: {"positions": "relative"},
         ),
         OpDef(
             name="linear", doc="x W + b", family=Family.FEED_FORWARD,

@@ -63,9 +63,10 @@ def _heads_and_gate(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
 
 def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torch.Tensor]):
     def forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                padding_mask: Optional[torch.Tensor] = None, cache: Any = None) -> torch.Tensor:
-        if cache is not None or (module.training and attrs.dropout):
-            return own(module, query, key, value, padding_mask, cache)
+                padding_mask: Optional[torch.Tensor] = None, cache: Any = None,
+                position_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if cache is not None or (module.training and attrs.dropout) or position_bias is not None:
+            return own(module, query, key, value, padding_mask, cache, position_bias)
         q, k, v, gate = _heads_and_gate(module, query, key, value)
         sinks = module.sinks if attrs.sinks else None
         out = flex_attention(q, k, v, attrs, padding_mask, sinks, compiled)

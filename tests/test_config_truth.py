@@ -18,7 +18,7 @@ MODERN = sorted((Path(__file__).resolve().parent.parent / "specs" / "modern").gl
 def _edits(name: str, value: object, layers: int) -> list[object]:
     if isinstance(value, bool):
         return [not value]
-    if name in ("layers", "mtp_depth", "encoder_layers", "decoder_layers"):
+    if name in ("layers", "mtp_depth", "encoder_layers", "decoder_layers", "num_layers", "num_decoder_layers"):
         return [value + 1]
     if isinstance(value, tuple):
         schedule = value[:layers]

@@ -58,7 +58,7 @@ CONFIG_CASES = [
     ("mistral", lambda c: c.update(model_type="bert"),
      'config.json: model_type "bert" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, '
      'gemma3_text, olmo2, phi3, mixtral, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3, glm4_moe, bamba, '
-     'qwen3_next, nemotron_h, marian, bart, mbart, m2m_100)'),
+     'qwen3_next, nemotron_h, marian, bart, mbart, m2m_100, t5, mt5, umt5)'),
     ("mistral", lambda c: c.pop("model_type"), "config.json: no model_type is not supported (supported: llama,"),
     ("gemma3", lambda c: c.update(model_type="gemma3"),
      'config.json: model_type "gemma3" is not supported: a Gemma 3 checkpoint with its vision tower'),
@@ -129,10 +129,24 @@ def test_a_missing_an_extra_and_a_misshapen_tensor_are_each_named(tmp_path):
     assert refused(directory, tmp_path / "out") == (
         f"{directory}: tensor model.layers.2.self_attn.qkv_proj.weight (120, 64) has the wrong shape: the model with "
         "this config.json needs (128, 64)")
-    directory = copy("gemma2", tmp_path / "d")    # tied: a kept lm_head.weight must be the embedding
-    rewrite_weights(directory, lambda t: t.update({"lm_head.weight": torch.zeros(300, 64)}))
+    directory = copy("gemma2", tmp_path / "d")    # tied: a kept lm_head.weight must be the embedding's shape
+    rewrite_weights(directory, lambda t: t.update({"lm_head.weight": torch.zeros(300, 32)}))
     assert refused(directory, tmp_path / "out") == (f"{directory}: lm_head.weight differs from "
                                                     "model.embed_tokens.weight, but tie_word_embeddings is true")
+
+
+def test_a_tied_config_whose_checkpoint_holds_another_output_head_imports_untied(tmp_path):
+    """transformers loads a head of other values apart from the embedding it would be tied to (and says so):
+    the import does the same, and its logits are transformers'."""
+    import torch
+
+    directory = copy("gemma2", tmp_path)
+    rewrite_weights(directory, lambda t: t.update({"lm_head.weight": torch.randn(300, 64)}))
+    said: list[str] = []
+    imported = import_checkpoint(directory, tmp_path / "out", say=said.append)
+    assert imported.spec.params["tie_word_embeddings"] is False and imported.verification["verified"]
+    assert f"{directory}: the checkpoint's lm_head.weight differs from model.embed_tokens.weight: imported apart, " \
+           "as transformers loads it" in said
 
 
 def test_a_misshapen_tensor_is_named_before_any_reordering(tmp_path):

@@ -163,6 +163,9 @@ def _edits(params: dict) -> list[dict]:
     if "encoder_layers" in params:     # an encoder and a decoder sized apart (Marian's)
         return [{"encoder_layers": 3, "decoder_layers": 1}, {"d_model": 2 * params["d_model"]},
                 {"encoder_ffn_dim": params["encoder_ffn_dim"] + 8}, {"decoder_attention_heads": 2}]
+    if "num_decoder_layers" in params:  # T5's names
+        return [{"num_layers": 3, "num_decoder_layers": 1}, {"d_model": 2 * params["d_model"]},
+                {"d_ff": params["d_ff"] + 8}, {"num_heads": 2, "d_kv": 8}, {"relative_attention_num_buckets": 16}]
     edits = [{"layers": 3}, {"d_model": 2 * params["d_model"]}]
     if isinstance(params.get("d_ff"), int):
         edits.append({"d_ff": params["d_ff"] + 8})

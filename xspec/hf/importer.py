@@ -59,6 +59,7 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
     mapped = map_config(config, str(source / CONFIG))
     weights = open_weights(source, config)
     _without_missing_predictions(mapped, weights, say)
+    _untied_where_the_head_differs(mapped, weights, say)
     encoder_decoder = FAMILIES[mapped.model_type].encoder_decoder
     generation = read_generation(checkpoint_directory(source), config if encoder_decoder else None)
     tokenizer = find_tokenizer(source, config, generation.eos_ids, generation.file)
@@ -102,6 +103,28 @@ def _without_missing_predictions(mapped: Mapped, weights: CheckpointDir, say: Ca
     setting.value = 0
     why = (f"the checkpoint holds no weights for its {mapped.config[setting.source]} multi-token prediction "
            f"module(s) (no {first}; transformers' save_pretrained drops them): imported without them")
+    mapped.notes[setting.source] = why
+    say(f"{shown(weights.path)}: {why}")
+
+
+HEAD = "lm_head.weight"
+
+
+def _untied_where_the_head_differs(mapped: Mapped, weights: CheckpointDir, say: Callable[[str], None]) -> None:
+    """A config that ties the output projection to the embedding, whose checkpoint holds a projection of other
+    values: transformers loads the two apart (and says so), as the import does. (transformers 5 ties T5's
+    always, and reads such checkpoints so.)"""
+    setting = next((s for s in mapped.settings if s.param == "tie_word_embeddings"), None)
+    if setting is None or not setting.value:
+        return
+    extra = mapped.weights.extras(HEAD, mapped.params)
+    if extra is None or extra.copy_of is None or HEAD not in weights.files or extra.copy_of not in weights.files:
+        return
+    head, embedding = weights.tensor(HEAD), weights.tensor(extra.copy_of)
+    if head.shape != embedding.shape or torch.equal(head, embedding):   # a misshapen copy is refused as one
+        return
+    setting.value = False
+    why = f"the checkpoint's {HEAD} differs from {extra.copy_of}: imported apart, as transformers loads it"
     mapped.notes[setting.source] = why
     say(f"{shown(weights.path)}: {why}")
 

@@ -20,7 +20,7 @@ import torch
 from xspec.base.errors import UserError
 from xspec.base.text import printable, shown
 from xspec.hf.checkpoint_dir import CONFIG, INDEX, CheckpointDir
-from xspec.hf.families import Mapped
+from xspec.hf.families import FAMILIES, Mapped
 
 MAX_KL = 1e-5                 # nats per token, averaged
 MAX_RELATIVE_DIFFERENCE = 1e-3  # of the largest logit's size (float32 sums in another order differ by ~1e-6)
@@ -192,12 +192,12 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
     source = None
     if spec.has_encoder:    # a translation model: the target tokens after source sentences, one padded
         source = _tokens(mapped, (2, length + 3), draw).to(chosen)
-        layers = checked = mapped.params["decoder_layers"]
+        layers = checked = mapped.params[FAMILIES[mapped.model_type].depth]
         if spec._compilation.validated.bytes_needed > available_memory(chosen) * 0.8:
             raise UserError(f"{work.name}: the model does not fit in memory as float32 to be checked; import with "
                             "--no-verify")
     else:
-        layers = mapped.params["layers"]
+        layers = mapped.params[FAMILIES[mapped.model_type].depth]
         checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
     # One model at a time: ours, then the checkpoint's own class.
     our_logits = _our_logits(work, layers, checked, tokens, source)

@@ -14,7 +14,7 @@ of experts: routers, activations, the experts), contracts.py (what the runtime m
 of a model and its modules, as protocols, and the list of multi-token prediction depths)."""
 
 from .embeddings import (Embedding, FairseqSinusoidalPositions, LearnedPositions, OffsetLearnedPositions,
-                         ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves)
+                         RelativePositionBias, ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves)
 from .norms import RMSNorm
 from .gating import GLU
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
@@ -31,7 +31,7 @@ from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPred
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "SinusoidalPositionsInHalves", "LearnedPositions",
-    "OffsetLearnedPositions", "FairseqSinusoidalPositions",
+    "OffsetLearnedPositions", "FairseqSinusoidalPositions", "RelativePositionBias",
     "RMSNorm", "GLU",
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",

@@ -93,10 +93,11 @@ class Attention(nn.Module):
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
 
-    def forward(self, query, key, value, padding_mask=None, cache=None):
+    def forward(self, query, key, value, padding_mask=None, cache=None, position_bias=None):
         start = cache.length if cache is not None else 0
         q, k, v, gate = self.heads_of(query, key, value, start, cache)
-        out = self.attend(q, k, v, *self.mask(q, k, padding_mask, cache))  # [B, h, Tq, d_v]
+        mask, is_causal = self.mask(q, k, padding_mask, cache, position_bias)
+        out = self.attend(q, k, v, mask, is_causal)  # [B, h, Tq, d_v]
         return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), gate))
 
     def heads_of(self, query, key, value, start=0, cache=None):
@@ -166,14 +167,14 @@ class Attention(nn.Module):
                                               dropout_p=self.dropout if self.training else 0.0,
                                               enable_gqa=self.kv_heads != self.heads)
 
-    def mask(self, q, k, padding_mask, cache):
-        """The mask the weights take (True: attend; or an additive bias), and whether SDPA's own
-        causal mask serves instead: from static facts only (torch.compile cannot branch on a
-        symbolic size)."""
+    def mask(self, q, k, padding_mask, cache, position_bias=None):
+        """The mask the weights take (True: attend; or an additive bias: ALiBi's, or the
+        `position_bias` given, [1, h, Tq, Tk]), and whether SDPA's own causal mask serves instead:
+        from static facts only (torch.compile cannot branch on a symbolic size)."""
         mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
         if self.causal and not (cache is not None and q.size(2) == 1):  # a step sees all cached
             if cache is None and mask is None and self.window is None and self.slopes is None \
-                    and self.inner_attention is None:
+                    and self.inner_attention is None and position_bias is None:
                 return None, True
             visible = self.visible(q.size(2), k.size(2), q.device)
             # packed ones that see nothing of each other
@@ -181,6 +182,9 @@ class Attention(nn.Module):
             if documents is not None:  # [B, 1, T, T]
                 visible = visible & (documents[:, None, :, None] == documents[:, None, None, :])
             mask = visible if mask is None else mask & visible
+        if position_bias is not None:
+            bias = position_bias.to(q.dtype)
+            return (bias if mask is None else bias.masked_fill(~mask, float("-inf"))), False
         if self.slopes is None:
             return mask, False
         query_position = torch.arange(k.size(2) - q.size(2), k.size(2), device=q.device)

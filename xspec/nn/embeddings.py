@@ -117,3 +117,46 @@ class OffsetLearnedPositions(LearnedPositions):
     def forward(self, x, cache=None):
         start = (cache.length if cache is not None else 0) + self.offset
         return self.weight[start:start + x.size(-2)]  # [T, d]
+
+
+class RelativePositionBias(nn.Module):
+    """T5's relative position bias (Raffel et al., 2020): a learned scalar per head and bucket of
+    the distance from a query to a key, added to the attention's scores. A bucket is the distance
+    itself below half the buckets (per direction, where keys after the query count too), then one
+    of logarithmically wider ranges up to `max_distance`, beyond which all share the last.
+
+    forward(x, cache) -> [1, heads, T, start + T]: the bias of x's T positions, which follow the
+    cache's `start`, over every key up to them."""
+
+    def __init__(self, dim, heads, buckets=32, max_distance=128, bidirectional=True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(buckets, heads))
+        self.buckets, self.max_distance, self.bidirectional = buckets, max_distance, bidirectional
+        self.dim = dim
+        self.reset_parameters()
+
+    def reset_parameters(self):  # T5's: the scores' bias of the scale of unscaled q.k at init
+        nn.init.normal_(self.weight, std=self.dim ** -0.5)
+
+    def forward(self, x, cache=None):
+        start = cache.length if cache is not None else 0
+        queries = torch.arange(start, start + x.size(-2), device=x.device)
+        keys = torch.arange(start + x.size(-2), device=x.device)
+        buckets = self.bucket(keys[None, :] - queries[:, None])  # [T, start + T]
+        return self.weight[buckets].permute(2, 0, 1)[None].to(x.dtype)
+
+    def bucket(self, distance):
+        """The bucket of each key's distance from its query (key - query; after it is positive)."""
+        buckets, half = self.buckets, torch.zeros_like(distance)
+        if self.bidirectional:  # keys after the query have the upper half of the buckets
+            buckets //= 2
+            half = (distance > 0).long() * buckets
+            distance = distance.abs()
+        else:  # a causal query sees only keys before it
+            distance = (-distance).clamp(min=0)
+        exact = buckets // 2
+        # from `exact` on, log-spaced up to max_distance (clamped: log stays finite where unused)
+        widths = math.log(self.max_distance / exact)
+        ratio = torch.log(distance.clamp(min=1).float() / exact) / widths
+        wide = (exact + (ratio * (buckets - exact)).long()).clamp(max=buckets - 1)
+        return half + torch.where(distance < exact, distance, wide)

@@ -52,3 +52,4 @@ class Family:
     # An encoder and a decoder (Marian), which config.json sizes apart: the keys every decoder family shares
     # (hidden_size, num_hidden_layers, ...) are not written for it.
     encoder_decoder: bool = False
+    depth: str = "layers"           # the parameter counting the decoder's layers

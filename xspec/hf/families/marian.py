@@ -35,6 +35,7 @@ def _positions(shape: tuple[int, ...]):
 
 
 FAMILY = Family("marian", "marian", "MarianMTModel", read, 1024, write=write, encoder_decoder=True,
+                depth="decoder_layers",
                 keys={**SEQ2SEQ_KEYS, "share_encoder_decoder_embeddings": "share_encoder_decoder_embeddings"},
                 weights=WeightRules("marian", seq2seq, extras=seq2seq_with_positions(
                     "embed_positions.weight", "the sinusoidal positions Marian computes (every sine, then every "
