@@ -86,10 +86,10 @@ class CompiledSpec:
 
     @cached_property
     def max_positions(self) -> Optional[int]:
-        from .opdef import Family
-        from .ops import OPS, PositionsAttrs  # loaded with the compiler, which has run
+        from .ops import PositionsAttrs  # loaded with the compiler, which has run
 
-        lengths = [node.attrs_as(PositionsAttrs).max_len for node in self.ops if OPS[node.op].family == Family.POSITION]
+        # tables of positions; a relative bias has none, and no length it is limited to
+        lengths = [node.attrs.max_len for node in self.ops if isinstance(node.attrs, PositionsAttrs)]
         return min(lengths) if lengths else None
 
     @cached_property

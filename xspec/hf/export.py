@@ -174,10 +174,12 @@ def _candidate(spec, graph: tuple[list[_Node], list[tuple]], family: Family, spe
     return Match(config, mapped, rebuilt, modules, one_op), None
 
 
-def match_family(spec, special: tuple[int | None, list[int]]) -> Match:
+def match_family(spec, special: tuple[int | None, list[int]], preferred: object = None) -> Match:
+    """The family whose spec computes what `spec` does: `preferred` (an import's model_type) where it does, as
+    families may share a spec (T5's and mT5's)."""
     closest = None
     # The families whose own parameters the spec has most of first: usually the first compiled matches.
-    order = sorted(FAMILIES, key=lambda t: -sum(p in spec.params for p in FAMILIES[t].keys))
+    order = sorted(FAMILIES, key=lambda t: (t != preferred, -sum(p in spec.params for p in FAMILIES[t].keys)))
     graph = _graph(spec)
     for model_type in order:
         match, difference = _candidate(spec, graph, FAMILIES[model_type], special)
@@ -268,7 +270,7 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     # xspec's own vocabulary starts and ends a document at EOS
     special = (tokenizer.bos_id, tokenizer.eos_ids) if tokenizer.kind != "xspec" else (EOS, [EOS])
     kept = tokenizer.hf_files
-    match = match_family(trained.spec, special)
+    match = match_family(trained.spec, special, kept.get("config.json", {}).get("model_type"))
     config = kept_keys(kept.get("config.json"), match.config, match.mapped, say)
     mapped, theirs = match.mapped, match.family_spec
     state = {match.tensor_name(name): tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}

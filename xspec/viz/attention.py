@@ -113,7 +113,7 @@ def _recorder(name: str, captured: dict[str, torch.Tensor]):
     def hook(module, args, kwargs, output):
         query, key, value = args[:3]
         padding = args[3] if len(args) > 3 else kwargs.get("padding_mask")
-        q, k, mask, is_causal = scores_inputs(module, query, key, value, padding)
+        q, k, mask, is_causal = scores_inputs(module, query, key, value, padding, kwargs.get("position_bias"))
         if module.inner_attention is not None:  # written out (WrittenOutAttention)
             captured[name] = module.inner_attention.weights(q, k, mask, module.sinks)[0]
         else:
@@ -133,12 +133,13 @@ def _latent_recorder(name: str, captured: dict[str, torch.Tensor]):
 
 
 def scores_inputs(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                  padding: Optional[torch.Tensor]) -> tuple:
+                  padding: Optional[torch.Tensor], position_bias: Optional[torch.Tensor] = None) -> tuple:
     """A generated attention's queries [B, h, Tq, d_k] and keys [B, kv_h, Tk, d_k], and the mask SDPA
-    takes with whether its causal mask serves, through the module's own steps (no cache)."""
+    takes (with a position bias, T5's, added) with whether its causal mask serves, through the module's
+    own steps (no cache)."""
     q, k, _ = heads_of(module, query, key, value)
     attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
-    return (q, k, *attention.mask(q, k, padding, None))
+    return (q, k, *attention.mask(q, k, padding, None, position_bias))
 
 
 def sdpa_weights(q: torch.Tensor, k: torch.Tensor, mask: Optional[torch.Tensor], is_causal: bool) -> torch.Tensor:

@@ -37,8 +37,10 @@ def read_t5(cfg: ConfigReader, m: Mapped, *, feed_forward: str, scales: bool) ->
     layers = cfg.map(cfg.spelling("num_layers", "num_hidden_layers"), "num_layers", most=MAX_REPEAT)
     cfg.map("num_decoder_layers", "num_decoder_layers", layers, most=MAX_REPEAT, null=True)
     cfg.map(cfg.spelling("num_heads", "num_attention_heads"), "num_heads")
-    cfg.map("relative_attention_num_buckets", "relative_attention_num_buckets", 32)
-    cfg.map("relative_attention_max_distance", "relative_attention_max_distance", 128)
+    # the encoder's buckets are half per direction, half of those exact distances; the decoder counts
+    # buckets / 2 distances one by one, which the log-spaced ones must reach past
+    buckets = cfg.map("relative_attention_num_buckets", "relative_attention_num_buckets", 32, least=4)
+    cfg.map("relative_attention_max_distance", "relative_attention_max_distance", 128, least=buckets // 2 + 1)
     cfg.map("dropout_rate", "dropout_rate", 0.1, integer=False, least=0)
     cfg.map("layer_norm_epsilon", "layer_norm_epsilon", 1e-6, integer=False, least=0)
     _read_feed_forward(cfg, feed_forward)
