@@ -86,6 +86,10 @@ def _relative_bias_shape(shapes: Shapes, a: RelativeBiasAttrs) -> tuple[TensorTy
     return TensorType((1, a.heads, x.dims[-2], x.dims[-2])), {"dim": concrete_last(x, "the input")}
 
 
+class TokenTypeAttrs(Attrs):
+    types: int = Field(2, gt=0)     # type_vocab_size: BERT's two sentences of a pair
+
+
 class LinearAttrs(Attrs):
     out: int = Field(gt=0)
     bias: bool = True
@@ -278,6 +282,17 @@ OPS: dict[str, OpDef[Any]] = {
             details=lambda a, i: [f"{a.buckets} buckets to distance {a.max_distance}, "
                                   f"{'both directions' if a.bidirectional else 'keys before the query'}"],
             facts=lambda a, i: {"positions": "relative"},
+        ),
+        OpDef(
+            name="token_type_embedding",
+            doc="BERT's token type embeddings, of which an encoder reading one text adds the first type's row",
+            family=Family.EMBEDDING, inputs=(Input("x"),), attrs=TokenTypeAttrs,
+            infer=lambda shapes, a: (TensorType((concrete_last(require(shapes["x"], "the input"), "the input"),)),
+                                     {"dim": concrete_last(shapes["x"], "the input")}),
+            params=lambda a, i: {"weight": (a.types, _size(i, "dim"))},
+            module=lambda a, i, w: call("TokenTypeEmbedding", w.width("x"), **_unless_default(w, "types", a.types, 2)),
+            call=_call_module, title="Token Type Embedding",
+            details=lambda a, i: [f"{a.types} types, the first's row added"],
         ),
         OpDef(
             name="linear", doc="x W + b", family=Family.FEED_FORWARD,

@@ -36,11 +36,11 @@ def config_for(family: Family, params: dict[str, Any], max_positions: int, bos_i
                               # padding is never attended to; null keeps a class default (Phi-3's 32000) from
                               # naming a row past a small vocabulary
                               "pad_token_id": None}
-    for param, key in ({} if family.encoder_decoder else COMMON).items():
+    for param, key in (COMMON if family.common_keys else {}).items():
         config[key] = params[param]
     for param, key in family.keys.items():
         config[key] = params[param]
-    if not family.encoder_decoder:
+    if family.common_keys:
         config["hidden_act"] = "silu"
     family.write(params, config)
     return config

@@ -107,9 +107,6 @@ def _without_missing_predictions(mapped: Mapped, weights: CheckpointDir, say: Ca
     say(f"{shown(weights.path)}: {why}")
 
 
-HEAD = "lm_head.weight"
-
-
 def _untied_where_the_head_differs(mapped: Mapped, weights: CheckpointDir, say: Callable[[str], None]) -> None:
     """A config that ties the output projection to the embedding, whose checkpoint holds a projection of other
     values: transformers loads the two apart (and says so), as the import does. (transformers 5 ties T5's
@@ -117,14 +114,15 @@ def _untied_where_the_head_differs(mapped: Mapped, weights: CheckpointDir, say: 
     setting = next((s for s in mapped.settings if s.param == "tie_word_embeddings"), None)
     if setting is None or not setting.value:
         return
-    extra = mapped.weights.extras(HEAD, mapped.params)
-    if extra is None or extra.copy_of is None or HEAD not in weights.files or extra.copy_of not in weights.files:
+    name = mapped.weights.head
+    extra = mapped.weights.extras(name, mapped.params)
+    if extra is None or extra.copy_of is None or name not in weights.files or extra.copy_of not in weights.files:
         return
-    head, embedding = weights.tensor(HEAD), weights.tensor(extra.copy_of)
+    head, embedding = weights.tensor(name), weights.tensor(extra.copy_of)
     if head.shape != embedding.shape or torch.equal(head, embedding):   # a misshapen copy is refused as one
         return
     setting.value = False
-    why = f"the checkpoint's {HEAD} differs from {extra.copy_of}: imported apart, as transformers loads it"
+    why = f"the checkpoint's {name} differs from {extra.copy_of}: imported apart, as transformers loads it"
     mapped.notes[setting.source] = why
     say(f"{shown(weights.path)}: {why}")
 
@@ -145,7 +143,7 @@ def _write_spec(work: Path, source: Path, mapped: Mapped, generation: Generation
     family = copy_family(mapped.spec, work)
     text = spec_text(model_name(source, family.models), mapped.spec, family.spec, mapped.settings, str(source),
                      mapped.model_type, mapped.max_positions, generation.decode,
-                     FAMILIES[mapped.model_type].encoder_decoder)
+                     FAMILIES[mapped.model_type].encoder_decoder, FAMILIES[mapped.model_type].encoder_only)
     (work / MODEL_SPEC).write_text(text, encoding="utf-8")
     spec = xspec.compile(work / MODEL_SPEC)
     (work / "spec.xspec").write_text(spec.resolved_source, encoding="utf-8")
@@ -299,6 +297,9 @@ def _check_copies(mapped: Mapped, params: dict, weights: CheckpointDir) -> None:
     for name in weights.files:
         extra = mapped.weights.extras(name, params)
         if extra is None:
+            continue
+        if extra.unused:
+            weights.files[name].release(name)
             continue
         stored = weights.tensor(name)
         if extra.copy_of is None:

@@ -102,9 +102,11 @@ def model_name(source: Path, taken: set[str]) -> str:
 
 
 def spec_text(name: str, family: str, imported: str, settings: list[Setting], source: str, model_type: str,
-              max_positions: int, decode: Sequence[Setting] = (), encoder_decoder: bool = False) -> str:
+              max_positions: int, decode: Sequence[Setting] = (), encoder_decoder: bool = False,
+              encoder_only: bool = False) -> str:
     """`decode`: the decode section's keys, from generation_config.json, each commented with its key.
-    `encoder_decoder`: a translation model, which fine-tunes on sentence pairs rather than blocks of text."""
+    `encoder_decoder`: a translation model, which fine-tunes on sentence pairs rather than blocks of text;
+    `encoder_only`: a masked LM, which fine-tunes on lines of text and decodes nothing."""
     # A path may hold any character, a line break included: shown escaped, it stays inside its comment.
     origin = f"{printable(source)} (config.json model_type \"{model_type}\")"
     lines = [f"# Imported by `xspec import` from {origin}: the shipped",
@@ -120,10 +122,10 @@ def spec_text(name: str, family: str, imported: str, settings: list[Setting], so
         else:
             lines.append(f"  {text.ljust(width)}  # {s.source}")
     lines += ["", "  data {", f"    max_tokens = {max_positions}   # max_position_embeddings"]
-    if not encoder_decoder:
+    if not encoder_decoder and not encoder_only:
         lines.append(f"    block_size = {min(BLOCK_SIZE, max_positions)}   # tokens a fine-tuning block predicts")
     lines.append("  }")
-    if decode:      # null (top_k 0): no filter, the section's default
+    if decode and not encoder_only:      # null (top_k 0): no filter, the section's default
         entries = [(f"{s.param} = {literal(s.value)}", s.source) for s in decode if s.value is not None]
         width = max(len(entry) for entry, _ in entries)
         lines += ["  decode {", *(f"    {entry.ljust(width)}  # {printable(source)}" for entry, source in entries),

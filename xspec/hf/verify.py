@@ -75,11 +75,16 @@ def layers_to_check(work: Path, layers: int, whole: int, device: torch.device) -
 
 
 def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor,
-                source: torch.Tensor | None = None) -> torch.Tensor:
-    """The logits of `tokens`; of an encoder-decoder, the target `tokens` after the `source` sentences."""
+                source: torch.Tensor | None = None, encoder_only: bool = False) -> torch.Tensor:
+    """The logits of `tokens`; of an encoder-decoder, the target `tokens` after the `source` sentences; of an
+    encoder alone, of `tokens` with their padding (source_padding)."""
     device = str(tokens.device)
     import xspec
 
+    if encoder_only:
+        model = xspec.load(work, device=device, weights="fp32").model
+        with torch.no_grad():
+            return model(tokens, source_padding(tokens)).float()
     if source is not None:
         model = xspec.load(work, device=device, weights="fp32").model
         with torch.no_grad():
@@ -114,12 +119,13 @@ def _reference_directory(weights: CheckpointDir, into: Path) -> Path:
 
 
 def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.Tensor,
-                  source: torch.Tensor | None = None) -> torch.Tensor:
+                  source: torch.Tensor | None = None, encoder_only: bool = False) -> torch.Tensor:
     """The logits of the checkpoint's own class; whatever transformers raises on this checkpoint is an error
     naming it (xspec's reading let through a value the reference cannot run)."""
     with tempfile.TemporaryDirectory(prefix="xspec-reference-") as folder:
         try:
-            return _reference_logits(_reference_directory(weights, Path(folder)), hf_class, checked, tokens, source)
+            return _reference_logits(_reference_directory(weights, Path(folder)), hf_class, checked, tokens, source,
+                                     encoder_only)
         except Exception as error:      # transformers raises assorted types for what it cannot run
             reason = printable(" ".join(str(error).split())[:300]) or type(error).__name__
             raise UserError(f"{shown(weights.path)}: transformers' {hf_class.__name__} cannot run this checkpoint "
@@ -128,7 +134,7 @@ def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.
 
 
 def _reference_logits(folder: Path, hf_class, checked: int, tokens: torch.Tensor,
-                      source: torch.Tensor | None = None) -> torch.Tensor:
+                      source: torch.Tensor | None = None, encoder_only: bool = False) -> torch.Tensor:
     import transformers
 
     config = hf_class.config_class.from_pretrained(folder)
@@ -149,6 +155,8 @@ def _reference_logits(folder: Path, hf_class, checked: int, tokens: torch.Tensor
             transformers.utils.logging.enable_progress_bar()
     with torch.no_grad():
         reference = reference.to(tokens.device)
+        if encoder_only:
+            return reference(input_ids=tokens, attention_mask=(~source_padding(tokens)).long()).logits.float()
         if source is None:
             return reference(tokens).logits.float()
         return reference(input_ids=source, attention_mask=(~source_padding(source)).long(),
@@ -190,7 +198,10 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
     draw = torch.Generator().manual_seed(0)
     tokens = _tokens(mapped, (2, length), draw).to(chosen)
     source = None
-    if spec.has_encoder:    # a translation model: the target tokens after source sentences, one padded
+    encoder_only = not spec.has_decoder    # a masked LM: its logits of the tokens, one sentence padded
+    if encoder_only:
+        layers = checked = mapped.params[FAMILIES[mapped.model_type].depth]
+    elif spec.has_encoder:    # a translation model: the target tokens after source sentences, one padded
         source = _tokens(mapped, (2, length + 3), draw).to(chosen)
         layers = checked = mapped.params[FAMILIES[mapped.model_type].depth]
         if spec._compilation.validated.bytes_needed > available_memory(chosen) * 0.8:
@@ -200,8 +211,8 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
         layers = mapped.params[FAMILIES[mapped.model_type].depth]
         checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
     # One model at a time: ours, then the checkpoint's own class.
-    our_logits = _our_logits(work, layers, checked, tokens, source)
-    hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens, source)
+    our_logits = _our_logits(work, layers, checked, tokens, source, encoder_only)
+    hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens, source, encoder_only)
     difference = (our_logits - hf_logits).abs().max().item()
     scale = hf_logits.abs().max().item()
     kl = torch.nn.functional.kl_div(our_logits.log_softmax(-1), hf_logits.log_softmax(-1), log_target=True,

@@ -47,10 +47,12 @@ class Extra:
     """A checkpoint tensor no tensor of the spec is made from: a copy of another, or a table the spec
     derives (sinusoidal positions). Either must hold what the spec computes."""
 
-    copy_of: Optional[str]          # the checkpoint tensor it copies; None: derived
+    copy_of: Optional[str]          # the checkpoint tensor it copies; None: derived, or unused
     why: str                        # why the checkpoint holds it (`tie_word_embeddings is true`)
     # A derived table's values, given its stored shape (the spec computes them; the checkpoint's must agree).
     derived: Optional[Callable[[tuple[int, ...]], "torch.Tensor"]] = None
+    # A tensor the family's class does not read (BERT pretraining's pooler), which transformers drops too.
+    unused: bool = False
 
 
 def tied_output_head(name: str, params: dict) -> Optional[Extra]:
@@ -72,6 +74,7 @@ class WeightRules:
     # Checkpoint tensors some checkpoints lack, which transformers then takes as zeros (BART's
     # final_logits_bias, which checkpoints of BartModel do not hold): the import does the same.
     zeros: tuple[str, ...] = ()
+    head: str = "lm_head.weight"    # the checkpoint's output projection (tied or not)
 
     def checkpoint_name(self, name: str) -> str:
         """The checkpoint's name of the spec's tensor `name` (`decoder.` is the checkpoint's top-level

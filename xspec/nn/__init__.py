@@ -14,7 +14,8 @@ of experts: routers, activations, the experts), contracts.py (what the runtime m
 of a model and its modules, as protocols, and the list of multi-token prediction depths)."""
 
 from .embeddings import (Embedding, FairseqSinusoidalPositions, LearnedPositions, OffsetLearnedPositions,
-                         RelativePositionBias, ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves)
+                         RelativePositionBias, ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves,
+                         TokenTypeEmbedding)
 from .norms import RMSNorm
 from .gating import GLU
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
@@ -32,6 +33,7 @@ from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPred
 __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "SinusoidalPositionsInHalves", "LearnedPositions",
     "OffsetLearnedPositions", "FairseqSinusoidalPositions", "RelativePositionBias",
+    "TokenTypeEmbedding",
     "RMSNorm", "GLU",
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",

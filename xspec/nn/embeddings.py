@@ -160,3 +160,19 @@ class RelativePositionBias(nn.Module):
         ratio = torch.log(distance.clamp(min=1).float() / exact) / widths
         wide = (exact + (ratio * (buckets - exact)).long()).clamp(max=buckets - 1)
         return half + torch.where(distance < exact, distance, wide)
+
+
+class TokenTypeEmbedding(nn.Module):
+    """BERT's token type (segment) embeddings, of which xspec's encoder reads one text: every token
+    is of the first type, whose row is added to each position ([d], broadcast)."""
+
+    def __init__(self, dim, types=2):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(types, dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.normal_(self.weight, std=self.weight.size(1) ** -0.5)
+
+    def forward(self, x):
+        return self.weight[0].to(x.dtype)  # [d]

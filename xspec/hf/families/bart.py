@@ -17,5 +17,5 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 
 FAMILY = Family("bart", "bart", "BartForConditionalGeneration", read, 1024, write=write_seq2seq, encoder_decoder=True,
-                depth="decoder_layers", keys=SEQ2SEQ_KEYS,
+                common_keys=False, depth="decoder_layers", keys=SEQ2SEQ_KEYS,
                 weights=WeightRules("bart", seq2seq, extras=seq2seq_copies, zeros=("final_logits_bias",)))

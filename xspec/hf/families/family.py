@@ -52,4 +52,8 @@ class Family:
     # An encoder and a decoder (Marian), which config.json sizes apart: the keys every decoder family shares
     # (hidden_size, num_hidden_layers, ...) are not written for it.
     encoder_decoder: bool = False
-    depth: str = "layers"           # the parameter counting the decoder's layers
+    depth: str = "layers"           # the parameter counting the decoder's (an encoder alone: the encoder's) layers
+    # The keys every decoder family shares (hidden_size, num_hidden_layers, ... from hf_config.COMMON), written
+    # from the spec's parameters of those names; a family naming them otherwise writes its own (`keys`).
+    common_keys: bool = True
+    encoder_only: bool = False      # an encoder alone, with the masked-LM head (BERT's)

@@ -32,6 +32,6 @@ def write(params: dict[str, Any], config: dict[str, Any]) -> None:
 
 
 FAMILY = Family("m2m_100", "m2m_100", "M2M100ForConditionalGeneration", read, 1024, write=write,
-                encoder_decoder=True, depth="decoder_layers", keys=SEQ2SEQ_KEYS,
+                encoder_decoder=True, common_keys=False, depth="decoder_layers", keys=SEQ2SEQ_KEYS,
                 weights=WeightRules("m2m_100", seq2seq, extras=seq2seq_with_positions(
                     "embed_positions.weights", "the sinusoidal positions fairseq computes", _positions)))

@@ -34,7 +34,7 @@ def _positions(shape: tuple[int, ...]):
     return SinusoidalPositionsInHalves.sinusoids(*shape)
 
 
-FAMILY = Family("marian", "marian", "MarianMTModel", read, 1024, write=write, encoder_decoder=True,
+FAMILY = Family("marian", "marian", "MarianMTModel", read, 1024, write=write, encoder_decoder=True, common_keys=False,
                 depth="decoder_layers",
                 keys={**SEQ2SEQ_KEYS, "share_encoder_decoder_embeddings": "share_encoder_decoder_embeddings"},
                 weights=WeightRules("marian", seq2seq, extras=seq2seq_with_positions(

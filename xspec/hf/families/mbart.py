@@ -16,5 +16,5 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 
 FAMILY = Family("mbart", "mbart", "MBartForConditionalGeneration", read, 1024, write=write_seq2seq,
-                encoder_decoder=True, depth="decoder_layers", keys=SEQ2SEQ_KEYS,
+                encoder_decoder=True, common_keys=False, depth="decoder_layers", keys=SEQ2SEQ_KEYS,
                 weights=WeightRules("mbart", seq2seq, extras=seq2seq_copies, zeros=("final_logits_bias",)))

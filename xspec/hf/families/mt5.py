@@ -13,4 +13,4 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 
 FAMILY = Family("mt5", "t5", "MT5ForConditionalGeneration", read, T5_POSITIONS, write=write_t5,
-                encoder_decoder=True, depth="num_decoder_layers", keys=T5_KEYS, weights=WEIGHTS)
+                encoder_decoder=True, common_keys=False, depth="num_decoder_layers", keys=T5_KEYS, weights=WEIGHTS)

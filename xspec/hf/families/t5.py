@@ -162,4 +162,4 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 
 FAMILY = Family("t5", "t5", "T5ForConditionalGeneration", read, T5_POSITIONS, write=write_scaled,
-                encoder_decoder=True, depth="num_decoder_layers", keys=T5_KEYS, weights=WEIGHTS)
+                encoder_decoder=True, common_keys=False, depth="num_decoder_layers", keys=T5_KEYS, weights=WEIGHTS)

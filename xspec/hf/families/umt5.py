@@ -13,4 +13,4 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 
 FAMILY = Family("umt5", "umt5", "UMT5ForConditionalGeneration", read, T5_POSITIONS, write=write_scaled,
-                encoder_decoder=True, depth="num_decoder_layers", keys=T5_KEYS, weights=WEIGHTS)
+                encoder_decoder=True, common_keys=False, depth="num_decoder_layers", keys=T5_KEYS, weights=WEIGHTS)
