@@ -26,7 +26,7 @@ from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
-from .entries import DECODER, ENCODER
+from .entries import DECODER, ENCODER, MEMORY
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
@@ -642,7 +642,8 @@ class _Lowering:
         none = [constant(None)]
         if has_encoder:
             body.append(function("encode", ["self", "src_tokens", "src_padding_mask"], [
-                docstring("[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."),
+                docstring("[B, S] tokens, [B, S] True at padding -> " + ("[B, S, d_model] memory." if has_decoder
+                                                                          else self._encoder_output())),
                 returns(call("self.encoder", variable("src_tokens"), variable("src_padding_mask")))], defaults=none))
         if has_decoder:
             memory = ["memory", "memory_padding_mask"] if has_encoder else []
@@ -668,6 +669,13 @@ class _Lowering:
         body.append(forward)
         model = class_def(name, [dotted("nn.Module")], body, f"the whole model: {methods}")
         return [model, assign("Model", variable(name))]
+
+
+    def _encoder_output(self) -> str:
+        """What an encoder alone returns: its logits over the vocabulary (a masked LM's), or its states."""
+        width = self.graph[MEMORY.node].checked_shape().last
+        vocabularies = {OPS[node.op].facts(node.attrs, node.inferred).get("vocab") for node in self.graph}
+        return "[B, S, vocab] logits." if width in vocabularies else f"[B, S, {width}] states."
 
 
 def _dependency_order(derived: dict[str, tuple[pyast.expr, list[str]]]) -> list[str]:

@@ -196,7 +196,8 @@ class TrainedModel(_Scoring):
         return max_sequence_tokens(self.spec)
 
     def __repr__(self) -> str:
-        kind = "language model" if self.is_language_model else "translation model"
+        kind = "language model" if self.is_language_model else "translation model" if self.spec.has_decoder \
+            else "masked language model"
         return f"<TrainedModel {self.spec.name} ({kind}, {self.spec.parameters:,} parameters) from {self.path}>"
 
     def decode_settings(self, **overrides) -> DecodeSection:

@@ -239,13 +239,31 @@ class CheckpointTokenizer:
             raise TokenizingError(self._origin, index, line, f"cannot encode a line of {len(line):,} characters "
                                   f"({failed.reason})") from None
 
-    def decode(self, ids: list[int]) -> str:
+    def mask(self) -> tuple[str, int]:
+        """The token a masked language model fills and its id: tokenizer_config.json's mask_token (BERT's
+        [MASK], RoBERTa's <mask>), else whichever of those two the tokenizer has."""
+        named = self.hf_files.get(TOKENIZER_CONFIG, {}).get("mask_token")
+        named = named.get("content") if isinstance(named, dict) else named
+        candidates = [named] if isinstance(named, str) else ["[MASK]", "<mask>"]
+        library = self._library
+        if isinstance(library, _Tokenizers):
+            for token in candidates:
+                found = library.tokenizer.token_to_id(token)
+                if found is not None:
+                    return token, found
+        raise UserError(f"{self._origin}: no mask token ({' or '.join(printable(c) for c in candidates)}) in the "
+                        "tokenizer: a masked language model's tokenizer.json names one")
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        """The text of `ids`, special tokens left out (`skip_special`, as transformers' skip_special_tokens)."""
         library = self._needed()
         if self.kind == "sentencepiece":
             specials = {self.bos_id, *self.eos_ids}
             ids = [i for i in ids if i not in specials]
         budget = BUDGET_BASE_S + BUDGET_PER_TOKEN_S * len(ids)
         try:
+            if isinstance(library, _Tokenizers):
+                return bounded(lambda: library.decode(list(ids), skip_special), budget)
             return bounded(lambda: library.decode(list(ids)), budget)
         except Overtime:
             raise UserError(f"{self._origin}: decoding {len(ids):,} token ids took more than {_seconds(budget)} (its "
@@ -331,8 +349,8 @@ class _Tokenizers:
         """As the checkpoint's tokenizer encodes a text: its post-processor's special tokens included."""
         return [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=True)]
 
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode_batch([ids], skip_special_tokens=True)[0]
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return self.tokenizer.decode_batch([ids], skip_special_tokens=skip_special)[0]
 
 
 class _Sentencepiece:

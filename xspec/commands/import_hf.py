@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"imported {imported.mapped.model_type} as {spec.name} (extends specs/modern/{imported.mapped.spec}.xspec): "
           f"{spec.parameters:,} parameters, tokenizer {tokenizer.kind}{chat}, into {shown(imported.out)}")
     out = shown(shlex.quote(str(imported.out)))
-    if imported.spec.has_encoder:
+    if not imported.spec.has_decoder:
+        use = f"xspec fill {out} --text \"... [MASK] ...\""
+    elif imported.spec.has_encoder:
         use = f"xspec translate {out} < source.txt"
     else:
         use = f"xspec generate {out}" + (" --chat" if tokenizer.chat is not None else "") + " --prompt \"...\""

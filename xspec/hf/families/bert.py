@@ -79,7 +79,13 @@ def encoder_rules(name: str, prefix: str, head: dict[str, str]) -> WeightRules:
     """A BERT-like family's rules: the encoder under `prefix`, the masked-LM head's parts as `head` names
     them (transform, transform_layer_norm, the projection's weight and its bias)."""
 
-    def checkpoint_name(tensor: str) -> str:
+    projection, bias = head["lm_head.weight"], head["lm_head.bias"]
+    # Untied, transformers' projection keeps a bias of its own, which its forward adds (the head's is unused).
+    own_bias = projection.removesuffix("weight") + "bias"
+
+    def checkpoint_name(tensor: str, params: dict) -> str:
+        if tensor == "encoder.lm_head.bias" and not params["tie_word_embeddings"]:
+            return own_bias
         found = _IN_LAYER.fullmatch(tensor)
         if found is not None:
             layer, part, kind = found.groups()
@@ -90,17 +96,19 @@ def encoder_rules(name: str, prefix: str, head: dict[str, str]) -> WeightRules:
         return head[f"{part}.{kind}"]
 
     def names(tensor: str, shapes: dict, params: dict) -> Optional[Group]:
-        return Group((checkpoint_name(tensor),), (tensor,), same, same)
+        return Group((checkpoint_name(tensor, params),), (tensor,), same, same)
 
-    projection, bias = head["lm_head.weight"], head["lm_head.bias"]
     unused = re.compile(rf"{re.escape(prefix)}pooler\..+|cls\.seq_relationship\..+|{re.escape(prefix)}embeddings\."
                         r"position_ids")
 
     def extras(tensor: str, params: dict) -> Optional[Extra]:
         if tensor == projection and params["tie_word_embeddings"]:
             return Extra(f"{prefix}embeddings.word_embeddings.weight", "tie_word_embeddings is true")
-        if tensor == projection.removesuffix("weight") + "bias":
+        if tensor == own_bias and params["tie_word_embeddings"]:
             return Extra(bias, "the output projection's bias is the head's")
+        if tensor == bias and not params["tie_word_embeddings"]:
+            return Extra(None, "the head's bias, which an untied output projection does not read (it adds "
+                               f"{own_bias})", unused=True)
         if unused.fullmatch(tensor):
             return Extra(None, "the pooler, the next-sentence head and the position ids, which the masked-LM "
                                "class does not read", unused=True)

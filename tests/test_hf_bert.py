@@ -1,0 +1,232 @@
+"""BERT and RoBERTa in and out: random masked-LM checkpoints of uncommon sizes written by transformers (a test-only
+oracle) import with their logits proven and equal parameters, export back to the same logits, set aside what
+pretraining checkpoints hold beside the masked-LM class, and fill masks as the fill-mask pipeline does."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import xspec
+from xspec.base.errors import UserError
+from float32 import assert_close
+
+transformers = pytest.importorskip("transformers")
+
+ROOT = Path(tempfile.mkdtemp(prefix="xspec-bert-"))
+# Uncommon sizes: heads of 8 and 5 features, each activation the head may use, three token types.
+SIZES = [
+    ("bert", dict(vocab_size=61, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=40,
+                  max_position_embeddings=40)),
+    ("bert", dict(vocab_size=47, hidden_size=20, num_hidden_layers=1, num_attention_heads=4, intermediate_size=28,
+                  max_position_embeddings=33, type_vocab_size=3, hidden_act="gelu_new", tie_word_embeddings=False)),
+    ("roberta", dict(vocab_size=58, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=36,
+                     max_position_embeddings=42, type_vocab_size=1, pad_token_id=1)),
+]
+CLASSES = {"bert": ("BertConfig", "BertForMaskedLM"), "roberta": ("RobertaConfig", "RobertaForMaskedLM")}
+
+
+def model_class(index: int):
+    return getattr(transformers, CLASSES[SIZES[index][0]][1])
+
+
+def reference(index: int):
+    kind, sizes = SIZES[index]
+    torch.manual_seed(index)
+    model = model_class(index)(getattr(transformers, CLASSES[kind][0])(**sizes))
+    with torch.no_grad():   # transformers' initialization gives near-zero logits: move every weight
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model.eval()
+
+
+@functools.cache
+def saved(index: int) -> Path:
+    path = ROOT / f"{SIZES[index][0]}-{index}"
+    reference(index).save_pretrained(path)
+    return path
+
+
+@functools.cache
+def imported(index: int) -> Path:
+    from xspec.hf.importer import import_checkpoint
+
+    run = ROOT / f"run-{index}"
+    import_checkpoint(saved(index), run, say=lambda line: None)
+    return run
+
+
+def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two texts, the second padded, no token the padding id (RoBERTa's 1, BERT's 0)."""
+    draw = torch.Generator().manual_seed(5)
+    tokens = torch.randint(2, vocab, (2, 19), generator=draw)
+    padding = torch.zeros(2, 19, dtype=torch.bool)
+    padding[1, 12:] = True
+    return tokens, padding
+
+
+def their_logits(model, tokens, padding) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=tokens, attention_mask=(~padding).long()).logits
+
+
+@pytest.mark.parametrize("index", range(len(SIZES)), ids=lambda i: f"{SIZES[i][0]}-{i}")
+def test_an_import_gives_the_masked_lm_logits_with_its_parameters(index):
+    run = imported(index)
+    record = json.loads((run / "import.json").read_text())
+    assert record["verification"]["verified"] and record["verification"]["max_abs_logit_difference"] < 1e-4
+    model = xspec.load(run, device="cpu", weights="fp32").model
+    original = reference(index)
+    tokens, padding = batch(SIZES[index][1]["vocab_size"])
+    with torch.no_grad():
+        ours = model(tokens, padding)
+    assert_close(ours[~padding], their_logits(original, tokens, padding)[~padding])
+    # untied, transformers keeps the head's bias beside the projection's own, which its forward adds
+    unused = 0 if SIZES[index][1].get("tie_word_embeddings", True) else SIZES[index][1]["vocab_size"]
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in original.parameters()) - unused
+
+
+@pytest.mark.parametrize("index", range(len(SIZES)), ids=lambda i: f"{SIZES[i][0]}-{i}")
+def test_an_import_exports_back_to_the_same_logits(index, tmp_path):
+    from xspec.hf.export import export_hf
+    from xspec.runtime.inference import load
+
+    (tmp_path / "hf").mkdir()
+    export_hf(load(imported(index), "cpu", weights="fp32"), tmp_path / "hf")
+    exported = model_class(index).from_pretrained(tmp_path / "hf").eval()
+    tokens, padding = batch(SIZES[index][1]["vocab_size"])
+    assert_close(their_logits(exported, tokens, padding), their_logits(reference(index), tokens, padding))
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert {k: config[k] for k in SIZES[index][1]} == SIZES[index][1]
+
+
+def with_tensors(tmp_path: Path, **extra: torch.Tensor) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    directory = tmp_path / "bert"
+    directory.mkdir()
+    (directory / "config.json").write_bytes((saved(0) / "config.json").read_bytes())
+    tensors = load_file(saved(0) / "model.safetensors")
+    save_file({**tensors, **{k.replace("__", "."): v for k, v in extra.items()}}, directory / "model.safetensors",
+              metadata={"format": "pt"})
+    return directory
+
+
+def test_what_a_pretraining_checkpoint_holds_beside_the_masked_lm_is_set_aside(tmp_path):
+    """bert-base-*'s checkpoints are BertForPreTraining's: the pooler and the next-sentence head, which the
+    masked-LM class does not read, and copies of the tied projection and its bias."""
+    from xspec.hf.importer import import_checkpoint
+
+    original = reference(0)
+    kept = with_tensors(tmp_path, bert__pooler__dense__weight=torch.randn(24, 24),
+                        bert__pooler__dense__bias=torch.randn(24), cls__seq_relationship__weight=torch.randn(2, 24),
+                        cls__seq_relationship__bias=torch.randn(2),
+                        bert__embeddings__position_ids=torch.arange(40)[None],
+                        cls__predictions__decoder__weight=original.bert.embeddings.word_embeddings.weight.detach(),
+                        cls__predictions__decoder__bias=original.cls.predictions.bias.detach())
+    import_checkpoint(kept, tmp_path / "run", say=lambda line: None)
+    assert json.loads((tmp_path / "run" / "import.json").read_text())["verification"]["verified"]
+    with pytest.raises(UserError, match=re.escape("cls.predictions.decoder.bias differs from cls.predictions.bias")):
+        (tmp_path / "b").mkdir()
+        import_checkpoint(with_tensors(tmp_path / "b", cls__predictions__decoder__bias=torch.zeros(61)),
+                          tmp_path / "run-b", say=lambda line: None)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"position_embedding_type": "relative_key"}, 'position_embedding_type "relative_key" is not supported '
+                                                  '(supported: absolute)'),
+    ({"hidden_act": "tanh"}, 'hidden_act "tanh" is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh, '
+                             'relu, silu, swish)'),
+    ({"is_decoder": True}, "is_decoder true is not supported (supported: false)"),
+])
+def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, message):
+    from xspec.hf.importer import import_checkpoint
+
+    directory = tmp_path / "bert"
+    directory.mkdir()
+    config = json.loads((saved(0) / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, **change}))
+    shutil.copy(saved(0) / "model.safetensors", directory / "model.safetensors")
+    with pytest.raises(UserError, match=re.escape(f"{directory}/config.json: {message}")):
+        import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+
+
+# --- filling masks -------------------------------------------------------------------------------------------
+
+WORDS = ["the", "house", "is", "small", "big", "a", "dog", "runs", "fast", "green", "tree", "under", "we", "see",
+         "it", "and", "river", "old", "new", "city"]
+
+
+@functools.cache
+def with_tokenizer(kind: str = "bert") -> Path:
+    """A masked LM with its tokenizer as transformers writes one: BERT's WordPiece of a vocab.txt (with
+    [MASK]), or RoBERTa's byte-level BPE trained here (with <mask>)."""
+    folder = ROOT / f"{kind}-with-tokenizer"
+    if kind == "bert":
+        vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", ".", ","]
+        (ROOT / "vocab.txt").write_text("\n".join(vocab) + "\n")
+        tokenizer = transformers.BertTokenizer(str(ROOT / "vocab.txt"))
+        config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=48, max_position_embeddings=64)
+    else:
+        from tokenizers import ByteLevelBPETokenizer
+
+        trainer = ByteLevelBPETokenizer()
+        trainer.train_from_iterator([" ".join(WORDS)] * 20, vocab_size=300,
+                                    special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+        trainer.save_model(str(ROOT))
+        tokenizer = transformers.RobertaTokenizer(str(ROOT / "vocab.json"), str(ROOT / "merges.txt"))
+        config = transformers.RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                            num_attention_heads=4, intermediate_size=48, max_position_embeddings=66,
+                                            pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(3)
+    model = getattr(transformers, CLASSES[kind][1])(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)
+    model.eval().save_pretrained(folder)
+    return folder
+
+
+TEXTS = {"bert": ["the [MASK] is small.", "we see a green [MASK] under the old city", "[MASK] dog runs fast",
+                  "the [MASK] and the [MASK] are big."],
+         "roberta": ["the<mask> is small", "we see a green<mask> under the old city", "<mask> dog runs fast",
+                     "the<mask> and the<mask> are big"]}
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_fill_gives_the_fill_mask_pipelines_candidates(tmp_path, kind):
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.fill import fill_masks
+
+    import_checkpoint(with_tokenizer(kind), tmp_path / "run", say=lambda line: None)
+    trained = xspec.load(tmp_path / "run", device="cpu", weights="fp32")
+    pipeline = transformers.pipeline("fill-mask", model=str(with_tokenizer(kind)), device="cpu")
+    for text, masks in zip(TEXTS[kind], fill_masks(trained, TEXTS[kind], top_k=4)):
+        theirs = pipeline(text, top_k=4)
+        theirs = [theirs] if isinstance(theirs[0], dict) else theirs
+        assert [[(c.token, c.token_str, c.sequence) for c in mask] for mask in masks] == \
+            [[(c["token"], c["token_str"], c["sequence"]) for c in mask] for mask in theirs]
+        assert [c.score for mask in masks for c in mask] == \
+            pytest.approx([c["score"] for mask in theirs for c in mask], abs=1e-5)
+
+
+def test_the_fill_command_writes_candidates_and_names_a_line_without_a_mask(tmp_path, capsys):
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    assert main(["fill", str(tmp_path / "run"), "--text", "the [MASK] is small.", "--top-k", "3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 3 and all(row["sequence"].endswith(" is small.") for row in rows)
+    (tmp_path / "in.txt").write_text("the [MASK] is small.\nno mask here\n")
+    assert main(["fill", str(tmp_path / "run"), "-i", str(tmp_path / "in.txt")]) == 1
+    assert f"{tmp_path / 'in.txt'}:2: no [MASK] to fill in \"no mask here\"" in capsys.readouterr().err
