@@ -74,6 +74,14 @@ class CompiledSpec:
 
         return LOGITS.node in self.ops
 
+    @property
+    def masked_lm(self) -> bool:
+        """An encoder alone whose output scores every vocabulary entry at each position (BERT's masked LM)."""
+        from .entries import MEMORY  # loaded with the compiler, which has run
+
+        return not self.has_decoder and self.has_encoder and \
+            self.ops[MEMORY.node].checked_shape().last == self.vocab_size
+
     @cached_property
     def vocab_size(self) -> int:
         from .entries import LOGITS  # loaded with the compiler, which has run

@@ -95,6 +95,11 @@ class _Scoring:
         raise NotImplementedError
 
     @property
+    def is_masked_lm(self) -> bool:
+        """An encoder alone returning logits (BERT's), which fills masks rather than decoding."""
+        raise NotImplementedError
+
+    @property
     def max_tokens(self) -> int:
         raise NotImplementedError
 
@@ -192,6 +197,10 @@ class TrainedModel(_Scoring):
         return not self.spec.has_encoder
 
     @property
+    def is_masked_lm(self) -> bool:
+        return self.spec.masked_lm
+
+    @property
     def max_tokens(self) -> int:
         return max_sequence_tokens(self.spec)
 
@@ -240,6 +249,10 @@ class TrainedEnsemble(_Scoring):
     @property
     def is_language_model(self) -> bool:
         return self.models[0].is_language_model
+
+    @property
+    def is_masked_lm(self) -> bool:
+        return self.models[0].is_masked_lm
 
     @property
     def max_tokens(self) -> int:

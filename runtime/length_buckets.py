@@ -73,6 +73,11 @@ class LengthBuckets:
             length = _up(tokens.size(1), self.targets)
             return Batch((_longer(tokens, length, PAD),), _longer(batch.labels, length, NO_LABEL),
                          batch.target_tokens)
+        if len(batch.inputs) == 2:      # a masked LM's texts and their padding, labelled where masked
+            tokens, padding = batch.inputs
+            length = _up(tokens.size(1), self.sources)
+            return Batch((_longer(tokens, length, PAD), _longer(padding, length, True)),
+                         _longer(batch.labels, length, NO_LABEL), batch.target_tokens)
         src, tgt_in, src_padding = batch.inputs
         source, target = _up(src.size(1), self.sources), _up(tgt_in.size(1), self.targets)
         return Batch((_longer(src, source, PAD), _longer(tgt_in, target, PAD), _longer(src_padding, source, True)),

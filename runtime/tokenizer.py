@@ -254,6 +254,14 @@ class CheckpointTokenizer:
         raise UserError(f"{self._origin}: no mask token ({' or '.join(printable(c) for c in candidates)}) in the "
                         "tokenizer: a masked language model's tokenizer.json names one")
 
+    def special_token_ids(self) -> frozenset[int]:
+        """tokenizer.json's added tokens marked special ([CLS], [SEP], [PAD], [MASK], ...), else the start and
+        end ids, as transformers' get_special_tokens_mask counts them."""
+        library = self._library
+        if isinstance(library, _Tokenizers):
+            return frozenset(i for i, token in library.tokenizer.get_added_tokens_decoder().items() if token.special)
+        return frozenset(i for i in (self.bos_id, *self.eos_ids) if i is not None)
+
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         """The text of `ids`, special tokens left out (`skip_special`, as transformers' skip_special_tokens)."""
         library = self._needed()

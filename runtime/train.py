@@ -420,7 +420,7 @@ def _vocab(spec, task: Task, run_dir: Path, context: distributed.Context, vocab_
             proto = _users_vocab(vocab_file, Vocab.load(vocab_file).model_proto, run_dir)
         else:
             proto = load_or_train_vocab(run_dir, task.vocab_text(), spec.data.vocab_size,
-                                        spec.data.vocab_model).model_proto
+                                        spec.data.vocab_model, mask=spec.masked_lm).model_proto
     vocab = Vocab.from_bytes(distributed.share_bytes(context, proto), str(run_dir / MODEL_FILE))
     if len(vocab) > spec.vocab_size:     # (a prepared vocabulary has sized the model: _sized_to_prepared_vocab)
         origin, fix = (f"--vocab {shown(vocab_file)}", f"give one of at most {spec.vocab_size} pieces") \

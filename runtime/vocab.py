@@ -16,6 +16,7 @@ from xspec.base.text import printable
 from xspec.base.files import read_regular_file, write_bytes_atomically
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+MASK_PIECE = "<mask>"            # the piece a masked language model's vocabulary adds (one, wherever it stands)
 MODEL_FILE = "sentencepiece.model"
 SPACE = "\u2581"                 # sentencepiece's mark for the space before a word
 
@@ -79,7 +80,7 @@ class Tokenizer(Protocol):
 
     def encode(self, lines: list[str]) -> list[list[int]]: ...
 
-    def decode(self, ids: list[int]) -> str: ...
+    def decode(self, ids: list[int], skip_special: bool = True) -> str: ...
 
     def encode_prompts(self, lines: list[str]) -> list[list[int]]:
         """Each prompt's ids as the model reads a text to continue."""
@@ -99,6 +100,14 @@ class Tokenizer(Protocol):
 
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message in the tokenizer's chat template."""
+        ...
+
+    def mask(self) -> tuple[str, int]:
+        """The token a masked language model fills, and its id (refused where the tokenizer has none)."""
+        ...
+
+    def special_token_ids(self) -> frozenset[int]:
+        """The ids of special tokens (a text's framing, padding), which masking for training never picks."""
         ...
 
 
@@ -131,9 +140,10 @@ class Vocab:
     def encode(self, lines: list[str]) -> list[list[int]]:
         return self.sp.encode(lines)
 
-    def decode(self, ids: list[int]) -> str:
-        """The text of `ids`; special ids, and ids of embedding rows beyond the vocabulary (a model whose
-        embedding is larger than its vocabulary can still sample them), are left out."""
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        """The text of `ids`; special ids (whatever `skip_special` says: they have no text), and ids of
+        embedding rows beyond the vocabulary (a model whose embedding is larger than its vocabulary can still
+        sample them), are left out."""
         pieces = len(self)
         return self.sp.decode([i for i in ids if EOS < i < pieces])
 
@@ -154,6 +164,16 @@ class Vocab:
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         raise UserError("--chat: the model's vocabulary is xspec's own, which has no chat template (an imported "
                         "checkpoint's tokenizer brings its template)")
+
+    def mask(self) -> tuple[str, int]:
+        found = self.sp.piece_to_id(MASK_PIECE)     # UNK where the vocabulary has no such piece
+        if found == UNK:
+            raise UserError(f"xspec's vocabulary of this run has no {MASK_PIECE} piece: only a masked language "
+                            "model's run trains its vocabulary with one")
+        return MASK_PIECE, found
+
+    def special_token_ids(self) -> frozenset[int]:
+        return frozenset({PAD, BOS, EOS})
 
     @classmethod
     def from_bytes(cls, model_proto: bytes, origin: str) -> "Vocab":
@@ -176,7 +196,7 @@ class Vocab:
 
 
 def train_vocab(sentences: Iterable[str], size: int, model_type: str, out_dir: Path,
-                symbols: Sequence[str] = (), setting: str = "data.vocab_size") -> Vocab:
+                symbols: Sequence[str] = (), setting: str = "data.vocab_size", mask: bool = False) -> Vocab:
     """Trains on the training corpus (both sides) and writes `out_dir/sentencepiece.model` atomically.
 
     `hard_vocab_limit=False`: a corpus too small for `size` pieces (the demo task with the paper's
@@ -184,6 +204,7 @@ def train_vocab(sentences: Iterable[str], size: int, model_type: str, out_dir: P
     `symbols`: words that are always one piece each, wherever they stand between spaces (a treebank's
     `(NP`, which sentencepiece would otherwise cut where the script changes, into `▁(` and `NP`).
     `setting`: what the user set `size` with, for the error when it is too small.
+    `mask`: a masked language model's, with MASK_PIECE (id 4), which a text may hold.
     """
     model = io.BytesIO()
     try:
@@ -192,7 +213,7 @@ def train_vocab(sentences: Iterable[str], size: int, model_type: str, out_dir: P
             pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, hard_vocab_limit=False,
             character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
             # With the word-initial space marker, so that " (NP" is one piece, not "▁" and "(NP".
-            user_defined_symbols=[SPACE + symbol for symbol in symbols],
+            user_defined_symbols=[*([MASK_PIECE] if mask else []), *(SPACE + symbol for symbol in symbols)],
             num_threads=2, minloglevel=2,
         )
     except RuntimeError as error:
@@ -206,7 +227,8 @@ def train_vocab(sentences: Iterable[str], size: int, model_type: str, out_dir: P
     return Vocab(model.getvalue())
 
 
-def load_or_train_vocab(run_dir: Path, sentences: Iterable[str], size: int, model_type: str) -> Vocab:
+def load_or_train_vocab(run_dir: Path, sentences: Iterable[str], size: int, model_type: str,
+                        mask: bool = False) -> Vocab:
     """Reuses the run directory's vocabulary when there is one (resume, or a re-run into the same --out)."""
     cached = run_dir / MODEL_FILE
-    return Vocab.load(cached) if cached.exists() else train_vocab(sentences, size, model_type, run_dir)
+    return Vocab.load(cached) if cached.exists() else train_vocab(sentences, size, model_type, run_dir, mask=mask)

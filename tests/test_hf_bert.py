@@ -17,6 +17,7 @@ import torch
 import xspec
 from xspec.base.errors import UserError
 from float32 import assert_close
+from toy_text import WORDS
 
 transformers = pytest.importorskip("transformers")
 
@@ -160,8 +161,6 @@ def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, 
 
 # --- filling masks -------------------------------------------------------------------------------------------
 
-WORDS = ["the", "house", "is", "small", "big", "a", "dog", "runs", "fast", "green", "tree", "under", "we", "see",
-         "it", "and", "river", "old", "new", "city"]
 
 
 @functools.cache
@@ -230,3 +229,27 @@ def test_the_fill_command_writes_candidates_and_names_a_line_without_a_mask(tmp_
     (tmp_path / "in.txt").write_text("the [MASK] is small.\nno mask here\n")
     assert main(["fill", str(tmp_path / "run"), "-i", str(tmp_path / "in.txt")]) == 1
     assert f"{tmp_path / 'in.txt'}:2: no [MASK] to fill in \"no mask here\"" in capsys.readouterr().err
+
+
+def test_train_init_fine_tunes_an_imported_bert_on_text_and_fill_reads_its_tokenizer(tmp_path, capsys):
+    """`train --init` continues an imported masked LM on lines of text, masked as BERT's pretraining masks
+    them; the tuned run keeps the checkpoint's tokenizer, [MASK] and all."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    lines = ["the house is small.", "we see a green tree under the old city", "a dog runs fast",
+             "the river is old and the city is new", "it is a big green house"]
+    (tmp_path / "train.txt").write_text("\n".join(lines * 20) + "\n")
+    (tmp_path / "valid.txt").write_text("\n".join(lines) + "\n")
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(tmp_path / "run"), "--train", str(tmp_path / "train.txt"), "--valid",
+                 str(tmp_path / "valid.txt"), "-o", str(tuned), "--no-test", "--no-tensorboard", "--no-progress",
+                 "--set", "train.epochs=6", "--set", "train.validate_every_steps=3", "--set", "train.lr=0.001",
+                 "--set", "train.warmup_fraction=0.01", "--set", "train.batch_tokens=40"]) == 0
+    valid = [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
+             if "valid_loss" in line]
+    assert len(valid) >= 4 and valid[-1] < valid[0]
+    capsys.readouterr()
+    assert main(["fill", str(tuned), "--text", "the [MASK] is small."]) == 0
+    assert capsys.readouterr().out.count(" is small.") == 5

@@ -18,6 +18,7 @@ import torch
 import xspec
 from xspec.base.errors import UserError
 from float32 import assert_close
+from toy_text import LINES, WORDS
 from seq2seq_pairs import pair_losses
 
 transformers = pytest.importorskip("transformers")
@@ -189,8 +190,6 @@ def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, 
 
 # --- its tokenizer and its generation settings ---------------------------------------------------------------
 
-WORDS = ["the", "house", "is", "small", "big", "a", "dog", "runs", "fast", "green", "tree", "under", "we", "see",
-         "it", "and", "river", "old", "new", "city"]
 
 
 @functools.cache
@@ -244,8 +243,6 @@ def _json(path: Path, value: dict) -> str:
     return str(path)
 
 
-LINES = ["the house is small", "we see a green tree under the old city", "dog", "it runs fast and the river is new",
-         "a big dog and a small dog"]
 
 
 def test_an_import_reads_marians_tokenizer_as_marian_tokenizer_does(tmp_path):

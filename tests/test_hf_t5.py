@@ -17,6 +17,7 @@ import torch
 import xspec
 from xspec.base.errors import UserError
 from float32 import assert_close
+from toy_text import LINES, WORDS
 from seq2seq_pairs import pair_losses
 
 transformers = pytest.importorskip("transformers")
@@ -184,10 +185,6 @@ def test_relative_buckets_the_distances_cannot_fill_are_refused_by_key(tmp_path,
 
 # --- its tokenizer, its generation settings, fine-tuning ---------------------------------------------------
 
-WORDS = ["the", "house", "is", "small", "big", "a", "dog", "runs", "fast", "green", "tree", "under", "we", "see",
-         "it", "and", "river", "old", "new", "city"]
-LINES = ["the house is small", "we see a green tree under the old city", "dog", "it runs fast and the river is new",
-         "a big dog and a small dog"]
 
 
 @functools.cache

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from toy_text import WORDS
 from xspec.cli import main
 from xspec.runtime import demo_data
 from xspec.runtime.demo_data import generate_split
@@ -111,6 +112,13 @@ RUN = {
     "xspec export runs/qwen3-tuned --format hf -o exported/qwen3-tuned": Run(needs=("transformers",)),
     "xspec import ~/models/opus-mt-en-de -o runs/en-de": Run("KL", needs=("transformers",)),
     "xspec translate runs/en-de < news.en > news.de": Run(needs=("transformers",)),
+    "xspec import ~/models/bert-base-uncased -o runs/bert": Run("KL", needs=("transformers",)),
+    'xspec fill runs/bert --text "the house is [MASK]."': Run("the house is ", needs=("transformers",)),
+    "xspec train --init runs/bert --train notes.txt --valid notes-valid.txt -o runs/bert-tuned":
+        Run("starting from the weights of runs/bert", needs=("transformers",)),
+    "xspec train specs/modern/bert.xspec --train train.txt --valid valid.txt --test test.txt -o runs/mlm":
+        Run("masked-token loss"),
+    "xspec eval runs/mlm --text test.txt": Run("masked-token loss"),
     "xspec data prepare corpus/*.txt -o data/web --vocab-size 32000": Run("data/web: "),
     "xspec train specs/lm.xspec --data data/web --valid valid.txt": Run("would set it: the model's embedding takes"),
     "xspec keys": Run("train.max_steps"),
@@ -231,6 +239,8 @@ def make_workspace(directory: Path) -> None:
     vocabulary = [f"w{i}" for i in range(3, 200)]         # the small checkpoints' word-level tokenizer
     (directory / "my.txt").write_text(_lines(vocabulary, 60, 1))
     (directory / "my-valid.txt").write_text(_lines(vocabulary, 10, 2))
+    (directory / "notes.txt").write_text(_lines(WORDS, 60, 3))      # the small BERT's words
+    (directory / "notes-valid.txt").write_text(_lines(WORDS, 10, 4))
     (directory / "corpus").mkdir()
     words = _words(1500, 3)        # more pieces than lm.xspec's 1000-row embedding: the README pair's case
     for k in range(2):
@@ -303,6 +313,9 @@ def test_the_readme_commands_run(tmp_path, monkeypatch, one_thread):
         from test_hf_marian import LINES, with_tokenizer     # a small random Marian with its tokenizer
 
         placeholders["~/models/opus-mt-en-de"] = str(with_tokenizer())
+        from test_hf_bert import with_tokenizer as bert_with_tokenizer     # a small random BERT with its WordPiece
+
+        placeholders["~/models/bert-base-uncased"] = str(bert_with_tokenizer())
         Path("news.en").write_text("".join(line + "\n" for line in LINES))
         # What the README's Hugging Face block imported before: another checkpoint to compare with.
         assert run_command(f"xspec import {saved('llama3')} -o runs/llama", Run(), {}).code == 0

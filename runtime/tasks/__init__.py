@@ -6,9 +6,10 @@ examples the loop batches, and scores the trained model at the end:
 
     translation.py      an encoder-decoder model: aligned source and target files, BLEU (§6.1)
     language_model.py   a decoder-only model: text files, perplexity and sampled continuations
+    masked_lm.py        an encoder alone returning logits (BERT's): text files, masked tokens' loss and accuracy
 
 `task_for(spec)` picks the task from the model: an encoder and a decoder translate; a decoder alone
-models language.
+models language; an encoder alone fills masks.
 """
 
 from __future__ import annotations
@@ -129,11 +130,15 @@ class Task(Protocol):
 
 def task_for(spec) -> Task:
     from .language_model import LanguageModelling
+    from .masked_lm import MaskedLanguageModelling
     from .translation import Translation
 
+    if spec.masked_lm:
+        return MaskedLanguageModelling(spec)
     if not spec.has_decoder:
-        raise UserError(f"{spec.name}: an encoder-only model (no decoder, so no logits): xspec trains "
-                        "translation models (encoder and decoder) and language models (a decoder alone)")
+        raise UserError(f"{spec.name}: an encoder alone whose output is not a score per vocabulary entry: xspec "
+                        "trains translation models (encoder and decoder), language models (a decoder alone) and "
+                        "masked language models (an encoder alone returning logits, BERT's)")
     return Translation(spec) if spec.has_encoder else LanguageModelling(spec)
 
 

@@ -14,10 +14,15 @@ from xspec.base.text import shown
 
 NAME = "eval"
 COMPUTES = True
-HELP = "score a model: translate --src against --ref (BLEU, chrF), or a language model's --text (perplexity)"
+HELP = ("score a model: translate --src against --ref (BLEU, chrF), or a language model's --text (perplexity; a "
+        "masked language model's: masked tokens' loss and accuracy)")
 DESCRIPTION = """\
 A translation model: translates --src with beam search and prints sacreBLEU's chrF and BLEU lines,
 each with its signature (BLEU last).
+
+A masked language model (BERT's): --text FILE, one text a line, each masked as its training masks one
+(15% of its tokens, 80% of them to the mask token, 10% to a random one, with the run's seed); prints the
+masked tokens' loss and accuracy (the share predicted right).
 
 A language model: --text FILE, one document a line (empty lines skipped); prints the perplexity, the
 cross entropy in bits per token and in bits per byte (of the UTF-8 text, a newline per line: comparable
@@ -53,11 +58,16 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--text scores a language model's text; --src, --ref and --output are for translation")
     if args.text is None and not (args.src and args.ref):
         raise UserError("which text? --src FILE --ref FILE for a translation model, --text FILE for a "
-                        "language model")
+                        "language model or a masked language model")
     if args.output:
         check_output_file(Path(args.output), "--output")
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
     name = " + ".join(args.models)
+    if trained.is_masked_lm:
+        if args.text is None or len(args.models) > 1:
+            raise UserError(f"{name}: a masked language model: score one with --text FILE (masked tokens' loss "
+                            "and accuracy)")
+        return _masked(trained, Path(args.text), args.batch_tokens)
     if args.text is not None:
         return _perplexity(trained, name, Path(args.text), args.batch_tokens)
     if trained.is_language_model:
@@ -79,6 +89,21 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     scores = score(hypotheses, references)
     print(scores.chrf_line)
     print(scores.bleu_line)
+    return 0
+
+
+def _masked(trained, path: Path, batch_tokens: int) -> int:
+    """A masked language model's loss and accuracy over the text's tokens, masked as its training masks a
+    split (with its run's seed: the same positions as the run's own test figures on the same file)."""
+    from xspec.runtime.documents import read_documents
+    from xspec.runtime.masking import masked_scores
+    from xspec.runtime.tasks.masked_lm import MaskedLanguageModelling
+
+    documents = read_documents(path)
+    text = MaskedLanguageModelling(trained.spec).masked_text(documents, trained.tokenizer, truncate=True)
+    scores = masked_scores(trained.model, text, trained.device, batch_tokens)
+    print(f"{shown(path)}: masked-token loss {scores.loss:.4f} nats (perplexity {scores.perplexity:.3f}), accuracy "
+          f"{100 * scores.accuracy:.2f}% ({len(documents.lines):,} lines, {scores.tokens:,} masked tokens)")
     return 0
 
 

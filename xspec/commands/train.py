@@ -114,7 +114,7 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
         flag = "--train" if texts["train"] else "--train-src/--train-tgt"
         raise UserError(f"--data and {flag} both give the training data: give one")
     texts = {name: None if name in prepared else path for name, path in texts.items()}
-    if spec.has_encoder:
+    if spec.has_encoder and spec.has_decoder:
         given = [f"--{name}" for name, path in texts.items() if path is not None]
         if given:
             raise UserError(f"{given[0]} FILE gives a language model's text; {spec.name} translates: "
@@ -123,7 +123,8 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
     else:
         given = [f"--{name}-{side}" for name, pair in parallel.items() for side, p in zip(("src", "tgt"), pair) if p]
         if given:
-            raise UserError(f"{given[0]} gives a translation model's data; {spec.name} is a language model: "
+            kind = "a masked language model" if spec.masked_lm else "a language model"
+            raise UserError(f"{given[0]} gives a translation model's data; {spec.name} is {kind}: "
                             f"give --{given[0][2:].split('-')[0]} FILE, one document a line")
         files = DataFiles(*(_text_split(name, texts[name], spec, spec_dir) for name in names))
     if prepared:

@@ -1,0 +1,170 @@
+"""Masked language modelling's examples (BERT, §3.1 of Devlin et al., 2019): 15% of each text's tokens
+chosen to be predicted (round(0.15 n) of its n tokens that are not special, at least one, as BERT's own
+create_pretraining_data chooses them), each chosen one replaced by the mask token 80% of the time, by a
+random token 10% and kept 10%. A text's count of predictions is so known before it is masked, which is what
+training divides an update's loss by. A batch's choice is drawn from a stream seeded by the run's seed and
+the batch's examples, so that a validation split is masked the same way at every validation, and a resumed
+run masks as the first did."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .batching import NO_LABEL, Batch
+from .data_order import WholeCorpusWindows
+from .vocab import PAD
+
+CHOSEN = 0.15        # the share of a text's tokens predicted
+AS_MASK = 0.8        # of those, replaced by the mask token ...
+AS_RANDOM = 0.5      # ... and of the rest, this share by a random token (10% of all), the others kept
+
+
+@dataclass(frozen=True)
+class Masking:
+    mask_id: int
+    special: frozenset[int]     # never chosen
+    vocab_size: int             # random replacements are drawn from [0, vocab_size)
+    seed: int
+
+
+def predictions(eligible: int) -> int:
+    """How many of a text's `eligible` tokens are chosen: 15%, rounded, at least one (none of none)."""
+    return max(1, round(CHOSEN * eligible)) if eligible else 0
+
+
+def eligible(tokens: torch.Tensor, padding: torch.Tensor, masking: Masking) -> torch.Tensor:
+    """[B, T]: the tokens that may be chosen (neither padding nor special)."""
+    return ~padding & ~torch.isin(tokens, torch.tensor(sorted(masking.special), dtype=tokens.dtype))
+
+
+def masked(tokens: torch.Tensor, padding: torch.Tensor, masking: Masking,
+           draw: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels) of [B, T] `tokens`: labels the chosen tokens (NO_LABEL elsewhere), inputs with the
+    chosen replaced; each row's `predictions` of its eligible tokens chosen, uniformly."""
+    allowed = eligible(tokens, padding, masking)
+    counts = torch.tensor([predictions(int(n)) for n in allowed.sum(1)])
+    # the row's `count` eligible tokens of the highest random keys
+    keys = torch.rand(tokens.shape, generator=draw).masked_fill(~allowed, -1.0)
+    ranks = keys.argsort(1, descending=True).argsort(1)
+    chosen = allowed & (ranks < counts[:, None])
+    labels = tokens.masked_fill(~chosen, NO_LABEL)
+    as_mask = chosen & (torch.rand(tokens.shape, generator=draw) < AS_MASK)
+    as_random = chosen & ~as_mask & (torch.rand(tokens.shape, generator=draw) < AS_RANDOM)
+    inputs = tokens.masked_fill(as_mask, masking.mask_id)
+    random_tokens = torch.randint(0, masking.vocab_size, tokens.shape, generator=draw, dtype=tokens.dtype)
+    return torch.where(as_random, random_tokens, inputs), labels
+
+
+def stream(seed: int, indices: list[int]) -> torch.Generator:
+    """The random stream of a batch of these examples."""
+    digest = hashlib.sha256(f"xspec-masking:{seed}:{','.join(map(str, indices))}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, longest] tokens (PAD after each row) and padding (True there)."""
+    longest = max(len(row) for row in rows)
+    tokens = torch.full((len(rows), longest), PAD, dtype=torch.long)
+    padding = torch.ones(len(rows), longest, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        tokens[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        padding[i, :len(row)] = False
+    return tokens, padding
+
+
+@dataclass
+class MaskedText(WholeCorpusWindows):
+    """Texts as the tokenizer frames them ([CLS] ... [SEP]), each an example whose batch is masked when made:
+    the inputs (masked tokens, padding), the labels of the chosen tokens. Batching reads a text's length as
+    a source's."""
+
+    sequences: list[list[int]]
+    masking: Masking
+    empty_skipped: int = 0
+    too_long: int = 0
+    truncated: bool = False
+    lengths: list[int] = field(init=False)
+    counts: list[int] = field(init=False)       # each text's predictions
+
+    def __post_init__(self) -> None:
+        self.lengths = [len(s) for s in self.sequences]
+        special = self.masking.special
+        self.counts = [predictions(sum(token not in special for token in s)) for s in self.sequences]
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    @property
+    def src_lens(self) -> list[int]:
+        return self.lengths
+
+    @property
+    def tgt_lens(self) -> list[int]:
+        """Predictions - 1, as a target's tokens count (an update's loss is divided by their sum + 1 each)."""
+        return [count - 1 for count in self.counts]
+
+    def collate(self, indices: list[int]) -> Batch:
+        tokens, padding = padded([self.sequences[i] for i in indices])
+        inputs, labels = masked(tokens, padding, self.masking, stream(self.masking.seed, indices))
+        return Batch((inputs, padding), labels, int((labels != NO_LABEL).sum()))
+
+    def summary(self, name: str) -> str:
+        parts = [f"{name}: {len(self)} texts, {sum(self.lengths):,} tokens, {sum(self.counts):,} predicted a pass"]
+        if self.empty_skipped:
+            parts.append(f"{self.empty_skipped} empty lines skipped")
+        if self.too_long:
+            parts.append(f"{self.too_long} too long {'truncated' if self.truncated else 'skipped'}")
+        return ", ".join(parts)
+
+
+def framed(encoded: list[list[int]], size: int, truncate: bool, special: frozenset[int]
+           ) -> tuple[list[list[int]], int, int]:
+    """The texts of at most `size` tokens (a longer one truncated to its first size - 1 and its last, the
+    framing's end, where `truncate`; else left out), how many were longer, and how many held no token to
+    predict (special tokens alone), left out."""
+    kept, too_long, empty = [], 0, 0
+    for ids in encoded:
+        if all(token in special for token in ids):
+            empty += 1
+            continue
+        if len(ids) > size:
+            too_long += 1
+            if not truncate:
+                continue
+            ids = [*ids[:size - 1], ids[-1]]
+        kept.append(ids)
+    return kept, too_long, empty
+
+
+@dataclass(frozen=True)
+class MaskedScores:
+    loss: float         # nats per masked token
+    accuracy: float     # the share of masked tokens predicted right (the most likely token)
+    tokens: int         # masked tokens scored
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss)
+
+
+def masked_scores(model: torch.nn.Module, text: MaskedText, device: torch.device,
+                  batch_tokens: int = 4000) -> MaskedScores:
+    """The masked-token loss and accuracy of a split, masked as its batches are in training."""
+    from .batching import micro_batches
+
+    loss, right, count = 0.0, 0, 0
+    model.eval()
+    with torch.no_grad():
+        for indices in micro_batches(text.src_lens, text.tgt_lens, batch_tokens):
+            batch = text.collate(indices).to(device)
+            logits = model(*batch.inputs).float()
+            counted = batch.labels != NO_LABEL
+            loss += F.cross_entropy(logits[counted], batch.labels[counted], reduction="sum").item()
+            right += int((logits[counted].argmax(-1) == batch.labels[counted]).sum())
+            count += int(counted.sum())
+    return MaskedScores(loss / max(count, 1), right / max(count, 1), count)
