@@ -54,7 +54,8 @@ class AttentionAttrs(Attrs):
     # The output projection's bias, where it differs from the Q, K, V projections' (Qwen2: none).
     out_bias: Optional[bool] = None
     scale: Optional[float] = None  # the scores' scale; None: 1 / sqrt(d_k) (§3.2.1)
-    window: Optional[int] = None  # sliding window: query i sees keys j <= i with i - j < window
+    # sliding window: query i sees keys j <= i with i - j < window; not causal, keys with |i - j| < window
+    window: Optional[int] = None
     softcap: Optional[float] = None  # scores soft-capped, c * tanh(s / c), before the mask (Gemma 2)
     sinks: bool = False  # a learned logit per head in the softmax's denominator (gpt-oss)
     output_gate: bool = False  # each head's output times sigmoid(x W^G) before W^O (Qwen3-Next)
@@ -127,8 +128,6 @@ def _check(a: AttentionAttrs) -> list[tuple[str, str]]:
         if a.window < 1:
             problems.append(("window", f"a sliding window of {a.window} positions: a query sees itself and the "
                                        "window - 1 positions before it, so window must be at least 1"))
-        elif not a.causal:
-            problems.append(("window", "a sliding window looks back from each query: it needs causal = true"))
         if a.alibi:
             problems.append(("window", "window and alibi = true: ALiBi already fades distant keys; choose one"))
     if a.softcap is not None and a.softcap <= 0:

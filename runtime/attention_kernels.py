@@ -87,8 +87,10 @@ def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Att
         keep = k_index >= 0
         if causal:
             keep = keep & (k_index <= q_index + past)
-        if window is not None:
+        if window is not None and causal:
             keep = keep & (q_index + past - k_index < window)
+        elif window is not None:    # a band both ways
+            keep = keep & (q_index + past - k_index < window) & (k_index - q_index - past < window)
         if padding_mask is not None:
             keep = keep & ~padding_mask[b, k_index]
         return keep

@@ -1,6 +1,7 @@
-"""BERT and RoBERTa in and out: random masked-LM checkpoints of uncommon sizes written by transformers (a test-only
-oracle) import with their logits proven and equal parameters, export back to the same logits, set aside what
-pretraining checkpoints hold beside the masked-LM class, and fill masks as the fill-mask pipeline does."""
+"""BERT, RoBERTa and ModernBERT in and out: random masked-LM checkpoints of uncommon sizes written by transformers
+(a test-only oracle) import with their logits proven and equal parameters, export back to the same logits, set
+aside what pretraining checkpoints hold beside the masked-LM class, and fill masks as the fill-mask pipeline
+does."""
 
 from __future__ import annotations
 
@@ -30,8 +31,20 @@ SIZES = [
                   max_position_embeddings=33, type_vocab_size=3, hidden_act="gelu_new", tie_word_embeddings=False)),
     ("roberta", dict(vocab_size=58, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=36,
                      max_position_embeddings=42, type_vocab_size=1, pad_token_id=1)),
+    # local windows shorter than the texts (4 positions either side), the tanh GELU, every bias but the head's
+    ("modernbert", dict(vocab_size=61, hidden_size=24, intermediate_size=40, num_hidden_layers=4, num_attention_heads=3,
+                        max_position_embeddings=64, local_attention=8, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                        cls_token_id=1, sep_token_id=2, hidden_activation="gelu_pytorch_tanh")),
+    ("modernbert", dict(vocab_size=45, hidden_size=24, intermediate_size=28, num_hidden_layers=3, num_attention_heads=4,
+                        max_position_embeddings=40, local_attention=6, pad_token_id=0, bos_token_id=1,
+                        eos_token_id=2, cls_token_id=1, sep_token_id=2, norm_bias=True,
+                        attention_bias=True, mlp_bias=True, classifier_bias=True, decoder_bias=False,
+                        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 5000.0},
+                                         "sliding_attention": {"rope_type": "default", "rope_theta": 300.0}})),
 ]
-CLASSES = {"bert": ("BertConfig", "BertForMaskedLM"), "roberta": ("RobertaConfig", "RobertaForMaskedLM")}
+CLASSES = {"bert": ("BertConfig", "BertForMaskedLM"), "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
+           "modernbert": ("ModernBertConfig", "ModernBertForMaskedLM")}
 
 
 def model_class(index: int):

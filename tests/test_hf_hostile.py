@@ -55,10 +55,10 @@ CONFIG_CASES = [
     ("mistral", lambda c: c.update(shiny_new_option=True),
      'config.json: attribute shiny_new_option (true) is not one xspec maps for model_type "mistral"; refusing '
      'rather than guessing what it changes'),
-    ("mistral", lambda c: c.update(model_type="bert"),
-     'config.json: model_type "bert" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, '
+    ("mistral", lambda c: c.update(model_type="gpt2"),
+     'config.json: model_type "gpt2" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, '
      'gemma3_text, olmo2, phi3, mixtral, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3, glm4_moe, bamba, '
-     'qwen3_next, nemotron_h, marian, bart, mbart, m2m_100, t5, mt5, umt5)'),
+     'qwen3_next, nemotron_h, marian, bart, mbart, m2m_100, t5, mt5, umt5, bert, roberta, modernbert)'),
     ("mistral", lambda c: c.pop("model_type"), "config.json: no model_type is not supported (supported: llama,"),
     ("gemma3", lambda c: c.update(model_type="gemma3"),
      'config.json: model_type "gemma3" is not supported: a Gemma 3 checkpoint with its vision tower'),

@@ -70,23 +70,32 @@ def read_rope(cfg: ConfigReader, supported: Sequence[str], default_theta: float 
 
 
 def read_gemma3_rope(cfg: ConfigReader, kind: str, supported: Sequence[str]) -> Rope:
-    """Gemma 3's rotary settings of layer kind `kind` ("sliding_attention" or "full_attention"), as its
-    config class reads them: rope_parameters by layer kind (a kind it lacks, or a flat rope_parameters,
-    takes the defaults), rope_scaling merged into the full-attention layers', rope_theta the full-attention
-    layers' base and rope_local_base_freq the sliding ones' where rope_parameters lacks them."""
+    """Gemma 3's rotary settings of layer kind `kind` ("sliding_attention" or "full_attention"): rope_scaling
+    merged into the full-attention layers', rope_theta the full-attention layers' base and
+    rope_local_base_freq the sliding ones' where rope_parameters lacks them (read_rope_of_kind)."""
+    top = ("rope_theta", 1000000.0) if kind == "full_attention" else ("rope_local_base_freq", 10000.0)
+    return read_rope_of_kind(cfg, kind, supported, top, scaled=kind == "full_attention", family="Gemma 3")
+
+
+def read_rope_of_kind(cfg: ConfigReader, kind: str, supported: Sequence[str], top: tuple[str, float],
+                      scaled: bool, family: str) -> Rope:
+    """The rotary settings of layer kind `kind` ("sliding_attention" or "full_attention"), as config classes
+    that rotate each kind with its own base read them (Gemma 3's, ModernBERT's): rope_parameters by layer
+    kind (a kind it lacks, or a flat rope_parameters, takes the defaults), rope_scaling merged in where
+    `scaled`, the top-level key `top` (with its default) giving the base where rope_parameters lacks it."""
     scaling, parameters = _object(cfg, "rope_scaling"), _object(cfg, "rope_parameters")
     given = (parameters or {}).get(kind)
     if given is not None and not isinstance(given, dict):
         raise UserError(f"{cfg.file}: rope_parameters.{kind} {render(given)} is not an object or null")
     if parameters and not any(k in parameters for k in ("sliding_attention", "full_attention")):
-        cfg.notes["rope_parameters"] = ("transformers' Gemma 3 reads rope_parameters by layer kind (sliding_attention, "
-                                        "full_attention) and takes the defaults for these flat values")
+        cfg.notes["rope_parameters"] = (f"transformers' {family} reads rope_parameters by layer kind "
+                                        "(sliding_attention, full_attention) and takes the defaults for these flat "
+                                        "values")
     values, where, sources = dict(given or {}), f"rope_parameters.{kind}", dict[str, str]()
-    if kind == "full_attention" and scaling is not None:
+    if scaled and scaling is not None:
         values.update(scaling)
         where = "rope_scaling" if given is None else f"{where} and rope_scaling"
-    top, default = ("rope_theta", 1000000.0) if kind == "full_attention" else ("rope_local_base_freq", 10000.0)
-    _fill(cfg, values, sources, where, "rope_theta", top, default)
+    _fill(cfg, values, sources, where, "rope_theta", *top)
     return _checked(cfg, values, where, sources, supported, ())
 
 

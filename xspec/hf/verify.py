@@ -213,14 +213,18 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
     # One model at a time: ours, then the checkpoint's own class.
     our_logits = _our_logits(work, layers, checked, tokens, source, encoder_only)
     hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens, source, encoder_only)
+    if encoder_only:    # a padded position's output is no text's: where a local window sees only padding, nothing
+        kept = ~source_padding(tokens).to(our_logits.device)
+        our_logits, hf_logits = our_logits[kept], hf_logits[kept]
     difference = (our_logits - hf_logits).abs().max().item()
     scale = hf_logits.abs().max().item()
     kl = torch.nn.functional.kl_div(our_logits.log_softmax(-1), hf_logits.log_softmax(-1), log_target=True,
                                     reduction="none").sum(-1).mean().clamp(min=0).item()
     figures = {"verified": True, "positions": length, "layers": checked, "max_abs_logit_difference": difference,
                "kl": kl, "largest_logit": scale}
-    detail = f"max |Δlogit| {difference:.3g} (logits up to {scale:.3g}), KL {kl:.3g} over {tokens.numel()} positions " \
-             f"(2 x {length})"
+    positions = our_logits.shape[:-1].numel()
+    detail = f"max |Δlogit| {difference:.3g} (logits up to {scale:.3g}), KL {kl:.3g} over {positions} positions " \
+             f"(2 x {length}{', less the padding' if encoder_only else ''})"
     if checked < layers:
         detail += f", on the first {checked} of {layers} layers on both sides (the whole model does not fit in " \
                   "memory as float32)"

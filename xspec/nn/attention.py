@@ -32,7 +32,8 @@ class Attention(nn.Module):
       are cached turned;
     - `scale`: scores scaled by it instead of 1/sqrt(d_k) (Gemma: query_pre_attn_scalar^-0.5);
     - `window`: each query sees its last `window` positions only (Mistral; None in the global
-      layers of Gemma 2 and gpt-oss); the cache keeps those;
+      layers of Gemma 2 and gpt-oss); the cache keeps those; not causal, the positions fewer
+      than `window` away on either side (ModernBERT's local layers);
     - `alibi`: scores biased by -slope_h * distance, a slope per head (Press et al., 2022);
     - `gate`: each head's output multiplied by sigmoid(x W^G) of the query's input before W^O
       (Qwen3-Next's full attention; Qiu et al., 2025), W^G's rows in W^Q's: each head's queries,
@@ -182,6 +183,9 @@ class Attention(nn.Module):
             if documents is not None:  # [B, 1, T, T]
                 visible = visible & (documents[:, None, :, None] == documents[:, None, None, :])
             mask = visible if mask is None else mask & visible
+        elif not self.causal and self.window is not None:    # a band around each query
+            visible = self.visible(q.size(2), k.size(2), q.device)
+            mask = visible if mask is None else mask & visible
         if position_bias is not None:
             bias = position_bias.to(q.dtype)
             return (bias if mask is None else bias.masked_fill(~mask, float("-inf"))), False
@@ -194,9 +198,13 @@ class Attention(nn.Module):
 
     def visible(self, queries, keys, device):
         """[Tq, Tk]: query i, at position Tk - Tq + i, sees the keys up to it (§3.2.3), and,
-        with a sliding window, none before its last `window`."""
-        visible = torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
-        return visible if self.window is None else visible.triu(keys - queries - self.window + 1)
+        with a sliding window, none before its last `window`; not causal, the keys fewer than
+        `window` positions away on either side (ModernBERT's local layers)."""
+        ones, at = torch.ones(queries, keys, dtype=torch.bool, device=device), keys - queries
+        if not self.causal:
+            return ones.tril(at + self.window - 1).triu(at - self.window + 1)
+        visible = ones.tril(at)
+        return visible if self.window is None else visible.triu(at - self.window + 1)
 
     @staticmethod
     def alibi_slopes(heads):

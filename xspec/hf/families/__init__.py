@@ -10,8 +10,8 @@ from __future__ import annotations
 from xspec.base.errors import UserError
 from xspec.hf.config_reader import ConfigReader, refuse, render
 from xspec.hf.families import (bamba, bart, bert, deepseek_v2, deepseek_v3, gemma2, gemma3, glm4_moe, gpt_oss, llama,
-                               m2m_100, marian, mbart, mistral, mixtral, mt5, nemotron_h, olmo2, phi3, qwen2, qwen3,
-                               qwen3_moe, qwen3_next, roberta, t5, umt5)
+                               m2m_100, marian, mbart, mistral, mixtral, modernbert, mt5, nemotron_h, olmo2, phi3,
+                               qwen2, qwen3, qwen3_moe, qwen3_next, roberta, t5, umt5)
 from xspec.hf.families.family import Family, Mapped
 
 
@@ -19,7 +19,7 @@ __all__ = ["FAMILIES", "Family", "Mapped", "map_config"]
 
 FAMILIES: dict[str, Family] = {module.FAMILY.model_type: module.FAMILY for module in (
     llama, mistral, qwen2, qwen3, gemma2, gemma3, olmo2, phi3, mixtral, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3,
-    glm4_moe, bamba, qwen3_next, nemotron_h, marian, bart, mbart, m2m_100, t5, mt5, umt5, bert, roberta)}
+    glm4_moe, bamba, qwen3_next, nemotron_h, marian, bart, mbart, m2m_100, t5, mt5, umt5, bert, roberta, modernbert)}
 REFUSED_TYPES = {
     "gemma3": "a Gemma 3 checkpoint with its vision tower; xspec imports the text model (model_type gemma3_text)",
 }
