@@ -50,9 +50,9 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
     cfg.put("global_attn_every_n_layers", every, "global_attn_every_n_layers" if cfg.has("global_attn_every_n_layers")
             else "global_attn_every_n_layers (default)")
     read_layer_types(cfg)
-    for kind, (param, default) in BASES.items():
-        rope = read_rope_of_kind(cfg, kind, ("default",), (param, default), scaled=True, family="ModernBERT")
-        cfg.put(param, float(rope["rope_theta"]), rope.source("rope_theta"))
+    for kind, top in BASES.items():
+        rope = read_rope_of_kind(cfg, kind, ("default",), top, scaled=True, family="ModernBERT")
+        cfg.put(top[0], float(rope["rope_theta"]), rope.source("rope_theta"))
     for key, reason in (("initializer_cutoff_factor", "how a new model is initialised; an import starts from the "
                                                       "weights"),
                         ("classifier_pooling", "how a classification head pools; the masked-LM head has none"),
