@@ -32,9 +32,14 @@ def flatten(model: ResolvedModel, max_bytes: int) -> str:
             raise TooLarge()
     for block in model.blocks.values():
         lines += ["", "  " + _source(model, block.span)]
-    if model.ties:
+    if model.written_ties:
         lines.append("")
-    lines += ["  tie " + ", ".join(str(p) for p in tie.paths) for tie in model.ties]
+    for tie in model.written_ties:    # each under its condition: a --set of the run's spec may change it
+        text = "tie " + ", ".join(str(p) for p in tie.paths)
+        if tie.condition is None:
+            lines.append(f"  {text}")
+        else:
+            lines += [f"  if {_source(model, tie.condition.span)} {{", f"    {text}", "  }"]
     for name in SECTIONS:
         lines += ["", f"  {name} {{", *_section_entries(model.sections[name]), "  }"]
     lines.append("}")

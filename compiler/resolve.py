@@ -36,6 +36,7 @@ class ResolvedModel:
     sections: dict[str, pydantic.BaseModel]
     ties: list[ast.Tie]  # those whose condition holds
     files: dict[str, str] = field(default_factory=dict)  # path -> source, every file involved
+    written_ties: list[ast.Tie] = field(default_factory=list)  # every tie, with its condition
     failed_params: set[str] = field(default_factory=set)  # parameters whose errors are reported
 
 
@@ -67,7 +68,7 @@ def resolve(
     return ResolvedModel(
         name=entry.model.name.id, span=entry.model.name.span, params=params,
         expressions={name: param.value for name, param in merged.params.items()},
-        blocks=merged.blocks, sections=sections, ties=ties,
+        blocks=merged.blocks, sections=sections, ties=ties, written_ties=list(merged.ties),
         files={f.path: f.source for f in loader.files.values()},
         failed_params=set(merged.params) - set(params),
     )

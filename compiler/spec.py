@@ -82,6 +82,17 @@ class CompiledSpec:
         return not self.has_decoder and self.has_encoder and \
             self.ops[MEMORY.node].checked_shape().last == self.vocab_size
 
+    @property
+    def classes(self) -> Optional[int]:
+        """A classifier's number of classes: an encoder alone whose output scores other than the vocabulary
+        (BERT with num_labels), read at each text's first position; None for any other model."""
+        from .entries import MEMORY  # loaded with the compiler, which has run
+
+        if self.has_decoder or not self.has_encoder or self.masked_lm:
+            return None
+        width = self.ops[MEMORY.node].checked_shape().last
+        return width if isinstance(width, int) else None
+
     @cached_property
     def vocab_size(self) -> int:
         from .entries import LOGITS  # loaded with the compiler, which has run

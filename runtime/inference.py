@@ -100,6 +100,11 @@ class _Scoring:
         raise NotImplementedError
 
     @property
+    def classes(self) -> Optional[int]:
+        """A classifier's number of classes; None for other models."""
+        raise NotImplementedError
+
+    @property
     def max_tokens(self) -> int:
         raise NotImplementedError
 
@@ -201,12 +206,16 @@ class TrainedModel(_Scoring):
         return self.spec.masked_lm
 
     @property
+    def classes(self) -> Optional[int]:
+        return self.spec.classes
+
+    @property
     def max_tokens(self) -> int:
         return max_sequence_tokens(self.spec)
 
     def __repr__(self) -> str:
         kind = "language model" if self.is_language_model else "translation model" if self.spec.has_decoder \
-            else "masked language model"
+            else "masked language model" if self.is_masked_lm else "classifier"
         return f"<TrainedModel {self.spec.name} ({kind}, {self.spec.parameters:,} parameters) from {self.path}>"
 
     def decode_settings(self, **overrides) -> DecodeSection:
@@ -253,6 +262,10 @@ class TrainedEnsemble(_Scoring):
     @property
     def is_masked_lm(self) -> bool:
         return self.models[0].is_masked_lm
+
+    @property
+    def classes(self) -> Optional[int]:
+        return self.models[0].classes
 
     @property
     def max_tokens(self) -> int:

@@ -16,7 +16,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -437,12 +437,16 @@ class Trainer:
                           self.progress.step, json.dumps(described) if described is not None else None,
                           self.adapted)
 
-    def start_from(self, checkpoint: ckpt.Checkpoint) -> None:
+    def start_from(self, checkpoint: ckpt.Checkpoint, fresh: Sequence[str] = ()) -> None:
         """The model's weights from another run's checkpoint (fine-tuning); optimizer and schedule start anew,
-        and a LoRA run's adapters as made (B = 0: the first forward is the checkpoint's model's)."""
+        and a LoRA run's adapters as made (B = 0: the first forward is the checkpoint's model's), and the
+        tensors named `fresh` (a classifier's new head) as initialized."""
+        own = self.step.model.state_dict()
+        made = {name: own[name] for name in fresh}
         if self.adapted is not None:
-            fresh = adapter_tensors(self.step.model.state_dict())
-            checkpoint = replace(checkpoint, tensors={**checkpoint.tensors, **fresh})
+            made |= adapter_tensors(own)
+        if made:
+            checkpoint = replace(checkpoint, tensors={**checkpoint.tensors, **made})
         self._load(checkpoint)
 
     def resume(self, checkpoint: ckpt.Checkpoint) -> None:

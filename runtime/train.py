@@ -122,7 +122,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     resumed = _same_model(last, spec) if last is not None else None
     starting = ckpt.load_weights(ckpt.resolve(options.init)) if options.init and not options.resume else None
     adapted = _lora_base(spec, starting, resumed)
-    initial = _same_tensors(ckpt.merged(starting), spec) if starting is not None else None
+    initial, fresh = _same_tensors(ckpt.merged(starting), spec, say) if starting is not None else (None, [])
     if initial is not None and options.vocab_file is not None:
         raise UserError("--init keeps the vocabulary of the run it starts from; drop --vocab")
 
@@ -134,6 +134,8 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     assert data.train is not None           # given, or the demo's
     for note in task.read(data):           # every file checked before any work is done
         say(note)
+    if settings := task.settings():        # what the data decides, kept in the run's spec (a classifier's labels)
+        spec = spec.with_overrides(settings)
     kept = initial if initial is not None else resumed if resumed is not None and resumed.tokenizer else None
     # Fine-tuning keeps the vocabulary the weights were trained with (an import's own tokenizer).
     vocab = (checkpoint_vocab(kept, spec) if kept is not None
@@ -159,7 +161,7 @@ def _train(spec, task: Task, options: RunOptions, context: distributed.Context, 
     if resumed is not None:
         trainer.resume(resumed)
     elif initial is not None:
-        trainer.start_from(initial)
+        trainer.start_from(initial, fresh)
         say(f"starting from the weights of {initial.path}")
     resuming = resumed is not None
     # The model holds the checkpoints' weights now; keeping them too would hold a second copy all run long.
@@ -280,13 +282,24 @@ def _describe_split(name: str, split: Split | PreparedSplit | None, run_dir: Pat
     return f"with {name} files {split.describe()}"
 
 
-def _same_tensors(saved: ckpt.Checkpoint, spec) -> ckpt.Checkpoint:
-    """The checkpoint a fine-tune starts from: its tensors must be the spec's model's, name for name and
-    shape for shape (a variant of its spec that adds no weight, a schedule parameter say, starts from it);
-    the first that differs is named."""
-    ckpt.check_tensors(saved, {**spec.param_shapes, **spec.state_shapes}, f"the model of {spec.name}",
-                       "--init starts from weights of the same names and shapes")
-    return saved
+def _same_tensors(saved: ckpt.Checkpoint, spec, say: Callable[[str], None]) -> tuple[ckpt.Checkpoint, list[str]]:
+    """The checkpoint a fine-tune starts from, and the tensors that start fresh. Its tensors must be the spec's
+    model's, name for name and shape for shape (a variant of its spec that adds no weight, a schedule parameter
+    say, starts from it); the first that differs is named. A classifier may start from a model with another
+    head (a masked LM's): the tensors both have are read, the classifier's own start fresh and the other
+    head's are not read, each list said."""
+    expected = {**spec.param_shapes, **spec.state_shapes}
+    why = "--init starts from weights of the same names and shapes"
+    if spec.classes is None or set(saved.tensors) == set(expected):
+        ckpt.check_tensors(saved, expected, f"the model of {spec.name}", why)
+        return saved, []
+    shared = replace(saved, tensors={n: t for n, t in saved.tensors.items() if n in expected})
+    fresh = [name for name in expected if name not in shared.tensors]
+    ckpt.check_tensors(shared, {n: expected[n] for n in shared.tensors}, f"the model of {spec.name}", why)
+    unread = [name for name in saved.tensors if name not in expected]
+    say(f"--init: the classifier's own tensors start fresh ({', '.join(fresh)}); "
+        f"{saved.path}'s other head is not read ({', '.join(unread) or 'nothing'})")
+    return shared, fresh
 
 
 def _lora_base(spec, starting: ckpt.Checkpoint | None, resumed: ckpt.Checkpoint | None) -> ckpt.BaseRef | None:

@@ -266,3 +266,33 @@ def test_train_init_fine_tunes_an_imported_bert_on_text_and_fill_reads_its_token
     capsys.readouterr()
     assert main(["fill", str(tuned), "--text", "the [MASK] is small."]) == 0
     assert capsys.readouterr().out.count(" is small.") == 5
+
+
+def test_train_init_makes_a_classifier_of_an_imported_bert(tmp_path, capsys):
+    """`--set num_labels=2` puts a classifier's head on an imported masked LM: its encoder's weights are read,
+    the head starts fresh (said), the masked-LM head is not read, and the texts' classes are learnt."""
+    import random
+
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    draw = random.Random(0)
+    flags = []
+    for split, count in (("train", 200), ("valid", 30)):
+        rows = [(kind, " ".join(draw.sample(["the", "is", "big", "old", "a", "new"], 3) +
+                               [draw.choice(["dog"] if kind == "animal" else ["city", "river", "tree", "house"])]))
+                for kind in (draw.choice(["animal", "place"]) for _ in range(count))]
+        (tmp_path / f"{split}.txt").write_text("".join(text + "\n" for _, text in rows))
+        (tmp_path / f"{split}.labels").write_text("".join(kind + "\n" for kind, _ in rows))
+        flags += [f"--{split}", str(tmp_path / f"{split}.txt"), f"--{split}-labels", str(tmp_path / f"{split}.labels")]
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(tmp_path / "run"), "--set", "num_labels=2", *flags, "-o", str(tuned),
+                 "--no-tensorboard", "--no-progress", "--set", "train.epochs=6", "--set", "train.lr=0.001",
+                 "--set", "train.batch_tokens=16", "--set", "train.validate_every_steps=25"]) == 0
+    said = capsys.readouterr().out
+    assert "--init: the classifier's own tensors start fresh (encoder.pooler.weight, encoder.pooler.bias, " \
+           "encoder.classifier.weight, encoder.classifier.bias)" in said
+    assert "other head is not read (encoder.lm_head.bias, encoder.lm_head.weight, encoder.transform.bias" in said
+    metrics = json.loads((tuned / "metrics.json").read_text())
+    assert metrics["validation_accuracy"] >= 0.9

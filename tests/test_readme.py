@@ -116,6 +116,10 @@ RUN = {
     'xspec fill runs/bert --text "the house is [MASK]."': Run("the house is ", needs=("transformers",)),
     "xspec train --init runs/bert --train notes.txt --valid notes-valid.txt -o runs/bert-tuned":
         Run("starting from the weights of runs/bert", needs=("transformers",)),
+    ("xspec train --init runs/bert --set num_labels=2 --train notes.txt --train-labels notes.labels "
+     "-o runs/bert-classes"):
+        Run("the classifier's own tensors start fresh", needs=("transformers",)),
+    "xspec classify runs/bert-classes < notes.txt": Run(needs=("transformers",)),
     "xspec train specs/modern/bert.xspec --train train.txt --valid valid.txt --test test.txt -o runs/mlm":
         Run("masked-token loss"),
     "xspec eval runs/mlm --text test.txt": Run("masked-token loss"),
@@ -241,6 +245,7 @@ def make_workspace(directory: Path) -> None:
     (directory / "my-valid.txt").write_text(_lines(vocabulary, 10, 2))
     (directory / "notes.txt").write_text(_lines(WORDS, 60, 3))      # the small BERT's words
     (directory / "notes-valid.txt").write_text(_lines(WORDS, 10, 4))
+    (directory / "notes.labels").write_text("yes\nno\n" * 30)      # a class of each of notes.txt's lines
     (directory / "corpus").mkdir()
     words = _words(1500, 3)        # more pieces than lm.xspec's 1000-row embedding: the README pair's case
     for k in range(2):

@@ -7,7 +7,8 @@ import sys
 import traceback
 from types import ModuleType
 
-from xspec.commands import average, data, export, fill, generate, keys, plot, show, train, translate, treebank, viz
+from xspec.commands import (average, classify, data, export, fill, generate, keys, plot, show, train, translate,
+                            treebank, viz)
 from xspec.commands import compile as compile_command
 from xspec.commands import eval as eval_command
 from xspec.commands import stats as stats_command
@@ -21,8 +22,8 @@ from xspec.base.process import apply_threads, reexec_with_tcmalloc
 # COMPUTES = True when it runs models (it then takes --threads and --tcmalloc, xspec/base/process.py).
 # Importing them must stay cheap (torch and the like are imported inside run()): `xspec --help` and
 # argument errors should answer at once.
-COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, fill, eval_command, average, viz,
-                                    stats_command, sweep, plot, show, keys, export, import_hf, treebank, data)
+COMMANDS: tuple[ModuleType, ...] = (compile_command, train, translate, generate, fill, classify, eval_command, average,
+                                    viz, stats_command, sweep, plot, show, keys, export, import_hf, treebank, data)
 
 # A bug in xspec, not a mistake of the user's (sysexits.h's EX_SOFTWARE).
 INTERNAL_ERROR = 70

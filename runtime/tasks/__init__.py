@@ -7,9 +7,10 @@ examples the loop batches, and scores the trained model at the end:
     translation.py      an encoder-decoder model: aligned source and target files, BLEU (§6.1)
     language_model.py   a decoder-only model: text files, perplexity and sampled continuations
     masked_lm.py        an encoder alone returning logits (BERT's): text files, masked tokens' loss and accuracy
+    classification.py   an encoder alone scoring classes: text and label files, accuracy and macro F1
 
 `task_for(spec)` picks the task from the model: an encoder and a decoder translate; a decoder alone
-models language; an encoder alone fills masks.
+models language; an encoder alone fills masks, or, scoring classes, classifies texts.
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ class SplitReader:
         """A split's plain files, as the task's text."""
         raise NotImplementedError
 
+    def settings(self) -> dict:
+        return {}
+
 
 class Task(Protocol):
     kind: str                         # "translation" or "language model", as run.json and messages say
@@ -127,14 +131,21 @@ class Task(Protocol):
     def evaluate(self, model: torch.nn.Module, vocab: Vocab, context: Context, run_dir: Path,
                  progress: bool) -> Optional[Outcome]: ...
 
+    def settings(self) -> dict:
+        """Spec parameters the data decides, once read (a classifier's label names), which the run's spec keeps."""
+        ...
+
 
 def task_for(spec) -> Task:
+    from .classification import Classification
     from .language_model import LanguageModelling
     from .masked_lm import MaskedLanguageModelling
     from .translation import Translation
 
     if spec.masked_lm:
         return MaskedLanguageModelling(spec)
+    if spec.classes is not None:
+        return Classification(spec)
     if not spec.has_decoder:
         raise UserError(f"{spec.name}: an encoder alone whose output is not a score per vocabulary entry: xspec "
                         "trains translation models (encoder and decoder), language models (a decoder alone) and "

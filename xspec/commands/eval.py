@@ -10,7 +10,7 @@ from pathlib import Path
 from xspec.commands.translate import add_decode_arguments, add_target_language_argument, decode_overrides
 from xspec.base.errors import UserError
 from xspec.base.files import check_output_file, write_atomically
-from xspec.base.text import shown
+from xspec.base.text import printable, shown
 
 NAME = "eval"
 COMPUTES = True
@@ -23,6 +23,9 @@ each with its signature (BLEU last).
 A masked language model (BERT's): --text FILE, one text a line, each masked as its training masks one
 (15% of its tokens, 80% of them to the mask token, 10% to a random one, with the run's seed); prints the
 masked tokens' loss and accuracy (the share predicted right).
+
+A classifier (an encoder alone scoring num_labels classes): --text FILE --labels FILE, a text and its class
+a line; prints the accuracy and the macro F1 (the mean over classes of F1).
 
 A language model: --text FILE, one document a line (empty lines skipped); prints the perplexity, the
 cross entropy in bits per token and in bits per byte (of the UTF-8 text, a newline per line: comparable
@@ -46,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref", metavar="FILE", help="reference translations, aligned with --src")
     add_target_language_argument(parser)
     parser.add_argument("--text", metavar="FILE", help="text to score, one document a line (language model)")
+    parser.add_argument("--labels", metavar="FILE", help="a classifier's: the class of each line of --text")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the translations here")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="a progress bar while translating, when stderr is a terminal (default: on)")
@@ -63,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(Path(args.output), "--output")
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
     name = " + ".join(args.models)
+    if trained.classes is not None:
+        if args.text is None or args.labels is None or len(args.models) > 1:
+            raise UserError(f"{name}: a classifier: score one with --text FILE --labels FILE (accuracy, macro F1)")
+        return _classified(trained, Path(args.text), Path(args.labels), args.batch_tokens)
+    if args.labels is not None:
+        raise UserError(f"--labels gives a classifier's classes; {name} is no classifier")
     if trained.is_masked_lm:
         if args.text is None or len(args.models) > 1:
             raise UserError(f"{name}: a masked language model: score one with --text FILE (masked tokens' loss "
@@ -89,6 +99,24 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     scores = score(hypotheses, references)
     print(scores.chrf_line)
     print(scores.bleu_line)
+    return 0
+
+
+def _classified(trained, texts: Path, labels: Path, batch_tokens: int) -> int:
+    """A classifier's accuracy and macro F1 on the texts and their labels (the run's own label names)."""
+    from xspec.runtime.run_dir import Split
+    from xspec.runtime.tasks.classification import Classification, class_scores, predictions, read_labelled
+
+    task = Classification(trained.spec)
+    split = read_labelled(Split(texts, labels), "test")
+    unknown = next((i for i, label in enumerate(split.labels) if label not in task.names), None)
+    if unknown is not None:
+        raise UserError(f"{shown(labels)}:{unknown + 1}: \"{printable(split.labels[unknown])}\" is none of the model's "
+                        f"classes ({printable(', '.join(task.names))})")
+    text = task.classified(split, trained.tokenizer, truncate=True)
+    scores = class_scores(predictions(trained.model, text, trained.device, batch_tokens), text.classes)
+    print(f"{shown(texts)}: accuracy {100 * scores.accuracy:.2f}%, macro F1 {scores.macro_f1:.4f} "
+          f"({scores.texts:,} texts)")
     return 0
 
 

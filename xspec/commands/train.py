@@ -68,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{split}", metavar="FILE", dest=f"{split}_text",
                             help=f"language model: {split} text, one document a line" +
                                  ("" if split == "train" else "; either task: a prepared data directory"))
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}-labels", metavar="FILE",
+                            help=f"classifier: the class of each line of --{split}, one a line")
     parser.add_argument("--data", metavar="DIR[:W][,DIR:W...]",
                         help="training data prepared by xspec data prepare, read as needed (memory does not grow "
                              "with the corpus), whose vocabulary sizes the model; several directories mixed by "
@@ -127,6 +130,7 @@ def _data_files(args: argparse.Namespace, spec, spec_dir: Path | None):
             raise UserError(f"{given[0]} gives a translation model's data; {spec.name} is {kind}: "
                             f"give --{given[0][2:].split('-')[0]} FILE, one document a line")
         files = DataFiles(*(_text_split(name, texts[name], spec, spec_dir) for name in names))
+    files = _with_labels(args, spec, files)
     if prepared:
         files = DataFiles(**{name: prepared.get(name, split) for name, split in files.splits().items()})
     if files.train is None and (files.valid or files.test) and not args.resume:
@@ -149,6 +153,27 @@ def _prepared_splits(args: argparse.Namespace, texts: dict[str, str | None]) -> 
         if path is not None and Path(path).is_dir():
             splits[name] = PreparedSplit((_absolute(Path.cwd(), path, f"--{name}"),), (1.0,))
     return splits
+
+
+def _with_labels(args: argparse.Namespace, spec, files):
+    """A classifier's splits: each text file with its --SPLIT-labels file; the flags refused for other models."""
+    from xspec.runtime.run_dir import DataFiles, Split
+
+    labels = {name: getattr(args, f"{name}_labels") for name in ("train", "valid", "test")}
+    if spec.classes is None:
+        given = next((name for name, path in labels.items() if path is not None), None)
+        if given is not None:
+            raise UserError(f"--{given}-labels gives a classifier's classes; {spec.name} is no classifier (an encoder "
+                            "alone whose head scores num_labels classes: --set num_labels=N)")
+        return files
+    paired = {}
+    for name, split in files.splits().items():
+        path = labels[name]
+        if (split is None) != (path is None):
+            flag = f"--{name}-labels" if path is None else f"--{name}"
+            raise UserError(f"a classifier's {name} split is a text file and its labels: give {flag} too")
+        paired[name] = None if split is None else Split(split.src, _absolute(Path.cwd(), path, f"--{name}-labels"))
+    return DataFiles(**paired)
 
 
 def _text_split(name: str, path: str | None, spec, spec_dir: Path | None):

@@ -1,0 +1,215 @@
+"""Sentence classification: a text file and a label file of as many lines (`--train F --train-labels L`), one
+text and its class a line; an encoder alone whose head scores `num_labels` classes at each position, read at
+the first ([CLS]'s, as BERT's pooler reads it). The classes are the training labels, sorted, which the run's
+spec keeps (`labels`); at the end, accuracy and macro F1 on the test split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import torch
+
+from xspec.base.errors import UserError
+from xspec.base.text import printable, shown
+from ..batching import NO_LABEL, Batch, micro_batches
+from ..corpus import read_lines
+from ..data_order import WholeCorpusWindows
+from ..distributed import Context
+from ..documents import lines_named, Documents
+from ..masking import framed, padded
+from ..prepared.format import PreparedDir
+from ..run_dir import DataFiles, Split
+from ..vocab import Tokenizer
+from . import Corpus, Outcome, SplitReader, max_sequence_tokens
+
+
+@dataclass
+class LabelledText:
+    """A split's texts and their labels, as read (each text stripped, each label stripped)."""
+
+    texts: list[str]
+    labels: list[str]
+    path: Path
+    labels_path: Path
+
+
+def read_labelled(split: Split, name: str) -> LabelledText:
+    """The split's text file and its label file, line for line; an empty text or label is named by its line."""
+    if split.tgt is None:
+        raise UserError(f"{split.src}: a classifier trains on a text file and a label file per split (--{name} FILE "
+                        f"--{name}-labels FILE)")
+    texts, labels = read_lines(split.src), read_lines(split.tgt)
+    if len(texts) != len(labels):
+        raise UserError(f"{shown(split.src)} has {len(texts)} lines but {shown(split.tgt)} has {len(labels)}: one "
+                        "label a text")
+    for path, lines, what in ((split.src, texts, "text"), (split.tgt, labels, "label")):
+        empty = next((i for i, line in enumerate(lines) if not line.strip()), None)
+        if empty is not None:
+            raise UserError(f"{shown(path)}:{empty + 1}: an empty {what}")
+    return LabelledText([t.strip() for t in texts], [label.strip() for label in labels], split.src, split.tgt)
+
+
+@dataclass
+class ClassifiedText(WholeCorpusWindows):
+    """Texts framed by the tokenizer, each with its class: a batch's inputs (texts, padding), its labels the
+    class at each text's first position (NO_LABEL elsewhere). Batching reads a text's length as a source's
+    and its one prediction as a target of one token."""
+
+    sequences: list[list[int]]
+    classes: list[int]
+    too_long: int = 0
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    @property
+    def src_lens(self) -> list[int]:
+        return [len(s) for s in self.sequences]
+
+    @property
+    def tgt_lens(self) -> list[int]:
+        return [0] * len(self.sequences)
+
+    def collate(self, indices: list[int]) -> Batch:
+        tokens, padding = padded([self.sequences[i] for i in indices])
+        labels = torch.full(tokens.shape, NO_LABEL, dtype=torch.long)
+        labels[:, 0] = torch.tensor([self.classes[i] for i in indices])
+        return Batch((tokens, padding), labels, len(indices))
+
+    def summary(self, name: str) -> str:
+        counts = [self.classes.count(c) for c in sorted(set(self.classes))]
+        parts = [f"{name}: {len(self)} texts, {sum(self.src_lens):,} tokens, {len(counts)} classes "
+                 f"(from {min(counts)} to {max(counts)} texts each)"]
+        if self.too_long:
+            parts.append(f"{self.too_long} too long {'truncated' if self.truncated else 'skipped'}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ClassScores:
+    accuracy: float
+    macro_f1: float         # the mean over classes of 2 PR / (P + R), a class never predicted nor true left out
+    texts: int
+
+
+def class_scores(predicted: list[int], true: list[int]) -> ClassScores:
+    right = sum(p == t for p, t in zip(predicted, true))
+    f1s = []
+    for c in sorted(set(true) | set(predicted)):
+        hits = sum(p == t == c for p, t in zip(predicted, true))
+        guessed, actual = predicted.count(c), true.count(c)
+        f1s.append(2 * hits / (guessed + actual) if guessed + actual else 0.0)
+    return ClassScores(right / max(len(true), 1), sum(f1s) / max(len(f1s), 1), len(true))
+
+
+def probabilities(model: torch.nn.Module, text: ClassifiedText, device: torch.device,
+                  batch_tokens: int = 4000) -> list[list[float]]:
+    """Each text's probability of each class, in order."""
+    found: dict[int, list[float]] = {}
+    model.eval()
+    with torch.no_grad():
+        for indices in micro_batches(text.src_lens, text.tgt_lens, batch_tokens):
+            batch = text.collate(indices).to(device)
+            found.update(zip(indices, model(*batch.inputs)[:, 0].float().softmax(-1).tolist()))
+    return [found[i] for i in range(len(text))]
+
+
+def predictions(model: torch.nn.Module, text: ClassifiedText, device: torch.device,
+                batch_tokens: int = 4000) -> list[int]:
+    """The most likely class of each text, in order."""
+    return [max(range(len(p)), key=p.__getitem__) for p in probabilities(model, text, device, batch_tokens)]
+
+
+def class_probabilities(trained, texts: list[str]) -> list[list[float]]:
+    """Each text's probability of each class (a classifier loaded by xspec.load), its texts framed as the
+    tokenizer frames one and cut to the model's positions (keeping the framing's end)."""
+    kept, _, _ = framed(trained.tokenizer.encode_sources(texts), trained.max_tokens, True, frozenset())
+    return probabilities(trained.model, ClassifiedText(kept, [0] * len(kept)), trained.device)
+
+
+class Classification(SplitReader):
+    kind = "classifier"
+    prepared_kind = "text"
+    texts: dict[str, LabelledText]
+
+    def __init__(self, spec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.names: list[str] = list(spec.params.get("labels") or [])
+
+    def demo_files(self, run_dir: Path) -> DataFiles:
+        raise UserError(f"{self.spec.name}: a classifier has no built-in demo task: give --train FILE --train-labels "
+                        "FILE (and --valid, --test with their labels)")
+
+    def decoded(self, dirs: list[PreparedDir]):
+        raise UserError("--data: a classifier reads a text file and a label file per split; prepared directories "
+                        "hold language models' and translation models' data")
+
+    def read_plain(self, name: str, split: Split) -> LabelledText:
+        return read_labelled(split, name)
+
+    def read(self, data: DataFiles) -> list[str]:
+        notes = super().read(data)
+        found = sorted(set(self.texts["train"].labels))
+        classes = self.spec.params.get("num_labels", 0)
+        if self.names and self.names != found:
+            raise UserError(f"{self.texts['train'].path}: its labels ({_listed(found)}) are not the spec's labels "
+                            f"({_listed(self.names)})")
+        if len(found) != classes:
+            raise UserError(f"the training labels name {len(found)} class{'es' if len(found) != 1 else ''} "
+                            f"({_listed(found)}), but the spec's classifier scores {classes}: "
+                            f"--set num_labels={len(found)}")
+        self.names = found
+        for split in self.texts.values():
+            unknown = next((i for i, label in enumerate(split.labels) if label not in found), None)
+            if unknown is not None:
+                raise UserError(f"{shown(split.labels_path)}:{unknown + 1}: \"{printable(split.labels[unknown])}\" is "
+                                f"no training label ({_listed(found)})")
+        return notes
+
+    def settings(self) -> dict:
+        return {"labels": self.names}
+
+    def vocab_text(self) -> Iterable[str]:
+        return self.texts["train"].texts
+
+    def prepared_vocab(self) -> Optional[tuple[Path, bytes]]:
+        return None
+
+    def classified(self, split: LabelledText, vocab: Tokenizer, truncate: bool) -> ClassifiedText:
+        with lines_named(Documents(split.texts, split.path)):
+            encoded = vocab.encode_sources(split.texts)
+        kept, too_long, _ = framed(encoded, max_sequence_tokens(self.spec), truncate, frozenset())
+        classes = [self.names.index(label) for ids, label in zip(encoded, split.labels)
+                   if truncate or len(ids) <= max_sequence_tokens(self.spec)]
+        return ClassifiedText(kept, classes, too_long, truncate)
+
+    def encode(self, vocab: Tokenizer, truncate: bool, vocab_path: str = "") -> Corpus:
+        train = self.classified(self.texts["train"], vocab, truncate)
+        if not len(train):
+            raise UserError(f"{self.texts['train'].path}: every text is longer than the model's "
+                            f"{max_sequence_tokens(self.spec)} positions; raise data.max_tokens or pass --truncate")
+        valid = self.classified(self.texts["valid"], vocab, truncate=True) if "valid" in self.texts else None
+        return Corpus(train, valid)
+
+    def evaluate(self, model: torch.nn.Module, vocab: Tokenizer, context: Context, run_dir: Path,
+                 progress: bool) -> Optional[Outcome]:
+        """Accuracy and macro F1 on the test split (or the validation split when there is none, said so)."""
+        test = self.texts.get("test", self.texts.get("valid"))
+        if test is None:
+            return None
+        split = "test" if "test" in self.texts else "validation"
+        text = self.classified(test, vocab, truncate=True)
+        scores = class_scores(predictions(model, text, context.device), text.classes)
+        metrics = {f"{split}_accuracy": round(scores.accuracy, 5), f"{split}_macro_f1": round(scores.macro_f1, 5),
+                   "scored_on": split}
+        return Outcome(metrics, [f"{split}: accuracy {100 * scores.accuracy:.2f}%, macro F1 {scores.macro_f1:.4f} "
+                                 f"over {scores.texts:,} texts"])
+
+
+def _listed(names: list[str]) -> str:
+    shown_names = [printable(n) for n in names[:10]]
+    return ", ".join(shown_names) + (", ..." if len(names) > 10 else "")

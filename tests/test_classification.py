@@ -1,0 +1,121 @@
+"""Sentence classification: an encoder alone with a classifier's head (BERT's spec with num_labels) trained on a
+text file and a label file, scored by accuracy and macro F1 as its run scored it, classifying texts; and what
+such data must hold, refused by file and line."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from xspec.runtime.tasks.classification import class_scores
+
+ANIMALS, PLACES = ["dog", "cat", "bird", "fish"], ["city", "river", "house", "tree"]
+FILLERS = ["the", "a", "is", "big", "small", "old", "new"]
+
+
+def test_accuracy_and_macro_f1_are_computed_per_class():
+    scores = class_scores([0, 0, 1, 1, 2], [0, 1, 1, 1, 2])
+    assert scores.accuracy == pytest.approx(0.8)
+    assert scores.macro_f1 == pytest.approx((2 / 3 + 0.8 + 1.0) / 3)
+
+
+def write_split(folder: Path, name: str, count: int, seed: int) -> tuple[Path, Path]:
+    """Texts naming an animal or a place among filler words, labelled so."""
+    draw = random.Random(seed)
+    texts, labels = [], []
+    for _ in range(count):
+        kind = draw.choice(["animal", "place"])
+        words = [draw.choice(ANIMALS if kind == "animal" else PLACES)]
+        words += [draw.choice(FILLERS) for _ in range(draw.randint(2, 6))]
+        draw.shuffle(words)
+        texts.append(" ".join(words))
+        labels.append(kind)
+    (folder / f"{name}.txt").write_text("\n".join(texts) + "\n")
+    (folder / f"{name}.labels").write_text("\n".join(labels) + "\n")
+    return folder / f"{name}.txt", folder / f"{name}.labels"
+
+
+def data_flags(folder: Path) -> list[str]:
+    flags = []
+    for name, count, seed in (("train", 400, 0), ("valid", 40, 1), ("test", 40, 2)):
+        text, labels = write_split(folder, name, count, seed)
+        flags += [f"--{name}", str(text), f"--{name}-labels", str(labels)]
+    return flags
+
+
+SMALL = ["--set", "layers=1", "--set", "d_model=32", "--set", "d_ff=64", "--set", "data.vocab_size=60",
+         "--set", "train.lr_schedule=cosine", "--set", "train.lr=0.001", "--set", "train.warmup_steps=5",
+         "--set", "train.batch_tokens=32", "--set", "train.epochs=10", "--set", "train.validate_every_steps=20"]
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory) -> Path:
+    from xspec.cli import main
+
+    folder = tmp_path_factory.mktemp("classes")
+    run = folder / "run"
+    assert main(["train", "specs/modern/bert.xspec", "--set", "num_labels=2", *data_flags(folder), *SMALL,
+                 "-o", str(run), "--no-tensorboard", "--no-progress"]) == 0
+    return run
+
+
+def test_a_classifier_trains_on_texts_and_labels_and_keeps_their_names(classifier_run):
+    import xspec
+
+    metrics = json.loads((classifier_run / "metrics.json").read_text())
+    assert metrics["test_accuracy"] >= 0.9 and metrics["test_macro_f1"] >= 0.9
+    assert list(xspec.load(classifier_run, device="cpu").spec.params["labels"]) == ["animal", "place"]
+
+
+def test_eval_and_classify_score_as_the_run_did(classifier_run, capsys):
+    from xspec.cli import main
+
+    folder = classifier_run.parent
+    assert main(["eval", str(classifier_run), "--text", str(folder / "test.txt"), "--labels",
+                 str(folder / "test.labels")]) == 0
+    metrics = json.loads((classifier_run / "metrics.json").read_text())
+    assert f"accuracy {100 * metrics['test_accuracy']:.2f}%, macro F1 {metrics['test_macro_f1']:.4f}" in \
+        capsys.readouterr().out
+    assert main(["classify", str(classifier_run), "--text", "the big dog is old", "--scores"]) == 0
+    label, *scores = capsys.readouterr().out.split("\t")
+    assert label == "animal" and sum(map(float, scores)) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: (f / "train.labels").write_text("animal\nplace\nthird\n" * 133 + "animal\n"),
+     "the training labels name 3 classes (animal, place, third), but the spec's classifier scores 2: "
+     "--set num_labels=3"),
+    (lambda f: (f / "valid.labels").write_text("place\n" * 39 + "unknown\n"),
+     'valid.labels:40: "unknown" is no training label (animal, place)'),
+    (lambda f: (f / "train.labels").write_text("animal\n" * 10),
+     "train.txt has 400 lines but"),
+    (lambda f: (f / "test.txt").write_text("a dog\n\nthe city\n" + "a dog\n" * 37),
+     "test.txt:2: an empty text"),
+])
+def test_labels_that_do_not_fit_are_refused_by_file_and_line(tmp_path, capsys, change, message):
+    from xspec.cli import main
+
+    flags = data_flags(tmp_path)
+    change(tmp_path)
+    assert main(["train", "specs/modern/bert.xspec", "--set", "num_labels=2", *flags, *SMALL,
+                 "-o", str(tmp_path / "run"), "--no-tensorboard", "--no-progress"]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["specs/lm.xspec", "--train", "TRAIN", "--train-labels", "LABELS"],
+     "--train-labels gives a classifier's classes; transformer_lm is no classifier"),
+    (["specs/modern/bert.xspec", "--set", "num_labels=2", "--train", "TRAIN", "--train-labels", "LABELS",
+      "--valid", "TRAIN"], "a classifier's valid split is a text file and its labels: give --valid-labels too"),
+])
+def test_labels_given_to_what_takes_none_or_left_out_are_refused(tmp_path, capsys, argv, message):
+    from xspec.cli import main
+
+    text, labels = write_split(tmp_path, "train", 20, 0)
+    argv = [str(text) if a == "TRAIN" else str(labels) if a == "LABELS" else a for a in argv]
+    assert main(["train", *argv, "-o", str(tmp_path / "run"), "--no-progress"]) == 1
+    assert message in capsys.readouterr().err
