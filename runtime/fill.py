@@ -42,10 +42,11 @@ class Candidate:
 def fill_masks(trained, texts: list[str], top_k: int = 5) -> list[list[list[Candidate]]]:
     """For each text, for each of its masks in order, the `top_k` candidates, most likely first. `trained`: an
     encoder-only masked LM (xspec.load) whose tokenizer names a mask token."""
-    if trained.spec.has_decoder or not trained.spec.has_encoder:
-        raise UserError(f"{trained.label}: filling masks takes a masked language model (an encoder alone, whose "
-                        "encoder returns a score per token: BERT, RoBERTa); this is a "
-                        f"{'translation' if trained.spec.has_encoder else 'language'} model")
+    if not trained.is_masked_lm:
+        kind = "a classifier" if trained.classes is not None else \
+            "a translation model" if trained.spec.has_encoder else "a language model"
+        raise UserError(f"{trained.label}: filling masks takes a masked language model (an encoder alone whose "
+                        f"output scores each token: BERT, RoBERTa); this is {kind}")
     tokenizer = trained.tokenizer
     mask, mask_id = tokenizer.mask()
     encoded = tokenizer.encode_sources(texts)

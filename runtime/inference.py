@@ -111,8 +111,18 @@ class _Scoring:
     def decode_settings(self, **overrides) -> DecodeSection:
         raise NotImplementedError
 
+    def _decodes(self, doing: str) -> None:
+        """Refuses `doing` for an encoder alone (a masked language model, a classifier), which decodes nothing."""
+        if self.is_masked_lm:
+            raise UserError(f"{self.label}: a masked language model (an encoder alone) {doing}; use xspec fill, "
+                            "or xspec eval --text")
+        if self.classes is not None:
+            raise UserError(f"{self.label}: a classifier (an encoder alone) {doing}; use xspec classify, or xspec "
+                            "eval --text --labels")
+
     def translator(self, batch_tokens: int = 4000, target_language: Optional[str] = None, **overrides) -> Translator:
         """`target_language`: a multilingual model's (its tokenizer's code: Marian's `fr` for `>>fr<<`)."""
+        self._decodes("does not translate")
         if self.is_language_model:
             raise UserError(f"{self.label}: a language model (no encoder) does not translate; use generate")
         language = self.tokenizer.target_language(target_language) if target_language is not None else None
@@ -128,6 +138,7 @@ class _Scoring:
 
     def generator(self, batch_tokens: int = 4000, seed: int = 0, chat: bool = False, system: Optional[str] = None,
                   **overrides) -> Generator:
+        self._decodes("continues no prompts")
         if not self.is_language_model:
             raise UserError(f"{self.label}: a translation model continues no prompts; use translate")
         if system is not None and not chat:
@@ -153,6 +164,7 @@ class _Scoring:
     def score(self, texts: list[str], targets: Optional[list[str]] = None) -> list[float]:
         """log P (nats) of each text under a language model, or of each target given its source text
         under a translation model."""
+        self._decodes("gives no text a probability")
         if self.is_language_model:
             if targets is not None:
                 raise UserError("a language model scores texts alone; targets are for translation models")
@@ -163,6 +175,7 @@ class _Scoring:
     def score_lines(self, lines: list[str], batch_tokens: int = 4000) -> LineScores:
         """A language model's log-probability of each line (in windows of its positions), with perplexity
         over them all."""
+        self._decodes("gives no text a perplexity")
         if not self.is_language_model:
             raise UserError(f"{self.label}: perplexity of text is for language models; a translation model "
                             "is scored with score(sources, targets) or BLEU")

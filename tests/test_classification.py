@@ -82,6 +82,10 @@ def test_eval_and_classify_score_as_the_run_did(classifier_run, capsys):
     assert main(["classify", str(classifier_run), "--text", "the big dog is old", "--scores"]) == 0
     label, *scores = capsys.readouterr().out.split("\t")
     assert label == "animal" and sum(map(float, scores)) == pytest.approx(1.0, abs=1e-3)
+    assert main(["show", str(classifier_run)]) == 0
+    assert f"xspec classify {classifier_run} < texts.txt" in capsys.readouterr().out
+    assert main(["fill", str(classifier_run), "--text", "the <mask> is big"]) == 1
+    assert "filling masks takes a masked language model" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("change, message", [

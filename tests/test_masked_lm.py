@@ -119,6 +119,9 @@ def test_fill_takes_the_runs_own_mask_piece(trained_run, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["eval", "RUN", "RUN", "--text", "TEST"], "a masked language model: score one with --text FILE"),
+    (["generate", "RUN", "--prompt", "the dog"],
+     "a masked language model (an encoder alone) continues no prompts; use xspec fill, or xspec eval --text"),
+    (["translate", "RUN", "-i", "TEST"], "a masked language model (an encoder alone) does not translate"),
     (["train", "specs/modern/bert.xspec", "--train-src", "a.txt", "--train-tgt", "b.txt", "-o", "OUT"],
      "--train-src gives a translation model's data; bert is a masked language model: give --train FILE"),
 ])
@@ -129,3 +132,14 @@ def test_what_a_masked_lm_does_not_take_is_refused(trained_run, tmp_path, capsys
     argv = [named.get(a, a) for a in argv]
     assert main(argv) != 0
     assert message in capsys.readouterr().err
+
+
+def test_show_and_attention_maps_read_an_encoder_alone(trained_run, tmp_path, capsys):
+    from xspec.cli import main
+
+    assert main(["show", str(trained_run)]) == 0
+    shown = capsys.readouterr().out
+    assert "masked language model" in shown and f"xspec fill {trained_run} --text" in shown
+    assert main(["viz", "--attention", str(trained_run), "--sentence", "the dog is small", "-o",
+                 str(tmp_path / "maps.png")]) == 0
+    assert (tmp_path / "maps.png").stat().st_size > 0

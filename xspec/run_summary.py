@@ -54,7 +54,7 @@ def summarize(run_dir: Path) -> RunSummary:
 
     spec = xspec.compile_source(read_run_spec(run_dir), name=str(run_dir / SPEC_FILE), allow_imports=False)
     record = read_run_record(run_dir)
-    language_model = not spec.has_encoder
+    kind = _kind(spec)
     data = {name: None if split is None else [str(f) for f in split.files]
             for name, split in record.data.splits().items()}
     train = record.data.train          # prepared directories (--data) are never the demo's
@@ -90,11 +90,20 @@ def summarize(run_dir: Path) -> RunSummary:
     best = ckpt.checkpoints_in(best_dir(run_dir))
     checkpoints = {"kept": [p.name for p in kept], "best": [str(p.relative_to(run_dir)) for p in best]}
     summary = RunSummary(run_dir, {"name": spec.name, "parameters": spec.parameters,
-                                   "kind": "language model" if language_model else "translation",
+                                   "kind": kind,
                                    "params": spec.params},
                          data, demo, training, record.stopped, validation, test, checkpoints)
-    summary.commands = _commands(run_dir, spec, record, language_model, best)
+    summary.commands = _commands(run_dir, spec, record, kind, best)
     return summary
+
+
+def _kind(spec) -> str:
+    """What the run's model does, as its task names it."""
+    if spec.masked_lm:
+        return "masked language model"
+    if spec.classes is not None:
+        return "classifier"
+    return "translation" if spec.has_encoder else "language model"
 
 
 def _final_metrics(run_dir: Path) -> dict[str, Any]:
@@ -110,7 +119,7 @@ def _final_metrics(run_dir: Path) -> dict[str, Any]:
     return value
 
 
-def _commands(run_dir: Path, spec, record: RunRecord, language_model: bool, best: list[Path]) -> dict[str, str]:
+def _commands(run_dir: Path, spec, record: RunRecord, kind: str, best: list[Path]) -> dict[str, str]:
     run = shlex.quote(str(run_dir))
     commands = {"resume": f"xspec train --resume {run}"}
     reason, cfg = (record.stopped or {}).get("reason", ""), spec.train
@@ -121,9 +130,17 @@ def _commands(run_dir: Path, spec, record: RunRecord, language_model: bool, best
         commands["resume"] += f" --set {further}"
     test = record.data.test
     test = test if isinstance(test, Split) else None      # prepared directories: eval reads text files
-    if language_model:
+    text = shlex.quote(str(test.src)) if test else "TEST.txt"
+    if kind == "language model":
         commands["generate"] = f"xspec generate {run} --prompt 'a beginning'"
-        commands["evaluate"] = f"xspec eval {run} --text " + (shlex.quote(str(test.src)) if test else "TEST.txt")
+        commands["evaluate"] = f"xspec eval {run} --text {text}"
+    elif kind == "masked language model":
+        commands["fill"] = f"xspec fill {run} --text 'A TEXT WITH ITS MASK TOKEN'"
+        commands["evaluate"] = f"xspec eval {run} --text {text}"
+    elif kind == "classifier":
+        commands["classify"] = f"xspec classify {run} < texts.txt"
+        labels = shlex.quote(str(test.tgt)) if test is not None and test.tgt is not None else "TEST.labels"
+        commands["evaluate"] = f"xspec eval {run} --text {text} --labels {labels}"
     else:
         commands["translate"] = f"xspec translate {run} < input.txt > output.txt"
         if test is not None and test.tgt is not None:

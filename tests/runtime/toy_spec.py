@@ -81,6 +81,8 @@ class ToySpec:
     max_positions: int = 128
     has_encoder: bool = True
     has_decoder: bool = True
+    masked_lm: bool = False
+    classes: Optional[int] = None
     output_head: Optional[str] = None  # no multi-token prediction shares it
     # called as hook(module, inputs, output) after every forward pass; may return a replacement output
     forward_hook: Optional[Callable] = None

@@ -99,7 +99,9 @@ def capture(model: torch.nn.Module, spec: "CompiledSpec", sites: list[AttentionS
     try:
         model.eval()
         with torch.no_grad():
-            if src is not None:     # a translation model's one sentence: nothing padded
+            if src is not None and not spec.has_decoder:    # an encoder alone reads the sentence
+                model(src, torch.zeros_like(src, dtype=torch.bool))
+            elif src is not None:     # a translation model's one sentence: nothing padded
                 model(src, tgt_in, torch.zeros_like(src, dtype=torch.bool))
             else:
                 model(tgt_in)
@@ -185,8 +187,10 @@ def collect_maps(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sen
 def _token_ids(spec: "CompiledSpec", model: torch.nn.Module, vocab: Vocab, sentence: str,
                target: Optional[str]) -> tuple[list[int], list[int]]:
     """(source ids, decoder input ids) as training builds them: source pieces + EOS, BOS + target.
-    A decoder-only model has no source and reads the sentence itself."""
+    A decoder-only model has no source and reads the sentence itself; an encoder alone has no output."""
     limit = max_sequence_tokens(spec) - 1  # room for EOS / BOS
+    if not spec.has_decoder:
+        return vocab.encode([sentence])[0][:limit] + [EOS], []
     if not spec.has_encoder:
         return [], [BOS] + vocab.encode([sentence])[0][:limit]
     src_ids = vocab.encode([sentence])[0][:limit] + [EOS]
