@@ -25,3 +25,24 @@ def pair_losses(trained, tokenizer, model, sources: list[str], targets: list[str
         inputs = tokenizer(sources, text_target=targets, return_tensors="pt", padding=True)
         inputs["labels"] = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
         return ours, model.eval()(**inputs).loss
+
+
+def fine_tuned_losses(run: Path, lines: list[str], folder: Path) -> list[float]:
+    """The validation losses of `train --init run` on pairs of `lines` and their words reversed (the lines
+    eight times over to train on, once to validate), two validations in all."""
+    import json
+
+    from xspec.cli import main
+
+    for split, chosen in (("train", lines * 8), ("valid", lines)):
+        (folder / f"{split}.src").write_text("\n".join(chosen) + "\n")
+        (folder / f"{split}.tgt").write_text("\n".join(" ".join(line.split()[::-1]) for line in chosen) + "\n")
+    tuned = folder / "tuned"
+    assert main(["train", "--init", str(run), "--train-src", str(folder / "train.src"),
+                 "--train-tgt", str(folder / "train.tgt"), "--valid-src", str(folder / "valid.src"),
+                 "--valid-tgt", str(folder / "valid.tgt"), "-o", str(tuned), "--no-test", "--no-tensorboard",
+                 "--no-progress", "--set", "train.epochs=6", "--set", "train.validate_every_steps=3",
+                 "--set", "train.lr=0.003", "--set", "train.warmup_fraction=0.01",
+                 "--set", "train.batch_tokens=400"]) == 0
+    return [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
+            if "valid_loss" in line]

@@ -8,8 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,11 +16,14 @@ import torch
 import xspec
 from xspec.base.errors import UserError
 from float32 import assert_close
+from hf_runs import Checkpoints
 from toy_text import WORDS
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(tempfile.mkdtemp(prefix="xspec-bert-"))
+CHECKPOINTS = Checkpoints("xspec-bert-", lambda i: reference(i), lambda i: f"{SIZES[i][0]}-{i}")
+ROOT = CHECKPOINTS.root
+saved, imported = CHECKPOINTS.saved, CHECKPOINTS.imported
 # Uncommon sizes: heads of 8 and 5 features, each activation the head may use, three token types.
 SIZES = [
     ("bert", dict(vocab_size=61, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=40,
@@ -59,22 +60,6 @@ def reference(index: int):
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.1)
     return model.eval()
-
-
-@functools.cache
-def saved(index: int) -> Path:
-    path = ROOT / f"{SIZES[index][0]}-{index}"
-    reference(index).save_pretrained(path)
-    return path
-
-
-@functools.cache
-def imported(index: int) -> Path:
-    from xspec.hf.importer import import_checkpoint
-
-    run = ROOT / f"run-{index}"
-    import_checkpoint(saved(index), run, say=lambda line: None)
-    return run
 
 
 def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,17 +148,12 @@ def test_what_a_pretraining_checkpoint_holds_beside_the_masked_lm_is_set_aside(t
 def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, message):
     from xspec.hf.importer import import_checkpoint
 
-    directory = tmp_path / "bert"
-    directory.mkdir()
-    config = json.loads((saved(0) / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, **change}))
-    shutil.copy(saved(0) / "model.safetensors", directory / "model.safetensors")
+    directory = CHECKPOINTS.with_config(0, tmp_path / "bert", change)
     with pytest.raises(UserError, match=re.escape(f"{directory}/config.json: {message}")):
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
 
 
 # --- filling masks -------------------------------------------------------------------------------------------
-
 
 
 @functools.cache

@@ -9,7 +9,6 @@ import functools
 import json
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,15 @@ import torch
 import xspec
 from xspec.base.errors import UserError
 from float32 import assert_close
+from hf_runs import Checkpoints
 from toy_text import LINES, WORDS
-from seq2seq_pairs import pair_losses
+from seq2seq_pairs import fine_tuned_losses, pair_losses
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(tempfile.mkdtemp(prefix="xspec-marian-"))
+CHECKPOINTS = Checkpoints("xspec-marian-", lambda i: reference(i), lambda i: f"marian-{i}")
+ROOT = CHECKPOINTS.root
+saved, imported = CHECKPOINTS.saved, CHECKPOINTS.imported
 # Uncommon sizes: heads of 8 and 4 features, encoder and decoder of their own depths, widths and head counts.
 SIZES = [
     dict(vocab_size=67, d_model=24, encoder_layers=1, decoder_layers=3, encoder_attention_heads=3,
@@ -50,22 +52,6 @@ def reference(index: int) -> "transformers.MarianMTModel":
                 parameter.add_(torch.randn_like(parameter) * 0.1)
         model.final_logits_bias.add_(torch.randn_like(model.final_logits_bias))
     return model.eval()
-
-
-@functools.cache
-def saved(index: int) -> Path:
-    path = ROOT / f"marian-{index}"
-    reference(index).save_pretrained(path)
-    return path
-
-
-@functools.cache
-def imported(index: int) -> Path:
-    from xspec.hf.importer import import_checkpoint
-
-    run = ROOT / f"run-{index}"
-    import_checkpoint(saved(index), run, say=lambda line: None)
-    return run
 
 
 def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -179,17 +165,12 @@ def test_what_a_checkpoint_keeps_beside_its_tensors_must_be_what_the_spec_comput
 def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, message):
     from xspec.hf.importer import import_checkpoint
 
-    directory = tmp_path / "marian"
-    directory.mkdir()
-    config = json.loads((saved(0) / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, **change}))
-    (directory / "model.safetensors").symlink_to(saved(0) / "model.safetensors")
+    directory = CHECKPOINTS.with_config(0, tmp_path / "marian", change)
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
 
 
 # --- its tokenizer and its generation settings ---------------------------------------------------------------
-
 
 
 @functools.cache
@@ -241,8 +222,6 @@ def with_tokenizer(codes: tuple[str, ...] = ()) -> Path:
 def _json(path: Path, value: dict) -> str:
     path.write_text(json.dumps(value))
     return str(path)
-
-
 
 
 def test_an_import_reads_marians_tokenizer_as_marian_tokenizer_does(tmp_path):
@@ -331,26 +310,13 @@ def test_a_fine_tuning_batch_is_transformers_batch_with_its_loss(tmp_path):
     assert_close(*pair_losses(trained, tokenizer, model, LINES, LINES[::-1], tmp_path))
 
 
-def test_train_init_fine_tunes_an_imported_marian_on_sentence_pairs(tmp_path, capsys):
-    from xspec.cli import main
-
-    for split, lines in (("train", LINES * 8), ("valid", LINES)):
-        (tmp_path / f"{split}.src").write_text("\n".join(lines) + "\n")
-        (tmp_path / f"{split}.tgt").write_text("\n".join(" ".join(line.split()[::-1]) for line in lines) + "\n")
+def test_train_init_fine_tunes_an_imported_marian_on_sentence_pairs(tmp_path):
     from xspec.hf.importer import import_checkpoint
 
     import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
-    tuned = tmp_path / "tuned"
-    assert main(["train", "--init", str(tmp_path / "run"), "--train-src", str(tmp_path / "train.src"),
-                 "--train-tgt", str(tmp_path / "train.tgt"), "--valid-src", str(tmp_path / "valid.src"),
-                 "--valid-tgt", str(tmp_path / "valid.tgt"), "-o", str(tuned), "--no-test", "--no-tensorboard",
-                 "--no-progress", "--set", "train.epochs=6", "--set", "train.validate_every_steps=3",
-                 "--set", "train.lr=0.003", "--set", "train.warmup_fraction=0.01",
-                 "--set", "train.batch_tokens=400"]) == 0
-    valid = [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
-             if "valid_loss" in line]
+    valid = fine_tuned_losses(tmp_path / "run", LINES, tmp_path)
     assert len(valid) == 2 and valid[1] < valid[0]
-    assert xspec.load(tuned, device="cpu").tokenizer.kind == "marian"
+    assert xspec.load(tmp_path / "tuned", device="cpu").tokenizer.kind == "marian"
 
 
 @pytest.mark.parametrize("change, message", [

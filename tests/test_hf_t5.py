@@ -8,7 +8,6 @@ import functools
 import json
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,15 @@ import torch
 import xspec
 from xspec.base.errors import UserError
 from float32 import assert_close
+from hf_runs import Checkpoints
 from toy_text import LINES, WORDS
-from seq2seq_pairs import pair_losses
+from seq2seq_pairs import fine_tuned_losses, pair_losses
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(tempfile.mkdtemp(prefix="xspec-t5-"))
+CHECKPOINTS = Checkpoints("xspec-t5-", lambda i: reference(i), lambda i: f"{SIZES[i][0]}-{i}")
+ROOT = CHECKPOINTS.root
+saved, imported = CHECKPOINTS.saved, CHECKPOINTS.imported
 # Uncommon sizes: heads of 5 and 3 features (d_kv apart from d_model / num_heads), encoder and decoder of their
 # own depths, few buckets and a short maximum distance (so that the log-spaced buckets are reached), each
 # feed-forward kind, an untied configuration (no scaling of the decoder's output).
@@ -56,22 +58,6 @@ def reference(index: int):
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.1)
     return model.eval()
-
-
-@functools.cache
-def saved(index: int) -> Path:
-    path = ROOT / f"{SIZES[index][0]}-{index}"
-    reference(index).save_pretrained(path)
-    return path
-
-
-@functools.cache
-def imported(index: int) -> Path:
-    from xspec.hf.importer import import_checkpoint
-
-    run = ROOT / f"run-{index}"
-    import_checkpoint(saved(index), run, say=lambda line: None)
-    return run
 
 
 def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -157,11 +143,7 @@ def test_the_untied_configuration_scales_nothing_and_a_head_of_its_own_is_read(t
 def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, message):
     from xspec.hf.importer import import_checkpoint
 
-    directory = tmp_path / "t5"
-    directory.mkdir()
-    config = json.loads((saved(0) / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, **change}))
-    (directory / "model.safetensors").symlink_to(saved(0) / "model.safetensors")
+    directory = CHECKPOINTS.with_config(0, tmp_path / "t5", change)
     with pytest.raises(UserError, match=re.escape(f"{directory}/config.json: {message}")):
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
 
@@ -174,17 +156,12 @@ def test_relative_buckets_the_distances_cannot_fill_are_refused_by_key(tmp_path,
     """Each direction's buckets are half exact distances, half log-spaced ones reaching past them."""
     from xspec.hf.importer import import_checkpoint
 
-    directory = tmp_path / "t5"
-    directory.mkdir()
-    config = json.loads((saved(0) / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, **change}))
-    shutil.copy(saved(0) / "model.safetensors", directory / "model.safetensors")
+    directory = CHECKPOINTS.with_config(0, tmp_path / "t5", change)
     with pytest.raises(UserError, match=re.escape(f"{directory}/config.json: {message}")):
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
 
 
 # --- its tokenizer, its generation settings, fine-tuning ---------------------------------------------------
-
 
 
 @functools.cache
@@ -292,22 +269,10 @@ def test_a_fine_tuning_batch_is_transformers_batch_with_its_loss(tmp_path):
 
 
 def test_train_init_fine_tunes_an_imported_t5_on_sentence_pairs(tmp_path):
-    from xspec.cli import main
     from xspec.hf.importer import import_checkpoint
 
-    for split, lines in (("train", LINES * 8), ("valid", LINES)):
-        (tmp_path / f"{split}.src").write_text("\n".join(lines) + "\n")
-        (tmp_path / f"{split}.tgt").write_text("\n".join(" ".join(line.split()[::-1]) for line in lines) + "\n")
     import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
-    tuned = tmp_path / "tuned"
-    assert main(["train", "--init", str(tmp_path / "run"), "--train-src", str(tmp_path / "train.src"),
-                 "--train-tgt", str(tmp_path / "train.tgt"), "--valid-src", str(tmp_path / "valid.src"),
-                 "--valid-tgt", str(tmp_path / "valid.tgt"), "-o", str(tuned), "--no-test", "--no-tensorboard",
-                 "--no-progress", "--set", "train.epochs=6", "--set", "train.validate_every_steps=3",
-                 "--set", "train.lr=0.003", "--set", "train.warmup_fraction=0.01",
-                 "--set", "train.batch_tokens=400"]) == 0
-    valid = [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
-             if "valid_loss" in line]
+    valid = fine_tuned_losses(tmp_path / "run", LINES, tmp_path)
     assert len(valid) == 2 and valid[1] < valid[0]
 
 

@@ -28,16 +28,13 @@ SAMPLE_PROMPTS = 3          # test documents whose first words are continued at 
 PROMPT_WORDS = 3
 
 
-class LanguageModelling(SplitReader):
-    kind = "language model"
+class TextSplits(SplitReader):
+    """The reading of tasks that train on text alone, one document (or text) a line: a language model's, a
+    masked language model's."""
+
+    kind: str
     prepared_kind = "text"
     texts: dict[str, Documents]         # each split read, as text
-
-    def __init__(self, spec) -> None:
-        super().__init__()
-        self.spec = spec
-        self.train_counts: Counter[int] = Counter()     # token -> how often the training data predicts it
-        self.train_examples = None
 
     def demo_files(self, run_dir: Path) -> DataFiles:
         """The built-in demo's text: the English-like side of the demo language pair."""
@@ -49,7 +46,7 @@ class LanguageModelling(SplitReader):
 
     def read_plain(self, name: str, split: Split) -> Documents:
         if split.tgt is not None:
-            raise UserError(f"{split.src}, {split.tgt}: a language model trains on one text file per split "
+            raise UserError(f"{split.src}, {split.tgt}: a {self.kind} trains on one text file per split "
                             f"(--{name} FILE), not a source and a target")
         return read_documents(split.src)
 
@@ -58,6 +55,16 @@ class LanguageModelling(SplitReader):
 
     def prepared_vocab(self) -> Optional[tuple[Path, bytes]]:
         return shared_vocabulary(self.prepared)
+
+
+class LanguageModelling(TextSplits):
+    kind = "language model"
+
+    def __init__(self, spec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.train_counts: Counter[int] = Counter()     # token -> how often the training data predicts it
+        self.train_examples = None
 
     def example_size(self) -> int:
         """Predictions per block (blocks), or the most inputs of a line (lines)."""

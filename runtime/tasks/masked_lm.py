@@ -5,51 +5,26 @@ masked-token loss and accuracy on the test split."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import torch
 
 from xspec.base.errors import UserError
-from ..demo_data import write_demo_text
 from ..distributed import Context
-from ..documents import Documents, lines_named, read_documents
+from ..documents import Documents, lines_named
 from ..masking import Masking, MaskedText, framed, masked_scores
-from ..prepared.format import PreparedDir
-from ..prepared.splits import decoded_documents, shared_vocabulary
-from ..run_dir import DATA_DIR, DataFiles, Split
 from ..vocab import Tokenizer
-from . import Corpus, Outcome, SplitReader, max_sequence_tokens
+from . import Corpus, Outcome, max_sequence_tokens
+from .language_model import TextSplits
 
 
-class MaskedLanguageModelling(SplitReader):
+class MaskedLanguageModelling(TextSplits):
     kind = "masked language model"
-    prepared_kind = "text"
-    texts: dict[str, Documents]
 
     def __init__(self, spec) -> None:
         super().__init__()
         self.spec = spec
         self.masking: Optional[Masking] = None
-
-    def demo_files(self, run_dir: Path) -> DataFiles:
-        """The built-in demo's text: the English-like side of the demo language pair."""
-        paths = write_demo_text(run_dir / DATA_DIR)
-        return DataFiles(*(Split(paths[s]) for s in ("train", "valid", "test")))
-
-    def decoded(self, dirs: list[PreparedDir]) -> Documents:
-        return Documents([line for line in decoded_documents(dirs) if line], dirs[0].path)
-
-    def read_plain(self, name: str, split: Split) -> Documents:
-        if split.tgt is not None:
-            raise UserError(f"{split.src}, {split.tgt}: a masked language model trains on one text file per split "
-                            f"(--{name} FILE), not a source and a target")
-        return read_documents(split.src)
-
-    def vocab_text(self) -> Iterable[str]:
-        return self.texts["train"].lines
-
-    def prepared_vocab(self) -> Optional[tuple[Path, bytes]]:
-        return shared_vocabulary(self.prepared)
 
     def masked_text(self, docs: Documents, vocab: Tokenizer, truncate: bool) -> MaskedText:
         """A split's texts framed by the tokenizer, at most the model's positions long."""

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Iterator
 
 from xspec.commands.arguments import int_at_least
-from xspec.commands.translate import add_model_arguments, answer_lines
+from xspec.commands.translate import add_model_arguments, add_text_arguments, answer_texts, check_text_arguments
 from xspec.base.errors import UserError
-from xspec.base.files import check_output_file, write_atomically
 from xspec.base.text import printable
 
 NAME = "classify"
@@ -29,9 +28,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--text", metavar="TEXT", help="classify this text (instead of lines of stdin / --input)")
-    parser.add_argument("-i", "--input", metavar="FILE", help="texts, one a line (default: stdin)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="where to write the classes (default: stdout)")
+    add_text_arguments(parser, "classify", "classes")
     parser.add_argument("--scores", action="store_true", help="each class's probability after the class")
     parser.add_argument("--window", type=int_at_least(1), default=256, help="texts classified together (default 256)")
 
@@ -40,10 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from xspec.runtime.inference import load
     from xspec.runtime.tasks.classification import class_probabilities
 
-    if args.text is not None and args.input:
-        raise UserError("--text or --input, not both")
-    if args.output:
-        check_output_file(Path(args.output), "--output")
+    check_text_arguments(args)
     trained = load(Path(args.model), args.device, args.compile, args.weights)
     if trained.classes is None:
         raise UserError(f"{args.model}: not a classifier (an encoder alone whose head scores num_labels classes)")
@@ -55,12 +49,5 @@ def run(args: argparse.Namespace) -> int:
             scores = "".join(f"\t{p:.4f}" for p in probabilities) if args.scores else ""
             yield f"{printable(names[best])}{scores}\n"
 
-    if args.text is None:
-        answer_lines(args.input, args.output, args.window, answer)
-        return 0
-    text = "".join(answer([args.text], 1, "--text"))
-    if args.output:
-        write_atomically(Path(args.output), text)
-    else:
-        print(text, end="")
+    answer_texts(args, answer)
     return 0

@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from xspec.commands.arguments import int_at_least
-from xspec.commands.translate import add_model_arguments, answer_lines
-from xspec.base.errors import UserError
-from xspec.base.files import check_output_file, write_atomically
+from xspec.commands.translate import add_model_arguments, add_text_arguments, answer_texts, check_text_arguments
 from xspec.base.text import printable
 
 NAME = "fill"
@@ -35,9 +33,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--text", metavar="TEXT", help="fill this text's masks (instead of lines of stdin / --input)")
-    parser.add_argument("-i", "--input", metavar="FILE", help="texts, one a line (default: stdin)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="where to write the candidates (default: stdout)")
+    add_text_arguments(parser, "fill the masks of", "candidates")
     parser.add_argument("--top-k", type=int_at_least(1), default=5, help="candidates per mask (default 5)")
     parser.add_argument("--json", action="store_true", help="one JSON list a text: the pipeline's dictionaries")
     parser.add_argument("--window", type=int_at_least(1), default=64, help="texts filled together (default 64)")
@@ -47,10 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from xspec.runtime.fill import TextError, fill_masks
     from xspec.runtime.inference import load
 
-    if args.text is not None and args.input:
-        raise UserError("--text or --input, not both")
-    if args.output:
-        check_output_file(Path(args.output), "--output")
+    check_text_arguments(args)
     trained = load(Path(args.model), args.device, args.compile, args.weights)
 
     def answer(lines: list[str], first: int, name: str) -> Iterator[str]:
@@ -61,14 +54,7 @@ def run(args: argparse.Namespace) -> int:
         for masks in filled:
             yield _formatted(masks, args.json)
 
-    if args.text is None:
-        answer_lines(args.input, args.output, args.window, answer)
-        return 0
-    text = "".join(answer([args.text], 1, "--text"))
-    if args.output:
-        write_atomically(Path(args.output), text)
-    else:
-        print(text, end="")
+    answer_texts(args, answer)
     return 0
 
 

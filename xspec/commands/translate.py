@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from xspec.commands.arguments import add_device_argument, float_at_least, int_at_least
-from xspec.base.errors import processing
+from xspec.base.errors import UserError, processing
 from xspec.base.files import check_output_file, write_atomically
 from xspec.base.text import shown
 
@@ -137,6 +137,33 @@ def answer_lines(input_file: str | None, output: str | None, window: int,
             first += len(lines_read)
     if output:
         write_atomically(Path(output), "".join(written))
+
+
+def add_text_arguments(parser: argparse.ArgumentParser, doing: str, written: str) -> None:
+    """--text TEXT, or lines of --input (default: stdin); --output: what a command that answers each text
+    line by line takes (`doing` to the text, `written` the answers)."""
+    parser.add_argument("--text", metavar="TEXT", help=f"{doing} this text (instead of lines of stdin / --input)")
+    parser.add_argument("-i", "--input", metavar="FILE", help="texts, one a line (default: stdin)")
+    parser.add_argument("-o", "--output", metavar="FILE", help=f"where to write the {written} (default: stdout)")
+
+
+def check_text_arguments(args: argparse.Namespace) -> None:
+    if args.text is not None and args.input:
+        raise UserError("--text or --input, not both")
+    if args.output:
+        check_output_file(Path(args.output), "--output")
+
+
+def answer_texts(args: argparse.Namespace, answer: Callable[[list[str], int, str], Iterator[str]]) -> None:
+    """`answer` (as answer_lines takes it) for --text's one text, or for the lines of --input or stdin."""
+    if args.text is None:
+        answer_lines(args.input, args.output, args.window, answer)
+        return
+    text = "".join(answer([args.text], 1, "--text"))
+    if args.output:
+        write_atomically(Path(args.output), text)
+    else:
+        print(text, end="")
 
 
 def _format(hyps, line: int, translator, nbest: int | None) -> str:
