@@ -144,6 +144,11 @@ def test_what_a_pretraining_checkpoint_holds_beside_the_masked_lm_is_set_aside(t
     ({"hidden_act": "tanh"}, 'hidden_act "tanh" is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh, '
                              'relu, silu, swish)'),
     ({"is_decoder": True}, "is_decoder true is not supported (supported: false)"),
+    ({"architectures": ["BertForSequenceClassification"], "problem_type": "multi_label_classification"},
+     'problem_type "multi_label_classification" is not supported (supported: null, single_label_classification) '
+     '(one class a text, a softmax over them)'),
+    ({"architectures": ["BertForSequenceClassification"], "id2label": {"0": "a", "2": "c"}},
+     "id2label's keys are not the classes 0 to 1"),
 ])
 def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, message):
     from xspec.hf.importer import import_checkpoint
@@ -276,3 +281,62 @@ def test_train_init_makes_a_classifier_of_an_imported_bert(tmp_path, capsys):
     assert "other head is not read (encoder.lm_head.bias, encoder.lm_head.weight, encoder.transform.bias" in said
     metrics = json.loads((tuned / "metrics.json").read_text())
     assert metrics["validation_accuracy"] >= 0.9
+
+
+# --- sequence classifiers --------------------------------------------------------------------------------------
+
+CLASSIFIER_CLASSES = {"bert": "BertForSequenceClassification", "roberta": "RobertaForSequenceClassification"}
+
+
+@functools.cache
+def classifier(kind: str) -> Path:
+    """A sequence classifier of the family with its tokenizer (the masked LM's, above): BERT's with named
+    classes, RoBERTa's with transformers' default names."""
+    folder = ROOT / f"{kind}-classifier"
+    masked = with_tokenizer(kind)
+    config = json.loads((masked / "config.json").read_text())
+    labels = {"id2label": {"0": "negative", "1": "neutral", "2": "positive"}} if kind == "bert" else {}
+    model_class = getattr(transformers, CLASSIFIER_CLASSES[kind])
+    config_class = getattr(transformers, CLASSES[kind][0])
+    torch.manual_seed(4)
+    model = model_class(config_class(**{k: v for k, v in config.items() if k not in ("architectures",
+                                                                                          "transformers_version")},
+                                     **labels))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)
+    model.eval().save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(masked).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_a_sequence_classifier_imports_classifies_as_the_pipeline_and_exports_back(tmp_path, capsys, kind):
+    """architectures naming the family's sequence classifier imports its head (id2label's classes); `xspec
+    classify` gives the text-classification pipeline's class and probability; export writes it back."""
+    from xspec.cli import main
+    from xspec.hf.export import export_hf
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.inference import load
+
+    imported = import_checkpoint(classifier(kind), tmp_path / "run", say=lambda line: None)
+    assert imported.verification["verified"]
+    names = ["negative", "neutral", "positive"] if kind == "bert" else ["LABEL_0", "LABEL_1"]
+    assert list(imported.spec.params["labels"]) == names
+    texts = ["the house is small.", "we see a green tree under the old city", "a dog runs fast"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    assert main(["classify", str(tmp_path / "run"), "-i", str(tmp_path / "in.txt"), "--scores",
+                 "--weights", "fp32"]) == 0
+    ours = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    pipeline = transformers.pipeline("text-classification", model=str(classifier(kind)), device="cpu")
+    theirs = pipeline(texts)
+    assert [row[0] for row in ours] == [found["label"] for found in theirs]
+    assert [max(map(float, row[1:])) for row in ours] == pytest.approx([found["score"] for found in theirs],
+                                                                        abs=1e-4)
+    (tmp_path / "hf").mkdir()
+    export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+    exported = getattr(transformers, CLASSIFIER_CLASSES[kind]).from_pretrained(tmp_path / "hf").eval()
+    original = getattr(transformers, CLASSIFIER_CLASSES[kind]).from_pretrained(classifier(kind)).eval()
+    tokens, padding = batch(original.config.vocab_size)
+    assert_close(their_logits(exported, tokens, padding), their_logits(original, tokens, padding))
+    assert exported.config.id2label == original.config.id2label

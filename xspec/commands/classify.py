@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     trained = load(Path(args.model), args.device, args.compile, args.weights)
     if trained.classes is None:
         raise UserError(f"{args.model}: not a classifier (an encoder alone whose head scores num_labels classes)")
-    names = list(trained.spec.params.get("labels") or [str(i) for i in range(trained.classes)])
+    names = list(trained.spec.params.get("labels") or [f"LABEL_{i}" for i in range(trained.classes)])
 
     def answer(lines: list[str], first: int, name: str) -> Iterator[str]:
         for probabilities in class_probabilities(trained, lines):

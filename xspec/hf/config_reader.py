@@ -214,7 +214,8 @@ class ConfigReader:
         """The attributes every family may carry, then a refusal of any left unread. `encoder_decoder`: the
         family is one (Marian's), else a decoder alone."""
         for key, reason in NOT_ARCHITECTURAL.items():
-            self.ignore(key, reason)
+            if key not in self.taken:       # a family that reads one (a classifier's id2label) says where
+                self.ignore(key, reason)
         for key in GENERATION_KEYS:
             self.ignore(key, "a generation setting older versions kept here; transformers reads none from config.json")
         self.expect("is_encoder_decoder", [encoder_decoder], encoder_decoder,

@@ -213,7 +213,9 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
     # One model at a time: ours, then the checkpoint's own class.
     our_logits = _our_logits(work, layers, checked, tokens, source, encoder_only)
     hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens, source, encoder_only)
-    if encoder_only:    # a padded position's output is no text's: where a local window sees only padding, nothing
+    if spec.classes is not None:    # a classifier: the scores of each text, at its first position
+        our_logits = our_logits[:, 0]
+    elif encoder_only:    # a padded position's output is no text's: where a local window sees only padding, nothing
         kept = ~source_padding(tokens).to(our_logits.device)
         our_logits, hf_logits = our_logits[kept], hf_logits[kept]
     difference = (our_logits - hf_logits).abs().max().item()
@@ -222,9 +224,10 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
                                     reduction="none").sum(-1).mean().clamp(min=0).item()
     figures = {"verified": True, "positions": length, "layers": checked, "max_abs_logit_difference": difference,
                "kl": kl, "largest_logit": scale}
-    positions = our_logits.shape[:-1].numel()
-    detail = f"max |Δlogit| {difference:.3g} (logits up to {scale:.3g}), KL {kl:.3g} over {positions} positions " \
-             f"(2 x {length}{', less the padding' if encoder_only else ''})"
+    counted = f"{our_logits.shape[:-1].numel()} positions (2 x {length}{', less the padding' if encoder_only else ''})"
+    if spec.classes is not None:
+        counted = f"2 texts of {length} tokens"
+    detail = f"max |Δlogit| {difference:.3g} (logits up to {scale:.3g}), KL {kl:.3g} over {counted}"
     if checked < layers:
         detail += f", on the first {checked} of {layers} layers on both sides (the whole model does not fit in " \
                   "memory as float32)"

@@ -20,6 +20,10 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gel
                "silu": "silu", "swish": "silu"}
 
 
+# The sequence classifier of each family, which config.json's architectures names where the checkpoint is one.
+CLASSIFIERS = {"bert": "BertForSequenceClassification", "roberta": "RobertaForSequenceClassification"}
+
+
 def read_bert(cfg: ConfigReader, m: Mapped, *, offset: int) -> None:
     """BertConfig's keys; `offset`: the rows of the positions' table before the first position's."""
     cfg.map("vocab_size", "vocab")
@@ -45,8 +49,37 @@ def read_bert(cfg: ConfigReader, m: Mapped, *, offset: int) -> None:
     cfg.expect("position_embedding_type", ["absolute"], "absolute")
     for key in ("is_decoder", "add_cross_attention"):
         cfg.expect(key, [False], False)
-    cfg.ignore("classifier_dropout", "the dropout of a classification head; the masked-LM head has none")
     cfg.ignore("gradient_checkpointing", "whether transformers recomputes activations in training")
+    _read_head(cfg, m)
+
+
+def _read_head(cfg: ConfigReader, m: Mapped) -> None:
+    """The masked-LM head, or, where architectures names the family's sequence classifier, its classifier:
+    id2label's classes (their number and names), its dropout; single-label only (softmax over the classes)."""
+    classifier = CLASSIFIERS[m.model_type]
+    architectures = cfg.get("architectures", None)
+    if not isinstance(architectures, list) or classifier not in architectures:
+        cfg.ignore("classifier_dropout", "the dropout of a classification head; the masked-LM head has none")
+        return
+    m.hf_class = classifier
+    named = cfg.get("id2label", None)
+    count = len(named) if isinstance(named, dict) else cfg.number("num_labels", 2)
+    labels = [f"LABEL_{i}" for i in range(count)]       # transformers' names where id2label gives none
+    if isinstance(named, dict):
+        if sorted(map(str, named)) != sorted(map(str, range(count))):
+            raise UserError(f"{cfg.file}: id2label's keys are not the classes 0 to {count - 1}")
+        labels = [named[str(i)] if str(i) in named else named[i] for i in range(count)]
+        if not all(isinstance(label, str) for label in labels):
+            raise UserError(f"{cfg.file}: id2label names a class with something other than a string")
+    cfg.put("num_labels", count, "id2label" if isinstance(named, dict) else "num_labels")
+    cfg.put("labels", labels, "id2label" if isinstance(named, dict) else "num_labels (LABEL_0, LABEL_1, ...)")
+    cfg.ignore("label2id", "the classes' ids by name: id2label read the other way")
+    cfg.ignore("num_labels", "the classes' count, as id2label gives it")
+    cfg.expect("problem_type", [None, "single_label_classification"], None,
+                " (one class a text, a softmax over them)")
+    dropout = cfg.get("classifier_dropout", None)
+    cfg.put("classifier_dropout", dropout if dropout is not None else cfg.config.get("hidden_dropout_prob", 0.1),
+            "classifier_dropout" if dropout is not None else "hidden_dropout_prob (classifier_dropout null)")
 
 
 def read(cfg: ConfigReader, m: Mapped) -> None:
@@ -57,6 +90,12 @@ def write(params: dict[str, Any], config: dict[str, Any]) -> None:
     config["hidden_act"] = params["hidden_act"]
     config["max_position_embeddings"] = params["max_len"] + params["position_offset"]
     config["pad_token_id"] = max(params["position_offset"] - 1, 0)
+    if params["num_labels"]:
+        labels = list(params["labels"]) or [f"LABEL_{i}" for i in range(params["num_labels"])]
+        config["architectures"] = [CLASSIFIERS[config["model_type"]]]
+        config["id2label"] = {str(i): label for i, label in enumerate(labels)}
+        config["label2id"] = {label: i for i, label in enumerate(labels)}
+        config["classifier_dropout"] = params["classifier_dropout"]
 
 
 KEYS = {"vocab": "vocab_size", "d_model": "hidden_size", "layers": "num_hidden_layers",
@@ -80,6 +119,7 @@ def encoder_rules(name: str, prefix: str, head: dict[str, str]) -> WeightRules:
     them (transform, transform_layer_norm, the projection's weight and its bias)."""
 
     projection, bias = head["lm_head.weight"], head["lm_head.bias"]
+    pooler = head["pooler.weight"].removesuffix(".weight")
     # Untied, transformers' projection keeps a bias of its own, which its forward adds (the head's is unused).
     own_bias = projection.removesuffix("weight") + "bias"
 
@@ -109,7 +149,7 @@ def encoder_rules(name: str, prefix: str, head: dict[str, str]) -> WeightRules:
         if tensor == bias and not params["tie_word_embeddings"]:
             return Extra(None, "the head's bias, which an untied output projection does not read (it adds "
                                f"{own_bias})", unused=True)
-        if unused.fullmatch(tensor):
+        if unused.fullmatch(tensor) and not (params["num_labels"] and tensor.startswith(pooler)):
             return Extra(None, "the pooler, the next-sentence head and the position ids, which the masked-LM "
                                "class does not read", unused=True)
         return None
@@ -121,7 +161,9 @@ HEAD = {"transform.weight": "cls.predictions.transform.dense.weight",
         "transform.bias": "cls.predictions.transform.dense.bias",
         "transform_layer_norm.weight": "cls.predictions.transform.LayerNorm.weight",
         "transform_layer_norm.bias": "cls.predictions.transform.LayerNorm.bias",
-        "lm_head.weight": "cls.predictions.decoder.weight", "lm_head.bias": "cls.predictions.bias"}
+        "lm_head.weight": "cls.predictions.decoder.weight", "lm_head.bias": "cls.predictions.bias",
+        "pooler.weight": "bert.pooler.dense.weight", "pooler.bias": "bert.pooler.dense.bias",
+        "classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
 
 FAMILY = Family("bert", "bert", "BertForMaskedLM", read, 512, write=write, keys=KEYS, common_keys=False,
                 encoder_only=True, weights=encoder_rules("bert", "bert.", HEAD))

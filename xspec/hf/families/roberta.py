@@ -15,7 +15,9 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 HEAD = {"transform.weight": "lm_head.dense.weight", "transform.bias": "lm_head.dense.bias",
         "transform_layer_norm.weight": "lm_head.layer_norm.weight",
         "transform_layer_norm.bias": "lm_head.layer_norm.bias",
-        "lm_head.weight": "lm_head.decoder.weight", "lm_head.bias": "lm_head.bias"}
+        "lm_head.weight": "lm_head.decoder.weight", "lm_head.bias": "lm_head.bias",
+        "pooler.weight": "classifier.dense.weight", "pooler.bias": "classifier.dense.bias",
+        "classifier.weight": "classifier.out_proj.weight", "classifier.bias": "classifier.out_proj.bias"}
 
 FAMILY = Family("roberta", "roberta", "RobertaForMaskedLM", read, 514, write=write, keys=KEYS,
                 common_keys=False, encoder_only=True, weights=encoder_rules("roberta", "roberta.", HEAD))
