@@ -88,15 +88,16 @@ class EncodedPairs(WholeCorpusWindows):
 
 
 def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate: bool,
-                 start: int = BOS) -> EncodedPairs:
+                 start: int = BOS, language: int | None = None) -> EncodedPairs:
     """`max_tokens` bounds the model's sequences: source + EOS, and BOS + target (or target + EOS); an
-    imported checkpoint's tokenizer ends them with its own end token, and its targets start from `start`."""
+    imported checkpoint's tokenizer ends them with its own end token, and its targets start from `start`,
+    framed with the target `language`'s code where its tokenizer frames a text with one (NLLB's)."""
     end = vocab.document_end
-    _check_framing(vocab)
+    _check_framing(vocab, language)
     # Each side as the tokenizer encodes a text (an import's special tokens), the end token apart: the
     # source reads it, the target learns to predict it.
     sources = [ids[:-1] for ids in vocab.encode_sources(text.source)]
-    targets = [ids[:-1] for ids in vocab.encode_targets(text.target)]
+    targets = [ids[:-1] for ids in vocab.encode_targets(text.target, language)]
     out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate, start=start, end=end)
     limit = max_tokens - 1     # room for EOS / BOS
     for src, tgt in zip(sources, targets):
@@ -110,16 +111,19 @@ def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate
     return out
 
 
-def _check_framing(vocab: Tokenizer) -> None:
-    """A text the tokenizer frames with tokens other than its start and end (mBART's and NLLB's language
-    codes, which a target takes in its own language) is refused: such pairs are not made here yet."""
-    plain, framed = vocab.encode(["a"])[0], vocab.encode_sources(["a"])[0]
-    inner = framed[:-1] if framed[-1:] == [vocab.document_end] else framed
-    inner = inner[1:] if vocab.bos_id is not None and inner[:1] == [vocab.bos_id] else inner
-    if inner != plain:
-        raise UserError("training on sentence pairs: the checkpoint's tokenizer frames a text with tokens other "
-                        "than its start and end ones (a language code, as mBART's and NLLB's do), which a target "
-                        "takes in its own language; fine-tuning such a multilingual model is not supported")
+def _check_framing(vocab: Tokenizer, language: int | None) -> None:
+    """A tokenizer that frames a text with a language code (NLLB's before it) takes the targets' own, which
+    `language` gives (--tgt-lang); a code after the text's end (mBART's, which its decoder input moves to the
+    front) is refused: such pairs are not made here yet."""
+    before, after = vocab.framing()
+    special = {vocab.bos_id, *vocab.eos_ids, vocab.document_end}
+    if any(i not in special for i in after):
+        raise UserError("training on sentence pairs: the checkpoint's tokenizer ends a text with a language code "
+                        "after its end token (as mBART's does), which transformers' training moves to the front of "
+                        "the decoder's input; fine-tuning such a model is not supported yet")
+    if language is None and any(i not in special for i in before):
+        raise UserError("training on sentence pairs: the checkpoint's tokenizer starts a text with a language code "
+                        "(as NLLB's does), which a target takes in its own language: give it with --tgt-lang CODE")
 
 
 def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int

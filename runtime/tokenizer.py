@@ -176,13 +176,30 @@ class CheckpointTokenizer:
         return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
                 for ids in self.encode_prompts(lines)]
 
-    def encode_targets(self, lines: list[str]) -> list[list[int]]:
+    def encode_targets(self, lines: list[str], language: int | None = None) -> list[list[int]]:
         """Each target sentence of a pair as the checkpoint's tokenizer encodes a text_target: as a source
-        but for Marian's, whose target.spm splits it."""
+        but for Marian's, whose target.spm splits it; framed with the target's `language` code in place of the
+        source's where the tokenizer frames a text with one (NLLB's)."""
         library = self._library
-        if not isinstance(library, _Marian):
+        if isinstance(library, _Marian):
+            return [[*ids, self.document_end] for ids in self._encoded(lines, library.encode_targets)]
+        if language is None:
             return self.encode_sources(lines)
-        return [[*ids, self.document_end] for ids in self._encoded(lines, library.encode_targets)]
+        before, after = self.framing()
+        special = {self.bos_id, *self.eos_ids}
+        before, after = ([i if i in special else language for i in ids] for ids in (before, after))
+        return [[*before, *ids, *after] for ids in self.encode(lines)]
+
+    def framing(self) -> tuple[list[int], list[int]]:
+        """The ids the tokenizer puts before and after a text's own (BART's <s> and </s>, NLLB's language code
+        and </s>), as encode_sources places them."""
+        probe = "a"
+        plain, framed = self.encode([probe])[0], self.encode_sources([probe])[0]
+        for start in range(len(framed) - len(plain) + 1):
+            if framed[start:start + len(plain)] == plain:
+                return framed[:start], framed[start + len(plain):]
+        raise UserError(f"{self._origin}: a text's framing cannot be told from its tokens (\"{probe}\" encodes "
+                        "otherwise with the special tokens)")
 
     def target_language(self, code: str) -> TargetLanguage:
         """Marian's multilingual models take the target language as a source's first piece (`>>fr<<`); those

@@ -90,8 +90,13 @@ class Tokenizer(Protocol):
         """Each sentence's ids as a translation model's encoder reads it, ending with `document_end`."""
         ...
 
-    def encode_targets(self, lines: list[str]) -> list[list[int]]:
-        """Each target sentence of a training pair, ending with `document_end`."""
+    def encode_targets(self, lines: list[str], language: int | None = None) -> list[list[int]]:
+        """Each target sentence of a training pair, ending with `document_end`; framed with the `language`
+        code where the tokenizer frames a text with one."""
+        ...
+
+    def framing(self) -> tuple[list[int], list[int]]:
+        """The ids the tokenizer puts before and after a text's own, as encode_sources places them."""
         ...
 
     def target_language(self, code: str) -> "TargetLanguage":
@@ -150,8 +155,11 @@ class Vocab:
     def encode_sources(self, lines: list[str]) -> list[list[int]]:
         return [[*ids, EOS] for ids in self.encode(lines)]
 
-    def encode_targets(self, lines: list[str]) -> list[list[int]]:
-        return self.encode_sources(lines)
+    def encode_targets(self, lines: list[str], language: int | None = None) -> list[list[int]]:
+        return self.encode_sources(lines)     # xspec's vocabulary names no languages
+
+    def framing(self) -> tuple[list[int], list[int]]:
+        return [], [EOS]
 
     def target_language(self, code: str) -> "TargetLanguage":
         raise UserError(f"--tgt-lang {printable(code)}: xspec's vocabulary names no target languages (a "

@@ -286,18 +286,68 @@ def test_tgt_lang_translates_an_nllb_model_as_generate_does(tmp_path, capsys, ge
     assert ours == theirs and len(set(ours)) >= 3
 
 
-def test_fine_tuning_a_model_whose_tokenizer_frames_texts_with_language_codes_is_refused(tmp_path, capfd):
+def tuned(run: Path, tmp_path: Path, *flags: str) -> int:
+    """`train --init run` on LINES paired with themselves reversed, with `flags`; its exit status."""
     from xspec.cli import main
+
+    for split, lines in (("train", LINES * 8), ("valid", LINES)):
+        (tmp_path / f"{split}.src").write_text("\n".join(lines) + "\n")
+        (tmp_path / f"{split}.tgt").write_text("\n".join(" ".join(line.split()[::-1]) for line in lines) + "\n")
+    return main(["train", "--init", str(run), "--train-src", str(tmp_path / "train.src"), "--train-tgt",
+                 str(tmp_path / "train.tgt"), "--valid-src", str(tmp_path / "valid.src"), "--valid-tgt",
+                 str(tmp_path / "valid.tgt"), "-o", str(tmp_path / "tuned"), "--no-test", "--no-tensorboard",
+                 "--no-progress", "--set", "train.epochs=6", "--set", "train.validate_every_steps=3",
+                 "--set", "train.lr=0.003", "--set", "train.warmup_fraction=0.01", "--set", "train.batch_tokens=400",
+                 *flags])
+
+
+@pytest.mark.parametrize("model, flags, message", [
+    ("nllb", (), "starts a text with a language code (as NLLB's does), which a target takes in its own language: "
+                 "give it with --tgt-lang CODE"),
+    ("nllb", ("--tgt-lang", "xxx_Latn"), "--tgt-lang xxx_Latn: "),
+    ("mbart", ("--tgt-lang", "de_DE"), "ends a text with a language code after its end token (as mBART's does)"),
+])
+def test_fine_tuning_a_multilingual_model_needs_the_targets_language_and_a_code_it_can_frame(tmp_path, capfd,
+                                                                                             model, flags, message):
     from xspec.hf.importer import import_checkpoint
 
-    import_checkpoint(nllb_checkpoint(), tmp_path / "run", say=lambda line: None)
-    for side in ("src", "tgt"):
-        (tmp_path / f"train.{side}").write_text("\n".join(LINES) + "\n")
+    import_checkpoint(nllb_checkpoint() if model == "nllb" else mbart_checkpoint(), tmp_path / "run",
+                      say=lambda line: None)
     capfd.readouterr()
-    assert main(["train", "--init", str(tmp_path / "run"), "--train-src", str(tmp_path / "train.src"),
-                 "--train-tgt", str(tmp_path / "train.tgt"), "-o", str(tmp_path / "tuned"), "--no-test",
-                 "--no-tensorboard", "--no-progress"]) == 1
-    assert "fine-tuning such a multilingual model is not supported" in capfd.readouterr().err
+    assert tuned(tmp_path / "run", tmp_path, *flags) == 1
+    assert message in capfd.readouterr().err
+
+
+def test_fine_tuning_nllb_frames_targets_in_their_language_as_transformers_does(tmp_path):
+    """NLLB's pairs with --tgt-lang fra_Latn: sources `eng_Latn x </s>`, labels `fra_Latn y </s>` after the
+    decoder start token (</s>), as NllbTokenizer's text_target and M2M100's shift_tokens_right make them: the
+    same loss; `train --init --tgt-lang` then learns with falling loss, its translations starting in fra_Latn."""
+    from xspec.runtime.corpus import ParallelText
+    from xspec.runtime.tasks.translation import Translation
+
+    trained = imported(nllb_checkpoint(), tmp_path / "run")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(nllb_checkpoint())
+    french = tokenizer.convert_tokens_to_ids("fra_Latn")
+    task = Translation(trained.spec.with_overrides({"decode.forced_bos": french}))
+    targets = LINES[::-1]
+    task.texts = {"train": ParallelText(LINES, targets, list(range(1, len(LINES) + 1)), tmp_path)}
+    batch = task.encode(trained.tokenizer, truncate=False).train.collate(list(range(len(LINES))))
+    src, tgt_in, padding = batch.inputs
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_checkpoint()).eval()
+    inputs = tokenizer(LINES, return_tensors="pt", padding=True)
+    words = tokenizer(targets, add_special_tokens=False)["input_ids"]
+    labels = [[french, *ids, tokenizer.eos_token_id] for ids in words]
+    longest = max(map(len, labels))
+    inputs["labels"] = torch.tensor([ids + [-100] * (longest - len(ids)) for ids in labels])
+    with torch.no_grad():
+        ours = torch.nn.functional.cross_entropy(trained.model(src, tgt_in, padding).flatten(0, 1),
+                                                 batch.labels.flatten(), ignore_index=-100)
+        assert_close(ours, model(**inputs).loss)
+    assert tuned(tmp_path / "run", tmp_path, "--tgt-lang", "fra_Latn") == 0
+    valid = [json.loads(line)["valid_loss"] for line in (tmp_path / "tuned" / "metrics.jsonl").read_text().splitlines()
+             if "valid_loss" in line]
+    assert len(valid) == 2 and valid[1] < valid[0]
+    assert xspec.load(tmp_path / "tuned", device="cpu").spec.decode.forced_bos == french
 
 
 def test_fine_tuning_bart_frames_its_pairs_as_transformers_does(tmp_path):

@@ -9,6 +9,7 @@ import xspec
 from xspec.commands.arguments import add_device_argument, add_set_argument, float_at_least, parse_overrides
 from xspec.base.errors import UserError
 from xspec.base.files import check_output_dir
+from xspec.base.text import printable, shown
 
 NAME = "train"
 COMPUTES = True
@@ -36,6 +37,9 @@ its model parameters must be RUN's. The optimizer and the learning-rate schedule
 fine-tuning recipe in place of the from-scratch one (`xspec keys` lists it): AdamW with weight decay
 0.01, a learning rate of 5e-5 reached over the first 3% of the steps and decayed on a cosine, no label
 smoothing, the gradient norm clipped at 1, one pass over the data (train.epochs). --set overrides any.
+A multilingual checkpoint whose tokenizer frames each text with a language code (NLLB's) takes the
+targets' with --tgt-lang CODE; an encoder alone trains as a masked language model on --train FILE, or,
+with --set num_labels=N, as a classifier on --train FILE --train-labels FILE.
 
 --resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
 with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
@@ -71,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for split in ("train", "valid", "test"):
         parser.add_argument(f"--{split}-labels", metavar="FILE",
                             help=f"classifier: the class of each line of --{split}, one a line")
+    parser.add_argument("--tgt-lang", metavar="CODE",
+                        help="with --init: the targets' language, by a multilingual checkpoint's code (NLLB's "
+                             "fra_Latn), which starts each training target and each translation")
     parser.add_argument("--data", metavar="DIR[:W][,DIR:W...]",
                         help="training data prepared by xspec data prepare, read as needed (memory does not grow "
                              "with the corpus), whose vocabulary sizes the model; several directories mixed by "
@@ -251,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         spec = xspec.compile(args.spec, overrides=overrides)
         spec_dir = Path(args.spec).resolve().parent
     elif args.init and not args.resume:
-        spec = _init_spec(Path(args.init), overrides)
+        spec = _init_spec(Path(args.init), overrides, args.tgt_lang)
         spec_dir = None
     elif args.resume:
         # The run's own spec is checked like any spec file, and must be self-contained.
@@ -262,6 +269,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("which spec? e.g. xspec train specs/tiny.xspec (or --resume RUN, or --init RUN)")
     if args.init and args.resume:
         raise UserError("--init starts a new run from another's weights; --resume continues a run: give one")
+    if args.tgt_lang is not None and (args.spec or not args.init):
+        raise UserError("--tgt-lang names the targets' language to a multilingual checkpoint's tokenizer: give it "
+                        "with --init RUN alone (a resumed run keeps its own, decode.forced_bos)")
     if fine_tuning:
         spec = _fine_tuning(spec, given)
     data = _data_files(args, spec, spec_dir)
@@ -298,10 +308,20 @@ def _shown(value: object) -> str:
     return ", ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def _init_spec(init: Path, overrides: dict):
-    """The spec of the run or checkpoint training starts from (compiled like any spec file, imports refused)."""
+def _init_spec(init: Path, overrides: dict, target_language: str | None = None):
+    """The spec of the run or checkpoint training starts from (compiled like any spec file, imports refused);
+    with `target_language` (--tgt-lang), its tokenizer's code for it as decode.forced_bos, which frames the
+    training targets and starts translations."""
     from xspec.runtime import checkpoint as ckpt
+    from xspec.runtime.inference import checkpoint_vocab
 
     saved = ckpt.load_weights(ckpt.resolve(init))
-    return xspec.compile_source(saved.spec_source, name=f"{saved.path}:spec.xspec", overrides=overrides,
-                                allow_imports=False)
+    name = f"{saved.path}:spec.xspec"
+    if target_language is not None:
+        spec = xspec.compile_source(saved.spec_source, name=name, overrides=overrides, allow_imports=False)
+        language = checkpoint_vocab(saved, spec).target_language(target_language)
+        if language.forced_bos is None:
+            raise UserError(f"--tgt-lang {printable(target_language)}: {shown(init)}'s tokenizer asks for a target "
+                            "language in the source (Marian's >>xx<<): write it before each source line instead")
+        overrides = {**overrides, "decode.forced_bos": language.forced_bos}
+    return xspec.compile_source(saved.spec_source, name=name, overrides=overrides, allow_imports=False)
