@@ -89,41 +89,43 @@ class EncodedPairs(WholeCorpusWindows):
 
 def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate: bool,
                  start: int = BOS, language: int | None = None) -> EncodedPairs:
-    """`max_tokens` bounds the model's sequences: source + EOS, and BOS + target (or target + EOS); an
-    imported checkpoint's tokenizer ends them with its own end token, and its targets start from `start`,
-    framed with the target `language`'s code where its tokenizer frames a text with one (NLLB's)."""
-    end = vocab.document_end
-    _check_framing(vocab, language)
-    # Each side as the tokenizer encodes a text (an import's special tokens), the end token apart: the
-    # source reads it, the target learns to predict it.
-    sources = [ids[:-1] for ids in vocab.encode_sources(text.source)]
-    targets = [ids[:-1] for ids in vocab.encode_targets(text.target, language)]
+    """`max_tokens` bounds the model's sequences: the source as the tokenizer frames a text (xspec's: + EOS),
+    and the target's labels so framed (+ EOS) after the token it starts from. An imported checkpoint's targets
+    start from `start` and are framed with the target `language`'s code where its tokenizer frames a text with
+    one (NLLB's before it; mBART's after the end token, which its decoder input then starts from, as
+    transformers' shift_tokens_right moves it). A text too long keeps its framing when truncated."""
+    codes = _check_framing(vocab, language)
+    after = len(vocab.framing()[1])
+    sources = vocab.encode_sources(text.source)
+    labels = vocab.encode_targets(text.target, language)
+    end = labels[0][-1] if labels else vocab.document_end    # the framing's last token, the same for every text
+    if codes == "after":
+        start = end
     out = EncodedPairs([], [], empty_skipped=text.empty_skipped, truncated=truncate, start=start, end=end)
-    limit = max_tokens - 1     # room for EOS / BOS
-    for src, tgt in zip(sources, targets):
-        if len(src) > limit or len(tgt) > limit:
+    for src, tgt in zip(sources, labels):
+        if len(src) > max_tokens or len(tgt) > max_tokens:
             out.too_long += 1
             if not truncate:
                 continue
-            src, tgt = src[:limit], tgt[:limit]
-        out.source.append(src + [end])
-        out.target.append(tgt)
+            src, tgt = (ids if len(ids) <= max_tokens else ids[:max_tokens - after] + ids[len(ids) - after:]
+                        for ids in (src, tgt))
+        out.source.append(src)
+        out.target.append(tgt[:-1])
     return out
 
 
-def _check_framing(vocab: Tokenizer, language: int | None) -> None:
-    """A tokenizer that frames a text with a language code (NLLB's before it) takes the targets' own, which
-    `language` gives (--tgt-lang); a code after the text's end (mBART's, which its decoder input moves to the
-    front) is refused: such pairs are not made here yet."""
+def _check_framing(vocab: Tokenizer, language: int | None) -> str | None:
+    """Where the tokenizer frames a text with a language code ("before" it, NLLB's; "after" its end token,
+    mBART's), or None: such a framing takes the targets' own code, which `language` gives (--tgt-lang)."""
     before, after = vocab.framing()
     special = {vocab.bos_id, *vocab.eos_ids, vocab.document_end}
-    if any(i not in special for i in after):
-        raise UserError("training on sentence pairs: the checkpoint's tokenizer ends a text with a language code "
-                        "after its end token (as mBART's does), which transformers' training moves to the front of "
-                        "the decoder's input; fine-tuning such a model is not supported yet")
-    if language is None and any(i not in special for i in before):
-        raise UserError("training on sentence pairs: the checkpoint's tokenizer starts a text with a language code "
-                        "(as NLLB's does), which a target takes in its own language: give it with --tgt-lang CODE")
+    where = "after" if any(i not in special for i in after) else "before" \
+        if any(i not in special for i in before) else None
+    if where is not None and language is None:
+        example = "NLLB's starts it with one" if where == "before" else "mBART's ends it with one"
+        raise UserError(f"training on sentence pairs: the checkpoint's tokenizer frames a text with a language code "
+                        f"({example}), which a target takes in its own language: give it with --tgt-lang CODE")
+    return where
 
 
 def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int

@@ -302,10 +302,10 @@ def tuned(run: Path, tmp_path: Path, *flags: str) -> int:
 
 
 @pytest.mark.parametrize("model, flags, message", [
-    ("nllb", (), "starts a text with a language code (as NLLB's does), which a target takes in its own language: "
-                 "give it with --tgt-lang CODE"),
+    ("nllb", (), "frames a text with a language code (NLLB's starts it with one), which a target takes in its own "
+                 "language: give it with --tgt-lang CODE"),
     ("nllb", ("--tgt-lang", "xxx_Latn"), "--tgt-lang xxx_Latn: "),
-    ("mbart", ("--tgt-lang", "de_DE"), "ends a text with a language code after its end token (as mBART's does)"),
+    ("mbart", (), "frames a text with a language code (mBART's ends it with one)"),
 ])
 def test_fine_tuning_a_multilingual_model_needs_the_targets_language_and_a_code_it_can_frame(tmp_path, capfd,
                                                                                              model, flags, message):
@@ -318,36 +318,45 @@ def test_fine_tuning_a_multilingual_model_needs_the_targets_language_and_a_code_
     assert message in capfd.readouterr().err
 
 
-def test_fine_tuning_nllb_frames_targets_in_their_language_as_transformers_does(tmp_path):
-    """NLLB's pairs with --tgt-lang fra_Latn: sources `eng_Latn x </s>`, labels `fra_Latn y </s>` after the
-    decoder start token (</s>), as NllbTokenizer's text_target and M2M100's shift_tokens_right make them: the
-    same loss; `train --init --tgt-lang` then learns with falling loss, its translations starting in fra_Latn."""
+@pytest.mark.parametrize("model", ["nllb", "mbart"])
+def test_fine_tuning_frames_targets_in_their_language_as_transformers_does(tmp_path, model):
+    """Pairs with --tgt-lang: NLLB's sources `eng_Latn x </s>`, labels `fra_Latn y </s>` after the decoder start
+    token (</s>), as NllbTokenizer's text_target and M2M100's shift_tokens_right make them; mBART's sources
+    `x </s> en_XX`, labels `y </s> de_DE`, the decoder's input starting from the code, as MBartTokenizer and
+    its shift_tokens_right make them: the same loss. `train --init --tgt-lang` then learns with falling loss,
+    its translations starting in that language."""
     from xspec.runtime.corpus import ParallelText
     from xspec.runtime.tasks.translation import Translation
 
-    trained = imported(nllb_checkpoint(), tmp_path / "run")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(nllb_checkpoint())
-    french = tokenizer.convert_tokens_to_ids("fra_Latn")
-    task = Translation(trained.spec.with_overrides({"decode.forced_bos": french}))
+    directory, code = (nllb_checkpoint(), "fra_Latn") if model == "nllb" else (mbart_checkpoint(), "de_DE")
+    trained = imported(directory, tmp_path / "run")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    language = tokenizer.convert_tokens_to_ids(code)
+    task = Translation(trained.spec.with_overrides({"decode.forced_bos": language}))
     targets = LINES[::-1]
     task.texts = {"train": ParallelText(LINES, targets, list(range(1, len(LINES) + 1)), tmp_path)}
     batch = task.encode(trained.tokenizer, truncate=False).train.collate(list(range(len(LINES))))
     src, tgt_in, padding = batch.inputs
-    model = transformers.M2M100ForConditionalGeneration.from_pretrained(nllb_checkpoint()).eval()
+    hf_class = transformers.M2M100ForConditionalGeneration if model == "nllb" else \
+        transformers.MBartForConditionalGeneration
+    reference = hf_class.from_pretrained(directory).eval()
     inputs = tokenizer(LINES, return_tensors="pt", padding=True)
-    words = tokenizer(targets, add_special_tokens=False)["input_ids"]
-    labels = [[french, *ids, tokenizer.eos_token_id] for ids in words]
+    words, end = tokenizer(targets, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id
+    labels = [[language, *ids, end] if model == "nllb" else [*ids, end, language] for ids in words]
     longest = max(map(len, labels))
-    inputs["labels"] = torch.tensor([ids + [-100] * (longest - len(ids)) for ids in labels])
+    inputs["labels"] = torch.tensor([ids + [tokenizer.pad_token_id] * (longest - len(ids)) for ids in labels])
     with torch.no_grad():
+        theirs = reference(**inputs, decoder_input_ids=None).logits
+        shifted = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
+        expected = torch.nn.functional.cross_entropy(theirs.flatten(0, 1), shifted.flatten(), ignore_index=-100)
         ours = torch.nn.functional.cross_entropy(trained.model(src, tgt_in, padding).flatten(0, 1),
                                                  batch.labels.flatten(), ignore_index=-100)
-        assert_close(ours, model(**inputs).loss)
-    assert tuned(tmp_path / "run", tmp_path, "--tgt-lang", "fra_Latn") == 0
+        assert_close(ours, expected)
+    assert tuned(tmp_path / "run", tmp_path, "--tgt-lang", code) == 0
     valid = [json.loads(line)["valid_loss"] for line in (tmp_path / "tuned" / "metrics.jsonl").read_text().splitlines()
              if "valid_loss" in line]
     assert len(valid) == 2 and valid[1] < valid[0]
-    assert xspec.load(tmp_path / "tuned", device="cpu").spec.decode.forced_bos == french
+    assert xspec.load(tmp_path / "tuned", device="cpu").spec.decode.forced_bos == language
 
 
 def test_fine_tuning_bart_frames_its_pairs_as_transformers_does(tmp_path):
