@@ -340,3 +340,34 @@ def test_a_sequence_classifier_imports_classifies_as_the_pipeline_and_exports_ba
     tokens, padding = batch(original.config.vocab_size)
     assert_close(their_logits(exported, tokens, padding), their_logits(original, tokens, padding))
     assert exported.config.id2label == original.config.id2label
+
+
+def test_a_modernbert_classifier_imports_with_its_scores_and_exports_back(tmp_path):
+    """ModernBertForSequenceClassification (classifier_pooling "cls"): the head's state at the first position
+    to the classes' scores; mean pooling is refused by key."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.inference import load
+
+    sizes = {k: v for k, v in SIZES[3][1].items()}
+    config = transformers.ModernBertConfig(**sizes, id2label={0: "no", 1: "yes"}, classifier_dropout=0.1)
+    torch.manual_seed(6)
+    model = transformers.ModernBertForSequenceClassification(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    model.eval().save_pretrained(tmp_path / "hf-in")
+    imported = import_checkpoint(tmp_path / "hf-in", tmp_path / "run", say=lambda line: None)
+    assert imported.verification["verified"] and list(imported.spec.params["labels"]) == ["no", "yes"]
+    tokens, padding = batch(sizes["vocab_size"])
+    trained = load(tmp_path / "run", "cpu", weights="fp32")
+    with torch.no_grad():
+        assert_close(trained.model(tokens, padding)[:, 0], their_logits(model, tokens, padding))
+    (tmp_path / "hf").mkdir()
+    export_hf(trained, tmp_path / "hf")
+    exported = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    assert_close(their_logits(exported, tokens, padding), their_logits(model, tokens, padding))
+    mean = CHECKPOINTS.with_config(3, tmp_path / "mean", {"architectures": ["ModernBertForSequenceClassification"],
+                                                           "classifier_pooling": "mean"})
+    with pytest.raises(UserError, match='classifier_pooling "mean" is not supported'):
+        import_checkpoint(mean, tmp_path / "run-mean", say=lambda line: None)

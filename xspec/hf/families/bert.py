@@ -14,6 +14,7 @@ from xspec.base.errors import UserError
 from xspec.compiler.limits import MAX_REPEAT
 from xspec.hf.config_reader import ConfigReader, refuse, render
 from xspec.hf.families.family import Family, Mapped
+from xspec.hf.families.readers import read_classifier, write_classifier
 from xspec.hf.weight_map import Extra, Group, WeightRules, same
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu",
@@ -54,29 +55,11 @@ def read_bert(cfg: ConfigReader, m: Mapped, *, offset: int) -> None:
 
 
 def _read_head(cfg: ConfigReader, m: Mapped) -> None:
-    """The masked-LM head, or, where architectures names the family's sequence classifier, its classifier:
-    id2label's classes (their number and names), its dropout; single-label only (softmax over the classes)."""
-    classifier = CLASSIFIERS[m.model_type]
-    architectures = cfg.get("architectures", None)
-    if not isinstance(architectures, list) or classifier not in architectures:
+    """The masked-LM head, or, where architectures names the family's sequence classifier, its classifier
+    (readers.read_classifier) with its dropout (hidden_dropout_prob where classifier_dropout is null)."""
+    if not read_classifier(cfg, m, CLASSIFIERS[m.model_type]):
         cfg.ignore("classifier_dropout", "the dropout of a classification head; the masked-LM head has none")
         return
-    m.hf_class = classifier
-    named = cfg.get("id2label", None)
-    count = len(named) if isinstance(named, dict) else cfg.number("num_labels", 2)
-    labels = [f"LABEL_{i}" for i in range(count)]       # transformers' names where id2label gives none
-    if isinstance(named, dict):
-        if sorted(map(str, named)) != sorted(map(str, range(count))):
-            raise UserError(f"{cfg.file}: id2label's keys are not the classes 0 to {count - 1}")
-        labels = [named[str(i)] if str(i) in named else named[i] for i in range(count)]
-        if not all(isinstance(label, str) for label in labels):
-            raise UserError(f"{cfg.file}: id2label names a class with something other than a string")
-    cfg.put("num_labels", count, "id2label" if isinstance(named, dict) else "num_labels")
-    cfg.put("labels", labels, "id2label" if isinstance(named, dict) else "num_labels (LABEL_0, LABEL_1, ...)")
-    cfg.ignore("label2id", "the classes' ids by name: id2label read the other way")
-    cfg.ignore("num_labels", "the classes' count, as id2label gives it")
-    cfg.expect("problem_type", [None, "single_label_classification"], None,
-                " (one class a text, a softmax over them)")
     dropout = cfg.get("classifier_dropout", None)
     cfg.put("classifier_dropout", dropout if dropout is not None else cfg.config.get("hidden_dropout_prob", 0.1),
             "classifier_dropout" if dropout is not None else "hidden_dropout_prob (classifier_dropout null)")
@@ -90,12 +73,7 @@ def write(params: dict[str, Any], config: dict[str, Any]) -> None:
     config["hidden_act"] = params["hidden_act"]
     config["max_position_embeddings"] = params["max_len"] + params["position_offset"]
     config["pad_token_id"] = max(params["position_offset"] - 1, 0)
-    if params["num_labels"]:
-        labels = list(params["labels"]) or [f"LABEL_{i}" for i in range(params["num_labels"])]
-        config["architectures"] = [CLASSIFIERS[config["model_type"]]]
-        config["id2label"] = {str(i): label for i, label in enumerate(labels)}
-        config["label2id"] = {label: i for i, label in enumerate(labels)}
-        config["classifier_dropout"] = params["classifier_dropout"]
+    write_classifier(params, config, CLASSIFIERS[config["model_type"]])
 
 
 KEYS = {"vocab": "vocab_size", "d_model": "hidden_size", "layers": "num_hidden_layers",

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from xspec.compiler.limits import MAX_REPEAT
 from xspec.hf.config_reader import ConfigReader, refuse, render
 from xspec.hf.families.family import Family, Mapped
-from xspec.hf.families.readers import read_layer_types
+from xspec.hf.families.readers import read_classifier, read_layer_types, write_classifier
 from xspec.hf.rope import read_rope_of_kind
 from xspec.hf.weight_map import Extra, Group, WeightRules, same
 
@@ -19,6 +19,7 @@ from xspec.hf.weight_map import Extra, Group, WeightRules, same
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu",
                "swish": "silu", "relu": "relu"}
 WRITTEN = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "silu": "silu", "relu": "relu"}
+CLASSIFIER = "ModernBertForSequenceClassification"
 # Each layer kind's base: the top-level key older configs give it by, and its default.
 BASES = {"full_attention": ("global_rope_theta", 160000.0), "sliding_attention": ("local_rope_theta", 10000.0)}
 
@@ -53,10 +54,14 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
     for kind, top in BASES.items():
         rope = read_rope_of_kind(cfg, kind, ("default",), top, scaled=True, family="ModernBERT")
         cfg.put(top[0], float(rope["rope_theta"]), rope.source("rope_theta"))
+    if read_classifier(cfg, m, CLASSIFIER):
+        cfg.expect("classifier_pooling", ["cls"], "cls", " (the first position's state: mean pooling is not built)")
+        cfg.map("classifier_dropout", "classifier_dropout", 0.0, integer=False, least=0)
+    else:
+        cfg.ignore("classifier_pooling", "how a classification head pools; the masked-LM head has none")
+        cfg.ignore("classifier_dropout", "the dropout of a classification head; the masked-LM head has none")
     for key, reason in (("initializer_cutoff_factor", "how a new model is initialised; an import starts from the "
                                                       "weights"),
-                        ("classifier_pooling", "how a classification head pools; the masked-LM head has none"),
-                        ("classifier_dropout", "the dropout of a classification head; the masked-LM head has none"),
                         ("deterministic_flash_attn", "whether flash attention's backward is deterministic"),
                         ("sparse_prediction", "whether training scores the masked positions alone: the same loss"),
                         ("sparse_pred_ignore_index", "the label sparse prediction skips"),
@@ -68,6 +73,7 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 
 def write(params: dict[str, Any], config: dict[str, Any]) -> None:
+    write_classifier(params, config, CLASSIFIER)
     for key in ("hidden_activation", "classifier_activation"):
         config[key] = WRITTEN[params[key]]
     config["layer_types"] = list(params["layer_types"][:params["layers"]])
@@ -85,7 +91,7 @@ KEYS = {"vocab": "vocab_size", "d_model": "hidden_size", "d_ff": "intermediate_s
 # The spec's names -> the checkpoint's.
 _OUTSIDE = {"tok_embeddings": "model.embeddings.tok_embeddings", "embeddings_norm": "model.embeddings.norm",
             "final_norm": "model.final_norm", "head_dense": "head.dense", "head_norm": "head.norm",
-            "lm_head": "decoder"}
+            "lm_head": "decoder", "classifier": "classifier"}
 _LAYER = {"attn.qkv_proj": "attn.Wqkv", "attn.o_proj": "attn.Wo", "Wi": "mlp.Wi", "Wo": "mlp.Wo"}
 _IN_LAYER = re.compile(r"encoder\.layers\.(\d+)\.(.+)\.(weight|bias)")
 

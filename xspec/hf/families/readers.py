@@ -290,3 +290,39 @@ def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embeddi
     cfg.ignore("decoder_start_token_id", "the token every output starts from: a generation setting")
     cfg.ignore("task_specific_params", "generation presets for tasks (summarization, translation); "
                                        "generation_config.json's settings are read")
+
+
+def read_classifier(cfg: ConfigReader, m: Mapped, classifier: str) -> bool:
+    """Whether architectures names the family's sequence classifier (`classifier`, its transformers class): then
+    its classes, their number and names from id2label (transformers' LABEL_0, LABEL_1, ... where it gives none),
+    single-label only (a softmax over them); the mapping's class becomes it."""
+    architectures = cfg.get("architectures", None)
+    if not isinstance(architectures, list) or classifier not in architectures:
+        return False
+    m.hf_class = classifier
+    named = cfg.get("id2label", None)
+    count = len(named) if isinstance(named, dict) else cfg.number("num_labels", 2)
+    labels = [f"LABEL_{i}" for i in range(count)]
+    if isinstance(named, dict):
+        if sorted(map(str, named)) != sorted(map(str, range(count))):
+            raise UserError(f"{cfg.file}: id2label's keys are not the classes 0 to {count - 1}")
+        labels = [named[str(i)] if str(i) in named else named[i] for i in range(count)]
+        if not all(isinstance(label, str) for label in labels):
+            raise UserError(f"{cfg.file}: id2label names a class with something other than a string")
+    cfg.put("num_labels", count, "id2label" if isinstance(named, dict) else "num_labels")
+    cfg.put("labels", labels, "id2label" if isinstance(named, dict) else "num_labels (LABEL_0, LABEL_1, ...)")
+    cfg.ignore("label2id", "the classes' ids by name: id2label read the other way")
+    cfg.ignore("num_labels", "the classes' count, as id2label gives it")
+    cfg.expect("problem_type", [None, "single_label_classification"], None, " (one class a text, a softmax over them)")
+    return True
+
+
+def write_classifier(params: dict, config: dict, classifier: str) -> None:
+    """A classifier's architectures, id2label, label2id and classifier_dropout (read_classifier's inverse)."""
+    if not params["num_labels"]:
+        return
+    labels = list(params["labels"]) or [f"LABEL_{i}" for i in range(params["num_labels"])]
+    config["architectures"] = [classifier]
+    config["id2label"] = {str(i): label for i, label in enumerate(labels)}
+    config["label2id"] = {label: i for i, label in enumerate(labels)}
+    config["classifier_dropout"] = params["classifier_dropout"]
