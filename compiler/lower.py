@@ -670,7 +670,6 @@ class _Lowering:
         model = class_def(name, [dotted("nn.Module")], body, f"the whole model: {methods}")
         return [model, assign("Model", variable(name))]
 
-
     def _encoder_output(self) -> str:
         """What an encoder alone returns: its logits over the vocabulary (a masked LM's), or its states."""
         width = self.graph[MEMORY.node].checked_shape().last

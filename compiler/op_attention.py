@@ -229,8 +229,7 @@ def _saved(a: AttentionAttrs, i: Inferred, n_q: int, n_in: dict[str, int]) -> in
     """What attention keeps for backward. SDPA's kernels: Q, K, V, the per-head context and each query's
     log-sum-exp. Where the n_q x n_k weights are written out, several of them too (measured on CPUs):
     SDPA's own fallback for dropout on the weights (3) or an additive bias, ALiBi's or a position bias (2),
-    and the plain path of
-    soft caps and sinks (SCORE_COPIES, one more with dropout)."""
+    and the plain path of soft caps and sinks (SCORE_COPIES, one more with dropout)."""
     n_k = n_in["key"]
     kept = n_q * a.heads * (a.d_k + a.d_v + 1) + n_k * a.key_heads * (a.d_k + a.d_v)
     if a.softcap is not None or a.sinks:
