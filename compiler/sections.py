@@ -215,6 +215,9 @@ class DecodeSection(_Section):
                                              "(a checkpoint's decoder_start_token_id); none: the vocabulary's BOS")
     forced_bos: Optional[TokenId] = Field(None, description="translation: the first token of every output, "
                                           "whatever its score (a checkpoint's forced_bos_token_id)")
+    source_code: Optional[TokenId] = Field(None, description="translation: the source language's code in place "
+                                           "of the one a multilingual checkpoint's tokenizer frames each source "
+                                           "with (NLLB's eng_Latn, mBART's en_XX)")
     force_end: bool = Field(True, description="translation: the maximum length ends an output with the end token "
                                               "(transformers' forced_eos_token_id); false: it is cut there")
     begin_suppress_tokens: tuple[TokenId, ...] = Field((), description="token ids a "

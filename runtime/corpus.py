@@ -88,15 +88,16 @@ class EncodedPairs(WholeCorpusWindows):
 
 
 def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate: bool,
-                 start: int = BOS, language: int | None = None) -> EncodedPairs:
+                 start: int = BOS, language: int | None = None, source_language: int | None = None) -> EncodedPairs:
     """`max_tokens` bounds the model's sequences: the source as the tokenizer frames a text (xspec's: + EOS),
     and the target's labels so framed (+ EOS) after the token it starts from. An imported checkpoint's targets
     start from `start` and are framed with the target `language`'s code where its tokenizer frames a text with
     one (NLLB's before it; mBART's after the end token, which its decoder input then starts from, as
-    transformers' shift_tokens_right moves it). A text too long keeps its framing when truncated."""
+    transformers' shift_tokens_right moves it); sources in `source_language`'s where given. A text too long
+    keeps its framing when truncated."""
     codes = _check_framing(vocab, language)
     after = len(vocab.framing()[1])
-    sources = vocab.encode_sources(text.source)
+    sources = vocab.encode_sources(text.source, source_language)
     labels = vocab.encode_targets(text.target, language)
     end = labels[0][-1] if labels else vocab.document_end    # the framing's last token, the same for every text
     if codes == "after":
@@ -107,8 +108,7 @@ def encode_pairs(text: ParallelText, vocab: Tokenizer, max_tokens: int, truncate
             out.too_long += 1
             if not truncate:
                 continue
-            src, tgt = (ids if len(ids) <= max_tokens else ids[:max_tokens - after] + ids[len(ids) - after:]
-                        for ids in (src, tgt))
+            src, tgt = (truncated(ids, max_tokens, after) for ids in (src, tgt))
         out.source.append(src)
         out.target.append(tgt[:-1])
     return out
@@ -128,11 +128,17 @@ def _check_framing(vocab: Tokenizer, language: int | None) -> str | None:
     return where
 
 
-def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int
+def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int, language: int | None = None
                   ) -> tuple[list[list[int]], list[tuple[int, int]]]:
-    """Sentences to translate, each ending as a document does (xspec's EOS; an imported checkpoint's own end
-    token), and the (index, tokens) of each one longer than `max_tokens`, which is truncated (a translation per
-    input line is promised)."""
-    encoded = vocab.encode_sources(lines)
+    """Sentences to translate, each framed as the tokenizer frames a text (xspec's: + EOS; an import's own, in
+    `language`'s code where given), and the (index, tokens) of each one longer than `max_tokens`, which is
+    truncated, its framing kept (a translation per input line is promised)."""
+    encoded = vocab.encode_sources(lines, language)
     too_long = [(i, len(ids)) for i, ids in enumerate(encoded) if len(ids) > max_tokens]
-    return [ids if len(ids) <= max_tokens else ids[: max_tokens - 1] + ids[-1:] for ids in encoded], too_long
+    after = len(vocab.framing()[1]) if too_long else 0
+    return [truncated(ids, max_tokens, after) for ids in encoded], too_long
+
+
+def truncated(ids: list[int], max_tokens: int, after: int) -> list[int]:
+    """A framed text of at most `max_tokens` ids: its text cut, the `after` ids that close the framing kept."""
+    return ids if len(ids) <= max_tokens else ids[:max_tokens - after] + ids[len(ids) - after:]

@@ -120,11 +120,15 @@ class _Scoring:
             raise UserError(f"{self.label}: a classifier (an encoder alone) {doing}; use xspec classify, or xspec "
                             "eval --text --labels")
 
-    def translator(self, batch_tokens: int = 4000, target_language: Optional[str] = None, **overrides) -> Translator:
-        """`target_language`: a multilingual model's (its tokenizer's code: Marian's `fr` for `>>fr<<`)."""
+    def translator(self, batch_tokens: int = 4000, target_language: Optional[str] = None,
+                   source_language: Optional[str] = None, **overrides) -> Translator:
+        """`target_language`, `source_language`: a multilingual model's (its tokenizer's codes: Marian's `fr` for
+        `>>fr<<`, NLLB's `deu_Latn`)."""
         self._decodes("does not translate")
         if self.is_language_model:
             raise UserError(f"{self.label}: a language model (no encoder) does not translate; use generate")
+        if source_language is not None:
+            overrides["source_code"] = self.tokenizer.language_code(source_language)
         language = self.tokenizer.target_language(target_language) if target_language is not None else None
         if language is not None and language.forced_bos is not None:
             overrides["forced_bos"] = language.forced_bos

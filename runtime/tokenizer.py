@@ -167,12 +167,12 @@ class CheckpointTokenizer:
         end = [self.eos_id] if self.add_eos and self.eos_id is not None else []
         return [[*start, *ids, *end] for ids in self.encode(lines)]
 
-    def encode_sources(self, lines: list[str]) -> list[list[int]]:
+    def encode_sources(self, lines: list[str], language: int | None = None) -> list[list[int]]:
         """Each sentence as the checkpoint's tokenizer encodes a text: a tokenizer.json's post-processor's
-        special tokens as it places them (BART's <s> and </s>; mBART's </s> and language code), else the text's
-        pieces ending with the end token (Marian's </s>)."""
+        special tokens as it places them (BART's <s> and </s>; mBART's </s> and language code, that of
+        `language` where given), else the text's pieces ending with the end token (Marian's </s>)."""
         if self.kind == "tokenizers":
-            return self.encode_prompts(lines)
+            return self.encode_prompts(lines) if language is None else self._in_language(lines, language)
         return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
                 for ids in self.encode_prompts(lines)]
 
@@ -183,8 +183,10 @@ class CheckpointTokenizer:
         library = self._library
         if isinstance(library, _Marian):
             return [[*ids, self.document_end] for ids in self._encoded(lines, library.encode_targets)]
-        if language is None:
-            return self.encode_sources(lines)
+        return self.encode_sources(lines, language)
+
+    def _in_language(self, lines: list[str], language: int) -> list[list[int]]:
+        """The lines framed as the tokenizer frames a text, with `language`'s code in place of its own."""
         before, after = self.framing()
         special = {self.bos_id, *self.eos_ids}
         before, after = ([i if i in special else language for i in ids] for ids in (before, after))
@@ -214,15 +216,23 @@ class CheckpointTokenizer:
                                 f"target languages: {printable(listed)})")
             return TargetLanguage(prefix=f">>{code}<< ")
         if isinstance(library, _Tokenizers):
+            return TargetLanguage(forced_bos=self.language_code(code, "--tgt-lang"))
+        raise UserError(f"--tgt-lang {shown_code}: {self._origin} names no target languages (Marian's >>xx<< "
+                        "tokens, or a tokenizer.json's language codes)")
+
+    def language_code(self, code: str, flag: str = "--src-lang") -> int:
+        """The id of a tokenizer.json's language code `code` (mBART-50's fr_XX, NLLB's fra_Latn), as given or as
+        M2M100 spells it (__fr__); `flag` names it in the refusal."""
+        library, shown_code = self._library, printable(code)
+        if isinstance(library, _Tokenizers):
             for token in (code, f"__{code}__"):
                 found = library.tokenizer.token_to_id(token)
                 if found is not None:
-                    return TargetLanguage(forced_bos=found)
-            raise UserError(f"--tgt-lang {shown_code}: {self._origin} has no token {shown_code} or "
-                            f"__{shown_code}__ (a language code as the checkpoint's tokenizer spells it: fr_XX, "
-                            "__fr__, fra_Latn)")
-        raise UserError(f"--tgt-lang {shown_code}: {self._origin} names no target languages (Marian's >>xx<< "
-                        "tokens, or a tokenizer.json's language codes)")
+                    return found
+            raise UserError(f"{flag} {shown_code}: {self._origin} has no token {shown_code} or __{shown_code}__ (a "
+                            "language code as the checkpoint's tokenizer spells it: fr_XX, __fr__, fra_Latn)")
+        raise UserError(f"{flag} {shown_code}: {self._origin} names no languages by code (a tokenizer.json's "
+                        "language codes: mBART's, NLLB's)")
 
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message (after `system`'s, if given), rendered by the chat template with the

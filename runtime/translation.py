@@ -53,7 +53,7 @@ class Translator:
         A line longer than the model's positions is translated from its start, and first reported to
         `on_too_long(index, tokens)`."""
         sources, too_long = encode_source([self.prefix + line for line in lines] if self.prefix else lines,
-                                          self.vocab, self.max_tokens)
+                                          self.vocab, self.max_tokens, self.decode.source_code)
         if on_too_long is not None:
             for index, tokens in too_long:
                 on_too_long(index, tokens)

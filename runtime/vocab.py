@@ -86,8 +86,13 @@ class Tokenizer(Protocol):
         """Each prompt's ids as the model reads a text to continue."""
         ...
 
-    def encode_sources(self, lines: list[str]) -> list[list[int]]:
-        """Each sentence's ids as a translation model's encoder reads it, ending with `document_end`."""
+    def encode_sources(self, lines: list[str], language: int | None = None) -> list[list[int]]:
+        """Each sentence's ids as a translation model's encoder reads it, ending with `document_end`; framed
+        with the `language` code where the tokenizer frames a text with one."""
+        ...
+
+    def language_code(self, code: str, flag: str = "--src-lang") -> int:
+        """The id of a multilingual tokenizer's language code `code`; `flag` names it in the refusal."""
         ...
 
     def encode_targets(self, lines: list[str], language: int | None = None) -> list[list[int]]:
@@ -152,8 +157,12 @@ class Vocab:
         pieces = len(self)
         return self.sp.decode([i for i in ids if EOS < i < pieces])
 
-    def encode_sources(self, lines: list[str]) -> list[list[int]]:
-        return [[*ids, EOS] for ids in self.encode(lines)]
+    def encode_sources(self, lines: list[str], language: int | None = None) -> list[list[int]]:
+        return [[*ids, EOS] for ids in self.encode(lines)]     # xspec's vocabulary names no languages
+
+    def language_code(self, code: str, flag: str = "--src-lang") -> int:
+        raise UserError(f"{flag} {printable(code)}: xspec's vocabulary names no languages by code (a multilingual "
+                        "checkpoint's tokenizer.json does: mBART's, NLLB's)")
 
     def encode_targets(self, lines: list[str], language: int | None = None) -> list[list[int]]:
         return self.encode_sources(lines)     # xspec's vocabulary names no languages

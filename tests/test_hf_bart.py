@@ -352,11 +352,45 @@ def test_fine_tuning_frames_targets_in_their_language_as_transformers_does(tmp_p
         ours = torch.nn.functional.cross_entropy(trained.model(src, tgt_in, padding).flatten(0, 1),
                                                  batch.labels.flatten(), ignore_index=-100)
         assert_close(ours, expected)
-    assert tuned(tmp_path / "run", tmp_path, "--tgt-lang", code) == 0
+    source = "deu_Latn" if model == "nllb" else "fr_XX"     # --src-lang: kept as decode.source_code
+    assert tuned(tmp_path / "run", tmp_path, "--tgt-lang", code, "--src-lang", source) == 0
     valid = [json.loads(line)["valid_loss"] for line in (tmp_path / "tuned" / "metrics.jsonl").read_text().splitlines()
              if "valid_loss" in line]
     assert len(valid) == 2 and valid[1] < valid[0]
-    assert xspec.load(tmp_path / "tuned", device="cpu").spec.decode.forced_bos == language
+    decode = xspec.load(tmp_path / "tuned", device="cpu").spec.decode
+    assert (decode.forced_bos, decode.source_code) == (language, tokenizer.convert_tokens_to_ids(source))
+
+
+@pytest.mark.parametrize("model", ["nllb", "mbart"])
+def test_src_lang_frames_sources_in_their_language_as_the_tokenizer_does_for_generate(tmp_path, capsys, model):
+    """`translate --src-lang`: each source framed with that language's code in place of the one the tokenizer
+    was saved with (NllbTokenizer's and MBartTokenizer's src_lang), generate's text on the same inputs."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    directory, source, target, hf_class = \
+        (nllb_checkpoint(), "deu_Latn", "fra_Latn", transformers.M2M100ForConditionalGeneration) if model == "nllb" \
+        else (mbart_checkpoint(), "fr_XX", "de_DE", transformers.MBartForConditionalGeneration)
+    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    lines = LINES + sentences(6, 9)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert main(["translate", str(tmp_path / "run"), "--src-lang", source, "--tgt-lang", target, "-i",
+                 str(tmp_path / "in.txt")]) == 0
+    ours = capsys.readouterr().out.splitlines()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    code, end = tokenizer.convert_tokens_to_ids(source), tokenizer.eos_token_id
+    words = tokenizer(lines, add_special_tokens=False)["input_ids"]
+    framed = [[code, *ids, end] if model == "nllb" else [*ids, end, code] for ids in words]
+    longest = max(map(len, framed))
+    pad = tokenizer.pad_token_id
+    inputs = torch.tensor([ids + [pad] * (longest - len(ids)) for ids in framed])
+    with torch.no_grad():
+        outputs = hf_class.from_pretrained(directory).eval().generate(
+            input_ids=inputs, attention_mask=(inputs != pad).long(),
+            forced_bos_token_id=tokenizer.convert_tokens_to_ids(target))
+    assert ours == tokenizer.batch_decode(outputs, skip_special_tokens=True)
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", target, "-i", str(tmp_path / "in.txt")]) == 0
+    assert capsys.readouterr().out.splitlines() != ours      # the source's code changes the translations
 
 
 def test_fine_tuning_bart_frames_its_pairs_as_transformers_does(tmp_path):

@@ -62,13 +62,16 @@ class Translation(SplitReader):
             check_run_vocabulary(self.prepared, vocab, vocab_path)
             train = train_pairs(self.prepared["train"], self.weights, limit, truncate)
         else:
-            train = encode_pairs(self.texts["train"], vocab, limit, truncate, self.start, self.spec.decode.forced_bos)
+            decode = self.spec.decode
+            train = encode_pairs(self.texts["train"], vocab, limit, truncate, self.start, decode.forced_bos,
+                                 decode.source_code)
             if not len(train):
                 raise UserError(f"{self.texts['train'].source_path}: every sentence is longer than {limit} tokens; "
                                 "raise data.max_tokens or pass --truncate")
         # Validation loss covers every sentence (truncated if need be).
         valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True, start=self.start,
-                             language=self.spec.decode.forced_bos) if "valid" in self.texts else None
+                             language=self.spec.decode.forced_bos, source_language=self.spec.decode.source_code) \
+            if "valid" in self.texts else None
         return Corpus(train, valid)
 
     def validation_bleu(self, model: torch.nn.Module, vocab: Vocab, device: torch.device) -> float:

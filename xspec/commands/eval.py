@@ -92,7 +92,7 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    translator = trained.translator(args.batch_tokens, args.tgt_lang, **decode_overrides(args))
+    translator = trained.translator(args.batch_tokens, args.tgt_lang, args.src_lang, **decode_overrides(args))
     hypotheses = translator.translate(sources, progress=args.progress and sys.stderr.isatty())
     if args.output:
         write_atomically(Path(args.output), "".join(h + "\n" for h in hypotheses))

@@ -78,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tgt-lang", metavar="CODE",
                         help="with --init: the targets' language, by a multilingual checkpoint's code (NLLB's "
                              "fra_Latn), which starts each training target and each translation")
+    parser.add_argument("--src-lang", metavar="CODE",
+                        help="with --init: the sources' language, by a multilingual checkpoint's code (NLLB's "
+                             "deu_Latn), in place of the one its tokenizer frames a source with")
     parser.add_argument("--data", metavar="DIR[:W][,DIR:W...]",
                         help="training data prepared by xspec data prepare, read as needed (memory does not grow "
                              "with the corpus), whose vocabulary sizes the model; several directories mixed by "
@@ -258,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         spec = xspec.compile(args.spec, overrides=overrides)
         spec_dir = Path(args.spec).resolve().parent
     elif args.init and not args.resume:
-        spec = _init_spec(Path(args.init), overrides, args.tgt_lang)
+        spec = _init_spec(Path(args.init), overrides, args.tgt_lang, args.src_lang)
         spec_dir = None
     elif args.resume:
         # The run's own spec is checked like any spec file, and must be self-contained.
@@ -269,9 +272,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("which spec? e.g. xspec train specs/tiny.xspec (or --resume RUN, or --init RUN)")
     if args.init and args.resume:
         raise UserError("--init starts a new run from another's weights; --resume continues a run: give one")
-    if args.tgt_lang is not None and (args.spec or not args.init):
-        raise UserError("--tgt-lang names the targets' language to a multilingual checkpoint's tokenizer: give it "
-                        "with --init RUN alone (a resumed run keeps its own, decode.forced_bos)")
+    for flag, code in (("--tgt-lang", args.tgt_lang), ("--src-lang", args.src_lang)):
+        if code is not None and (args.spec or not args.init):
+            raise UserError(f"{flag} names a language to a multilingual checkpoint's tokenizer: give it with "
+                            "--init RUN alone (a resumed run keeps its own: decode.forced_bos, decode.source_code)")
     if fine_tuning:
         spec = _fine_tuning(spec, given)
     data = _data_files(args, spec, spec_dir)
@@ -308,20 +312,27 @@ def _shown(value: object) -> str:
     return ", ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def _init_spec(init: Path, overrides: dict, target_language: str | None = None):
+def _init_spec(init: Path, overrides: dict, target_language: str | None = None,
+               source_language: str | None = None):
     """The spec of the run or checkpoint training starts from (compiled like any spec file, imports refused);
     with `target_language` (--tgt-lang), its tokenizer's code for it as decode.forced_bos, which frames the
-    training targets and starts translations."""
+    training targets and starts translations; with `source_language` (--src-lang), decode.source_code, which
+    frames the sources."""
     from xspec.runtime import checkpoint as ckpt
     from xspec.runtime.inference import checkpoint_vocab
 
     saved = ckpt.load_weights(ckpt.resolve(init))
     name = f"{saved.path}:spec.xspec"
-    if target_language is not None:
+    if target_language is not None or source_language is not None:
         spec = xspec.compile_source(saved.spec_source, name=name, overrides=overrides, allow_imports=False)
-        language = checkpoint_vocab(saved, spec).target_language(target_language)
-        if language.forced_bos is None:
-            raise UserError(f"--tgt-lang {printable(target_language)}: {shown(init)}'s tokenizer asks for a target "
-                            "language in the source (Marian's >>xx<<): write it before each source line instead")
-        overrides = {**overrides, "decode.forced_bos": language.forced_bos}
+        vocab = checkpoint_vocab(saved, spec)
+        if target_language is not None:
+            language = vocab.target_language(target_language)
+            if language.forced_bos is None:
+                raise UserError(f"--tgt-lang {printable(target_language)}: {shown(init)}'s tokenizer asks for a "
+                                "target language in the source (Marian's >>xx<<): write it before each source line "
+                                "instead")
+            overrides = {**overrides, "decode.forced_bos": language.forced_bos}
+        if source_language is not None:
+            overrides = {**overrides, "decode.source_code": vocab.language_code(source_language)}
     return xspec.compile_source(saved.spec_source, name=name, overrides=overrides, allow_imports=False)

@@ -53,6 +53,10 @@ def add_target_language_argument(parser: argparse.ArgumentParser) -> None:
                         help="the target language of a multilingual model, by its tokenizer's code: Marian's "
                              ">>CODE<< before each line, or the output's first token (mBART-50's fr_XX, "
                              "M2M100's __fr__, NLLB's fra_Latn)")
+    parser.add_argument("--src-lang", metavar="CODE",
+                        help="the source language of a multilingual model whose tokenizer frames each source with "
+                             "a language code (NLLB's deu_Latn, mBART's de_DE), in place of the one it was saved "
+                             "with")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, ensemble: bool = False) -> None:
@@ -94,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
-    translator = trained.translator(args.batch_tokens, args.tgt_lang, **decode_overrides(args, args.nbest))
+    translator = trained.translator(args.batch_tokens, args.tgt_lang, args.src_lang,
+                                    **decode_overrides(args, args.nbest))
 
     def translate(window: list[str], first: int, name: str) -> Iterator[str]:
         def warn(index: int, tokens: int) -> None:
