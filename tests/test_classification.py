@@ -123,3 +123,34 @@ def test_labels_given_to_what_takes_none_or_left_out_are_refused(tmp_path, capsy
     argv = [str(text) if a == "TRAIN" else str(labels) if a == "LABELS" else a for a in argv]
     assert main(["train", *argv, "-o", str(tmp_path / "run"), "--no-progress"]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_a_classifier_written_from_scratch_keeps_its_classes_where_it_declares_labels(tmp_path, capsys):
+    """Any encoder alone whose head scores classes is a classifier: its count is the head's width; the names
+    are kept in `param labels`, which such a spec must declare."""
+    from xspec.cli import main
+
+    text = """model tiny_classifier {{
+  param vocab = 60
+  param d_model = 32
+  {labels}
+  block encoder(src, src_mask) {{
+    x = embedding(src, vocab, d_model) as embed
+    x = x + attention(x, x, x, src_mask, 2, 16, 16) as attn
+    return linear(x, 2) as classifier
+  }}
+  data {{
+    vocab_size = vocab
+  }}
+}}
+"""
+    flags = data_flags(tmp_path)
+    for declared, status in (("", 1), ("param labels = []", 0)):
+        spec = tmp_path / "classifier.xspec"
+        spec.write_text(text.format(labels=declared))
+        out = tmp_path / f"run-{status}"
+        assert main(["train", str(spec), *flags, *SMALL[8:], "-o", str(out), "--no-tensorboard",
+                     "--no-progress"]) == status
+    assert "declare `param labels = []`" in capsys.readouterr().err
+    assert main(["classify", str(tmp_path / "run-0"), "--text", "the old dog"]) == 0
+    assert capsys.readouterr().out.strip() in ("animal", "place")

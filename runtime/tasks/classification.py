@@ -152,16 +152,19 @@ class Classification(SplitReader):
         return read_labelled(split, name)
 
     def read(self, data: DataFiles) -> list[str]:
+        if "labels" not in self.spec.params:
+            raise UserError(f"{self.spec.name}: a classifier's spec keeps its classes' names: declare "
+                            "`param labels = []` (its run sets them from the training labels)")
         notes = super().read(data)
         found = sorted(set(self.texts["train"].labels))
-        classes = self.spec.params.get("num_labels", 0)
+        classes = self.spec.classes
         if self.names and self.names != found:
             raise UserError(f"{self.texts['train'].path}: its labels ({_listed(found)}) are not the spec's labels "
                             f"({_listed(self.names)})")
         if len(found) != classes:
+            fix = f": --set num_labels={len(found)}" if "num_labels" in self.spec.params else ""
             raise UserError(f"the training labels name {len(found)} class{'es' if len(found) != 1 else ''} "
-                            f"({_listed(found)}), but the spec's classifier scores {classes}: "
-                            f"--set num_labels={len(found)}")
+                            f"({_listed(found)}), but the spec's classifier scores {classes}{fix}")
         self.names = found
         for split in self.texts.values():
             unknown = next((i for i, label in enumerate(split.labels) if label not in found), None)
