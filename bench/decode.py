@@ -1,4 +1,5 @@
-"""Decoding speed of xspec against Hugging Face `MarianMTModel.generate`, side by side in one process.
+"""Decoding speed of xspec against Hugging Face `MarianMTModel.generate` (or, `--family t5`,
+`T5ForConditionalGeneration.generate`), side by side in one process.
 
 Same architecture and sizes, random weights; the candidates alternate round by round (speeds on a shared
 2-core machine drift, so only ratios taken side by side mean anything). Needs `transformers` (the test
@@ -8,7 +9,8 @@ extra). Run under tcmalloc:
         [--imported]
 
 `--imported`: xspec decodes the Marian checkpoint itself, imported (`xspec import`, its logits proven), with
-the import's beam scoring (transformers'): the same weights on both sides.
+the import's beam scoring (transformers'): the same weights on both sides. `--family t5`: a T5 of the same
+sizes (ReLU, relative position buckets), imported likewise (it implies --imported).
 
 - beam: beam 4, alpha 0.6, 64 sentences of 24 tokens, exactly 74 steps (EOS banned on both sides);
   sentences per second.
@@ -56,11 +58,20 @@ def build_marian(size: str):
     return MarianMTModel(config).eval()
 
 
-def build_imported(marian, folder: Path):
-    """`marian` saved as a checkpoint and imported: xspec's model of the same weights."""
+def build_t5(size: str):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    d_model, layers, heads, d_ff = SIZES[size]
+    config = T5Config(vocab_size=VOCAB, d_model=d_model, d_kv=d_model // heads, d_ff=d_ff, num_layers=layers,
+                      num_heads=heads, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, dropout_rate=0.0)
+    return T5ForConditionalGeneration(config).eval()
+
+
+def build_imported(reference, folder: Path):
+    """`reference` (transformers') saved as a checkpoint and imported: xspec's model of the same weights."""
     from xspec.hf.importer import import_checkpoint
 
-    marian.save_pretrained(folder / "checkpoint")
+    reference.save_pretrained(folder / "checkpoint")
     import_checkpoint(folder / "checkpoint", folder / "run", say=lambda line: None)
     return xspec.load(folder / "run", device="cpu", weights="fp32").model
 
@@ -74,7 +85,7 @@ def imported_decode(model, src: torch.Tensor, beam: int, steps: int) -> None:
     xspec_decode(model, src, beam, steps, Scoring(0.6, "transformers"))
 
 
-def marian_decode(model, src: torch.Tensor, beam: int, steps: int) -> None:
+def generate_decode(model, src: torch.Tensor, beam: int, steps: int) -> None:
     # min_new_tokens bans EOS until the last step, as NoEos does.
     model.generate(input_ids=src, attention_mask=torch.ones_like(src), num_beams=beam, length_penalty=0.6,
                    max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
@@ -102,13 +113,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="xspec's decoder through torch.compile")
     parser.add_argument("--imported", action="store_true", help="xspec decodes the Marian checkpoint, imported")
+    parser.add_argument("--family", choices=("marian", "t5"), default="marian",
+                        help="the transformers model compared (t5: imported, as --imported)")
     args = parser.parse_args()
+    args.imported = args.imported or args.family == "t5"
     torch.manual_seed(0)
-    marian = build_marian(args.size)
+    reference = build_marian(args.size) if args.family == "marian" else build_t5(args.size)
     folder = Path(tempfile.mkdtemp(prefix="xspec-bench-"))
-    ours = (build_imported(marian, folder), imported_decode) if args.imported else \
+    ours = (build_imported(reference, folder), imported_decode) if args.imported else \
         (build_xspec(args.size, args.compile), xspec_decode)
-    candidates = {"xspec": ours, "marian": (marian, marian_decode)}
+    theirs = args.family       # transformers' model, by its family's name
+    candidates = {"xspec": ours, theirs: (reference, generate_decode)}
     batch = torch.randint(4, VOCAB, (SENTENCES, SOURCE_LEN))
     batch[:, -1] = EOS
     one = batch[:1]
@@ -126,9 +141,9 @@ def main() -> None:
     for name in candidates:
         print(f"  {name:7s} beam {statistics.median(figures[name]['beam']):7.2f} sentences/s   "
               f"greedy {statistics.median(figures[name]['greedy']):6.2f} ms/token")
-    beam_ratio = statistics.median(figures["xspec"]["beam"]) / statistics.median(figures["marian"]["beam"])
-    greedy_ratio = statistics.median(figures["marian"]["greedy"]) / statistics.median(figures["xspec"]["greedy"])
-    print(f"  xspec / marian: beam {beam_ratio:.2f}x sentences/s, greedy {greedy_ratio:.2f}x tokens/s")
+    beam_ratio = statistics.median(figures["xspec"]["beam"]) / statistics.median(figures[theirs]["beam"])
+    greedy_ratio = statistics.median(figures[theirs]["greedy"]) / statistics.median(figures["xspec"]["greedy"])
+    print(f"  xspec / {theirs}: beam {beam_ratio:.2f}x sentences/s, greedy {greedy_ratio:.2f}x tokens/s")
     for name, (model, decode) in candidates.items():
         early, late = per_step_ms(decode, model, one)
         print(f"  {name:7s} long output ({LONG} tokens): {early:.2f} ms/step over steps 50-100, "
