@@ -238,14 +238,19 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
     return out
 
 
+def pad_with_mask(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pad(rows), [len(rows), longest] True past each row's length): the padding mask follows each row's
+    length, as the padding id may be one of its real tokens."""
+    tokens = pad(rows)
+    return tokens, torch.arange(tokens.size(1))[None, :] >= _lengths(rows)[:, None]
+
+
 def collate(indices: list[int], sources: list[list[int]], targets: list[list[int]], start: int = BOS,
             end: int = EOS) -> Batch:
     """A translation micro-batch: inputs (src ending in EOS, BOS + target, src padding mask), labels
     target + EOS; an imported checkpoint's outputs start and end with its own tokens (`start`, `end`). The
     padding mask follows each source's length: the padding id may be one of its real tokens."""
-    rows = [sources[i] for i in indices]
-    src = pad(rows)
-    padding = torch.arange(src.size(1))[None, :] >= _lengths(rows)[:, None]
+    src, padding = pad_with_mask([sources[i] for i in indices])
     tgt_in, labels = _shifted([targets[i] for i in indices], start, end)
     return Batch((src, tgt_in, padding), labels, int((labels != NO_LABEL).sum()))
 

@@ -139,6 +139,35 @@ def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int, language:
     return [truncated(ids, max_tokens, after) for ids in encoded], too_long
 
 
+@dataclass
+class Framed:
+    """Encoded texts an encoder alone reads (framed as the tokenizer frames a text) of at most a size: those
+    kept, their places among those given, and how many were longer or held special tokens alone."""
+
+    texts: list[list[int]]
+    indices: list[int]
+    too_long: int = 0
+    empty: int = 0
+
+
+def framed(encoded: list[list[int]], size: int, truncate: bool, after: int, special: frozenset[int]) -> Framed:
+    """The texts of at most `size` tokens (a longer one truncated, the `after` ids that close its framing kept,
+    where `truncate`; else left out) and not of `special` tokens alone."""
+    out = Framed([], [])
+    for index, ids in enumerate(encoded):
+        if all(token in special for token in ids):
+            out.empty += 1
+            continue
+        if len(ids) > size:
+            out.too_long += 1
+            if not truncate:
+                continue
+            ids = truncated(ids, size, after)
+        out.texts.append(ids)
+        out.indices.append(index)
+    return out
+
+
 def truncated(ids: list[int], max_tokens: int, after: int) -> list[int]:
     """A framed text of at most `max_tokens` ids: its text cut, the `after` ids that close the framing kept."""
     return ids if len(ids) <= max_tokens else ids[:max_tokens - after] + ids[len(ids) - after:]

@@ -12,6 +12,7 @@ import torch
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
+from .batching import pad_with_mask
 
 TEXTS_PER_BATCH = 32
 
@@ -67,12 +68,7 @@ def fill_masks(trained, texts: list[str], top_k: int = 5) -> list[list[list[Cand
 
 def _probabilities(trained, rows: list[list[int]]) -> torch.Tensor:
     """[B, T, vocab] probabilities of the rows, padded on the right and masked."""
-    length = max(len(ids) for ids in rows)
-    tokens = torch.zeros(len(rows), length, dtype=torch.long)
-    padding = torch.ones(len(rows), length, dtype=torch.bool)
-    for i, ids in enumerate(rows):
-        tokens[i, :len(ids)] = torch.tensor(ids)
-        padding[i, :len(ids)] = False
+    tokens, padding = pad_with_mask(rows)
     with torch.no_grad():
         logits = trained.model(tokens.to(trained.device), padding.to(trained.device))
     return logits.float().softmax(dim=-1).cpu()

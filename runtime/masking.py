@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .batching import NO_LABEL, Batch
+from .batching import NO_LABEL, Batch, pad_with_mask
 from .data_order import WholeCorpusWindows
-from .vocab import PAD
 
 CHOSEN = 0.15        # the share of a text's tokens predicted
 AS_MASK = 0.8        # of those, replaced by the mask token ...
@@ -66,17 +65,6 @@ def stream(seed: int, indices: list[int]) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
-def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, longest] tokens (PAD after each row) and padding (True there)."""
-    longest = max(len(row) for row in rows)
-    tokens = torch.full((len(rows), longest), PAD, dtype=torch.long)
-    padding = torch.ones(len(rows), longest, dtype=torch.bool)
-    for i, row in enumerate(rows):
-        tokens[i, :len(row)] = torch.tensor(row, dtype=torch.long)
-        padding[i, :len(row)] = False
-    return tokens, padding
-
-
 @dataclass
 class MaskedText(WholeCorpusWindows):
     """Texts as the tokenizer frames them ([CLS] ... [SEP]), each an example whose batch is masked when made:
@@ -109,7 +97,7 @@ class MaskedText(WholeCorpusWindows):
         return [count - 1 for count in self.counts]
 
     def collate(self, indices: list[int]) -> Batch:
-        tokens, padding = padded([self.sequences[i] for i in indices])
+        tokens, padding = pad_with_mask([self.sequences[i] for i in indices])
         inputs, labels = masked(tokens, padding, self.masking, stream(self.masking.seed, indices))
         return Batch((inputs, padding), labels, int((labels != NO_LABEL).sum()))
 
@@ -120,25 +108,6 @@ class MaskedText(WholeCorpusWindows):
         if self.too_long:
             parts.append(f"{self.too_long} too long {'truncated' if self.truncated else 'skipped'}")
         return ", ".join(parts)
-
-
-def framed(encoded: list[list[int]], size: int, truncate: bool, special: frozenset[int]
-           ) -> tuple[list[list[int]], int, int]:
-    """The texts of at most `size` tokens (a longer one truncated to its first size - 1 and its last, the
-    framing's end, where `truncate`; else left out), how many were longer, and how many held no token to
-    predict (special tokens alone), left out."""
-    kept, too_long, empty = [], 0, 0
-    for ids in encoded:
-        if all(token in special for token in ids):
-            empty += 1
-            continue
-        if len(ids) > size:
-            too_long += 1
-            if not truncate:
-                continue
-            ids = [*ids[:size - 1], ids[-1]]
-        kept.append(ids)
-    return kept, too_long, empty
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,11 @@ import torch
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable, shown
-from ..batching import NO_LABEL, Batch, micro_batches
-from ..corpus import read_lines
+from ..batching import NO_LABEL, Batch, micro_batches, pad_with_mask
+from ..corpus import framed, read_lines
 from ..data_order import WholeCorpusWindows
 from ..distributed import Context
 from ..documents import lines_named, Documents
-from ..masking import framed, padded
 from ..prepared.format import PreparedDir
 from ..run_dir import DataFiles, Split
 from ..vocab import Tokenizer
@@ -74,7 +73,7 @@ class ClassifiedText(WholeCorpusWindows):
         return [0] * len(self.sequences)
 
     def collate(self, indices: list[int]) -> Batch:
-        tokens, padding = padded([self.sequences[i] for i in indices])
+        tokens, padding = pad_with_mask([self.sequences[i] for i in indices])
         labels = torch.full(tokens.shape, NO_LABEL, dtype=torch.long)
         labels[:, 0] = torch.tensor([self.classes[i] for i in indices])
         return Batch((tokens, padding), labels, len(indices))
@@ -126,8 +125,9 @@ def predictions(model: torch.nn.Module, text: ClassifiedText, device: torch.devi
 def class_probabilities(trained, texts: list[str]) -> list[list[float]]:
     """Each text's probability of each class (a classifier loaded by xspec.load), its texts framed as the
     tokenizer frames one and cut to the model's positions (keeping the framing's end)."""
-    kept, _, _ = framed(trained.tokenizer.encode_sources(texts), trained.max_tokens, True, frozenset())
-    return probabilities(trained.model, ClassifiedText(kept, [0] * len(kept)), trained.device)
+    tokenizer = trained.tokenizer
+    kept = framed(tokenizer.encode_sources(texts), trained.max_tokens, True, len(tokenizer.framing()[1]), frozenset())
+    return probabilities(trained.model, ClassifiedText(kept.texts, [0] * len(kept.texts)), trained.device)
 
 
 class Classification(SplitReader):
@@ -185,10 +185,9 @@ class Classification(SplitReader):
     def classified(self, split: LabelledText, vocab: Tokenizer, truncate: bool) -> ClassifiedText:
         with lines_named(Documents(split.texts, split.path)):
             encoded = vocab.encode_sources(split.texts)
-        kept, too_long, _ = framed(encoded, max_sequence_tokens(self.spec), truncate, frozenset())
-        classes = [self.names.index(label) for ids, label in zip(encoded, split.labels)
-                   if truncate or len(ids) <= max_sequence_tokens(self.spec)]
-        return ClassifiedText(kept, classes, too_long, truncate)
+        kept = framed(encoded, max_sequence_tokens(self.spec), truncate, len(vocab.framing()[1]), frozenset())
+        classes = [self.names.index(split.labels[i]) for i in kept.indices]
+        return ClassifiedText(kept.texts, classes, kept.too_long, truncate)
 
     def encode(self, vocab: Tokenizer, truncate: bool, vocab_path: str = "") -> Corpus:
         train = self.classified(self.texts["train"], vocab, truncate)

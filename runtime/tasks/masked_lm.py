@@ -12,7 +12,8 @@ import torch
 from xspec.base.errors import UserError
 from ..distributed import Context
 from ..documents import Documents, lines_named
-from ..masking import Masking, MaskedText, framed, masked_scores
+from ..corpus import framed
+from ..masking import Masking, MaskedText, masked_scores
 from ..vocab import Tokenizer
 from . import Corpus, Outcome, max_sequence_tokens
 from .language_model import TextSplits
@@ -33,8 +34,9 @@ class MaskedLanguageModelling(TextSplits):
             self.masking = Masking(mask_id, vocab.special_token_ids(), len(vocab), self.spec.train.seed)
         with lines_named(docs):
             encoded = vocab.encode_sources(docs.lines)
-        kept, too_long, empty = framed(encoded, max_sequence_tokens(self.spec), truncate, self.masking.special)
-        return MaskedText(kept, self.masking, docs.empty_skipped + empty, too_long, truncate)
+        kept = framed(encoded, max_sequence_tokens(self.spec), truncate, len(vocab.framing()[1]),
+                      self.masking.special)
+        return MaskedText(kept.texts, self.masking, docs.empty_skipped + kept.empty, kept.too_long, truncate)
 
     def encode(self, vocab: Tokenizer, truncate: bool, vocab_path: str = "") -> Corpus:
         if "train" in self.prepared:
