@@ -116,6 +116,7 @@ class CheckpointTokenizer:
         elif kind == MARIAN:
             self._library = _Marian(data, origin)
         self._size = self._library.size if self._library is not None else 0
+        self._framing: tuple[list[int], list[int]] | None = None     # framing(), found once
         if self._library is not None:
             _Probe(self._library, origin).run()
 
@@ -194,7 +195,12 @@ class CheckpointTokenizer:
 
     def framing(self) -> tuple[list[int], list[int]]:
         """The ids the tokenizer puts before and after a text's own (BART's <s> and </s>, NLLB's language code
-        and </s>), as encode_sources places them."""
+        and </s>), as encode_sources places them: found once, from a probe's encodings."""
+        if self._framing is None:
+            self._framing = self._probed_framing()
+        return self._framing
+
+    def _probed_framing(self) -> tuple[list[int], list[int]]:
         probe = "a"
         plain, framed = self.encode([probe])[0], self.encode_sources([probe])[0]
         for start in range(len(framed) - len(plain) + 1):
