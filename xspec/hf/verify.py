@@ -199,16 +199,14 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
     tokens = _tokens(mapped, (2, length), draw).to(chosen)
     source = None
     encoder_only = not spec.has_decoder    # a masked LM: its logits of the tokens, one sentence padded
-    if encoder_only:
-        layers = checked = mapped.params[FAMILIES[mapped.model_type].depth]
-    elif spec.has_encoder:    # a translation model: the target tokens after source sentences, one padded
-        source = _tokens(mapped, (2, length + 3), draw).to(chosen)
-        layers = checked = mapped.params[FAMILIES[mapped.model_type].depth]
+    layers = checked = mapped.params[FAMILIES[mapped.model_type].depth]
+    if spec.has_encoder:    # checked whole: an encoder alone, or a translation model (one source padded)
+        if not encoder_only:
+            source = _tokens(mapped, (2, length + 3), draw).to(chosen)
         if spec._compilation.validated.bytes_needed > available_memory(chosen) * 0.8:
             raise UserError(f"{work.name}: the model does not fit in memory as float32 to be checked; import with "
                             "--no-verify")
-    else:
-        layers = mapped.params[FAMILIES[mapped.model_type].depth]
+    else:   # a decoder alone: as many first layers as fit
         checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
     # One model at a time: ours, then the checkpoint's own class.
     our_logits = _our_logits(work, layers, checked, tokens, source, encoder_only)
