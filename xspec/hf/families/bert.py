@@ -93,8 +93,9 @@ _IN_LAYER = re.compile(r"encoder\.layers\.(\d+)\.(.+)\.(weight|bias)")
 
 
 def encoder_rules(name: str, prefix: str, head: dict[str, str]) -> WeightRules:
-    """A BERT-like family's rules: the encoder under `prefix`, the masked-LM head's parts as `head` names
-    them (transform, transform_layer_norm, the projection's weight and its bias)."""
+    """A BERT-like family's rules: the encoder under `prefix`, the heads' parts as `head` names them (the
+    masked LM's transform, transform_layer_norm, projection and its bias; a classifier's pooler and
+    classifier)."""
 
     projection, bias = head["lm_head.weight"], head["lm_head.bias"]
     pooler = head["pooler.weight"].removesuffix(".weight")

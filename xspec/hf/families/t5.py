@@ -93,8 +93,7 @@ T5_KEYS = {"vocab": "vocab_size", "d_model": "d_model", "d_kv": "d_kv", "d_ff": 
 
 
 def write_t5(params: dict[str, Any], config: dict[str, Any]) -> None:
-    activation = {"gelu_new": "gelu_new", "silu": "silu"}.get(params["dense_act_fn"], params["dense_act_fn"])
-    gated = params["is_gated_act"]
+    activation, gated = params["dense_act_fn"], params["is_gated_act"]
     config["feed_forward_proj"] = ("gated-gelu" if activation == "gelu_new" else f"gated-{activation}") if gated \
         else activation
     config["dense_act_fn"] = activation
