@@ -2,9 +2,10 @@
 chosen to be predicted (round(0.15 n) of its n tokens that are not special, at least one, as BERT's own
 create_pretraining_data chooses them), each chosen one replaced by the mask token 80% of the time, by a
 random token 10% and kept 10%. A text's count of predictions is so known before it is masked, which is what
-training divides an update's loss by. A batch's choice is drawn from a stream seeded by the run's seed and
-the batch's examples, so that a validation split is masked the same way at every validation, and a resumed
-run masks as the first did."""
+training divides an update's loss by. Each text's choice is drawn from a stream of its own, seeded by the
+run's seed and the text's place in its split, whatever batch it falls in: a validation split is masked the
+same way at every validation and by `xspec eval` at any --batch-tokens, and a resumed run masks as the first
+did."""
 
 from __future__ import annotations
 
@@ -42,26 +43,31 @@ def eligible(tokens: torch.Tensor, padding: torch.Tensor, masking: Masking) -> t
 
 
 def masked(tokens: torch.Tensor, padding: torch.Tensor, masking: Masking,
-           draw: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, labels) of [B, T] `tokens`: labels the chosen tokens (NO_LABEL elsewhere), inputs with the
-    chosen replaced; each row's `predictions` of its eligible tokens chosen, uniformly."""
+           examples: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels) of [B, T] `tokens`, row i the text of place `examples[i]`: labels the chosen tokens
+    (NO_LABEL elsewhere), inputs with the chosen replaced; each row's `predictions` of its eligible tokens
+    chosen, uniformly, from the text's own stream."""
     allowed = eligible(tokens, padding, masking)
     counts = torch.tensor([predictions(int(n)) for n in allowed.sum(1)])
+    keys, mask_draws, random_draws = (torch.zeros(tokens.shape) for _ in range(3))
+    random_tokens = torch.zeros_like(tokens)
+    for row, (example, length) in enumerate(zip(examples, (~padding).sum(1).tolist())):
+        draw = stream(masking.seed, example)
+        for drawn in (keys, mask_draws, random_draws):
+            drawn[row, :length] = torch.rand(length, generator=draw)
+        random_tokens[row, :length] = torch.randint(0, masking.vocab_size, (length,), generator=draw)
     # the row's `count` eligible tokens of the highest random keys
-    keys = torch.rand(tokens.shape, generator=draw).masked_fill(~allowed, -1.0)
-    ranks = keys.argsort(1, descending=True).argsort(1)
+    ranks = keys.masked_fill(~allowed, -1.0).argsort(1, descending=True).argsort(1)
     chosen = allowed & (ranks < counts[:, None])
     labels = tokens.masked_fill(~chosen, NO_LABEL)
-    as_mask = chosen & (torch.rand(tokens.shape, generator=draw) < AS_MASK)
-    as_random = chosen & ~as_mask & (torch.rand(tokens.shape, generator=draw) < AS_RANDOM)
-    inputs = tokens.masked_fill(as_mask, masking.mask_id)
-    random_tokens = torch.randint(0, masking.vocab_size, tokens.shape, generator=draw, dtype=tokens.dtype)
-    return torch.where(as_random, random_tokens, inputs), labels
+    as_mask = chosen & (mask_draws < AS_MASK)
+    as_random = chosen & ~as_mask & (random_draws < AS_RANDOM)
+    return torch.where(as_random, random_tokens, tokens.masked_fill(as_mask, masking.mask_id)), labels
 
 
-def stream(seed: int, indices: list[int]) -> torch.Generator:
-    """The random stream of a batch of these examples."""
-    digest = hashlib.sha256(f"xspec-masking:{seed}:{','.join(map(str, indices))}".encode()).digest()
+def stream(seed: int, example: int) -> torch.Generator:
+    """The random stream of the text of place `example`."""
+    digest = hashlib.sha256(f"xspec-masking:{seed}:{example}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
@@ -98,7 +104,7 @@ class MaskedText(WholeCorpusWindows):
 
     def collate(self, indices: list[int]) -> Batch:
         tokens, padding = pad_with_mask([self.sequences[i] for i in indices])
-        inputs, labels = masked(tokens, padding, self.masking, stream(self.masking.seed, indices))
+        inputs, labels = masked(tokens, padding, self.masking, indices)
         return Batch((inputs, padding), labels, int((labels != NO_LABEL).sum()))
 
     def summary(self, name: str) -> str:

@@ -75,7 +75,7 @@ def test_eval_and_classify_score_as_the_run_did(classifier_run, capsys):
 
     folder = classifier_run.parent
     assert main(["eval", str(classifier_run), "--text", str(folder / "test.txt"), "--labels",
-                 str(folder / "test.labels")]) == 0
+                 str(folder / "test.labels"), "--weights", "fp32"]) == 0
     metrics = json.loads((classifier_run / "metrics.json").read_text())
     assert f"accuracy {100 * metrics['test_accuracy']:.2f}%, macro F1 {metrics['test_macro_f1']:.4f}" in \
         capsys.readouterr().out
