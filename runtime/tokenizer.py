@@ -151,7 +151,8 @@ class CheckpointTokenizer:
     def _needed(self) -> _Tokenizers | _Sentencepiece | _Marian:
         if self._library is None:
             raise UserError(f"{self._origin}: none (the checkpoint directory had no tokenizer.json, "
-                            "tokenizer.model or Marian's vocab.json): text cannot be turned into token ids")
+                            "tokenizer.model, vocab.txt, spiece.model or Marian's vocab.json): text cannot be turned "
+                            "into token ids")
         return self._library
 
     def encode(self, lines: list[str]) -> list[list[int]]:

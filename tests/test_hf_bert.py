@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,67 @@ def test_fill_gives_the_fill_mask_pipelines_candidates(tmp_path, kind):
             [[(c["token"], c["token_str"], c["sequence"]) for c in mask] for mask in theirs]
         assert [c.score for mask in masks for c in mask] == \
             pytest.approx([c["score"] for mask in theirs for c in mask], abs=1e-5)
+
+
+def vocab_only(tmp_path: Path, settings: dict) -> Path:
+    """The masked LM as many BERT checkpoints ship: vocab.txt and tokenizer_config.json, no tokenizer.json."""
+    directory = tmp_path / "vocab-only"
+    shutil.copytree(with_tokenizer(), directory)
+    (directory / "tokenizer.json").unlink()
+    shutil.copy(ROOT / "vocab.txt", directory / "vocab.txt")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer", **settings}))
+    return directory
+
+
+@pytest.mark.parametrize("settings", [{}, {"do_lower_case": False, "strip_accents": False},
+                                      {"tokenize_chinese_chars": False, "strip_accents": True}])
+def test_a_vocab_txt_alone_is_read_as_transformers_reads_it(tmp_path, settings):
+    """Without tokenizer.json, vocab.txt with tokenizer_config.json's settings gives BertTokenizer's ids, a fill
+    the pipeline's, and an export the tokenizer.json transformers made of it."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.fill import fill_masks
+    from xspec.runtime.inference import load
+
+    directory = vocab_only(tmp_path, settings)
+    imported = import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    lines = [*TEXTS["bert"], "The Green CITY, runs.", "naïve café 中文 ①", "  spaces\tand\x00 tabs ", ""]
+    ids = theirs(lines)["input_ids"]
+    assert imported.tokenizer.encode_sources(lines) == ids
+    assert [imported.tokenizer.decode(i) for i in ids] == theirs.batch_decode(ids, skip_special_tokens=True)
+    pipeline = transformers.pipeline("fill-mask", model=str(directory), device="cpu")
+    trained = xspec.load(tmp_path / "run", device="cpu", weights="fp32")
+    ours = fill_masks(trained, TEXTS["bert"][:1], top_k=3)[0][0]
+    assert [(c.token, c.sequence) for c in ours] == [(c["token"], c["sequence"]) for c in pipeline(TEXTS["bert"][0],
+                                                                                                 top_k=3)]
+    (tmp_path / "hf").mkdir()
+    export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")(lines)["input_ids"] == ids
+
+
+@pytest.mark.parametrize("settings, vocab, message", [
+    ({}, b"\xff\xfe[PAD]\n", "vocab.txt: not UTF-8 text (byte 0)"),
+    ({}, b"", "vocab.txt: empty, not a WordPiece vocabulary (a token a line)"),
+    ({}, b"[PAD]\nthe\n", "vocab.txt: has no [UNK], which every word it cannot split becomes"),
+    ({"unk_token": "<unk>"}, None, "vocab.txt: has no <unk>"),
+    ({"do_lower_case": "yes"}, None, "tokenizer_config.json: do_lower_case \"yes\" is not true or false"),
+    ({"mask_token": ["[MASK]"]}, None, "tokenizer_config.json: mask_token [\"[MASK]\"] is not a token"),
+    ({"added_tokens_decoder": {"0": {"content": "[MASK]", "special": True}}}, None,
+     "tokenizer_config.json: added_tokens_decoder[\"0\"] \"[MASK]\": the vocabulary gives it id 4"),
+    ({"added_tokens_decoder": {"x1": {"content": "[MASK]"}}}, None,
+     "tokenizer_config.json: added_tokens_decoder[\"x1\"]: not a token id"),
+    ({"added_tokens_decoder": {"4": {"content": "[MASK]", "special": "yes"}}}, None,
+     "tokenizer_config.json: added_tokens_decoder[\"4\"]: not a token"),
+])
+def test_a_vocab_txt_or_its_settings_that_do_not_hold_are_refused_by_file_and_key(tmp_path, settings, vocab, message):
+    from xspec.hf.importer import import_checkpoint
+
+    directory = vocab_only(tmp_path, settings)
+    if vocab is not None:
+        (directory / "vocab.txt").write_bytes(vocab)
+    with pytest.raises(UserError, match=re.escape(message)):
+        import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
 
 
 def test_the_fill_command_writes_candidates_and_names_a_line_without_a_mask(tmp_path, capsys):

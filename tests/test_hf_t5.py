@@ -223,6 +223,58 @@ def test_an_import_reads_t5s_tokenizer_as_transformers_does(tmp_path):
     assert [imported.tokenizer.decode(i) for i in ids] == theirs.batch_decode(ids, skip_special_tokens=True)
 
 
+def spiece_only(tmp_path: Path, settings: dict) -> Path:
+    """The checkpoint as mT5's ship: spiece.model and tokenizer_config.json, no tokenizer.json."""
+    directory = tmp_path / "spiece-only"
+    shutil.copytree(with_tokenizer(), directory)
+    (directory / "tokenizer.json").unlink()
+    shutil.copy(ROOT / "spm" / "spiece.model", directory / "spiece.model")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer", **settings}))
+    return directory
+
+
+def test_a_spiece_model_alone_is_read_as_transformers_reads_it_and_exported_as_a_tokenizer_json(tmp_path):
+    """Without tokenizer.json, spiece.model's unigram model, normalization and sentinels give the ids
+    T5Tokenizer gives (<extra_id_0> the last id), and an export writes the tokenizer.json transformers made."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.inference import load
+
+    unknown = {"__type": "AddedToken", "content": "<unk>"}     # as older tokenizer_config.json files give one
+    directory = spiece_only(tmp_path, {"extra_ids": 5, "eos_token": "</s>", "unk_token": unknown})
+    imported = import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    lines = [*LINES, "zebra  unknown\twords ", "the <extra_id_0> and <extra_id_4> are small", "ﬁ café ①", ""]
+    assert imported.tokenizer.encode_sources(lines) == theirs(lines)["input_ids"]
+    ids = theirs(lines)["input_ids"]
+    assert [imported.tokenizer.decode(i) for i in ids] == theirs.batch_decode(ids, skip_special_tokens=True)
+    assert xspec.load(tmp_path / "run", device="cpu", weights="fp32").translate(LINES) == generated(directory, LINES)
+    (tmp_path / "hf").mkdir()
+    export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")(lines)["input_ids"] == ids
+
+
+@pytest.mark.parametrize("settings, damage, message", [
+    ({}, b"not a model", "spiece.model: not a sentencepiece model"),
+    ({}, b"", "spiece.model: not a sentencepiece model (it has no pieces)"),
+    ({"extra_ids": -1}, None, "tokenizer_config.json: extra_ids -1 is not a count from 0 to 10,000"),
+    ({"extra_ids": 3, "additional_special_tokens": ["<extra_id_0>"]}, None,
+     "extra_ids 3, but its special tokens list 1 <extra_id_N> sentinels"),
+    ({"eos_token": 7}, None, "tokenizer_config.json: eos_token 7 is not a token"),
+    ({"added_tokens_decoder": {"3": {"content": "<extra_id_0>", "special": True}}}, None,
+     "tokenizer_config.json: added_tokens_decoder[\"3\"] \"<extra_id_0>\": the vocabulary gives it id 44"),
+])
+def test_a_spiece_model_or_its_settings_that_do_not_hold_are_refused_by_file_and_key(tmp_path, settings, damage,
+                                                                                    message):
+    from xspec.hf.importer import import_checkpoint
+
+    directory = spiece_only(tmp_path, {"extra_ids": 5, **settings})
+    if damage is not None:
+        (directory / "spiece.model").write_bytes(damage)
+    with pytest.raises(UserError, match=re.escape(message)):
+        import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+
+
 @pytest.mark.parametrize("settings", [{}, {"num_beams": 4}, {"num_beams": 3, "length_penalty": 0.5},
                                       {"num_beams": 2, "early_stopping": True}])
 def test_translation_is_generates_on_every_sentence(tmp_path, settings):

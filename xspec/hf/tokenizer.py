@@ -1,5 +1,6 @@
-"""Finding a Hugging Face checkpoint directory's tokenizer (tokenizer.json preferred, else tokenizer.model)
-and its special ids; the tokenizer itself is runtime/tokenizer.py's, which a loaded checkpoint uses too.
+"""Finding a Hugging Face checkpoint directory's tokenizer (tokenizer.json preferred, else tokenizer.model,
+Marian's files, or BERT's vocab.txt or T5's spiece.model made into a tokenizer.json) and its special ids; the
+tokenizer itself is runtime/tokenizer.py's, which a loaded checkpoint uses too.
 
 What the directory says is checked against what it is: config.json's bos_token_id and eos_token_id must be
 ids of the tokenizer's vocabulary, and every id the tokenizer produces a row of the model's embedding."""
@@ -7,12 +8,13 @@ ids of the tokenizer's vocabulary, and every id the tokenizer produces a row of 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from xspec.base.errors import UserError
 from xspec.base.input_dir import InputDirectory
 from xspec.base.text import shown
 from xspec.hf.config_reader import render
+from xspec.hf.slow_tokenizers import SLOW_TOKENIZERS, Settings
 from xspec.runtime.tokenizer import FILES, KINDS, MARIAN, MARIAN_FILES, NONE, CheckpointTokenizer, marian_files
 
 MAX_TOKENIZER_BYTES = 64 << 20
@@ -48,7 +50,7 @@ def _special_keys(config: dict, pad: bool = False) -> list[tuple[str, object]]:
 
 def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Sequence[int] = (),
                    generation: dict | None = None) -> CheckpointTokenizer:
-    """The directory's tokenizer (tokenizer.json preferred), or one of kind "none" when it has neither file.
+    """The directory's tokenizer (tokenizer.json preferred), or one of kind "none" when it has none.
     A file that is there is read as every file of the checkpoint is (xspec/base/input_dir.py: regular files
     inside the directory only), made and probed (runtime/tokenizer.py), and config.json's special ids, and
     `more_eos` (generation_config.json's), must be in its vocabulary. tokenizer_config.json's add_bos_token
@@ -75,6 +77,9 @@ def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Seq
                                             add_eos, kept, _settings_origin(folder))
             _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
             return tokenizer
+    for name, make in SLOW_TOKENIZERS.items():
+        if folder.has(name):
+            return _slow(folder, name, make, config, bos, eos, kept, more_eos)
     return CheckpointTokenizer(NONE, b"", bos, eos, f"{shown(folder.path)}: its tokenizer", hf_files=kept,
                                settings_origin=_settings_origin(folder))
 
@@ -90,6 +95,18 @@ def _marian(folder: InputDirectory, config: dict, bos: int | None, eos: list[int
     tokenizer = CheckpointTokenizer(MARIAN, marian_files(files), bos, eos, shown(folder.path), add_bos=False,
                                     add_eos=True, hf_files=kept, settings_origin=_settings_origin(folder))
     path = shown(folder.file("vocab.json"))
+    _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
+    return tokenizer
+
+
+def _slow(folder: InputDirectory, name: str, make: Callable[[InputDirectory, str, Settings], str], config: dict,
+          bos: int | None, eos: list[int], kept: dict[str, dict], more_eos: Sequence[int]) -> CheckpointTokenizer:
+    """BERT's vocab.txt or T5's spiece.model, made into the tokenizer.json transformers makes of it."""
+    settings = Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)),
+                        kept.get(SPECIAL_TOKENS_MAP, {}), shown(folder.file(SPECIAL_TOKENS_MAP)))
+    path = shown(folder.file(name))
+    tokenizer = CheckpointTokenizer("tokenizers", make(folder, name, settings).encode("utf-8"), bos, eos, path,
+                                    hf_files=kept, settings_origin=_settings_origin(folder))
     _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
     return tokenizer
 
