@@ -22,6 +22,7 @@ import binascii
 import json
 import os
 import queue
+import re
 import sys
 import tempfile
 import threading
@@ -42,7 +43,11 @@ KINDS = {TOKENIZER_JSON: "tokenizers", SENTENCEPIECE: "sentencepiece"}
 # MarianTokenizer's three files, which a checkpoint keeps as one (`_Marian`): its ids are vocab.json's.
 MARIAN = "marian"
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
-FILES = {**{kind: name for name, kind in KINDS.items()}, MARIAN: "vocab.json"}
+# M2M100Tokenizer's two files, kept as one with its settings (`_M2M100`): ids are vocab.json's, then its languages'.
+M2M100 = "m2m100"
+M2M100_FILES = ("sentencepiece.bpe.model", "vocab.json")
+M2M100_KEPT = (*M2M100_FILES, "language_codes", "source_language", "special", "madeup_words")
+FILES = {**{kind: name for name, kind in KINDS.items()}, MARIAN: "vocab.json", M2M100: "vocab.json"}
 NONE = "none"               # a checkpoint directory without a tokenizer: the model runs on token ids alone
 DESCRIPTION = ("kind", "bos_id", "eos_ids", "add_bos", "add_eos")  # what a checkpoint keeps of a tokenizer
 # The checkpoint directory's own files an import keeps beside its tokenizer (`hf_files`), as JSON objects,
@@ -108,13 +113,15 @@ class CheckpointTokenizer:
         self._origin = origin
         # tokenizer_config.json's chat template (`settings_origin` names the file), compiled and so checked now
         self.chat = chat_template(self.hf_files.get(TOKENIZER_CONFIG, {}), settings_origin)
-        self._library: _Tokenizers | _Sentencepiece | _Marian | None = None
+        self._library: _Library | None = None
         if kind == "tokenizers":
             self._library = _Tokenizers(data, origin)
         elif kind == "sentencepiece":
             self._library = _Sentencepiece(data, origin)
         elif kind == MARIAN:
             self._library = _Marian(data, origin)
+        elif kind == M2M100:
+            self._library = _M2M100(data, origin)
         self._size = self._library.size if self._library is not None else 0
         self._framing: tuple[list[int], list[int]] | None = None     # framing(), found once
         if self._library is not None:
@@ -148,7 +155,7 @@ class CheckpointTokenizer:
 
     never_generated: tuple[int, ...] = ()
 
-    def _needed(self) -> _Tokenizers | _Sentencepiece | _Marian:
+    def _needed(self) -> _Library:
         if self._library is None:
             raise UserError(f"{self._origin}: none (the checkpoint directory had no tokenizer.json, "
                             "tokenizer.model, vocab.txt, spiece.model or Marian's vocab.json): text cannot be turned "
@@ -172,9 +179,13 @@ class CheckpointTokenizer:
     def encode_sources(self, lines: list[str], language: int | None = None) -> list[list[int]]:
         """Each sentence as the checkpoint's tokenizer encodes a text: a tokenizer.json's post-processor's
         special tokens as it places them (BART's <s> and </s>; mBART's </s> and language code, that of
-        `language` where given), else the text's pieces ending with the end token (Marian's </s>)."""
+        `language` where given), M2M100Tokenizer's language code (its source language's, or `language`), pieces
+        and </s>, else the text's pieces ending with the end token (Marian's </s>)."""
         if self.kind == "tokenizers":
             return self.encode_prompts(lines) if language is None else self._in_language(lines, language)
+        library = self._library
+        if isinstance(library, _M2M100):
+            return self._encoded(lines, partial(library.framed, language=language))
         return [ids if ids[-1:] == [self.document_end] else [*ids, self.document_end]
                 for ids in self.encode_prompts(lines)]
 
@@ -222,7 +233,7 @@ class CheckpointTokenizer:
                 raise UserError(f"--tgt-lang {shown_code}: {self._origin} has no >>{shown_code}<< token (its "
                                 f"target languages: {printable(listed)})")
             return TargetLanguage(prefix=f">>{code}<< ")
-        if isinstance(library, _Tokenizers):
+        if isinstance(library, (_Tokenizers, _M2M100)):
             return TargetLanguage(forced_bos=self.language_code(code, "--tgt-lang"))
         raise UserError(f"--tgt-lang {shown_code}: {self._origin} names no target languages (Marian's >>xx<< "
                         "tokens, or a tokenizer.json's language codes)")
@@ -238,6 +249,13 @@ class CheckpointTokenizer:
                     return found
             raise UserError(f"{flag} {shown_code}: {self._origin} has no token {shown_code} or __{shown_code}__ (a "
                             "language code as the checkpoint's tokenizer spells it: fr_XX, __fr__, fra_Latn)")
+        if isinstance(library, _M2M100):
+            found = library.languages.get(code.removeprefix("__").removesuffix("__"))
+            if found is not None:
+                return found
+            listed = ", ".join(library.languages)
+            raise UserError(f"{flag} {shown_code}: {self._origin} has no language code {shown_code} (its languages: "
+                            f"{printable(listed)})")
         raise UserError(f"{flag} {shown_code}: {self._origin} names no languages by code (a tokenizer.json's "
                         "language codes: mBART's, NLLB's)")
 
@@ -294,6 +312,8 @@ class CheckpointTokenizer:
         library = self._library
         if isinstance(library, _Tokenizers):
             return frozenset(i for i, token in library.tokenizer.get_added_tokens_decoder().items() if token.special)
+        if isinstance(library, _M2M100):
+            return frozenset(library.special)
         return frozenset(i for i in (self.bos_id, *self.eos_ids) if i is not None)
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
@@ -327,7 +347,7 @@ class CheckpointTokenizer:
     def from_description(cls, description: str, data: bytes, where: str) -> "CheckpointTokenizer":
         """The tokenizer a checkpoint keeps (`where`: the checkpoint) from its description and file."""
         info = parse_json(description, f"{where}: metadata xspec.tokenizer")
-        kinds = (*KINDS.values(), MARIAN, NONE)
+        kinds = (*KINDS.values(), MARIAN, M2M100, NONE)
         # Checkpoints written before add_bos and add_eos were kept hold the three keys alone.
         keys = ({"kind", "bos_id", "eos_ids"}, set(DESCRIPTION), {*DESCRIPTION, "hf_files"})
         files = info.get("hf_files", {}) if isinstance(info, dict) else None
@@ -434,15 +454,7 @@ class _Marian:
             raise UserError(f"{origin}: not Marian's tokenizer files ({', '.join(MARIAN_FILES)})")
         raw = {name: _base64(text, f"{origin}: {name}") for name, text in files.items()}
         self.source, self.target = (_processor(spm, raw[name], f"{origin}: {name}") for name in MARIAN_FILES[:2])
-        vocab = parse_json(raw["vocab.json"], f"{origin}: vocab.json")
-        if not isinstance(vocab, dict) or not vocab:
-            raise UserError(f"{origin}: vocab.json is not a JSON object of pieces and their ids")
-        for piece, index in vocab.items():
-            if type(index) is not int or not 0 <= index < MAX_ID:
-                raise UserError(f"{origin}: vocab.json: the id of \"{printable(piece[:40])}\" is not an integer "
-                                f"from 0 to {MAX_ID - 1:,}")
-        if "<unk>" not in vocab:
-            raise UserError(f"{origin}: vocab.json has no <unk>, which every piece it lacks becomes")
+        vocab = _vocab_json(raw["vocab.json"], origin)
         self.ids: dict[str, int] = vocab
         self.pieces = {index: piece for piece, index in vocab.items()}
         self.unknown: int = vocab["<unk>"]
@@ -467,6 +479,103 @@ class _Marian:
 MAX_ID = 1 << 31
 
 
+def _vocab_json(data: bytes, origin: str) -> dict[str, int]:
+    """A vocab.json of pieces and their ids, with the <unk> every piece it lacks becomes."""
+    vocab = parse_json(data, f"{origin}: vocab.json")
+    if not isinstance(vocab, dict) or not vocab:
+        raise UserError(f"{origin}: vocab.json is not a JSON object of pieces and their ids")
+    for piece, index in vocab.items():
+        if type(index) is not int or not 0 <= index < MAX_ID:
+            raise UserError(f"{origin}: vocab.json: the id of \"{printable(piece[:40])}\" is not an integer from 0 "
+                            f"to {MAX_ID - 1:,}")
+    if "<unk>" not in vocab:
+        raise UserError(f"{origin}: vocab.json has no <unk>, which every piece it lacks becomes")
+    return vocab
+
+
+class _M2M100:
+    """M2M100Tokenizer's files, kept as one JSON object: sentencepiece.bpe.model and vocab.json (base64), its
+    language codes' list and source language, and the special tokens its settings list. sentencepiece splits a
+    text into pieces and vocab.json gives each its id (<unk> where it lacks one); the language codes
+    (`__de__`) take the ids after vocab.json's, in their list's order, and `num_madeup_words` ids after them are
+    unknown tokens (fairseq's padding of the vocabulary); a special token in a text is one token.
+    A source is its language's code, its ids, then </s>. Decoding leaves the special tokens out (language codes
+    too where the settings list them, as the Hub's checkpoints do) and joins the pieces as sentencepiece does."""
+
+    longest = None      # pieces are joined: no decoder of its own to probe
+
+    def __init__(self, data: bytes, origin: str) -> None:
+        import sentencepiece as spm
+
+        kept = parse_json(data, origin)
+        if not (isinstance(kept, dict) and kept.keys() == set(M2M100_KEPT)
+                and all(isinstance(kept[name], str) for name in (*M2M100_FILES, "language_codes", "source_language"))
+                and kept["language_codes"] in M2M100_LANGUAGES and isinstance(kept["special"], list)
+                and all(isinstance(token, str) and token for token in kept["special"])
+                and type(kept["madeup_words"]) is int and 0 <= kept["madeup_words"] <= MAX_MADEUP_WORDS):
+            raise UserError(f"{origin}: not M2M100's tokenizer files ({', '.join(M2M100_FILES)}) and settings")
+        raw = {name: _base64(kept[name], f"{origin}: {name}") for name in M2M100_FILES}
+        self.processor = _processor(spm, raw[M2M100_FILES[0]], f"{origin}: {M2M100_FILES[0]}")
+        vocab = _vocab_json(raw["vocab.json"], origin)
+        if sorted(vocab.values()) != list(range(len(vocab))):
+            raise UserError(f"{origin}: vocab.json: its ids are not 0 to {len(vocab) - 1:,} once each (M2M100's "
+                            "language codes take the ids after them)")
+        self.languages = {code: len(vocab) + i for i, code in enumerate(M2M100_LANGUAGES[kept["language_codes"]])}
+        if kept["source_language"] not in self.languages:
+            raise UserError(f"{origin}: src_lang \"{printable(kept['source_language'][:20])}\" is not one of its "
+                            f"language codes ({kept['language_codes']}'s)")
+        self.ids = {**vocab, **{f"__{code}__": index for code, index in self.languages.items()}}
+        unknown = [token for token in kept["special"] if token not in self.ids]
+        if unknown:
+            raise UserError(f"{origin}: the special token \"{printable(unknown[0][:40])}\" is neither in vocab.json "
+                            "nor a language code")
+        self.pieces = {index: piece for piece, index in self.ids.items()}
+        if "</s>" not in vocab:
+            raise UserError(f"{origin}: vocab.json has no </s>, which ends every text")
+        self.unknown, self.end = vocab["<unk>"], vocab["</s>"]
+        self.source_language = self.languages[kept["source_language"]]
+        named = [*kept["special"], *(token for token in ("<s>", "</s>", "<pad>", "<unk>") if token in vocab)]
+        self.special = {self.ids[token] for token in named}
+        self.split = re.compile("(" + "|".join(re.escape(token) for token in sorted(set(named), key=len,
+                                                                                    reverse=True)) + ")")
+        self.size = len(self.ids) + kept["madeup_words"]    # ids after the codes, each an unknown token
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [self._encode(line) for line in lines]
+
+    def _encode(self, line: str) -> list[int]:
+        ids: list[int] = []
+        for place, part in enumerate(self.split.split(line)):
+            if place % 2:       # a special token the text holds
+                ids.append(self.ids[part])
+            elif part:
+                ids += [self.ids.get(piece, self.unknown) for piece in self.processor.encode(part, out_type=str)]
+        return ids
+
+    def framed(self, lines: list[str], language: int | None) -> list[list[int]]:
+        """A source (or, with the target's `language`, a target) as M2M100Tokenizer frames one."""
+        code = self.source_language if language is None else language
+        return [[code, *ids, self.end] for ids in self.encode(lines)]
+
+    def decode(self, ids: list[int]) -> str:
+        pieces = [self.pieces[i] for i in ids if i not in self.special and i in self.pieces]
+        return self.processor.decode_pieces(pieces).strip()
+
+
+_Library = _Tokenizers | _Sentencepiece | _Marian | _M2M100
+
+MAX_MADEUP_WORDS = 1 << 20
+
+# M2M100Tokenizer's language code lists (its `language_codes` setting): fairseq's, in the order of their ids.
+M2M100_LANGUAGES = {
+    "m2m100": tuple("af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he "
+                    "hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl "
+                    "no ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh "
+                    "yi yo zh zu".split()),
+    "wmt21": ("en", "ha", "is", "ja", "cs", "ru", "zh", "de"),
+}
+
+
 def _language_code(line: str) -> tuple[list[str], str]:
     """A leading `>>xx<<` apart from the text after it (MarianTokenizer's multilingual targets)."""
     end = line.find("<<") if line.startswith(">>") else -1
@@ -488,14 +597,15 @@ def _processor(spm, data: bytes, where: str):
     return _read(lambda: spm.SentencePieceProcessor(model_proto=data), f"{where}: not a sentencepiece model")
 
 
-def marian_files(files: dict[str, bytes]) -> bytes:
-    """Marian's three files as the one object a checkpoint keeps (`_Marian` reads it)."""
-    return json.dumps({name: base64.b64encode(files[name]).decode("ascii") for name in MARIAN_FILES}).encode()
+def kept_files(files: dict[str, bytes], **settings: object) -> bytes:
+    """Tokenizer files (Marian's, M2M100's), with any settings, as the one object a checkpoint keeps."""
+    return json.dumps({**{name: base64.b64encode(data).decode("ascii") for name, data in files.items()},
+                       **settings}).encode()
 
 
-def marian_file_bytes(kept: bytes) -> dict[str, bytes]:
-    """The three files again, from what a checkpoint keeps (checked when its tokenizer was made)."""
-    return {name: base64.b64decode(text) for name, text in json.loads(kept).items()}
+def files_of(kept: bytes, names: tuple[str, ...]) -> dict[str, bytes]:
+    """The files `names` again, from what a checkpoint keeps (checked when its tokenizer was made)."""
+    return {name: base64.b64decode(text) for name, text in json.loads(kept).items() if name in names}
 
 
 def _read(load: Callable[[], T], refusal: str) -> T:
@@ -678,7 +788,7 @@ class _Probe:
     run of one kind of character, or that takes long to decode its longest token. Its cost for real
     tokenizers (Llama 2 and 3, Qwen2, GPT-2, BERT, T5 shapes, sentencepiece): 10 to 60 ms."""
 
-    def __init__(self, library: _Tokenizers | _Sentencepiece | _Marian, origin: str) -> None:
+    def __init__(self, library: _Library, origin: str) -> None:
         self.library, self.origin = library, origin
 
     def run(self) -> None:

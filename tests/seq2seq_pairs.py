@@ -8,14 +8,16 @@ from pathlib import Path
 import torch
 
 
-def pair_losses(trained, tokenizer, model, sources: list[str], targets: list[str],
-                folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_losses(trained, tokenizer, model, sources: list[str], targets: list[str], folder: Path,
+                language: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(xspec's loss, transformers') of the pairs: `trained` an imported run (xspec.load), `tokenizer` and `model`
-    the checkpoint as transformers loads it."""
+    the checkpoint as transformers loads it; `language` the targets' code (--tgt-lang) where the tokenizer frames a
+    text with one."""
     from xspec.runtime.corpus import ParallelText
     from xspec.runtime.tasks.translation import Translation
 
-    task = Translation(trained.spec)
+    spec = trained.spec if language is None else trained.spec.with_overrides({"decode.forced_bos": language})
+    task = Translation(spec)
     task.texts = {"train": ParallelText(sources, targets, list(range(1, len(sources) + 1)), folder)}
     batch = task.encode(trained.tokenizer, truncate=False).train.collate(list(range(len(sources))))
     src, tgt_in, padding = batch.inputs

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import xspec
+from xspec.base.errors import UserError
 from float32 import assert_close
 from seq2seq_pairs import pair_losses
 
@@ -284,6 +285,112 @@ def test_tgt_lang_translates_an_nllb_model_as_generate_does(tmp_path, capsys, ge
                                    transformers.M2M100ForConditionalGeneration, LINES + sentences(8, 7), tmp_path,
                                    capsys)
     assert ours == theirs and len(set(ours)) >= 3
+
+
+# --- M2M100's own tokenizer: sentencepiece.bpe.model and vocab.json -------------------------------------
+
+M2M100_LANGUAGES = ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"]      # language_codes "wmt21"
+
+
+@functools.cache
+def m2m100_checkpoint(generation: str = "{}") -> Path:
+    """A random M2M100 with its tokenizer as facebook/m2m100_418M ships it: a sentencepiece BPE model, vocab.json
+    in fairseq's order (<s> <pad> </s> <unk> first), the language codes after it, listed as special tokens."""
+    import sentencepiece as spm
+
+    folder = ROOT / f"m2m100-{len(list(ROOT.iterdir()))}"
+    folder.mkdir()
+    text = ROOT / "m2m100-text.txt"
+    text.write_text("\n".join(sentences(300, 3)) + "\n")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "sentencepiece.bpe"), vocab_size=60,
+                                   model_type="bpe", character_coverage=1.0, minloglevel=2)
+    processor = spm.SentencePieceProcessor(model_file=str(folder / "sentencepiece.bpe.model"))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for piece in map(processor.id_to_piece, range(processor.get_piece_size())):
+        vocab.setdefault(piece, len(vocab))
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "M2M100Tokenizer", "language_codes": "wmt21", "src_lang": None, "tgt_lang": None,
+        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", "sep_token": "</s>",
+        "num_madeup_words": 8, "additional_special_tokens": [f"__{code}__" for code in M2M100_LANGUAGES]}))
+    config = transformers.M2M100Config(vocab_size=len(vocab) + len(M2M100_LANGUAGES) + 8, d_model=24,
+                                       encoder_layers=2, decoder_layers=1, encoder_attention_heads=3,
+                                       decoder_attention_heads=2, encoder_ffn_dim=36, decoder_ffn_dim=20,
+                                       max_position_embeddings=64)
+    save_random(transformers.M2M100ForConditionalGeneration, config, 6, {"max_length": 16, **json.loads(generation)},
+                folder)
+    return folder
+
+
+def test_an_m2m100_tokenizer_is_read_as_m2m100_tokenizer_reads_it_and_exported_back(tmp_path):
+    """Sources `__en__ x </s>` (src_lang's code, "en" where none is named, or --src-lang's), targets in their
+    language's code, language codes in a text one token, decoding without the special tokens: M2M100Tokenizer's
+    ids and texts. An export writes the two files back, and AutoTokenizer reads them to the same ids."""
+    from xspec.hf.export import export_hf
+    from xspec.runtime.inference import load
+
+    run = imported(m2m100_checkpoint(), tmp_path / "run")
+    theirs = transformers.AutoTokenizer.from_pretrained(m2m100_checkpoint())
+    lines = [*LINES, "the __de__ word </s> zebra", "  two  spaces ", ""]
+    ids = theirs(lines)["input_ids"]
+    assert run.tokenizer.encode_sources(lines) == ids
+    assert [run.tokenizer.decode(i) for i in ids] == theirs.batch_decode(ids, skip_special_tokens=True)
+    theirs.src_lang, theirs.tgt_lang = "ja", "de"
+    ja, de = (run.tokenizer.language_code(code) for code in ("ja", "__de__"))
+    assert run.tokenizer.encode_sources(lines, ja) == theirs(lines)["input_ids"]
+    assert run.tokenizer.encode_targets(lines, de) == theirs(text_target=lines)["input_ids"]
+    (tmp_path / "hf").mkdir()
+    export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")(lines)["input_ids"] == ids
+
+
+@pytest.mark.parametrize("generation", [{"num_beams": 1}, {"num_beams": 3}], ids=["greedy", "beam"])
+def test_tgt_lang_translates_an_m2m100_model_as_generate_does(tmp_path, capsys, generation):
+    """`--tgt-lang de` (or `__de__`): the code's id forced first, as the translation pipeline's forced_bos_token_id."""
+    from xspec.cli import main
+
+    ours, theirs = translated_into("__de__", m2m100_checkpoint(json.dumps(generation, sort_keys=True)),
+                                   transformers.M2M100ForConditionalGeneration, LINES + sentences(8, 8), tmp_path,
+                                   capsys)
+    assert ours == theirs and len(set(ours)) >= 3
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "de", "-i", str(tmp_path / "in.txt")]) == 0
+    assert capsys.readouterr().out.splitlines() == ours
+    assert main(["translate", str(tmp_path / "run"), "--tgt-lang", "fr", "-i", str(tmp_path / "in.txt")]) == 1
+    assert "--tgt-lang fr: " in capsys.readouterr().err
+
+
+def test_fine_tuning_an_m2m100_frames_its_pairs_as_transformers_does(tmp_path):
+    """Sources `__en__ x </s>`, labels `__de__ y </s>` after the decoder start token: the same loss."""
+    trained = imported(m2m100_checkpoint(), tmp_path / "run")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(m2m100_checkpoint(), src_lang="en", tgt_lang="de")
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(m2m100_checkpoint())
+    assert_close(*pair_losses(trained, tokenizer, model, LINES, LINES[::-1], tmp_path,
+                              trained.tokenizer.language_code("de")))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"language_codes": "m2m50"}, "tokenizer_config.json: language_codes \"m2m50\" is not supported (supported: "
+                                  "m2m100, wmt21)"),
+    ({"src_lang": "fr"}, "tokenizer_config.json: src_lang \"fr\" is not one of the language codes of language_codes "
+                         "\"wmt21\""),
+    ({"additional_special_tokens": ["<new>"]}, "the special token \"<new>\" is neither in vocab.json nor a language "
+                                               "code"),
+    ({"vocab.json": {"<unk>": 0, "a": 2}}, "vocab.json: its ids are not 0 to 1 once each"),
+    ({"vocab.json": {"<unk>": 0}}, "vocab.json has no </s>, which ends every text"),
+])
+def test_m2m100s_tokenizer_files_and_settings_that_do_not_hold_are_refused_by_name(tmp_path, change, message):
+    from xspec.hf.importer import import_checkpoint
+
+    directory = tmp_path / "m2m100"
+    shutil.copytree(m2m100_checkpoint(), directory)
+    settings = json.loads((directory / "tokenizer_config.json").read_text())
+    vocab = change.pop("vocab.json", None)
+    (directory / "tokenizer_config.json").write_text(json.dumps({**settings, **change}))
+    if vocab is not None:
+        (directory / "vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(UserError) as refused:
+        import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    assert message in str(refused.value)
 
 
 def tuned(run: Path, tmp_path: Path, *flags: str) -> int:

@@ -398,7 +398,7 @@ def test_targets_of_training_pairs_are_split_by_target_spm_as_marian_tokenizer_s
 
     import sentencepiece as spm
 
-    from xspec.runtime.tokenizer import CheckpointTokenizer, marian_files
+    from xspec.runtime.tokenizer import CheckpointTokenizer, kept_files
 
     draw = random.Random(3)
     models = {}
@@ -414,7 +414,7 @@ def test_targets_of_training_pairs_are_split_by_target_spm_as_marian_tokenizer_s
     vocab["<pad>"] = len(vocab)
     files = {f"{side}.spm": (tmp_path / f"{side}.model").read_bytes() for side in models}
     files["vocab.json"] = json.dumps(vocab).encode()
-    ours = CheckpointTokenizer("marian", marian_files(files), None, [0], str(tmp_path), add_bos=False, add_eos=True)
+    ours = CheckpointTokenizer("marian", kept_files(files), None, [0], str(tmp_path), add_bos=False, add_eos=True)
     theirs = transformers.MarianTokenizer(str(tmp_path / "source.model"), str(tmp_path / "target.model"),
                                           _json(tmp_path / "vocab.json", vocab))
     lines = ["the river runs under the old city", "we see a green tree"]

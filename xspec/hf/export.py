@@ -26,7 +26,7 @@ from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import config_for
 from xspec.hf.safetensors_file import write_safetensors
-from xspec.runtime.tokenizer import MARIAN, MARIAN_FILES, marian_file_bytes
+from xspec.runtime.tokenizer import M2M100, M2M100_FILES, MARIAN, MARIAN_FILES, files_of
 from xspec.runtime.vocab import EOS, Tokenizer
 
 
@@ -370,10 +370,15 @@ def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict]) -> 
         settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
         written = ["tokenizer.json"]
     elif tokenizer.kind == MARIAN:
-        for name, data in marian_file_bytes(tokenizer.model_proto).items():
+        for name, data in files_of(tokenizer.model_proto, MARIAN_FILES).items():
             (out / name).write_bytes(data)
         settings = {"tokenizer_class": "MarianTokenizer"}
         written = list(MARIAN_FILES)
+    elif tokenizer.kind == M2M100:
+        for name, data in files_of(tokenizer.model_proto, M2M100_FILES).items():
+            (out / name).write_bytes(data)
+        settings = {"tokenizer_class": "M2M100Tokenizer"}
+        written = list(M2M100_FILES)
     else:
         (out / "tokenizer.model").write_bytes(tokenizer.model_proto)
         settings = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False}

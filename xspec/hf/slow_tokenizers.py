@@ -63,12 +63,17 @@ class Settings:
         return value
 
     def token_list(self, key: str) -> list[str]:
-        value = self.config.get(key) or []
-        contents = [v.get("content") if isinstance(v, dict) else v for v in value] if isinstance(value, list) else [0]
-        tokens = [content for content in contents if isinstance(content, str)]
-        if len(tokens) != len(contents):
-            raise UserError(f"{self.file}: {key} {render(value)} is not a list of tokens")
-        return tokens
+        """A list of tokens as either file gives it (tokenizer_config.json's where both do)."""
+        for settings, where in ((self.config, self.file), (self.special_map, self.special_map_file)):
+            if settings.get(key) is not None:
+                value = settings[key]
+                contents = [v.get("content") if isinstance(v, dict) else v for v in value] \
+                    if isinstance(value, list) else [None]
+                tokens = [content for content in contents if isinstance(content, str) and content]
+                if len(tokens) != len(contents):
+                    raise UserError(f"{where}: {key} {render(value)} is not a list of tokens")
+                return tokens
+        return []
 
     def added_tokens(self) -> list[tuple[int, dict]]:
         """added_tokens_decoder's (id, token) pairs in id order, each token's content and flags checked."""

@@ -13,9 +13,10 @@ from typing import Callable, Sequence
 from xspec.base.errors import UserError
 from xspec.base.input_dir import InputDirectory
 from xspec.base.text import shown
-from xspec.hf.config_reader import render
+from xspec.hf.config_reader import refuse, render
 from xspec.hf.slow_tokenizers import SLOW_TOKENIZERS, Settings
-from xspec.runtime.tokenizer import FILES, KINDS, MARIAN, MARIAN_FILES, NONE, CheckpointTokenizer, marian_files
+from xspec.runtime.tokenizer import (FILES, KINDS, M2M100, M2M100_FILES, M2M100_LANGUAGES, MARIAN, MARIAN_FILES,
+                                     MAX_MADEUP_WORDS, NONE, CheckpointTokenizer, kept_files)
 
 MAX_TOKENIZER_BYTES = 64 << 20
 MAX_TOKENIZER_CONFIG_BYTES = 4 << 20     # chat templates make some a few hundred KiB
@@ -77,6 +78,8 @@ def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Seq
                                             add_eos, kept, _settings_origin(folder))
             _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
             return tokenizer
+    if all(folder.has(name) for name in M2M100_FILES):
+        return _m2m100(folder, config, bos, eos, kept, more_eos)
     for name, make in SLOW_TOKENIZERS.items():
         if folder.has(name):
             return _slow(folder, name, make, config, bos, eos, kept, more_eos)
@@ -92,10 +95,37 @@ def _marian(folder: InputDirectory, config: dict, bos: int | None, eos: list[int
         raise UserError(f"{shown(folder.file(TOKENIZER_CONFIG))}: separate_vocabs: a target vocabulary of its own "
                         "is not supported (supported: one vocab.json for both sides)")
     files = {name: folder.read(name, MAX_TOKENIZER_BYTES) for name in MARIAN_FILES}
-    tokenizer = CheckpointTokenizer(MARIAN, marian_files(files), bos, eos, shown(folder.path), add_bos=False,
+    tokenizer = CheckpointTokenizer(MARIAN, kept_files(files), bos, eos, shown(folder.path), add_bos=False,
                                     add_eos=True, hf_files=kept, settings_origin=_settings_origin(folder))
     path = shown(folder.file("vocab.json"))
     _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
+    return tokenizer
+
+
+def _m2m100(folder: InputDirectory, config: dict, bos: int | None, eos: list[int], kept: dict[str, dict],
+            more_eos: Sequence[int]) -> CheckpointTokenizer:
+    """M2M100Tokenizer's sentencepiece.bpe.model and vocab.json, with tokenizer_config.json's language_codes
+    ("m2m100", fairseq's 100, or "wmt21"), src_lang ("en" where it names none), the special tokens it lists and
+    num_madeup_words (ids after the language codes, each an unknown token)."""
+    settings = Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)),
+                        kept.get(SPECIAL_TOKENS_MAP, {}), shown(folder.file(SPECIAL_TOKENS_MAP)))
+    codes = settings.config.get("language_codes", "m2m100")
+    if codes not in M2M100_LANGUAGES:
+        refuse(f"language_codes {render(codes)}", list(M2M100_LANGUAGES), settings.file)
+    source = settings.config.get("src_lang") or "en"
+    if source not in M2M100_LANGUAGES[codes]:
+        raise UserError(f"{settings.file}: src_lang {render(source)} is not one of the language codes of "
+                        f"language_codes \"{codes}\"")
+    special = [token for key in ("additional_special_tokens", "extra_special_tokens")
+               for token in settings.token_list(key)]
+    files = {name: folder.read(name, MAX_TOKENIZER_BYTES) for name in M2M100_FILES}
+    madeup = settings.count("num_madeup_words", 8, MAX_MADEUP_WORDS)
+    data = kept_files(files, language_codes=codes, source_language=source, special=special, madeup_words=madeup)
+    tokenizer = CheckpointTokenizer(M2M100, data, bos, eos, shown(folder.path), add_bos=False, add_eos=True,
+                                    hf_files=kept, settings_origin=_settings_origin(folder))
+    path = shown(folder.file("vocab.json"))
+    _check_special_ids(config, folder, len(tokenizer), f"{path} and its language codes have {len(tokenizer):,} ids",
+                       more_eos)
     return tokenizer
 
 
