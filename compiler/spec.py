@@ -95,13 +95,22 @@ class CompiledSpec:
 
     @cached_property
     def vocab_size(self) -> int:
-        from .entries import LOGITS  # loaded with the compiler, which has run
+        """The most rows any embedding, or the logits, has: every token id the model reads or writes is below."""
         from .ops import OPS
 
         facts = (OPS[node.op].facts(node.attrs, node.inferred) for node in self.ops)
         sizes = {size for f in facts if isinstance(size := f.get("vocab"), int)}
+        logits = self.logits_size
+        return max(sizes | ({logits} if logits is not None else set()))
+
+    @cached_property
+    def logits_size(self) -> Optional[int]:
+        """How many tokens the decoder scores (a target vocabulary of its own where the model has one); None
+        without a decoder."""
+        from .entries import LOGITS  # loaded with the compiler, which has run
+
         logits = self.ops[LOGITS.node].checked_shape().last if LOGITS.node in self.ops else None
-        return max(sizes | ({logits} if isinstance(logits, int) else set()))
+        return logits if isinstance(logits, int) else None
 
     @cached_property
     def max_positions(self) -> Optional[int]:

@@ -43,6 +43,7 @@ KINDS = {TOKENIZER_JSON: "tokenizers", SENTENCEPIECE: "sentencepiece"}
 # MarianTokenizer's three files, which a checkpoint keeps as one (`_Marian`): its ids are vocab.json's.
 MARIAN = "marian"
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+MARIAN_TARGET_VOCAB = "target_vocab.json"      # a target vocabulary of its own (separate_vocabs), where kept
 # M2M100Tokenizer's two files, kept as one with its settings (`_M2M100`): ids are vocab.json's, then its languages'.
 M2M100 = "m2m100"
 M2M100_FILES = ("sentencepiece.bpe.model", "vocab.json")
@@ -130,6 +131,12 @@ class CheckpointTokenizer:
     def __len__(self) -> int:
         """The bound of the ids it produces (added tokens may leave gaps, so more than it has tokens)."""
         return self._size
+
+    @property
+    def target_size(self) -> int:
+        """The bound of the ids a translation's output may hold: the target vocabulary's, where a checkpoint
+        has one of its own (Marian's separate_vocabs), else `len`."""
+        return self._library.target_size if isinstance(self._library, _Marian) else self._size
 
     @property
     def eos_id(self) -> int | None:
@@ -437,11 +444,13 @@ class _Sentencepiece:
 
 
 class _Marian:
-    """MarianTokenizer's files, kept as one JSON object of the three (base64): source.spm and target.spm
-    split a text into pieces, and vocab.json gives each piece its id (not the sentencepiece models' own ids);
-    a piece it lacks is <unk>, and a leading language code (`>>de<<`) is one piece. One vocabulary serves
-    both sides, so, as MarianTokenizer does, the source model encodes and joins the pieces of an output
-    again, its special tokens (</s>, <unk>, <pad>) left out. Both models release the GIL while they work."""
+    """MarianTokenizer's files, kept as one JSON object (base64): source.spm and target.spm split a text into
+    pieces, and vocab.json gives each piece its id (not the sentencepiece models' own ids); a piece it lacks is
+    <unk>, and a leading language code (`>>de<<`) is one piece. Where the checkpoint has a target vocabulary of
+    its own (separate_vocabs: target_vocab.json), a target's pieces take their ids there and an output is read
+    through it and joined by target.spm; with one vocabulary for both sides, as MarianTokenizer does, the
+    source model joins the pieces of an output, its special tokens (</s>, <unk>, <pad>) left out. Both models
+    release the GIL while they work."""
 
     longest = None      # pieces are joined: no decoder of its own to probe
 
@@ -449,47 +458,54 @@ class _Marian:
         import sentencepiece as spm
 
         files = parse_json(data, origin)
-        if not (isinstance(files, dict) and files.keys() == set(MARIAN_FILES)
+        if not (isinstance(files, dict) and files.keys() in (set(MARIAN_FILES), {*MARIAN_FILES, MARIAN_TARGET_VOCAB})
                 and all(isinstance(v, str) for v in files.values())):
             raise UserError(f"{origin}: not Marian's tokenizer files ({', '.join(MARIAN_FILES)})")
         raw = {name: _base64(text, f"{origin}: {name}") for name, text in files.items()}
         self.source, self.target = (_processor(spm, raw[name], f"{origin}: {name}") for name in MARIAN_FILES[:2])
-        vocab = _vocab_json(raw["vocab.json"], origin)
-        self.ids: dict[str, int] = vocab
-        self.pieces = {index: piece for piece, index in vocab.items()}
-        self.unknown: int = vocab["<unk>"]
-        self.special = {vocab[token] for token in ("</s>", "<unk>", "<pad>") if token in vocab}
-        self.size = max(vocab.values()) + 1
+        self.ids: dict[str, int] = _vocab_json(raw["vocab.json"], origin)
+        self.separate = MARIAN_TARGET_VOCAB in raw
+        self.target_ids = _vocab_json(raw[MARIAN_TARGET_VOCAB], origin, MARIAN_TARGET_VOCAB) if self.separate \
+            else self.ids
+        if self.separate and self.ids.get("</s>") != self.target_ids.get("</s>"):
+            raise UserError(f"{origin}: {MARIAN_TARGET_VOCAB} gives </s> another id than vocab.json does (both sides' "
+                            "texts end with the one end token)")
+        self.pieces = {index: piece for piece, index in self.target_ids.items()}
+        self.special = {self.target_ids[token] for token in ("</s>", "<unk>", "<pad>") if token in self.target_ids}
+        self.size = max(self.ids.values()) + 1
+        self.target_size = max(self.target_ids.values()) + 1
 
     def encode(self, lines: list[str], target: bool = False) -> list[list[int]]:
-        """Each line's ids; `target`: split by target.spm, as MarianTokenizer splits a text_target."""
+        """Each line's ids; `target`: split by target.spm, as MarianTokenizer splits a text_target (and its ids
+        from target_vocab.json, where the checkpoint has one)."""
         split = [_language_code(line) for line in lines]
         pieces = (self.target if target else self.source).encode([text for _, text in split], out_type=str)
-        return [[self.ids.get(piece, self.unknown) for piece in [*code, *line]]
-                for (code, _), line in zip(split, pieces)]
+        ids = self.target_ids if target else self.ids
+        return [[ids.get(piece, ids["<unk>"]) for piece in [*code, *line]] for (code, _), line in zip(split, pieces)]
 
     def encode_targets(self, lines: list[str]) -> list[list[int]]:
         return self.encode(lines, target=True)
 
     def decode(self, ids: list[int]) -> str:
         pieces = [self.pieces[i] for i in ids if i not in self.special and i in self.pieces]
-        return self.source.decode_pieces(pieces).replace("\u2581", " ").strip()
+        joiner = self.target if self.separate else self.source
+        return joiner.decode_pieces(pieces).replace("\u2581", " ").strip()
 
 
 MAX_ID = 1 << 31
 
 
-def _vocab_json(data: bytes, origin: str) -> dict[str, int]:
+def _vocab_json(data: bytes, origin: str, name: str = "vocab.json") -> dict[str, int]:
     """A vocab.json of pieces and their ids, with the <unk> every piece it lacks becomes."""
-    vocab = parse_json(data, f"{origin}: vocab.json")
+    vocab = parse_json(data, f"{origin}: {name}")
     if not isinstance(vocab, dict) or not vocab:
-        raise UserError(f"{origin}: vocab.json is not a JSON object of pieces and their ids")
+        raise UserError(f"{origin}: {name} is not a JSON object of pieces and their ids")
     for piece, index in vocab.items():
         if type(index) is not int or not 0 <= index < MAX_ID:
-            raise UserError(f"{origin}: vocab.json: the id of \"{printable(piece[:40])}\" is not an integer from 0 "
+            raise UserError(f"{origin}: {name}: the id of \"{printable(piece[:40])}\" is not an integer from 0 "
                             f"to {MAX_ID - 1:,}")
     if "<unk>" not in vocab:
-        raise UserError(f"{origin}: vocab.json has no <unk>, which every piece it lacks becomes")
+        raise UserError(f"{origin}: {name} has no <unk>, which every piece it lacks becomes")
     return vocab
 
 

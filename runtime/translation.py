@@ -71,7 +71,7 @@ class Translator:
             with choose_precision(self.device, self.decode.precision, "decode.precision").context():
                 return beam_search(self.model, src, padding, self.decode.beam, Scoring.of(self.decode),
                                    self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
-                                   max_positions=self.max_tokens, vocab_size=len(self.vocab), start=start,
+                                   max_positions=self.max_tokens, vocab_size=self.vocab.target_size, start=start,
                                    end=self.vocab.document_end, never=self.vocab.never_generated, rules=rules,
                                    force_end=d.force_end)
 

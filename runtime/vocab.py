@@ -78,6 +78,11 @@ class Tokenizer(Protocol):
 
     def __len__(self) -> int: ...
 
+    @property
+    def target_size(self) -> int:
+        """The bound of a translation's output ids: `len`, or a target vocabulary's of its own (Marian's)."""
+        ...
+
     def encode(self, lines: list[str]) -> list[list[int]]: ...
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str: ...
@@ -146,6 +151,10 @@ class Vocab:
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
+
+    @property
+    def target_size(self) -> int:
+        return len(self)
 
     def encode(self, lines: list[str]) -> list[list[int]]:
         return self.sp.encode(lines)

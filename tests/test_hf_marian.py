@@ -37,6 +37,9 @@ SIZES = [
     dict(vocab_size=50, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
          decoder_attention_heads=4, encoder_ffn_dim=20, decoder_ffn_dim=20, activation_function="relu",
          scale_embedding=True, share_encoder_decoder_embeddings=False, tie_word_embeddings=False),
+    dict(vocab_size=50, decoder_vocab_size=61, d_model=20, encoder_layers=1, decoder_layers=2,   # separate vocabs
+         encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=28, decoder_ffn_dim=24,
+         activation_function="swish", scale_embedding=True, share_encoder_decoder_embeddings=False),
 ]
 
 
@@ -54,13 +57,15 @@ def reference(index: int) -> "transformers.MarianMTModel":
     return model.eval()
 
 
-def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A source batch whose second sentence is padded, and target prefixes."""
+def batch(sizes: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A source batch whose second sentence is padded, and target prefixes (of the target's own vocabulary,
+    where the sizes give it one)."""
     draw = torch.Generator().manual_seed(5)
-    source = torch.randint(0, vocab - 1, (2, 11), generator=draw)
+    source = torch.randint(0, sizes["vocab_size"] - 1, (2, 11), generator=draw)
     padding = torch.zeros(2, 11, dtype=torch.bool)
     padding[1, 7:] = True
-    return source, padding, torch.randint(0, vocab - 1, (2, 9), generator=draw)
+    target_vocab = sizes.get("decoder_vocab_size", sizes["vocab_size"])
+    return source, padding, torch.randint(0, target_vocab - 1, (2, 9), generator=draw)
 
 
 def their_logits(model, source, padding, target) -> torch.Tensor:
@@ -75,7 +80,7 @@ def test_an_import_gives_marians_logits_with_its_parameters(index):
     assert record["verification"]["verified"] and record["verification"]["max_abs_logit_difference"] < 1e-4
     model = xspec.load(run, device="cpu", weights="fp32").model
     original = reference(index)
-    source, padding, target = batch(SIZES[index]["vocab_size"])
+    source, padding, target = batch(SIZES[index])
     with torch.no_grad():
         assert_close(model(source, target, padding), their_logits(original, source, padding, target))
         memory = model.encode(source, padding)   # the positions go on in cached decoding, step by step
@@ -98,7 +103,7 @@ def test_an_import_exports_back_to_the_same_logits(index, tmp_path):
     (tmp_path / "hf").mkdir()
     export_hf(load(imported(index), "cpu", weights="fp32"), tmp_path / "hf")
     exported = transformers.MarianMTModel.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
-    source, padding, target = batch(SIZES[index]["vocab_size"])
+    source, padding, target = batch(SIZES[index])
     assert_close(their_logits(exported, source, padding, target),
                  their_logits(reference(index), source, padding, target))
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
@@ -155,18 +160,18 @@ def test_what_a_checkpoint_keeps_beside_its_tensors_must_be_what_the_spec_comput
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"decoder_vocab_size": 66}, "decoder_vocab_size 66 differs from vocab_size 67: a target vocabulary of its own "
-                                 "is not supported"),
-    ({"activation_function": "tanh"}, 'activation_function "tanh" is not supported (supported: swish, silu, gelu, '
-                                      'relu)'),
-    ({"normalize_before": True}, "normalize_before true is not supported (supported: false)"),
+@pytest.mark.parametrize("index, change, message", [
+    (2, {"decoder_vocab_size": 49}, "tensor model.decoder.embed_tokens.weight (50, 16) has the wrong shape: the model "
+                                    "with this config.json needs (49, 16)"),
+    (0, {"activation_function": "tanh"}, 'activation_function "tanh" is not supported (supported: swish, silu, gelu, '
+                                         'relu)'),
+    (0, {"normalize_before": True}, "normalize_before true is not supported (supported: false)"),
 ])
-def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, change, message):
+def test_a_config_the_spec_does_not_compute_is_refused_by_key(tmp_path, index, change, message):
     from xspec.hf.importer import import_checkpoint
 
-    directory = CHECKPOINTS.with_config(0, tmp_path / "marian", change)
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    directory = CHECKPOINTS.with_config(index, tmp_path / "marian", change)
+    with pytest.raises(UserError, match=re.escape(message)):
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
 
 
@@ -421,3 +426,102 @@ def test_targets_of_training_pairs_are_split_by_target_spm_as_marian_tokenizer_s
     assert ours.encode_targets(lines) == theirs(text_target=lines)["input_ids"]
     assert ours.encode_sources(lines) == theirs(lines)["input_ids"]
     assert ours.encode_targets(lines) != ours.encode_sources(lines)
+
+
+@functools.cache
+def with_separate_vocabularies() -> Path:
+    """A checkpoint as opus-mt's with separate_vocabs are: source.spm and target.spm trained on words of their own,
+    vocab.json and target_vocab.json of each side's pieces (</s> 0, <unk> 1, <pad> 2 in both), and a model whose
+    sides have embeddings of their own, the decoder's of the target's size."""
+    import random
+
+    import sentencepiece as spm
+
+    folder = ROOT / "marian-separate-text"
+    folder.mkdir()
+    draw = random.Random(5)
+    vocabularies = {}
+    for side, words in (("source", WORDS[:12]), ("target", WORDS[9:])):
+        text = folder / f"{side}.txt"
+        text.write_text("\n".join(" ".join(draw.choice(words) for _ in range(draw.randint(3, 8))) for _ in range(300)))
+        spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / side),
+                                       vocab_size=30 if side == "source" else 26, character_coverage=1.0, minloglevel=2)
+        processor = spm.SentencePieceProcessor(model_file=str(folder / f"{side}.model"))
+        pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+                  if not (processor.is_control(i) or processor.is_unknown(i))]
+        vocabularies[side] = {"</s>": 0, "<unk>": 1, "<pad>": 2, **{p: i + 3 for i, p in enumerate(pieces)}}
+    saved = ROOT / "marian-separate-vocabularies"
+    tokenizer = transformers.MarianTokenizer(
+        str(folder / "source.model"), str(folder / "target.model"),
+        _json(folder / "vocab.json", vocabularies["source"]),
+        target_vocab_file=_json(folder / "target_vocab.json", vocabularies["target"]), separate_vocabs=True)
+    tokenizer.save_pretrained(saved)
+    config = transformers.MarianConfig(vocab_size=len(vocabularies["source"]),
+                                       decoder_vocab_size=len(vocabularies["target"]),
+                                       share_encoder_decoder_embeddings=False, d_model=24, encoder_layers=2,
+                                       decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=3,
+                                       encoder_ffn_dim=40, decoder_ffn_dim=36, activation_function="swish",
+                                       max_position_embeddings=64, pad_token_id=2, eos_token_id=0,
+                                       decoder_start_token_id=2, forced_eos_token_id=0)
+    torch.manual_seed(11)
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm" not in name and parameter.requires_grad:
+                parameter.copy_(torch.randn_like(parameter) * 0.5)
+        model.final_logits_bias[0, 0] = 1.0     # an end token likely enough to end some outputs early
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=2, eos_token_id=0, forced_eos_token_id=0, pad_token_id=2, bad_words_ids=[[2]],
+        max_length=20, num_beams=1)
+    model.eval().save_pretrained(saved)
+    return saved
+
+
+def test_separate_vocabularies_are_read_translated_tuned_and_exported_as_transformers_does(tmp_path):
+    """separate_vocabs: sources through source.spm and vocab.json, targets and outputs through target.spm and
+    target_vocab.json; translations equal generate's, a fine-tuning batch's loss transformers', and an export
+    writes both vocabularies back."""
+    from xspec.hf.export import export_hf
+    from xspec.runtime.inference import load
+
+    directory = with_separate_vocabularies()
+    import_checkpoint_quietly(directory, tmp_path / "run")
+    trained = xspec.load(tmp_path / "run", device="cpu", weights="fp32")
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    lines = [*LINES, "zebra unknown words"]
+    assert trained.tokenizer.encode_sources(lines) == theirs(lines)["input_ids"]
+    assert trained.tokenizer.encode_targets(lines) == theirs(text_target=lines)["input_ids"]
+    targets = theirs(text_target=lines)["input_ids"]
+    assert [trained.tokenizer.decode(i) for i in targets] == theirs.batch_decode(targets, skip_special_tokens=True)
+    model = transformers.MarianMTModel.from_pretrained(directory).eval()
+    with torch.no_grad():
+        outputs = model.generate(**theirs(lines, return_tensors="pt", padding=True))
+    ours = trained.translate(lines)
+    assert ours == theirs.batch_decode(outputs, skip_special_tokens=True) and len(set(ours)) >= 3
+    assert_close(*pair_losses(trained, theirs, model, LINES, LINES[::-1], tmp_path))
+    (tmp_path / "hf").mkdir()
+    export_hf(load(tmp_path / "run", "cpu", weights="fp32"), tmp_path / "hf")
+    assert (tmp_path / "hf" / "target_vocab.json").read_bytes() == (directory / "target_vocab.json").read_bytes()
+    exported = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert exported(text_target=lines)["input_ids"] == targets
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: (d / "target_vocab.json").unlink(), "separate_vocabs is true, but"),
+    (lambda d: (d / "target_vocab.json").write_text(json.dumps({"<unk>": 1, "</s>": 3})),
+     "target_vocab.json gives </s> another id than vocab.json does"),
+    (lambda d: (d / "target_vocab.json").write_text(json.dumps({"</s>": 0, "<unk>": 1, "a": 90})),
+     "target_vocab.json: its ids reach 90, but the decoder scores"),
+])
+def test_a_target_vocabulary_that_does_not_hold_is_refused_by_file(tmp_path, change, message):
+    directory = tmp_path / "marian"
+    shutil.copytree(with_separate_vocabularies(), directory)
+    change(directory)
+    with pytest.raises(UserError, match=re.escape(message)):
+        import_checkpoint_quietly(directory, tmp_path / "run")
+
+
+def import_checkpoint_quietly(directory: Path, out: Path) -> None:
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(directory, out, say=lambda line: None)

@@ -26,7 +26,7 @@ from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import config_for
 from xspec.hf.safetensors_file import write_safetensors
-from xspec.runtime.tokenizer import M2M100, M2M100_FILES, MARIAN, MARIAN_FILES, files_of
+from xspec.runtime.tokenizer import M2M100, M2M100_FILES, MARIAN, MARIAN_FILES, MARIAN_TARGET_VOCAB, files_of
 from xspec.runtime.vocab import EOS, Tokenizer
 
 
@@ -370,10 +370,11 @@ def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict]) -> 
         settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
         written = ["tokenizer.json"]
     elif tokenizer.kind == MARIAN:
-        for name, data in files_of(tokenizer.model_proto, MARIAN_FILES).items():
+        files = files_of(tokenizer.model_proto, (*MARIAN_FILES, MARIAN_TARGET_VOCAB))
+        for name, data in files.items():
             (out / name).write_bytes(data)
         settings = {"tokenizer_class": "MarianTokenizer"}
-        written = list(MARIAN_FILES)
+        written = list(files)
     elif tokenizer.kind == M2M100:
         for name, data in files_of(tokenizer.model_proto, M2M100_FILES).items():
             (out / name).write_bytes(data)

@@ -76,7 +76,8 @@ def import_checkpoint(source: Path, out: Path, force: bool = False, verify: bool
         _check_sizes(spec, mapped, source / CONFIG)
         plan = _plan(mapped, spec, weights)
         _check_copies(mapped, spec.params, weights)
-        check_fits(tokenizer, config, source, spec.vocab_size, generation.eos_ids)  # the rows _plan checked
+        check_fits(tokenizer, config, source, spec.vocab_size, generation.eos_ids,  # the rows _plan checked
+                   spec.logits_size)
         check_token_ids(generation, spec.vocab_size, shown(source / GENERATION_FILE))
         _write_weights(work, plan, weights, spec, tokenizer)
         verification = None

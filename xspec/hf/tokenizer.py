@@ -16,7 +16,7 @@ from xspec.base.text import shown
 from xspec.hf.config_reader import refuse, render
 from xspec.hf.slow_tokenizers import SLOW_TOKENIZERS, Settings
 from xspec.runtime.tokenizer import (FILES, KINDS, M2M100, M2M100_FILES, M2M100_LANGUAGES, MARIAN, MARIAN_FILES,
-                                     MAX_MADEUP_WORDS, NONE, CheckpointTokenizer, kept_files)
+                                     MARIAN_TARGET_VOCAB, MAX_MADEUP_WORDS, NONE, CheckpointTokenizer, kept_files)
 
 MAX_TOKENIZER_BYTES = 64 << 20
 MAX_TOKENIZER_CONFIG_BYTES = 4 << 20     # chat templates make some a few hundred KiB
@@ -89,16 +89,20 @@ def find_tokenizer(directory: Path | InputDirectory, config: dict, more_eos: Seq
 
 def _marian(folder: InputDirectory, config: dict, bos: int | None, eos: list[int], kept: dict[str, dict],
             more_eos: Sequence[int]) -> CheckpointTokenizer:
-    """MarianTokenizer's source.spm, target.spm and vocab.json: a text is its pieces' ids, then </s>."""
-    settings = kept.get(TOKENIZER_CONFIG, {})
-    if settings.get("separate_vocabs") or settings.get("target_vocab_file"):
-        raise UserError(f"{shown(folder.file(TOKENIZER_CONFIG))}: separate_vocabs: a target vocabulary of its own "
-                        "is not supported (supported: one vocab.json for both sides)")
-    files = {name: folder.read(name, MAX_TOKENIZER_BYTES) for name in MARIAN_FILES}
+    """MarianTokenizer's source.spm, target.spm and vocab.json, and target_vocab.json where tokenizer_config.json's
+    separate_vocabs says the target has a vocabulary of its own: a text is its pieces' ids, then </s>."""
+    settings = Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)), {}, "")
+    names: tuple[str, ...] = MARIAN_FILES
+    if settings.flag("separate_vocabs", False):
+        if not folder.has(MARIAN_TARGET_VOCAB):
+            raise UserError(f"{settings.file}: separate_vocabs is true, but {shown(folder.path)} has no "
+                            f"{MARIAN_TARGET_VOCAB} (the target's vocabulary)")
+        names = (*MARIAN_FILES, MARIAN_TARGET_VOCAB)
+    files = {name: folder.read(name, MAX_TOKENIZER_BYTES) for name in names}
     tokenizer = CheckpointTokenizer(MARIAN, kept_files(files), bos, eos, shown(folder.path), add_bos=False,
                                     add_eos=True, hf_files=kept, settings_origin=_settings_origin(folder))
-    path = shown(folder.file("vocab.json"))
-    _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
+    bound = min(len(tokenizer), tokenizer.target_size)
+    _check_special_ids(config, folder, bound, f"{' and '.join(names[2:])} have {bound:,} ids at least", more_eos)
     return tokenizer
 
 
@@ -174,14 +178,18 @@ def _added_tokens(settings: dict, where: str) -> tuple[bool, bool]:
 
 
 def check_fits(tokenizer: CheckpointTokenizer, config: dict, directory: Path | InputDirectory,
-               rows: int, more_eos: Sequence[int] = ()) -> None:
+               rows: int, more_eos: Sequence[int] = (), target_rows: int | None = None) -> None:
     """Every id the tokenizer produces, each of config.json's special ids and `more_eos` (generation_config.json's)
-    must be a row of the model's embedding (`rows`, the tensor's, as the import checked its shape)."""
+    must be a row of the model's embedding (`rows`, the tensor's, as the import checked its shape), and every id
+    of a translation's output one of the `target_rows` its decoder scores."""
     folder = directory if isinstance(directory, InputDirectory) else InputDirectory.open(directory, CHECKPOINT)
     if tokenizer.kind != NONE and len(tokenizer) > rows:
         raise UserError(f"{shown(folder.file(FILES[tokenizer.kind]))}: its ids reach {len(tokenizer) - 1:,} (with "
                         f"its added tokens), but the model's embedding has {rows:,} rows (config.json's "
                         "vocab_size); a tokenizer of another model?")
+    if tokenizer.kind == MARIAN and target_rows is not None and tokenizer.target_size > target_rows:
+        raise UserError(f"{shown(folder.file(MARIAN_TARGET_VOCAB))}: its ids reach {tokenizer.target_size - 1:,}, but "
+                        f"the decoder scores {target_rows:,} tokens (config.json's decoder_vocab_size)")
     _check_special_ids(config, folder, rows, f"the model's embedding has {rows:,} rows", more_eos, pad=True)
 
 

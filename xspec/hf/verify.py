@@ -171,11 +171,10 @@ def source_padding(source: torch.Tensor) -> torch.Tensor:
     return padding
 
 
-def _tokens(mapped: Mapped, shape: tuple[int, int], draw: torch.Generator) -> torch.Tensor:
-    """Random token ids, none the padding id: a text never holds it, and M2M100 counts positions over the
-    tokens that are not padding."""
+def _tokens(mapped: Mapped, shape: tuple[int, int], draw: torch.Generator, vocab: int) -> torch.Tensor:
+    """Random token ids below `vocab`, none the padding id: a text never holds it, and M2M100 counts positions
+    over the tokens that are not padding."""
     pad = mapped.config.get("pad_token_id")
-    vocab = mapped.params["vocab"]
     if type(pad) is not int or not 0 <= pad < vocab:
         return torch.randint(0, vocab, shape, generator=draw)
     tokens = torch.randint(0, vocab - 1, shape, generator=draw)
@@ -196,13 +195,15 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
 
     chosen = pick_device(device)
     draw = torch.Generator().manual_seed(0)
-    tokens = _tokens(mapped, (2, length), draw).to(chosen)
-    source = None
     encoder_only = not spec.has_decoder    # a masked LM: its logits of the tokens, one sentence padded
+    # an encoder-decoder's targets are of the tokens its decoder scores (Marian's target vocabulary)
+    targets = spec.logits_size if spec.has_encoder and not encoder_only else mapped.params["vocab"]
+    tokens = _tokens(mapped, (2, length), draw, targets).to(chosen)
+    source = None
     layers = checked = mapped.params[FAMILIES[mapped.model_type].depth]
     if spec.has_encoder:    # checked whole: an encoder alone, or a translation model (one source padded)
         if not encoder_only:
-            source = _tokens(mapped, (2, length + 3), draw).to(chosen)
+            source = _tokens(mapped, (2, length + 3), draw, mapped.params["vocab"]).to(chosen)
         if spec._compilation.validated.bytes_needed > available_memory(chosen) * 0.8:
             raise UserError(f"{work.name}: the model does not fit in memory as float32 to be checked; import with "
                             "--no-verify")

@@ -255,10 +255,11 @@ def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embeddi
     switches, each only at the value the family computes (`normalize_embedding`: a layer norm of the
     embeddings; `pre_norm`: pre-norm layers and a layer norm after each side's last)."""
     vocab = cfg.map("vocab_size", "vocab")
-    decoder_vocab = cfg.get("decoder_vocab_size", None)
-    if decoder_vocab not in (None, vocab):
-        raise UserError(f"{cfg.file}: decoder_vocab_size {render(decoder_vocab)} differs from vocab_size {vocab}: "
-                        "a target vocabulary of its own is not supported (supported: null, or vocab_size)")
+    if m.model_type != "marian":        # Marian's decoder_vocab_size is its family's to read
+        decoder_vocab = cfg.get("decoder_vocab_size", None)
+        if decoder_vocab not in (None, vocab):
+            raise UserError(f"{cfg.file}: decoder_vocab_size {render(decoder_vocab)} differs from vocab_size {vocab}: "
+                            "a target vocabulary of its own is not supported (supported: null, or vocab_size)")
     cfg.map(cfg.spelling("d_model", "hidden_size"), "d_model")
     for side in ("encoder", "decoder"):
         layers = cfg.spelling("encoder_layers", "num_hidden_layers") if side == "encoder" else "decoder_layers"
