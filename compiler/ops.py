@@ -121,6 +121,10 @@ class GLUAttrs(Attrs):
     activation: Literal["silu", "gelu", "gelu_tanh", "relu", "sigmoid"]  # on the gate, the first half
 
 
+class ActivationAttrs(Attrs):
+    function: Literal["gelu", "gelu_tanh", "relu", "silu", "sigmoid", "tanh"]
+
+
 class IOAttrs(Attrs):
     name: str
     kind: Literal["tokens", "mask", "hidden", "output"]
@@ -354,6 +358,13 @@ OPS: dict[str, OpDef[Any]] = {
             check=lambda a: [] if a.cap > 0 else [("cap", f"cap = {a.cap}: values are capped at +-cap, so it must "
                                                            "be positive")],
             title="Soft-cap", details=lambda a, i: [f"{a.cap:g} · tanh(x / {a.cap:g})"], elementwise=True,
+        ),
+        OpDef(
+            name="activation", doc="an activation chosen by name, as a config names it (transformers' hidden_act): "
+                                   "one module whose function an edited config changes",
+            family=Family.ACTIVATION, inputs=(Input("x"),), attrs=ActivationAttrs, infer=_same, params=_no_params,
+            module=lambda a, i, w: call("Activation", w.attr("function")), call=_call_module,
+            title="Activation", details=lambda a, i: [a.function], elementwise=True,
         ),
         OpDef(
             name="glu", doc="activation(a) * b, a and b the first and second halves of x: a gated linear unit "

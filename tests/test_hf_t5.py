@@ -135,8 +135,8 @@ def test_the_untied_configuration_scales_nothing_and_a_head_of_its_own_is_read(t
 @pytest.mark.parametrize("change, message", [
     ({"feed_forward_proj": "gated-gelu-relu"}, 'feed_forward_proj "gated-gelu-relu" is not an activation ("relu") '
                                                'or a gated one ("gated-gelu")'),
-    ({"dense_act_fn": "tanh"}, 'dense_act_fn activation "tanh" is not supported (supported: relu, gelu, gelu_new, '
-                               'gelu_pytorch_tanh, silu, swish)'),
+    ({"dense_act_fn": "tanh"}, 'dense_act_fn activation "tanh" is not supported (supported: gelu, gelu_new, '
+                               'gelu_pytorch_tanh, relu, silu, swish)'),
     ({"is_decoder": True}, "is_decoder true is not supported (supported: false)"),
     ({"tie_word_embeddings": "yes"}, 'tie_word_embeddings "yes" is not true or false'),
 ])

@@ -23,7 +23,8 @@ SEQ2SEQ_KEYS = {"vocab": "vocab_size", "d_model": "d_model", "activation_dropout
 
 def write_seq2seq(params: dict[str, Any], config: dict[str, Any]) -> None:
     """What the encoder-decoder families write alike beyond SEQ2SEQ_KEYS."""
-    config["activation_function"] = "swish" if params["activation"] == "silu" else params["activation"]
+    activation = params["activation_function"]
+    config["activation_function"] = "swish" if activation == "silu" else activation
     config["is_encoder_decoder"] = True
 
 

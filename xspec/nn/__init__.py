@@ -17,7 +17,7 @@ from .embeddings import (Embedding, FairseqSinusoidalPositions, LearnedPositions
                          RelativePositionBias, ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves,
                          TokenTypeEmbedding)
 from .norms import RMSNorm
-from .gating import GLU
+from .gating import GLU, Activation
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
                      RotaryEmbedding, YarnRotaryEmbedding)
 from .attention import Attention, WrittenOutAttention
@@ -34,7 +34,7 @@ __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "SinusoidalPositionsInHalves", "LearnedPositions",
     "OffsetLearnedPositions", "FairseqSinusoidalPositions", "RelativePositionBias",
     "TokenTypeEmbedding",
-    "RMSNorm", "GLU",
+    "RMSNorm", "GLU", "Activation",
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",
     "Attention", "WrittenOutAttention",

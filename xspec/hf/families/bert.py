@@ -14,11 +14,8 @@ from xspec.base.errors import UserError
 from xspec.compiler.limits import MAX_REPEAT
 from xspec.hf.config_reader import ConfigReader, refuse, render
 from xspec.hf.families.family import Family, Mapped
-from xspec.hf.families.readers import read_classifier, write_classifier
+from xspec.hf.families.readers import ACTIVATIONS, WRITTEN_ACTIVATIONS, read_classifier, write_classifier
 from xspec.hf.weight_map import Extra, Group, WeightRules, same
-
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu",
-               "silu": "silu", "swish": "silu"}
 
 
 # The sequence classifier of each family, which config.json's architectures names where the checkpoint is one.
@@ -70,7 +67,7 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 
 def write(params: dict[str, Any], config: dict[str, Any]) -> None:
-    config["hidden_act"] = params["hidden_act"]
+    config["hidden_act"] = WRITTEN_ACTIVATIONS[params["hidden_act"]]
     config["max_position_embeddings"] = params["max_len"] + params["position_offset"]
     config["pad_token_id"] = max(params["position_offset"] - 1, 0)
     write_classifier(params, config, CLASSIFIERS[config["model_type"]])

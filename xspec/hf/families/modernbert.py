@@ -11,13 +11,11 @@ from typing import Any, Optional
 from xspec.compiler.limits import MAX_REPEAT
 from xspec.hf.config_reader import ConfigReader, refuse, render
 from xspec.hf.families.family import Family, Mapped
-from xspec.hf.families.readers import read_classifier, read_layer_types, write_classifier
+from xspec.hf.families.readers import ACTIVATIONS, read_classifier, read_layer_types, write_classifier
 from xspec.hf.rope import read_rope_of_kind
 from xspec.hf.weight_map import Extra, Group, WeightRules, same
 
-# transformers' activation names -> the spec's (the GLU op's and the head's).
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu",
-               "swish": "silu", "relu": "relu"}
+# The spec's activations (the GLU op's and the head's) as ModernBERT's configs spell them.
 WRITTEN = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "silu": "silu", "relu": "relu"}
 CLASSIFIER = "ModernBertForSequenceClassification"
 # Each layer kind's base: the top-level key older configs give it by, and its default.

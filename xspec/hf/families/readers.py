@@ -244,8 +244,12 @@ def read_deepseek_experts(cfg: ConfigReader, alias: str, *, first_dense: int, ex
     return count
 
 
-# activation_function -> the encoder-decoder specs' `activation` (transformers' ACT2FN: "swish" is SiLU)
+# activation_function -> the encoder-decoder specs' `activation_function` (transformers' ACT2FN: "swish" is SiLU)
 SEQ2SEQ_ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
+# transformers' ACT2FN names of the encoders' and T5's activations -> the `activation` op's, and back.
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "silu": "silu", "swish": "silu"}
+WRITTEN_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 
 
 def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embedding: bool,
@@ -274,7 +278,7 @@ def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embeddi
     chosen = cfg.get("activation_function", activation)
     if chosen not in SEQ2SEQ_ACTIVATIONS:
         refuse(f"activation_function {render(chosen)}", list(SEQ2SEQ_ACTIVATIONS), cfg.file)
-    cfg.put("activation", SEQ2SEQ_ACTIVATIONS[chosen], "activation_function")
+    cfg.put("activation_function", SEQ2SEQ_ACTIVATIONS[chosen], "activation_function")
     for key, default in (("dropout", 0.1), ("attention_dropout", 0.0), ("activation_dropout", 0.0)):
         cfg.map(key, key, default, integer=False, least=0)
     cfg.put("max_len", m.max_positions, "max_position_embeddings")

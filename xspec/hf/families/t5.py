@@ -19,11 +19,9 @@ from xspec.base.errors import UserError
 from xspec.compiler.limits import MAX_REPEAT
 from xspec.hf.config_reader import ConfigReader, refuse, render
 from xspec.hf.families.family import Family, Mapped
+from xspec.hf.families.readers import ACTIVATIONS, WRITTEN_ACTIVATIONS
 from xspec.hf.weight_map import Extra, Group, WeightRules, same
 
-# dense_act_fn -> the spec's (transformers' ACT2FN names; gelu_new is GELU's tanh approximation).
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
-               "silu": "silu", "swish": "silu"}
 T5_POSITIONS = 512   # n_positions of T5's configs: the length its tokenizers cut at; its positions have no table
 
 
@@ -93,7 +91,7 @@ T5_KEYS = {"vocab": "vocab_size", "d_model": "d_model", "d_kv": "d_kv", "d_ff": 
 
 
 def write_t5(params: dict[str, Any], config: dict[str, Any]) -> None:
-    activation, gated = params["dense_act_fn"], params["is_gated_act"]
+    activation, gated = WRITTEN_ACTIVATIONS[params["dense_act_fn"]], params["is_gated_act"]
     config["feed_forward_proj"] = ("gated-gelu" if activation == "gelu_new" else f"gated-{activation}") if gated \
         else activation
     config["dense_act_fn"] = activation
