@@ -14,8 +14,8 @@ from pathlib import Path
 
 MODULE = "xspec.nn"  # where generated files import the library from
 # Its files, in the order a standalone file defines their classes.
-FILES = ("embeddings.py", "norms.py", "gating.py", "rotary.py", "attention.py", "latent_attention.py",
-         "convolution.py", "delta_rule.py", "state_space.py", "experts.py", "contracts.py")
+FILES = ("embeddings.py", "norms.py", "gating.py", "pooling.py", "rotary.py", "attention.py",
+         "latent_attention.py", "convolution.py", "delta_rule.py", "state_space.py", "experts.py", "contracts.py")
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,14 @@ def _halves_shape(shapes: Shapes, a: GLUAttrs) -> tuple[TensorType, Inferred]:
     return x.with_last(features // 2), {}
 
 
+def _mean_pool_shape(shapes: Shapes, a: Attrs) -> tuple[TensorType, Inferred]:
+    x = require(shapes["x"], "the input", min_rank=2)
+    mask = require(shapes["mask"], "the mask", dtype="bool")
+    if mask.dims != x.dims[:-1]:
+        raise ShapeError(f"the padding mask {mask} must mark the input's positions: {TensorType(x.dims[:-1], 'bool')}")
+    return x, {}
+
+
 def _io_shape(shapes: Shapes, a: IOAttrs) -> tuple[TensorType, Inferred]:
     raise AssertionError("inputs and outputs are typed by the graph builder")
 
@@ -372,6 +380,13 @@ OPS: dict[str, OpDef[Any]] = {
             family=Family.ACTIVATION, inputs=(Input("x"),), attrs=GLUAttrs, infer=_halves_shape, params=_no_params,
             module=lambda a, i, w: call("GLU", w.attr("activation")), call=_call_module,
             title="Gated Linear Unit", details=lambda a, i: [f"{a.activation}(first half) × second half"],
+        ),
+        OpDef(
+            name="mean_pool", doc="each row's mean over its positions the padding mask leaves, at every position: "
+                                  "a text's one state, read wherever its scores are (ModernBERT's mean pooling)",
+            family=Family.ELEMENTWISE, inputs=(Input("x"), Input("mask")), attrs=NoAttrs, infer=_mean_pool_shape,
+            params=_no_params, module=lambda a, i, w: call("MeanPool"), call=_call_module,
+            title="Mean Pool", details=lambda a, i: ["over the positions that are not padding"],
         ),
         _infix("add", pyast.Add, "add", "Add", "a + b, e.g. a residual connection (§3.1)", Family.RESIDUAL),
         _infix("sub", pyast.Sub, "subtract", "Subtract", "a - b", Family.ELEMENTWISE),

@@ -406,7 +406,7 @@ def test_a_sequence_classifier_imports_classifies_as_the_pipeline_and_exports_ba
 
 def test_a_modernbert_classifier_imports_with_its_scores_and_exports_back(tmp_path):
     """ModernBertForSequenceClassification (classifier_pooling "cls"): the head's state at the first position
-    to the classes' scores; mean pooling is refused by key."""
+    to the classes' scores; a pooling neither "cls" nor "mean" is refused by key."""
     from xspec.hf.export import export_hf
     from xspec.hf.importer import import_checkpoint
     from xspec.runtime.inference import load
@@ -429,7 +429,75 @@ def test_a_modernbert_classifier_imports_with_its_scores_and_exports_back(tmp_pa
     export_hf(trained, tmp_path / "hf")
     exported = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
     assert_close(their_logits(exported, tokens, padding), their_logits(model, tokens, padding))
-    mean = CHECKPOINTS.with_config(3, tmp_path / "mean", {"architectures": ["ModernBertForSequenceClassification"],
-                                                           "classifier_pooling": "mean"})
-    with pytest.raises(UserError, match='classifier_pooling "mean" is not supported'):
-        import_checkpoint(mean, tmp_path / "run-mean", say=lambda line: None)
+    most = CHECKPOINTS.with_config(3, tmp_path / "max", {"architectures": ["ModernBertForSequenceClassification"],
+                                                          "classifier_pooling": "max"})
+    with pytest.raises(UserError, match=r'classifier_pooling "max" is not supported \(supported: cls, mean\)'):
+        import_checkpoint(most, tmp_path / "run-max", say=lambda line: None)
+
+
+@functools.cache
+def mean_pooled_classifier() -> Path:
+    """A ModernBERT classifier of uncommon sizes (heads of 4 features, local windows of 2 positions either
+    side, the head's SiLU and bias) that pools the mean of the texts' states, with BERT's tokenizer (above)."""
+    folder = ROOT / "modernbert-mean-classifier"
+    tokenizer = with_tokenizer("bert")
+    config = transformers.ModernBertConfig(
+        vocab_size=len(transformers.AutoTokenizer.from_pretrained(tokenizer)), hidden_size=20, intermediate_size=36,
+        num_hidden_layers=4, num_attention_heads=5, max_position_embeddings=48, local_attention=4,
+        classifier_activation="silu", classifier_bias=True, classifier_pooling="mean", pad_token_id=0,
+        bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
+        id2label={0: "negative", 1: "neutral", 2: "positive"})
+    torch.manual_seed(8)
+    model = transformers.ModernBertForSequenceClassification(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)
+    model.eval().save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
+    return folder
+
+
+def test_a_mean_pooled_modernbert_classifier_imports_with_its_scores_and_exports_back(tmp_path):
+    """classifier_pooling "mean": the head reads the mean of the final norm's states over each text's positions,
+    the padding's left out (whatever its tokens), so a padded text scores as transformers scores it; a row of
+    padding alone scores finitely; export writes the pooling back."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.inference import load
+
+    original = transformers.ModernBertForSequenceClassification.from_pretrained(mean_pooled_classifier()).eval()
+    imported = import_checkpoint(mean_pooled_classifier(), tmp_path / "run", say=lambda line: None)
+    assert imported.verification["verified"] and imported.spec.params["classifier_pooling"] == "mean"
+    tokens, padding = batch(original.config.vocab_size)
+    trained = load(tmp_path / "run", "cpu", weights="fp32")
+    with torch.no_grad():
+        ours = trained.model(tokens, padding)
+        other_padding = trained.model(tokens.masked_fill(padding, 7), padding)
+        alone = trained.model(tokens, torch.ones_like(padding))
+    assert_close(ours[:, 0], their_logits(original, tokens, padding))
+    assert_close(other_padding[:, 0], ours[:, 0])
+    assert torch.isfinite(alone).all()
+    (tmp_path / "hf").mkdir()
+    export_hf(trained, tmp_path / "hf")
+    exported = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    assert exported.config.classifier_pooling == "mean"
+    assert_close(their_logits(exported, tokens, padding), their_logits(original, tokens, padding))
+
+
+def test_a_mean_pooled_modernbert_classifier_classifies_as_the_pipeline(tmp_path, capsys):
+    """`xspec classify` of texts of several lengths, batched with padding, gives the text-classification
+    pipeline's class and probability of each."""
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    import_checkpoint(mean_pooled_classifier(), tmp_path / "run", say=lambda line: None)
+    texts = ["the house is small.", "we see a green tree under the old city", "a dog runs fast",
+             "it is big and the river is new"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    assert main(["classify", str(tmp_path / "run"), "-i", str(tmp_path / "in.txt"), "--scores",
+                 "--weights", "fp32"]) == 0
+    ours = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    theirs = transformers.pipeline("text-classification", model=str(mean_pooled_classifier()), device="cpu")(texts)
+    assert [row[0] for row in ours] == [found["label"] for found in theirs]
+    assert [max(map(float, row[1:])) for row in ours] == pytest.approx([found["score"] for found in theirs],
+                                                                        abs=1e-4)

@@ -6,18 +6,19 @@ a spec uses into its file instead, so that it depends on torch alone.
 Each class is plain PyTorch a reader can follow, and builds none of the others: the generated
 code builds the parts a module takes (an attention's norms and rotary embedding) and passes them
 in. The files: embeddings.py (token embeddings, positions), norms.py, gating.py (a gated
-linear unit over one projection), rotary.py (one class per rotary scaling), attention.py (the
-paper's attention, its options as parts), latent_attention.py (DeepSeek's multi-head latent
-attention), convolution.py, delta_rule.py and state_space.py (the recurrent mixers of hybrid
-models, Gated DeltaNet and Mamba-2, and the short convolution they share), experts.py (the mixture
-of experts: routers, activations, the experts), contracts.py (what the runtime may ask
-of a model and its modules, as protocols, and the list of multi-token prediction depths)."""
+linear unit over one projection), pooling.py (a text's mean state), rotary.py (one class per rotary
+scaling), attention.py (the paper's attention, its options as parts), latent_attention.py (DeepSeek's
+multi-head latent attention), convolution.py, delta_rule.py and state_space.py (the recurrent mixers of
+hybrid models, Gated DeltaNet and Mamba-2, and the short convolution they share), experts.py (the
+mixture of experts: routers, activations, the experts), contracts.py (what the runtime may ask of a
+model and its modules, as protocols, and the list of multi-token prediction depths)."""
 
 from .embeddings import (Embedding, FairseqSinusoidalPositions, LearnedPositions, OffsetLearnedPositions,
                          RelativePositionBias, ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves,
                          TokenTypeEmbedding)
 from .norms import RMSNorm
 from .gating import GLU, Activation
+from .pooling import MeanPool
 from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
                      RotaryEmbedding, YarnRotaryEmbedding)
 from .attention import Attention, WrittenOutAttention
@@ -34,7 +35,7 @@ __all__ = [
     "Embedding", "ScaledEmbedding", "SinusoidalPositions", "SinusoidalPositionsInHalves", "LearnedPositions",
     "OffsetLearnedPositions", "FairseqSinusoidalPositions", "RelativePositionBias",
     "TokenTypeEmbedding",
-    "RMSNorm", "GLU", "Activation",
+    "RMSNorm", "GLU", "Activation", "MeanPool",
     "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",
     "Attention", "WrittenOutAttention",

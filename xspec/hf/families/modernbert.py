@@ -18,6 +18,7 @@ from xspec.hf.weight_map import Extra, Group, WeightRules, same
 # The spec's activations (the GLU op's and the head's) as ModernBERT's configs spell them.
 WRITTEN = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "silu": "silu", "relu": "relu"}
 CLASSIFIER = "ModernBertForSequenceClassification"
+POOLINGS = ["cls", "mean"]  # what the classifier's head reads: the first position's state, or the text's mean
 # Each layer kind's base: the top-level key older configs give it by, and its default.
 BASES = {"full_attention": ("global_rope_theta", 160000.0), "sliding_attention": ("local_rope_theta", 10000.0)}
 
@@ -53,7 +54,9 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
         rope = read_rope_of_kind(cfg, kind, ("default",), top, scaled=True, family="ModernBERT")
         cfg.put(top[0], float(rope["rope_theta"]), rope.source("rope_theta"))
     if read_classifier(cfg, m, CLASSIFIER):
-        cfg.expect("classifier_pooling", ["cls"], "cls", " (the first position's state: mean pooling is not built)")
+        pooling = cfg.expect("classifier_pooling", POOLINGS, "cls", " (the first position's state or the text's mean)")
+        cfg.put("classifier_pooling", pooling, "classifier_pooling" if cfg.has("classifier_pooling")
+                else "classifier_pooling (default)")
         cfg.map("classifier_dropout", "classifier_dropout", 0.0, integer=False, least=0)
     else:
         cfg.ignore("classifier_pooling", "how a classification head pools; the masked-LM head has none")
@@ -72,6 +75,8 @@ def read(cfg: ConfigReader, m: Mapped) -> None:
 
 def write(params: dict[str, Any], config: dict[str, Any]) -> None:
     write_classifier(params, config, CLASSIFIER)
+    if params["num_labels"]:    # a spec of before its pooling was a parameter pools as "cls"
+        config["classifier_pooling"] = params.get("classifier_pooling", "cls")
     for key in ("hidden_activation", "classifier_activation"):
         config[key] = WRITTEN[params[key]]
     config["layer_types"] = list(params["layer_types"][:params["layers"]])
