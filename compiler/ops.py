@@ -368,6 +368,12 @@ OPS: dict[str, OpDef[Any]] = {
             title="Soft-cap", details=lambda a, i: [f"{a.cap:g} · tanh(x / {a.cap:g})"], elementwise=True,
         ),
         OpDef(
+            name="identity", doc="x itself, as a module: what one kind of layer has where another has a module of "
+                                 "the same name (ModernBERT's first layer, whose attn_norm is nn.Identity())",
+            family=Family.ELEMENTWISE, inputs=(Input("x"),), attrs=NoAttrs, infer=_same, params=_no_params,
+            module=lambda a, i, w: call("nn.Identity"), call=_call_module, title="Identity",
+        ),
+        OpDef(
             name="activation", doc="an activation chosen by name, as a config names it (transformers' hidden_act): "
                                    "one module whose function an edited config changes",
             family=Family.ACTIVATION, inputs=(Input("x"),), attrs=ActivationAttrs, infer=_same, params=_no_params,
