@@ -92,6 +92,22 @@ def test_an_import_gives_the_masked_lm_logits_with_its_parameters(index):
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in original.parameters()) - unused
 
 
+@pytest.mark.parametrize("index", [0, 1], ids=lambda i: f"{SIZES[i][0]}-{i}")
+def test_an_imported_bert_reads_each_positions_token_type_as_transformers_does(index):
+    """Given token types (a sentence pair's), each position adds its type's row; without them, the first
+    type's, as transformers' zeros do."""
+    model = xspec.load(imported(index), device="cpu", weights="fp32").model
+    tokens, padding = batch(SIZES[index][1]["vocab_size"])
+    types = torch.randint(0, SIZES[index][1].get("type_vocab_size", 2), tokens.shape,
+                          generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        ours = model(tokens, padding, types)
+        theirs = reference(index)(input_ids=tokens, attention_mask=(~padding).long(), token_type_ids=types).logits
+        assert_close(ours[~padding], theirs[~padding])
+        assert_close(model(tokens, padding), model(tokens, padding, torch.zeros_like(types)))
+        assert not torch.allclose(ours[~padding], model(tokens, padding)[~padding])
+
+
 @pytest.mark.parametrize("index", range(len(SIZES)), ids=lambda i: f"{SIZES[i][0]}-{i}")
 def test_an_import_exports_back_to_the_same_logits(index, tmp_path):
     from xspec.hf.export import export_hf
