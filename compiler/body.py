@@ -4,10 +4,11 @@ assign, and what the decoder's cache reaches. The graph builder and the lowering
 from __future__ import annotations
 
 import itertools
-from typing import Collection, Iterator, Optional
+from typing import Any, Callable, Collection, Iterator, Optional
 
 from . import ast
 from .diagnostics import Diagnostics
+from .opdef import OpDef
 from .ops import OPS
 
 
@@ -225,13 +226,24 @@ def reachable(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
 
 def cache_blocks(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
     """The blocks reachable from `entry` that contain, or call a block that contains, an op that
-    continues from the decoder cache (attention, positions): their forward() takes the cache.
+    continues from the decoder cache (attention, positions): their forward() takes the cache."""
+    return blocks_using(entry, blocks, lambda op: op.uses_cache)
+
+
+def token_type_blocks(entry: str, blocks: dict[str, ast.Block]) -> set[str]:
+    """The blocks reachable from `entry` that contain, or call a block that contains, an op that reads
+    each position's token type (BERT's token type embedding): their forward() takes the token types."""
+    return blocks_using(entry, blocks, lambda op: op.reads_token_types)
+
+
+def blocks_using(entry: str, blocks: dict[str, ast.Block], uses: Callable[[OpDef[Any]], bool]) -> set[str]:
+    """The blocks reachable from `entry` that contain, or call a block that contains, an op that `uses`.
 
     Computed as a fixed point over the call graph rather than by recursion: a chain of hundreds of
     blocks, each calling the next, is a user's mistake to report, not a RecursionError."""
     found = reachable(entry, blocks)
     calls = {name: {n for s in blocks[name].body for n in stmt_reads(s)} for name in found}
-    using = {name for name in found if any(OPS[n].uses_cache for n in calls[name] if n in OPS and n not in blocks)}
+    using = {name for name in found if any(uses(OPS[n]) for n in calls[name] if n in OPS and n not in blocks)}
     changed = True
     while changed:
         grown = {name for name in found - using if calls[name] & using}

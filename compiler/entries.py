@@ -78,6 +78,12 @@ SIGNATURES: dict[str, dict[int, str]] = {
 }
 
 
+# What an encoder whose ops read token types (BERT's token type embedding) takes after its padding mask:
+# [batch, src_len] ids, each position's type (a sentence pair's first text 0, its second 1); None gives
+# every position the first type.
+TOKEN_TYPES = "token_types"
+
+
 def takes_cache(block: str) -> bool:
     """The decoder decodes one step at a time, continuing from a cache, and multi-token prediction drafts
     so (runtime/speculative.py); the encoder runs once."""

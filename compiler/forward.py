@@ -29,6 +29,7 @@ from xspec.base.text import printable
 
 from .config import ConfigNames
 from .diagnostics import Span
+from .entries import TOKEN_TYPES
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .names import local_name_problem
 from .ops import OPS
@@ -125,9 +126,11 @@ class _Forward:
     def method(self) -> pyast.FunctionDef:
         for name, ref in self.instance.program.params.items():
             self._bind(ref, identifier(name), top=True)
-        args = ["self", *self.instance.program.params] + (["cache"] if self.instance.has_cache else [])
+        optional = ([TOKEN_TYPES] if self.instance.has_token_types else []) + (["cache"] if self.instance.has_cache
+                                                                               else [])
+        args = ["self", *self.instance.program.params, *optional]
         body = self._body(self.instance.program, top=True, items=self.top_items)
-        return function("forward", args, body, defaults=[constant(None)] if self.instance.has_cache else [])
+        return function("forward", args, body, defaults=[constant(None)] * len(optional))
 
     def _body(self, program: Program, top: bool, items: Optional[list[Step]] = None) -> list[pyast.stmt]:
         """A forward's or a function's steps, then its return: `return self.w_2(...)` where the last
@@ -319,21 +322,28 @@ class _Forward:
             else:
                 attribute = ""
             inputs = {port: code(port) for port in step.inputs}
+            if op.reads_token_types and self.instance.has_token_types:
+                inputs[TOKEN_TYPES] = variable(TOKEN_TYPES)
             return op.call(attribute, inputs, node.attrs, op.uses_cache and self.instance.has_cache)
         args = [code(port) for port in step.inputs]
-        cache = {"cache": variable("cache")}
         if step.kind == "block":
             child = self.instance.children[step.target]
-            passed = cache if child.has_cache and self.instance.has_cache else {}
-            return call(f"self.{identifier(step.target)}", *args, **passed)
+            return call(f"self.{identifier(step.target)}", *args, **self._passed(child))
         if step.kind == "layer":
             assert stack is not None, "a layer step outside a stack's loop"
-            return call("layer", *args, **(cache if stack.children["0"].has_cache and self.instance.has_cache else {}))
+            return call("layer", *args, **self._passed(stack.children["0"]))
         assert step.kind == "apply", f"no expression for a {step.kind} step"
         if step.argument is not None:  # a constant passed to a function
             args.append(constant(step.argument.value))
         function_code, argument = args
         return pyast.Call(function_code, [argument], [])
+
+    def _passed(self, child: Instance) -> dict[str, pyast.expr]:
+        """What a block's forward passes on to a child's beside its arguments: the token types and the cache,
+        where both take them."""
+        passed = [name for name, taken in ((TOKEN_TYPES, child.has_token_types and self.instance.has_token_types),
+                                           ("cache", child.has_cache and self.instance.has_cache)) if taken]
+        return {name: variable(name) for name in passed}
 
     # --- functions and loops ------------------------------------------------------------------
     def _function(self, step: Step, program: Program, top: bool, index: int) -> list[pyast.stmt]:

@@ -22,7 +22,7 @@ from .diagnostics import Diagnostics, Span, did_you_mean
 from .evaluate import MATH_FUNCTIONS, Constant, ConstantError, InexactQuotient, describe, evaluate
 from .config import config_expression, config_fields
 from .body import (assigned, bound_names, cache_blocks, call_site_names, free_names, passed_through, reads,
-                   single_block_call, stmt_reads, subexpressions, warn_unused)
+                   single_block_call, stmt_reads, subexpressions, token_type_blocks, warn_unused)
 from .entries import (DECODER, ENCODER, LOGITS, MEMORY, MTP, MTP_DEPTH, MTP_TOKENS, SIGNATURES, SRC, SRC_MASK, TGT,
                       GraphInput, GraphOutput, mtp_hidden, mtp_output, takes_cache)
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
@@ -136,6 +136,8 @@ class _Builder:
         self.module_names = set(self.names.values())
         # Blocks the decoder uses that hold cache-aware ops take the cache in forward().
         self.cache_blocks = cache_blocks(DECODER, model.blocks)
+        # Blocks the encoder uses that hold ops reading token types take them in forward().
+        self.token_type_blocks = token_type_blocks(ENCODER, model.blocks)
         self.budget = Budget()
         self.nesting = 0  # block calls, function calls and expressions being evaluated
         self._check_names()
@@ -228,7 +230,8 @@ class _Builder:
 
     def _entry(self, root: Instance, block: ast.Block, args: list[Value]) -> Value:
         instance = Instance(path=block.name.id, kind="block", span=block.span, block_name=block.name.id,
-                            block_span=block.span, has_cache=takes_cache(block.name.id))
+                            block_span=block.span, has_cache=takes_cache(block.name.id),
+                            has_token_types=block.name.id == ENCODER and ENCODER in self.token_type_blocks)
         root.children[block.name.id] = instance
         return self._run_block(instance, block, args, decoding=takes_cache(block.name.id))
 
@@ -422,7 +425,8 @@ class _Builder:
                      carried: tuple[str, ...], visible: dict[str, Value], iteration: Program) -> None:
         """One layer of a repeat whose body is not a single block call: a module of its own, which takes the
         values the body reads and returns the tensors and functions it carries to the next layer."""
-        body = Instance(path=f"{stack.path}.{index}", kind="block", span=stmt.span, has_cache=frame.instance.has_cache)
+        body = Instance(path=f"{stack.path}.{index}", kind="block", span=stmt.span, has_cache=frame.instance.has_cache,
+                        has_token_types=frame.instance.has_token_types)
         self.budget.module(stmt.span)
         stack.children[str(index)] = body
         # The body sees the values it reads; carried ones as the previous layer left them.
@@ -458,7 +462,8 @@ class _Builder:
         constants: dict[str, tuple[ast.Expr, object]] = {
             p.id: (given[p.id], value) for p, value in zip(block.params, args) if not _is_runtime(value)}
         child = Instance(path=path, kind="block", span=call.span, block_name=block.name.id, block_span=block.span,
-                         has_cache=block.name.id in self.cache_blocks, constant_args=constants)
+                         has_cache=block.name.id in self.cache_blocks,
+                         has_token_types=block.name.id in self.token_type_blocks, constant_args=constants)
         key = name.rsplit(".", 1)[-1]
         if not self._claim(owner, key, call):
             return POISON

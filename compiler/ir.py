@@ -147,6 +147,7 @@ class Instance:
     program: Program = field(default_factory=Program)  # blocks: the forward
     node: Optional[str] = None  # ops: the graph node
     has_cache: bool = False  # forward() takes the decoder cache
+    has_token_types: bool = False  # forward() takes the encoder's token types (entries.TOKEN_TYPES)
     result_node: Optional[str] = None  # blocks: the graph node of the tensor they return
     count_source: Optional[pyast.expr] = None  # stacks: their count read from the config (`config.layers`), if so
     # Stacks of one block call passed the layer's index as it is (`repeat i in layers { lm_layer(x, i) }`):

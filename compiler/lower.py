@@ -26,7 +26,7 @@ from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
-from .entries import DECODER, ENCODER, MEMORY
+from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
@@ -640,11 +640,15 @@ class _Lowering:
         init += self._ties()
         body: list[pyast.stmt] = [function("__init__", ["self", "config"], init, defaults=[constant(None)])]
         none = [constant(None)]
+        # An encoder whose ops read token types takes them after the padding mask (None: the first type's).
+        typed = [TOKEN_TYPES] if has_encoder and root.children[ENCODER].has_token_types else []
         if has_encoder:
-            body.append(function("encode", ["self", "src_tokens", "src_padding_mask"], [
-                docstring("[B, S] tokens, [B, S] True at padding -> " + ("[B, S, d_model] memory." if has_decoder
-                                                                          else self._encoder_output())),
-                returns(call("self.encoder", variable("src_tokens"), variable("src_padding_mask")))], defaults=none))
+            read = ", [B, S] token types" if typed else ""
+            body.append(function("encode", ["self", "src_tokens", "src_padding_mask", *typed], [
+                docstring(f"[B, S] tokens, [B, S] True at padding{read} -> " +
+                          ("[B, S, d_model] memory." if has_decoder else self._encoder_output())),
+                returns(call("self.encoder", variable("src_tokens"), variable("src_padding_mask"),
+                             *map(variable, typed)))], defaults=none * (1 + len(typed))))
         if has_decoder:
             memory = ["memory", "memory_padding_mask"] if has_encoder else []
             moved = pyast.AugAssign(pyast.Attribute(variable("cache"), "length", pyast.Store()), pyast.Add(),
@@ -656,16 +660,18 @@ class _Lowering:
                 if_statement(pyast.Compare(variable("cache"), [pyast.IsNot()], [constant(None)]), [moved]),
                 returns(variable("logits"))], defaults=[constant(None)] * (2 if has_encoder else 1)))
         if has_encoder and has_decoder:
-            forward = function("forward", ["self", "src_tokens", "tgt_tokens", "src_padding_mask"], [
-                assign("memory", call("self.encode", variable("src_tokens"), variable("src_padding_mask"))),
+            forward = function("forward", ["self", "src_tokens", "tgt_tokens", "src_padding_mask", *typed], [
+                assign("memory", call("self.encode", variable("src_tokens"), variable("src_padding_mask"),
+                                      *map(variable, typed))),
                 returns(call("self.decode", variable("tgt_tokens"), variable("memory"),
-                             variable("src_padding_mask")))], defaults=none)
+                             variable("src_padding_mask")))], defaults=none * (1 + len(typed)))
         elif has_decoder:
             forward = function("forward", ["self", "tgt_tokens"],
                                [returns(call("self.decode", variable("tgt_tokens")))])
         else:
-            forward = function("forward", ["self", "src_tokens", "src_padding_mask"], [
-                returns(call("self.encode", variable("src_tokens"), variable("src_padding_mask")))], defaults=none)
+            forward = function("forward", ["self", "src_tokens", "src_padding_mask", *typed], [
+                returns(call("self.encode", variable("src_tokens"), variable("src_padding_mask"),
+                             *map(variable, typed)))], defaults=none * (1 + len(typed)))
         body.append(forward)
         model = class_def(name, [dotted("nn.Module")], body, f"the whole model: {methods}")
         return [model, assign("Model", variable(name))]

@@ -14,7 +14,8 @@ import keyword
 from typing import Optional
 
 # Names every generated `forward` or `__init__` uses itself (`_` takes what a layer without outputs returns).
-GENERATED_CODE_NAMES = frozenset({"self", "cache", "layer", "torch", "nn", "F", "math", "super", "range", "_"})
+GENERATED_CODE_NAMES = frozenset({"self", "cache", "token_types", "layer", "torch", "nn", "F", "math", "super",
+                                  "range", "_"})
 
 # Public attributes of torch.nn.Module (torch 2.x). A child module of that name would replace a method
 # (`forward`, `eval`, `to`) or a flag (`training`). tests/test_names.py checks this list against torch.

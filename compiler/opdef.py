@@ -105,6 +105,9 @@ class OpDef(Generic[AttrsT]):
     # the class whose forward calls it holds, named after the spec's parameter: its constructor.
     holder: Optional[Callable[[AttrsT, Written], ast.expr]] = None
     uses_cache: bool = False  # positions and attention continue from the decoder cache
+    # Reads each position's token type (BERT's segments): the encoder's token types follow its inputs in
+    # the call where its block is given them (entries.TOKEN_TYPES).
+    reads_token_types: bool = False
     title: str = ""  # diagrams: the box's title (the paper's words where it has them, Figure 1)
     details: Callable[[AttrsT, Inferred], list[str]] = lambda a, i: []  # diagrams: key attributes
     glu_title: str = ""  # an activation: the name of a gated linear unit it gates ("SwiGLU")

@@ -90,6 +90,14 @@ class TokenTypeAttrs(Attrs):
     types: int = Field(2, gt=0)     # type_vocab_size: BERT's two sentences of a pair
 
 
+def _token_type_shape(shapes: Shapes, a: TokenTypeAttrs) -> tuple[TensorType, Inferred]:
+    """[d], the first type's row, broadcast over every position; given the token types, the rows of each
+    position's type, of x's shape."""
+    x = require(shapes["x"], "the input")
+    dim = concrete_last(x, "the input")
+    return TensorType((dim,)), {"dim": dim}
+
+
 class LinearAttrs(Attrs):
     out: int = Field(gt=0)
     bias: bool = True
@@ -297,14 +305,13 @@ OPS: dict[str, OpDef[Any]] = {
         ),
         OpDef(
             name="token_type_embedding",
-            doc="BERT's token type embeddings, of which an encoder reading one text adds the first type's row",
-            family=Family.EMBEDDING, inputs=(Input("x"),), attrs=TokenTypeAttrs,
-            infer=lambda shapes, a: (TensorType((concrete_last(require(shapes["x"], "the input"), "the input"),)),
-                                     {"dim": concrete_last(shapes["x"], "the input")}),
+            doc="BERT's token type embeddings: each position's type's row, given the encoder's token types (a "
+                "sentence pair's), else the first type's row for every position",
+            family=Family.EMBEDDING, inputs=(Input("x"),), attrs=TokenTypeAttrs, infer=_token_type_shape,
             params=lambda a, i: {"weight": (a.types, _size(i, "dim"))},
             module=lambda a, i, w: call("TokenTypeEmbedding", w.width("x"), **_unless_default(w, "types", a.types, 2)),
-            call=_call_module, title="Token Type Embedding",
-            details=lambda a, i: [f"{a.types} types, the first's row added"],
+            call=_call_module, reads_token_types=True, title="Token Type Embedding",
+            details=lambda a, i: [f"{a.types} types, each position's row added"],
         ),
         OpDef(
             name="linear", doc="x W + b", family=Family.FEED_FORWARD,

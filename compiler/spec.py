@@ -94,6 +94,19 @@ class CompiledSpec:
         return width if isinstance(width, int) else None
 
     @cached_property
+    def token_types(self) -> Optional[int]:
+        """How many token types the encoder reads (BERT's type_vocab_size), where its forward takes each
+        position's (`encode(src, mask, token_types)`); None where it takes none."""
+        from .entries import ENCODER  # loaded with the compiler, which has run
+        from .ops import TokenTypeAttrs
+
+        encoder = self.instances.children.get(ENCODER)
+        if encoder is None or not encoder.has_token_types:
+            return None
+        return min(node.attrs.types for node in self.ops
+                   if isinstance(node.attrs, TokenTypeAttrs) and f"{node.scope}.".startswith(f"{ENCODER}."))
+
+    @cached_property
     def vocab_size(self) -> int:
         """The most rows any embedding, or the logits, has: every token id the model reads or writes is below."""
         from .ops import OPS

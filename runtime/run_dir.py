@@ -52,14 +52,16 @@ STOP_REASONS = ("max_steps", "max_minutes", "patience", "interrupted", "diverged
 @dataclass(frozen=True)
 class Split:
     """A split's files: aligned source and target for translation; for a language model, one text file
-    (`src`, with `tgt` None)."""
+    (`src`, with `tgt` None); for a classifier, the texts and their labels (`tgt`), and for sentence pairs
+    the second text of each, aligned (`pair`)."""
 
     src: Path
     tgt: Path | None = None
+    pair: Path | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
-        return (self.src,) if self.tgt is None else (self.src, self.tgt)
+        return tuple(f for f in (self.src, self.tgt, self.pair) if f is not None)
 
     def describe(self) -> str:
         return ", ".join(str(f) for f in self.files)
@@ -67,7 +69,8 @@ class Split:
     def to_json(self, run_dir: Path) -> dict[str, str]:
         if self.tgt is None:
             return {"text": _stored(self.src, run_dir)}
-        return {"src": _stored(self.src, run_dir), "tgt": _stored(self.tgt, run_dir)}
+        pair = {"pair": _stored(self.pair, run_dir)} if self.pair is not None else {}
+        return {"src": _stored(self.src, run_dir), "tgt": _stored(self.tgt, run_dir), **pair}
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ def _record_problem(record: Any) -> str | None:
     return None
 
 
-_SPLIT_KEYS = ({"src", "tgt"}, {"text"})
+_SPLIT_KEYS = ({"src", "tgt"}, {"text"}, {"src", "tgt", "pair"})
 
 
 def _is_path(value: Any) -> bool:
@@ -190,7 +193,7 @@ def _split(entry: dict | None, base: Path) -> Split | PreparedSplit | None:
         return PreparedSplit(tuple(base / d for d in entry["prepared"]), tuple(float(w) for w in entry["weights"]))
     if "text" in entry:
         return Split(base / entry["text"])
-    return Split(base / entry["src"], base / entry["tgt"])
+    return Split(base / entry["src"], base / entry["tgt"], base / entry["pair"] if "pair" in entry else None)
 
 
 def read_run_spec(run_dir: Path) -> str:

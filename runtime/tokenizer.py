@@ -35,7 +35,7 @@ from xspec.base.errors import UserError
 from xspec.base.strict_json import parse_json
 from xspec.base.text import printable
 from .chat import chat_template
-from .vocab import TargetLanguage
+from .vocab import PairTemplate, TargetLanguage
 
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE = "tokenizer.model"
@@ -228,6 +228,37 @@ class CheckpointTokenizer:
         raise UserError(f"{self._origin}: a text's framing cannot be told from its tokens (\"{probe}\" encodes "
                         "otherwise with the special tokens)")
 
+    def pair_template(self) -> PairTemplate:
+        """How tokenizer.json's post-processor frames a pair of texts (its pair template: BERT's [CLS] a [SEP] b
+        [SEP], types 0 then 1; RoBERTa's <s> a </s></s> b </s>, all 0), told from its encoding of a probe pair:
+        each text is then encoded alone, as the library encodes each of a pair, and framed so."""
+        library = self._needed()
+        if not isinstance(library, _Tokenizers):
+            raise UserError(f"{self._origin}: a {self.kind} tokenizer has no template for a pair of texts (a "
+                            "tokenizer.json's post-processor has one: BERT's [CLS] a [SEP] b [SEP])")
+        probe = "a"
+        try:
+            ids, types, texts = bounded(lambda: library.encode_pair(probe, probe), _budget([probe, probe]))
+        except (Overtime, CallFailed):
+            raise UserError(f"{self._origin}: cannot encode a pair of texts (\"{probe}\", \"{probe}\")") from None
+        # Before the first text, the first text, between, the second text, after: each id and its type.
+        parts: list[list[tuple[int, int]]] = [[] for _ in range(5)]
+        part = 0
+        for token, kind, text in zip(ids, types, texts):
+            place = part + part % 2 if text is None else 2 * text + 1   # a special token: after the text before it
+            if place < part:
+                part = len(parts)   # a text out of its order: no template of these five parts
+                break
+            part = place
+            parts[part].append((token, kind))
+        plain = self.encode([probe])[0]
+        if part == len(parts) or any([i for i, _ in parts[p]] != plain or len({t for _, t in parts[p]}) != 1
+                                     for p in (1, 3)):
+            raise UserError(f"{self._origin}: a pair's framing cannot be told from its tokens (the pair \"{probe}\", "
+                            f"\"{probe}\" is not framed as one text after the other)")
+        before, first, between, second, after = parts
+        return PairTemplate(tuple(before), tuple(between), tuple(after), first[0][1], second[0][1])
+
     def target_language(self, code: str) -> TargetLanguage:
         """Marian's multilingual models take the target language as a source's first piece (`>>fr<<`); those
         of a tokenizer.json (mBART-50, M2M100) as the output's first token, the code's own (`fr_XX`) or
@@ -417,6 +448,12 @@ class _Tokenizers:
     def encode_with_specials(self, lines: list[str]) -> list[list[int]]:
         """As the checkpoint's tokenizer encodes a text: its post-processor's special tokens included."""
         return [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=True)]
+
+    def encode_pair(self, first: str, second: str) -> tuple[list[int], list[int], list[int | None]]:
+        """A pair's ids, token types and which text each id is of (0, 1; None: a special token), as the
+        checkpoint's tokenizer encodes a text and its text_pair."""
+        encoded = self.tokenizer.encode(first, second, add_special_tokens=True)
+        return encoded.ids, encoded.type_ids, encoded.sequence_ids
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.tokenizer.decode_batch([ids], skip_special_tokens=skip_special)[0]

@@ -30,6 +30,49 @@ class TargetLanguage:
     forced_bos: int | None = None
 
 
+@dataclass(frozen=True)
+class PairTemplate:
+    """How a tokenizer frames a pair of texts as one sequence (transformers' text and text_pair): the special
+    ids before the first text, between the two and after the second, each with its token type, and each
+    text's type. BERT's: [CLS] a [SEP] b [SEP], of types 0 up to the first [SEP], then 1; RoBERTa's:
+    <s> a </s></s> b </s>, all of type 0; xspec's own vocabulary: a EOS b EOS, of types 0, then 1."""
+
+    before: tuple[tuple[int, int], ...]     # (id, token type) of each
+    between: tuple[tuple[int, int], ...]
+    after: tuple[tuple[int, int], ...]
+    first_type: int
+    second_type: int
+
+    @property
+    def specials(self) -> int:
+        return len(self.before) + len(self.between) + len(self.after)
+
+    @property
+    def types(self) -> int:
+        """How many token types the pairs it frames need: one more than the highest."""
+        return 1 + max(t for _, t in (*self.before, *self.between, *self.after,
+                                      (0, self.first_type), (0, self.second_type)))
+
+    def frame(self, first: list[int], second: list[int], size: int) -> tuple[list[int], list[int]]:
+        """The pair's ids and token types, in at most `size` positions: where the texts do not fit, the
+        longer is cut at its end until it fits or is as long as the other, then both, the longer (else the
+        second) keeping the odd id (the tokenizers library's truncation="longest_first")."""
+        room = max(size - self.specials, 0)
+        if len(first) + len(second) > room:
+            shorter, longer = sorted((len(first), len(second)))
+            longer = max(shorter, room - shorter)
+            if shorter + longer > room:
+                shorter, longer = room // 2, room // 2 + room % 2
+            kept_first, kept_second = (longer, shorter) if len(first) > len(second) else (shorter, longer)
+            first, second = first[:kept_first], second[:kept_second]
+        parts = [([i for i, _ in self.before], [t for _, t in self.before]),
+                 (first, [self.first_type] * len(first)),
+                 ([i for i, _ in self.between], [t for _, t in self.between]),
+                 (second, [self.second_type] * len(second)),
+                 ([i for i, _ in self.after], [t for _, t in self.after])]
+        return [i for ids, _ in parts for i in ids], [t for _, types in parts for t in types]
+
+
 class Tokenizer(Protocol):
     """Text <-> token ids as the runtime reads them: xspec's own `Vocab`, or an imported checkpoint's
     tokenizer (runtime/tokenizer.py), each with its own ids for where a document starts and ends."""
@@ -113,6 +156,10 @@ class Tokenizer(Protocol):
         """How a source asks for target language `code`; a tokenizer that names no target languages refuses."""
         ...
 
+    def pair_template(self) -> PairTemplate:
+        """How it frames a pair of texts (a sentence pair classifier's); a tokenizer that frames none refuses."""
+        ...
+
     def encode_chat(self, lines: list[str], system: str | None = None) -> list[list[int]]:
         """Each line a user's message in the tokenizer's chat template."""
         ...
@@ -182,6 +229,10 @@ class Vocab:
     def target_language(self, code: str) -> "TargetLanguage":
         raise UserError(f"--tgt-lang {printable(code)}: xspec's vocabulary names no target languages (a "
                         "translation model trained by xspec translates into its training data's target language)")
+
+    def pair_template(self) -> PairTemplate:
+        """Each text ends with EOS, as a text alone does; the second is of the second type."""
+        return PairTemplate(before=(), between=((EOS, 0),), after=((EOS, 1),), first_type=0, second_type=1)
 
     def encode_prompts(self, lines: list[str]) -> list[list[int]]:
         """A prompt continues a document: its start, then the text's tokens."""

@@ -154,3 +154,178 @@ def test_a_classifier_written_from_scratch_keeps_its_classes_where_it_declares_l
     assert "declare `param labels = []`" in capsys.readouterr().err
     assert main(["classify", str(tmp_path / "run-0"), "--text", "the old dog"]) == 0
     assert capsys.readouterr().out.strip() in ("animal", "place")
+
+
+# --- sentence pairs ----------------------------------------------------------------------------------------------
+
+
+def write_pairs(folder: Path, name: str, count: int, seed: int) -> tuple[Path, Path, Path]:
+    """Pairs of texts, one naming an animal and the other a place, labelled by which names the animal."""
+    draw = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        texts = [[draw.choice(nouns)] + [draw.choice(FILLERS) for _ in range(draw.randint(1, 4))]
+                 for nouns in (ANIMALS, PLACES)]
+        for words in texts:
+            draw.shuffle(words)
+        draw.shuffle(texts)
+        rows.append((" ".join(texts[0]), " ".join(texts[1]), "first" if set(texts[0]) & set(ANIMALS) else "second"))
+    paths = tuple(folder / f"{name}.{suffix}" for suffix in ("txt", "pair", "labels"))
+    for path, column in zip(paths, range(3)):
+        path.write_text("".join(row[column] + "\n" for row in rows))
+    return paths[0], paths[1], paths[2]
+
+
+def pair_flags(folder: Path) -> list[str]:
+    flags = []
+    for name, count, seed in (("train", 300, 0), ("valid", 40, 1), ("test", 40, 2)):
+        text, pair, labels = write_pairs(folder, name, count, seed)
+        flags += [f"--{name}", str(text), f"--{name}-pair", str(pair), f"--{name}-labels", str(labels)]
+    return flags
+
+
+@pytest.fixture(scope="module")
+def pair_run(tmp_path_factory) -> Path:
+    from xspec.cli import main
+
+    folder = tmp_path_factory.mktemp("pairs")
+    run = folder / "run"
+    assert main(["train", "specs/modern/bert.xspec", "--set", "num_labels=2", *pair_flags(folder), *SMALL,
+                 "--set", "train.lr=0.003", "-o", str(run), "--no-tensorboard", "--no-progress"]) == 0
+    return run
+
+
+def test_a_classifier_of_its_own_vocabulary_learns_pairs_framed_with_eos_and_typed(pair_run, capsys):
+    """BERT's spec trained from scratch on pairs: xspec's vocabulary frames each as a EOS b EOS, of types 0
+    then 1; the loss falls, the test pairs are classified, and eval and classify read pairs as the run did."""
+    import torch
+    import xspec
+    from xspec.cli import main
+    from xspec.runtime.tasks.classification import framed_pairs
+
+    losses = [json.loads(line)["loss"] for line in (pair_run / "metrics.jsonl").read_text().splitlines()
+              if '"loss"' in line]
+    assert sum(losses[-5:]) < 0.5 * sum(losses[:5])
+    metrics = json.loads((pair_run / "metrics.json").read_text())
+    assert metrics["test_accuracy"] >= 0.9
+    trained = xspec.load(pair_run, device="cpu")
+    kept, types = framed_pairs(trained.tokenizer, [[10, 11]], [[12]], 64, True, trained.spec.token_types)
+    assert (kept.texts, types) == ([[10, 11, 3, 12, 3]], [[0, 0, 0, 1, 1]])
+    folder = pair_run.parent
+    assert main(["eval", str(pair_run), "--text", str(folder / "test.txt"), "--text-pair", str(folder / "test.pair"),
+                 "--labels", str(folder / "test.labels")]) == 0
+    assert f"accuracy {100 * metrics['test_accuracy']:.2f}%" in capsys.readouterr().out
+    assert main(["classify", str(pair_run), "--text", "the big city", "--text-pair", "a small dog is old"]) == 0
+    assert capsys.readouterr().out == "second\n"
+    assert main(["show", str(pair_run)]) == 0
+    assert f"--labels {folder / 'test.labels'} --text-pair {folder / 'test.pair'}" in capsys.readouterr().out
+    # Types matter: the same tokens read as all of the first type score otherwise.
+    batch = torch.tensor([[10, 11, 3, 12, 3]])
+    with torch.no_grad():
+        typed = trained.model(batch, None, torch.tensor([[0, 0, 0, 1, 1]]))[:, 0]
+        assert not torch.allclose(typed, trained.model(batch, None)[:, 0])
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: (f / "valid.pair").write_text("a dog\n" * 39),
+     "valid.txt:40: no line 40 in {f}/valid.pair, which has 39"),
+    (lambda f: (f / "train.pair").write_text("a dog\n" * 301),
+     "train.pair:301: no line 301 in {f}/train.txt, which has 300"),
+    (lambda f: (f / "test.pair").write_text("a dog\n\n" + "a dog\n" * 38), "test.pair:2: an empty second text"),
+])
+def test_pair_files_out_of_line_with_their_texts_are_refused_by_file_and_line(tmp_path, capsys, change, message):
+    from xspec.cli import main
+
+    flags = pair_flags(tmp_path)
+    change(tmp_path)
+    assert main(["train", "specs/modern/bert.xspec", "--set", "num_labels=2", *flags, *SMALL,
+                 "-o", str(tmp_path / "run"), "--no-tensorboard", "--no-progress"]) == 1
+    assert message.format(f=tmp_path) in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("drop, message", [
+    ("--valid-pair", "--train-pair makes a sentence-pair classifier, each of whose splits is pairs: give --valid-pair "
+                     "too"),
+    ("--valid", "--valid-pair gives the second texts of --valid's pairs: give --valid too"),
+])
+def test_pairs_given_for_some_splits_only_are_refused(tmp_path, capsys, drop, message):
+    from xspec.cli import main
+
+    flags = pair_flags(tmp_path)
+    at = flags.index(drop)
+    flags = flags[:at] + flags[at + 2:]
+    if drop == "--valid":
+        at = flags.index("--valid-labels")
+        flags = flags[:at] + flags[at + 2:]
+    assert main(["train", "specs/modern/bert.xspec", "--set", "num_labels=2", *flags, *SMALL,
+                 "-o", str(tmp_path / "run"), "--no-tensorboard", "--no-progress"]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_classify_refuses_a_pair_file_out_of_line_with_its_texts(pair_run, tmp_path, capsys, monkeypatch):
+    """A second text past the first texts' last line, or a first text past the pair file's, by file and line:
+    of a file before any is classified; of stdin once it gets there."""
+    import io
+    import sys
+
+    from xspec.cli import main
+
+    (tmp_path / "first.txt").write_text("a dog\nthe city\n")
+    (tmp_path / "second.txt").write_text("the river\n")
+    assert main(["classify", str(pair_run), "-i", str(tmp_path / "first.txt"), "--input-pair",
+                 str(tmp_path / "second.txt")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"first.txt:2: no line 2 in {tmp_path / 'second.txt'}, which has 1" in captured.err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a dog\n")))
+    (tmp_path / "second.txt").write_text("the river\nthe tree\n")
+    assert main(["classify", str(pair_run), "--input-pair", str(tmp_path / "second.txt")]) == 1
+    assert "second.txt:2: no line 2 in <stdin>, which has 1" in capsys.readouterr().err
+    assert main(["classify", str(pair_run), "--text-pair", "the river"]) == 1
+    assert "--text-pair gives the second text of --text's pair: give --text too" in capsys.readouterr().err
+
+
+def test_a_classifier_without_token_types_reads_pairs_as_one_framed_text(tmp_path, capsys):
+    """An encoder with no token type embedding takes pairs too: framed, untyped."""
+    import xspec
+    from xspec.cli import main
+
+    text = """model tiny_classifier {
+  param vocab = 60
+  param d_model = 32
+  param labels = []
+  block encoder(src, src_mask) {
+    x = embedding(src, vocab, d_model) as embed
+    x = x + attention(x, x, x, src_mask, 2, 16, 16) as attn
+    return linear(x, 2) as classifier
+  }
+  data {
+    vocab_size = vocab
+  }
+}
+"""
+    (tmp_path / "classifier.xspec").write_text(text)
+    assert xspec.compile(str(tmp_path / "classifier.xspec")).token_types is None
+    assert main(["train", str(tmp_path / "classifier.xspec"), *pair_flags(tmp_path), *SMALL[8:], "--set",
+                 "train.epochs=2", "-o", str(tmp_path / "run"), "--no-tensorboard", "--no-progress"]) == 0
+    assert "test: accuracy" in capsys.readouterr().out
+    assert main(["classify", str(tmp_path / "run"), "--text", "the old dog", "--text-pair", "a city"]) == 0
+    assert capsys.readouterr().out.strip() in ("first", "second")
+
+
+def test_pairs_a_tokenizer_cannot_frame_or_the_model_cannot_type_are_refused(classifier_run):
+    """A sentencepiece tokenizer.model has no pair template; a template of more token types than the model's
+    embedding has rows is refused before any pair is read."""
+    from xspec.base.errors import UserError
+    from xspec.runtime.tokenizer import CheckpointTokenizer
+    from xspec.runtime.tasks.classification import framed_pairs
+    from xspec.runtime.vocab import Vocab
+
+    data = (classifier_run / "sentencepiece.model").read_bytes()
+    with pytest.raises(UserError, match="tokenizer.model: a sentencepiece tokenizer has no template for a pair of "
+                                        "texts"):
+        CheckpointTokenizer("sentencepiece", data, None, [3], "tokenizer.model").pair_template()
+    with pytest.raises(UserError, match=r"gives a pair's tokens 2 types \(0 to 1\), but the model's token type "
+                                        r"embedding has 1 \(type_vocab_size\)"):
+        framed_pairs(Vocab(data), [[10]], [[11]], 64, True, 1)

@@ -93,6 +93,22 @@ def test_an_import_gives_the_masked_lm_logits_with_its_parameters(index):
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in original.parameters()) - unused
 
 
+@pytest.mark.parametrize("index", [0, 1], ids=lambda i: f"{SIZES[i][0]}-{i}")
+def test_an_imported_bert_reads_each_positions_token_type_as_transformers_does(index):
+    """Given token types (a sentence pair's), each position adds its type's row; without them, the first
+    type's, as transformers' zeros do."""
+    model = xspec.load(imported(index), device="cpu", weights="fp32").model
+    tokens, padding = batch(SIZES[index][1]["vocab_size"])
+    types = torch.randint(0, SIZES[index][1].get("type_vocab_size", 2), tokens.shape,
+                          generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        ours = model(tokens, padding, types)
+        theirs = reference(index)(input_ids=tokens, attention_mask=(~padding).long(), token_type_ids=types).logits
+        assert_close(ours[~padding], theirs[~padding])
+        assert_close(model(tokens, padding), model(tokens, padding, torch.zeros_like(types)))
+        assert not torch.allclose(ours[~padding], model(tokens, padding)[~padding])
+
+
 @pytest.mark.parametrize("index", range(len(SIZES)), ids=lambda i: f"{SIZES[i][0]}-{i}")
 def test_an_import_exports_back_to_the_same_logits(index, tmp_path):
     from xspec.hf.export import export_hf
@@ -501,3 +517,112 @@ def test_a_mean_pooled_modernbert_classifier_classifies_as_the_pipeline(tmp_path
     assert [row[0] for row in ours] == [found["label"] for found in theirs]
     assert [max(map(float, row[1:])) for row in ours] == pytest.approx([found["score"] for found in theirs],
                                                                         abs=1e-4)
+
+
+# --- sentence pairs -------------------------------------------------------------------------------------------
+
+PAIRS = [("the house is small.", "we see a green tree under the old city"), ("a dog runs fast", "it is big"),
+         ("the river and the city", "the old dog runs under a green tree and the house is new"),
+         ("we see it", "a small house")]
+
+
+@functools.cache
+def imported_classifier(kind: str) -> Path:
+    from xspec.hf.importer import import_checkpoint
+
+    run = ROOT / f"{kind}-classifier-run"
+    import_checkpoint(classifier(kind), run, say=lambda line: None)
+    return run
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_the_tokenizer_frames_pairs_as_transformers_does_and_cuts_the_longer_text_first(kind):
+    """BERT's [CLS] a [SEP] b [SEP] (types 0, then 1) and RoBERTa's <s> a </s></s> b </s> (all 0), whole and
+    cut to a length (transformers' truncation="longest_first")."""
+    tokenizer = xspec.load(imported_classifier(kind), device="cpu").tokenizer
+    theirs = transformers.AutoTokenizer.from_pretrained(classifier(kind))
+    template = tokenizer.pair_template()
+    for first, second in PAIRS:
+        for size in (64, 12, 9, 7):
+            ids, types = template.frame(*tokenizer.encode([first, second]), size)
+            expected = theirs(first, second, truncation="longest_first", max_length=size, return_token_type_ids=True)
+            assert (ids, types) == (expected["input_ids"], expected["token_type_ids"])
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_a_sequence_classifier_scores_padded_pairs_as_transformers_does(kind):
+    """Pairs framed and typed by transformers' tokenizer, padded to one length: the same logits."""
+    model = xspec.load(imported_classifier(kind), device="cpu", weights="fp32").model
+    original = getattr(transformers, CLASSIFIER_CLASSES[kind]).from_pretrained(classifier(kind)).eval()
+    encoded = transformers.AutoTokenizer.from_pretrained(classifier(kind))(
+        [a for a, _ in PAIRS], [b for _, b in PAIRS], padding=True, return_token_type_ids=True, return_tensors="pt")
+    padding = encoded["attention_mask"] == 0
+    assert padding.any() and (kind == "roberta") == (encoded["token_type_ids"] == 0).all()
+    with torch.no_grad():
+        ours = model(encoded["input_ids"], padding, encoded["token_type_ids"])[:, 0]
+        theirs = original(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
+                          token_type_ids=encoded["token_type_ids"]).logits
+    assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_classify_gives_the_pipelines_class_and_probabilities_of_pairs(tmp_path, capsys, kind):
+    """`xspec classify --input-pair` (and --text-pair) against the text-classification pipeline given
+    {"text": a, "text_pair": b}."""
+    from xspec.cli import main
+
+    run = imported_classifier(kind)
+    (tmp_path / "first.txt").write_text("".join(a + "\n" for a, _ in PAIRS))
+    (tmp_path / "second.txt").write_text("".join(b + "\n" for _, b in PAIRS))
+    assert main(["classify", str(run), "-i", str(tmp_path / "first.txt"), "--input-pair", str(tmp_path / "second.txt"),
+                 "--scores", "--weights", "fp32"]) == 0
+    ours = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    pipeline = transformers.pipeline("text-classification", model=str(classifier(kind)), device="cpu")
+    theirs = pipeline([{"text": a, "text_pair": b} for a, b in PAIRS], top_k=None)
+    names = list(xspec.load(run, device="cpu").spec.params["labels"])   # the order of the scores
+    assert [row[0] for row in ours] == [found[0]["label"] for found in theirs]
+    for row, found in zip(ours, theirs):
+        assert [float(p) for p in row[1:]] == pytest.approx(
+            [next(f["score"] for f in found if f["label"] == name) for name in names], abs=1e-4)
+    assert main(["classify", str(run), "--text", PAIRS[1][0], "--text-pair", PAIRS[1][1]]) == 0
+    assert capsys.readouterr().out == f"{theirs[1][0]['label']}\n"
+
+
+def test_an_imported_bert_fine_tunes_on_pairs_and_scores_them(tmp_path, capsys):
+    """`train --init` of an imported BERT on pairs whose class is which of their texts names a dog: the
+    validation loss falls; eval scores pairs; a pair file a line short is refused by file and line."""
+    import random
+
+    from xspec.cli import main
+    from xspec.hf.importer import import_checkpoint
+
+    draw, others = random.Random(1), ["city", "river", "tree", "house"]
+    flags = []
+    for split, count in (("train", 160), ("valid", 30)):
+        rows = []
+        for _ in range(count):
+            texts = [["the", "dog", draw.choice(["is", "runs"])], ["a", draw.choice(others), "is", "big"]]
+            draw.shuffle(texts)
+            rows.append((" ".join(texts[0]), " ".join(texts[1]), "first" if "dog" in texts[0] else "second"))
+        for suffix, column in (("txt", 0), ("pair", 1), ("labels", 2)):
+            (tmp_path / f"{split}.{suffix}").write_text("".join(row[column] + "\n" for row in rows))
+        flags += [f"--{split}", str(tmp_path / f"{split}.txt"), f"--{split}-pair", str(tmp_path / f"{split}.pair"),
+                  f"--{split}-labels", str(tmp_path / f"{split}.labels")]
+    import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init", str(tmp_path / "run"), "--set", "num_labels=2", *flags, "-o", str(tuned),
+                 "--no-tensorboard", "--no-progress", "--set", "train.epochs=4", "--set", "train.lr=0.001",
+                 "--set", "train.batch_tokens=16", "--set", "train.validate_every_steps=8"]) == 0
+    valid = [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
+             if "valid_loss" in line]
+    assert len(valid) >= 3 and valid[-1] < 0.6 * valid[0]
+    assert json.loads((tuned / "metrics.json").read_text())["validation_accuracy"] >= 0.9
+    capsys.readouterr()
+    assert main(["eval", str(tuned), "--text", str(tmp_path / "valid.txt"), "--text-pair", str(tmp_path / "valid.pair"),
+                 "--labels", str(tmp_path / "valid.labels")]) == 0
+    assert "(30 pairs)" in capsys.readouterr().out
+    (tmp_path / "short.pair").write_text("".join((tmp_path / "valid.pair").read_text().splitlines(True)[:-1]))
+    assert main(["eval", str(tuned), "--text", str(tmp_path / "valid.txt"), "--text-pair", str(tmp_path / "short.pair"),
+                 "--labels", str(tmp_path / "valid.labels")]) == 1
+    assert f"{tmp_path / 'valid.txt'}:30: no line 30 in {tmp_path / 'short.pair'}, which has 29" in \
+        capsys.readouterr().err

@@ -120,6 +120,10 @@ RUN = {
      "-o runs/bert-classes"):
         Run("the classifier's own tensors start fresh", needs=("transformers",)),
     "xspec classify runs/bert-classes < notes.txt": Run(needs=("transformers",)),
+    ("xspec train --init runs/bert --set num_labels=3 --train notes.txt --train-pair notes.pair --train-labels "
+     "nli.labels -o runs/nli"):
+        Run("train (notes.txt, nli.labels, notes.pair): 60 texts", needs=("transformers",)),
+    "xspec classify runs/nli -i notes.txt --input-pair notes.pair": Run(needs=("transformers",)),
     "xspec train specs/modern/bert.xspec --train train.txt --valid valid.txt --test test.txt -o runs/mlm":
         Run("masked-token loss"),
     "xspec eval runs/mlm --text test.txt": Run("masked-token loss"),
@@ -246,6 +250,8 @@ def make_workspace(directory: Path) -> None:
     (directory / "notes.txt").write_text(_lines(WORDS, 60, 3))      # the small BERT's words
     (directory / "notes-valid.txt").write_text(_lines(WORDS, 10, 4))
     (directory / "notes.labels").write_text("yes\nno\n" * 30)      # a class of each of notes.txt's lines
+    (directory / "notes.pair").write_text(_lines(WORDS, 60, 5))     # the second text of each line's pair
+    (directory / "nli.labels").write_text("entailment\nneutral\ncontradiction\n" * 20)   # a class of each pair
     (directory / "corpus").mkdir()
     words = _words(1500, 3)        # more pieces than lm.xspec's 1000-row embedding: the README pair's case
     for k in range(2):

@@ -138,9 +138,15 @@ def _commands(run_dir: Path, spec, record: RunRecord, kind: str, best: list[Path
         commands["fill"] = f"xspec fill {run} --text 'A TEXT WITH ITS MASK TOKEN'"
         commands["evaluate"] = f"xspec eval {run} --text {text}"
     elif kind == "classifier":
-        commands["classify"] = f"xspec classify {run} < texts.txt"
+        train = record.data.train
+        pairs = isinstance(train, Split) and train.pair is not None     # a sentence-pair classifier's run
+        commands["classify"] = f"xspec classify {run} < texts.txt" if not pairs else \
+            f"xspec classify {run} -i texts.txt --input-pair pairs.txt"
         labels = shlex.quote(str(test.tgt)) if test is not None and test.tgt is not None else "TEST.labels"
         commands["evaluate"] = f"xspec eval {run} --text {text} --labels {labels}"
+        if pairs:
+            pair = shlex.quote(str(test.pair)) if test is not None and test.pair is not None else "TEST.pair"
+            commands["evaluate"] += f" --text-pair {pair}"
     else:
         commands["translate"] = f"xspec translate {run} < input.txt > output.txt"
         if test is not None and test.tgt is not None:

@@ -1,7 +1,13 @@
 """Sentence classification: a text file and a label file of as many lines (`--train F --train-labels L`), one
 text and its class a line; an encoder alone whose head scores `num_labels` classes at each position, read at
 the first ([CLS]'s, as BERT's pooler reads it). The classes are the training labels, sorted, which the run's
-spec keeps (`labels`); at the end, accuracy and macro F1 on the test split."""
+spec keeps (`labels`); at the end, accuracy and macro F1 on the test split.
+
+Sentence pairs (MNLI's premise and hypothesis, QQP's two questions) add a third file of as many lines, each the
+second text of the pair whose first is the text file's line of the same number (`--train-pair P`). A pair is
+framed as the tokenizer's pair template frames two texts (BERT's [CLS] a [SEP] b [SEP]; xspec's own
+vocabulary's a EOS b EOS), and a model whose encoder reads token types is given each position's (the first
+text's 0, the second's 1, as the template types them)."""
 
 from __future__ import annotations
 
@@ -13,8 +19,8 @@ import torch
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable, shown
-from ..batching import NO_LABEL, Batch, micro_batches, pad_with_mask
-from ..corpus import framed, read_lines
+from ..batching import NO_LABEL, Batch, micro_batches, pad, pad_with_mask
+from ..corpus import Framed, framed, read_lines
 from ..data_order import WholeCorpusWindows
 from ..distributed import Context
 from ..documents import lines_named, Documents
@@ -26,16 +32,20 @@ from . import Corpus, Outcome, SplitReader, max_sequence_tokens
 
 @dataclass
 class LabelledText:
-    """A split's texts and their labels, as read (each text stripped, each label stripped)."""
+    """A split's texts and their labels, as read (each text stripped, each label stripped); for sentence
+    pairs, the second text of each (`pairs`, read from `pairs_path`)."""
 
     texts: list[str]
     labels: list[str]
     path: Path
     labels_path: Path
+    pairs: Optional[list[str]] = None
+    pairs_path: Optional[Path] = None
 
 
 def read_labelled(split: Split, name: str) -> LabelledText:
-    """The split's text file and its label file, line for line; an empty text or label is named by its line."""
+    """The split's text file and its label file (and its pair file), line for line; an empty text or label is
+    named by its line."""
     if split.tgt is None:
         raise UserError(f"{split.src}: a classifier trains on a text file and a label file per split (--{name} FILE "
                         f"--{name}-labels FILE)")
@@ -43,23 +53,47 @@ def read_labelled(split: Split, name: str) -> LabelledText:
     if len(texts) != len(labels):
         raise UserError(f"{shown(split.src)} has {len(texts)} lines but {shown(split.tgt)} has {len(labels)}: one "
                         "label a text")
-    for path, lines, what in ((split.src, texts, "text"), (split.tgt, labels, "label")):
+    files = [(split.src, texts, "text"), (split.tgt, labels, "label")]
+    pairs = None
+    if split.pair is not None:
+        pairs = read_pairs(split.pair, texts, split.src)
+        files.append((split.pair, pairs, "second text"))
+    for path, lines, what in files:
         empty = next((i for i, line in enumerate(lines) if not line.strip()), None)
         if empty is not None:
             raise UserError(f"{shown(path)}:{empty + 1}: an empty {what}")
-    return LabelledText([t.strip() for t in texts], [label.strip() for label in labels], split.src, split.tgt)
+    return LabelledText([t.strip() for t in texts], [label.strip() for label in labels], split.src, split.tgt,
+                        [t.strip() for t in pairs] if pairs is not None else None, split.pair)
+
+
+def read_pairs(path: Path, texts: list[str], texts_path: Path | str) -> list[str]:
+    """The second texts of `texts`' pairs, line for line: a line of one without its line in the other is named."""
+    pairs = read_lines(path)
+    if len(pairs) > len(texts):
+        raise misaligned(path, texts_path, len(texts))
+    if len(pairs) < len(texts):
+        raise misaligned(texts_path, path, len(pairs))
+    return pairs
+
+
+def misaligned(longer: Path | str, shorter: Path | str, lines: int) -> UserError:
+    """The refusal of a pair's text whose other text is missing: `longer`'s line after the `lines` of `shorter`."""
+    return UserError(f"{shown(longer)}:{lines + 1}: no line {lines + 1} in {shown(shorter)}, which has {lines}: a "
+                     "pair's two texts are the lines of the same number")
 
 
 @dataclass
 class ClassifiedText(WholeCorpusWindows):
-    """Texts framed by the tokenizer, each with its class: a batch's inputs (texts, padding), its labels the
-    class at each text's first position (NO_LABEL elsewhere). Batching reads a text's length as a source's
-    and its one prediction as a target of one token."""
+    """Texts framed by the tokenizer, each with its class: a batch's inputs (texts, padding, and each
+    position's token type where the model reads them), its labels the class at each text's first position
+    (NO_LABEL elsewhere). Batching reads a text's length as a source's and its one prediction as a target of
+    one token."""
 
     sequences: list[list[int]]
     classes: list[int]
     too_long: int = 0
     truncated: bool = False
+    types: Optional[list[list[int]]] = None
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -76,7 +110,8 @@ class ClassifiedText(WholeCorpusWindows):
         tokens, padding = pad_with_mask([self.sequences[i] for i in indices])
         labels = torch.full(tokens.shape, NO_LABEL, dtype=torch.long)
         labels[:, 0] = torch.tensor([self.classes[i] for i in indices])
-        return Batch((tokens, padding), labels, len(indices))
+        types = (pad([self.types[i] for i in indices]),) if self.types is not None else ()
+        return Batch((tokens, padding, *types), labels, len(indices))
 
     def summary(self, name: str) -> str:
         counts = [self.classes.count(c) for c in sorted(set(self.classes))]
@@ -122,12 +157,41 @@ def predictions(model: torch.nn.Module, text: ClassifiedText, device: torch.devi
     return [max(range(len(p)), key=p.__getitem__) for p in probabilities(model, text, device, batch_tokens)]
 
 
-def class_probabilities(trained, texts: list[str]) -> list[list[float]]:
-    """Each text's probability of each class (a classifier loaded by xspec.load), its texts framed as the
-    tokenizer frames one and cut to the model's positions (keeping the framing's end)."""
+def class_probabilities(trained, texts: list[str], pairs: Optional[list[str]] = None) -> list[list[float]]:
+    """Each text's (or, with `pairs`, each pair's) probability of each class (a classifier loaded by
+    xspec.load), framed as the tokenizer frames a text (or a pair) and cut to the model's positions (keeping
+    the framing's end; a pair's longer text first)."""
     tokenizer = trained.tokenizer
-    kept = framed(tokenizer.encode_sources(texts), trained.max_tokens, True, len(tokenizer.framing()[1]), frozenset())
-    return probabilities(trained.model, ClassifiedText(kept.texts, [0] * len(kept.texts)), trained.device)
+    if pairs is None:
+        kept = framed(tokenizer.encode_sources(texts), trained.max_tokens, True, len(tokenizer.framing()[1]),
+                      frozenset())
+        return probabilities(trained.model, ClassifiedText(kept.texts, [0] * len(kept.texts)), trained.device)
+    kept, types = framed_pairs(tokenizer, tokenizer.encode(texts), tokenizer.encode(pairs), trained.max_tokens, True,
+                               trained.spec.token_types)
+    return probabilities(trained.model, ClassifiedText(kept.texts, [0] * len(kept.texts), types=types),
+                         trained.device)
+
+
+def framed_pairs(vocab: Tokenizer, firsts: list[list[int]], seconds: list[list[int]], size: int, truncate: bool,
+                 token_types: Optional[int]) -> tuple[Framed, Optional[list[list[int]]]]:
+    """The encoded pairs framed as the tokenizer's pair template frames two texts, in at most `size` positions
+    (a longer pair cut, its longer text first, where `truncate`; else left out), with each position's token
+    type where the model reads them (`token_types`: how many it has; None: it reads none)."""
+    template = vocab.pair_template()
+    if token_types is not None and template.types > token_types:
+        raise UserError(f"the tokenizer gives a pair's tokens {template.types} types (0 to {template.types - 1}), "
+                        f"but the model's token type embedding has {token_types} (type_vocab_size)")
+    out, types = Framed([], []), []
+    for index, (first, second) in enumerate(zip(firsts, seconds)):
+        if len(first) + len(second) + template.specials > size:
+            out.too_long += 1
+            if not truncate:
+                continue
+        ids, kinds = template.frame(first, second, size)
+        out.texts.append(ids)
+        out.indices.append(index)
+        types.append(kinds)
+    return out, types if token_types is not None else None
 
 
 class Classification(SplitReader):
@@ -177,22 +241,33 @@ class Classification(SplitReader):
         return {"labels": self.names}
 
     def vocab_text(self) -> Iterable[str]:
-        return self.texts["train"].texts
+        train = self.texts["train"]
+        return train.texts + (train.pairs or [])
 
     def prepared_vocab(self) -> Optional[tuple[Path, bytes]]:
         return None
 
     def classified(self, split: LabelledText, vocab: Tokenizer, truncate: bool) -> ClassifiedText:
-        with lines_named(Documents(split.texts, split.path)):
-            encoded = vocab.encode_sources(split.texts)
-        kept = framed(encoded, max_sequence_tokens(self.spec), truncate, len(vocab.framing()[1]), frozenset())
+        size, types = max_sequence_tokens(self.spec), None
+        if split.pairs is None:
+            with lines_named(Documents(split.texts, split.path)):
+                encoded = vocab.encode_sources(split.texts)
+            kept = framed(encoded, size, truncate, len(vocab.framing()[1]), frozenset())
+        else:
+            assert split.pairs_path is not None
+            with lines_named(Documents(split.texts, split.path)):
+                firsts = vocab.encode(split.texts)
+            with lines_named(Documents(split.pairs, split.pairs_path)):
+                seconds = vocab.encode(split.pairs)
+            kept, types = framed_pairs(vocab, firsts, seconds, size, truncate, self.spec.token_types)
         classes = [self.names.index(split.labels[i]) for i in kept.indices]
-        return ClassifiedText(kept.texts, classes, kept.too_long, truncate)
+        return ClassifiedText(kept.texts, classes, kept.too_long, truncate, types)
 
     def encode(self, vocab: Tokenizer, truncate: bool, vocab_path: str = "") -> Corpus:
         train = self.classified(self.texts["train"], vocab, truncate)
         if not len(train):
-            raise UserError(f"{self.texts['train'].path}: every text is longer than the model's "
+            what = "pair" if self.texts["train"].pairs is not None else "text"
+            raise UserError(f"{self.texts['train'].path}: every {what} is longer than the model's "
                             f"{max_sequence_tokens(self.spec)} positions; raise data.max_tokens or pass --truncate")
         valid = self.classified(self.texts["valid"], vocab, truncate=True) if "valid" in self.texts else None
         return Corpus(train, valid)

@@ -25,7 +25,8 @@ A masked language model (BERT's): --text FILE, one text a line, each masked as i
 masked tokens' loss and accuracy (the share predicted right).
 
 A classifier (an encoder alone scoring num_labels classes): --text FILE --labels FILE, a text and its class
-a line; prints the accuracy and the macro F1 (the mean over classes of F1).
+a line; prints the accuracy and the macro F1 (the mean over classes of F1). A sentence-pair classifier's
+pairs add --text-pair FILE, the second text of each, the line of the same number as its first.
 
 A language model: --text FILE, one document a line (empty lines skipped); prints the perplexity, the
 cross entropy in bits per token and in bits per byte (of the UTF-8 text, a newline per line: comparable
@@ -50,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_target_language_argument(parser)
     parser.add_argument("--text", metavar="FILE", help="text to score, one document a line (language model)")
     parser.add_argument("--labels", metavar="FILE", help="a classifier's: the class of each line of --text")
+    parser.add_argument("--text-pair", metavar="FILE",
+                        help="a sentence-pair classifier's: the second text of each pair, aligned with --text")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the translations here")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="a progress bar while translating, when stderr is a terminal (default: on)")
@@ -70,9 +73,12 @@ def run(args: argparse.Namespace) -> int:
     if trained.classes is not None:
         if args.text is None or args.labels is None or len(args.models) > 1:
             raise UserError(f"{name}: a classifier: score one with --text FILE --labels FILE (accuracy, macro F1)")
-        return _classified(trained, Path(args.text), Path(args.labels), args.batch_tokens)
-    if args.labels is not None:
-        raise UserError(f"--labels gives a classifier's classes; {name} is no classifier")
+        pair = Path(args.text_pair) if args.text_pair is not None else None
+        return _classified(trained, Path(args.text), Path(args.labels), pair, args.batch_tokens)
+    for flag, given in (("--labels", args.labels), ("--text-pair", args.text_pair)):
+        if given is not None:
+            raise UserError(f"{flag} gives a classifier's {'classes' if flag == '--labels' else 'pairs'}; {name} is "
+                            "no classifier")
     if trained.is_masked_lm:
         if args.text is None or len(args.models) > 1:
             raise UserError(f"{name}: a masked language model: score one with --text FILE (masked tokens' loss "
@@ -102,13 +108,14 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     return 0
 
 
-def _classified(trained, texts: Path, labels: Path, batch_tokens: int) -> int:
-    """A classifier's accuracy and macro F1 on the texts and their labels (the run's own label names)."""
+def _classified(trained, texts: Path, labels: Path, pair: Path | None, batch_tokens: int) -> int:
+    """A classifier's accuracy and macro F1 on the texts (or the pairs, with `pair`'s second texts) and their
+    labels (the run's own label names)."""
     from xspec.runtime.run_dir import Split
     from xspec.runtime.tasks.classification import Classification, class_scores, predictions, read_labelled
 
     task = Classification(trained.spec)
-    split = read_labelled(Split(texts, labels), "test")
+    split = read_labelled(Split(texts, labels, pair), "test")
     unknown = next((i for i, label in enumerate(split.labels) if label not in task.names), None)
     if unknown is not None:
         raise UserError(f"{shown(labels)}:{unknown + 1}: \"{printable(split.labels[unknown])}\" is none of the model's "
@@ -116,7 +123,7 @@ def _classified(trained, texts: Path, labels: Path, batch_tokens: int) -> int:
     text = task.classified(split, trained.tokenizer, truncate=True)
     scores = class_scores(predictions(trained.model, text, trained.device, batch_tokens), text.classes)
     print(f"{shown(texts)}: accuracy {100 * scores.accuracy:.2f}%, macro F1 {scores.macro_f1:.4f} "
-          f"({scores.texts:,} texts)")
+          f"({scores.texts:,} {'texts' if pair is None else 'pairs'})")
     return 0
 
 

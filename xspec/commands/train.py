@@ -39,7 +39,10 @@ fine-tuning recipe in place of the from-scratch one (`xspec keys` lists it): Ada
 smoothing, the gradient norm clipped at 1, one pass over the data (train.epochs). --set overrides any.
 A multilingual checkpoint whose tokenizer frames each text with a language code (NLLB's) takes the
 targets' with --tgt-lang CODE; an encoder alone trains as a masked language model on --train FILE, or,
-with --set num_labels=N, as a classifier on --train FILE --train-labels FILE.
+with --set num_labels=N, as a classifier on --train FILE --train-labels FILE. A classifier of sentence
+pairs (MNLI's, QQP's) also takes --train-pair FILE (and --valid-pair, --test-pair): the second text of each
+pair, the line of the same number as its first in --train; a pair is framed as the tokenizer frames two
+texts (BERT's [CLS] a [SEP] b [SEP], with token types 0, then 1).
 
 --resume RUN continues RUN from its last checkpoint with the data and --truncate it was started
 with (recorded in RUN/run.json); data files or --truncate given with it must be the same. Section
@@ -75,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for split in ("train", "valid", "test"):
         parser.add_argument(f"--{split}-labels", metavar="FILE",
                             help=f"classifier: the class of each line of --{split}, one a line")
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}-pair", metavar="FILE",
+                            help=f"sentence-pair classifier: the second text of each pair, aligned with --{split} "
+                                 "(its first)")
     parser.add_argument("--tgt-lang", metavar="CODE",
                         help="with --init: the targets' language, by a multilingual checkpoint's code (NLLB's "
                              "fra_Latn), which starts each training target and each translation")
@@ -166,23 +173,35 @@ def _prepared_splits(args: argparse.Namespace, texts: dict[str, str | None]) -> 
 
 
 def _with_labels(args: argparse.Namespace, spec, files):
-    """A classifier's splits: each text file with its --SPLIT-labels file; the flags refused for other models."""
+    """A classifier's splits: each text file with its --SPLIT-labels file (and, for sentence pairs, its
+    --SPLIT-pair file, given for every split or none); the flags refused for other models."""
     from xspec.runtime.run_dir import DataFiles, Split
 
-    labels = {name: getattr(args, f"{name}_labels") for name in ("train", "valid", "test")}
+    names = ("train", "valid", "test")
+    labels = {name: getattr(args, f"{name}_labels") for name in names}
+    pairs = {name: getattr(args, f"{name}_pair") for name in names}
     if spec.classes is None:
-        given = next((name for name, path in labels.items() if path is not None), None)
-        if given is not None:
-            raise UserError(f"--{given}-labels gives a classifier's classes; {spec.name} is no classifier (an encoder "
-                            "alone whose head scores num_labels classes: --set num_labels=N)")
+        flag = next((f"--{name}-{kind}" for name in names for kind, paths in (("labels", labels), ("pair", pairs))
+                     if paths[name] is not None), None)
+        if flag is not None:
+            what = "a classifier's classes" if flag.endswith("labels") else "a sentence-pair classifier's texts"
+            raise UserError(f"{flag} gives {what}; {spec.name} is no classifier (an encoder alone whose head scores "
+                            "num_labels classes: --set num_labels=N)")
         return files
-    paired = {}
+    paired, given = {}, [name for name in names if pairs[name] is not None]
     for name, split in files.splits().items():
         path = labels[name]
         if (split is None) != (path is None):
             flag = f"--{name}-labels" if path is None else f"--{name}"
             raise UserError(f"a classifier's {name} split is a text file and its labels: give {flag} too")
-        paired[name] = None if split is None else Split(split.src, _absolute(Path.cwd(), path, f"--{name}-labels"))
+        if split is None and pairs[name] is not None:
+            raise UserError(f"--{name}-pair gives the second texts of --{name}'s pairs: give --{name} too")
+        if split is not None and pairs[name] is None and given:
+            raise UserError(f"--{given[0]}-pair makes a sentence-pair classifier, each of whose splits is pairs: "
+                            f"give --{name}-pair too")
+        second = _absolute(Path.cwd(), pairs[name], f"--{name}-pair") if pairs[name] is not None else None
+        paired[name] = None if split is None else Split(split.src, _absolute(Path.cwd(), path, f"--{name}-labels"),
+                                                        second)
     return DataFiles(**paired)
 
 

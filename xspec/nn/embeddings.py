@@ -163,8 +163,10 @@ class RelativePositionBias(nn.Module):
 
 
 class TokenTypeEmbedding(nn.Module):
-    """BERT's token type (segment) embeddings, of which xspec's encoder reads one text: every token
-    is of the first type, whose row is added to each position ([d], broadcast)."""
+    """BERT's token type (segment) embeddings: given the token types [B, T] (a sentence
+    pair's first text 0, its second 1), each position's type's row [B, T, d]; without
+    them every token is of the first type, whose row is added to each position ([d],
+    broadcast)."""
 
     def __init__(self, dim, types=2):
         super().__init__()
@@ -174,5 +176,7 @@ class TokenTypeEmbedding(nn.Module):
     def reset_parameters(self):
         nn.init.normal_(self.weight, std=self.weight.size(1) ** -0.5)
 
-    def forward(self, x):
-        return self.weight[0].to(x.dtype)  # [d]
+    def forward(self, x, token_types=None):
+        if token_types is None:
+            return self.weight[0].to(x.dtype)  # [d]
+        return self.weight[token_types].to(x.dtype)  # [B, T, d]
