@@ -336,3 +336,35 @@ def test_fused_projections_compute_what_three_matrices_do_in_one_product(gate):
     for part, bound in zip(fused.qkv_proj.weight.split(fused.sizes), bounds):
         assert bound * 0.9 < part.abs().max() <= bound
     assert not fused.qkv_proj.bias.any()
+
+
+@pytest.mark.parametrize("kind", ["self", "cross", "bias"])
+def test_a_decoding_step_of_many_rows_written_out_equals_sdpa(kind, monkeypatch):
+    """A step of one query a row over enough rows (beam search's) computes the weights as two products and a
+    softmax: the same outputs as SDPA's, with a padding mask, a bias (T5's), and a growing cache."""
+    torch.manual_seed(0)
+    attention = Attention(32, 4, 4, 8, 8, bias=True, out_bias=True, causal=kind != "cross",
+                          cross=kind == "cross").eval()
+    rows = Attention.ONE_QUERY_ROWS // 4 + 3
+    memory, padding = torch.randn(rows, 7, 32), torch.zeros(rows, 7, dtype=torch.bool)
+    padding[::3, 5:] = True
+    steps = torch.randn(rows, 3, 32)
+
+    def decoded() -> torch.Tensor:
+        cache, outputs = DecoderCache(), []
+        for t in range(steps.size(1)):
+            x = steps[:, t:t + 1]
+            if kind == "cross":
+                outputs.append(attention(x, memory, memory, padding, cache=cache))
+            else:
+                bias = torch.randn(1, 4, 1, t + 1, generator=torch.Generator().manual_seed(t)) if kind == "bias" \
+                    else None
+                outputs.append(attention(x, x, x, cache=cache, position_bias=bias))
+                cache.length += 1
+        return torch.cat(outputs, dim=1)
+
+    with torch.no_grad():
+        assert attention.one_query_step(torch.zeros(rows, 4, 1, 8), is_causal=False)
+        written_out = decoded()
+        monkeypatch.setattr(Attention, "ONE_QUERY_ROWS", 10 ** 9)      # SDPA for every step
+        assert_close(written_out, decoded())

@@ -133,7 +133,8 @@ class Attention(nn.Module):
             return self.cached(*self.projected(key, value, start), cache)
         kept = cache.memory.get(self) if cache is not None else None
         if kept is None or kept[0] is not key or kept[1] is not value:
-            kept = (key, value, *self.projected(key, value, start))
+            # laid out head by head once: every step's product reads them whole
+            kept = (key, value, *(t.contiguous() for t in self.projected(key, value, start)))
             if cache is not None:
                 cache.memory[self] = kept
         return kept[2], kept[3]
@@ -161,12 +162,30 @@ class Attention(nn.Module):
     def gated(self, out, gate):  # the heads' outputs [B, Tq, h*d_v] as W^O reads them
         return out if gate is None else out * torch.sigmoid(gate)
 
+    # A decoding step of this many rows (batch x heads) or more, one query each, is computed as
+    # two products and a softmax on the CPU: 1.4-1.7x SDPA's time at 1,024 rows (beam search),
+    # while SDPA is faster below 256 (bench/decode.py; docs/runtime.md).
+    ONE_QUERY_ROWS = 256
+
     def attend(self, q, k, v, mask, is_causal):
         if self.inner_attention is not None:
             return self.inner_attention(q, k, v, mask, self.sinks)
+        if self.one_query_step(q, is_causal):
+            scores = q @ k.transpose(-1, -2) * q.size(-1) ** -0.5  # [B, h, 1, Tk]
+            if mask is not None:
+                scores = scores + mask if mask.is_floating_point() else \
+                    scores.masked_fill(~mask, float("-inf"))
+            return scores.softmax(dim=-1) @ v
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                               dropout_p=self.dropout if self.training else 0.0,
                                               enable_gqa=self.kv_heads != self.heads)
+
+    def one_query_step(self, q, is_causal):
+        """Whether to compute the weights written out: one query a row, many rows, on the CPU, in
+        inference, keys and values a head each (torch.compile fuses SDPA's own)."""
+        return q.size(2) == 1 and not is_causal and not self.training and q.device.type == "cpu" \
+            and self.kv_heads == self.heads and q.size(0) * q.size(1) >= self.ONE_QUERY_ROWS \
+            and not torch.compiler.is_compiling()
 
     def mask(self, q, k, padding_mask, cache, position_bias=None):
         """The mask the weights take (True: attend; or an additive bias: ALiBi's, or the
