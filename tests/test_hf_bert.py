@@ -203,10 +203,18 @@ def with_tokenizer(kind: str = "bert") -> Path:
     tokenizer.save_pretrained(folder)
     torch.manual_seed(3)
     model = getattr(transformers, CLASSES[kind][1])(config)
+    return saved_moved(model, folder)
+
+
+def saved_moved(model, folder: Path, tokenizer: Path | None = None) -> Path:
+    """`model` saved into `folder` with every weight moved (transformers' initialization gives near-zero
+    logits), and the tokenizer of the checkpoint `tokenizer` beside it."""
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.3)
     model.eval().save_pretrained(folder)
+    if tokenizer is not None:
+        transformers.AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
     return folder
 
 
@@ -380,12 +388,7 @@ def classifier(kind: str) -> Path:
     model = model_class(config_class(**{k: v for k, v in config.items() if k not in ("architectures",
                                                                                           "transformers_version")},
                                      **labels))
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.3)
-    model.eval().save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(masked).save_pretrained(folder)
-    return folder
+    return saved_moved(model, folder, masked)
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
@@ -465,12 +468,7 @@ def mean_pooled_classifier() -> Path:
         id2label={0: "negative", 1: "neutral", 2: "positive"})
     torch.manual_seed(8)
     model = transformers.ModernBertForSequenceClassification(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.3)
-    model.eval().save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
-    return folder
+    return saved_moved(model, folder, tokenizer)
 
 
 def test_a_mean_pooled_modernbert_classifier_imports_with_its_scores_and_exports_back(tmp_path):
