@@ -302,6 +302,59 @@ def test_a_vocab_txt_or_its_settings_that_do_not_hold_are_refused_by_file_and_ke
         import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
 
 
+def merges_only(tmp_path: Path, settings: dict) -> Path:
+    """The RoBERTa masked LM as older checkpoints ship it: vocab.json, merges.txt and tokenizer_config.json."""
+    directory = tmp_path / "merges-only"
+    shutil.copytree(with_tokenizer("roberta"), directory)
+    (directory / "tokenizer.json").unlink()
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(ROOT / name, directory / name)
+    (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+    return directory
+
+
+@pytest.mark.parametrize("settings", [{"tokenizer_class": "RobertaTokenizer"}, {},
+                                      {"tokenizer_class": "BartTokenizer", "add_prefix_space": True}])
+def test_vocab_json_and_merges_txt_alone_are_read_as_transformers_reads_them(tmp_path, settings):
+    """Without tokenizer.json, RoBERTa's (and BART's) vocab.json and merges.txt give RobertaTokenizer's ids,
+    pairs and texts, and a fill the pipeline's; config.json's model_type names the class where the settings do
+    not."""
+    from xspec.hf.importer import import_checkpoint
+    from xspec.runtime.fill import fill_masks
+
+    directory = merges_only(tmp_path, settings)
+    imported = import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    lines = [*TEXTS["roberta"], "The Green CITY, runs.", "naïve café 中文 ①", "  spaces\tand tabs ", ""]
+    ids = theirs(lines)["input_ids"]
+    assert imported.tokenizer.encode_sources(lines) == ids
+    assert [imported.tokenizer.decode(i) for i in ids] == theirs.batch_decode(ids, skip_special_tokens=True)
+    first, second = imported.tokenizer.encode(["a small dog"])[0], imported.tokenizer.encode(["the city"])[0]
+    assert imported.tokenizer.pair_template().frame(first, second, 64)[0] == \
+        theirs("a small dog", "the city")["input_ids"]
+    pipeline = transformers.pipeline("fill-mask", model=str(directory), device="cpu")
+    ours = fill_masks(xspec.load(tmp_path / "run", device="cpu", weights="fp32"), TEXTS["roberta"][:1], top_k=3)[0][0]
+    assert [(c.token, c.sequence) for c in ours] == [(c["token"], c["sequence"])
+                                                     for c in pipeline(TEXTS["roberta"][0], top_k=3)]
+
+
+@pytest.mark.parametrize("settings, damage, message", [
+    ({"tokenizer_class": "GPT2Tokenizer"}, None, 'merges.txt: byte-level BPE files of a "GPT2Tokenizer" tokenizer '
+                                                 "are not read (supported: RobertaTokenizer, BartTokenizer's"),
+    ({}, ("merges.txt", "#version: 0.2\na b c\n"), "merges.txt:2: not a merge (two tokens and a space between)"),
+    ({}, ("vocab.json", "[1, 2]"), "vocab.json: not a JSON object of tokens and their ids"),
+    ({"mask_token": 5}, None, "tokenizer_config.json: mask_token 5 is not a token"),
+])
+def test_byte_level_bpe_files_that_do_not_hold_are_refused_by_file_and_line(tmp_path, settings, damage, message):
+    from xspec.hf.importer import import_checkpoint
+
+    directory = merges_only(tmp_path, settings)
+    if damage is not None:
+        (directory / damage[0]).write_text(damage[1])
+    with pytest.raises(UserError, match=re.escape(message)):
+        import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+
+
 def test_the_fill_command_writes_candidates_and_names_a_line_without_a_mask(tmp_path, capsys):
     from xspec.cli import main
     from xspec.hf.importer import import_checkpoint

@@ -1,12 +1,13 @@
 """Tokenizers that checkpoints ship in their original form, before the `tokenizers` library: BERT's WordPiece
-vocabulary (vocab.txt) and T5's sentencepiece unigram model (spiece.model, mT5's and umT5's too). Each is made
-into the tokenizer.json transformers makes of it when it loads one (its BertTokenizer and T5Tokenizer), so an
-import keeps, probes, uses and exports a tokenizer.json like any other.
+vocabulary (vocab.txt), RoBERTa's and BART's byte-level BPE (vocab.json and merges.txt) and T5's sentencepiece
+unigram model (spiece.model, mT5's and umT5's too). Each is made into the tokenizer.json transformers makes of
+it when it loads one (its BertTokenizer, RobertaTokenizer and T5Tokenizer), so an import keeps, probes, uses and
+exports a tokenizer.json like any other.
 
-The files are data: vocab.txt is lines of text, spiece.model a protobuf message read by sentencepiece's own
-schema. tokenizer_config.json's settings (lower-casing, accents, the special tokens, T5's sentinel count) are
-checked by key, and its `added_tokens_decoder`, where it has one, must give each token the id the vocabulary
-does."""
+The files are data: vocab.txt and merges.txt are lines of text, vocab.json strict JSON, spiece.model a protobuf
+message read by sentencepiece's own schema. tokenizer_config.json's settings (lower-casing, accents, the special
+tokens, T5's sentinel count) are checked by key, and its `added_tokens_decoder`, where it has one, must give each
+token the id the vocabulary does."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005
 BERT_SPECIALS = (("unk_token", "[UNK]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"), ("cls_token", "[CLS]"),
                  ("mask_token", "[MASK]"))
 T5_SPECIALS = (("eos_token", "</s>"), ("unk_token", "<unk>"), ("pad_token", "<pad>"))
+ROBERTA_SPECIALS = (("bos_token", "<s>"), ("eos_token", "</s>"), ("sep_token", "</s>"), ("cls_token", "<s>"),
+                    ("unk_token", "<unk>"), ("pad_token", "<pad>"), ("mask_token", "<mask>"))
+# The classes whose vocab.json and merges.txt are RoBERTa's byte-level BPE (BART's is RoBERTa's), and the
+# model types whose checkpoints use them where tokenizer_config.json names no class.
+ROBERTA_CLASSES = ("RobertaTokenizer", "RobertaTokenizerFast", "BartTokenizer", "BartTokenizerFast")
+ROBERTA_MODELS = ("roberta", "bart")
 # sentencepiece's piece types (sentencepiece_model.proto): UNKNOWN, CONTROL and USER_DEFINED.
 UNKNOWN, CONTROL, USER_DEFINED = 2, 3, 4
 UNIGRAM = 1                     # TrainerSpec.model_type
@@ -34,9 +41,11 @@ class Settings:
     """tokenizer_config.json's values (special_tokens_map.json's special tokens where it lacks them), read by key
     with the file named in every refusal."""
 
-    def __init__(self, config: dict, config_file: str, special_map: dict, special_map_file: str) -> None:
+    def __init__(self, config: dict, config_file: str, special_map: dict, special_map_file: str,
+                 model_type: object = None) -> None:
         self.config, self.file = config, config_file
         self.special_map, self.special_map_file = special_map, special_map_file
+        self.model_type = model_type        # config.json's, which names the tokenizer where the settings do not
 
     def flag(self, key: str, default: bool | None, none_allowed: bool = False) -> bool | None:
         value = self.config.get(key, default)
@@ -144,6 +153,61 @@ def wordpiece(folder: InputDirectory, name: str, settings: Settings) -> str:
     return tokenizer.to_str()
 
 
+def byte_level_bpe(folder: InputDirectory, name: str, settings: Settings) -> str:
+    """RobertaTokenizer's (BART's too): vocab.json's tokens and ids, merges.txt's merges in their order (a line
+    starting "#version" skipped), GPT-2's byte-level pre-tokenizer and decoder, and <s> text </s> (a pair:
+    <s> a </s></s> b </s>)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+    from tokenizers.models import BPE
+
+    named = settings.config.get("tokenizer_class")
+    if named not in ROBERTA_CLASSES and not (named is None and settings.model_type in ROBERTA_MODELS):
+        raise UserError(f"{shown(folder.file(name))}: byte-level BPE files of a {render(named or settings.model_type)} "
+                        f"tokenizer are not read (supported: {', '.join(ROBERTA_CLASSES[::2])}'s; another's "
+                        "tokenizer.json is)")
+    if not folder.has("vocab.json"):
+        raise UserError(f"{shown(folder.file(name))}: merges without vocab.json, the tokens' ids")
+    where = shown(folder.file("vocab.json"))
+    vocab = folder.read_json("vocab.json", MAX_VOCABULARY_BYTES)
+    if not (isinstance(vocab, dict) and vocab and all(type(i) is int and 0 <= i < 1 << 31 for i in vocab.values())):
+        raise UserError(f"{where}: not a JSON object of tokens and their ids (integers from 0)")
+    merges = _merges(folder, name)
+    prefix_space = bool(settings.flag("add_prefix_space", False))
+    trim_offsets = bool(settings.flag("trim_offsets", True))
+    tokenizer = Tokenizer(BPE(vocab, merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="",
+                              fuse_unk=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tokenizer.decoder = decoders.ByteLevel()
+    specials = {key: settings.token(key, default) for key, default in ROBERTA_SPECIALS}
+    _add_tokens(tokenizer, list(specials.values()), settings)
+    sep, cls = (specials[key] for key in ("sep_token", "cls_token"))
+    sep_id, cls_id = (tokenizer.token_to_id(token) for token in (sep, cls))
+    assert sep_id is not None and cls_id is not None     # special tokens, added above
+    tokenizer.post_processor = processors.RobertaProcessing((sep, sep_id), (cls, cls_id), trim_offsets, prefix_space)
+    return tokenizer.to_str()
+
+
+def _merges(folder: InputDirectory, name: str) -> list[tuple[str, str]]:
+    """merges.txt's pairs, a line each ("a b"), as the tokenizers library reads them."""
+    where = shown(folder.file(name))
+    try:
+        text = folder.read(name, MAX_VOCABULARY_BYTES).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{where}: not UTF-8 text (byte {error.start})") from None
+    lines = text.split("\n")
+    lines = lines[:-1] if lines and lines[-1] == "" else lines
+    merges = []
+    for number, line in enumerate(lines, 1):
+        line = line.removesuffix("\r")
+        if line.startswith("#version"):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise UserError(f"{where}:{number}: not a merge (two tokens and a space between)")
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
 def t5_unigram(folder: InputDirectory, name: str, settings: Settings) -> str:
     """T5Tokenizer's: spiece.model's pieces and scores as a unigram model, `extra_ids` sentinels after them
     (<extra_id_0> last), the model's own normalization (its precompiled character map), words split at
@@ -209,4 +273,4 @@ def _add_tokens(tokenizer, specials: list[str], settings: Settings) -> None:
 
 # The files, in the order they are looked for after tokenizer.json, with what makes each a tokenizer.json.
 SLOW_TOKENIZERS: dict[str, Callable[[InputDirectory, str, Settings], str]] = {
-    "vocab.txt": wordpiece, "spiece.model": t5_unigram}
+    "vocab.txt": wordpiece, "merges.txt": byte_level_bpe, "spiece.model": t5_unigram}

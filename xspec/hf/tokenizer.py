@@ -1,6 +1,7 @@
 """Finding a Hugging Face checkpoint directory's tokenizer (tokenizer.json preferred, else tokenizer.model,
-Marian's files, or BERT's vocab.txt or T5's spiece.model made into a tokenizer.json) and its special ids; the
-tokenizer itself is runtime/tokenizer.py's, which a loaded checkpoint uses too.
+Marian's or M2M100's files, or BERT's vocab.txt, RoBERTa's merges.txt or T5's spiece.model made into a
+tokenizer.json) and its special ids; the tokenizer itself is runtime/tokenizer.py's, which a loaded checkpoint
+uses too.
 
 What the directory says is checked against what it is: config.json's bos_token_id and eos_token_id must be
 ids of the tokenizer's vocabulary, and every id the tokenizer produces a row of the model's embedding."""
@@ -135,9 +136,11 @@ def _m2m100(folder: InputDirectory, config: dict, bos: int | None, eos: list[int
 
 def _slow(folder: InputDirectory, name: str, make: Callable[[InputDirectory, str, Settings], str], config: dict,
           bos: int | None, eos: list[int], kept: dict[str, dict], more_eos: Sequence[int]) -> CheckpointTokenizer:
-    """BERT's vocab.txt or T5's spiece.model, made into the tokenizer.json transformers makes of it."""
+    """BERT's vocab.txt, RoBERTa's merges.txt (with vocab.json) or T5's spiece.model, made into the tokenizer.json
+    transformers makes of it."""
     settings = Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)),
-                        kept.get(SPECIAL_TOKENS_MAP, {}), shown(folder.file(SPECIAL_TOKENS_MAP)))
+                        kept.get(SPECIAL_TOKENS_MAP, {}), shown(folder.file(SPECIAL_TOKENS_MAP)),
+                        config.get("model_type"))
     path = shown(folder.file(name))
     tokenizer = CheckpointTokenizer("tokenizers", make(folder, name, settings).encode("utf-8"), bos, eos, path,
                                     hf_files=kept, settings_origin=_settings_origin(folder))
