@@ -40,7 +40,7 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """The conversation as the model reads it (the template writes any special tokens itself)."""
-        from .tokenizer import CallFailed, Overtime, bounded
+        from .bounded_calls import CallFailed, Overtime, bounded
 
         try:
             text, problem = bounded(lambda: self._render(messages, add_generation_prompt), RENDER_BUDGET_S)

@@ -403,7 +403,8 @@ def test_targets_of_training_pairs_are_split_by_target_spm_as_marian_tokenizer_s
 
     import sentencepiece as spm
 
-    from xspec.runtime.tokenizer import CheckpointTokenizer, kept_files
+    from xspec.runtime.tokenizer import CheckpointTokenizer
+    from xspec.runtime.tokenizer_files import kept_files
 
     draw = random.Random(3)
     models = {}

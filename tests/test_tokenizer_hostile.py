@@ -194,7 +194,7 @@ def test_through_the_api_the_error_shows_the_lines_place_and_start(tilde_run):
 
 
 def test_what_a_call_writes_to_stderr_is_passed_on_unless_the_call_fails(capfd):
-    from xspec.runtime.tokenizer import CallFailed, bounded
+    from xspec.runtime.bounded_calls import CallFailed, bounded
 
     assert bounded(lambda: os.write(2, b"a warning\n"), 1.0) == 10
     assert capfd.readouterr().err == "a warning\n"

@@ -26,7 +26,8 @@ from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import config_for
 from xspec.hf.safetensors_file import write_safetensors
-from xspec.runtime.tokenizer import M2M100, M2M100_FILES, MARIAN, MARIAN_FILES, MARIAN_TARGET_VOCAB, files_of
+from xspec.runtime.tokenizer import M2M100, MARIAN
+from xspec.runtime.tokenizer_files import M2M100_FILES, MARIAN_FILES, MARIAN_TARGET_VOCAB, files_of
 from xspec.runtime.vocab import EOS, Tokenizer
 
 

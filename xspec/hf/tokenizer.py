@@ -16,8 +16,9 @@ from xspec.base.input_dir import InputDirectory
 from xspec.base.text import shown
 from xspec.hf.config_reader import refuse, render
 from xspec.hf.slow_tokenizers import SLOW_TOKENIZERS, Settings
-from xspec.runtime.tokenizer import (FILES, KINDS, M2M100, M2M100_FILES, M2M100_LANGUAGES, MARIAN, MARIAN_FILES,
-                                     MARIAN_TARGET_VOCAB, MAX_MADEUP_WORDS, NONE, CheckpointTokenizer, kept_files)
+from xspec.runtime.tokenizer import FILES, KINDS, M2M100, MARIAN, NONE, CheckpointTokenizer
+from xspec.runtime.tokenizer_files import (M2M100_FILES, M2M100_LANGUAGES, MARIAN_FILES, MARIAN_TARGET_VOCAB,
+                                           MAX_MADEUP_WORDS, kept_files)
 
 MAX_TOKENIZER_BYTES = 64 << 20
 MAX_TOKENIZER_CONFIG_BYTES = 4 << 20     # chat templates make some a few hundred KiB
