@@ -22,7 +22,7 @@ MAX_VOCABULARY_BYTES = 64 << 20
 # What Rust's str::trim_end strips (Unicode's White_Space), as the tokenizers library reads vocab.txt's lines.
 WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
               "\u2028\u2029\u202f\u205f\u3000"
-# BertTokenizer's special tokens and their defaults, in the order transformers adds those a vocabulary lacks.
+# BertTokenizer's special tokens and their defaults (those a vocabulary lacks take the ids after it, in this order).
 BERT_SPECIALS = (("unk_token", "[UNK]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"), ("cls_token", "[CLS]"),
                  ("mask_token", "[MASK]"))
 T5_SPECIALS = (("eos_token", "</s>"), ("unk_token", "<unk>"), ("pad_token", "<pad>"))
@@ -35,6 +35,7 @@ ROBERTA_MODELS = ("roberta", "bart")
 # sentencepiece's piece types (sentencepiece_model.proto): UNKNOWN, CONTROL and USER_DEFINED.
 UNKNOWN, CONTROL, USER_DEFINED = 2, 3, 4
 UNIGRAM = 1                     # TrainerSpec.model_type
+ADDED_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")     # an added token's, as saved
 
 
 class Settings:
@@ -100,9 +101,6 @@ class Settings:
                                 f"{', '.join(ADDED_FLAGS)})")
             pairs.append((int(key), token))
         return sorted(pairs, key=lambda pair: pair[0])
-
-
-ADDED_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
 
 
 def _added(token: dict):

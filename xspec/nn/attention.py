@@ -182,10 +182,12 @@ class Attention(nn.Module):
 
     def one_query_step(self, q, is_causal):
         """Whether to compute the weights written out: one query a row, many rows, on the CPU, in
-        inference, keys and values a head each (torch.compile fuses SDPA's own)."""
+        inference, keys and values a head each. Never while torch.compile or torch.export traces
+        (which fuse SDPA's own), and asked first: a size compared there would become a guard."""
+        if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+            return False
         return q.size(2) == 1 and not is_causal and not self.training and q.device.type == "cpu" \
-            and self.kv_heads == self.heads and q.size(0) * q.size(1) >= self.ONE_QUERY_ROWS \
-            and not torch.compiler.is_compiling()
+            and self.kv_heads == self.heads and q.size(0) * q.size(1) >= self.ONE_QUERY_ROWS
 
     def mask(self, q, k, padding_mask, cache, position_bias=None):
         """The mask the weights take (True: attend; or an additive bias: ALiBi's, or the
