@@ -371,6 +371,7 @@ def test_fine_tuning_an_m2m100_frames_its_pairs_as_transformers_does(tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"language_codes": "m2m50"}, "tokenizer_config.json: language_codes \"m2m50\" is not supported (supported: "
                                   "m2m100, wmt21)"),
+    ({"language_codes": ["en"]}, "tokenizer_config.json: language_codes [\"en\"] is not supported"),
     ({"src_lang": "fr"}, "tokenizer_config.json: src_lang \"fr\" is not one of the language codes of language_codes "
                          "\"wmt21\""),
     ({"additional_special_tokens": ["<new>"]}, "the special token \"<new>\" is neither in vocab.json nor a language "

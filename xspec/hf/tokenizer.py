@@ -93,7 +93,7 @@ def _marian(folder: InputDirectory, config: dict, bos: int | None, eos: list[int
             more_eos: Sequence[int]) -> CheckpointTokenizer:
     """MarianTokenizer's source.spm, target.spm and vocab.json, and target_vocab.json where tokenizer_config.json's
     separate_vocabs says the target has a vocabulary of its own: a text is its pieces' ids, then </s>."""
-    settings = Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)), {}, "")
+    settings = _settings(folder, kept)
     names: tuple[str, ...] = MARIAN_FILES
     if settings.flag("separate_vocabs", False):
         if not folder.has(MARIAN_TARGET_VOCAB):
@@ -113,10 +113,9 @@ def _m2m100(folder: InputDirectory, config: dict, bos: int | None, eos: list[int
     """M2M100Tokenizer's sentencepiece.bpe.model and vocab.json, with tokenizer_config.json's language_codes
     ("m2m100", fairseq's 100, or "wmt21"), src_lang ("en" where it names none), the special tokens it lists and
     num_madeup_words (ids after the language codes, each an unknown token)."""
-    settings = Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)),
-                        kept.get(SPECIAL_TOKENS_MAP, {}), shown(folder.file(SPECIAL_TOKENS_MAP)))
+    settings = _settings(folder, kept)
     codes = settings.config.get("language_codes", "m2m100")
-    if codes not in M2M100_LANGUAGES:
+    if not isinstance(codes, str) or codes not in M2M100_LANGUAGES:
         refuse(f"language_codes {render(codes)}", list(M2M100_LANGUAGES), settings.file)
     source = settings.config.get("src_lang") or "en"
     if source not in M2M100_LANGUAGES[codes]:
@@ -139,14 +138,18 @@ def _slow(folder: InputDirectory, name: str, make: Callable[[InputDirectory, str
           bos: int | None, eos: list[int], kept: dict[str, dict], more_eos: Sequence[int]) -> CheckpointTokenizer:
     """BERT's vocab.txt, RoBERTa's merges.txt (with vocab.json) or T5's spiece.model, made into the tokenizer.json
     transformers makes of it."""
-    settings = Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)),
-                        kept.get(SPECIAL_TOKENS_MAP, {}), shown(folder.file(SPECIAL_TOKENS_MAP)),
-                        config.get("model_type"))
+    settings = _settings(folder, kept, config.get("model_type"))
     path = shown(folder.file(name))
     tokenizer = CheckpointTokenizer("tokenizers", make(folder, name, settings).encode("utf-8"), bos, eos, path,
                                     hf_files=kept, settings_origin=_settings_origin(folder))
     _check_special_ids(config, folder, len(tokenizer), f"{path} has {len(tokenizer):,} ids", more_eos)
     return tokenizer
+
+
+def _settings(folder: InputDirectory, kept: dict[str, dict], model_type: object = None) -> Settings:
+    """tokenizer_config.json's and special_tokens_map.json's settings as the import kept them, read by key."""
+    return Settings(kept.get(TOKENIZER_CONFIG, {}), shown(folder.file(TOKENIZER_CONFIG)),
+                    kept.get(SPECIAL_TOKENS_MAP, {}), shown(folder.file(SPECIAL_TOKENS_MAP)), model_type)
 
 
 def _settings_origin(folder: InputDirectory) -> str:
