@@ -123,12 +123,7 @@ def wordpiece(folder: InputDirectory, name: str, settings: Settings) -> str:
     from tokenizers.models import WordPiece
 
     where = shown(folder.file(name))
-    try:
-        text = folder.read(name, MAX_VOCABULARY_BYTES).decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UserError(f"{where}: not UTF-8 text (byte {error.start})") from None
-    lines = text.split("\n")
-    lines = lines[:-1] if lines and lines[-1] == "" else lines
+    lines = _lines(folder, name)
     vocab = {line.removesuffix("\r").rstrip(WHITE_SPACE): index for index, line in enumerate(lines)}
     if not vocab:
         raise UserError(f"{where}: empty, not a WordPiece vocabulary (a token a line)")
@@ -185,15 +180,20 @@ def byte_level_bpe(folder: InputDirectory, name: str, settings: Settings) -> str
     return tokenizer.to_str()
 
 
-def _merges(folder: InputDirectory, name: str) -> list[tuple[str, str]]:
-    """merges.txt's pairs, a line each ("a b"), as the tokenizers library reads them."""
-    where = shown(folder.file(name))
+def _lines(folder: InputDirectory, name: str) -> list[str]:
+    """A text file's lines, as the tokenizers library reads them (split at line feeds, no last empty one)."""
     try:
         text = folder.read(name, MAX_VOCABULARY_BYTES).decode("utf-8")
     except UnicodeDecodeError as error:
-        raise UserError(f"{where}: not UTF-8 text (byte {error.start})") from None
+        raise UserError(f"{shown(folder.file(name))}: not UTF-8 text (byte {error.start})") from None
     lines = text.split("\n")
-    lines = lines[:-1] if lines and lines[-1] == "" else lines
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def _merges(folder: InputDirectory, name: str) -> list[tuple[str, str]]:
+    """merges.txt's pairs, a line each ("a b"), as the tokenizers library reads them."""
+    where = shown(folder.file(name))
+    lines = _lines(folder, name)
     merges = []
     for number, line in enumerate(lines, 1):
         line = line.removesuffix("\r")
