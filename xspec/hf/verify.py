@@ -75,16 +75,17 @@ def layers_to_check(work: Path, layers: int, whole: int, device: torch.device) -
 
 
 def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor,
-                source: torch.Tensor | None = None, encoder_only: bool = False) -> torch.Tensor:
+                source: torch.Tensor | None = None, encoder_only: bool = False,
+                types: torch.Tensor | None = None) -> torch.Tensor:
     """The logits of `tokens`; of an encoder-decoder, the target `tokens` after the `source` sentences; of an
-    encoder alone, of `tokens` with their padding (source_padding)."""
+    encoder alone, of `tokens` with their padding (source_padding) and, where given, their token `types`."""
     device = str(tokens.device)
     import xspec
 
     if encoder_only:
         model = xspec.load(work, device=device, weights="fp32").model
         with torch.no_grad():
-            return model(tokens, source_padding(tokens)).float()
+            return model(tokens, source_padding(tokens), *([] if types is None else [types])).float()
     if source is not None:
         model = xspec.load(work, device=device, weights="fp32").model
         with torch.no_grad():
@@ -119,13 +120,14 @@ def _reference_directory(weights: CheckpointDir, into: Path) -> Path:
 
 
 def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.Tensor,
-                  source: torch.Tensor | None = None, encoder_only: bool = False) -> torch.Tensor:
+                  source: torch.Tensor | None = None, encoder_only: bool = False,
+                  types: torch.Tensor | None = None) -> torch.Tensor:
     """The logits of the checkpoint's own class; whatever transformers raises on this checkpoint is an error
     naming it (xspec's reading let through a value the reference cannot run)."""
     with tempfile.TemporaryDirectory(prefix="xspec-reference-") as folder:
         try:
             return _reference_logits(_reference_directory(weights, Path(folder)), hf_class, checked, tokens, source,
-                                     encoder_only)
+                                     encoder_only, types)
         except Exception as error:      # transformers raises assorted types for what it cannot run
             reason = printable(" ".join(str(error).split())[:300]) or type(error).__name__
             raise UserError(f"{shown(weights.path)}: transformers' {hf_class.__name__} cannot run this checkpoint "
@@ -134,7 +136,8 @@ def _their_logits(weights: CheckpointDir, hf_class, checked: int, tokens: torch.
 
 
 def _reference_logits(folder: Path, hf_class, checked: int, tokens: torch.Tensor,
-                      source: torch.Tensor | None = None, encoder_only: bool = False) -> torch.Tensor:
+                      source: torch.Tensor | None = None, encoder_only: bool = False,
+                      types: torch.Tensor | None = None) -> torch.Tensor:
     import transformers
 
     config = hf_class.config_class.from_pretrained(folder)
@@ -156,7 +159,8 @@ def _reference_logits(folder: Path, hf_class, checked: int, tokens: torch.Tensor
     with torch.no_grad():
         reference = reference.to(tokens.device)
         if encoder_only:
-            return reference(input_ids=tokens, attention_mask=(~source_padding(tokens)).long()).logits.float()
+            typed = {} if types is None else {"token_type_ids": types}
+            return reference(input_ids=tokens, attention_mask=(~source_padding(tokens)).long(), **typed).logits.float()
         if source is None:
             return reference(tokens).logits.float()
         return reference(input_ids=source, attention_mask=(~source_padding(source)).long(),
@@ -169,6 +173,16 @@ def source_padding(source: torch.Tensor) -> torch.Tensor:
     padding = torch.zeros(source.shape, dtype=torch.bool, device=source.device)
     padding[1:, source.size(1) - source.size(1) // 3:] = True
     return padding
+
+
+def _pair_types(spec, tokens: torch.Tensor) -> torch.Tensor | None:
+    """Token types as a sentence pair's, for an encoder that reads two or more (BERT's): the first half of each
+    row of type 0, the rest of type 1; None for any other model."""
+    if (spec.token_types or 0) < 2:
+        return None
+    types = torch.zeros_like(tokens)
+    types[:, tokens.size(1) // 2:] = 1
+    return types
 
 
 def _tokens(mapped: Mapped, shape: tuple[int, int], draw: torch.Generator, vocab: int) -> torch.Tensor:
@@ -209,9 +223,11 @@ def verify_import(weights: CheckpointDir, work: Path, mapped: Mapped, say: Calla
                             "--no-verify")
     else:   # a decoder alone: as many first layers as fit
         checked = layers_to_check(work, layers, spec._compilation.validated.bytes_needed, chosen)
+    types = _pair_types(spec, tokens) if encoder_only else None
     # One model at a time: ours, then the checkpoint's own class.
-    our_logits = _our_logits(work, layers, checked, tokens, source, encoder_only)
-    hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens, source, encoder_only)
+    our_logits = _our_logits(work, layers, checked, tokens, source, encoder_only, types)
+    hf_logits = _their_logits(weights, getattr(transformers, mapped.hf_class), checked, tokens, source, encoder_only,
+                              types)
     if spec.classes is not None:    # a classifier: the scores of each text, at its first position
         our_logits = our_logits[:, 0]
     elif encoder_only:    # a padded position's output is no text's: where a local window sees only padding, nothing
