@@ -18,7 +18,7 @@ from xspec.hf.weight_map import WeightRules, seq2seq, seq2seq_with_positions
 
 
 def read(cfg: ConfigReader, m: Mapped) -> None:
-    read_seq2seq(cfg, m, activation="gelu", scale_embedding=False, normalize_embedding=False)
+    read_seq2seq(cfg, m, activation="gelu", scale_embedding=False, normalize_embedding=False, target_vocabulary=True)
     shared = cfg.flag("share_encoder_decoder_embeddings", True)
     cfg.put("share_encoder_decoder_embeddings", shared, "share_encoder_decoder_embeddings")
     if shared:      # one embedding of vocab_size rows for both sides, as MarianMTModel builds it

@@ -253,13 +253,14 @@ WRITTEN_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", 
 
 
 def read_seq2seq(cfg: ConfigReader, m: Mapped, *, activation: str, scale_embedding: bool,
-                 normalize_embedding: bool, pre_norm: bool = False) -> None:
+                 normalize_embedding: bool, pre_norm: bool = False, target_vocabulary: bool = False) -> None:
     """What BART's config class and its descendants (Marian's, mBART's) read alike: an encoder and a decoder
     sized apart, the activation, the dropouts, whether embeddings are scaled, tied output; and the BART-era
     switches, each only at the value the family computes (`normalize_embedding`: a layer norm of the
-    embeddings; `pre_norm`: pre-norm layers and a layer norm after each side's last)."""
+    embeddings; `pre_norm`: pre-norm layers and a layer norm after each side's last). `target_vocabulary`: the
+    family reads decoder_vocab_size itself (Marian's); the others' must be vocab_size."""
     vocab = cfg.map("vocab_size", "vocab")
-    if m.model_type != "marian":        # Marian's decoder_vocab_size is its family's to read
+    if not target_vocabulary:
         decoder_vocab = cfg.get("decoder_vocab_size", None)
         if decoder_vocab not in (None, vocab):
             raise UserError(f"{cfg.file}: decoder_vocab_size {render(decoder_vocab)} differs from vocab_size {vocab}: "
