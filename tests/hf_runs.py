@@ -40,3 +40,12 @@ class Checkpoints:
         (directory / "config.json").write_text(json.dumps({**config, **change}))
         shutil.copy(self.saved(index) / "model.safetensors", directory / "model.safetensors")
         return directory
+
+
+def read_alike(ours, theirs, lines: list[str]) -> list[list[int]]:
+    """Asserts that an import's tokenizer (`ours`) encodes `lines` as a source into the ids transformers'
+    tokenizer (`theirs`) makes of them, and decodes those ids into its texts; returns the ids."""
+    ids = theirs(lines)["input_ids"]
+    assert ours.encode_sources(lines) == ids
+    assert [ours.decode(i) for i in ids] == theirs.batch_decode(ids, skip_special_tokens=True)
+    return ids
