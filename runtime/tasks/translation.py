@@ -58,19 +58,18 @@ class Translation(SplitReader):
 
     def encode(self, vocab: Vocab, truncate: bool, vocab_path: str = "") -> Corpus:
         limit = max_sequence_tokens(self.spec)
+        # The languages a multilingual checkpoint's tokenizer frames the targets and the sources in.
+        languages = {"language": self.spec.decode.forced_bos, "source_language": self.spec.decode.source_code}
         if "train" in self.prepared:
             check_run_vocabulary(self.prepared, vocab, vocab_path)
             train = train_pairs(self.prepared["train"], self.weights, limit, truncate)
         else:
-            decode = self.spec.decode
-            train = encode_pairs(self.texts["train"], vocab, limit, truncate, self.start, decode.forced_bos,
-                                 decode.source_code)
+            train = encode_pairs(self.texts["train"], vocab, limit, truncate, self.start, **languages)
             if not len(train):
                 raise UserError(f"{self.texts['train'].source_path}: every sentence is longer than {limit} tokens; "
                                 "raise data.max_tokens or pass --truncate")
         # Validation loss covers every sentence (truncated if need be).
-        valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True, start=self.start,
-                             language=self.spec.decode.forced_bos, source_language=self.spec.decode.source_code) \
+        valid = encode_pairs(self.texts["valid"], vocab, limit, truncate=True, start=self.start, **languages) \
             if "valid" in self.texts else None
         return Corpus(train, valid)
 
