@@ -40,6 +40,7 @@ from .python_code import (assign, attribute, binary, call, class_def, constant, 
 from .python_print import INDENT, LINE_LIMIT, print_checked
 from .resolve import ResolvedModel
 from .shapes import TensorType
+from .tie_choice import TieGroup, tie_groups
 from .validate import ValidatedModel
 
 # torch's modules a generated file may import, as it names them.
@@ -580,11 +581,23 @@ class _Lowering:
         return derived
 
     def _ties(self) -> list[pyast.stmt]:
+        """The ties, each group under its condition over the config where the spec's `if` stays a choice
+        (compiler/tie_choice.py)."""
+        groups = tie_groups(self.model.written_ties, self.model.blocks.values(), self.fields, self.validated)
+        statements: list[pyast.stmt] = []
+        for group in groups:
+            if group.condition is None or group.span is None:
+                statements += self._tie_statements(group, depth=2)
+            elif group.ties:
+                statements.append(if_statement(group.condition, self._tie_statements(group, depth=3), (),
+                                               where(group.span)))
+        return statements
+
+    def _tie_statements(self, group: TieGroup, depth: int) -> list[pyast.stmt]:
         """One assignment per tied tensor, except where a tensor of every layer of a stack is tied to the
         first layer's, or to one tensor outside the stack: one loop over the stack for it (a tied stack of
-        9,000 layers is a few lines)."""
-        ties, line_of = dict(self.validated.ties), self.validated.tie_lines
-        spec_file = file_label(self.model.span.file)
+        9,000 layers is a few lines). `depth`: the statements' indentation."""
+        ties, span_of = dict(group.ties), group.spans
         statements: list[pyast.stmt] = []
         for stack, count in _stack_sizes(self.validated.graph.root).items():
             first, shared = f"{stack}.0.", []
@@ -595,26 +608,29 @@ class _Lowering:
                     for tensor in layers:
                         del ties[tensor]
             if shared:  # layer 0 assigns its own tensors to itself: harmless
-                written = line_of[f"{stack}.1.{shared[0][len(first):]}"]
+                written = span_of[f"{stack}.1.{shared[0][len(first):]}"]
                 body = [assign(_attribute(o[len(first):], "layer"), _attribute(o)) for o in shared]
-                statements.append(for_loop("layer", _attribute(stack), body, f"tie, {spec_file}:{written}"))
+                statements.append(for_loop("layer", _attribute(stack), body, f"tie, {where(written)}"))
             outside = {tied[len(first):]: owner for tied, owner in ties.items()
                        if tied.startswith(first) and not owner.startswith(f"{stack}.")}
             each = {name: owner for name, owner in outside.items()
-                    if (count > 1 or f"{first}{name}" in self.validated.tied_in_every_layer)
+                    if (count > 1 or f"{first}{name}" in group.every_layer)
                     and all(ties.get(f"{stack}.{i}.{name}") == owner for i in range(count))}
             if each:
-                written = line_of[f"{first}{next(iter(each))}"]
+                written = span_of[f"{first}{next(iter(each))}"]
                 body = [assign(_attribute(name, "layer"), _attribute(owner)) for name, owner in each.items()]
-                statements.append(for_loop("layer", _attribute(stack), body, f"tie, {spec_file}:{written}"))
+                statements.append(for_loop("layer", _attribute(stack), body, f"tie, {where(written)}"))
                 for name in each:
                     for i in range(count):
                         del ties[f"{stack}.{i}.{name}"]
+        shared_owner = None  # the tensor `shared` holds
         for tied, owner in ties.items():
-            comment = f"tie, {spec_file}:{line_of[tied]}"
+            comment = f"tie, {where(span_of[tied])}"
             line = assign(_attribute(tied), _attribute(owner), comment)
-            if len(INDENT * 2 + text_of(line) + f"  # {comment}") >= LINE_LIMIT:  # the shared tensor first
-                statements.append(assign("shared", _attribute(owner), comment))
+            if len(INDENT * depth + text_of(line) + f"  # {comment}") >= LINE_LIMIT:  # the shared tensor first
+                if owner != shared_owner:
+                    statements.append(assign("shared", _attribute(owner), comment))
+                    shared_owner = owner
                 line = assign(_attribute(tied), variable("shared"), comment)
             statements.append(line)
         return statements

@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from xspec.base.text import printable
 
 from . import ast
-from .diagnostics import Diagnostics, did_you_mean
+from .diagnostics import Diagnostics, Span, did_you_mean
 from .graph import BuiltGraph
 from .ir import OpGraph
 from .ops import OPS, AttentionAttrs, IOAttrs
@@ -36,7 +36,7 @@ class ValidatedModel:
     graph: BuiltGraph
     params: dict[str, tuple[int, ...]]  # "encoder.layers.0.self_attn.q_proj.weight" -> shape
     ties: dict[str, str]  # tied parameter -> the parameter it becomes (never itself tied)
-    tie_lines: dict[str, int]  # tied parameter -> spec line, for comments in generated code
+    tie_spans: dict[str, Span]  # tied parameter -> where its tie is written, for comments in generated code
     buffers: dict[str, tuple[int, ...]]  # tensors modules derive when built, e.g. positional tables
     state: dict[str, tuple[int, ...]]  # tensors checkpoints keep but training does not learn (a router's bias)
     # Tied tensors named through a stack without an index (`mtp.embed_tokens.weight`): the tie holds in every
@@ -89,8 +89,8 @@ def validate(model: ResolvedModel, built: BuiltGraph, diagnostics: Diagnostics) 
     _check_outputs(built.graph, diagnostics)
     _attention_roles(built.graph, diagnostics)
     params = _module_tensors(built.graph, "params")
-    ties, tie_lines, every_layer = _check_ties(model, params, diagnostics)
-    validated = ValidatedModel(built, params, ties, tie_lines, _module_tensors(built.graph, "buffers"),
+    ties, tie_spans, every_layer = check_ties(model.ties, params, diagnostics)
+    validated = ValidatedModel(built, params, ties, tie_spans, _module_tensors(built.graph, "buffers"),
                                _module_tensors(built.graph, "state"), every_layer)
     _check_fits_in_memory(model, validated, diagnostics)
     lint(built.graph)
@@ -230,8 +230,8 @@ def _module_tensors(graph: OpGraph, kind: str) -> dict[str, tuple[int, ...]]:
     return tensors
 
 
-def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
-                diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, int], frozenset[str]]:
+def check_ties(ties_written: Sequence[ast.Tie], params: dict[str, tuple[int, ...]],
+               diagnostics: Diagnostics) -> tuple[dict[str, str], dict[str, Span], frozenset[str]]:
     """`tie a, b, c`: b and c become a. Ties chain and merge (`tie a, b` then `tie c, a` makes one
     group of three); each group keeps one tensor, its first owner's, so it is counted and allocated
     once, whatever the order or cycles of the `tie` statements. Modules tie tensor by tensor, and one
@@ -243,10 +243,10 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
             path = owner_of[path]
         return path
 
-    lines: dict[str, int] = {}
+    spans: dict[str, Span] = {}
     every_layer: set[str] = set()
     index = _TensorIndex(params)
-    for tie in model.ties:
+    for tie in ties_written:
         for (owner, _), *others in _tensor_groups(tie, index, diagnostics):
             for path, written in others:
                 if params[path] != params[owner]:
@@ -256,11 +256,11 @@ def _check_ties(model: ResolvedModel, params: dict[str, tuple[int, ...]],
                 kept, merged = root(owner), root(path)
                 if kept != merged:
                     owner_of[merged] = kept
-                    lines[merged] = written.span.line
+                    spans[merged] = written.span
                     if path == merged and not (path + ".").startswith(f"{written}."):  # _every_layer's
                         every_layer.add(path)
     ties = {path: root(path) for path in owner_of}
-    return ties, {path: lines[path] for path in ties}, frozenset(every_layer)
+    return ties, {path: spans[path] for path in ties}, frozenset(every_layer)
 
 
 TieGroup = list[tuple[str, ast.Path]]  # tensors that become one, each with the path that named it

@@ -23,6 +23,7 @@ class TransformerBaseConfig:
     layers: int = 6
     dropout: float = 0.1
     max_len: int = 1024
+    tie_embeddings: bool = True
 
     def __post_init__(self):  # None: computed from the others, as the spec does
         self.d_k = self.d_model // self.heads if self.d_k is None else self.d_k
@@ -134,9 +135,10 @@ class TransformerBase(nn.Module):  # the whole model: encode, decode, forward
         config = config if config is not None else TransformerBaseConfig()
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-        shared = self.encoder.embedding.embed.weight  # tie, base.xspec:74
-        self.decoder.embedding.embed.weight = shared  # tie, base.xspec:74
-        self.decoder.generator.weight = self.encoder.embedding.embed.weight  # tie, base.xspec:74
+        if config.tie_embeddings:  # base.xspec:73
+            shared = self.encoder.embedding.embed.weight  # tie, base.xspec:74
+            self.decoder.embedding.embed.weight = shared  # tie, base.xspec:74
+            self.decoder.generator.weight = shared  # tie, base.xspec:74
 
     def encode(self, src_tokens, src_padding_mask=None):
         """[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."""

@@ -23,6 +23,7 @@ class Gemma3Config:
     rms_norm_eps: float = 1e-06
     rope_theta: float = 1000000.0
     attention_bias: bool = False
+    tie_word_embeddings: bool = True
     head_dim: int = 32
     sliding_window: int = 8
     query_pre_attn_scalar: int = 32
@@ -113,7 +114,8 @@ class Gemma3(nn.Module):  # the whole model: decode, forward
         super().__init__()
         config = config if config is not None else Gemma3Config()
         self.decoder = Decoder(config)
-        self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, gemma3.xspec:45
+        if config.tie_word_embeddings:  # llama.xspec:44
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
 
     def decode(self, tgt_tokens, cache=None):
         """[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."""

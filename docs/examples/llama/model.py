@@ -25,6 +25,7 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     attention_bias: bool = False
     mlp_bias: bool = False
+    tie_word_embeddings: bool = False
 
     def __post_init__(self):  # None: computed from the others, as the spec does
         self.d_k = self.d_model // self.heads if self.d_k is None else self.d_k
@@ -87,6 +88,8 @@ class Llama(nn.Module):  # the whole model: decode, forward
         super().__init__()
         config = config if config is not None else LlamaConfig()
         self.decoder = Decoder(config)
+        if config.tie_word_embeddings:  # llama.xspec:44
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
 
     def decode(self, tgt_tokens, cache=None):
         """[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."""

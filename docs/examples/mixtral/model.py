@@ -22,6 +22,7 @@ class MixtralConfig:
     rms_norm_eps: float = 1e-06
     rope_theta: float = 10000.0
     attention_bias: bool = False
+    tie_word_embeddings: bool = False
     sliding_window: int = 8
     num_local_experts: int = 4
     num_experts_per_tok: int = 2
@@ -87,6 +88,8 @@ class Mixtral(nn.Module):  # the whole model: decode, forward
         super().__init__()
         config = config if config is not None else MixtralConfig()
         self.decoder = Decoder(config)
+        if config.tie_word_embeddings:  # llama.xspec:44
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
 
     def decode(self, tgt_tokens, cache=None):
         """[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."""
