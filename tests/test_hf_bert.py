@@ -673,3 +673,60 @@ def test_an_imported_bert_fine_tunes_on_pairs_and_scores_them(tmp_path, capsys):
                  "--labels", str(tmp_path / "valid.labels")]) == 1
     assert f"{tmp_path / 'valid.txt'}:30: no line 30 in {tmp_path / 'short.pair'}, which has 29" in \
         capsys.readouterr().err
+
+
+# The activation as specs chose it before the `activation` op: `if`s over the parameter's value, which an import
+# kept as transformers names it ("gelu_new").
+OLDER_ACTIVATION = ('if hidden_act == "gelu_new" { act = h => gelu_tanh(h) } else { if hidden_act == "relu" '
+                    '{ act = h => relu(h) } else { if hidden_act == "silu" { act = h => silu(h) } else '
+                    '{ act = h => gelu(h) } } }')
+
+
+@torch.no_grad()
+def test_a_run_whose_spec_chose_its_activation_by_ifs_exports_as_its_family(tmp_path):
+    """Runs an older xspec wrote hold no activation op (`gelu_tanh(...)` after an `if` over hidden_act,
+    "gelu_new" as transformers names it): export compares them in today's form and gives the logits."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.spec_text import family_spec
+    from xspec.runtime.inference import load
+
+    trained = load(imported(1), "cpu", weights="fp32")
+    text = family_spec("bert").read_text()
+    for current, older in ((r"activation\(linear\(x, d_ff\) as intermediate, hidden_act\) as intermediate_act_fn",
+                            "act(linear(x, d_ff) as intermediate)"),
+                           (r"activation\(linear\(x, d_model\) as transform, hidden_act\) as transform_act_fn",
+                            "act(linear(x, d_model) as transform)"),
+                           *((re.escape(f"block {block} {{"), f"block {block} {{\n    {OLDER_ACTIVATION}")
+                             for block in ("encoder_layer(x, mask)", "encoder(src, src_mask)"))):
+        text, found = re.subn(current, older, text)
+        assert found == 1, current
+    params = {k: v for k, v in trained.spec.params.items() if not isinstance(v, (str, list))}
+    older = xspec.compile_source(text, str(family_spec("bert")), overrides={**params, "hidden_act": '"gelu_new"'})
+    assert "activation" not in {node["op"] for node in json.loads(older.graph_json())["nodes"]}
+    model = older.build("cpu").eval()
+    model.load_state_dict(trained.model.state_dict())
+    trained.spec, trained.model = older, model
+    export_hf(trained, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["hidden_act"] == "gelu_new"
+    exported = model_class(1).from_pretrained(tmp_path).eval()
+    tokens, padding = batch(SIZES[1][1]["vocab_size"])
+    assert_close(their_logits(exported, tokens, padding), their_logits(reference(1), tokens, padding))
+
+
+def test_a_modernbert_run_whose_first_layer_passed_its_input_on_matches_its_family():
+    """An older ModernBERT spec wrote `h = x` where the first layer has no norm (today `identity(x)`) and chose
+    its head's activation by `if`s: export compares identities as the value they pass on."""
+    from xspec.hf.export import match_family
+    from xspec.hf.spec_text import family_spec
+
+    text = family_spec("modernbert").read_text()
+    for current, older in (("if i == 0 { h = identity(x) as attn_norm }", "if i == 0 { h = x }"),
+                           ("x = activation(linear(x, d_model, bias = classifier_bias) as head_dense, "
+                            "classifier_activation) as head_act",
+                            'if classifier_activation == "gelu" { act = h => gelu(h) } else { act = h => silu(h) }\n'
+                            "    x = act(linear(x, d_model, bias = classifier_bias) as head_dense)")):
+        assert current in text
+        text = text.replace(current, older)
+    older = xspec.compile_source(text, str(family_spec("modernbert")))
+    assert not {"identity", "activation"} & {node["op"] for node in json.loads(older.graph_json())["nodes"]}
+    assert match_family(older, (None, [])).config["model_type"] == "modernbert"

@@ -526,3 +526,34 @@ def import_checkpoint_quietly(directory: Path, out: Path) -> None:
     from xspec.hf.importer import import_checkpoint
 
     import_checkpoint(directory, out, say=lambda line: None)
+
+
+@torch.no_grad()
+def test_a_run_whose_spec_named_its_activation_parameter_activation_exports_as_marian(tmp_path):
+    """Runs an older xspec wrote named the parameter `activation` and chose the function by `if`s over it in
+    each layer: export reads them as today's spec and gives the original logits."""
+    from xspec.hf.export import export_hf
+    from xspec.hf.spec_text import family_spec
+    from xspec.runtime.inference import load
+
+    trained = load(imported(1), "cpu", weights="fp32")   # gelu
+    text = family_spec("marian").read_text()
+    chosen = ('if activation == "gelu" { act = h => gelu(h) } else { if activation == "relu" { act = h => relu(h) } '
+              'else { act = h => silu(h) } }\n    ')
+    text = re.sub(r"(\n    )h = activation\(linear\(x, (\w+)\) as fc1, activation_function\) as activation_fn",
+                  lambda m: f"{m[1]}{chosen}h = act(linear(x, {m[2]}) as fc1)", text)
+    text = text.replace('param activation_function = "silu"', 'param activation = "silu"')
+    assert "activation_function" not in text
+    params = {k: v for k, v in trained.spec.params.items() if not isinstance(v, (str, list))}
+    older = xspec.compile_source(text, str(family_spec("marian")), overrides={
+        **params, "activation": '"gelu"', "data.max_tokens": trained.spec.data.max_tokens})
+    assert "activation" not in {node["op"] for node in json.loads(older.graph_json())["nodes"]}
+    model = older.build("cpu").eval()
+    model.load_state_dict(trained.model.state_dict())
+    trained.spec, trained.model = older, model
+    (tmp_path / "hf").mkdir()
+    export_hf(trained, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["activation_function"] == "gelu"
+    exported = transformers.MarianMTModel.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
+    source, padding, target = batch(SIZES[1])
+    assert_close(their_logits(exported, source, padding, target), their_logits(reference(1), source, padding, target))

@@ -6,9 +6,8 @@ save_pretrained writes them), and the tokenizer.
 Which family a spec is decided by what it computes, not by its name: the spec's parameters are written
 as a family's config.json, that config is mapped back (families/) and compiled, and its op graph must
 equal the run's, op for op. A spec that matches no family is refused, naming the first op where it differs
-from the closest one. A run written with the one-op mixture of experts (`moe`, as the families' specs were
-before they wrote a router and an experts op) is compared as those two ops, its experts' tensors packed as
-theirs."""
+from the closest one. A run an older xspec wrote is compared in the form the families' specs write now
+(older_runs.py: a one-op mixture of experts, activations chosen by `if`s)."""
 
 from __future__ import annotations
 
@@ -19,12 +18,12 @@ from typing import Any, Callable, Container, Optional
 
 from xspec.base.errors import UserError
 from xspec.base.text import printable
-from xspec.compiler.op_experts import BankAttrs, RouterAttrs
 from xspec.compiler.sections import DecodeSection
 from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import config_for
+from xspec.hf.older_runs import current_graph, current_params, packed_as_two_ops
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.runtime.tokenizer import M2M100, MARIAN
 from xspec.runtime.tokenizer_files import M2M100_FILES, MARIAN_FILES, MARIAN_TARGET_VOCAB, files_of
@@ -50,17 +49,10 @@ class _Node:
 
 
 def _graph(spec) -> tuple[list[_Node], list[tuple]]:
-    """The op graph in order, and the ties as (op position, tensor) pairs."""
+    """The op graph in order, in the form the families' specs write now (older_runs.py), and the ties as
+    (op position, tensor) pairs."""
     graph = json.loads(spec.graph_json())
-    listed, edges = [], list(graph["edges"])
-    for node in graph["nodes"]:
-        if node["op"] == ONE_OP_MIXTURE:
-            router, experts = _as_two_ops(node)
-            listed += [router, experts]
-            edges = [{**edge, "to": router["id"]} for edge in edges if edge["to"] == node["id"]] + edges
-            edges.append({"from": router["id"], "to": experts["id"], "ports": ["routing"]})
-        else:
-            listed.append(node)
+    listed, edges = current_graph(graph["nodes"], list(graph["edges"]))
     position = {node["id"]: index for index, node in enumerate(listed)}
     inputs: dict[str, list[tuple]] = {}
     for edge in edges:
@@ -74,34 +66,6 @@ def _graph(spec) -> tuple[list[_Node], list[tuple]]:
         return (held[module], path.removeprefix(module)) if module is not None else (-1, path)
 
     return nodes, sorted((tensor(copy), tensor(target)) for copy, target in graph["ties"].items())
-
-
-ONE_OP_MIXTURE = "moe"
-
-
-def _as_two_ops(node: dict) -> tuple[dict, dict]:
-    """A one-op mixture's node as the router's and the experts' nodes the families' specs make: the router
-    holds its module's `router`, the experts the rest."""
-    attrs = node["attrs"]
-    router = {name: attrs[name] for name in RouterAttrs.model_fields if name != "bias"}
-    dims = node["shape"].strip("[]").split(", ")
-    return ({**node, "id": f"{node['id']}.router", "op": "router", "attrs": {**router, "bias": attrs["router_bias"]},
-             "shape": "[" + ", ".join([*dims[:-1], str(attrs["experts"])]) + "]", "module": f"{node['module']}.router"},
-            {**node, "op": "experts", "attrs": {name: attrs[name] for name in BankAttrs.model_fields}, "one_op": True})
-
-
-def _packed_as_two_ops(state: dict, experts: str) -> None:
-    """The one-op mixture's experts' tensors, renamed to the family's `experts` module, packed as its:
-    gate and up (and their biases) as gate_up_proj, down as down_proj."""
-    import torch
-
-    for gate, up, packed in (("gate", "up", "gate_up_proj"), ("gate_bias", "up_bias", "gate_up_proj_bias")):
-        if f"{experts}.{gate}" in state:
-            state[f"{experts}.{packed}"] = torch.cat([state.pop(f"{experts}.{gate}"), state.pop(f"{experts}.{up}")],
-                                                     dim=1)
-    for down, renamed in (("down", "down_proj"), ("down_bias", "down_proj_bias")):
-        if f"{experts}.{down}" in state:
-            state[f"{experts}.{renamed}"] = state.pop(f"{experts}.{down}")
 
 
 def _holder(name: str, modules: Container[str]) -> Optional[str]:
@@ -137,8 +101,10 @@ class Match:
         return name if module is None else self.modules[module] + name.removeprefix(module)
 
 
-def _candidate(spec, graph: tuple[list[_Node], list[tuple]], family: Family, special: tuple[int | None, list[int]]):
-    """(the match, the first difference or None) of the spec, whose op graph is `graph`, as `family`. A
+def _candidate(spec, params: dict, graph: tuple[list[_Node], list[tuple]], family: Family,
+               special: tuple[int | None, list[int]]):
+    """(the match, the first difference or None) of the spec, of parameters `params` and op graph `graph`, as
+    `family`. A
     spec whose parameters cannot be written as that family's config is compared with the family's spec at
     the parameters they share, to say where they differ."""
     import xspec
@@ -146,14 +112,14 @@ def _candidate(spec, graph: tuple[list[_Node], list[tuple]], family: Family, spe
 
     config = mapped = None
     try:
-        config = config_for(family, spec.params, spec.data.max_tokens, *special)
+        config = config_for(family, params, spec.data.max_tokens, *special)
         mapped = map_config(dict(config))
         rebuilt = xspec.compile(family_spec(mapped.spec),
                                 overrides={s.param: _quoted(s.value) for s in mapped.settings})
     except (KeyError, TypeError, UserError):
         config = mapped = None
         defaults = xspec.compile(family_spec(family.spec)).params
-        shared = {k: _quoted(v) for k, v in spec.params.items() if k in defaults and type(v) is type(defaults[k])}
+        shared = {k: _quoted(v) for k, v in params.items() if k in defaults and type(v) is type(defaults[k])}
         try:
             rebuilt = xspec.compile(family_spec(family.spec), overrides=shared)
         except UserError:
@@ -180,10 +146,11 @@ def match_family(spec, special: tuple[int | None, list[int]], preferred: object 
     families may share a spec (T5's and mT5's)."""
     closest = None
     # The families whose own parameters the spec has most of first: usually the first compiled matches.
-    order = sorted(FAMILIES, key=lambda t: (t != preferred, -sum(p in spec.params for p in FAMILIES[t].keys)))
+    params = current_params(spec.params)
+    order = sorted(FAMILIES, key=lambda t: (t != preferred, -sum(p in params for p in FAMILIES[t].keys)))
     graph = _graph(spec)
     for model_type in order:
-        match, difference = _candidate(spec, graph, FAMILIES[model_type], special)
+        match, difference = _candidate(spec, params, graph, FAMILIES[model_type], special)
         if match is not None:
             return match
         if closest is None or difference[0] > closest[1][0]:
@@ -276,7 +243,7 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     mapped, theirs = match.mapped, match.family_spec
     state = {match.tensor_name(name): tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
     for experts in match.one_op_experts:
-        _packed_as_two_ops(state, experts)
+        packed_as_two_ops(state, experts)
     shapes = {**theirs.param_shapes, **theirs.state_shapes}
     names = [n for n in shapes if n not in theirs.ties]
     groups = weight_map.groups(mapped.weights, names, shapes, theirs.params)
