@@ -131,6 +131,7 @@ class Param:
     value: Expr
     span: Span
     is_override: bool  # `set name = ...` rather than `param name = ...`
+    choices: Optional[Expr] = None  # `param pooling = "cls" in ["cls", "mean"]`: the values it may take
 
 
 @dataclass(frozen=True)

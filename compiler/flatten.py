@@ -26,7 +26,8 @@ def flatten(model: ResolvedModel, max_bytes: int) -> str:
              f"model {model.name} {{"]
     size = 0
     for name, value in model.params.items():
-        lines.append(f"  param {name} = {literal(value)}")
+        allowed = f" in {literal(model.choices[name])}" if name in model.choices else ""
+        lines.append(f"  param {name} = {literal(value)}{allowed}")
         size += len(lines[-1])
         if size > max_bytes:
             raise TooLarge()

@@ -156,11 +156,11 @@ class _ToAst(Transformer):
             span=_span(self.file, meta),
         )
 
-    def param_decl(self, meta, name, value):
-        return ast.Param(self._name(name), value, _span(self.file, meta), is_override=False)
+    def param_decl(self, meta, name, value, choices=None):
+        return ast.Param(self._name(name), value, _span(self.file, meta), is_override=False, choices=choices)
 
-    def set_decl(self, meta, name, value):
-        return ast.Param(self._name(name), value, _span(self.file, meta), is_override=True)
+    def set_decl(self, meta, name, value, choices=None):
+        return ast.Param(self._name(name), value, _span(self.file, meta), is_override=True, choices=choices)
 
     def block_decl(self, meta, name, *rest):
         *params, body = rest

@@ -19,7 +19,7 @@ from . import ast
 from .diagnostics import COMMAND_LINE, Diagnostics, Span, did_you_mean
 from .evaluate import Constant, ConstantError, check_value, evaluate
 from .limits import MAX_FILES, MAX_RESOLVED_BYTES, MAX_RESOLVED_TOKENS, MAX_SOURCE_BYTES, MAX_SOURCE_TOKENS
-from .parse import count_tokens, parse_expression, parse_text
+from .parse import count_tokens, parse_expression, parse_text, quote
 from .schedules import check_schedules
 from .sections import SECTIONS
 from .source import SourceError, read_source
@@ -38,6 +38,7 @@ class ResolvedModel:
     files: dict[str, str] = field(default_factory=dict)  # path -> source, every file involved
     written_ties: list[ast.Tie] = field(default_factory=list)  # every tie, with its condition
     failed_params: set[str] = field(default_factory=set)  # parameters whose errors are reported
+    choices: dict[str, tuple[Constant, ...]] = field(default_factory=dict)  # the values a parameter may take
 
 
 def resolve(
@@ -61,6 +62,7 @@ def resolve(
     merged = _merge(chain, diagnostics)
     _apply_overrides(merged, overrides, diagnostics)
     params = _evaluate_params(merged, diagnostics)
+    choices = _checked_choices(merged, params, diagnostics)
     check_schedules(merged.blocks, merged.ties, merged.written, merged.params, params, diagnostics)
     sections = _evaluate_sections(merged, params, diagnostics)
     ties = _active_ties(merged.ties, params, diagnostics)
@@ -70,7 +72,7 @@ def resolve(
         expressions={name: param.value for name, param in merged.params.items()},
         blocks=merged.blocks, sections=sections, ties=ties, written_ties=list(merged.ties),
         files={f.path: f.source for f in loader.files.values()},
-        failed_params=set(merged.params) - set(params),
+        failed_params=set(merged.params) - set(params), choices=choices,
     )
 
 
@@ -166,6 +168,7 @@ class _Merged:
     sections: dict[str, dict[str, ast.Entry]] = field(default_factory=dict)
     section_spans: dict[str, Span] = field(default_factory=dict)
     ties: list[ast.Tie] = field(default_factory=list)
+    choices: dict[str, ast.Expr] = field(default_factory=dict)  # `param p = v in [...]`: the list, as written
 
 
 def _merge(chain: list[ast.Model], diagnostics: Diagnostics) -> _Merged:
@@ -187,6 +190,8 @@ def _merge(chain: list[ast.Model], diagnostics: Diagnostics) -> _Merged:
                 continue
             merged.params[name] = param
             merged.written.setdefault(name, []).append(param)
+            if param.choices is not None:  # a `set` may give a derived model's own
+                merged.choices[name] = param.choices
             defined_here.add(name)
         blocks_here: set[str] = set()
         for block in model.blocks:
@@ -291,6 +296,56 @@ def _relocate(expr: ast.Expr) -> ast.Expr:
                         COMMAND_LINE)
     assert isinstance(expr, ast.Lambda), expr
     return ast.Lambda(ast.Name(expr.param.id, COMMAND_LINE), _relocate(expr.body), COMMAND_LINE)
+
+
+def _checked_choices(merged: _Merged, params: dict[str, Constant], diagnostics: Diagnostics
+                     ) -> dict[str, tuple[Constant, ...]]:
+    """Each parameter declared with the values it may take (`param pooling = "cls" in ["cls", "mean"]`): the
+    list, a constant one, and the parameter's final value (a `set`'s or a --set's) among them, or each item of
+    a schedule; else an error at that value. A parameter that fails is left out of `params`, so later stages
+    do not build with it."""
+    checked = {}
+    for name, written in merged.choices.items():
+        try:
+            allowed = evaluate(written, lambda n: params[n.id] if n.id in params else _unknown(n, params))
+        except ConstantError as error:
+            diagnostics.error(error.code, error.span, error.message, error.hint)
+            continue
+        except _AlreadyReported:
+            continue
+        if not isinstance(allowed, tuple) or not allowed:
+            diagnostics.error("type", written.span, f"the values '{name}' may take must be a list of at least one")
+            continue
+        checked[name] = allowed
+        if name not in params:
+            continue
+        value = params[name]
+        # A schedule (a list of one value per layer) takes its items from the choices.
+        items = value if isinstance(value, tuple) and not any(isinstance(v, tuple) for v in allowed) else (value,)
+        itemwise = items is value
+        outside = [item for item in items if not any(type(item) is type(v) and item == v for v in allowed)]
+        if outside:
+            written = merged.params[name].value
+            given = "--set " if written.span is COMMAND_LINE else ""
+            what = f"holds {_spelled(outside[0])}; it may hold" if itemwise else f"is {_spelled(value)}; it may be"
+            diagnostics.error("value", written.span, f"{given}{name} {what} {_either(allowed)}")
+            del params[name]
+    return checked
+
+
+def _either(values: tuple[Constant, ...]) -> str:
+    """`"cls" or "mean"`, `1, 2 or 4`."""
+    shown = [_spelled(value) for value in values]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+
+
+def _spelled(value: Constant) -> str:
+    """A value as a spec writes it (`"mean"`, `true`, `4`), escaped for the terminal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return printable(quote(value))
+    return "a list" if isinstance(value, tuple) else repr(value)
 
 
 def _evaluate_params(merged: _Merged, diagnostics: Diagnostics) -> dict[str, Constant]:

@@ -232,3 +232,18 @@ def test_generated_class_names_never_clash():
     assert {"class RotaryEmbedding2", "class FeedForward2", "class FeedForward"} <= set(classes)
     model = spec.build(device="cpu").eval()
     assert model(torch.randint(0, 100, (2, 5)), torch.randint(0, 100, (2, 3))).shape == (2, 3, 100)
+
+
+@pytest.mark.parametrize("path, name, value, allowed", [
+    ("specs/base.xspec", "positions", "rotary", '"sinusoidal" or "learned"'),
+    ("specs/modern/modernbert.xspec", "classifier_pooling", "max", '"cls" or "mean"')])
+def test_a_parameter_takes_only_the_values_its_spec_lists_and_a_run_keeps_the_list(path, name, value, allowed):
+    """Where an `if` chooses by a string (`if positions == "learned" { ... } else { ... }`), any other value would
+    silently take the `else`: the parameter lists its values, a --set outside them is refused, and the resolved
+    spec a run keeps lists them too."""
+    with pytest.raises(xspec.SpecError, match=f'--set {name} is "{value}"; it may be {allowed}'):
+        xspec.compile(path, overrides={name: value})
+    resolved = xspec.compile(path).resolved_source
+    assert f" in [{allowed.replace(' or ', ', ')}]" in resolved
+    with pytest.raises(xspec.SpecError, match=f"it may be {allowed}"):
+        xspec.compile_source(resolved, name="run/spec.xspec", overrides={name: value})
