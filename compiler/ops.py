@@ -91,11 +91,10 @@ class TokenTypeAttrs(Attrs):
 
 
 def _token_type_shape(shapes: Shapes, a: TokenTypeAttrs) -> tuple[TensorType, Inferred]:
-    """[d], the first type's row, broadcast over every position; given the token types, the rows of each
-    position's type, of x's shape."""
+    """x's shape: each position's type's row (without the token types, the first type's at every position)."""
     x = require(shapes["x"], "the input")
     dim = concrete_last(x, "the input")
-    return TensorType((dim,)), {"dim": dim}
+    return TensorType(x.dims), {"dim": dim}
 
 
 class LinearAttrs(Attrs):

@@ -730,3 +730,19 @@ def test_a_modernbert_run_whose_first_layer_passed_its_input_on_matches_its_fami
     older = xspec.compile_source(text, str(family_spec("modernbert")))
     assert not {"identity", "activation"} & {node["op"] for node in json.loads(older.graph_json())["nodes"]}
     assert match_family(older, (None, [])).config["model_type"] == "modernbert"
+
+
+def test_a_token_type_embedding_is_of_its_inputs_shape_with_or_without_the_types():
+    """The graph, the shape comments and the module agree: each position's type's row, [B, T, d]; without the
+    types, the first type's row at every position, a view of the one row."""
+    from xspec.nn import TokenTypeEmbedding
+
+    graph = json.loads(xspec.compile("specs/modern/bert.xspec").graph_json())
+    node = next(n for n in graph["nodes"] if n["op"] == "token_type_embedding")
+    assert node["shape"] == "[batch, src_len, 64]"
+    module = TokenTypeEmbedding(6, types=3)
+    x = torch.zeros(2, 5, 6)
+    first = module(x)
+    assert first.shape == x.shape and first.data_ptr() == module.weight.data_ptr()
+    types = torch.tensor([[0, 1, 2, 1, 0], [2, 2, 0, 0, 1]])
+    assert torch.equal(module(x, types)[1, 0], module.weight[2].detach())

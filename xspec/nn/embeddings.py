@@ -165,8 +165,8 @@ class RelativePositionBias(nn.Module):
 class TokenTypeEmbedding(nn.Module):
     """BERT's token type (segment) embeddings: given the token types [B, T] (a sentence
     pair's first text 0, its second 1), each position's type's row [B, T, d]; without
-    them every token is of the first type, whose row is added to each position ([d],
-    broadcast)."""
+    them every token is of the first type, whose row is each position's (a view, not
+    a copy)."""
 
     def __init__(self, dim, types=2):
         super().__init__()
@@ -178,5 +178,5 @@ class TokenTypeEmbedding(nn.Module):
 
     def forward(self, x, token_types=None):
         if token_types is None:
-            return self.weight[0].to(x.dtype)  # [d]
+            return self.weight[0].to(x.dtype).expand_as(x)
         return self.weight[token_types].to(x.dtype)  # [B, T, d]
