@@ -1,7 +1,8 @@
 """Stage 5, lower: emit a readable PyTorch module from the module tree and its programs (compiler/ir.py).
 
 One class per distinct block (identical instances share a class; the layers of a stack that a block
-makes differently by their index share one that takes the index, compiler/layer_choice.py), and in each
+makes differently by their index share one that takes the index, compiler/layer_choice.py; a boolean
+parameter's `if`s stay a choice of the classes they change, compiler/flag_choice.py), and in each
 `forward` one line per step of its program, with a comment naming the spec line it comes from: an op, a
 block call, a spec function (a nested `def`), a function's call, and a repeated stack as one `for` loop
 over an `nn.ModuleList`. Lowering reads the graph's nodes and the programs; of the spec's syntax, only
@@ -18,6 +19,7 @@ before anything compiles or runs it.
 from __future__ import annotations
 
 import ast as pyast
+import copy
 import functools
 import itertools
 from typing import Callable, Mapping, Optional, Sequence, Union
@@ -26,7 +28,9 @@ from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
+from . import ast
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
+from .flag_choice import flag_ifs, forcing, merged_class, renamed
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
@@ -172,6 +176,7 @@ class _Lowering:
     def module_sources(self) -> Lowered:
         root = self.validated.graph.root
         self._define_children(root, "")
+        self._choose_by_flags()
         model_class = self._model_class()
         library = _library_used(names_used(*self.order, *model_class))
         generated: list[pyast.stmt] = [*self.order, *model_class]
@@ -535,6 +540,75 @@ class _Lowering:
             pending.pop()
         return self.widths[node_id]
 
+    # --- boolean parameters kept as choices -----------------------------------------------------
+    def _choose_by_flags(self) -> None:
+        """Each boolean parameter that `if`s read alone, kept as a choice of the classes it changes: the model
+        built with it the other way, lowered, and each class merged with its other build's
+        (compiler/flag_choice.py). A class that two flags change stays as the first leaves it."""
+        flags = flag_ifs(list(self.model.blocks.values()), self.model.expressions, self.fields)
+        if not flags:
+            return
+        original = {name: copy.deepcopy(tree) for name, tree in self.trees.items()}
+        blocks_of = self._blocks_of_classes()
+        touched: set[str] = set()
+        for field, ifs in flags.items():
+            holds = bool(self.fields[field])
+            forced = forcing(ifs, field, not holds)
+            built = self.built_with(forced) if forced is not None else None
+            if forced is None or built is None:
+                continue
+            other = _Lowering(self.model, built, functools.partial(_forcing_also, self.built_with, forced))
+            other._define_children(built.graph.root, "")
+            changed = self._changed_classes(other, original)
+            if not changed or touched & set(changed):
+                continue
+            merged: dict[str, pyast.ClassDef] = {}
+            for name, tree in changed.items():
+                pointer = next((where(s.span) for s in ifs if s in blocks_of.get(name, ())), where(ifs[0].span))
+                one = merged_class(original[name], tree, field, holds, pointer)
+                if one is not None:
+                    merged[name] = one
+            if len(merged) < len(changed):
+                continue
+            for name, tree in merged.items():
+                self.order[self.order.index(self.trees[name])] = self.trees[name] = tree
+            touched |= set(changed)
+
+    def _changed_classes(self, other: _Lowering, original: dict[str, pyast.ClassDef]
+                         ) -> Optional[dict[str, pyast.ClassDef]]:
+        """This file's classes that `other`'s build makes otherwise: each, as the other build writes it (its
+        classes named as here). None where its classes are not one to one with this file's."""
+        names: dict[str, str] = {}  # the other build's class -> this file's
+        for path, theirs in other.class_of.items():
+            mine = self.class_of.get(path)
+            if mine is None or names.setdefault(theirs, mine) != mine:
+                return None
+        if len(set(names.values())) != len(names):
+            return None
+        unnamed = set(other.trees) - set(names)  # classes of its untaken branches' layers alone
+        changed = {}
+        for theirs, mine in names.items():
+            tree = renamed(other.trees[theirs], names)
+            if names_used(tree) & unnamed:
+                return None
+            if text_of(pyast.Module(tree.body, [])) != text_of(pyast.Module(original[mine].body, [])):
+                changed[mine] = tree
+        return changed
+
+    def _blocks_of_classes(self) -> dict[str, list[ast.If]]:
+        """Each class's `if` statements: those of the blocks its instances are."""
+        found: dict[str, list[ast.If]] = {}
+        pending = [self.validated.graph.root]
+        while pending:
+            instance = pending.pop()
+            pending += instance.children.values()
+            name = self.class_of.get(instance.path)
+            block = self.model.blocks.get(instance.block_name or "")
+            if name is not None and block is not None:
+                found.setdefault(name, []).extend(statement for statement in _spec_ifs(block.body)
+                                                  if statement not in found[name])
+        return found
+
     # --- the file around the classes ----------------------------------------------------------
     def _config(self, classes: Sequence[pyast.stmt]) -> pyast.ClassDef:
         """The spec's parameters that the code reads, as a dataclass (nanoGPT's GPTConfig): every class
@@ -697,6 +771,22 @@ class _Lowering:
         width = self.graph[MEMORY.node].checked_shape().last
         vocabularies = {OPS[node.op].facts(node.attrs, node.inferred).get("vocab") for node in self.graph}
         return "[B, S, vocab] logits." if width in vocabularies else f"[B, S, {width}] states."
+
+
+def _forcing_also(built_with: BuiltWith, forced: Mapping[int, bool], more: Mapping[int, bool]
+                  ) -> Optional[ValidatedModel]:
+    """A build of the other flag's model with the `if`s `more` forced too (its untaken branches)."""
+    return built_with({**forced, **more})
+
+
+def _spec_ifs(statements: tuple[ast.Stmt, ...]) -> list[ast.If]:
+    found = []
+    for statement in statements:
+        if isinstance(statement, ast.If):
+            found += [statement, *_spec_ifs(statement.then), *_spec_ifs(statement.orelse)]
+        elif isinstance(statement, ast.Repeat):
+            found += _spec_ifs(statement.body)
+    return found
 
 
 def _dependency_order(derived: dict[str, tuple[pyast.expr, list[str]]]) -> list[str]:

@@ -12,7 +12,9 @@ import torch
 
 import xspec
 
-MODERN = sorted((Path(__file__).resolve().parent.parent / "specs" / "modern").glob("*.xspec"))
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+# The families' specs, and the paper's at a small size (base.xspec's flags through tiny.xspec).
+MODERN = sorted([*(SPECS / "modern").glob("*.xspec"), SPECS / "tiny.xspec", SPECS / "lm.xspec"])
 
 
 def _edits(name: str, value: object, layers: int) -> list[object]:

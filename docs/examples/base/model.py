@@ -23,6 +23,7 @@ class TransformerBaseConfig:
     layers: int = 6
     dropout: float = 0.1
     max_len: int = 1024
+    norm_first: bool = False
     tie_embeddings: bool = True
 
     def __post_init__(self):  # None: computed from the others, as the spec does
@@ -46,10 +47,13 @@ class Embed(nn.Module):  # block embed, base.xspec:32
 class Sublayer(nn.Module):  # block sublayer, base.xspec:19
     def __init__(self, config):
         super().__init__()
+        self.norm_first = config.norm_first  # base.xspec:20
         self.norm = nn.LayerNorm(config.d_model)  # base.xspec:23
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:23
 
     def forward(self, x, f):
+        if self.norm_first:  # base.xspec:20
+            return x + self.dropout(f(self.norm(x)))  # base.xspec:21
         return self.norm(x + self.dropout(f(x)))  # base.xspec:23
 
 
@@ -81,14 +85,19 @@ class EncoderLayer(nn.Module):  # block encoder_layer, base.xspec:41
 class Encoder(nn.Module):  # block encoder, base.xspec:55
     def __init__(self, config):
         super().__init__()
+        self.norm_first = config.norm_first  # base.xspec:58
         self.embedding = Embed(config)  # base.xspec:56
         self.layers = nn.ModuleList(  # base.xspec:57
             [EncoderLayer(config) for _ in range(config.layers)])
+        if config.norm_first:  # base.xspec:58
+            self.norm = nn.LayerNorm(config.d_model)  # base.xspec:59
 
     def forward(self, src, src_mask):
         x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:56
         for layer in self.layers:  # base.xspec:57
             x = layer(x, src_mask)  # base.xspec:57
+        if self.norm_first:  # base.xspec:58
+            return self.norm(x)  # base.xspec:59
         return x
 
 
@@ -117,15 +126,20 @@ class DecoderLayer(nn.Module):  # block decoder_layer, base.xspec:47
 class Decoder(nn.Module):  # block decoder, base.xspec:64
     def __init__(self, config):
         super().__init__()
+        self.norm_first = config.norm_first  # base.xspec:67
         self.embedding = Embed(config)  # base.xspec:65
         self.layers = nn.ModuleList(  # base.xspec:66
             [DecoderLayer(config) for _ in range(config.layers)])
+        if config.norm_first:  # base.xspec:67
+            self.norm = nn.LayerNorm(config.d_model)  # base.xspec:68
         self.generator = nn.Linear(config.d_model, config.vocab, bias=False)  # base.xspec:70
 
     def forward(self, tgt, memory, memory_mask, cache=None):
         x = self.embedding(tgt, cache=cache)  # [batch, tgt_len, d_model]  base.xspec:65
         for layer in self.layers:  # base.xspec:66
             x = layer(x, memory, memory_mask, cache=cache)  # base.xspec:66
+        if self.norm_first:  # base.xspec:67
+            x = self.norm(x)  # base.xspec:68
         return self.generator(x)  # [batch, tgt_len, vocab]  base.xspec:70
 
 

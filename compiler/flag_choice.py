@@ -1,0 +1,146 @@
+"""A block's `if` over one boolean parameter (`if norm_first { ... }`) stays a choice of its class, over the
+config, as nn.TransformerEncoderLayer keeps `norm_first`: a config edited to flip the flag builds what the same
+--set compiles.
+
+The model is built once more with the flag the other way (the `if`s that read it forced to their other
+branch) and lowered, and the class each block instance has in the two builds is merged statement by
+statement (compiler/lower.py): what both write alike once, what differs under `if config.<flag>:` in the
+constructor and `if self.<flag>:` in the forward, the flag kept on the module. A flag is left as the spec's
+value decides it where that would not be sound: another parameter's expression reads it (the other build
+would not compute that one anew), a class of the other build is none of this one's, or a class differs under
+two flags.
+"""
+
+from __future__ import annotations
+
+import ast as pyast
+import copy
+import difflib
+from typing import Optional, Sequence
+
+from . import ast
+from .body import reads
+from .evaluate import Constant, ConstantError, evaluate
+from .python_code import assign, attribute, dotted, if_statement, text_of, variable
+
+# Flags whose other build lowering makes, at most (each a whole model's build and lowering).
+MAX_FLAGS = 4
+
+
+def flag_ifs(blocks: Sequence[ast.Block], expressions: dict[str, ast.Expr], fields: dict[str, Constant]
+             ) -> dict[str, list[ast.If]]:
+    """Each boolean field that `if` statements read alone (`if norm_first`, `if not scale_embedding`), read by
+    no other parameter's expression: the statements."""
+    found: dict[str, list[ast.If]] = {}
+    for block in blocks:
+        for statement in _ifs(block.body):
+            names = set(reads(statement.condition))
+            if len(names) == 1 and isinstance(fields.get(name := names.pop()), bool):
+                found.setdefault(name, []).append(statement)
+    derived = {read for field, expression in expressions.items() for read in reads(expression) if read != field}
+    return {field: ifs for field, ifs in list(found.items())[:MAX_FLAGS] if field not in derived}
+
+
+def forcing(ifs: Sequence[ast.If], field: str, value: bool) -> Optional[dict[int, bool]]:
+    """The branch each of `ifs` takes with `field` at `value` (by the statement's id); None where a condition
+    is no truth value then."""
+    def lookup(name: ast.Name) -> Constant:
+        if name.id != field:
+            raise _OtherName
+        return value
+
+    forced = {}
+    for statement in ifs:
+        try:
+            taken = evaluate(statement.condition, lookup)
+        except (ConstantError, _OtherName):
+            return None
+        if not isinstance(taken, bool):
+            return None
+        forced[id(statement)] = taken
+    return forced
+
+
+class _OtherName(Exception):
+    """A condition read a name other than the flag."""
+
+
+def renamed(tree: pyast.ClassDef, names: dict[str, str]) -> pyast.ClassDef:
+    """A copy of a class of the other build, the classes it constructs named as this build names them."""
+    tree = copy.deepcopy(tree)
+    for node in pyast.walk(tree):
+        if isinstance(node, pyast.Name) and node.id in names:
+            node.id = names[node.id]
+    return tree
+
+
+def merged_class(mine: pyast.ClassDef, other: pyast.ClassDef, field: str, holds: bool, pointer: str
+                 ) -> Optional[pyast.ClassDef]:
+    """One class of `mine` (the flag at the spec's value, `holds`) and `other` (the flag the other way), each a
+    constructor and a forward: the statements that differ chosen by the flag. None where the two are not of that
+    form, or the flag's name is an attribute the class already has."""
+    parts = [_methods(cls) for cls in (mine, other)]
+    if parts[0] is None or parts[1] is None:
+        return None
+    (my_init, my_forward), (other_init, other_forward) = parts[0], parts[1]
+    if text_of(my_init.args) != text_of(other_init.args) or text_of(my_forward.args) != text_of(other_forward.args):
+        return None
+    made = {text_of(target) for init in (my_init, other_init) for statement in init.body
+            if isinstance(statement, pyast.Assign) for target in statement.targets}
+    if f"self.{field}" in made:
+        return None
+    init = _chosen(my_init.body[1:], other_init.body[1:], dotted(f"config.{field}"), holds, pointer)
+    forward = _chosen(my_forward.body, other_forward.body, attribute(variable("self"), field), holds, pointer)
+    kept = [assign(f"self.{field}", dotted(f"config.{field}"), pointer)] if forward != my_forward.body else []
+    merged = copy.copy(mine)
+    merged.body = [*mine.body[:-2], _with_body(my_init, [my_init.body[0], *kept, *init]),
+                   _with_body(my_forward, forward)]
+    return merged
+
+
+def _methods(cls: pyast.ClassDef) -> Optional[tuple[pyast.FunctionDef, pyast.FunctionDef]]:
+    """A generated block class's constructor and forward, its last two statements."""
+    if len(cls.body) < 2:
+        return None
+    init, forward = cls.body[-2], cls.body[-1]
+    if not (isinstance(init, pyast.FunctionDef) and init.name == "__init__" and isinstance(forward, pyast.FunctionDef)
+            and forward.name == "forward"):
+        return None
+    return init, forward
+
+
+def _with_body(method: pyast.FunctionDef, body: list[pyast.stmt]) -> pyast.FunctionDef:
+    changed = copy.copy(method)
+    changed.body = body
+    return changed
+
+
+def _chosen(mine: list[pyast.stmt], other: list[pyast.stmt], flag: pyast.expr, holds: bool,
+            pointer: str) -> list[pyast.stmt]:
+    """The statements of both, those that differ under `if flag:` (its branch the one that holds there): each
+    side runs its own statements in its own order, and the ones they share once."""
+    matcher = difflib.SequenceMatcher(None, [text_of(s) for s in mine], [text_of(s) for s in other], autojunk=False)
+    chosen: list[pyast.stmt] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            chosen += mine[i1:i2]
+            continue
+        then, otherwise = (mine[i1:i2], other[j1:j2]) if holds else (other[j1:j2], mine[i1:i2])
+        if not then:
+            chosen.append(if_statement(pyast.UnaryOp(pyast.Not(), flag), otherwise, (), pointer))
+        elif otherwise and isinstance(then[-1], pyast.Return):  # the other side goes on after the `if`
+            chosen += [if_statement(flag, then, (), pointer), *otherwise]
+        else:
+            chosen.append(if_statement(flag, then, otherwise, pointer))
+    return chosen
+
+
+def _ifs(statements: tuple[ast.Stmt, ...]) -> list[ast.If]:
+    found = []
+    for statement in statements:
+        if isinstance(statement, ast.If):
+            found += [statement, *_ifs(statement.then), *_ifs(statement.orelse)]
+        elif isinstance(statement, ast.Repeat):
+            found += _ifs(statement.body)
+    return found
+

@@ -1,0 +1,83 @@
+"""A block's `if` over one boolean parameter stays a choice of its class (compiler/flag_choice.py): the flag is a
+config field that, edited, builds and computes what the same --set compiles; where a choice would not be sound,
+the file is written at the spec's value and the config has no field for it."""
+
+import sys
+
+import pytest
+import torch
+
+import xspec
+
+TOY = """model toy {
+  param vocab = 64
+  param d_model = 16
+  param first = false
+  param second = true
+  DERIVED
+
+  block mix(x) {
+    if first { x = relu(linear(x, d_model) as gate) }
+    if second { x = tanh(x) }
+    return x
+  }
+
+  block decoder(tokens) {
+    x = embedding(tokens, vocab, d_model) as embed_tokens
+    x = mix(x) as mix
+    return linear(x, vocab, bias = false) as lm_head
+  }
+}
+"""
+
+
+def _config_class(spec):
+    module = sys.modules[spec.model_class().__module__]
+    return module, next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
+
+
+def test_the_papers_norm_first_is_a_flag_of_the_sublayer_as_in_nn_transformer():
+    source = xspec.compile("specs/base.xspec").python_source
+    sublayer = source[source.index("class Sublayer("):source.index("class FeedForward(")]
+    assert "self.norm_first = config.norm_first  # base.xspec:20" in sublayer
+    assert "        if self.norm_first:  # base.xspec:20\n            return x + self.dropout(f(self.norm(x)))" \
+        in sublayer
+    assert "        return self.norm(x + self.dropout(f(x)))  # base.xspec:23" in sublayer
+    encoder = source[source.index("class Encoder("):source.index("class DecoderLayer(")]
+    assert "        if config.norm_first:  # base.xspec:58\n            self.norm = nn.LayerNorm(config.d_model)" \
+        in encoder
+
+
+@torch.no_grad()
+def test_a_flag_edited_in_the_config_computes_what_set_compiles(tmp_path):
+    spec = xspec.compile_source(TOY.replace("DERIVED", ""), str(tmp_path / "toy.xspec"))
+    module, config = _config_class(spec)
+    assert "first" in {f for f in config.__dataclass_fields__}
+    torch.manual_seed(0)
+    wanted = xspec.compile_source(TOY.replace("DERIVED", ""), str(tmp_path / "toy.xspec"),
+                                  overrides={"first": True}).build(device="cpu").eval()
+    built = module.Model(config(first=True)).eval()
+    built.load_state_dict(wanted.state_dict())
+    tokens = torch.randint(0, 64, (2, 5))
+    torch.testing.assert_close(built(tokens), wanted(tokens))
+    assert set(dict(built.named_parameters())) == set(dict(wanted.named_parameters()))
+
+
+def test_a_class_two_flags_change_keeps_the_first_choice_and_the_second_is_decided(tmp_path):
+    source = xspec.compile_source(TOY.replace("DERIVED", ""), str(tmp_path / "toy.xspec")).python_source
+    assert "if self.first:  # toy.xspec:9" in source and "return F.tanh(x)  # toy.xspec:10" in source
+    assert "second" not in source
+
+
+def test_a_flag_another_parameter_reads_is_decided(tmp_path):
+    """The other build would keep `not_first` at the spec's value where --set first=true changes it."""
+    spec = xspec.compile_source(TOY.replace("DERIVED", "param not_first = not first"), str(tmp_path / "toy.xspec"))
+    assert "first" not in spec.python_source
+
+
+@pytest.mark.parametrize("path, field", [("specs/modern/t5.xspec", "is_gated_act"),
+                                         ("specs/modern/t5.xspec", "scale_decoder_outputs"),
+                                         ("specs/modern/marian.xspec", "scale_embedding")])
+def test_the_families_flags_are_config_fields(path, field):
+    _, config = _config_class(xspec.compile(path))
+    assert field in config.__dataclass_fields__
