@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 from . import ast
 from .body import reads
 from .evaluate import Constant, ConstantError, evaluate
+from .forward import where
 from .python_code import assign, attribute, dotted, if_statement, text_of, variable
 
 # Flags whose other build lowering makes, at most (each a whole model's build and lowering).
@@ -63,6 +64,12 @@ def forcing(ifs: Sequence[ast.If], field: str, value: bool) -> Optional[dict[int
 
 class _OtherName(Exception):
     """A condition read a name other than the flag."""
+
+
+def spec_line(ifs: Sequence[ast.If], block: Optional[ast.Block]) -> str:
+    """Where a class's choice is written: its block's `if` among `ifs` (else the first of them)."""
+    own = set(map(id, _ifs(block.body))) if block is not None else set()
+    return where(next((statement for statement in ifs if id(statement) in own), ifs[0]).span)
 
 
 def renamed(tree: pyast.ClassDef, names: dict[str, str]) -> pyast.ClassDef:

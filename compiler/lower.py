@@ -28,9 +28,8 @@ from .code_reads import attributes_read, config_argument, names_used
 from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
-from . import ast
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
-from .flag_choice import flag_ifs, forcing, merged_class, renamed
+from .flag_choice import flag_ifs, forcing, merged_class, renamed, spec_line
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
@@ -549,7 +548,7 @@ class _Lowering:
         if not flags:
             return
         original = {name: copy.deepcopy(tree) for name, tree in self.trees.items()}
-        blocks_of = self._blocks_of_classes()
+        blocks_of = self._blocks_of_classes()  # class -> the block its instances are
         touched: set[str] = set()
         for field, ifs in flags.items():
             holds = bool(self.fields[field])
@@ -564,8 +563,8 @@ class _Lowering:
                 continue
             merged: dict[str, pyast.ClassDef] = {}
             for name, tree in changed.items():
-                pointer = next((where(s.span) for s in ifs if s in blocks_of.get(name, ())), where(ifs[0].span))
-                one = merged_class(original[name], tree, field, holds, pointer)
+                block = self.model.blocks.get(blocks_of.get(name, ""))
+                one = merged_class(original[name], tree, field, holds, spec_line(ifs, block))
                 if one is not None:
                     merged[name] = one
             if len(merged) < len(changed):
@@ -595,18 +594,16 @@ class _Lowering:
                 changed[mine] = tree
         return changed
 
-    def _blocks_of_classes(self) -> dict[str, list[ast.If]]:
-        """Each class's `if` statements: those of the blocks its instances are."""
-        found: dict[str, list[ast.If]] = {}
+    def _blocks_of_classes(self) -> dict[str, str]:
+        """Each class's block: that of its instances."""
+        found: dict[str, str] = {}
         pending = [self.validated.graph.root]
         while pending:
             instance = pending.pop()
             pending += instance.children.values()
             name = self.class_of.get(instance.path)
-            block = self.model.blocks.get(instance.block_name or "")
-            if name is not None and block is not None:
-                found.setdefault(name, []).extend(statement for statement in _spec_ifs(block.body)
-                                                  if statement not in found[name])
+            if name is not None and instance.block_name is not None:
+                found.setdefault(name, instance.block_name)
         return found
 
     # --- the file around the classes ----------------------------------------------------------
@@ -777,16 +774,6 @@ def _forcing_also(built_with: BuiltWith, forced: Mapping[int, bool], more: Mappi
                   ) -> Optional[ValidatedModel]:
     """A build of the other flag's model with the `if`s `more` forced too (its untaken branches)."""
     return built_with({**forced, **more})
-
-
-def _spec_ifs(statements: tuple[ast.Stmt, ...]) -> list[ast.If]:
-    found = []
-    for statement in statements:
-        if isinstance(statement, ast.If):
-            found += [statement, *_spec_ifs(statement.then), *_spec_ifs(statement.orelse)]
-        elif isinstance(statement, ast.Repeat):
-            found += _spec_ifs(statement.body)
-    return found
 
 
 def _dependency_order(derived: dict[str, tuple[pyast.expr, list[str]]]) -> list[str]:

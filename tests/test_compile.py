@@ -128,13 +128,17 @@ def test_generated_code_is_one_class_per_block_with_loops():
     assert "@dataclass\nclass TransformerBaseConfig:\n" in source and "    d_ff: int = 2048\n" in source
     assert "        self.w_1 = nn.Linear(config.d_model, config.d_ff)  # base.xspec:28\n" in source
     # A block that takes a function is a class whose forward calls it (the Annotated Transformer's
-    # SublayerConnection); the function is passed as the module it calls, or a lambda: no ModuleDict.
+    # SublayerConnection); the function is passed as the module it calls, or a lambda: no ModuleDict. Its
+    # norm_first is kept as nn.TransformerEncoderLayer keeps it (compiler/flag_choice.py).
     assert ("class Sublayer(nn.Module):  # block sublayer, base.xspec:19\n"
             "    def __init__(self, config):\n"
             "        super().__init__()\n"
+            "        self.norm_first = config.norm_first  # base.xspec:20\n"
             "        self.norm = nn.LayerNorm(config.d_model)  # base.xspec:23\n"
             "        self.dropout = nn.Dropout(config.dropout)  # base.xspec:23\n\n"
             "    def forward(self, x, f):\n"
+            "        if self.norm_first:  # base.xspec:20\n"
+            "            return x + self.dropout(f(self.norm(x)))  # base.xspec:21\n"
             "        return self.norm(x + self.dropout(f(x)))  # base.xspec:23\n") in source
     assert "ModuleDict" not in source
     assert ("    def forward(self, x, mask):\n"
@@ -144,6 +148,8 @@ def test_generated_code_is_one_class_per_block_with_loops():
     assert ("        x = self.embedding(src)  # [batch, src_len, d_model]  base.xspec:56\n"
             "        for layer in self.layers:  # base.xspec:57\n"
             "            x = layer(x, src_mask)  # base.xspec:57\n"
+            "        if self.norm_first:  # base.xspec:58\n"
+            "            return self.norm(x)  # base.xspec:59\n"
             "        return x\n") in source
     assert "        return self.generator(x)  # [batch, tgt_len, vocab]  base.xspec:70\n" in source
 
