@@ -1,6 +1,7 @@
 """A block's `if` over one boolean parameter (`if norm_first { ... }`) stays a choice of its class, over the
 config, as nn.TransformerEncoderLayer keeps `norm_first`: a config edited to flip the flag builds what the same
---set compiles.
+--set compiles. So does a string parameter the spec lists two values for (`param positions = "sinusoidal" in
+["sinusoidal", "learned"]`), chosen by `if config.positions == "learned":`.
 
 The model is built once more with the flag the other way (the `if`s that read it forced to their other
 branch) and lowered, and the class each block instance has in the two builds is merged statement by
@@ -22,27 +23,46 @@ from . import ast
 from .body import reads
 from .evaluate import Constant, ConstantError, evaluate
 from .forward import where
-from .python_code import assign, attribute, dotted, if_statement, text_of, variable
+from .python_code import assign, attribute, constant, dotted, if_statement, text_of, variable
 
 # Flags whose other build lowering makes, at most (each a whole model's build and lowering).
 MAX_FLAGS = 4
 
 
-def flag_ifs(blocks: Sequence[ast.Block], expressions: dict[str, ast.Expr], fields: dict[str, Constant]
-             ) -> dict[str, list[ast.If]]:
-    """Each boolean field that `if` statements read alone (`if norm_first`, `if not scale_embedding`), read by
-    no other parameter's expression: the statements."""
+def flag_ifs(blocks: Sequence[ast.Block], expressions: dict[str, ast.Expr], fields: dict[str, Constant],
+             choices: dict[str, tuple[Constant, ...]]) -> dict[str, list[ast.If]]:
+    """Each flag (a boolean field, or a string field of two listed values) that `if` statements read alone (`if
+    norm_first`, `if positions == "learned"`), read by no other parameter's expression: the statements."""
     found: dict[str, list[ast.If]] = {}
     for block in blocks:
         for statement in _ifs(block.body):
             names = set(reads(statement.condition))
-            if len(names) == 1 and isinstance(fields.get(name := names.pop()), bool):
+            if len(names) == 1 and other_value(name := names.pop(), fields, choices) is not None:
                 found.setdefault(name, []).append(statement)
     derived = {read for field, expression in expressions.items() for read in reads(expression) if read != field}
     return {field: ifs for field, ifs in list(found.items())[:MAX_FLAGS] if field not in derived}
 
 
-def forcing(ifs: Sequence[ast.If], field: str, value: bool) -> Optional[dict[int, bool]]:
+def other_value(field: str, fields: dict[str, Constant], choices: dict[str, tuple[Constant, ...]]
+                ) -> Optional[Constant]:
+    """The flag's value other than the spec's: a boolean's negation, a two-valued string's other value; None
+    where the field is no flag."""
+    value = fields.get(field)
+    if isinstance(value, bool):
+        return not value
+    listed = choices.get(field, ())
+    if isinstance(value, str) and len(listed) == 2 and value in listed and all(isinstance(v, str) for v in listed):
+        return listed[1] if listed[0] == value else listed[0]
+    return None
+
+
+def condition(owner: pyast.expr, field: str, tested: Constant) -> pyast.expr:
+    """`config.norm_first`, `self.positions == 'learned'`: the flag at `tested` (True for a boolean)."""
+    read = attribute(owner, field)
+    return read if tested is True else pyast.Compare(read, [pyast.Eq()], [constant(tested)])
+
+
+def forcing(ifs: Sequence[ast.If], field: str, value: Constant) -> Optional[dict[int, bool]]:
     """The branch each of `ifs` takes with `field` at `value` (by the statement's id); None where a condition
     is no truth value then."""
     def lookup(name: ast.Name) -> Constant:
@@ -81,24 +101,27 @@ def renamed(tree: pyast.ClassDef, names: dict[str, str]) -> pyast.ClassDef:
     return tree
 
 
-def merged_class(mine: pyast.ClassDef, other: pyast.ClassDef, field: str, holds: bool, pointer: str
-                 ) -> Optional[pyast.ClassDef]:
-    """One class of `mine` (the flag at the spec's value, `holds`) and `other` (the flag the other way), each a
-    constructor and a forward: the statements that differ chosen by the flag. None where the two are not of that
-    form, or the flag's name is an attribute the class already has."""
+def merged_class(mine: pyast.ClassDef, other: pyast.ClassDef, field: str, tested: Constant, holds: bool,
+                 pointer: str) -> Optional[pyast.ClassDef]:
+    """One class of `mine` (the flag at the spec's value) and `other` (the flag the other way), each a
+    constructor and a forward: the statements that differ chosen by whether the flag is `tested` (which holds
+    for `mine` where `holds`). None where the two are not of that form, or the forward must read the flag and
+    its name is an attribute the class already has."""
     parts = [_methods(cls) for cls in (mine, other)]
     if parts[0] is None or parts[1] is None:
         return None
     (my_init, my_forward), (other_init, other_forward) = parts[0], parts[1]
     if text_of(my_init.args) != text_of(other_init.args) or text_of(my_forward.args) != text_of(other_forward.args):
         return None
-    made = {text_of(target) for init in (my_init, other_init) for statement in init.body
-            if isinstance(statement, pyast.Assign) for target in statement.targets}
-    if f"self.{field}" in made:
-        return None
-    init = _chosen(my_init.body[1:], other_init.body[1:], dotted(f"config.{field}"), holds, pointer)
-    forward = _chosen(my_forward.body, other_forward.body, attribute(variable("self"), field), holds, pointer)
+    init = _chosen(my_init.body[1:], other_init.body[1:], condition(variable("config"), field, tested), holds,
+                   pointer)
+    forward = _chosen(my_forward.body, other_forward.body, condition(variable("self"), field, tested), holds,
+                      pointer)
     kept = [assign(f"self.{field}", dotted(f"config.{field}"), pointer)] if forward != my_forward.body else []
+    made = {text_of(target) for init_ in (my_init, other_init) for statement in init_.body
+            if isinstance(statement, pyast.Assign) for target in statement.targets}
+    if kept and f"self.{field}" in made:
+        return None
     merged = copy.copy(mine)
     merged.body = [*mine.body[:-2], _with_body(my_init, [my_init.body[0], *kept, *init]),
                    _with_body(my_forward, forward)]

@@ -30,6 +30,7 @@ from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
 from .flag_choice import flag_ifs, forcing, merged_class, renamed, spec_line
+from .flag_choice import other_value as flag_value
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
@@ -544,18 +545,20 @@ class _Lowering:
         """Each boolean parameter that `if`s read alone, kept as a choice of the classes it changes: the model
         built with it the other way, lowered, and each class merged with its other build's
         (compiler/flag_choice.py). A class that two flags change stays as the first leaves it."""
-        flags = flag_ifs(list(self.model.blocks.values()), self.model.expressions, self.fields)
+        flags = flag_ifs(list(self.model.blocks.values()), self.model.expressions, self.fields, self.model.choices)
         if not flags:
             return
         original = {name: copy.deepcopy(tree) for name, tree in self.trees.items()}
         blocks_of = self._blocks_of_classes()  # class -> the block its instances are
         touched: set[str] = set()
         for field, ifs in flags.items():
-            holds = bool(self.fields[field])
-            forced = forcing(ifs, field, not holds)
+            other_value = flag_value(field, self.fields, self.model.choices)
+            forced = forcing(ifs, field, other_value) if other_value is not None else None
             built = self.built_with(forced) if forced is not None else None
-            if forced is None or built is None:
+            if other_value is None or forced is None or built is None:
                 continue
+            tested = True if isinstance(other_value, bool) else other_value  # `if config.f`, `if config.f == v`
+            holds = self.fields[field] == tested
             other = _Lowering(self.model, built, functools.partial(_forcing_also, self.built_with, forced))
             other._define_children(built.graph.root, "")
             changed = self._changed_classes(other, original)
@@ -564,7 +567,7 @@ class _Lowering:
             merged: dict[str, pyast.ClassDef] = {}
             for name, tree in changed.items():
                 block = self.model.blocks.get(blocks_of.get(name, ""))
-                one = merged_class(original[name], tree, field, holds, spec_line(ifs, block))
+                one = merged_class(original[name], tree, field, tested, holds, spec_line(ifs, block))
                 if one is not None:
                     merged[name] = one
             if len(merged) < len(changed):

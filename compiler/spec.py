@@ -37,6 +37,8 @@ class CompiledSpec:
         self.name: str = model.name
         self.path: str = model.span.file
         self.params: dict[str, Any] = dict(model.params)
+        # The values a parameter may take, where the spec lists them (`param positions = "sinusoidal" in [...]`).
+        self.choices: dict[str, tuple[Any, ...]] = dict(model.choices)
         self.ops: OpGraph = validated.graph.graph  # typed nodes in topological order (compiler/ir.py)
         self.parameters: int = validated.parameter_count
         self.train: TrainSection = model.sections["train"]  # type: ignore[assignment]

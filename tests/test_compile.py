@@ -123,7 +123,7 @@ def test_generated_code_is_one_class_per_block_with_loops():
     assert ("nn.ModuleList(  # base.xspec:57\n"
             "            [EncoderLayer(config) for _ in range(config.layers)])") in source
     assert "for layer in self.layers:" in source
-    assert "from xspec.nn import Attention, ScaledEmbedding, SinusoidalPositions\n" in source
+    assert "from xspec.nn import Attention, LearnedPositions, ScaledEmbedding, SinusoidalPositions\n" in source
     # Sizes from the typed config, under the spec's parameter names (nanoGPT's GPTConfig).
     assert "@dataclass\nclass TransformerBaseConfig:\n" in source and "    d_ff: int = 2048\n" in source
     assert "        self.w_1 = nn.Linear(config.d_model, config.d_ff)  # base.xspec:28\n" in source

@@ -1,7 +1,7 @@
 """A generated file's config is the truth: each field of a shipped spec's config, edited, builds the same
-tensors (names, shapes, ties) as the spec compiled with that `--set`. Bools are flipped, the layer and
-depth counts grown by one, and each schedule (a per-layer list) reversed, and negated where it holds
-bools: branches no layer takes at the spec's values are in the file too."""
+tensors (names, shapes, ties) as the spec compiled with that `--set`. Bools are flipped, strings set to each
+other value the spec lists, the layer and depth counts grown by one, and each schedule (a per-layer list)
+reversed, and negated where it holds bools: branches no layer takes at the spec's values are in the file too."""
 
 import dataclasses
 import sys
@@ -17,9 +17,11 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 MODERN = sorted([*(SPECS / "modern").glob("*.xspec"), SPECS / "tiny.xspec", SPECS / "lm.xspec"])
 
 
-def _edits(name: str, value: object, layers: int) -> list[object]:
+def _edits(name: str, value: object, layers: int, choices: tuple = ()) -> list[object]:
     if isinstance(value, bool):
         return [not value]
+    if isinstance(value, str):
+        return [choice for choice in choices if choice != value]
     if name in ("layers", "mtp_depth", "encoder_layers", "decoder_layers", "num_layers", "num_decoder_layers"):
         return [value + 1]
     if isinstance(value, tuple):
@@ -41,7 +43,8 @@ def test_an_edited_config_builds_what_the_same_set_compiles(path):
     default = config()
     checked = 0
     for field in dataclasses.fields(config):
-        for edited in _edits(field.name, getattr(default, field.name), spec.params.get("layers", 0)):
+        for edited in _edits(field.name, getattr(default, field.name), spec.params.get("layers", 0),
+                             spec.choices.get(field.name, ())):
             given = list(edited) if isinstance(edited, tuple) else edited
             with torch.device("meta"):
                 built = module.Model(config(**{field.name: edited}))
@@ -68,7 +71,8 @@ def test_an_edited_config_computes_what_the_same_set_compiles(path):
     config = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
     default = config()
     for field in dataclasses.fields(config):
-        for edited in _edits(field.name, getattr(default, field.name), spec.params.get("layers", 0)):
+        for edited in _edits(field.name, getattr(default, field.name), spec.params.get("layers", 0),
+                             spec.choices.get(field.name, ())):
             given = list(edited) if isinstance(edited, tuple) else edited
             compiled = xspec.compile(str(path), overrides={field.name: given})
             torch.manual_seed(0)

@@ -48,6 +48,19 @@ def test_the_papers_norm_first_is_a_flag_of_the_sublayer_as_in_nn_transformer():
         in encoder
 
 
+def test_a_string_parameter_of_two_listed_values_is_chosen_in_the_constructor():
+    """Table 3's row E (learned positions) is a config edit of the paper's spec; the forward reads the module
+    alike, so the class keeps no flag."""
+    source = xspec.compile("specs/base.xspec").python_source
+    embed = source[source.index("class Embed("):source.index("class Sublayer(")]
+    assert ("        if config.positions == 'learned':  # base.xspec:34\n"
+            "            self.positions = LearnedPositions(config.d_model, config.max_len)  # base.xspec:35\n"
+            "        else:\n"
+            "            self.positions = SinusoidalPositions(config.d_model, config.max_len)  # base.xspec:37\n") \
+        in embed
+    assert "self.positions = config.positions" not in embed
+
+
 @torch.no_grad()
 def test_a_flag_edited_in_the_config_computes_what_set_compiles(tmp_path):
     spec = xspec.compile_source(TOY.replace("DERIVED", ""), str(tmp_path / "toy.xspec"))

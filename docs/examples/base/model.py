@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.nn import Attention, ScaledEmbedding, SinusoidalPositions
+from xspec.nn import Attention, LearnedPositions, ScaledEmbedding, SinusoidalPositions
 
 
 @dataclass
@@ -23,6 +23,7 @@ class TransformerBaseConfig:
     layers: int = 6
     dropout: float = 0.1
     max_len: int = 1024
+    positions: str = 'sinusoidal'
     norm_first: bool = False
     tie_embeddings: bool = True
 
@@ -36,7 +37,10 @@ class Embed(nn.Module):  # block embed, base.xspec:32
         super().__init__()
         self.embed = ScaledEmbedding(  # base.xspec:33
             config.vocab, config.d_model, math.sqrt(config.d_model))
-        self.positions = SinusoidalPositions(config.d_model, config.max_len)  # base.xspec:37
+        if config.positions == 'learned':  # base.xspec:34
+            self.positions = LearnedPositions(config.d_model, config.max_len)  # base.xspec:35
+        else:
+            self.positions = SinusoidalPositions(config.d_model, config.max_len)  # base.xspec:37
         self.dropout = nn.Dropout(config.dropout)  # base.xspec:37
 
     def forward(self, tokens, cache=None):
