@@ -124,6 +124,17 @@ def assigned(body: tuple[ast.Stmt, ...]) -> list[str]:
     return list(names)
 
 
+def ifs_in(body: tuple[ast.Stmt, ...]) -> list[ast.If]:
+    """The `if` statements of a body, nested ones (in branches and repeats) too, in order."""
+    found: list[ast.If] = []
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            found += [stmt, *ifs_in(stmt.then), *ifs_in(stmt.orelse)]
+        elif isinstance(stmt, ast.Repeat):
+            found += ifs_in(stmt.body)
+    return found
+
+
 def reads(expr: ast.Expr) -> list[str]:
     if isinstance(expr, ast.Name):
         return [expr.id]

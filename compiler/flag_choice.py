@@ -8,8 +8,8 @@ branch) and lowered, and the class each block instance has in the two builds is 
 statement (compiler/lower.py): what both write alike once, what differs under `if config.<flag>:` in the
 constructor and `if self.<flag>:` in the forward, the flag kept on the module. A flag is left as the spec's
 value decides it where that would not be sound: another parameter's expression reads it (the other build
-would not compute that one anew), a class of the other build is none of this one's, or a class differs under
-two flags.
+would not compute that one anew) or a tie's condition does, a class of the other build is none of this
+one's, or a class differs under two flags.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import difflib
 from typing import Optional, Sequence
 
 from . import ast
-from .body import reads
+from .body import ifs_in, reads
 from .evaluate import Constant, ConstantError, evaluate
 from .forward import where
 from .python_code import assign, attribute, constant, dotted, if_statement, text_of, variable
@@ -29,17 +29,19 @@ from .python_code import assign, attribute, constant, dotted, if_statement, text
 MAX_FLAGS = 4
 
 
-def flag_ifs(blocks: Sequence[ast.Block], expressions: dict[str, ast.Expr], fields: dict[str, Constant],
-             choices: dict[str, tuple[Constant, ...]]) -> dict[str, list[ast.If]]:
+def flag_ifs(blocks: Sequence[ast.Block], expressions: dict[str, ast.Expr], ties: Sequence[ast.Tie],
+             fields: dict[str, Constant], choices: dict[str, tuple[Constant, ...]]) -> dict[str, list[ast.If]]:
     """Each flag (a boolean field, or a string field of two listed values) that `if` statements read alone (`if
-    norm_first`, `if positions == "learned"`), read by no other parameter's expression: the statements."""
+    norm_first`, `if positions == "learned"`), read by no other parameter's expression and no tie's condition
+    (compiler/tie_choice.py leaves those decided): the statements."""
     found: dict[str, list[ast.If]] = {}
     for block in blocks:
-        for statement in _ifs(block.body):
+        for statement in ifs_in(block.body):
             names = set(reads(statement.condition))
             if len(names) == 1 and other_value(name := names.pop(), fields, choices) is not None:
                 found.setdefault(name, []).append(statement)
     derived = {read for field, expression in expressions.items() for read in reads(expression) if read != field}
+    derived |= {read for tie in ties if tie.condition is not None for read in reads(tie.condition)}
     return {field: ifs for field, ifs in list(found.items())[:MAX_FLAGS] if field not in derived}
 
 
@@ -88,7 +90,7 @@ class _OtherName(Exception):
 
 def spec_line(ifs: Sequence[ast.If], block: Optional[ast.Block]) -> str:
     """Where a class's choice is written: its block's `if` among `ifs` (else the first of them)."""
-    own = set(map(id, _ifs(block.body))) if block is not None else set()
+    own = set(map(id, ifs_in(block.body))) if block is not None else set()
     return where(next((statement for statement in ifs if id(statement) in own), ifs[0]).span)
 
 
@@ -163,14 +165,3 @@ def _chosen(mine: list[pyast.stmt], other: list[pyast.stmt], flag: pyast.expr, h
         else:
             chosen.append(if_statement(flag, then, otherwise, pointer))
     return chosen
-
-
-def _ifs(statements: tuple[ast.Stmt, ...]) -> list[ast.If]:
-    found = []
-    for statement in statements:
-        if isinstance(statement, ast.If):
-            found += [statement, *_ifs(statement.then), *_ifs(statement.orelse)]
-        elif isinstance(statement, ast.Repeat):
-            found += _ifs(statement.body)
-    return found
-

@@ -545,7 +545,8 @@ class _Lowering:
         """Each boolean parameter that `if`s read alone, kept as a choice of the classes it changes: the model
         built with it the other way, lowered, and each class merged with its other build's
         (compiler/flag_choice.py). A class that two flags change stays as the first leaves it."""
-        flags = flag_ifs(list(self.model.blocks.values()), self.model.expressions, self.fields, self.model.choices)
+        flags = flag_ifs(list(self.model.blocks.values()), self.model.expressions, self.model.written_ties,
+                         self.fields, self.model.choices)
         if not flags:
             return
         original = {name: copy.deepcopy(tree) for name, tree in self.trees.items()}

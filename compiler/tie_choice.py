@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from . import ast
-from .body import reads
+from .body import ifs_in, reads
 from .config import config_condition
 from .diagnostics import Diagnostics, Span, TooManyErrors
 from .evaluate import Constant
@@ -42,7 +42,7 @@ class TieGroup:
 def tie_groups(written: Sequence[ast.Tie], blocks: Iterable[ast.Block], fields: dict[str, Constant],
                validated: ValidatedModel) -> list[TieGroup]:
     """The ties of the generated file's constructor, group by group."""
-    decided = {name for block in blocks for name in _condition_reads(block.body)}
+    decided = {name for block in blocks for statement in ifs_in(block.body) for name in reads(statement.condition)}
     always = [tie for tie in written if tie.condition is None]
     base = _resolved(always, validated.params)
     assert base is not None, "the unconditional ties checked at validation"
@@ -105,14 +105,3 @@ def _partition(holder: dict[str, str]) -> frozenset[frozenset[str]]:
     for name in {*holder, *holder.values()}:
         groups.setdefault(holder.get(name, name), set()).add(name)
     return frozenset(frozenset(group) for group in groups.values() if len(group) > 1)
-
-
-def _condition_reads(body: tuple[ast.Stmt, ...]) -> list[str]:
-    """The names the conditions of a body's `if`s read, nested ones too."""
-    found: list[str] = []
-    for statement in body:
-        if isinstance(statement, ast.If):
-            found += reads(statement.condition) + _condition_reads(statement.then) + _condition_reads(statement.orelse)
-        elif isinstance(statement, ast.Repeat):
-            found += _condition_reads(statement.body)
-    return found

@@ -94,3 +94,11 @@ def test_a_flag_another_parameter_reads_is_decided(tmp_path):
 def test_the_families_flags_are_config_fields(path, field):
     _, config = _config_class(xspec.compile(path))
     assert field in config.__dataclass_fields__
+
+
+def test_a_flag_a_ties_condition_reads_is_decided(tmp_path):
+    """Ties whose condition reads a parameter a block's `if` reads are written as the spec's values decide
+    (compiler/tie_choice.py): a field for the flag would change the classes and not the ties."""
+    tie = "if first { tie decoder.embed_tokens.weight, decoder.lm_head.weight }"
+    source = xspec.compile_source(TOY.replace("DERIVED", tie), str(tmp_path / "toy.xspec")).python_source
+    assert "first" not in source
