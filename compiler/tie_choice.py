@@ -3,11 +3,10 @@ config, so a config edited to tie or untie builds what the same --set compiles.
 
 Each condition's ties are resolved together with the unconditional ones, and written as the assignments that
 differ from theirs. They stay a choice only where that is sound: the condition reads only parameters no
-block's `if` decides at compile time (BERT's `num_labels` chooses its head: a field for it would lie), its
-ties check at the spec's sizes (ties that do not, of modules a derived spec removed, are left out: their
-condition cannot hold), and every combination of the conditions, the
-assignments run in order, ties what the spec resolves for that combination. Otherwise the ties are written
-as the spec's values decide them.
+block's `if` reads (BERT's `num_labels` chooses its head: a field for it would lie), and every combination
+of the conditions, the assignments run in order, ties what the spec resolves for that combination.
+Otherwise the ties are written as the spec's values decide them. Ties that do not check at the spec's sizes
+(of modules a derived spec removed) are left out: their condition cannot hold.
 """
 
 from __future__ import annotations
