@@ -9,7 +9,9 @@ statement (compiler/lower.py): what both write alike once, what differs under `i
 constructor and `if self.<flag>:` in the forward, the flag kept on the module. A flag is left as the spec's
 value decides it where that would not be sound: another parameter's expression reads it (the other build
 would not compute that one anew) or a tie's condition does, a class of the other build is none of this
-one's, or a class differs under two flags.
+one's, a class differs under two flags, or a class differs whose block does not read the flag (the other
+build differs by something else: its untaken branches refused by the bound on builds). Only the blocks the
+model uses are read: a base spec's block a derived one replaced makes no flag.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ def forcing(ifs: Sequence[ast.If], field: str, value: Constant) -> Optional[dict
 
 class _OtherName(Exception):
     """A condition read a name other than the flag."""
+
+
+def owns(block: ast.Block, ifs: Sequence[ast.If]) -> bool:
+    """Whether one of `ifs` is the block's own."""
+    own = set(map(id, ifs_in(block.body)))
+    return any(id(statement) in own for statement in ifs)
 
 
 def spec_line(ifs: Sequence[ast.If], block: Optional[ast.Block]) -> str:

@@ -29,7 +29,7 @@ from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
-from .flag_choice import flag_ifs, forcing, merged_class, renamed, spec_line
+from .flag_choice import flag_ifs, forcing, merged_class, owns, renamed, spec_line
 from .flag_choice import other_value as flag_value
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
@@ -92,17 +92,30 @@ MAX_FORCED_BUILDS = 4
 
 class _Builds:
     """`built_with`, each forcing built once and at most MAX_FORCED_BUILDS of them (beyond: None, so the
-    branches are refused by name)."""
+    branches are refused by name, and `refused` counts it). `forcing` gives the builds of a model with more
+    `if`s forced (a flag's other build), sharing the bound."""
 
-    def __init__(self, built_with: BuiltWith) -> None:
-        self.built_with = built_with
-        self.built: dict[frozenset[tuple[int, bool]], Optional[ValidatedModel]] = {}
+    def __init__(self, built_with: BuiltWith, forced: Optional[Mapping[int, bool]] = None,
+                 built: Optional[dict[frozenset[tuple[int, bool]], Optional[ValidatedModel]]] = None,
+                 refused: Optional[list[int]] = None) -> None:
+        self.built_with, self.forced = built_with, dict(forced or {})
+        self.built = built if built is not None else {}
+        self.refusals = refused if refused is not None else [0]
 
     def __call__(self, forced: Mapping[int, bool]) -> Optional[ValidatedModel]:
-        key = frozenset(forced.items())
+        key = frozenset({**self.forced, **forced}.items())
         if key not in self.built:
-            self.built[key] = self.built_with(forced) if len(self.built) < MAX_FORCED_BUILDS else None
+            within = len(self.built) < MAX_FORCED_BUILDS
+            self.refusals[0] += not within
+            self.built[key] = self.built_with(dict(key)) if within else None
         return self.built[key]
+
+    def forcing(self, forced: Mapping[int, bool]) -> _Builds:
+        return _Builds(self.built_with, {**self.forced, **forced}, self.built, self.refusals)
+
+    @property
+    def refused(self) -> int:
+        return self.refusals[0]
 
 
 def _field_type(value: object, optional: bool) -> pyast.expr:
@@ -148,7 +161,7 @@ def _merge_shapes(kept: pyast.ClassDef, other: pyast.ClassDef) -> None:
 
 
 class _Lowering:
-    def __init__(self, model: ResolvedModel, validated: ValidatedModel, built_with: BuiltWith) -> None:
+    def __init__(self, model: ResolvedModel, validated: ValidatedModel, built_with: _Builds) -> None:
         self.model, self.validated, self.built_with = model, validated, built_with
         self.graph = validated.graph.graph
         self.classes: dict[str, str] = {}  # class key (_class_key) -> class name
@@ -545,12 +558,12 @@ class _Lowering:
         """Each boolean parameter that `if`s read alone, kept as a choice of the classes it changes: the model
         built with it the other way, lowered, and each class merged with its other build's
         (compiler/flag_choice.py). A class that two flags change stays as the first leaves it."""
-        flags = flag_ifs(list(self.model.blocks.values()), self.model.expressions, self.model.written_ties,
-                         self.fields, self.model.choices)
+        blocks_of = self._blocks_of_classes()  # class -> the block its instances are
+        used = [self.model.blocks[name] for name in dict.fromkeys(blocks_of.values()) if name in self.model.blocks]
+        flags = flag_ifs(used, self.model.expressions, self.model.written_ties, self.fields, self.model.choices)
         if not flags:
             return
         original = {name: copy.deepcopy(tree) for name, tree in self.trees.items()}
-        blocks_of = self._blocks_of_classes()  # class -> the block its instances are
         touched: set[str] = set()
         for field, ifs in flags.items():
             other_value = flag_value(field, self.fields, self.model.choices)
@@ -560,15 +573,19 @@ class _Lowering:
                 continue
             tested = True if isinstance(other_value, bool) else other_value  # `if config.f`, `if config.f == v`
             holds = self.fields[field] == tested
-            other = _Lowering(self.model, built, functools.partial(_forcing_also, self.built_with, forced))
+            refused = self.built_with.refused
+            other = _Lowering(self.model, built, self.built_with.forcing(forced))
             other._define_children(built.graph.root, "")
             changed = self._changed_classes(other, original)
-            if not changed or touched & set(changed):
+            # Only a class whose own block reads the flag may change with it; else the other build differs by
+            # something else (its untaken branches refused by the bound on builds).
+            blocks = {name: self.model.blocks.get(blocks_of.get(name, "")) for name in changed or {}}
+            if not changed or touched & set(changed) or self.built_with.refused > refused or \
+                    not all(block is not None and owns(block, ifs) for block in blocks.values()):
                 continue
             merged: dict[str, pyast.ClassDef] = {}
             for name, tree in changed.items():
-                block = self.model.blocks.get(blocks_of.get(name, ""))
-                one = merged_class(original[name], tree, field, tested, holds, spec_line(ifs, block))
+                one = merged_class(original[name], tree, field, tested, holds, spec_line(ifs, blocks[name]))
                 if one is not None:
                     merged[name] = one
             if len(merged) < len(changed):
@@ -772,12 +789,6 @@ class _Lowering:
         width = self.graph[MEMORY.node].checked_shape().last
         vocabularies = {OPS[node.op].facts(node.attrs, node.inferred).get("vocab") for node in self.graph}
         return "[B, S, vocab] logits." if width in vocabularies else f"[B, S, {width}] states."
-
-
-def _forcing_also(built_with: BuiltWith, forced: Mapping[int, bool], more: Mapping[int, bool]
-                  ) -> Optional[ValidatedModel]:
-    """A build of the other flag's model with the `if`s `more` forced too (its untaken branches)."""
-    return built_with({**forced, **more})
 
 
 def _dependency_order(derived: dict[str, tuple[pyast.expr, list[str]]]) -> list[str]:

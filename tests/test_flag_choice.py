@@ -102,3 +102,13 @@ def test_a_flag_a_ties_condition_reads_is_decided(tmp_path):
     tie = "if first { tie decoder.embed_tokens.weight, decoder.lm_head.weight }"
     source = xspec.compile_source(TOY.replace("DERIVED", tie), str(tmp_path / "toy.xspec")).python_source
     assert "first" not in source
+
+
+@pytest.mark.parametrize("path", ["specs/modern/qwen2.xspec", "specs/modern/gemma3.xspec",
+                                  "specs/modern/qwen3_moe.xspec"])
+def test_a_flag_of_a_block_the_model_does_not_use_is_no_field(path):
+    """These specs extend lm.xspec, whose base's embed block chooses by `positions`; they replace it. Its other
+    build differed only where the bound on builds left a layer's untaken branch unwritten: that difference was
+    once merged under `if config.positions == 'learned':` with a refusal in it."""
+    source = xspec.compile(path).python_source
+    assert "positions" not in source and "raise ValueError" not in source

@@ -57,7 +57,7 @@ def test_every_shipped_spec_generates_code_that_passes_the_check(path: Path):
 
 TINY = xspec.compile("specs/tiny.xspec").standalone_source  # the library's classes copied in
 IMPORTING = xspec.compile("specs/tiny.xspec").python_source  # `from xspec.nn import ...`
-LIBRARY_IMPORT = "from xspec.nn import Attention, ScaledEmbedding, SinusoidalPositions"
+LIBRARY_IMPORT = "from xspec.nn import Attention, LearnedPositions, ScaledEmbedding, SinusoidalPositions"
 
 
 INIT = "        self.encoder = Encoder(config)"  # a line of the generated model class's __init__

@@ -138,8 +138,9 @@ def test_the_checks_find_what_they_look_for():
     assert unused_parameters(base.replace("def __init__(self, vocab, dim, scale):",
                                           "def __init__(self, vocab, dim, scale, padding=None):")) \
         == ["ScaledEmbedding(padding=...)"]
-    assert unused_parameters(base.replace("config.max_len)", "config.max_len, ratio=2)").replace(
-        "def __init__(self, dim, max_len):", "def __init__(self, dim, max_len, ratio=2):")) \
+    positions = "SinusoidalPositions(config.d_model, config.max_len)"  # its class's __init__ comes first
+    assert unused_parameters(base.replace(positions, positions[:-1] + ", ratio=2)").replace(
+        "def __init__(self, dim, max_len):", "def __init__(self, dim, max_len, ratio=2):", 1)) \
         == ["SinusoidalPositions(ratio=...)"]
     assert unread_attributes(base.replace("self.scale = scale", "self.scale, self.vocab = scale, vocab")) \
         == ["vocab"]
