@@ -555,9 +555,10 @@ class _Lowering:
 
     # --- boolean parameters kept as choices -----------------------------------------------------
     def _choose_by_flags(self) -> None:
-        """Each boolean parameter that `if`s read alone, kept as a choice of the classes it changes: the model
-        built with it the other way, lowered, and each class merged with its other build's
-        (compiler/flag_choice.py). A class that two flags change stays as the first leaves it."""
+        """Each flag (a boolean parameter, or a string one of two listed values) that the used blocks' `if`s
+        read alone, kept as a choice of the classes it changes: the model built with it the other way, lowered,
+        and each class merged with its other build's (compiler/flag_choice.py). A class that two flags change
+        stays as the first leaves it."""
         blocks_of = self._blocks_of_classes()  # class -> the block its instances are
         used = [self.model.blocks[name] for name in dict.fromkeys(blocks_of.values()) if name in self.model.blocks]
         flags = flag_ifs(used, self.model.expressions, self.model.written_ties, self.fields, self.model.choices)
