@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Optional
@@ -17,18 +20,34 @@ from .resolve import ResolvedModel, resolve
 from .validate import ValidatedModel, lint, validate
 
 
+# Generated modules by what they were compiled from (the files' texts, the entry file, the overrides): a
+# process that compiles one spec again (loading a run, a test) lowers it once.
+LOWERED_KEPT = 32
+_lowered: OrderedDict[str, Lowered] = OrderedDict()
+
+
 @dataclass
 class Compilation:
     model: ResolvedModel
     validated: ValidatedModel
     resolved_source: str  # the spec as one self-contained text (compiler/flatten.py)
     diagnostics: Diagnostics  # warnings (a compilation with errors raises instead)
+    inputs: str = ""  # a digest of what it was compiled from: the files, the entry, the overrides
 
     @cached_property
     def lowered(self) -> Lowered:
         """The generated module (importing the op library, or standalone), made when first asked for: a
         spec checked, counted or drawn but never built is never lowered."""
-        return lower(self.model, self.validated, functools.partial(_built_with, self.model))
+        kept = _lowered.get(self.inputs) if self.inputs else None
+        if kept is not None:
+            _lowered.move_to_end(self.inputs)
+            return kept
+        lowered = lower(self.model, self.validated, functools.partial(_built_with, self.model))
+        if self.inputs:
+            _lowered[self.inputs] = lowered
+            while len(_lowered) > LOWERED_KEPT:
+                _lowered.popitem(last=False)
+        return lowered
 
     @property
     def python_source(self) -> str:
@@ -78,4 +97,5 @@ def compile_spec(path: str, overrides: Optional[Mapping[str, Any]] = None,
                           f"takes more than {MAX_RESOLVED_BYTES // 1024} KiB, the limit for a self-contained spec",
                           "long string parameters are the usual cause")
         raise CompileFailed(diagnostics)
-    return Compilation(model, validated, resolved, diagnostics)
+    inputs = json.dumps([path, sorted(model.files.items()), repr(sorted((overrides or {}).items(), key=repr))])
+    return Compilation(model, validated, resolved, diagnostics, hashlib.sha256(inputs.encode()).hexdigest())
