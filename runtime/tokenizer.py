@@ -55,8 +55,9 @@ PROBE_TEXTS = (("letters", "a"), ("digits", "7"), ("spaces", " "), ("punctuation
                ("line breaks", "\n"), ("mixed characters", "a1 !\n"), ("non-ASCII characters", "é中🙂"),
                ("combining accents", "\u0301"))
 PROBE_SHORT, PROBE_LONG = 1_000, 4_000
-PROBE_GROWTH = 8.0                  # refused at this ratio of times (thread CPU time, least of three tries) ...
+PROBE_GROWTH = 8.0                  # refused at this ratio of times (thread CPU time, least of PROBE_TRIES) ...
 PROBE_FLOOR_S = 0.01                # ... once the long run takes this long: below it, times are noise
+PROBE_TRIES = 5                     # tries of each of a suspect pair: one run of 15 against 1.8 ms was noise
 PROBE_TIMEOUT_S = 2.0               # any one step of the probe
 PROBE_TOKEN_S = 0.05                # decoding the vocabulary's longest token alone
 
@@ -459,9 +460,9 @@ class _Probe:
     def _compare(self, doing: list[str], calls: list[Callable[[], T]]) -> list[T]:
         timed = [self._timed(d, c) for d, c in zip(doing, calls)]
         times = [t for t, _ in timed]
-        # A suspect, at half the ratio refused: the least of three tries of each, as a busy machine adds
+        # A suspect, at half the ratio refused: the least of PROBE_TRIES tries of each, as a busy machine adds
         # time to either (a short run slowed once would hide a quadratic long one).
-        for _ in range(2):
+        for _ in range(PROBE_TRIES - 1):
             if not _grows_too_fast(times, PROBE_GROWTH / 2):
                 break
             times = [min(t, self._timed(d, c)[0]) for t, d, c in zip(times, doing, calls)]
