@@ -103,8 +103,7 @@ def spec_line(ifs: Sequence[ast.If], block: Optional[ast.Block]) -> str:
 
 
 def renamed(tree: pyast.ClassDef, names: dict[str, str]) -> pyast.ClassDef:
-    """A copy of a class of the other build, the classes it constructs named as this build names them."""
-    tree = copy.deepcopy(tree)
+    """A class of the other build, the classes it constructs named as this build names them (in place)."""
     for node in pyast.walk(tree):
         if isinstance(node, pyast.Name) and node.id in names:
             node.id = names[node.id]

@@ -19,7 +19,6 @@ before anything compiles or runs it.
 from __future__ import annotations
 
 import ast as pyast
-import copy
 import functools
 import itertools
 from typing import Callable, Mapping, Optional, Sequence, Union
@@ -564,7 +563,8 @@ class _Lowering:
         flags = flag_ifs(used, self.model.expressions, self.model.written_ties, self.fields, self.model.choices)
         if not flags:
             return
-        original = {name: copy.deepcopy(tree) for name, tree in self.trees.items()}
+        original = dict(self.trees)  # merging makes new classes of their statements; these stay as they are
+        texts = {name: text_of(pyast.Module(tree.body, [])) for name, tree in original.items()}
         touched: set[str] = set()
         for field, ifs in flags.items():
             other_value = flag_value(field, self.fields, self.model.choices)
@@ -577,7 +577,7 @@ class _Lowering:
             refused = self.built_with.refused
             other = _Lowering(self.model, built, self.built_with.forcing(forced))
             other._define_children(built.graph.root, "")
-            changed = self._changed_classes(other, original)
+            changed = self._changed_classes(other, texts)
             # Only a class whose own block reads the flag may change with it; else the other build differs by
             # something else (its untaken branches refused by the bound on builds).
             blocks = {name: self.model.blocks.get(blocks_of.get(name, "")) for name in changed or {}}
@@ -595,10 +595,10 @@ class _Lowering:
                 self.order[self.order.index(self.trees[name])] = self.trees[name] = tree
             touched |= set(changed)
 
-    def _changed_classes(self, other: _Lowering, original: dict[str, pyast.ClassDef]
-                         ) -> Optional[dict[str, pyast.ClassDef]]:
-        """This file's classes that `other`'s build makes otherwise: each, as the other build writes it (its
-        classes named as here). None where its classes are not one to one with this file's."""
+    def _changed_classes(self, other: _Lowering, texts: dict[str, str]) -> Optional[dict[str, pyast.ClassDef]]:
+        """This file's classes (their code: `texts`) that `other`'s build makes otherwise: each, as the other
+        build writes it (its classes renamed as here, in place: `other` is not used after). None where its
+        classes are not one to one with this file's."""
         names: dict[str, str] = {}  # the other build's class -> this file's
         for path, theirs in other.class_of.items():
             mine = self.class_of.get(path)
@@ -612,7 +612,7 @@ class _Lowering:
             tree = renamed(other.trees[theirs], names)
             if names_used(tree) & unnamed:
                 return None
-            if text_of(pyast.Module(tree.body, [])) != text_of(pyast.Module(original[mine].body, [])):
+            if text_of(pyast.Module(tree.body, [])) != texts[mine]:
                 changed[mine] = tree
         return changed
 
