@@ -40,15 +40,15 @@ def flag_ifs(blocks: Sequence[ast.Block], expressions: dict[str, ast.Expr], ties
     for block in blocks:
         for statement in ifs_in(block.body):
             names = set(reads(statement.condition))
-            if len(names) == 1 and other_value(name := names.pop(), fields, choices) is not None:
+            if len(names) == 1 and flipped(name := names.pop(), fields, choices) is not None:
                 found.setdefault(name, []).append(statement)
     derived = {read for field, expression in expressions.items() for read in reads(expression) if read != field}
     derived |= {read for tie in ties if tie.condition is not None for read in reads(tie.condition)}
-    return {field: ifs for field, ifs in list(found.items())[:MAX_FLAGS] if field not in derived}
+    return dict([(field, ifs) for field, ifs in found.items() if field not in derived][:MAX_FLAGS])
 
 
-def other_value(field: str, fields: dict[str, Constant], choices: dict[str, tuple[Constant, ...]]
-                ) -> Optional[Constant]:
+def flipped(field: str, fields: dict[str, Constant], choices: dict[str, tuple[Constant, ...]]
+            ) -> Optional[Constant]:
     """The flag's value other than the spec's: a boolean's negation, a two-valued string's other value; None
     where the field is no flag."""
     value = fields.get(field)

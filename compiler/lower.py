@@ -28,8 +28,7 @@ from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
-from .flag_choice import flag_ifs, forcing, merged_class, owns, renamed, spec_line
-from .flag_choice import other_value as flag_value
+from .flag_choice import flag_ifs, flipped, forcing, merged_class, owns, renamed, spec_line
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
@@ -567,7 +566,7 @@ class _Lowering:
         texts = {name: text_of(pyast.Module(tree.body, [])) for name, tree in original.items()}
         touched: set[str] = set()
         for field, ifs in flags.items():
-            other_value = flag_value(field, self.fields, self.model.choices)
+            other_value = flipped(field, self.fields, self.model.choices)
             forced = forcing(ifs, field, other_value) if other_value is not None else None
             built = self.built_with(forced) if forced is not None else None
             if other_value is None or forced is None or built is None:
