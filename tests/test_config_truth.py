@@ -4,13 +4,13 @@ other value the spec lists, the layer and depth counts grown by one, and each sc
 reversed, and negated where it holds bools: branches no layer takes at the spec's values are in the file too."""
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import xspec
+from generated_config import module_and_config
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 # The families' specs, and the paper's at a small size (base.xspec's flags through tiny.xspec).
@@ -42,8 +42,7 @@ def _tensors(model: torch.nn.Module) -> tuple[dict[str, tuple[int, ...]], set[st
 @pytest.mark.parametrize("path", MODERN, ids=lambda p: p.stem)
 def test_an_edited_config_builds_what_the_same_set_compiles(path):
     spec = xspec.compile(str(path))
-    module = sys.modules[spec.model_class().__module__]
-    config = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
+    module, config = module_and_config(spec)
     default = config()
     checked = 0
     for field in dataclasses.fields(config):
@@ -74,8 +73,7 @@ def test_an_edited_config_computes_what_the_same_set_compiles(path):
     spec = xspec.compile(str(path))
     small = {k: v for k, v in SMALL.items() if k in spec.params} if spec.parameters > 5_000_000 else {}
     spec = xspec.compile(str(path), overrides=small)
-    module = sys.modules[spec.model_class().__module__]
-    config = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
+    module, config = module_and_config(spec)
     default = config()
     for field in dataclasses.fields(config):
         for edited in _edits(field.name, getattr(default, field.name), spec.params.get("layers", 0),

@@ -2,12 +2,12 @@
 config field that, edited, builds and computes what the same --set compiles; where a choice would not be sound,
 the file is written at the spec's value and the config has no field for it."""
 
-import sys
 
 import pytest
 import torch
 
 import xspec
+from generated_config import module_and_config
 
 TOY = """model toy {
   param vocab = 64
@@ -30,10 +30,6 @@ TOY = """model toy {
 }
 """
 
-
-def _config_class(spec):
-    module = sys.modules[spec.model_class().__module__]
-    return module, next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
 
 
 def test_the_papers_norm_first_is_a_flag_of_the_sublayer_as_in_nn_transformer():
@@ -64,7 +60,7 @@ def test_a_string_parameter_of_two_listed_values_is_chosen_in_the_constructor():
 @torch.no_grad()
 def test_a_flag_edited_in_the_config_computes_what_set_compiles(tmp_path):
     spec = xspec.compile_source(TOY.replace("DERIVED", ""), str(tmp_path / "toy.xspec"))
-    module, config = _config_class(spec)
+    module, config = module_and_config(spec)
     assert "first" in {f for f in config.__dataclass_fields__}
     torch.manual_seed(0)
     wanted = xspec.compile_source(TOY.replace("DERIVED", ""), str(tmp_path / "toy.xspec"),
@@ -92,7 +88,7 @@ def test_a_flag_another_parameter_reads_is_decided(tmp_path):
                                          ("specs/modern/t5.xspec", "scale_decoder_outputs"),
                                          ("specs/modern/marian.xspec", "scale_embedding")])
 def test_the_families_flags_are_config_fields(path, field):
-    _, config = _config_class(xspec.compile(path))
+    _, config = module_and_config(xspec.compile(path))
     assert field in config.__dataclass_fields__
 
 

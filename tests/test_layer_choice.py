@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import xspec
+from generated_config import module_and_config
 from xspec.compiler.python_print import LINE_LIMIT
 
 
@@ -50,8 +51,7 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
 ])
 def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_with, edited):
     generated = xspec.compile(path, overrides=compiled_with)
-    module = sys.modules[generated.model_class().__module__]
-    config_class = next(v for k, v in vars(module).items() if k.endswith("Config") and dataclasses.is_dataclass(v))
+    _, config_class = module_and_config(generated)
     torch.manual_seed(0)
     from_config = generated.model_class()(config_class(**edited))  # derived fields computed anew
     torch.manual_seed(0)
@@ -169,8 +169,7 @@ def test_a_branch_no_layer_takes_is_refused_by_name_where_the_model_taking_it_do
     cannot be written: a config that takes it is refused by name. One that checks is written."""
     spec = UNCHECKED_BRANCH.replace("linear(x, 6, bias = false)", "attention(x, x, x, heads = 4)")
     generated = xspec.compile_source(spec, "unchecked.xspec")
-    module = sys.modules[generated.model_class().__module__]
-    config_class = next(v for k, v in vars(module).items() if k.endswith("Config") and dataclasses.is_dataclass(v))
+    _, config_class = module_and_config(generated)
     with pytest.raises(ValueError, match="^layer 1 takes a branch this file was generated without: "
                                          r"compile the spec with these values \(xspec compile --set\)$"):
         generated.model_class()(dataclasses.replace(config_class(), wide=True))

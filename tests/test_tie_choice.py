@@ -3,13 +3,13 @@ config ties what the same --set compiles; where a choice would not be sound, the
 values decide."""
 
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import xspec
+from generated_config import module_and_config
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -45,16 +45,13 @@ def _shared(model: torch.nn.Module) -> set[frozenset[str]]:
     return {frozenset(names) for names in by_tensor.values() if len(names) > 1}
 
 
-def _module_of(spec):
-    return sys.modules[spec.model_class().__module__]
-
 
 def test_each_condition_is_an_if_over_the_config_and_every_choice_ties_what_set_compiles(tmp_path):
     source = TOY.replace("OTHER", "decoder.third_embed.weight")
     spec = xspec.compile_source(source, str(tmp_path / "toy.xspec"))
     assert "if config.tie_output:  # toy.xspec:15" in spec.python_source
     assert "if config.tie_second:  # toy.xspec:18" in spec.python_source
-    module = _module_of(spec)
+    module, _ = module_and_config(spec)
     for tie_output, tie_second in itertools.product((False, True), repeat=2):
         with torch.device("meta"):
             built = module.Model(module.ToyConfig(tie_output=tie_output, tie_second=tie_second))
@@ -100,8 +97,7 @@ def test_a_condition_reading_a_parameter_a_block_decides_stays_decided():
                                                   ("marian.xspec", "share_encoder_decoder_embeddings", False)])
 def test_a_family_tie_follows_its_config(path, field, edited):
     spec = xspec.compile(SPECS / "modern" / path)
-    module = _module_of(spec)
-    config = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
+    module, config = module_and_config(spec)
     with torch.device("meta"):
         built = module.Model(config(**{field: edited}))
     wanted = xspec.compile(SPECS / "modern" / path, overrides={field: edited}).build(device="meta")
