@@ -21,11 +21,12 @@ tensor it reads their hypotheses from).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from xspec.compiler.sections import DecodeSection
-from .cache import new_cache
+from .cache import DecoderCache, new_cache
 from .ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
 from .score_rules import RuledSteps, ScoreRules
 from .vocab import BOS, EOS, PAD
@@ -109,20 +110,24 @@ def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, a
                      max_new_tokens: int,
                      nbest: int = 1, use_cache: bool = True, max_positions: int | None = None,
                      vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS),
-                     also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules()) -> list[list[Hypothesis]]:
+                     also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules(),
+                     padding: torch.Tensor | None = None) -> list[list[Hypothesis]]:
     """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
     [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
     the positions end), choosing among the first `vocab_size` tokens (default: all the model's). A
     continuation ends at `end` or any of `also_end`, and never holds the tokens `never` (a checkpoint's own
     tokenizer has its own). `rules` apply to the log-probabilities, each hypothesis after its prompt
-    (runtime/score_rules.py)."""
+    (runtime/score_rules.py). `padding` [B]: prompts of different lengths, each padded on the left by so many
+    positions (runtime/cache.py; no rule may read them then)."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
-    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size)
+    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size, padding)
                                    for m in members(model)])
     if rules.any:
+        if padding is not None:
+            raise ValueError("score rules read the prompts: they are not padded")
         steps = RuledSteps(steps, prompts.repeat_interleave(beam, dim=0), rules)
     return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never, also_end)
 
@@ -172,11 +177,17 @@ class LanguageModelSteps:
     """A decoder-only model's next-token logits for every hypothesis: the first call reads the whole
     prompt (filling the cache), later ones the last token; the first `vocab_size` tokens are candidates."""
 
-    def __init__(self, model, prompts: torch.Tensor, beam: int, use_cache: bool, vocab_size: int | None = None) -> None:
+    def __init__(self, model, prompts: torch.Tensor, beam: int, use_cache: bool, vocab_size: int | None = None,
+                 padding: torch.Tensor | None = None) -> None:
         self.model = model
         self.vocab_size = vocab_size
         self.prompts = prompts.repeat_interleave(beam, dim=0)                  # [B*K, P]
-        self.cache = new_cache(model) if use_cache else None
+        if padding is not None:     # prompts of different lengths, padded on the left (runtime/cache.py)
+            if not use_cache:
+                raise ValueError("prompts padded on the left decode with a cache only")
+            self.cache: Any = DecoderCache(padding=padding.repeat_interleave(beam, dim=0))
+        else:
+            self.cache = new_cache(model) if use_cache else None
         self.cached = use_cache
         self.started = False
 

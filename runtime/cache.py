@@ -7,7 +7,12 @@ sliding window) and `memory` (an attention over the encoder output keeps that ou
 there, once per memory tensor). A recurrent layer (a linear-attention or state space mixer) keeps a
 state of fixed size instead: `state(module)` (the tensors it kept, or None before its first call) and
 `keep(module, *tensors)` (its state after this call, each tensor [rows, ...], in place of the last); it
-does not move `length`. Beam search moves the rows of both with `reorder`. In training,
+does not move `length`. Prompts of different lengths decode in one batch padded on the left, as
+transformers' `generate` pads them: `padding` [rows] counts each row's leading positions that hold no
+token, so row b's token at cache position p is at position p - padding[b]; `row_positions(new)` gives each
+row's positions (rotary embeddings and position tables read them) and `kept_keys(module, window, new)` the
+keys an attention's queries may see (not the padding's). Beam search moves the rows of all three with
+`reorder`. In training,
 `PackedDocuments` stands in for it where packed documents are kept apart: its `documents` say which
 positions may see which, and it caches nothing; a DecoderCache's `documents` is None. The contract is
 xspec/nn/contracts.py's DecodingCache. Generated files do not hold the cache: they carry the model alone.
@@ -21,7 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from xspec.nn.contracts import CacheOwner
+from xspec.nn.contracts import CacheOwner, RecurrentMixer
+from xspec.nn.convolution import ConvolvedMixer
 
 
 class DecoderCache:
@@ -30,13 +36,14 @@ class DecoderCache:
     gathered into a spare pair when beam search reorders them (no allocation per step); the encoder
     memory's keys and values; recurrent layers' states."""
 
-    def __init__(self, capacity: int = 64) -> None:
+    def __init__(self, capacity: int = 64, padding: torch.Tensor | None = None) -> None:
         self.length = 0            # positions decoded: where the next step's queries and keys start
         self.capacity = capacity   # positions each buffer holds at first
         self.tensors: dict[nn.Module, list[torch.Tensor]] = {}   # self-attention -> keys, values, 2 spares
         self.memory: dict[nn.Module, tuple] = {}   # encoder-decoder attention -> (key in, value in, keys, values)
         self.states: dict[nn.Module, tuple[torch.Tensor, ...]] = {}   # recurrent layer -> its state's tensors
         self.documents: torch.Tensor | None = None   # decoding continues one document a row
+        self.padding = padding     # [rows] leading positions of each row that hold no token; None: none
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +83,40 @@ class DecoderCache:
         values.index_copy_(2, kept % size, v[:, :, kept - start])
         return attend
 
+    def row_positions(self, new: int) -> torch.Tensor | None:
+        """The positions [rows, new] of a forward's new tokens, each row's own (its padding's at 0); None where
+        no row is padded: every row's start at `length`."""
+        if self.padding is None:
+            return None
+        steps = torch.arange(self.length, self.length + new, device=self.padding.device)
+        return (steps[None, :] - self.padding[:, None]).clamp(min=0)
+
+    def kept_keys(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor | None:
+        """Which of the keys `append` returned to `module` for `new` positions its queries may see, in a padded
+        batch [rows, 1, new, keys]: all but the padding's (a query of the padding sees every key: a row seeing
+        none would be no number, and its output is never read). None where no row is padded."""
+        if self.padding is None:
+            return None
+        steps = torch.arange(self.length, self.length + new, device=self.padding.device)
+        keys = self.key_positions(module, window, new)
+        kept = keys[None, :] >= self.padding[:, None]                               # [rows, keys]
+        return kept[:, None, None, :] | (steps[None, :] < self.padding[:, None])[:, None, :, None]
+
+    def key_positions(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor:
+        """The positions [keys] of those `append` returned to `module` for `new` positions (before the model's
+        `decode` moves `length` on): all up to the new ones, or, with a sliding `window`, those `ring` returned:
+        for one new position the ring's slots in order (slot s holds the last position p decoded with
+        p % size == s), for several the positions the first new query sees, then the new ones."""
+        start, end = self.length, self.length + new
+        device = self.tensors[module][0].device
+        if window is None:
+            return torch.arange(end, device=device)
+        if new > 1:
+            return torch.arange(max(start - window + 1, 0), end, device=device)
+        size = self.tensors[module][0].size(2)
+        slots = torch.arange(min(end, size), device=device)
+        return slots + size * torch.div(end - 1 - slots, size, rounding_mode="floor")
+
     def state(self, module: nn.Module) -> tuple[torch.Tensor, ...] | None:
         """The tensors a recurrent `module` kept with `keep` (its state after the positions decoded), or None
         where it has kept none yet (it starts from its zero state)."""
@@ -88,7 +129,9 @@ class DecoderCache:
 
     def reorder(self, index: torch.Tensor) -> None:
         """Row i becomes row index[i] (rows may repeat, and drop out): gathered into the spares, which
-        then swap with the buffers; a recurrent state's rows are gathered anew (it is small)."""
+        then swap with the buffers; a recurrent state's rows and the padding are gathered anew (small)."""
+        if self.padding is not None:
+            self.padding = self.padding.index_select(0, index)
         self.states = {module: tuple(t.index_select(0, index) for t in tensors)
                        for module, tensors in self.states.items()}
         rows = index.numel()
@@ -112,10 +155,17 @@ class PackedDocuments:
         self.documents = documents
         self.length = 0
         self.memory: dict = {}
+        self.padding = None
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return k, v
+
+    def row_positions(self, new: int) -> None:
+        return None
+
+    def kept_keys(self, module: nn.Module, window: int | None, new: int) -> None:
+        return None
 
     def state(self, module: nn.Module) -> None:
         return None
@@ -128,6 +178,13 @@ def document_numbers(tokens: torch.Tensor, start: int) -> torch.Tensor:
     """[B, T] tokens -> the number of the document each position belongs to: a document starts at the
     token `start` (runtime/documents.py: EOS, then its tokens), which counts as its own."""
     return (tokens == start).long().cumsum(-1)
+
+
+def pads_rows(model: nn.Module) -> bool:
+    """Whether `model` decodes prompts padded on the left in a DecoderCache: it brings no cache of its own,
+    and no module keeps a recurrent state (whose update the padding would enter)."""
+    return not isinstance(model, CacheOwner) and \
+        not any(isinstance(module, (ConvolvedMixer, RecurrentMixer)) for module in model.modules())
 
 
 def new_cache(model: Any) -> Any:

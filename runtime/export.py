@@ -105,6 +105,12 @@ class TensorCache:
         self.values[index] = torch.cat([self.past_values[index], v], dim=2)    # [B, h, past + new, d_v]
         return self.keys[index], self.values[index]
 
+    def row_positions(self, new: int) -> None:  # an exported step's rows are not padded
+        return None
+
+    def kept_keys(self, module: nn.Module, window: Optional[int], new: int) -> None:
+        return None
+
     def state(self, module: nn.Module) -> None:
         raise AssertionError("a recurrent layer is refused before export (`plan`)")
 

@@ -1,9 +1,11 @@
-"""Continuing many prompts with a decoder-only model: prompts of equal length batched together (no
-padding, so no mask), beam search or sampling, results in input order as soon as they are done."""
+"""Continuing many prompts with a decoder-only model: prompts of similar lengths batched together, the
+shorter padded on the left where the model allows (else prompts of one length), beam search or sampling,
+results in input order as soon as they are done."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -12,7 +14,8 @@ from xspec.base.errors import UserError
 from xspec.compiler.sections import DecodeSection
 from .beam_search import Scoring, continue_prompts
 from .decode_batches import in_input_order, length_sorted_chunks
-from .ensemble import ModelOrEnsemble, eval_members
+from .cache import pads_rows
+from .ensemble import ModelOrEnsemble, eval_members, members
 from .multi_token import prediction_depths
 from .precision import choose_precision
 from .sampling import Sampling, sample
@@ -82,34 +85,61 @@ class Generator:
         follow = _follower(on_tokens, self.vocab.end_tokens) if on_tokens is not None and len(lines) == 1 else None
 
         def continue_chunk(chunk: list[int]) -> list[list[int]]:
-            batch = torch.tensor([prompts[i] for i in chunk], dtype=torch.long, device=self.device)  # [B, P]
-            return self._continue(batch, [first + i for i in chunk], follow)
+            longest = max(len(prompts[i]) for i in chunk)
+            # Shorter prompts padded on the left (with their own first token: any id serves, none is seen).
+            rows = [[prompts[i][0]] * (longest - len(prompts[i])) + prompts[i] for i in chunk]
+            batch = torch.tensor(rows, dtype=torch.long, device=self.device)  # [B, P]
+            padding = torch.tensor([longest - len(prompts[i]) for i in chunk], device=self.device)
+            return self._continue(batch, [first + i for i in chunk], follow, padding if bool(padding.any()) else None)
 
         eval_members(self.model)
-        chunks = length_sorted_chunks(range(len(lines)), [len(p) for p in prompts], self.batch_tokens,
-                                      equal_length=True)
+        lengths = [len(p) for p in prompts]
+        # Prompts whose room for new tokens is all of max_new_tokens share batches of any lengths where the
+        # models allow it: a longer one beside them then takes none of their room.
+        padded = self.pads_prompts()
+        free = [padded and n <= self.max_tokens - self.decode.max_new_tokens for n in lengths]
+        chunks = chain(length_sorted_chunks([i for i, f in enumerate(free) if f], lengths, self.batch_tokens),
+                       length_sorted_chunks([i for i, f in enumerate(free) if not f], lengths, self.batch_tokens,
+                                            equal_length=True))
         results: list[Optional[list[int]]] = [None] * len(lines)
         yield from in_input_order(results, chunks, continue_chunk)
 
-    def _continue(self, batch: torch.Tensor, indices: list[int], follow) -> list[list[int]]:
+    def pads_prompts(self) -> bool:
+        """Whether prompts of different lengths decode in one batch, padded on the left (runtime/cache.py):
+        where every model keeps its positions in the runtime's cache (no recurrent state, no cache of its
+        own), no score rule reads the prompts, and no drafting decodes them one at a time."""
+        models = members(self.model)
+        return all(pads_rows(m) for m in models) and not self._rules().any and self._drafting_depths() is None
+
+    def _rules(self) -> ScoreRules:
+        return ScoreRules.of(self.decode, self.vocab.end_tokens)
+
+    def _drafting_depths(self) -> Optional[torch.nn.ModuleList]:
+        """The multi-token prediction depths greedy decoding drafts with (runtime/speculative.py), or None."""
+        d, single = self.decode, self.model if isinstance(self.model, torch.nn.Module) else None
+        if d.sample or d.beam != 1 or not d.speculative or single is None or not self.output_head \
+                or self._rules().any or not can_draft(single):  # drafting applies none of the rules
+            return None
+        return prediction_depths(single)
+
+    def _continue(self, batch: torch.Tensor, indices: list[int], follow,
+                  padding: Optional[torch.Tensor] = None) -> list[list[int]]:
         d = self.decode
         with choose_precision(self.device, self.decode.precision, "decode.precision").context():
-            single = self.model if isinstance(self.model, torch.nn.Module) else None
-            depths = prediction_depths(single) if single is not None and can_draft(single) else None
+            depths = self._drafting_depths()
             end, *also_end = self.vocab.end_tokens
-            rules = ScoreRules.of(d, (end, *also_end))
-            if not d.sample and d.beam == 1 and d.speculative and depths is not None and self.output_head \
-                    and not rules.any:  # drafting applies none of the rules
+            rules = self._rules()
+            if depths is not None:
                 return self._speculative(batch, depths, follow)
             if d.sample or d.beam == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=end, never=self.vocab.never_generated, vocab_size=len(self.vocab),
-                              also_end=tuple(also_end), rules=rules)
+                              also_end=tuple(also_end), rules=rules, padding=padding)
             hyps = continue_prompts(self.model, batch, d.beam, Scoring.of(d), d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
                                     end=end, never=self.vocab.never_generated, also_end=tuple(also_end),
-                                    rules=rules)
+                                    rules=rules, padding=padding)
         return [h[0].tokens if h else [] for h in hyps]
 
     def _speculative(self, batch: torch.Tensor, depths: torch.nn.ModuleList, follow) -> list[list[int]]:

@@ -98,7 +98,8 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
            seed: int = 0, indices: Optional[list[int]] = None,
            on_tokens: Optional[Callable[[list[int], list[int]], None]] = None, end_token: int = EOS,
            never: tuple[int, ...] = (PAD, BOS), vocab_size: Optional[int] = None,
-           also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules()) -> list[list[int]]:
+           also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules(),
+           padding: Optional[torch.Tensor] = None) -> list[list[int]]:
     """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
     tokens, by a model or an ensemble (a list of models: their mixture, runtime/ensemble.py); `sampling`
     None is greedy. `indices` number the prompts for their random streams (default 0..B-1).
@@ -106,10 +107,14 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
     at `end_token` (or any of `also_end`), and the tokens `never` are never chosen (a checkpoint's own
     tokenizer has its own), nor
     any beyond the first `vocab_size` (a model may have more embedding rows than the vocabulary pieces).
-    `rules` (runtime/score_rules.py: a repetition penalty, n-gram bans, a least length) apply to the logits."""
+    `rules` (runtime/score_rules.py: a repetition penalty, n-gram bans, a least length) apply to the logits.
+    `padding` [B]: prompts of different lengths, each padded on the left by so many positions
+    (runtime/cache.py; no rule may read them then)."""
     B = prompts.size(0)
+    if rules.any and padding is not None:
+        raise ValueError("score rules read the prompts: they are not padded")
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
-    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size) for m in members(model)])
+    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size, padding) for m in members(model)])
     so_far = prompts                                                        # each active row's tokens
 
     def next_log_probs(inputs: torch.Tensor, new: int) -> torch.Tensor:

@@ -207,3 +207,24 @@ def test_a_suppressed_id_beyond_the_vocabulary_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"decode\.begin_suppress_tokens: 100000 is not a token id \(the vocabulary "
                                         r"has [0-9,]+\)"):
         trained.generator(begin_suppress_tokens=(5, 100000))
+
+
+def test_prompts_of_different_lengths_in_one_batch_continue_as_transformers_left_padded_batch_does(tmp_path):
+    directory = checkpoint(tmp_path, "qwen3", True, None)
+    run = tmp_path / "run"
+    import_checkpoint(directory, run, say=lambda _: None)
+    prompts = [PROMPT, "w9", "w31 w32 w33", "w40 w41 w42 w43 w44 w45 w46"]  # w1x hold w1, a special token
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory, padding_side="left")
+    tokenizer.pad_token_id = 0
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = saved_model("qwen3").generate(**encoded, do_sample=False, max_new_tokens=NEW, pad_token_id=0,
+                                            eos_token_id=EOS)
+    expected = []
+    for row in out[:, encoded.input_ids.size(1):].tolist():
+        expected.append(row[:row.index(EOS)] if EOS in row else row)
+
+    generator = xspec.load(run, device="cpu").generator(max_new_tokens=NEW)
+    assert generator.pads_prompts()
+    assert [ids for done in generator.stream(prompts) for ids in done] == expected
+    assert len({tuple(ids) for ids in expected}) > 1

@@ -14,8 +14,8 @@ mixture of experts: routers, activations, the experts), contracts.py (what the r
 model and its modules, as protocols, and the list of multi-token prediction depths)."""
 
 from .embeddings import (Embedding, FairseqSinusoidalPositions, LearnedPositions, OffsetLearnedPositions,
-                         RelativePositionBias, ScaledEmbedding, SinusoidalPositions, SinusoidalPositionsInHalves,
-                         TokenTypeEmbedding)
+                         PositionTable, RelativePositionBias, ScaledEmbedding, SinusoidalPositions,
+                         SinusoidalPositionsInHalves, TokenTypeEmbedding)
 from .norms import RMSNorm
 from .gating import GLU, Activation
 from .pooling import MeanPool
@@ -32,7 +32,8 @@ from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPred
                         ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture)
 
 __all__ = [
-    "Embedding", "ScaledEmbedding", "SinusoidalPositions", "SinusoidalPositionsInHalves", "LearnedPositions",
+    "Embedding", "ScaledEmbedding", "PositionTable", "SinusoidalPositions", "SinusoidalPositionsInHalves",
+    "LearnedPositions",
     "OffsetLearnedPositions", "FairseqSinusoidalPositions", "RelativePositionBias",
     "TokenTypeEmbedding",
     "RMSNorm", "GLU", "Activation", "MeanPool",

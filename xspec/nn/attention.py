@@ -96,22 +96,25 @@ class Attention(nn.Module):
 
     def forward(self, query, key, value, padding_mask=None, cache=None, position_bias=None):
         start = cache.length if cache is not None else 0
-        q, k, v, gate = self.heads_of(query, key, value, start, cache)
+        turned = cache is not None and self.rotary is not None
+        rows = cache.row_positions(query.size(1)) if turned else None  # padded: [B, Tq]
+        q, k, v, gate = self.heads_of(query, key, value, start, cache, rows)
         mask, is_causal = self.mask(q, k, padding_mask, cache, position_bias)
         out = self.attend(q, k, v, mask, is_causal)  # [B, h, Tq, d_v]
         return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), gate))
 
-    def heads_of(self, query, key, value, start=0, cache=None):
+    def heads_of(self, query, key, value, start=0, cache=None, rows=None):
         """Queries [B, h, Tq, d_k] normalized, turned and scaled; keys [B, kv_h, Tk, d_k] and
-        values [..., d_v] as the cache holds them; the gate x W^G [B, Tq, h * d_v] or None."""
+        values [..., d_v] as the cache holds them; the gate x W^G [B, Tq, h * d_v] or None. The
+        new positions start at `start`, or, in a padded batch, are each row's `rows` [B, Tq]."""
         if self.fused:  # one product for the three; self-attention only (the compiler checks)
             q, k, v = self.qkv_proj(query).split(self.sizes, dim=-1)
             q, gate = self.query_heads(q)
-            k, v = self.cached(*self.key_value_heads(k, v, start), cache)
+            k, v = self.cached(*self.key_value_heads(k, v, start, rows), cache)
         else:
             q, gate = self.query_heads(self.q_proj(query))
-            k, v = self.keys_values(key, value, start, cache)
-        return self.queries(q, start), k, v, gate
+            k, v = self.keys_values(key, value, start, cache, rows)
+        return self.queries(q, start, rows), k, v, gate
 
     def query_heads(self, q):
         """x W^Q [B, Tq, h * d_k] as heads [B, h, Tq, d_k]; with a gate (each head's queries, then
@@ -122,15 +125,15 @@ class Attention(nn.Module):
         q, gate = heads.split([self.d_k, heads.size(-1) - self.d_k], dim=-1)
         return q.transpose(1, 2), gate.flatten(-2)
 
-    def queries(self, q, start):
+    def queries(self, q, start, rows=None):
         """q [B, h, Tq, d_k] normalized, turned and scaled (a scale of its own: q times
         scale * sqrt(d_k), which the attention's 1/sqrt(d_k) cancels)."""
-        q = self.turned(self.normalized(q, self.q_norm), start)
+        q = self.turned(self.normalized(q, self.q_norm), start, rows)
         return q if self.scale is None else q * (self.scale * q.size(-1) ** 0.5)
 
-    def keys_values(self, key, value, start, cache):
+    def keys_values(self, key, value, start, cache, rows=None):
         if not self.cross:
-            return self.cached(*self.projected(key, value, start), cache)
+            return self.cached(*self.projected(key, value, start, rows), cache)
         kept = cache.memory.get(self) if cache is not None else None
         if kept is None or kept[0] is not key or kept[1] is not value:
             # laid out head by head once: every step's product reads them whole
@@ -139,13 +142,13 @@ class Attention(nn.Module):
                 cache.memory[self] = kept
         return kept[2], kept[3]
 
-    def projected(self, key, value, start):
-        return self.key_value_heads(self.k_proj(key), self.v_proj(value), start)
+    def projected(self, key, value, start, rows=None):
+        return self.key_value_heads(self.k_proj(key), self.v_proj(value), start, rows)
 
-    def key_value_heads(self, k, v, start):  # x W^K, x W^V as heads; keys normalized, turned
+    def key_value_heads(self, k, v, start, rows=None):  # x W^K, x W^V as heads; keys turned
         k = k.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
         v = v.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
-        return self.turned(self.normalized(k, self.k_norm), start), v
+        return self.turned(self.normalized(k, self.k_norm), start, rows), v
 
     def cached(self, k, v, cache):  # this step's keys and values after those the cache holds
         return (k, v) if cache is None else cache.append(self, k, v, window=self.window)
@@ -156,8 +159,8 @@ class Attention(nn.Module):
         whole = norm(x.transpose(1, 2).flatten(2))  # [B, T, h * d]
         return whole.unflatten(-1, x.shape[1::2]).transpose(1, 2)
 
-    def turned(self, x, start):
-        return x if self.rotary is None else self.rotary(x, start)
+    def turned(self, x, start, rows=None):
+        return x if self.rotary is None else self.rotary(x, start, rows)
 
     def gated(self, out, gate):  # the heads' outputs [B, Tq, h*d_v] as W^O reads them
         return out if gate is None else out * torch.sigmoid(gate)
@@ -194,6 +197,10 @@ class Attention(nn.Module):
         `position_bias` given, [1, h, Tq, Tk]), and whether SDPA's own causal mask serves instead:
         from static facts only (torch.compile cannot branch on a symbolic size)."""
         mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
+        kept = None if cache is None or self.cross else \
+            cache.kept_keys(self, self.window, q.size(2))  # a padded batch's: [B, 1, Tq, Tk]
+        if kept is not None:
+            mask = kept if mask is None else mask & kept
         if self.causal and not (cache is not None and q.size(2) == 1):  # a step sees all cached
             if cache is None and mask is None and self.window is None and self.slopes is None \
                     and self.inner_attention is None and position_bias is None:

@@ -13,7 +13,9 @@ import torch.nn as nn
 class DecodingCache(Protocol):
     """What a model's modules read and write of the cache a forward passes them (runtime/cache.py):
     where positions start, keys and values kept per attention, an encoder memory's projections, a
-    recurrent layer's state, and which packed document each position is of (None: one each row)."""
+    recurrent layer's state, which packed document each position is of (None: one each row), and,
+    where prompts of different lengths are padded on the left, each row's positions and the keys an
+    attention may see (both None where no row is padded)."""
 
     length: int
     memory: dict
@@ -21,6 +23,11 @@ class DecodingCache(Protocol):
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def row_positions(self, new: int) -> Optional[torch.Tensor]: ...
+
+    def kept_keys(self, module: nn.Module, window: Optional[int],
+                  new: int) -> Optional[torch.Tensor]: ...
 
     def state(self, module: nn.Module) -> Optional[tuple[torch.Tensor, ...]]: ...
 

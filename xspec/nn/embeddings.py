@@ -32,7 +32,23 @@ class ScaledEmbedding(nn.Embedding):
         return super().forward(tokens) * self.scale
 
 
-class SinusoidalPositions(nn.Module):
+class PositionTable(nn.Module):
+    """A table of one row per position, `offset` rows on (the rows before position 0's no
+    position reads)."""
+
+    offset = 0
+
+    def rows(self, x, cache):
+        """The rows x's T positions [..., T, d] read: a slice after the cache's length (one [T, d]
+        for every row), or, in a batch padded on the left, each row's own [B, T]."""
+        positions = cache.row_positions(x.size(-2)) if cache is not None else None
+        if positions is not None:
+            return positions + self.offset
+        start = (cache.length if cache is not None else 0) + self.offset
+        return slice(start, start + x.size(-2))
+
+
+class SinusoidalPositions(PositionTable):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (§3.5)."""
 
     def __init__(self, dim, max_len):
@@ -54,8 +70,7 @@ class SinusoidalPositions(nn.Module):
         self.table.copy_(self.sinusoids(*self.table.shape))
 
     def forward(self, x, cache=None):
-        start = cache.length if cache is not None else 0
-        return self.table[start:start + x.size(-2)].to(x.dtype)  # [T, d]
+        return self.table[self.rows(x, cache)].to(x.dtype)  # [T, d]; padded rows: [B, T, d]
 
 
 class SinusoidalPositionsInHalves(SinusoidalPositions):
@@ -85,12 +100,8 @@ class FairseqSinusoidalPositions(SinusoidalPositions):
         table = torch.cat([angle.sin(), angle.cos()], dim=-1)
         return torch.cat([table, torch.zeros(max_len, dim % 2)], dim=-1)  # odd widths: a zero last
 
-    def forward(self, x, cache=None):
-        start = (cache.length if cache is not None else 0) + self.offset
-        return self.table[start:start + x.size(-2)].to(x.dtype)  # [T, d]
 
-
-class LearnedPositions(nn.Module):
+class LearnedPositions(PositionTable):
     """One learned vector per position (Table 3, row E)."""
 
     def __init__(self, dim, max_len):
@@ -102,8 +113,7 @@ class LearnedPositions(nn.Module):
         nn.init.normal_(self.weight, std=self.weight.size(1) ** -0.5)
 
     def forward(self, x, cache=None):
-        start = cache.length if cache is not None else 0
-        return self.weight[start:start + x.size(-2)]  # [T, d]
+        return self.weight[self.rows(x, cache)]  # [T, d]; padded rows: [B, T, d]
 
 
 class OffsetLearnedPositions(LearnedPositions):
@@ -113,10 +123,6 @@ class OffsetLearnedPositions(LearnedPositions):
     def __init__(self, dim, max_len, offset):
         super().__init__(dim, max_len + offset)
         self.offset = offset
-
-    def forward(self, x, cache=None):
-        start = (cache.length if cache is not None else 0) + self.offset
-        return self.weight[start:start + x.size(-2)]  # [T, d]
 
 
 class RelativePositionBias(nn.Module):

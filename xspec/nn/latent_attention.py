@@ -40,25 +40,30 @@ class LatentAttention(nn.Module):
 
     def forward(self, x, cache=None):
         start = cache.length if cache is not None else 0
-        q_nope, q_rope, latent, k_rope = self.project(x, start)
+        rows = cache.row_positions(x.size(1)) if cache is not None else None  # padded: [B, T]
+        q_nope, q_rope, latent, k_rope = self.project(x, start, rows)
         if cache is None:
             out = self.attend(q_nope, q_rope, latent, k_rope)
         else:  # the latent and the rotary key of every position decoded
             latent, k_rope = cache.append(self, latent, k_rope)
             mask = self.visible(q_nope.size(2), latent.size(2), x.device)
+            kept = cache.kept_keys(self, None, q_nope.size(2))  # a padded batch's: [B, 1, Tq, Tk]
+            if kept is not None:
+                mask = (kept[:, 0] if mask is None else kept[:, 0] & mask)[:, None]
             out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
 
-    def project(self, x, start):
-        """x [B, T, d] at positions start, start + 1, ... -> each head's query without and with
-        positions [B, h, T, nope], [B, h, T, rope] (turned), the latent [B, 1, T, latent_dim] and
-        the rotary key [B, 1, T, rope] (turned)."""
+    def project(self, x, start, rows=None):
+        """x [B, T, d] at positions start, start + 1, ... (or each row's `rows` [B, T]) -> each
+        head's query without and with positions [B, h, T, nope], [B, h, T, rope] (turned), the
+        latent [B, 1, T, latent_dim] and the rotary key [B, 1, T, rope] (turned)."""
         q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_rank else self.q_proj(x)
         q = q.unflatten(-1, (self.heads, -1)).transpose(1, 2)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.latent_dim, self.rope_dim], dim=-1)
         latent = self.kv_a_layernorm(latent)[:, None]
-        return q_nope, self.rotary(q_rope, start), latent, self.rotary(k_rope[:, None], start)
+        k_rope = self.rotary(k_rope[:, None], start, rows)
+        return q_nope, self.rotary(q_rope, start, rows), latent, k_rope
 
     def keys_values(self, latent, k_rope):
         """Every head's keys [B, h, Tk, nope + rope] and values [B, h, Tk, v] from the latent."""
@@ -81,7 +86,8 @@ class LatentAttention(nn.Module):
         q = torch.cat([q_nope @ up_k, q_rope], dim=-1)  # [B, h, Tq, latent + rope]
         k = torch.cat([latent, k_rope], dim=-1)  # [B, 1, Tk, latent + rope]
         heads, queries = q.size(1), q.size(2)
-        mask = None if mask is None else mask.repeat(heads, 1)  # [h * Tq, Tk]
+        if mask is not None:  # [h * Tq, Tk], or a padded batch's [B, 1, h * Tq, Tk]
+            mask = mask.repeat(*[1] * (mask.dim() - 2), heads, 1)
         out = F.scaled_dot_product_attention(q.flatten(1, 2)[:, None], k, latent, attn_mask=mask,
                                              scale=self.scale)  # [B, 1, h * Tq, latent]
         out = out.view(-1, heads, queries, self.latent_dim)

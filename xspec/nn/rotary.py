@@ -37,11 +37,16 @@ class RotaryEmbedding(nn.Module):
         self.inverse_frequency.copy_(self.frequencies())
         self.turns = self.turns.new_empty(2, 0, self.turns.size(2))
 
-    def forward(self, x, start):  # x [B, h, T, dim] at positions start, start + 1, ...
+    def forward(self, x, start, rows=None):
+        """x [B, h, T, dim] at positions start, start + 1, ...; or, where rows are padded, at each
+        row's own positions `rows` [B, T] (a cache's row_positions), none beyond start + T - 1."""
         end = start + x.size(2)
         if end > self.turns.size(1):
             self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
-        return self.rotate(x, self.turns[0, start:end], self.turns[1, start:end])
+        if rows is None:
+            return self.rotate(x, self.turns[0, start:end], self.turns[1, start:end])
+        cos, sin = self.turns[:, rows].unsqueeze(2).unbind(0)  # each [B, 1, T, dim]: all heads'
+        return self.rotate(x, cos, sin)
 
     def shared_angles(self, positions):
         """The cos and sin table of at least `positions` positions, made here or by an embedding of
@@ -72,8 +77,8 @@ class PartialRotaryEmbedding(RotaryEmbedding):
     """Rotary embeddings of the first `dim` features of each head; the others pass unchanged
     (GPT-NeoX and Phi-3 rotate a fraction)."""
 
-    def forward(self, x, start):
-        turned = super().forward(x[..., :self.dim], start)
+    def forward(self, x, start, rows=None):
+        turned = super().forward(x[..., :self.dim], start, rows)
         return torch.cat([turned, x[..., self.dim:]], dim=-1)
 
 
