@@ -21,8 +21,8 @@ from xspec.nn import RotaryEmbedding
 from xspec.runtime.cache import DecoderCache
 
 
-def per_call(self: RotaryEmbedding, x: torch.Tensor, start: int) -> torch.Tensor:
-    """The angles of this call's positions, computed anew."""
+def per_call(self: RotaryEmbedding, x: torch.Tensor, start: int, rows: None = None) -> torch.Tensor:
+    """The angles of this call's positions, computed anew (no row is padded here)."""
     position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
     angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)
     return self.rotate(x, angles.cos(), angles.sin())
