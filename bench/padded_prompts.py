@@ -76,11 +76,12 @@ def main() -> None:
             start = time.perf_counter()
             outputs[name] = generator.generate(lines)
             times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(seconds) for name, seconds in times.items()}
     for name, seconds in times.items():
-        median = statistics.median(seconds)
-        print(f"{name:>10}: {median:.2f} s ({min(seconds):.2f}-{max(seconds):.2f}), {args.prompts / median:.1f} prompts/s")
-    print(f"ratio (one length / padded): {statistics.median(times['one length']) / statistics.median(times['padded']):.2f}x;"
-          f" same continuations: {outputs['padded'] == outputs['one length']}")
+        print(f"{name:>10}: {medians[name]:.2f} s ({min(seconds):.2f}-{max(seconds):.2f}), "
+              f"{args.prompts / medians[name]:.1f} prompts/s")
+    print(f"ratio (one length / padded): {medians['one length'] / medians['padded']:.2f}x; "
+          f"same continuations: {outputs['padded'] == outputs['one length']}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ runtime/export.py implements the same contract over tensors for exported decodin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -44,6 +44,8 @@ class DecoderCache:
         self.states: dict[nn.Module, tuple[torch.Tensor, ...]] = {}   # recurrent layer -> its state's tensors
         self.documents: torch.Tensor | None = None   # decoding continues one document a row
         self.padding = padding     # [rows] leading positions of each row that hold no token; None: none
+        self.step = -1     # the length a padded batch's positions and masks were last made at
+        self.made: dict[tuple, torch.Tensor] = {}   # them, for every layer of that forward
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,8 +90,8 @@ class DecoderCache:
         no row is padded: every row's start at `length`."""
         if self.padding is None:
             return None
-        steps = torch.arange(self.length, self.length + new, device=self.padding.device)
-        return (steps[None, :] - self.padding[:, None]).clamp(min=0)
+        padding = self.padding
+        return self._per_step(("rows", new), lambda: (self._steps(new)[None, :] - padding[:, None]).clamp(min=0))
 
     def kept_keys(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor | None:
         """Which of the keys `append` returned to `module` for `new` positions its queries may see, in a padded
@@ -97,10 +99,27 @@ class DecoderCache:
         none would be no number, and its output is never read). None where no row is padded."""
         if self.padding is None:
             return None
-        steps = torch.arange(self.length, self.length + new, device=self.padding.device)
-        keys = self.key_positions(module, window, new)
-        kept = keys[None, :] >= self.padding[:, None]                               # [rows, keys]
-        return kept[:, None, None, :] | (steps[None, :] < self.padding[:, None])[:, None, :, None]
+        padding = self.padding
+
+        def kept() -> torch.Tensor:
+            keys = self.key_positions(module, window, new)
+            padded_query = (self._steps(new)[None, :] < padding[:, None])[:, None, :, None]   # [rows, 1, new, 1]
+            return (keys[None, :] >= padding[:, None])[:, None, None, :] | padded_query
+
+        ring = None if window is None else self.tensors[module][0].size(2)
+        return self._per_step(("kept", new, window, ring), kept)
+
+    def _steps(self, new: int) -> torch.Tensor:
+        assert self.padding is not None
+        return torch.arange(self.length, self.length + new, device=self.padding.device)
+
+    def _per_step(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """`make()`, made once a forward for all layers alike (`key`: what else it depends on)."""
+        if self.step != self.length:
+            self.step, self.made = self.length, {}
+        if key not in self.made:
+            self.made[key] = make()
+        return self.made[key]
 
     def key_positions(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor:
         """The positions [keys] of those `append` returned to `module` for `new` positions (before the model's
@@ -132,6 +151,7 @@ class DecoderCache:
         then swap with the buffers; a recurrent state's rows and the padding are gathered anew (small)."""
         if self.padding is not None:
             self.padding = self.padding.index_select(0, index)
+            self.step = -1
         self.states = {module: tuple(t.index_select(0, index) for t in tensors)
                        for module, tensors in self.states.items()}
         rows = index.numel()
