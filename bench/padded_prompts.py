@@ -3,11 +3,11 @@
     python bench/padded_prompts.py [--prompts 64] [--new 16] [--rounds 3] [--beam 1]
 
 A random Llama (specs/modern/llama.xspec at d_model 256, 4 layers, vocabulary 1000) continues `--prompts`
-prompts of 2 to 40 tokens (drawn once, seed 0) for `--new` tokens with the runtime's Generator, as `xspec
-generate` does: once with prompts of different lengths sharing a batch (padded on the left, the runtime's
-choice), once with each batch of one length (what it did before, and still does for a recurrent model).
-Alternating round by round in one process; prints each side's median seconds and prompts/s, their ratio, and
-whether both gave the same continuations. It checks nothing.
+prompts of 2 to 40 words (drawn once, seed 0; a word-level vocabulary trained on them) for `--new` tokens
+with the runtime's Generator, as `xspec generate` does: once with prompts of different lengths sharing a
+batch (padded on the left, the runtime's choice), once with each batch of one length (what it did before,
+and still does for a recurrent model). Alternating round by round in one process; prints each side's median
+seconds and prompts/s, their ratio, and whether both gave the same continuations. It checks nothing.
 """
 
 from __future__ import annotations
@@ -15,34 +15,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 import xspec
 from xspec.runtime.generation import Generator
-from xspec.runtime.vocab import BOS, EOS, PAD
-
-
-class Numbers:
-    """A tokenizer of whitespace-separated ids (what the generator reads of one)."""
-
-    document_start = document_end = EOS
-    end_tokens = (EOS,)
-    never_generated = (PAD, BOS)
-    bos_id = None
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def encode_prompts(self, lines: list[str]) -> list[list[int]]:
-        return [[EOS, *map(int, line.split())] for line in lines]
-
-    def decode(self, ids: list[int], skip_special: bool = True) -> str:
-        return " ".join(map(str, ids))
+from xspec.runtime.vocab import train_vocab
 
 
 class OneLength(Generator):
@@ -65,10 +46,12 @@ def main() -> None:
     spec = xspec.compile("specs/modern/llama.xspec", overrides=overrides)
     model = spec.build(device="cpu").eval()
     draw = random.Random(0)
-    lines = [" ".join(str(draw.randrange(4, spec.vocab_size)) for _ in range(draw.randint(2, 40)))
-             for _ in range(args.prompts)]
-    padded = Generator(model, Numbers(spec.vocab_size), spec.decode, torch.device("cpu"), max_tokens=256)
-    one_length = OneLength(model, Numbers(spec.vocab_size), spec.decode, torch.device("cpu"), max_tokens=256)
+    words = [f"w{i}" for i in range(600)]
+    lines = [" ".join(draw.choices(words, k=draw.randint(2, 40))) for _ in range(args.prompts)]
+    with tempfile.TemporaryDirectory() as folder:  # a word's piece each: a prompt's length is its words'
+        vocab = train_vocab([" ".join(words)] * 4 + lines, spec.vocab_size, "word", Path(folder))
+    padded = Generator(model, vocab, spec.decode, torch.device("cpu"), max_tokens=256)
+    one_length = OneLength(model, vocab, spec.decode, torch.device("cpu"), max_tokens=256)
     times: dict[str, list[float]] = {"padded": [], "one length": []}
     outputs = {}
     for _ in range(args.rounds):

@@ -175,7 +175,6 @@ class PackedDocuments:
         self.documents = documents
         self.length = 0
         self.memory: dict = {}
-        self.padding = None
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
