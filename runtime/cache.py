@@ -11,10 +11,10 @@ does not move `length`. Prompts of different lengths decode in one batch padded 
 transformers' `generate` pads them: `padding` [rows] counts each row's leading positions that hold no
 token, so row b's token at cache position p is at position p - padding[b]; `row_positions(new)` gives each
 row's positions (rotary embeddings and position tables read them) and `kept_keys(module, window, new)` the
-keys an attention's queries may see (not the padding's). Beam search moves the rows of all three with
-`reorder`. In training,
-`PackedDocuments` stands in for it where packed documents are kept apart: its `documents` say which
-positions may see which, and it caches nothing; a DecoderCache's `documents` is None. The contract is
+keys an attention's queries may see besides what causality and windows hide (not the padding's). Beam
+search moves the rows of all three with `reorder`. In training, `PackedDocuments` stands in for it where
+packed documents are kept apart: its `documents` say which document each position is of, its `kept_keys`
+which positions may see which, and it caches nothing; a DecoderCache's `documents` is None. The contract is
 xspec/nn/contracts.py's DecodingCache. Generated files do not hold the cache: they carry the model alone.
 runtime/export.py implements the same contract over tensors for exported decoding steps.
 """
@@ -167,14 +167,15 @@ class DecoderCache:
 class PackedDocuments:
     """What a training or validation forward passes as its `cache` where the documents packed into a block
     see nothing of each other (`data.document_boundaries = "separate"`): `documents` [B, T], the number of
-    the document each position belongs to, by which attention masks the other documents' keys and a
-    recurrent layer starts each document from the zero state. It caches nothing: positions start at 0,
+    the document each position belongs to, by which attention masks the other documents' keys (`kept_keys`)
+    and a recurrent layer starts each document from the zero state. It caches nothing: positions start at 0,
     keys and values come back as they went in, and no state is kept."""
 
     def __init__(self, documents: torch.Tensor) -> None:
         self.documents = documents
         self.length = 0
         self.memory: dict = {}
+        self.own_documents: torch.Tensor | None = None   # made by the first layer that asks, for all
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,8 +184,12 @@ class PackedDocuments:
     def row_positions(self, new: int) -> None:
         return None
 
-    def kept_keys(self, module: nn.Module, window: int | None, new: int) -> None:
-        return None
+    def kept_keys(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor:
+        """The keys each query may see [B, 1, T, T]: those of its own document; made once a forward."""
+        if self.own_documents is None:
+            documents = self.documents
+            self.own_documents = (documents[:, :, None] == documents[:, None, :])[:, None]
+        return self.own_documents
 
     def state(self, module: nn.Module) -> None:
         return None

@@ -531,10 +531,6 @@ def _document_start(spec, vocab: Tokenizer) -> Optional[int]:
     if spec.has_encoder:
         raise UserError(f"{spec.name}: data.document_boundaries = \"separate\" is for language models, whose "
                         "documents are packed into blocks")
-    latent = [node.module for node in spec.ops if node.op == "latent_attention"]
-    if latent:
-        raise UserError(f"{spec.name}: data.document_boundaries = \"separate\" is not supported by latent "
-                        f"attention yet ({latent[0]})")
     return vocab.document_start
 
 

@@ -9,7 +9,6 @@ import io
 import math
 from pathlib import Path
 
-import pytest
 import torch
 
 import xspec
@@ -50,12 +49,8 @@ def test_a_mamba_hybrid_learns_and_decodes_through_its_states(tmp_path):
         torch.testing.assert_close(stepped, model(tokens[[2, 0]])[:, 8:], rtol=1e-4, atol=1e-4)
 
 
-def test_documents_kept_apart_train_and_a_model_that_cannot_is_refused(tmp_path):
-    """data.document_boundaries = "separate" trains through the same loop; latent attention, which does not
-    mask packed documents yet, is refused by name before anything is allocated."""
-    from xspec.base.errors import UserError
-    from xspec.runtime.train import _document_start
-
+def test_documents_kept_apart_train(tmp_path):
+    """data.document_boundaries = "separate" trains through the same loop."""
     data = demo_text(tmp_path / "text", 300, 20)
     spec = xspec.compile(str(ROOT / "specs" / "modern" / "bamba.xspec"),
                          overrides={**SMALL, "train.max_steps": 4, "train.validate_every_steps": 4,
@@ -63,10 +58,6 @@ def test_documents_kept_apart_train_and_a_model_that_cannot_is_refused(tmp_path)
     with contextlib.redirect_stdout(io.StringIO()):
         metrics = train(spec, RunOptions(tmp_path / "run", data, device="cpu", progress=False))
     assert metrics["steps"] == 4 and math.isfinite(metrics["test_perplexity"])
-    latent = xspec.compile(str(ROOT / "specs" / "modern" / "deepseek_v3.xspec"),
-                           overrides={"data.document_boundaries": "separate"})
-    with pytest.raises(UserError, match=r"not supported by latent attention yet \(decoder\.layers\.0\.self_attn\)"):
-        _document_start(latent, None)
 
 
 def test_the_readmes_commands_train_a_hybrid_on_the_demo_language_and_continue_a_prompt(tmp_path, capsys):

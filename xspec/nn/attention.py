@@ -197,8 +197,9 @@ class Attention(nn.Module):
         `position_bias` given, [1, h, Tq, Tk]), and whether SDPA's own causal mask serves instead:
         from static facts only (torch.compile cannot branch on a symbolic size)."""
         mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
+        # what a padded batch's rows or packed documents may see: [B, 1, Tq, Tk]
         kept = None if cache is None or self.cross else \
-            cache.kept_keys(self, self.window, q.size(2))  # a padded batch's: [B, 1, Tq, Tk]
+            cache.kept_keys(self, self.window, q.size(2))
         if kept is not None:
             mask = kept if mask is None else mask & kept
         if self.causal and not (cache is not None and q.size(2) == 1):  # a step sees all cached
@@ -206,10 +207,6 @@ class Attention(nn.Module):
                     and self.inner_attention is None and position_bias is None:
                 return None, True
             visible = self.visible(q.size(2), k.size(2), q.device)
-            # packed ones that see nothing of each other
-            documents = cache.documents if cache is not None else None
-            if documents is not None:  # [B, 1, T, T]
-                visible = visible & (documents[:, None, :, None] == documents[:, None, None, :])
             mask = visible if mask is None else mask & visible
         elif not self.causal and self.window is not None:    # a band around each query
             visible = self.visible(q.size(2), k.size(2), q.device)

@@ -13,9 +13,10 @@ import torch.nn as nn
 class DecodingCache(Protocol):
     """What a model's modules read and write of the cache a forward passes them (runtime/cache.py):
     where positions start, keys and values kept per attention, an encoder memory's projections, a
-    recurrent layer's state, which packed document each position is of (None: one each row), and,
-    where prompts of different lengths are padded on the left, each row's positions and the keys an
-    attention may see (both None where no row is padded)."""
+    recurrent layer's state, which packed document each position is of (None: one each row), where
+    prompts of different lengths are padded on the left each row's positions (else None), and the
+    keys an attention's queries may see besides what causality and windows hide: not a padding's,
+    none of another packed document (None: all)."""
 
     length: int
     memory: dict

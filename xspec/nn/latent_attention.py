@@ -47,7 +47,7 @@ class LatentAttention(nn.Module):
         else:  # the latent and the rotary key of every position decoded
             latent, k_rope = cache.append(self, latent, k_rope)
             mask = self.visible(q_nope.size(2), latent.size(2), x.device)
-            kept = cache.kept_keys(self, None, q_nope.size(2))  # a padded batch's: [B, 1, Tq, Tk]
+            kept = cache.kept_keys(self, None, q_nope.size(2))  # rows', documents': [B, 1, Tq, Tk]
             if kept is not None:
                 mask = (kept[:, 0] if mask is None else kept[:, 0] & mask)[:, None]
             out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
