@@ -745,8 +745,19 @@ class _Lowering:
                 init.append(assign(f"self.{child.name}", constructor, f"multi-token prediction, {where(child.span)}"))
             else:
                 init.append(assign(f"self.{child.name}", call(self.class_of[child.path], variable("config"))))
-        init += self._ties()
+        # Ties in a method of transformers' name: called again after `to_empty`, which gives each name a tensor
+        # of its own; the config kept where a tie's condition reads it.
+        ties = self._ties()
+        reads_config = bool(attributes_read(*ties, owner="config"))
+        if reads_config:
+            init[2:2] = [assign("self.config", config)]
+        if ties:
+            init.append(pyast.Expr(call("self.tie_weights")))
         body: list[pyast.stmt] = [function("__init__", ["self", "config"], init, defaults=[constant(None)])]
+        if ties:
+            body.append(function("tie_weights", ["self"], [
+                docstring("The tensors the spec shares made one (again after `to_empty`)."),
+                *([assign("config", dotted("self.config"))] if reads_config else []), *ties]))
         none = [constant(None)]
         # An encoder whose ops read token types takes them after the padding mask (None: the first type's).
         typed = [TOKEN_TYPES] if has_encoder and root.children[ENCODER].has_token_types else []

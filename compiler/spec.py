@@ -232,7 +232,7 @@ class CompiledSpec:
         model_class = self.model_class()
         with torch.device("meta"):
             model = model_class()
-        model = materialized(model, device, init=init, tied=self.ties)
+        model = materialized(model, device, init=init)
         return cast("torch.nn.Module", torch.compile(model)) if compile else model
 
     def model_class(self) -> type:

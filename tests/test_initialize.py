@@ -62,3 +62,22 @@ def test_a_tied_tensor_stays_one_tensor(name, init):
     everything = dict(model.named_parameters(remove_duplicate=False))
     for name, owner in tied.items():
         assert everything[name] is everything[owner], name
+
+
+def test_tie_weights_ties_again_what_to_empty_gave_tensors_of_their_own():
+    """The generated model's `tie_weights()` (transformers' name) holds its spec's ties, under the config's
+    condition: a model built on the meta device and given memory with `to_empty` is tied by calling it."""
+    spec = xspec.compile("specs/base.xspec", overrides={"layers": 1, "d_model": 32, "d_ff": 64, "vocab": 50})
+    tied = spec.ties
+    for tie in (True, False):
+        config = spec.model_class()().config
+        config.tie_embeddings = tie
+        with torch.device("meta"):
+            model = spec.model_class()(config)
+        model = model.to_empty(device="cpu")
+        everything = dict(model.named_parameters(remove_duplicate=False))
+        assert not any(everything[name] is everything[owner] for name, owner in tied.items())
+        model.tie_weights()
+        everything = dict(model.named_parameters(remove_duplicate=False))
+        assert all((everything[name] is everything[owner]) == tie for name, owner in tied.items())
+

@@ -29,7 +29,8 @@ from .state_space import GroupRMSNorm, Mamba2Mixer
 from .experts import (BiasedExperts, BiasedMixtureOfExperts, ClampedSwiGLU, Experts, GeGLU, GroupedExperts,
                       MixtureOfExperts, Router, SwiGLU, TopKRouter)
 from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPrediction,
-                        ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture)
+                        ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture,
+                        TiesWeights)
 
 __all__ = [
     "Embedding", "ScaledEmbedding", "PositionTable", "SinusoidalPositions", "SinusoidalPositionsInHalves",
@@ -46,5 +47,5 @@ __all__ = [
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
     "DecodingCache", "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer",
-    "ReadsWeightsAsMatrices", "Resettable", "MultiTokenPrediction",
+    "ReadsWeightsAsMatrices", "Resettable", "TiesWeights", "MultiTokenPrediction",
 ]

@@ -88,6 +88,14 @@ class MultiTokenPrediction(nn.ModuleList):
 
 
 @runtime_checkable
+class TiesWeights(Protocol):
+    """A model whose modules share tensors (a generated model whose spec ties them):
+    `tie_weights()` makes them one, as its constructor does (transformers' name)."""
+
+    def tie_weights(self) -> None: ...
+
+
+@runtime_checkable
 class Resettable(Protocol):
     """A module that sets its own tensors (not its children's) as its constructor does: torch's
     modules and the library's (initialize.py)."""

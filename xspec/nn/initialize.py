@@ -6,47 +6,46 @@ tables), which no checkpoint holds.
 Initializing calls every module's `reset_parameters()` (torch's modules and the library's: each
 sets its own tensors as its constructor does) children first, in the order the constructors ran,
 so a seed gives the tensors construction would have given. A tied tensor keeps the value of the
-module it belongs to."""
+module it belongs to: the model's `tie_weights()` (generated where the spec ties tensors) ties them
+again after each step that gives every name a tensor of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
 
-from .contracts import Resettable
+from .contracts import Resettable, TiesWeights
 
 
-def materialized(model: nn.Module, device: torch.device | str, *, init: bool,
-                 tied: Mapping[str, str] | None = None) -> nn.Module:
-    """`model`, built on the meta device, with memory on `device`: initialized where `init`
-    (`tied`: each tied parameter's name -> the name of the one it is), else only its derived
-    tensors computed."""
+def materialized(model: nn.Module, device: torch.device | str, *, init: bool) -> nn.Module:
+    """`model`, built on the meta device, with memory on `device`: initialized where `init`, else
+    only its derived tensors computed."""
     model = model.to_empty(device=device)
-    tied = tied or {}
-    parameters = dict(model.named_parameters(remove_duplicate=False))
-    for name, owner in tied.items():  # to_empty gave each name a tensor of its own
-        _assign(model, name, parameters[owner])
+    if isinstance(model, TiesWeights):  # to_empty gave each tied name a tensor of its own
+        model.tie_weights()
     if init:
-        initialize(model, tied)
+        initialize(model)
     else:
         derive_buffers(model)
     return model
 
 
 @torch.no_grad()
-def initialize(model: nn.Module, tied: Mapping[str, str]) -> None:
+def initialize(model: nn.Module) -> None:
     """Every module's reset_parameters(), children first. As construction does, each tied
-    parameter is set apart first (on a tensor of its own) and tied after."""
+    parameter is set on a tensor of its own first and tied after (`tie_weights()`: the owner's
+    value stays)."""
+    shared = _shared_names(model) if isinstance(model, TiesWeights) else []  # it ties them again
     parameters = dict(model.named_parameters(remove_duplicate=False))
-    for name in tied:
+    for name in shared:
         _assign(model, name, nn.Parameter(torch.empty_like(parameters[name])))
     for _, module in _children_first(model, ""):
         if isinstance(module, Resettable):
             module.reset_parameters()
-    for name, owner in tied.items():
-        _assign(model, name, parameters[owner])
+    if isinstance(model, TiesWeights):
+        model.tie_weights()
 
 
 @torch.no_grad()
@@ -58,6 +57,14 @@ def derive_buffers(model: nn.Module) -> None:
         own = [name for name, _ in module.named_buffers(prefix=path, recurse=False)]
         if any(name not in kept for name in own) and isinstance(module, Resettable):
             module.reset_parameters()
+
+
+def _shared_names(model: nn.Module) -> list[str]:
+    """The names of every parameter that more than one name holds."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return [name for group in names.values() if len(group) > 1 for name in group]
 
 
 def _assign(model: nn.Module, name: str, parameter: nn.Parameter) -> None:

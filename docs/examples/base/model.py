@@ -151,8 +151,14 @@ class TransformerBase(nn.Module):  # the whole model: encode, decode, forward
     def __init__(self, config=None):
         super().__init__()
         config = config if config is not None else TransformerBaseConfig()
+        self.config = config
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
+        self.tie_weights()
+
+    def tie_weights(self):
+        """The tensors the spec shares made one (again after `to_empty`)."""
+        config = self.config
         if config.tie_embeddings:  # base.xspec:73
             shared = self.encoder.embedding.embed.weight  # tie, base.xspec:74
             self.decoder.embedding.embed.weight = shared  # tie, base.xspec:74

@@ -87,7 +87,13 @@ class Llama(nn.Module):  # the whole model: decode, forward
     def __init__(self, config=None):
         super().__init__()
         config = config if config is not None else LlamaConfig()
+        self.config = config
         self.decoder = Decoder(config)
+        self.tie_weights()
+
+    def tie_weights(self):
+        """The tensors the spec shares made one (again after `to_empty`)."""
+        config = self.config
         if config.tie_word_embeddings:  # llama.xspec:44
             self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
 
