@@ -76,7 +76,7 @@ def _library_used(named: set[str]) -> set[str]:
 
 
 # The model built with the `if` statements given (by id) taking the branches given; None where it does not
-# check (compiler/__init__.py).
+# check (compiler/pipeline.py).
 BuiltWith = Callable[[Mapping[int, bool]], Optional[ValidatedModel]]
 
 

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union, cast
 
 from xspec.base.errors import SpecError, UserError
-from . import Compilation, CompileFailed, compile_spec
+from .pipeline import Compilation, CompileFailed, compile_spec
 
 # Type names only: torch is imported by the methods that build a model, networkx by `graph`, so
 # compiling a spec imports neither.
