@@ -756,7 +756,7 @@ class _Lowering:
         body: list[pyast.stmt] = [function("__init__", ["self", "config"], init, defaults=[constant(None)])]
         if ties:
             body.append(function("tie_weights", ["self"], [
-                docstring("The tensors the spec shares made one (again after `to_empty`)."),
+                docstring("The tensors the spec shares made one (again after to_empty)."),
                 *([assign("config", dotted("self.config"))] if reads_config else []), *ties]))
         none = [constant(None)]
         # An encoder whose ops read token types takes them after the padding mask (None: the first type's).

@@ -157,7 +157,7 @@ class TransformerBase(nn.Module):  # the whole model: encode, decode, forward
         self.tie_weights()
 
     def tie_weights(self):
-        """The tensors the spec shares made one (again after `to_empty`)."""
+        """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
         if config.tie_embeddings:  # base.xspec:73
             shared = self.encoder.embedding.embed.weight  # tie, base.xspec:74

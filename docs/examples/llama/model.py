@@ -92,7 +92,7 @@ class Llama(nn.Module):  # the whole model: decode, forward
         self.tie_weights()
 
     def tie_weights(self):
-        """The tensors the spec shares made one (again after `to_empty`)."""
+        """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
         if config.tie_word_embeddings:  # llama.xspec:44
             self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
