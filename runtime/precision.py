@@ -4,7 +4,8 @@ On GPUs, "auto" is bf16 autocast where the GPU supports bf16 (Ampere and later),
 a `torch.amp.GradScaler` (fp16 gradients underflow without one). On CPUs, "auto" is float32: bf16
 autocast is offered where the kernel reports bf16 matrix instructions (x86's AMX or AVX-512 BF16, Arm's
 BF16 extension), and asked for by name, because on such a CPU it ran a fixed-shape training step 1.6-2.1x
-faster but the trainer's batches, of varying shapes, 1.9x slower (docs/runtime.md). A spec's
+faster but the trainer's batches, of varying shapes, 1.9x slower on a Xeon with AMX and at most 5% faster
+on an AMD Zen 4 (padded to a few lengths: slower on both; docs/runtime.md). A spec's
 `train.precision` and `decode.precision` choose. Under autocast the weights, the optimizer's state, the
 loss and the norms' statistics stay float32.
 
@@ -105,8 +106,9 @@ def choose_precision(device: torch.device, requested: str = "auto", setting: str
     if requested == "bf16":
         return Precision(device.type, torch.bfloat16, f"{setting} = \"bf16\"; the CPU has {flag}")
     if flag is not None:
-        return Precision(device.type, None, f"{setting} = \"auto\"; the CPU has {flag}, but bf16 autocast ran "
-                                            "training's varying batch shapes slower; \"bf16\" to use it")
+        return Precision(device.type, None, f"{setting} = \"auto\"; the CPU has {flag}, but bf16 autocast trained "
+                                            "no more than 5% faster where measured, its memory growing with each "
+                                            "batch shape; \"bf16\" to use it")
     return Precision(device.type, None, f"{setting} = \"auto\" on a {device.type}")
 
 
