@@ -81,7 +81,8 @@ def test_a_recurrent_model_decodes_prompts_of_one_length_a_batch():
     assert not pads_rows(model)
 
 
-@pytest.mark.parametrize("decode", [{"beam": 1}, {"beam": 3}, {"sample": True, "temperature": 0.8}])
+@pytest.mark.parametrize("decode", [{"sample": False, "beam": 1}, {"sample": False, "beam": 3},
+                                    {"sample": True, "temperature": 0.8}], ids=["greedy", "beam", "sampling"])
 def test_generating_many_prompts_in_padded_batches_gives_each_prompt_s_own_continuation(decode):
     spec = xspec.compile("specs/modern/llama.xspec",
                          overrides={f"decode.{k}": v for k, v in {**decode, "max_new_tokens": 5}.items()})
@@ -100,7 +101,8 @@ def test_generating_many_prompts_in_padded_batches_gives_each_prompt_s_own_conti
     generator = Generator(model, _Numbers(spec.vocab_size), spec.decode, torch.device("cpu"), max_tokens=64)
     assert generator.pads_prompts()
     together = generator.generate(lines)
-    assert prefills == [(5, 6)]  # one batch, as long as the longest prompt with its start
+    # one batch (a row a prompt, or a beam's rows), as long as the longest prompt with its start
+    assert prefills == [(5 * decode.get("beam", 1), 6)]
     # Alone, each prompt drawing from the stream its line numbers (`first`).
     alone = [[generator.vocab.decode(ids) for done in generator.stream([line], first=i) for ids in done][0]
              for i, line in enumerate(lines)]
@@ -126,3 +128,17 @@ class _Numbers:
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return " ".join(map(str, ids))
+
+
+def test_an_ensemble_continues_padded_prompts_as_each_alone():
+    spec = xspec.compile("specs/modern/llama.xspec",
+                         overrides={"decode.max_new_tokens": 4, "decode.beam": 2, "decode.sample": False})
+    members = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        members.append(spec.build(device="cpu").eval())
+    generator = Generator(members, _Numbers(spec.vocab_size), spec.decode, torch.device("cpu"), max_tokens=64)
+    assert generator.pads_prompts()
+    lines = ["5 6 7 8", "9", "10 11"]
+    alone = [generator.generate([line])[0] for line in lines]
+    assert generator.generate(lines) == alone
