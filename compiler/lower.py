@@ -735,8 +735,13 @@ class _Lowering:
         methods = ", ".join([*(["encode"] if has_encoder else []), *(["decode"] if has_decoder else []), "forward"])
         config = variable("config")
         given = pyast.Compare(variable("config"), [pyast.IsNot()], [constant(None)])
+        # Ties in a method of transformers' name: called again after `to_empty`, which gives each name a tensor
+        # of its own; the config kept where a tie's condition reads it.
+        ties = self._ties()
+        reads_config = bool(attributes_read(*ties, owner="config"))
         init: list[pyast.stmt] = [super_init(),
-                                  assign("config", pyast.IfExp(given, config, call(self.config_class)))]
+                                  assign("config", pyast.IfExp(given, config, call(self.config_class))),
+                                  *([assign("self.config", config)] if reads_config else [])]
         for child in root.children.values():
             if child.kind == "stack":  # multi-token prediction's depths (DeepSeek-V3 §2.2)
                 constructor = self._constructor(child)
@@ -745,12 +750,6 @@ class _Lowering:
                 init.append(assign(f"self.{child.name}", constructor, f"multi-token prediction, {where(child.span)}"))
             else:
                 init.append(assign(f"self.{child.name}", call(self.class_of[child.path], variable("config"))))
-        # Ties in a method of transformers' name: called again after `to_empty`, which gives each name a tensor
-        # of its own; the config kept where a tie's condition reads it.
-        ties = self._ties()
-        reads_config = bool(attributes_read(*ties, owner="config"))
-        if reads_config:
-            init[2:2] = [assign("self.config", config)]
         if ties:
             init.append(pyast.Expr(call("self.tie_weights")))
         body: list[pyast.stmt] = [function("__init__", ["self", "config"], init, defaults=[constant(None)])]
