@@ -368,3 +368,17 @@ def test_a_decoding_step_of_many_rows_written_out_equals_sdpa(kind, monkeypatch)
         written_out = decoded()
         monkeypatch.setattr(Attention, "ONE_QUERY_ROWS", 10 ** 9)      # SDPA for every step
         assert_close(written_out, decoded())
+
+
+def test_the_layers_of_a_forward_share_one_mask_and_a_long_context_s_is_not_held():
+    def layer():
+        return Attention(32, 2, 2, 16, 16, bias=False, out_bias=False, causal=True, window=4)
+
+    first, second = layer(), layer()
+    assert first.visible(9, 9, "cpu") is second.visible(9, 9, "cpu")
+    assert torch.equal(first.visible(9, 9, "cpu"), first.band(9, 9, "cpu"))
+    assert first.visible(9, 9, "cpu") is not first.visible(8, 9, "cpu")
+    side = int(Attention.MASK_KEPT_ELEMENTS ** 0.5) + 1
+    kept = len(Attention.masks)
+    assert first.visible(side, side, "meta") is not first.visible(side, side, "meta")
+    assert len(Attention.masks) == kept

@@ -221,10 +221,30 @@ class Attention(nn.Module):
         bias = (-self.slopes[:, None, None] * distance).to(q.dtype)  # [h, Tq, Tk]
         return (bias if mask is None else bias.masked_fill(~mask, float("-inf"))), False
 
+    # The masks `visible` made last, by (queries, keys, window, causal, device, inference
+    # mode): every layer of a forward asks for the same one, made once (not while torch.compile
+    # traces, and none of more than MASK_KEPT_ELEMENTS: a long context's is made anew, not held).
+    masks: dict = {}
+    MASKS_KEPT, MASK_KEPT_ELEMENTS = 4, 2 ** 24
+
     def visible(self, queries, keys, device):
         """[Tq, Tk]: query i, at position Tk - Tq + i, sees the keys up to it (§3.2.3), and,
         with a sliding window, none before its last `window`; not causal, the keys fewer than
-        `window` positions away on either side (ModernBERT's local layers)."""
+        `window` positions away on either side (ModernBERT's local layers). Not to be written."""
+        if torch.compiler.is_compiling() or torch.compiler.is_exporting() \
+                or queries * keys > self.MASK_KEPT_ELEMENTS:
+            return self.band(queries, keys, device)
+        key = (queries, keys, self.window, self.causal, str(device),
+               torch.is_inference_mode_enabled())
+        mask = Attention.masks.get(key)
+        if mask is None:
+            mask = Attention.masks[key] = self.band(queries, keys, device)
+            while len(Attention.masks) > self.MASKS_KEPT:
+                del Attention.masks[next(iter(Attention.masks))]
+        return mask
+
+    def band(self, queries, keys, device):
+        """The mask `visible` returns, made anew."""
         ones, at = torch.ones(queries, keys, dtype=torch.bool, device=device), keys - queries
         if not self.causal:
             return ones.tril(at + self.window - 1).triu(at - self.window + 1)
