@@ -3,11 +3,12 @@
     python bench/padded_prompts.py [--prompts 64] [--new 16] [--rounds 3] [--beam 1]
 
 A random Llama (specs/modern/llama.xspec at d_model 256, 4 layers, vocabulary 1000) continues `--prompts`
-prompts of 2 to 40 words (drawn once, seed 0; a word-level vocabulary trained on them) for `--new` tokens
-with the runtime's Generator, as `xspec generate` does: once with prompts of different lengths sharing a
-batch (padded on the left, the runtime's choice), once with each batch of one length (what it did before,
-and still does for a recurrent model). Alternating round by round in one process; prints each side's median
-seconds and prompts/s, their ratio, and whether both gave the same continuations. It checks nothing.
+prompts of 2 to 40 words (drawn once, seed 0; a word-level vocabulary trained on them) for `--new` tokens,
+greedily or with beam search (`--beam`), with the runtime's Generator, as `xspec generate` does: once with
+prompts of different lengths sharing a batch (padded on the left, the runtime's choice), once with each
+batch of one length (what it did before, and still does for a recurrent model). Alternating round by round
+in one process; prints each side's median seconds and prompts/s, their ratio, and whether both gave the
+same continuations. It checks nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     overrides = {"d_model": 256, "d_ff": 688, "heads": 8, "kv_heads": 4, "layers": 4,
-                 "decode.max_new_tokens": args.new, "decode.beam": args.beam}
+                 "decode.max_new_tokens": args.new, "decode.beam": args.beam, "decode.sample": False}
     spec = xspec.compile("specs/modern/llama.xspec", overrides=overrides)
     model = spec.build(device="cpu").eval()
     draw = random.Random(0)
