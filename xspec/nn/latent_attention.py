@@ -46,11 +46,14 @@ class LatentAttention(nn.Module):
             out = self.attend(q_nope, q_rope, latent, k_rope)
         else:  # the latent and the rotary key of every position decoded
             latent, k_rope = cache.append(self, latent, k_rope)
-            mask = self.visible(q_nope.size(2), latent.size(2), x.device)
             kept = cache.kept_keys(self, None, q_nope.size(2))  # rows', documents': [B, 1, Tq, Tk]
-            if kept is not None:
-                mask = (kept[:, 0] if mask is None else kept[:, 0] & mask)[:, None]
-            out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
+            if latent.size(2) == q_nope.size(2):  # none cached before: keys made once anyway
+                out = self.attend(q_nope, q_rope, latent, k_rope, kept)
+            else:
+                mask = self.visible(q_nope.size(2), latent.size(2), x.device)
+                if kept is not None:
+                    mask = (kept[:, 0] if mask is None else kept[:, 0] & mask)[:, None]
+                out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
 
     def project(self, x, start, rows=None):
@@ -71,11 +74,17 @@ class LatentAttention(nn.Module):
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
         return torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1), v
 
-    def attend(self, q_nope, q_rope, latent, k_rope):
-        """Causal attention with every head's keys and values made from the latent (training)."""
+    def attend(self, q_nope, q_rope, latent, k_rope, kept=None):
+        """Causal attention with every head's keys and values made from the latent (training,
+        and a prompt read into an empty cache); `kept` [B, 1, T, T]: the keys each query may see
+        besides causality (a padded batch's, packed documents')."""
         k, v = self.keys_values(latent, k_rope)
         q = torch.cat([q_nope, q_rope], dim=-1)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        if kept is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        visible = self.visible(q.size(2), k.size(2), q.device)
+        mask = kept if visible is None else kept & visible
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
 
     def attend_latent(self, q_nope, q_rope, latent, k_rope, mask):
         """The same attention over the latent itself (decoding): W^UK folded into the queries and
