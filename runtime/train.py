@@ -41,6 +41,7 @@ from .residual_init import scale_residual_writers
 from .loop import Diverged, Progress, StopRequested, Trainer, epoch_updates, torch_seed
 from .memory_plan import USABLE_SHARE, FreeMemory, Layout, MemoryPlan, free_memory, plan_memory
 from .precision import choose_precision
+from .prepared.examples import Mixture
 from .prepared.format import VOCAB_FILE, open_prepared
 from .run_log import RunLog
 from .run_dir import (DATA_DIR, METRICS_LOG, DataFiles, PreparedSplit, RunRecord, Split, read_metrics_log,
@@ -260,7 +261,7 @@ def _resumed_record(run_dir: Path, options: RunOptions) -> RunRecord:
             continue
         if was is None or type(given) is not type(was) or \
                 [f.resolve() for f in given.files] != [f.resolve() for f in was.files] or \
-                getattr(given, "weights", None) != getattr(was, "weights", None):
+                (isinstance(given, PreparedSplit) and isinstance(was, PreparedSplit) and given.weights != was.weights):
             raise UserError(f"--resume {run_dir}: this run was started {_describe_split(name, was, run_dir)}; "
                             f"resuming with {given.describe()} would change the {_ROLES[name]}")
     if options.truncate is not None and recorded.truncate is not None and options.truncate != recorded.truncate:
@@ -368,9 +369,9 @@ def _record_stop(run: _Run, stopped: dict) -> None:
 
 def _mixture_line(examples, progress: Progress) -> str | None:
     """Corpora mixed by weight: the share of the training tokens each one gave, against its weight."""
-    parts = getattr(examples, "parts", None)
-    if not parts or not progress.source_tokens:
+    if not isinstance(examples, Mixture) or not progress.source_tokens:
         return None
+    parts = examples.parts
     total = sum(progress.source_tokens) or 1
     shares = ", ".join(f"{shown(p.examples.prepared.path)} {n / total:.1%} (weight {p.weight:.1%})"
                        for p, n in zip(parts, progress.source_tokens))

@@ -289,3 +289,20 @@ def test_an_average_named_pt_is_still_safetensors(small_corpus, tmp_path):
     with safe_open(str(tmp_path / "averaged.pt"), "pt") as f:
         assert f.metadata()["xspec.step"] == "8"
     assert ckpt.load_weights(tmp_path / "averaged.pt").step == 8
+
+
+def test_a_run_of_mixed_prepared_data_resumes_only_with_the_same_weights(tmp_path):
+    from xspec.runtime.run_dir import DataFiles, PreparedSplit, RunRecord, write_run_record
+    from xspec.runtime.train import RunOptions, _resumed_record
+
+    dirs = (tmp_path / "a", tmp_path / "b")
+    for folder in dirs:
+        folder.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    write_run_record(run, RunRecord(DataFiles(train=PreparedSplit(dirs, (0.5, 0.5))), truncate=False))
+    same = RunOptions(run, DataFiles(train=PreparedSplit(dirs, (0.5, 0.5))), resume=True)
+    assert _resumed_record(run, same).data.train == PreparedSplit(dirs, (0.5, 0.5))
+    reweighted = RunOptions(run, DataFiles(train=PreparedSplit(dirs, (0.9, 0.1))), resume=True)
+    with pytest.raises(UserError, match="would change the training data"):
+        _resumed_record(run, reweighted)
