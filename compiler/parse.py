@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Optional
+from collections import OrderedDict
+from typing import Any, Optional
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.tree import Meta
@@ -55,8 +56,28 @@ def count_tokens(text: str) -> int:
     return sum(1 for match in _TOKEN.finditer(text) if not match.group().startswith("#"))
 
 
+# What the files parsed last parsed to, by (file, rule, text): a process that compiles specs over the same
+# files (a sweep, loading runs, a test suite) parses each once. The trees are immutable; only a parse
+# without errors is kept.
+PARSED_KEPT = 64
+_parsed: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+
+
 def _parse(text: str, file: str, diagnostics: Diagnostics, start: str):
     diagnostics.sources[file] = text
+    key = (file, start, text)
+    if key in _parsed:
+        _parsed.move_to_end(key)
+        return _parsed[key]
+    result = _parsed_anew(text, file, diagnostics, start)
+    if result is not None:
+        _parsed[key] = result
+        while len(_parsed) > PARSED_KEPT:
+            _parsed.popitem(last=False)
+    return result
+
+
+def _parsed_anew(text: str, file: str, diagnostics: Diagnostics, start: str):
     try:
         tree = _parser().parse(text, start=start)
     except UnexpectedInput as error:
