@@ -86,11 +86,12 @@ class Generator:
 
         def continue_chunk(chunk: list[int]) -> list[list[int]]:
             longest = max(len(prompts[i]) for i in chunk)
+            pads = [longest - len(prompts[i]) for i in chunk]
             # Shorter prompts padded on the left (with their own first token: any id serves, none is seen).
-            rows = [[prompts[i][0]] * (longest - len(prompts[i])) + prompts[i] for i in chunk]
+            rows = [[prompts[i][0]] * pad + prompts[i] for i, pad in zip(chunk, pads)]
             batch = torch.tensor(rows, dtype=torch.long, device=self.device)  # [B, P]
-            padding = torch.tensor([longest - len(prompts[i]) for i in chunk], device=self.device)
-            return self._continue(batch, [first + i for i in chunk], follow, padding if bool(padding.any()) else None)
+            padding = torch.tensor(pads, device=self.device) if any(pads) else None
+            return self._continue(batch, [first + i for i in chunk], follow, padding)
 
         eval_members(self.model)
         lengths = [len(p) for p in prompts]
