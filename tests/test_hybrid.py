@@ -6,10 +6,10 @@ with transformers' own classes in the families' tests (tests/hf_families.py)."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 import xspec
 from float32 import assert_close
+from packed_documents import assert_documents_kept_apart
 from xspec.runtime.cache import DecoderCache
 from xspec.stats import decoding_cache
 
@@ -122,25 +122,6 @@ def test_packed_documents_kept_apart_compute_what_each_computes_alone():
     """A block of four documents (each EOS, then its tokens; chunks of 4 positions cut across them), with
     data.document_boundaries = "separate": every layer, attention, Mamba-2 and Gated DeltaNet, gives each
     document the logits it has alone; and the training step's loss is the documents' losses summed."""
-    from xspec.runtime.cache import PackedDocuments, document_numbers
-    from xspec.runtime.step import TrainingStep
-    from xspec.runtime.vocab import EOS
-
     spec = xspec.compile_source(PACKED, name="packed.xspec")
     torch.manual_seed(7)
-    model = spec.build("cpu").eval()
-    generator = torch.Generator().manual_seed(8)
-    documents = [torch.cat([torch.tensor([EOS]), torch.randint(4, 1000, (n,), generator=generator)])
-                 for n in (5, 2, 9, 3)]
-    block = torch.cat(documents)[None]
-    with torch.no_grad():
-        together = model.decode(block, cache=PackedDocuments(document_numbers(block, EOS)))
-        apart = torch.cat([model(document[None]) for document in documents], dim=1)
-        assert_close(together, apart)
-        assert not torch.allclose(model(block), apart, atol=1e-3)    # read across, they differ
-        labels = torch.cat([block[:, 1:], torch.tensor([[EOS]])], dim=1)
-        step = TrainingStep(model, label_smoothing=0.0, document_start=EOS)
-        whole = step(labels, block, smoothed=False)
-        each = sum(F.cross_entropy(model(d[None])[0], labels[0, start:start + len(d)], reduction="sum")
-                   for d, start in zip(documents, [0, 6, 9, 19]))
-        assert_close(whole, each)
+    assert_documents_kept_apart(spec.build("cpu").eval(), (5, 2, 9, 3), 1000, seed=8)

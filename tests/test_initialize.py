@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 
 import xspec
+from generated_config import module_and_config
+
 SPECS = sorted([*Path("specs").glob("*.xspec"), *Path("specs/modern").glob("*.xspec")])
 
 
@@ -70,8 +72,7 @@ def test_tie_weights_ties_again_what_to_empty_gave_tensors_of_their_own():
     spec = xspec.compile("specs/base.xspec", overrides={"layers": 1, "d_model": 32, "d_ff": 64, "vocab": 50})
     tied = spec.ties
     for tie in (True, False):
-        config = spec.model_class()().config
-        config.tie_embeddings = tie
+        config = module_and_config(spec)[1](tie_embeddings=tie)
         with torch.device("meta"):
             model = spec.model_class()(config)
         model = model.to_empty(device="cpu")
@@ -80,4 +81,3 @@ def test_tie_weights_ties_again_what_to_empty_gave_tensors_of_their_own():
         model.tie_weights()
         everything = dict(model.named_parameters(remove_duplicate=False))
         assert all((everything[name] is everything[owner]) == tie for name, owner in tied.items())
-

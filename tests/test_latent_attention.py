@@ -12,6 +12,7 @@ import torch
 
 import xspec
 from float32 import assert_close
+from packed_documents import assert_documents_kept_apart
 from xspec.base.errors import UserError
 from xspec.hf.families import map_config
 from xspec.runtime.cache import DecoderCache
@@ -141,24 +142,7 @@ def test_attention_maps_read_latent_attention_through_its_own_steps():
     assert_close(weights @ values[0], attention.attend(q_nope, q_rope, latent, k_rope)[0])
 
 
-@torch.no_grad()
 def test_packed_documents_kept_apart_compute_what_each_computes_alone():
-    """data.document_boundaries = "separate": a block of three documents (each EOS, then its tokens) gives each
-    the logits it has alone (rotary positions are relative), and the step's loss is their losses summed."""
-    from xspec.runtime.cache import PackedDocuments, document_numbers
-    from xspec.runtime.step import TrainingStep
-    from xspec.runtime.vocab import EOS
-
-    net = model()
-    generator = torch.Generator().manual_seed(4)
-    documents = [torch.cat([torch.tensor([EOS]), torch.randint(4, 61, (n,), generator=generator)]) for n in (4, 2, 6)]
-    block = torch.cat(documents)[None]
-    together = net.decode(block, cache=PackedDocuments(document_numbers(block, EOS)))
-    apart = torch.cat([net(document[None]) for document in documents], dim=1)
-    assert_close(together, apart)
-    assert not torch.allclose(net(block), apart, atol=1e-3)  # read across, they differ
-    labels = torch.cat([block[:, 1:], torch.tensor([[EOS]])], dim=1)
-    whole = TrainingStep(net, label_smoothing=0.0, document_start=EOS)(labels, block, smoothed=False)
-    each = sum(torch.nn.functional.cross_entropy(net(d[None])[0], labels[0, start:start + len(d)], reduction="sum")
-               for d, start in zip(documents, [0, 5, 8]))
-    assert_close(whole, each)
+    """data.document_boundaries = "separate": a block of three documents gives each the logits it has alone
+    (rotary positions are relative), and the step's loss is their losses summed."""
+    assert_documents_kept_apart(model(), (4, 2, 6), 61, seed=4)
