@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from xspec.compiler.sections import DecodeSection
-from .cache import DecoderCache, new_cache
+from .cache import new_cache
 from .ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
 from .score_rules import RuledSteps, ScoreRules
 from .vocab import BOS, EOS, PAD
@@ -95,13 +95,14 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
     ends an output with `end` (transformers' forced_eos_token_id), else cuts it there.
     """
     # Longest output (EOS included): a * source length (EOS included) + b.
-    max_lens = ((~src_padding).sum(1).float() * max_len_a).long() + max_len_b
-    steps: Steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache, vocab_size)
+    max_lens = (((~src_padding).sum(1).float() * max_len_a).long() + max_len_b).clamp(min=1, max=max_positions)
+    longest = int(max_lens.max())      # the start token and all but the last output token are decoded
+    steps: Steps = ensemble_steps([EncoderDecoderSteps(m, src, src_padding, beam, use_cache, vocab_size, longest)
                                    for m in members(model)])
     if rules.any:       # the start token is the rows' prompt: transformers' min_length counts it
         steps = RuledSteps(steps, torch.full((src.size(0) * beam, 1), start, device=src.device), rules,
                            on_logits=beam == 1)
-    return search(steps, src.size(0), beam, alpha, max_lens.clamp(min=1, max=max_positions), nbest, end, never,
+    return search(steps, src.size(0), beam, alpha, max_lens, nbest, end, never,
                   start=start, force_end=force_end)
 
 
@@ -123,7 +124,7 @@ def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, a
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
-    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size, padding)
+    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size, padding, room)
                                    for m in members(model)])
     if rules.any:
         if padding is not None:
@@ -138,13 +139,13 @@ class EncoderDecoderSteps:
     a model may have more embedding rows than its vocabulary has pieces."""
 
     def __init__(self, model, src: torch.Tensor, src_padding: torch.Tensor, beam: int, use_cache: bool,
-                 vocab_size: int | None = None) -> None:
+                 vocab_size: int | None = None, positions: int | None = None) -> None:
         rows = torch.arange(src.size(0), device=src.device).repeat_interleave(beam)   # [B*K] sentence of each row
         self.model = model
         self.memory = model.encode(src, src_padding)[rows]
         # Without padding, attention over the memory needs no mask (one check per batch, not per step).
         self.memory_padding = src_padding[rows] if bool(src_padding.any()) else None
-        self.cache = new_cache(model) if use_cache else None
+        self.cache = new_cache(model, positions) if use_cache else None   # positions: the longest output's
         self.cached = use_cache
         self.vocab_size = vocab_size
 
@@ -152,7 +153,8 @@ class EncoderDecoderSteps:
         """[R, t] hypotheses (BOS first) -> [R, V] logits of their next token."""
         if self.cache is None:
             return self.model.decode(sequences, self.memory, self.memory_padding)[:, -1]
-        return self.model.decode(sequences[:, -1:], self.memory, self.memory_padding, cache=self.cache)[:, -1]
+        last = sequences[:, -1:].contiguous()   # a compiled step sees one stride, not t's
+        return self.model.decode(last, self.memory, self.memory_padding, cache=self.cache)[:, -1]
 
     def logits(self, sequences: torch.Tensor) -> torch.Tensor:
         """[R, t] hypotheses -> [R, V] logits (float32) of their next token (V: the vocabulary's)."""
@@ -178,16 +180,15 @@ class LanguageModelSteps:
     prompt (filling the cache), later ones the last token; the first `vocab_size` tokens are candidates."""
 
     def __init__(self, model, prompts: torch.Tensor, beam: int, use_cache: bool, vocab_size: int | None = None,
-                 padding: torch.Tensor | None = None) -> None:
+                 padding: torch.Tensor | None = None, new_tokens: int | None = None) -> None:
         self.model = model
         self.vocab_size = vocab_size
         self.prompts = prompts.repeat_interleave(beam, dim=0)                  # [B*K, P]
-        if padding is not None:     # prompts of different lengths, padded on the left (runtime/cache.py)
-            if not use_cache:
-                raise ValueError("prompts padded on the left decode with a cache only")
-            self.cache: Any = DecoderCache(padding=padding.repeat_interleave(beam, dim=0))
-        else:
-            self.cache = new_cache(model) if use_cache else None
+        if padding is not None and not use_cache:   # prompts of different lengths, padded on the left
+            raise ValueError("prompts padded on the left decode with a cache only")
+        positions = None if new_tokens is None else prompts.size(1) + new_tokens
+        rows = None if padding is None else padding.repeat_interleave(beam, dim=0)
+        self.cache: Any = new_cache(model, positions, rows) if use_cache else None
         self.cached = use_cache
         self.started = False
 
@@ -195,7 +196,7 @@ class LanguageModelSteps:
         """[R, t] hypotheses (a start token, then what was generated) -> [R, V] logits of their next token."""
         if self.cache is None:
             return self.model.decode(torch.cat([self.prompts, sequences[:, 1:]], dim=1))[:, -1]
-        inputs = sequences[:, -1:] if self.started else self.prompts
+        inputs = sequences[:, -1:].contiguous() if self.started else self.prompts   # one stride for every step
         self.started = True
         return self.model.decode(inputs, cache=self.cache)[:, -1]
 

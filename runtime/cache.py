@@ -211,7 +211,20 @@ def pads_rows(model: nn.Module) -> bool:
         not any(isinstance(module, (ConvolvedMixer, RecurrentMixer)) for module in model.modules())
 
 
-def new_cache(model: Any) -> Any:
+def new_cache(model: Any, positions: int | None = None, padding: torch.Tensor | None = None) -> Any:
     """The cache to decode `model` with: the model's own where it brings one (`model.new_cache()`, as a
-    wrapper or a hand-written model may), else a DecoderCache."""
-    return model.new_cache() if isinstance(model, CacheOwner) else DecoderCache()
+    wrapper or a hand-written model may), else a DecoderCache sized for `positions`, the most the decoding
+    will write (`sized_for`; None: grown as needed), counting each row's left `padding`."""
+    if isinstance(model, CacheOwner):
+        if padding is not None:
+            raise ValueError(f"{type(model).__name__} brings a cache of its own: its prompts are not padded")
+        return model.new_cache()
+    return DecoderCache(**({} if positions is None else {"capacity": sized_for(positions)}), padding=padding)
+
+
+def sized_for(positions: int) -> int:
+    """The capacity of buffers that hold `positions` without growing: one more, so a step's keys are never the
+    whole buffer. A compiled step is then one graph for every length: torch.compile guards on the shapes a
+    step sees, and both a buffer's growth and a slice that is the whole (contiguous) buffer compile it again,
+    till its limit of recompilations turns compiling off."""
+    return positions + 1

@@ -74,10 +74,11 @@ def speculative_greedy(model: nn.Module, depths: nn.ModuleList, head: nn.Module,
         raise TypeError(f"{type(model).__name__} has no decode(tokens, cache=...) to draft with")
     reads = HeadReads(head)
     try:
-        cache = new_cache(model)
+        positions = prompt.size(1) + max_new_tokens + len(depths)   # the last check may draft past the end
+        cache = new_cache(model, positions)
         logits = model.decode(prompt, cache=cache)                       # [1, P, V]
         levels = [reads.take()]           # each depth's states at the settled positions (0: the model's)
-        depth_caches = [new_cache(model) for _ in depths]
+        depth_caches = [new_cache(model, positions) for _ in depths]
         tokens = prompt[0].tolist()
         continuation: list[int] = []
         token = choose(logits[:, -1])[0]

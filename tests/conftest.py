@@ -35,7 +35,8 @@ SLOW_SUITES = ("fuzz", "test_distributed.py", "test_compiled_step.py", "test_exp
                "test_language_model.py", "test_training.py", "test_hybrid_training.py", "test_ensemble.py",
                "test_experts_training.py", "test_readable_code.py", "test_run_log.py", "test_memory_plan.py",
                "test_multi_token.py", "test_equivalence.py", "test_table3.py", "test_plot.py", "test_hf_generation.py",
-               "test_hf_chat.py", "test_lora.py", "test_initialize.py", "test_config_truth.py")
+               "test_hf_chat.py", "test_lora.py", "test_initialize.py", "test_config_truth.py",
+               "test_compiled_decoding.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -5,7 +5,7 @@ import torch
 
 import xspec
 from float32 import assert_close
-from xspec.runtime.cache import DecoderCache, new_cache
+from xspec.runtime.cache import DecoderCache, new_cache, sized_for
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True, "positions": "learned"}])
@@ -92,3 +92,21 @@ def test_decoding_uses_the_runtime_cache_unless_a_model_brings_its_own():
             return "its own"
 
     assert new_cache(Own()) == "its own"
+    with pytest.raises(ValueError, match="brings a cache of its own"):
+        new_cache(Own(), padding=torch.zeros(2, dtype=torch.long))    # padded rows need the runtime's
+
+
+@torch.no_grad()
+def test_a_cache_sized_for_its_positions_never_grows_nor_hands_out_a_whole_buffer():
+    """What a compiled step needs to stay one graph (runtime/cache.py's sized_for): the buffers are made once,
+    and the keys a step attends to are never all of one."""
+    spec = xspec.compile("specs/modern/llama.xspec", overrides={"layers": 1})
+    model = spec.build(device="cpu").eval()
+    tokens = torch.randint(0, spec.vocab_size, (2, 70))     # past the default first capacity (64)
+    cache = new_cache(model, positions=70)
+    model.decode(tokens[:, :6], cache=cache)
+    buffers = [t.data_ptr() for t in next(iter(cache.tensors.values()))]
+    steps = [model.decode(tokens[:, t:t + 1], cache=cache) for t in range(6, 70)]
+    assert [t.data_ptr() for t in next(iter(cache.tensors.values()))] == buffers
+    assert next(iter(cache.tensors.values()))[0].size(2) == sized_for(70) == 71
+    assert_close(torch.cat(steps, dim=1), model.decode(tokens)[:, 6:])

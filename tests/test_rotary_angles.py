@@ -52,3 +52,19 @@ def test_the_kept_angles_turn_as_the_positions_own_do():
             # cos and sin of the same angles, over tensors of other shapes: SIMD lanes may round apart
             assert_close(rotary(x, start), rotary.rotate(x, angles.cos(), angles.sin()), rel=1e-6)
         assert rotary.turns.size(1) == 45  # 5, 10 (twice 5), 20 (twice 10), then 45 (past twice 20)
+
+
+def test_while_traced_the_angles_are_those_of_the_table(monkeypatch):
+    """torch.compile traces a forward with the angles computed in the graph (a table that grew would
+    compile the step again): they turn as the table's do, for a slice of positions and for each row's."""
+    for rotary in (RotaryEmbedding(16, 10000.0), YarnRotaryEmbedding(16, 10000.0, 4.0, 64, 32.0, 1.0, 1.2, True)):
+        x = torch.randn(2, 3, 5, 16)
+        rows = torch.tensor([[0, 0, 0, 1, 2], [3, 4, 5, 6, 7]])
+        kept = rotary(x, 3), rotary(x, 3, rows)
+        with monkeypatch.context() as traced:
+            traced.setattr(torch.compiler, "is_compiling", lambda: True)
+            grown = rotary.turns.size(1)
+            assert_close(rotary(x, 3), kept[0], rel=1e-6)
+            assert_close(rotary(x, 40, None), rotary.rotate(x, *rotary.angles(45)[:, 40:].unbind(0)), rel=1e-6)
+            assert_close(rotary(x, 3, rows), kept[1], rel=1e-6)
+            assert rotary.turns.size(1) == grown    # the table is not touched while traced

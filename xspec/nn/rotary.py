@@ -15,7 +15,9 @@ class RotaryEmbedding(nn.Module):
     every position's angles are made once, for as many positions as a forward has reached (twice
     that when outgrown), and each forward slices them: no layer computes them per step. The table
     is shared by every embedding of the same frequencies on a device (`tables`): a model's layers
-    turn by the same angles, made once for all of them."""
+    turn by the same angles, made once for all of them. While torch.compile traces, the angles of
+    a forward's positions are computed in the graph instead, where they fuse into the rotation: a
+    table that grew would compile the step again."""
 
     tables: dict = {}  # (device, frequencies) -> the longest cos and sin table made so far
 
@@ -41,17 +43,20 @@ class RotaryEmbedding(nn.Module):
         """x [B, h, T, dim] at positions start, start + 1, ...; or, where rows are padded, at each
         row's own positions `rows` [B, T] (a cache's row_positions), none beyond start + T - 1."""
         end = start + x.size(2)
-        if end > self.turns.size(1):
-            self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
-        if rows is None:
-            return self.rotate(x, self.turns[0, start:end], self.turns[1, start:end])
-        cos, sin = self.turns[:, rows].unsqueeze(2).unbind(0)  # each [B, 1, T, dim]: all heads'
+        if torch.compiler.is_compiling():
+            positions = torch.arange(start, end, device=x.device) if rows is None else rows
+            turns = self.angles_at(positions)
+        else:
+            if end > self.turns.size(1):
+                self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
+            turns = self.turns[:, start:end] if rows is None else self.turns[:, rows]
+        cos, sin = (turns if rows is None else turns.unsqueeze(2)).unbind(0)  # [B, 1, T, dim]: all heads'
         return self.rotate(x, cos, sin)
 
     def shared_angles(self, positions):
         """The cos and sin table of at least `positions` positions, made here or by an embedding of
         the same frequencies (here while traced: the frequencies' values are not known then)."""
-        if torch.compiler.is_compiling() or self.inverse_frequency.is_meta:
+        if self.inverse_frequency.is_meta:
             return self.angles(positions)
         key = (str(self.inverse_frequency.device), tuple(self.inverse_frequency.tolist()))
         table = RotaryEmbedding.tables.get(key)
@@ -62,9 +67,12 @@ class RotaryEmbedding(nn.Module):
 
     def angles(self, positions):
         """cos and sin [2, positions, dim] of the angles of positions 0, 1, ..."""
-        frequency = self.inverse_frequency
-        position = torch.arange(positions, device=frequency.device, dtype=torch.float32)
-        angles = torch.outer(position, frequency).repeat(1, 2)  # [T, dim]
+        return self.angles_at(torch.arange(positions, device=self.inverse_frequency.device))
+
+    def angles_at(self, positions):
+        """cos and sin [2, *positions.shape, dim] of the angles of `positions`."""
+        angles = positions.float()[..., None] * self.inverse_frequency
+        angles = torch.cat([angles, angles], dim=-1)
         return torch.stack([angles.cos(), angles.sin()])
 
     def rotate(self, x, cos, sin):

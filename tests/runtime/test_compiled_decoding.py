@@ -1,0 +1,34 @@
+"""Decoding through torch.compile, as `--compile on` loads a model: the runtime sizes its cache for the
+whole decoding and rotary angles are computed in the graph, so a compiled step is one graph at every
+length (a cache that grew, or a rotary table, compiled it again at each growth, till torch's limit of
+recompilations left the step uncompiled). One test: compiling takes tens of seconds on a CPU."""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.utils import counters
+
+import xspec
+from xspec.runtime.beam_search import continue_prompts
+from xspec.runtime.sampling import sample
+from xspec.runtime.vocab import BOS, EOS, PAD
+
+
+@torch.no_grad()
+def test_a_compiled_decoder_is_two_graphs_at_any_length_and_decodes_as_eager():
+    spec = xspec.compile("specs/modern/llama.xspec", overrides={
+        "layers": 1, "d_model": 32, "heads": 2, "kv_heads": 1, "d_ff": 64, "vocab": 100})
+    torch.manual_seed(0)
+    model = spec.build("cpu").eval()
+    prompts = torch.randint(3, 100, (2, 5))
+    never = (PAD, BOS, EOS)     # no continuation ends early: each runs past the first 64 positions
+    eager = sample(model, prompts, 80, None, never=never)
+    eager_beams = continue_prompts(model, prompts, 2, 0.6, 20, never=never)
+    model.decode = torch.compile(model.decode, dynamic=True)     # as runtime/inference.py's load does
+    graphs = counters["stats"]["unique_graphs"]
+    assert sample(model, prompts, 80, None, never=never) == eager
+    assert counters["stats"]["unique_graphs"] - graphs == 2      # the prompt's, and one step's for all
+    assert sample(model, prompts, 150, None, never=never)[0][:80] == eager[0]
+    assert counters["stats"]["unique_graphs"] - graphs == 2      # a longer decoding compiles nothing new
+    beams = continue_prompts(model, prompts, 2, 0.6, 20, never=never)
+    assert [[h.tokens for h in found] for found in beams] == [[h.tokens for h in found] for found in eager_beams]
