@@ -29,6 +29,7 @@ from xspec.compiler.sections import DecodeSection
 from .cache import new_cache
 from .ensemble import ModelOrEnsemble, Steps, ensemble_steps, members
 from .score_rules import RuledSteps, ScoreRules
+from .top_k import top_k
 from .vocab import BOS, EOS, PAD
 
 
@@ -251,7 +252,7 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
             logp[:, list(also_end)] = float("-inf")
         # The best extensions of a sentence are among the best 2K tokens of each of its rows.
         per_row = min(2 * K, V)
-        row_best, row_token = logp.topk(per_row, dim=-1)                         # [A*K, 2K]
+        row_best, row_token = top_k(logp, per_row)                               # [A*K, 2K]
         # At its maximum length a sentence may only end: `end`, with its probability, is each row's one choice;
         # where a rule forbids `end` (a least length beyond the maximum), the row ends there by its length.
         # Without `force_end`, the maximum length cuts the hypotheses at their last token instead.

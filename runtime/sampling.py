@@ -18,6 +18,7 @@ import torch
 from .beam_search import LanguageModelSteps
 from .ensemble import ModelOrEnsemble, ensemble_steps, members
 from .score_rules import ScoreRules
+from .top_k import top_k
 from .vocab import BOS, EOS, PAD
 
 
@@ -43,7 +44,7 @@ def filtered_probabilities(logits: torch.Tensor, sampling: Sampling,
     logits = logits.float() / sampling.temperature
     logits[:, list(never)] = float("-inf")        # never a token of the text (xspec's PAD and BOS)
     if sampling.top_k is not None and sampling.top_k < logits.size(-1):
-        kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]            # [R, 1]
+        kth = top_k(logits, sampling.top_k)[0][:, -1:]                       # [R, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if sampling.top_p < 1.0:
         ordered, order = logits.sort(dim=-1, descending=True)
