@@ -330,7 +330,13 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     if use_compile(compile, chosen):
         register_expert_products()
         model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats
+        print(COMPILING, file=sys.stderr)    # else the first step's wait looks like a hang
     return TrainedModel(spec, model, vocab, chosen, checkpoint.path)
+
+
+# What a decoding compiled says before its first step, which compiles.
+COMPILING = ("xspec: torch.compile: the decoder compiles in its first two steps, the prompt's and the next's "
+             "(tens of seconds; torch's cache keeps the code for later runs)")
 
 
 def _precision_notice(device: torch.device, requested: str) -> Optional[str]:

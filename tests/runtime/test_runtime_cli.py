@@ -105,14 +105,16 @@ def test_translate_streams_each_line_before_stdin_closes(trained_run, small_corp
 
 
 @torch.no_grad()
-def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run):
-    """The one test of decoding through torch.compile, as `--compile on` loads it (slow to compile on a CPU)."""
+def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run, capsys):
+    """Decoding through torch.compile as `--compile on` loads it (slow to compile on a CPU), which says so."""
     from torch._dynamo.utils import counters
 
-    from xspec.runtime.inference import load
+    from xspec.runtime.inference import COMPILING, load
 
     eager = load(trained_run, device="cpu", compile="off").model
+    assert COMPILING not in capsys.readouterr().err
     compiled = load(trained_run, device="cpu", compile="on").model
+    assert COMPILING in capsys.readouterr().err
     graphs = counters["stats"]["unique_graphs"]
     torch.manual_seed(0)
     src = torch.randint(4, 100, (3, 7))
