@@ -50,12 +50,12 @@ class RotaryEmbedding(nn.Module):
             if end > self.turns.size(1):
                 self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
             turns = self.turns[:, start:end] if rows is None else self.turns[:, rows]
-        cos, sin = (turns if rows is None else turns.unsqueeze(2)).unbind(0)  # [B, 1, T, dim]: all heads'
+        cos, sin = (turns if rows is None else turns.unsqueeze(2)).unbind(0)  # rows: [B, 1, T, dim]
         return self.rotate(x, cos, sin)
 
     def shared_angles(self, positions):
         """The cos and sin table of at least `positions` positions, made here or by an embedding of
-        the same frequencies (here while traced: the frequencies' values are not known then)."""
+        the same frequencies (here on the meta device, where they have no values to compare)."""
         if self.inverse_frequency.is_meta:
             return self.angles(positions)
         key = (str(self.inverse_frequency.device), tuple(self.inverse_frequency.tolist()))
