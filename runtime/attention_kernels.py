@@ -21,6 +21,8 @@ from torch import nn
 from xspec.compiler.op_attention import AttentionAttrs
 from xspec.compiler.spec import CompiledSpec
 
+from .compile_choice import compiled
+
 _compiled_flex: Optional[Callable[..., Any]] = None
 
 
@@ -120,5 +122,5 @@ def _compiled() -> Callable[..., Any]:
     if _compiled_flex is None:
         from torch.nn.attention.flex_attention import flex_attention as flex
 
-        _compiled_flex = torch.compile(flex)
+        _compiled_flex = compiled(flex)
     return _compiled_flex

@@ -20,7 +20,7 @@ from xspec.compiler.sections import DecodeSection
 from xspec.compiler.spec import compile_source
 from . import checkpoint as ckpt
 from .attention_kernels import use_flex_attention
-from .compile_choice import use_compile
+from .compile_choice import compiled, use_compile
 from .corpus import EncodedPairs, encode_source
 from .distributed import pick_device
 from .expert_products import register_expert_products
@@ -329,7 +329,7 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
             print(notice, file=sys.stderr)
     if use_compile(compile, chosen):
         register_expert_products()
-        model.decode = torch.compile(model.decode, dynamic=True)  # the step decoding repeats
+        model.decode = compiled(model.decode, dynamic=True)  # the step decoding repeats
         print(COMPILING, file=sys.stderr)    # else the first step's wait looks like a hang
     return TrainedModel(spec, model, vocab, chosen, checkpoint.path)
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from .distributed import Context
 from .batching import NO_LABEL
 from .cache import PackedDocuments, document_numbers
+from .compile_choice import compiled
 from .expert_products import register_expert_products
 from .load_balance import (correct_routers, corrected_mixtures, correction, count_loads, load_balancing_loss,
                            routing_modules)
@@ -162,4 +163,4 @@ def _stack_layers(model: nn.Module) -> list[nn.Module]:
 
 def compile_step(module: nn.Module) -> nn.Module:
     """torch.compile of the whole step, lengths dynamic: batches of new lengths reuse the compiled code."""
-    return cast(nn.Module, torch.compile(module, dynamic=True))     # an OptimizedModule
+    return cast(nn.Module, compiled(module, dynamic=True))     # an OptimizedModule

@@ -22,6 +22,12 @@ import pytest
 # One intra-op thread in the commands the tests run (the models are tiny), without measuring the machine's
 # load (xspec/base/threads.py); also in those they run as processes.
 os.environ["XSPEC_THREADS"] = "1"
+# torch.compile's code where torch keeps it by default (the temporary directory), not in the user's cache
+# where xspec keeps it (runtime/compile_choice.py): the tests write nothing under the home directory.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
 
 from hostile_suites import is_hostile_suite
 
