@@ -50,8 +50,9 @@ class RotaryEmbedding(nn.Module):
             if end > self.turns.size(1):
                 self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
             turns = self.turns[:, start:end] if rows is None else self.turns[:, rows]
-        cos, sin = (turns if rows is None else turns.unsqueeze(2)).unbind(0)  # rows: [B, 1, T, dim]
-        return self.rotate(x, cos, sin)
+        if rows is not None:
+            turns = turns.unsqueeze(2)  # [2, B, 1, T, dim]: all heads'
+        return self.rotate(x, *turns.unbind(0))
 
     def shared_angles(self, positions):
         """The cos and sin table of at least `positions` positions, made here or by an embedding of
