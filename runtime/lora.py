@@ -71,13 +71,15 @@ class LoRALinear(nn.Linear):
 class _AddUpdate(torch.autograd.Function):
     """base + scaling * (x A^T) B^T, for 2-d base [tokens, out] and x [tokens, in]. Autograd's own backward
     of these products takes the forms with a [features, tokens] left operand (x^T g), several times slower on
-    CPUs for a rank this small than the forms taken here, whose left operand is [rank, tokens] or [tokens, .]."""
+    CPUs for a rank this small than the forms taken here, whose left operand is [rank, tokens] or [tokens, .].
+    The products are in the base product's dtype (bf16 under autocast), backward too, where autocast is off."""
 
     @staticmethod
     def forward(ctx, base: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                 scaling: float) -> torch.Tensor:
+        x, a = x.to(base.dtype), a.to(base.dtype)
         down = x @ a.t()                                    # [tokens, rank]
-        scaled_bt = (scaling * b).t().contiguous()          # [rank, out]
+        scaled_bt = (scaling * b).t().to(base.dtype).contiguous()   # [rank, out]
         ctx.save_for_backward(x, a, down, scaled_bt)
         ctx.scaling = scaling
         return torch.addmm(base, down, scaled_bt)

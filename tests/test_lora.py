@@ -18,6 +18,7 @@ from hf_checkpoints import imported
 from xspec.base.errors import UserError
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.inference import compile_checkpoint_spec
+from xspec.runtime.precision import Precision
 from xspec.runtime.lora import (LoRALinear, apply_lora, as_trained, is_adapter, lora_targets, merged_weight,
                                 store_frozen_base, trainable_share)
 
@@ -98,6 +99,25 @@ def test_the_adapters_gradients_are_the_products_derivatives():
     assert torch.autograd.gradcheck(layer, (x,))
     expected = x @ layer.weight.t() + layer.bias + 3 * (x @ layer.lora_A.t()) @ layer.lora_B.t()
     torch.testing.assert_close(layer(x), expected)
+
+
+def test_the_adapters_train_under_bf16_autocast_as_in_float32():
+    """Autocast is off in a backward: the adapters' own products keep the forward's dtype there."""
+    torch.manual_seed(3)
+    layer = LoRALinear(torch.nn.Linear(32, 16), rank=4, alpha=8, dropout=0.0)
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    x = torch.randn(3, 5, 32)
+    grads = {}
+    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+        with Precision("cpu", dtype).context():
+            out = layer(x)
+        out.float().square().sum().backward()
+        grads[name] = layer.lora_A.grad.clone(), layer.lora_B.grad.clone()
+        assert layer.lora_A.grad.dtype == torch.float32          # the parameters' own dtype
+        layer.zero_grad()
+    for ours, exact in zip(grads["bf16"], grads["fp32"]):
+        torch.testing.assert_close(ours, exact, rtol=0.05, atol=0.05 * exact.abs().max().item())
 
 
 @pytest.mark.parametrize("form", ["bfloat16", "int8"])
