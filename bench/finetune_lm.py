@@ -1,13 +1,15 @@
 """Fine-tuning an imported Llama: xspec's training step against transformers' `LlamaForCausalLM`, in one process.
 
-    python bench/finetune_lm.py [--size 30m|120m] [--rounds 5] [--profile]
+    python bench/finetune_lm.py [--size 30m|120m] [--rounds 5] [--precision fp32|bf16] [--profile]
 
-The checkpoint is bench/decode_lm.py's (a random Llama written by transformers, imported by `xspec
-import`). Each step is a batch of 8 sequences of 128 tokens: forward, cross entropy, backward and an Adam
-update in float32. xspec's is the trainer's own (runtime/step.py's model-plus-loss, fused Adam from
-runtime/schedule.py); transformers' is `model(input_ids, labels=...)` and `torch.optim.Adam`, as its
-Trainer leaves them. The two alternate round by round; it prints target tokens/s (medians) and, with
---profile, the operators that take each step's time. It checks nothing (transformers is needed).
+The checkpoint is bench/decode_lm.py's (a random Llama written by transformers, imported by `xspec import`).
+Each step is a batch of 8 sequences of 128 tokens: forward, cross entropy, backward and an Adam update in
+float32 (`--precision bf16`: xspec's forward under bf16 autocast, as `train.precision = "bf16"` trains;
+transformers' stays float32, as its Trainer's default). xspec's is the trainer's own (runtime/step.py's
+model-plus-loss, fused Adam from runtime/schedule.py); transformers' is `model(input_ids, labels=...)` and
+`torch.optim.Adam`, as its Trainer leaves them. The two alternate round by round; it prints target tokens/s
+(medians) and, with --profile, the operators that take each step's time. It checks nothing (transformers is
+needed).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 import xspec
 from decode_lm import SIZES, write_checkpoint
 from speed import print_profile
+from xspec.runtime.precision import choose_precision
 from xspec.runtime.schedule import make_optimizer
 from xspec.runtime.step import TrainingStep
 
@@ -36,6 +39,7 @@ def main() -> None:
     parser.add_argument("--size", choices=SIZES, default="30m")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="then profile 3 steps of each")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="xspec's step's precision")
     args = parser.parse_args()
     from transformers import LlamaForCausalLM
 
@@ -55,8 +59,12 @@ def main() -> None:
     tokens = torch.randint(4, SIZES[args.size]["vocab_size"], (BATCH, LENGTH + 1))
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
 
+    precision = choose_precision(torch.device("cpu"), args.precision)
+
     def ours_step() -> None:
-        ours(labels, inputs).backward()
+        with precision.context():
+            loss = ours(labels, inputs)
+        loss.backward()
         ours_adam.step()
         ours_adam.zero_grad(set_to_none=True)
 
@@ -76,7 +84,8 @@ def main() -> None:
                 step()
             speeds[name].append(STEPS * BATCH * LENGTH / (time.perf_counter() - start))
     median = {name: statistics.median(values) for name, values in speeds.items()}
-    print(f"{args.size}: fine-tuning steps of {BATCH} x {LENGTH} tokens, float32, {torch.get_num_threads()} threads; "
+    print(f"{args.size}: fine-tuning steps of {BATCH} x {LENGTH} tokens, xspec {precision.name}, transformers fp32, "
+          f"{torch.get_num_threads()} threads; "
           f"target tokens/s (median of {args.rounds} rounds of {STEPS} steps)")
     for name, values in speeds.items():
         print(f"  {name:14s} {median[name]:8,.0f}   rounds: {', '.join(f'{v:,.0f}' for v in values)}")

@@ -1,13 +1,16 @@
 """How a device computes: one place for autocast and loss scaling, for training and decoding alike.
 
-On GPUs, "auto" is bf16 autocast where the GPU supports bf16 (Ampere and later), else fp16 autocast with
-a `torch.amp.GradScaler` (fp16 gradients underflow without one). On CPUs, "auto" is float32: bf16
-autocast is offered where the kernel reports bf16 matrix instructions (x86's AMX or AVX-512 BF16, Arm's
-BF16 extension), and asked for by name, because on such a CPU it ran a fixed-shape training step 1.6-2.1x
-faster but the trainer's batches, of varying shapes, 1.9x slower on a Xeon with AMX and at most 5% faster
-on an AMD Zen 4 (padded to a few lengths: slower on both; docs/runtime.md). A spec's
-`train.precision` and `decode.precision` choose. Under autocast the weights, the optimizer's state, the
-loss and the norms' statistics stay float32.
+On GPUs, "auto" is bf16 autocast where the GPU supports bf16 (Ampere and later), else fp16 autocast with a
+`torch.amp.GradScaler` (fp16 gradients underflow without one). On CPUs, bf16 autocast needs bf16 matrix
+instructions, as the kernel reports them (x86's AMX or AVX-512 BF16, Arm's BF16 extension). On such a CPU it
+ran a fixed-shape training step 1.6-2.1x faster, but the trainer's batches of a translation model, of
+varying shapes, 1.9x slower on a Xeon with AMX and at most 5% faster on an AMD Zen 4 (padded to a few
+lengths: slower on both; docs/runtime.md). So "auto" trains in bf16 where every batch is one shape (a
+language model's blocks: on the Zen 4, 1.16x float32's speed for specs/lm.xspec's demo, and fine-tuning an
+imported 30M Llama 1.8x transformers' float32 step, against 1.1x in float32) and in float32 otherwise, and
+decodes in float32 (greedy text would change wherever a near-tie flips). A spec's `train.precision` and
+`decode.precision` choose. Under autocast the weights, the optimizer's state, the loss and the norms'
+statistics stay float32.
 
 On GPUs the context also keeps torch's attention off cuDNN's kernel: cuDNN builds an execution plan for
 every new sequence length, which took ~10 ms of the host's time per call and made the paper's base model
@@ -88,9 +91,11 @@ def bf16_flag(cpu_info: str) -> Optional[str]:
     return None
 
 
-def choose_precision(device: torch.device, requested: str = "auto", setting: str = "train.precision") -> Precision:
+def choose_precision(device: torch.device, requested: str = "auto", setting: str = "train.precision",
+                     one_shape: str | None = None) -> Precision:
     """The precision a run on `device` computes in, as `requested` ("auto", "bf16", "fp16", "fp32") by the
-    spec's `setting`."""
+    spec's `setting`. `one_shape`: what makes every batch of a training run one shape (its blocks), where
+    they are."""
     if requested == "fp32":
         return Precision(device.type, None, f"{setting} = \"fp32\"")
     if device.type == "cuda":
@@ -105,6 +110,10 @@ def choose_precision(device: torch.device, requested: str = "auto", setting: str
                         "\"auto\" or \"fp32\"")
     if requested == "bf16":
         return Precision(device.type, torch.bfloat16, f"{setting} = \"bf16\"; the CPU has {flag}")
+    if flag is not None and one_shape is not None:
+        return Precision(device.type, torch.bfloat16, f"{setting} = \"auto\"; the CPU has {flag} and every "
+                                                      f"batch is one shape ({one_shape}), where bf16 autocast "
+                                                      "trained 1.2-1.8x faster than float32; \"fp32\" for float32")
     if flag is not None:
         return Precision(device.type, None, f"{setting} = \"auto\"; the CPU has {flag}, but bf16 autocast trained "
                                             "no more than 5% faster where measured, its memory growing with each "

@@ -535,6 +535,13 @@ def _document_start(spec, vocab: Tokenizer) -> Optional[int]:
     return vocab.document_start
 
 
+def _one_shape(spec) -> Optional[str]:
+    """What makes every batch of a run one shape, where something does: a language model's blocks."""
+    if spec.has_encoder or spec.data.examples != "blocks":
+        return None
+    return "a language model's blocks"
+
+
 def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corpus, vocab: Vocab,
                  options: RunOptions, log: RunLog, free: FreeMemory | None = None,
                  adapted: ckpt.BaseRef | None = None) -> Trainer:
@@ -543,7 +550,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     tokens a forward pass may hold on this device (`free`: what it has free, measured when not given).
     `adapted`: a LoRA run's base checkpoint; the model then trains adapters beside its frozen weights."""
     cfg = spec.train
-    precision = choose_precision(context.device, cfg.precision)
+    precision = choose_precision(context.device, cfg.precision, one_shape=_one_shape(spec))
     plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log,
                         adapted is not None)
     torch.manual_seed(torch_seed(cfg.seed))
