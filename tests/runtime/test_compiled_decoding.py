@@ -1,7 +1,8 @@
 """Decoding through torch.compile, as `--compile on` loads a model: the runtime sizes its cache for the
 whole decoding and rotary angles are computed in the graph, so a compiled step is one graph at every
 length (a cache that grew, or a rotary table, compiled it again at each growth, till torch's limit of
-recompilations left the step uncompiled). One test: compiling takes tens of seconds on a CPU."""
+recompilations left the step uncompiled); and a later compile reads the code from torch's cache. One test:
+compiling takes tens of seconds on a CPU."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch._dynamo.utils import counters
 
 import xspec
 from xspec.runtime.beam_search import continue_prompts
+from xspec.runtime.compile_choice import compiled
 from xspec.runtime.sampling import sample
 from xspec.runtime.vocab import BOS, EOS, PAD
 
@@ -24,7 +26,7 @@ def test_a_compiled_decoder_is_two_graphs_at_any_length_and_decodes_as_eager():
     never = (PAD, BOS, EOS)     # no continuation ends early: each runs past the first 64 positions
     eager = sample(model, prompts, 80, None, never=never)
     eager_beams = continue_prompts(model, prompts, 2, 0.6, 20, never=never)
-    model.decode = torch.compile(model.decode, dynamic=True)     # as runtime/inference.py's load does
+    model.decode = compiled(model.decode, dynamic=True)     # as runtime/inference.py's load does
     graphs = counters["stats"]["unique_graphs"]
     assert sample(model, prompts, 80, None, never=never) == eager
     assert counters["stats"]["unique_graphs"] - graphs == 2      # the prompt's, and one step's for all
@@ -32,3 +34,10 @@ def test_a_compiled_decoder_is_two_graphs_at_any_length_and_decodes_as_eager():
     assert counters["stats"]["unique_graphs"] - graphs == 2      # a longer decoding compiles nothing new
     beams = continue_prompts(model, prompts, 2, 0.6, 20, never=never)
     assert [[h.tokens for h in found] for found in beams] == [[h.tokens for h in found] for found in eager_beams]
+
+    # As a later run would: Dynamo traces again, and the compiled code is read from torch's cache on disk.
+    torch._dynamo.reset()
+    model.decode = compiled(model.decode._torchdynamo_orig_callable, dynamic=True)
+    hits = counters["inductor"]["fxgraph_cache_hit"]
+    assert sample(model, prompts, 80, None, never=never) == eager
+    assert counters["inductor"]["fxgraph_cache_hit"] - hits == 2
