@@ -122,8 +122,8 @@ def merged_class(mine: pyast.ClassDef, other: pyast.ClassDef, field: str, tested
     (my_init, my_forward), (other_init, other_forward) = parts[0], parts[1]
     if text_of(my_init.args) != text_of(other_init.args) or text_of(my_forward.args) != text_of(other_forward.args):
         return None
-    init = _chosen(my_init.body[1:], other_init.body[1:], condition(variable("config"), field, tested), holds,
-                   pointer)
+    init = _joined(_chosen(my_init.body[1:], other_init.body[1:], condition(variable("config"), field, tested),
+                           holds, pointer))
     forward = _chosen(my_forward.body, other_forward.body, condition(variable("self"), field, tested), holds,
                       pointer)
     kept = [assign(f"self.{field}", dotted(f"config.{field}"), pointer)] if forward != my_forward.body else []
@@ -172,3 +172,37 @@ def _chosen(mine: list[pyast.stmt], other: list[pyast.stmt], flag: pyast.expr, h
         else:
             chosen.append(if_statement(flag, then, otherwise, pointer))
     return chosen
+
+
+
+def _joined(init: list[pyast.stmt]) -> list[pyast.stmt]:
+    """A constructor's `if`s over the flag made one where only assignments of modules built from the config
+    stand between (T5's `wi_0` and `wi_1` under one `if config.is_gated_act:`): those assignments read no
+    attribute another sets, so moving one changes only the order the modules are registered in."""
+    joined: list[pyast.stmt] = []
+    for statement in init:
+        at = len(joined) - 1
+        while at >= 0 and _builds_from_config(joined[at]):
+            at -= 1
+        first = joined[at] if at >= 0 else None
+        if not (isinstance(statement, pyast.If) and isinstance(first, pyast.If)
+                and _flag_of(first.test) == _flag_of(statement.test)):
+            joined.append(statement)
+            continue
+        same = text_of(first.test) == text_of(statement.test)
+        merged = copy.copy(first)
+        merged.body = [*first.body, *(statement.body if same else statement.orelse)]
+        merged.orelse = [*first.orelse, *(statement.orelse if same else statement.body)]
+        joined[at] = merged
+    return joined
+
+
+def _builds_from_config(statement: pyast.stmt) -> bool:
+    """`self.x = Module(config...)`: an assignment that reads nothing of `self`."""
+    return isinstance(statement, pyast.Assign) and \
+        not any(isinstance(node, pyast.Name) and node.id == "self" for node in pyast.walk(statement.value))
+
+
+def _flag_of(test: pyast.expr) -> str:
+    """The flag an `if` tests, as code (`config.norm_first`), negated or not."""
+    return text_of(test.operand if isinstance(test, pyast.UnaryOp) and isinstance(test.op, pyast.Not) else test)

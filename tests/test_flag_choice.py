@@ -84,6 +84,20 @@ def test_a_flag_another_parameter_reads_is_decided(tmp_path):
     assert "first" not in spec.python_source
 
 
+def test_a_constructor_chooses_by_a_flag_in_one_if_where_modules_alone_stand_between():
+    """T5's gated feed-forward: `wi_0` and `wi_1` under one `if`, the activation built either way after it."""
+    source = xspec.compile("specs/modern/t5.xspec").python_source
+    start = source.index("class FeedForward(")
+    init = source[start:source.index("    def forward(", start)]
+    assert init.count("if config.is_gated_act:") == 1
+    assert ("        if config.is_gated_act:  # t5.xspec:28\n"
+            "            self.wi_0 = nn.Linear(config.d_model, config.d_ff, bias=False)  # t5.xspec:29\n"
+            "            self.wi_1 = nn.Linear(config.d_model, config.d_ff, bias=False)  # t5.xspec:30\n"
+            "        else:\n"
+            "            self.wi = nn.Linear(config.d_model, config.d_ff, bias=False)  # t5.xspec:32\n"
+            "        self.act = Activation(config.dense_act_fn)  # t5.xspec:32\n") in init
+
+
 @pytest.mark.parametrize("path, field", [("specs/modern/t5.xspec", "is_gated_act"),
                                          ("specs/modern/t5.xspec", "scale_decoder_outputs"),
                                          ("specs/modern/marian.xspec", "scale_embedding")])
