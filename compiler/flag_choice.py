@@ -174,7 +174,6 @@ def _chosen(mine: list[pyast.stmt], other: list[pyast.stmt], flag: pyast.expr, h
     return chosen
 
 
-
 def _joined(init: list[pyast.stmt]) -> list[pyast.stmt]:
     """A constructor's `if`s over the flag made one where only assignments of modules built from the config
     stand between (T5's `wi_0` and `wi_1` under one `if config.is_gated_act:`): those assignments read no
