@@ -25,6 +25,7 @@ from .body import (assigned, bound_names, cache_blocks, call_site_names, free_na
                    single_block_call, stmt_reads, subexpressions, token_type_blocks, warn_unused)
 from .entries import (DECODER, ENCODER, LOGITS, MEMORY, MTP, MTP_DEPTH, MTP_TOKENS, SIGNATURES, SRC, SRC_MASK, TGT,
                       GraphInput, GraphOutput, mtp_hidden, mtp_output, takes_cache)
+from .inline import inline_called_once
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .limits import MAX_MODULES, MAX_NESTING, MAX_REPEAT, Budget, LimitExceeded
 from .names import local_name_problem, module_name_problem
@@ -110,6 +111,7 @@ def build_graph(model: ResolvedModel, diagnostics: Diagnostics,
         return None
     if diagnostics.errors:
         return None
+    inline_called_once(root)
     return BuiltGraph(builder.graph, root, builder.tensors)
 
 

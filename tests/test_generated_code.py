@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 import xspec
 from xspec.compiler.codecheck import GeneratedCodeError, check_module, compile_checked
@@ -109,17 +111,42 @@ def test_a_power_by_a_small_literal_exponent_passes_the_check():
     compile_checked(TINY.replace(INIT, f"{INIT}\n        x = config.d_model ** -0.5", 1), "<test>")
 
 
-def test_a_spec_function_of_several_steps_is_a_nested_def_that_passes_the_check():
+def test_a_spec_function_called_twice_is_a_nested_def_that_passes_the_check():
     source = xspec.compile_source("""
 model m {
   block decoder(tokens) {
     x = embedding(tokens, 10, 8)
     f = h => relu(h) * 2.0 + x
-    return linear(f(x), 10)
+    return linear(f(f(x)), 10)
   }
 }""").python_source
     assert "        def f(h):  # <spec>:5\n            return F.relu(h) * 2.0 + x  # <spec>:5\n" in source
+    assert "f(f(x))" in source
     check_module(source)
+
+
+def test_a_spec_function_called_once_is_written_in_place_of_its_call():
+    """Its steps where the call was, on the call's line, the argument named after the parameter where
+    the spec names it not; the model computes what the function and its call computed."""
+    text = """
+model m {
+  block decoder(tokens) {
+    x = embedding(tokens, 10, 8) as embed
+    f = h => linear(h, 8) as proj * sigmoid(h) + h
+    return linear(f(relu(x)), 10) as head
+  }
+}"""
+    spec = xspec.compile_source(text)
+    assert "def f(" not in spec.python_source
+    assert ("        h = F.relu(x)  # <spec>:6\n"
+            "        proj = self.proj(h)  # <spec>:6\n"
+            "        return self.head(proj * F.sigmoid(h) + h)") in spec.python_source
+    check_module(spec.python_source)
+    model = spec.build("cpu")
+    tokens = torch.tensor([[1, 2, 3]])
+    x = F.relu(model.decoder.embed(tokens))
+    expected = model.decoder.head(model.decoder.proj(x) * torch.sigmoid(x) + x)
+    torch.testing.assert_close(model.decode(tokens), expected)
 
 
 @pytest.mark.parametrize("edit, refused", [

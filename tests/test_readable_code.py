@@ -220,13 +220,19 @@ def test_the_model_class_names_the_methods_it_has():
         xspec.compile("specs/base.xspec").python_source
 
 
-def test_a_spec_function_of_one_expression_is_a_def_not_a_named_lambda():
-    """PEP 8 (ruff's E731): gemma's `h => attention(h, h, h)` sublayer function."""
+def test_a_spec_function_called_once_is_written_where_it_is_called():
+    """gemma2's `attend = h => attention(h, h, h)`, bound in each branch of the layer's `if` and called
+    once: its steps in place of the call, the argument named after the parameter; no nested def."""
     source = xspec.compile("specs/modern/gemma2.xspec").python_source
-    assert " = lambda " not in source
-    # Each branch of the layer's `if` defines it (lines 27 and 32): the one class's forward names both.
-    assert ("        def attend(h):  # gemma2.xspec:27, gemma2.xspec:32\n"
-            "            return self.self_attn(h, h, h, cache=cache)  # gemma2.xspec:27, gemma2.xspec:32\n") in source
+    assert ("        h = self.input_layernorm(x)  # gemma2.xspec:36\n"
+            "        h = self.self_attn(h, h, h, cache=cache)  # gemma2.xspec:36\n") in source
+    assert "attend" not in source and " = lambda " not in source
+
+
+def test_no_shipped_spec_writes_a_nested_def(compiled):
+    """Every function a shipped spec defines is called once or passed to a block: a forward holds no def."""
+    _, source = compiled
+    assert not re.search(r"^ {8,}def ", source, re.MULTILINE)
 
 
 def test_a_literal_repeat_count_is_written_as_a_number_even_where_a_parameter_has_its_value():

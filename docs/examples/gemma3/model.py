@@ -83,9 +83,8 @@ class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
 
     def forward(self, x, cache=None):
-        def attend(h):  # gemma3.xspec:20, gemma3.xspec:25
-            return self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:20, gemma3.xspec:25
-        h = attend(self.input_layernorm(x))  # gemma3.xspec:31
+        h = self.input_layernorm(x)  # gemma3.xspec:31
+        h = self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:31
         x = x + self.post_attention_layernorm(h)  # gemma3.xspec:32
         h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:33
         return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:34
