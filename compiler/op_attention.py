@@ -247,8 +247,6 @@ def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool)
     if "mask" in inputs:
         args.append(inputs["mask"])  # forward(query, key, value, padding_mask=None, cache=None)
     bias = {"position_bias": inputs["position_bias"]} if "position_bias" in inputs else {}
-    if cache and "mask" in inputs:
-        return call(f"self.{target}", *args, variable("cache"), **bias)
     return call(f"self.{target}", *args, **({"cache": variable("cache")} if cache else {}), **bias)
 
 

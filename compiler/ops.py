@@ -231,7 +231,7 @@ def _call_module(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache
 
 
 def _call_with_cache(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
-    return call(f"self.{target}", inputs["x"], *([variable("cache")] if cache else []))
+    return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}))
 
 
 def _activation(op_name: str, title: str, glu_title: str, doc: str, function: str,

@@ -45,7 +45,7 @@ class Embed(nn.Module):  # block embed, base.xspec:32
 
     def forward(self, tokens, cache=None):
         e = self.embed(tokens)  # [batch, src_len|tgt_len, d_model]  base.xspec:33
-        return self.dropout(e + self.positions(e, cache))  # base.xspec:37
+        return self.dropout(e + self.positions(e, cache=cache))  # base.xspec:37
 
 
 class Sublayer(nn.Module):  # block sublayer, base.xspec:19
@@ -123,7 +123,7 @@ class DecoderLayer(nn.Module):  # block decoder_layer, base.xspec:47
         x = self.self_attn_sublayer(  # base.xspec:48
             x, lambda h: self.self_attn(h, h, h, cache=cache))
         x = self.cross_attn_sublayer(  # base.xspec:50
-            x, lambda h: self.cross_attn(h, memory, memory, memory_mask, cache))
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask, cache=cache))
         return self.ffn_sublayer(x, self.ffn)  # base.xspec:52
 
 
