@@ -86,6 +86,8 @@ def lower(model: ResolvedModel, validated: ValidatedModel, built_with: BuiltWith
 
 # Models built with `if`s forced, each a whole model's build: a spec of many stacks lowers in bounded time.
 MAX_FORCED_BUILDS = 4
+# A parameter that names a rate, not what a parameter-free module holding it is (`dropout_rate`).
+RATE_SUFFIXES = ("_rate", "_prob", "_probability")
 
 
 class _Builds:
@@ -503,11 +505,14 @@ class _Lowering:
 
     def _holder(self, instance: Instance, node_id: str, constructor: pyast.expr) -> str:
         """The attribute of `instance`'s class that holds a parameter-free module: named after the spec's
-        parameter it reads (`self.dropout = nn.Dropout(config.dropout)`), else after the op."""
+        parameter it reads (`self.dropout = nn.Dropout(config.dropout)`), less a rate's suffix (`self.dropout`
+        of `config.dropout_rate`, `self.hidden_dropout` of `config.hidden_dropout_prob`: a module, not a
+        number), else after the op."""
         held = self.holders.setdefault(instance.path, {})
         key = text_of(constructor)
         if key not in held:
-            base = config_argument(constructor) or self.graph[node_id].op
+            parameter = config_argument(constructor)
+            base = _without_rate(parameter) if parameter is not None else self.graph[node_id].op
             taken = {*instance.children, *(attribute_name for attribute_name, _, _ in held.values())}
             name = base
             for n in itertools.count(2):
@@ -828,6 +833,14 @@ def _stack_sizes(instance: Instance) -> dict[str, int]:
             sizes[node.path] = len(node.children)
         pending += node.children.values()
     return sizes
+
+
+def _without_rate(parameter: str) -> str:
+    """`dropout` of `dropout_rate`, `hidden_dropout` of `hidden_dropout_prob`; other names as they are."""
+    for suffix in RATE_SUFFIXES:
+        if parameter.endswith(suffix) and len(parameter) > len(suffix):
+            return parameter.removesuffix(suffix)
+    return parameter
 
 
 def _attribute(path: str, owner: str = "self") -> pyast.expr:

@@ -275,3 +275,15 @@ def test_every_generated_file_passes_the_projects_linter(tmp_path: Path):
     found = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", "pyproject.toml",
                             str(tmp_path)], capture_output=True, text=True)
     assert found.returncode == 0, found.stdout + found.stderr
+
+
+@pytest.mark.parametrize("spec, holder", [
+    ("modern/t5", "        self.dropout = nn.Dropout(config.dropout_rate)"),
+    ("modern/bert", "        self.hidden_dropout = nn.Dropout(config.hidden_dropout_prob)"),
+    ("base", "        self.dropout = nn.Dropout(config.dropout)")])
+def test_a_parameter_free_module_is_named_for_what_it_is_not_for_its_rate(spec: str, holder: str):
+    """transformers' `self.dropout = nn.Dropout(config.dropout_rate)`: a module named after the parameter
+    it reads, less a rate's suffix."""
+    source = xspec.compile(f"specs/{spec}.xspec").python_source
+    assert holder in source
+    assert "_rate = nn." not in source and "_prob = nn." not in source
