@@ -27,8 +27,13 @@ def attributes_read(*parts: ast.AST, owner: str) -> list[str]:
 def config_argument(constructor: ast.expr) -> str | None:
     """The parameter a one-argument constructor reads (`dropout` of `nn.Dropout(config.dropout)`)."""
     if isinstance(constructor, ast.Call) and len(constructor.args) == 1 and not constructor.keywords:
-        argument = constructor.args[0]
-        if isinstance(argument, ast.Attribute) and isinstance(argument.value, ast.Name) \
-                and argument.value.id == "config":
-            return argument.attr
+        return config_field(constructor.args[0])
+    return None
+
+
+def config_field(expression: ast.expr) -> str | None:
+    """The parameter `expression` is, where it is one read bare (`d_model` of `config.d_model`)."""
+    if isinstance(expression, ast.Attribute) and isinstance(expression.value, ast.Name) \
+            and expression.value.id == "config":
+        return expression.attr
     return None

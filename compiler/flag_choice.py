@@ -47,6 +47,14 @@ def flag_ifs(blocks: Sequence[ast.Block], expressions: dict[str, ast.Expr], ties
     return dict([(field, ifs) for field, ifs in found.items() if field not in derived][:MAX_FLAGS])
 
 
+def condition_fields(blocks: Sequence[ast.Block]) -> frozenset[str]:
+    """The parameters the blocks' `if` statements read (`final_logit_softcapping > 0`). A number the forward
+    computes from one is written as its value: a config edited across the condition would not take the other
+    branch (only flags, booleans and strings, stay choices)."""
+    return frozenset(name for block in blocks for statement in ifs_in(block.body)
+                     for name in reads(statement.condition))
+
+
 def flipped(field: str, fields: dict[str, Constant], choices: dict[str, tuple[Constant, ...]]
             ) -> Optional[Constant]:
     """The flag's value other than the spec's: a boolean's negation, a two-valued string's other value; None

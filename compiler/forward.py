@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 from xspec.base.text import printable
 
+from .code_reads import attributes_read
 from .config import ConfigNames
 from .diagnostics import Span
 from .entries import TOKEN_TYPES
@@ -61,9 +62,13 @@ class Context:
     graph: OpGraph
     tensors: dict[str, str]  # ref -> the node that computes it
     names: ConfigNames
-    # The attribute a forward's class holds to call a parameter-free module (nn.Dropout): given the
-    # instance whose forward calls it, the node, and the module's constructor.
+    # The attribute a forward's class holds to call a parameter-free module (nn.Dropout), or a value its
+    # forward reads: given the instance whose forward reads it, the node, and the module's constructor
+    # (the value's code over the config).
     holder: Callable[[Instance, str, pyast.expr], str]
+    # The parameters an `if` the spec decides reads (`if final_logit_softcapping > 0`): a config edited to
+    # another value of one would not take the other branch, so the forward writes values of them as numbers.
+    decided: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -324,6 +329,7 @@ class _Forward:
             inputs = {port: code(port) for port in step.inputs}
             if op.reads_token_types and self.instance.has_token_types:
                 inputs[TOKEN_TYPES] = variable(TOKEN_TYPES)
+            inputs.update(self._held_values(node))
             return op.call(attribute, inputs, node.attrs, op.uses_cache and self.instance.has_cache)
         args = [code(port) for port in step.inputs]
         if step.kind == "block":
@@ -337,6 +343,17 @@ class _Forward:
             args.append(constant(step.argument.value))
         function_code, argument = args
         return pyast.Call(function_code, [argument], [])
+
+    def _held_values(self, node: Node) -> dict[str, pyast.expr]:
+        """The attributes the op's forward code reads (OpDef.forward_attrs) that the spec computes from
+        parameters, each as the attribute of the class that holds it over the config, so that an edited config
+        computes it: `self.scale` of `self.scale = 1 / math.sqrt(config.d_model)`."""
+        held = {}
+        for name in OPS[node.op].forward_attrs:
+            source = node.sources.get(name)
+            if source is not None and not self.context.decided & set(attributes_read(source, owner="config")):
+                held[name] = dotted(f"self.{self.context.holder(self.instance, node.id, source)}")
+        return held
 
     def _passed(self, child: Instance) -> dict[str, pyast.expr]:
         """What a block's forward passes on to a child's beside its arguments: the token types and the cache,

@@ -583,8 +583,10 @@ class _Builder:
             return self._node(TENSOR_OPERATORS[expr.op], {}, {"a": left, "b": right}, expr, frame, span=expr.op_span)
         if expr.op == "*" and isinstance(left, Tensor) != isinstance(right, Tensor):
             tensor, factor = (left, right) if isinstance(left, Tensor) else (right, left)
+            source = expr.right if isinstance(left, Tensor) else expr.left
             if isinstance(tensor, Tensor) and isinstance(factor, (int, float)) and not isinstance(factor, bool):
-                return self._node("scale", {"factor": float(factor)}, {"x": tensor}, expr, frame)
+                return self._node("scale", {"factor": float(factor)}, {"x": tensor}, expr, frame,
+                                  sources={"factor": source})
         self._error("type", expr.op_span, f"'{expr.op}' is not defined for {describe_value(left)} and "
                     f"{describe_value(right)}", "tensors support a + b, a - b, a * b (elementwise) and x * number")
         return POISON

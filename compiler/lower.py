@@ -23,12 +23,12 @@ import functools
 import itertools
 from typing import Callable, Mapping, Optional, Sequence, Union
 
-from .code_reads import attributes_read, config_argument, names_used
+from .code_reads import attributes_read, config_argument, config_field, names_used
 from .codecheck import check_module
 from .config import ConfigNames, config_expression, config_fields, derived_field
 from .diagnostics import Span
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
-from .flag_choice import flag_ifs, flipped, forcing, merged_class, owns, renamed, spec_line
+from .flag_choice import condition_fields, flag_ifs, flipped, forcing, merged_class, owns, renamed, spec_line
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
@@ -184,7 +184,8 @@ class _Lowering:
         self.widths: dict[str, pyast.expr] = {}  # node id -> its output's last size, as generated code writes it
         # instance -> the constructor's code -> (attribute, constructor, line)
         self.holders: dict[str, dict[str, tuple[str, pyast.expr, Span]]] = {}
-        self.context = Context(self.graph, validated.graph.tensors, self.names, self._holder)
+        self.context = Context(self.graph, validated.graph.tensors, self.names, self._holder,
+                               condition_fields(list(model.blocks.values())))
 
     def module_sources(self) -> Lowered:
         root = self.validated.graph.root
@@ -504,15 +505,17 @@ class _Lowering:
                 for_loop(index, call("range", count), [*guards, *statements(choice)], where(stack.span))]
 
     def _holder(self, instance: Instance, node_id: str, constructor: pyast.expr) -> str:
-        """The attribute of `instance`'s class that holds a parameter-free module: named after the spec's
-        parameter it reads (`self.dropout = nn.Dropout(config.dropout)`), less a rate's suffix (`self.dropout`
-        of `config.dropout_rate`, `self.hidden_dropout` of `config.hidden_dropout_prob`: a module, not a
-        number), else after the op."""
+        """The attribute of `instance`'s class that holds a parameter-free module, or a value its forward reads
+        (forward.py: computed from the config). A module is named after the spec's parameter it reads
+        (`self.dropout = nn.Dropout(config.dropout)`), less a rate's suffix (`self.dropout` of
+        `config.dropout_rate`, `self.hidden_dropout` of `config.hidden_dropout_prob`: a module, not a number);
+        a value after the parameter it is (`self.final_logit_softcapping`); else either after the op."""
         held = self.holders.setdefault(instance.path, {})
         key = text_of(constructor)
         if key not in held:
             parameter = config_argument(constructor)
-            base = _without_rate(parameter) if parameter is not None else self.graph[node_id].op
+            base = _without_rate(parameter) if parameter is not None else \
+                config_field(constructor) or self.graph[node_id].op
             taken = {*instance.children, *(attribute_name for attribute_name, _, _ in held.values())}
             name = base
             for n in itertools.count(2):

@@ -104,6 +104,10 @@ class OpDef(Generic[AttrsT]):
     # An op without weights that generated code calls through a module of no state (nn.Dropout), which
     # the class whose forward calls it holds, named after the spec's parameter: its constructor.
     holder: Optional[Callable[[AttrsT, Written], ast.expr]] = None
+    # The attributes a module-less op's forward code reads (a soft-cap's cap): where the spec computes one
+    # from parameters, the class holds it over the config (`self.scale = 1 / math.sqrt(config.d_model)`)
+    # and `call` finds that attribute's code among its inputs, under the attribute's name.
+    forward_attrs: tuple[str, ...] = ()
     uses_cache: bool = False  # positions and attention continue from the decoder cache
     # Reads each position's token type (BERT's segments): the encoder's token types follow its inputs in
     # the call where its block is given them (entries.TOKEN_TYPES).

@@ -226,6 +226,13 @@ def _io_shape(shapes: Shapes, a: IOAttrs) -> tuple[TensorType, Inferred]:
 # --- lowering ------------------------------------------------------------------------------
 
 
+def _written(inputs: dict[str, pyast.expr], attrs: Attrs, name: str) -> pyast.expr:
+    """A `forward_attrs` attribute as an op's forward code writes it: the class's attribute that holds it
+    where lowering gave one (compiler/forward.py), else its value."""
+    held = inputs.get(name)
+    return held if held is not None else constant(getattr(attrs, name))
+
+
 def _call_module(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
     return call(f"self.{target}", *inputs.values())
 
@@ -367,8 +374,9 @@ OPS: dict[str, OpDef[Any]] = {
         OpDef(
             name="softcap", doc="cap * tanh(x / cap): values squashed smoothly into (-cap, cap) (Gemma 2's logits)",
             family=Family.ACTIVATION, inputs=(Input("x"),), attrs=SoftCapAttrs, infer=_same, params=_no_params,
-            module=None, call=lambda t, i, a, c: binary(call("F.tanh", binary(i["x"], pyast.Div(), constant(a.cap))),
-                                                        pyast.Mult(), constant(a.cap)),
+            module=None, forward_attrs=("cap",),
+            call=lambda t, i, a, c: binary(call("F.tanh", binary(i["x"], pyast.Div(), _written(i, a, "cap"))),
+                                           pyast.Mult(), _written(i, a, "cap")),
             check=lambda a: [] if a.cap > 0 else [("cap", f"cap = {a.cap}: values are capped at +-cap, so it must "
                                                            "be positive")],
             title="Soft-cap", details=lambda a, i: [f"{a.cap:g} · tanh(x / {a.cap:g})"], elementwise=True,
@@ -413,7 +421,7 @@ OPS: dict[str, OpDef[Any]] = {
         OpDef(
             name="scale", doc="x * factor", family=Family.ELEMENTWISE,
             inputs=(Input("x"),), attrs=ScaleAttrs, infer=_same, params=_no_params, module=None,
-            call=lambda t, i, a, c: binary(i["x"], pyast.Mult(), constant(a.factor)),
+            forward_attrs=("factor",), call=lambda t, i, a, c: binary(i["x"], pyast.Mult(), _written(i, a, "factor")),
             title="Scale", details=lambda a, i: [f"× {a.factor:.4g}"], elementwise=True,
         ),
         OpDef(
