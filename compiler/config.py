@@ -188,6 +188,7 @@ class ConfigNames:
     only. For shape comments, and a graph input's width: module arguments follow the spec's expressions."""
 
     def __init__(self, fields: dict[str, Constant]) -> None:
+        self.fields = fields
         by_value: dict[int, list[str]] = {}
         for name, value in fields.items():
             if isinstance(value, int) and not isinstance(value, bool):

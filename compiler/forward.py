@@ -27,7 +27,7 @@ from typing import Callable, Optional
 
 from xspec.base.text import printable
 
-from .code_reads import attributes_read
+from .code_reads import attributes_read, config_field
 from .config import ConfigNames
 from .diagnostics import Span
 from .entries import TOKEN_TYPES
@@ -69,6 +69,8 @@ class Context:
     # The parameters an `if` the spec decides reads (`if final_logit_softcapping > 0`): a config edited to
     # another value of one would not take the other branch, so the forward writes values of them as numbers.
     decided: frozenset[str] = frozenset()
+    # A node's last size as the spec's expressions give it (`config.d_ff`), for shape comments.
+    width: Callable[[str], pyast.expr] = lambda node_id: constant(None)
 
 
 @dataclass
@@ -227,9 +229,16 @@ class _Forward:
         if ref is None:
             return None
         node_id = self.context.tensors.get(ref, ref)
-        if node_id not in self.graph or self.graph[node_id].shape is None:
+        shape = self.graph[node_id].shape if node_id in self.graph else None
+        if shape is None:
             return None
-        return self.context.names.shape(self.graph[node_id].shape)  # type: ignore[arg-type]
+        dims, dtype = self.context.names.shape(shape)
+        # The last size as the op that made it reads it (`d_ff` where d_model is the same number too).
+        last = shape.dims[-1] if shape.dims else None
+        field = config_field(self.context.width(node_id)) if isinstance(last, int) else None
+        if field is not None and self.context.names.fields.get(field) == last:
+            return (*dims[:-1], field), dtype
+        return dims, dtype
 
     # --- names --------------------------------------------------------------------------------
     def _bind(self, ref: str, name: str, top: bool) -> str:

@@ -185,7 +185,7 @@ class _Lowering:
         # instance -> the constructor's code -> (attribute, constructor, line)
         self.holders: dict[str, dict[str, tuple[str, pyast.expr, Span]]] = {}
         self.context = Context(self.graph, validated.graph.tensors, self.names, self._holder,
-                               condition_fields(list(model.blocks.values())))
+                               condition_fields(list(model.blocks.values())), self._width)
 
     def module_sources(self) -> Lowered:
         root = self.validated.graph.root

@@ -107,18 +107,21 @@ def test_lines_that_change_the_shape_say_so_in_the_spec_names(compiled):
     dims, dtype = names.shape(made.shape)
     wanted = ("" if dtype == "float" else dtype) + "[" + ", ".join(dims) + "]"
     shapes = SHAPE.findall(source)
-    assert any(shape == wanted or _merged(shape, wanted) for shape in shapes), (wanted, shapes)
-    fields = set(config_fields(spec.params))
+    values = config_fields(spec.params)
+    assert any(_merged(shape, wanted, values) for shape in shapes), (wanted, shapes)
+    fields = set(values)
     for shape in shapes:
         for dim in shape.split("[", 1)[1].rstrip("]").split(", "):
             for part in dim.split("|"):
                 assert part in fields or part.isdigit() or part in ("batch", "src_len", "tgt_len"), shape
 
 
-def _merged(shape: str, wanted: str) -> bool:
-    """`[batch, src_len|tgt_len, d_model]` stands for each of its lengths."""
+def _merged(shape: str, wanted: str, values: dict) -> bool:
+    """`[batch, src_len|tgt_len, d_model]` stands for each of its lengths; a size two parameters share
+    (`512`) is named by the one the op that made it reads (`d_model`, beside `max_len`)."""
     ours, theirs = shape.strip("[]").split(", "), wanted.strip("[]").split(", ")
-    return len(ours) == len(theirs) and all(b in a.split("|") for a, b in zip(ours, theirs))
+    return len(ours) == len(theirs) and all(
+        b in a.split("|") or (b.isdigit() and values.get(a) == int(b)) for a, b in zip(ours, theirs))
 
 
 def test_sizes_come_from_the_config_by_the_spec_names():
@@ -287,3 +290,10 @@ def test_a_parameter_free_module_is_named_for_what_it_is_not_for_its_rate(spec: 
     source = xspec.compile(f"specs/{spec}.xspec").python_source
     assert holder in source
     assert "_rate = nn." not in source and "_prob = nn." not in source
+
+
+def test_a_size_two_parameters_share_is_named_by_the_one_its_op_reads():
+    """T5's d_ff and relative_attention_max_distance are both 128: the feed-forward's line says d_ff."""
+    source = xspec.compile("specs/modern/t5.xspec").python_source
+    assert "h = self.act(self.wi(x))  # [batch, src_len|tgt_len, d_ff]  t5.xspec:32" in source
+    assert ", 128]" not in source

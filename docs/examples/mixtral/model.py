@@ -42,7 +42,7 @@ class FeedForward(nn.Module):  # block feed_forward, mixtral.xspec:12
             SwiGLU())
 
     def forward(self, x):
-        routing = self.gate(x)  # [batch, tgt_len, 4]  mixtral.xspec:13
+        routing = self.gate(x)  # [batch, tgt_len, num_local_experts]  mixtral.xspec:13
         return self.experts(x, routing)  # mixtral.xspec:14
 
 
