@@ -311,10 +311,11 @@ def score_pairs(model: ModelOrEnsemble, tokenizer: Vocab, max_tokens: int, devic
 
 
 def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, None] = None,
-         compile: str = "off", weights: Optional[str] = None) -> TrainedModel:
+         compile: str = "off", weights: Optional[str] = None, *, say_compiling: bool = True) -> TrainedModel:
     """The latest checkpoint of a run directory, or a checkpoint file. `compile` (auto, on, off): whether
-    the decoder's step runs through torch.compile (lengths and batch sizes dynamic). `weights` (auto, fp32,
-    bf16, int8; default: the spec's decode.weights): what the linear layers' weights are kept in."""
+    the decoder's step runs through torch.compile (lengths and batch sizes dynamic), which it says on
+    stderr where `say_compiling` (an ensemble says it once). `weights` (auto, fp32, bf16, int8; default:
+    the spec's decode.weights): what the linear layers' weights are kept in."""
     checkpoint = ckpt.load_merged(ckpt.resolve(Path(run_or_checkpoint)))
     spec = compile_checkpoint_spec(checkpoint)
     chosen = pick_device(str(device) if device is not None else None)
@@ -330,7 +331,8 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     if use_compile(compile, chosen):
         register_expert_products()
         model.decode = compiled(model.decode, dynamic=True)  # the step decoding repeats
-        print(COMPILING, file=sys.stderr)    # else the first step's wait looks like a hang
+        if say_compiling:
+            print(COMPILING, file=sys.stderr)    # else the first step's wait looks like a hang
     return TrainedModel(spec, model, vocab, chosen, checkpoint.path)
 
 
@@ -367,7 +369,7 @@ def load_ensemble(runs: Sequence[Union[str, Path]], device: Union[str, torch.dev
         torch._dynamo.config.recompile_limit = max(limit, 8 * len(runs))
     models = [first]
     for run in runs[1:]:
-        model = load(run, first.device, compile, weights)
+        model = load(run, first.device, compile, weights, say_compiling=False)
         if model.tokenizer.model_proto != first.tokenizer.model_proto:
             raise UserError(f"{runs[0]} and {run} have different vocabularies (their sentencepiece models differ); "
                             "the models of an ensemble must share one")
