@@ -66,8 +66,8 @@ class Context:
     # forward reads: given the instance whose forward reads it, the node, and the module's constructor
     # (the value's code over the config).
     holder: Callable[[Instance, str, pyast.expr], str]
-    # The parameters an `if` the spec decides reads (`if final_logit_softcapping > 0`): a config edited to
-    # another value of one would not take the other branch, so the forward writes values of them as numbers.
+    # The parameters `if` statements read (`if final_logit_softcapping > 0`): a config edited to another
+    # value of one would not take the other branch, so the forward writes values of them as numbers.
     decided: frozenset[str] = frozenset()
     # A node's last size as the spec's expressions give it (`config.d_ff`), for shape comments.
     width: Callable[[str], pyast.expr] = lambda node_id: constant(None)

@@ -509,7 +509,8 @@ class _Lowering:
         (forward.py: computed from the config). A module is named after the spec's parameter it reads
         (`self.dropout = nn.Dropout(config.dropout)`), less a rate's suffix (`self.dropout` of
         `config.dropout_rate`, `self.hidden_dropout` of `config.hidden_dropout_prob`: a module, not a number);
-        a value after the parameter it is (`self.final_logit_softcapping`); else either after the op."""
+        a value after the parameter it is, where it is one read bare; else either after the op (T5's
+        `self.scale = 1 / math.sqrt(config.d_model)`)."""
         held = self.holders.setdefault(instance.path, {})
         key = text_of(constructor)
         if key not in held:
