@@ -23,6 +23,8 @@ may contain only what the code generator emits:
     `not` (a layer's choice, `if (i + 1) % config.sliding_window_pattern != 0:`);
   - `raise ValueError(f"layer {i} ...")`, a string or an f-string of checked expressions (a layer whose
     branch the file was generated without);
+  - `isinstance(module, (nn.Linear, Attention))` of a tuple of the module's classes, the library's, and the
+    torch.nn modules whose reset_parameters() sets tensors (init_weights() chooses the modules to reset);
   - `Model = SomeGeneratedClass`.
 
 Anything else (a `__import__`, an `eval`, a string that escaped its docstring, a dunder attribute) is
@@ -37,12 +39,13 @@ from types import CodeType
 from typing import NoReturn
 
 from .config import MAX_EXPONENT
-from .library import MODULE, is_copy, library_classes
+from .library import MODULE, TORCH_RESETTABLE, is_copy, library_classes
 
 IMPORTS = {("math", None), ("torch", None), ("torch.nn", "nn"), ("torch.nn.functional", "F")}
 FROM_IMPORTS = {("dataclasses", "dataclass", None)}
 BUILTINS = frozenset({"int", "range", "super", "min", "max"})
-TORCH_FUNCTIONS = frozenset({"cat"})  # the concat op's; torch's other functions are the library's only
+# The concat op's, and init_weights()'s tensor of its own for a tied one; torch's others are the library's only.
+TORCH_FUNCTIONS = frozenset({"cat", "empty_like"})
 LIBRARIES = frozenset({"nn", "F", "math"})  # nn.Linear, F.relu, math.sqrt; torch: the library's only
 FIELD_TYPES = frozenset({"int", "float", "str", "bool", "tuple"})
 OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.FloorDiv, ast.Mod)
@@ -275,6 +278,11 @@ def _check_expr(node: ast.expr, scope: set[str]) -> None:
             _refuse(node, f"the name {node.id!r} here")
     elif isinstance(node, ast.Attribute):
         _check_attribute(node, scope)
+    elif isinstance(node, ast.Call) and _is_class_check(node):  # init_weights(): which modules set tensors
+        _check_expr(node.args[0], scope)
+        for cls in node.args[1].elts:  # type: ignore[attr-defined]
+            if isinstance(cls, ast.Name):
+                _check_expr(cls, scope)
     elif isinstance(node, ast.Call):
         if not _is_library_function(node.func):  # nn.Linear(...), F.dropout(...) need no more checking
             _check_expr(node.func, scope)
@@ -351,6 +359,17 @@ def _is_library_function(node: ast.expr) -> bool:
     if node.value.id == "torch":
         return node.attr in TORCH_FUNCTIONS
     return node.value.id in LIBRARIES and not node.attr.startswith("_")
+
+
+def _is_class_check(node: ast.Call) -> bool:
+    """`isinstance(x, (nn.Linear, Attention))`: a tuple of classes, torch.nn's of those the library's
+    TORCH_RESETTABLE names or names the module's scope checks (its classes and the library's)."""
+    if not (isinstance(node.func, ast.Name) and node.func.id == "isinstance" and len(node.args) == 2
+            and not node.keywords and isinstance(node.args[1], ast.Tuple)):
+        return False
+    return all(isinstance(cls, ast.Name) or (isinstance(cls, ast.Attribute) and isinstance(cls.value, ast.Name)
+                                             and cls.value.id == "nn" and cls.attr in TORCH_RESETTABLE)
+               for cls in node.args[1].elts)
 
 
 def _is_small_exponent(node: ast.expr) -> bool:

@@ -66,3 +66,41 @@ def with_bases(names: set[str]) -> list[str]:
 def is_copy(library: LibraryClass, copy: ast.ClassDef) -> bool:
     """Whether `copy` is the library class, statement for statement (line numbers aside)."""
     return ast.dump(library.node) == ast.dump(copy)
+
+
+# The modules of torch.nn that generated code or the library makes and that set tensors in reset_parameters().
+TORCH_RESETTABLE = ("Linear", "LayerNorm", "RMSNorm", "Embedding", "Conv1d")
+
+
+def resetting_classes(used: set[str], torch_made: set[str]) -> tuple[list[str], list[str]]:
+    """The classes whose modules set tensors in `reset_parameters()`, of those a model made of the library
+    classes `used` (generated code constructs them all: they construct none of each other) and the torch.nn
+    classes `torch_made` holds, with those the library classes make: torch.nn's (TORCH_RESETTABLE order) and
+    the library's (its order) that define the method or extend a class that does, each unless a listed class
+    it extends covers it."""
+    classes = library_classes()
+    torch_names = set(torch_made)  # and those the library's classes (with the classes they extend) make
+    for name in with_bases(used):
+        torch_names |= {node.attr for node in ast.walk(classes[name].node) if isinstance(node, ast.Attribute)
+                        and isinstance(node.value, ast.Name) and node.value.id == "nn"}
+
+    @functools.cache
+    def resets(name: str) -> bool:
+        node = classes[name].node
+        own = any(isinstance(item, ast.FunctionDef) and item.name == "reset_parameters" for item in node.body)
+        torch_base = any(isinstance(b, ast.Attribute) and b.attr in TORCH_RESETTABLE for b in node.bases)
+        return own or torch_base or any(resets(base) for base in classes[name].bases if base in classes)
+
+    def ancestors(name: str) -> set[str]:  # its library bases, theirs, and the torch.nn classes they extend
+        node, found = classes[name].node, set()
+        for base in node.bases:
+            if isinstance(base, ast.Attribute):
+                found.add(f"nn.{base.attr}")
+            elif isinstance(base, ast.Name) and base.id in classes:
+                found |= {base.id} | ancestors(base.id)
+        return found
+
+    torch_listed = [name for name in TORCH_RESETTABLE if name in torch_names]
+    listed = {f"nn.{name}" for name in torch_listed} | {name for name in used if resets(name)}
+    # a class an isinstance check of a listed ancestor covers is not listed again
+    return torch_listed, [name for name in classes if name in listed and not ancestors(name) & listed]

@@ -18,6 +18,7 @@ before anything compiles or runs it.
 
 from __future__ import annotations
 
+import copy
 import ast as pyast
 import functools
 import itertools
@@ -33,7 +34,7 @@ from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance
 from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
                            layer_class_by_index, layer_kinds, untaken_branches)
-from .library import MODULE, LibraryClass, library_classes, with_bases
+from .library import MODULE, LibraryClass, library_classes, resetting_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
 from .python_code import (assign, attribute, binary, call, class_def, constant, docstring, dotted, expression,
@@ -766,6 +767,7 @@ class _Lowering:
             body.append(function("tie_weights", ["self"], [
                 docstring("The tensors the spec shares made one (again after to_empty)."),
                 *([assign("config", dotted("self.config"))] if reads_config else []), *ties]))
+        body.append(self._init_weights(ties, reads_config))
         none = [constant(None)]
         # An encoder whose ops read token types takes them after the padding mask (None: the first type's).
         typed = [TOKEN_TYPES] if has_encoder and root.children[ENCODER].has_token_types else []
@@ -803,11 +805,44 @@ class _Lowering:
         model = class_def(name, [dotted("nn.Module")], body, f"the whole model: {methods}")
         return [model, assign("Model", variable(name))]
 
+    def _init_weights(self, ties: list[pyast.stmt], reads_config: bool) -> pyast.FunctionDef:
+        """`init_weights()`, as torchtitan's models have it: every tensor set as the constructors set it, for a
+        model built on the meta device and given memory on its own (xspec/nn/initialize.py). Each module's
+        `reset_parameters()` (where its class sets tensors), children first in the order they were made, as
+        `nn.Module.apply` visits them, so a seed gives the constructors' tensors; a tied tensor is first set
+        on a tensor of its own, as construction set it, and tied again after (the owner's value stays)."""
+        made = {node.attr for node in pyast.walk(pyast.Module(list(self.order), []))
+                if isinstance(node, pyast.Attribute) and isinstance(node.value, pyast.Name) and node.value.id == "nn"}
+        torch_names, library = resetting_classes(_library_used(names_used(*self.order)), made)
+        classes = pyast.Tuple([*(dotted(f"nn.{name}") for name in torch_names), *map(variable, library)],
+                              pyast.Load())
+        reset = function("reset", ["module"], [if_statement(call("isinstance", variable("module"), classes),
+                                                            [expression(call("module.reset_parameters"))])])
+        untied = [_untied(statement) for statement in copy.deepcopy(ties)]
+        return function("init_weights", ["self"], [
+            docstring("Every tensor as the constructors set it, for a model built on the meta device."),
+            *([assign("config", dotted("self.config"))] if reads_config else []), *untied, reset,
+            expression(call("self.apply", variable("reset"))),
+            *([expression(call("self.tie_weights"))] if ties else [])])
+
     def _encoder_output(self) -> str:
         """What an encoder alone returns: its logits over the vocabulary (a masked LM's), or its states."""
         width = self.graph[MEMORY.node].checked_shape().last
         vocabularies = {OPS[node.op].facts(node.attrs, node.inferred).get("vocab") for node in self.graph}
         return "[B, S, vocab] logits." if width in vocabularies else f"[B, S, {width}] states."
+
+
+def _untied(statement: pyast.stmt) -> pyast.stmt:
+    """A statement of `tie_weights()` giving the tied tensor a parameter of its own instead, as its module's
+    constructor did: `self.a.weight = nn.Parameter(torch.empty_like(owner))`."""
+    for node in pyast.walk(statement):
+        untied = isinstance(node, pyast.Assign) and isinstance(node.targets[0], pyast.Attribute)
+        if isinstance(node, pyast.Assign) and untied:
+            node.value = call("nn.Parameter", call("torch.empty_like", node.value))
+        note = note_of(node)
+        if note is not None and note.text.startswith("tie, "):  # `shared = ...` names the spec line alone
+            noted(node, note.text.replace("tie, ", "untied, " if untied or isinstance(node, pyast.For) else "", 1))
+    return statement
 
 
 def _dependency_order(derived: dict[str, tuple[pyast.expr, list[str]]]) -> list[str]:

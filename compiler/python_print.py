@@ -2,8 +2,9 @@
 `ast.unparse` writes it, its note as a comment, docstrings in triple quotes, a blank line between a
 class's methods; and a statement too long for LINE_LIMIT wrapped where its syntax allows: a call's (or a
 tuple's) items packed on the lines after its head, an argument too long for a line wrapped so too, long
-arithmetic split at its operators, a long `and` or `or` one operand a line, a long string at the pieces it
-was built of. The printed text parses back to the tree it came from (`print_checked`)."""
+arithmetic split at its operators, a long `and` or `or` one operand a line, a long class check's classes
+packed two levels in, a long string at the pieces it was built of. The printed text parses back to the
+tree it came from (`print_checked`)."""
 
 from __future__ import annotations
 
@@ -137,6 +138,12 @@ def _if_header(node: ast.If, indent: str, keyword: str = "if") -> list[str]:
     per operand (`notes`)."""
     header = f"{indent}{keyword} {text_of(node.test)}:"
     test = node.test
+    if not _fits(header, node) and isinstance(test, ast.Call) and test.args and isinstance(test.args[-1], ast.Tuple) \
+            and not test.keywords:  # `if isinstance(module, (` and the classes, two levels in
+        before = "".join(f"{text_of(argument)}, " for argument in test.args[:-1])
+        return _commented(_packed(f"{indent}{keyword} {text_of(test.func)}({before}(",
+                                  [text_of(element) for element in test.args[-1].elts], indent + INDENT * 2, ")):"),
+                          node)
     if _fits(header, node) or not isinstance(test, ast.BoolOp):
         return _commented([header], node)
     word = "and" if isinstance(test.op, ast.And) else "or"

@@ -81,3 +81,31 @@ def test_tie_weights_ties_again_what_to_empty_gave_tensors_of_their_own():
         model.tie_weights()
         everything = dict(model.named_parameters(remove_duplicate=False))
         assert all((everything[name] is everything[owner]) == tie for name, owner in tied.items())
+
+
+@pytest.mark.parametrize("name", ["base", "llama", "albert", "deepseek_v3", "qwen3_next"])
+def test_a_standalone_file_initializes_a_model_built_on_the_meta_device(name):
+    """torchtitan's order with the file alone (torch, no xspec): build on the meta device, give the tensors
+    memory, `init_weights()`: the tensors the constructors give from the same seed, ties tied again."""
+    from xspec.compiler.codecheck import compile_checked
+
+    spec = xspec.compile(str(next(p for p in SPECS if p.stem == name)), overrides={"layers": 2})
+    namespace: dict = {}
+    exec(compile_checked(spec.standalone_source, f"<{name}>"), namespace)
+    model_class = namespace["Model"]
+    torch.manual_seed(0)
+    constructed = model_class()
+    with torch.device("meta"):
+        model = model_class()
+    model = model.to_empty(device="cpu")
+    torch.manual_seed(0)
+    model.init_weights()
+    expected = constructed.state_dict()
+    assert model.state_dict().keys() == expected.keys()
+    for key, tensor in expected.items():
+        assert torch.equal(model.state_dict()[key], tensor), key
+    shared = dict(constructed.named_parameters(remove_duplicate=False))
+    mine = dict(model.named_parameters(remove_duplicate=False))
+    for key in shared:  # the same names share one tensor
+        owner = next(k for k in shared if shared[k] is shared[key])
+        assert mine[key] is mine[owner], key

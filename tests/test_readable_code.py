@@ -235,7 +235,10 @@ def test_a_spec_function_called_once_is_written_where_it_is_called():
 def test_no_shipped_spec_writes_a_nested_def(compiled):
     """Every function a shipped spec defines is called once or passed to a block: a forward holds no def."""
     _, source = compiled
-    assert not re.search(r"^ {8,}def ", source, re.MULTILINE)
+    forwards = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef)
+                and node.name == "forward"]
+    assert forwards and not any(isinstance(inner, ast.FunctionDef) for forward in forwards
+                                for inner in ast.walk(forward) if inner is not forward)
 
 
 def test_a_literal_repeat_count_is_written_as_a_number_even_where_a_parameter_has_its_value():
@@ -248,7 +251,7 @@ def test_a_literal_repeat_count_is_written_as_a_number_even_where_a_parameter_ha
 
 # The generated file's length (`wc -l`) at most, at the spec's sizes and at a real depth: shorter than
 # transformers' modeling files, as torchtitan's models are over their shared modules.
-LENGTHS = [("base", None, 200), ("modern/llama", None, 150), ("modern/qwen3", None, 160),
+LENGTHS = [("base", None, 220), ("modern/llama", None, 150), ("modern/qwen3", None, 160),
            ("modern/gemma3", None, 200), ("modern/gemma3", 62, 200), ("modern/mixtral", None, 200),
            ("modern/gpt_oss", None, 230), ("modern/qwen3_moe", None, 200), ("modern/qwen3_moe", 48, 200)]
 

@@ -28,7 +28,7 @@ from .delta_rule import GatedDeltaNet
 from .state_space import GroupRMSNorm, Mamba2Mixer
 from .experts import (BiasedExperts, BiasedMixtureOfExperts, ClampedSwiGLU, Experts, GeGLU, GroupedExperts,
                       MixtureOfExperts, Router, SwiGLU, TopKRouter)
-from .contracts import (CachedDecoder, CacheOwner, DecodingCache, MultiTokenPrediction,
+from .contracts import (CachedDecoder, CacheOwner, DecodingCache, InitializesWeights, MultiTokenPrediction,
                         ReadsWeightsAsMatrices, RecurrentMixer, Resettable, RoutedMixture,
                         TiesWeights)
 
@@ -47,5 +47,5 @@ __all__ = [
     "SwiGLU", "GeGLU", "ClampedSwiGLU",
     "MixtureOfExperts", "BiasedMixtureOfExperts",
     "DecodingCache", "CacheOwner", "CachedDecoder", "RoutedMixture", "RecurrentMixer",
-    "ReadsWeightsAsMatrices", "Resettable", "TiesWeights", "MultiTokenPrediction",
+    "ReadsWeightsAsMatrices", "Resettable", "TiesWeights", "InitializesWeights", "MultiTokenPrediction",
 ]

@@ -96,6 +96,14 @@ class TiesWeights(Protocol):
 
 
 @runtime_checkable
+class InitializesWeights(Protocol):
+    """A model that sets every tensor as its constructors do (a generated model's `init_weights()`,
+    torchtitan's name), for a model built on the meta device and given memory."""
+
+    def init_weights(self) -> None: ...
+
+
+@runtime_checkable
 class Resettable(Protocol):
     """A module that sets its own tensors (not its children's) as its constructor does: torch's
     modules and the library's (initialize.py)."""

@@ -5,9 +5,10 @@ tables), which no checkpoint holds.
 
 Initializing calls every module's `reset_parameters()` (torch's modules and the library's: each
 sets its own tensors as its constructor does) children first, in the order the constructors ran,
-so a seed gives the tensors construction would have given. A tied tensor keeps the value of the
-module it belongs to: the model's `tie_weights()` (generated where the spec ties tensors) ties them
-again after each step that gives every name a tensor of its own."""
+so a seed gives the tensors construction would have given. A generated model does it in its own
+`init_weights()`, which names the classes it resets; `initialize` does it for any other. A tied
+tensor keeps the value of the module it belongs to: the model's `tie_weights()` (generated where
+the spec ties tensors) ties them again after each step that gives every name a tensor of its own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn as nn
 
-from .contracts import Resettable, TiesWeights
+from .contracts import InitializesWeights, Resettable, TiesWeights
 
 
 def materialized(model: nn.Module, device: torch.device | str, *, init: bool) -> nn.Module:
@@ -25,7 +26,10 @@ def materialized(model: nn.Module, device: torch.device | str, *, init: bool) ->
     model = model.to_empty(device=device)
     if isinstance(model, TiesWeights):  # to_empty gave each tied name a tensor of its own
         model.tie_weights()
-    if init:
+    if init and isinstance(model, InitializesWeights):  # a generated model says how, in its file
+        with torch.no_grad():
+            model.init_weights()
+    elif init:
         initialize(model)
     else:
         derive_buffers(model)

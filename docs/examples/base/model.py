@@ -4,6 +4,7 @@ base.xspec: edit the spec, not this file."""
 import math
 from dataclasses import dataclass
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -163,6 +164,23 @@ class TransformerBase(nn.Module):  # the whole model: encode, decode, forward
             shared = self.encoder.embedding.embed.weight  # tie, base.xspec:74
             self.decoder.embedding.embed.weight = shared  # tie, base.xspec:74
             self.decoder.generator.weight = shared  # tie, base.xspec:74
+
+    def init_weights(self):
+        """Every tensor as the constructors set it, for a model built on the meta device."""
+        config = self.config
+        if config.tie_embeddings:  # base.xspec:73
+            shared = self.encoder.embedding.embed.weight  # base.xspec:74
+            self.decoder.embedding.embed.weight = nn.Parameter(  # untied, base.xspec:74
+                torch.empty_like(shared))
+            self.decoder.generator.weight = nn.Parameter(  # untied, base.xspec:74
+                torch.empty_like(shared))
+        def reset(module):
+            if isinstance(module, (
+                    nn.Linear, nn.LayerNorm, nn.Embedding, SinusoidalPositions,
+                    LearnedPositions, Attention)):
+                module.reset_parameters()
+        self.apply(reset)
+        self.tie_weights()
 
     def encode(self, src_tokens, src_padding_mask=None):
         """[B, S] tokens, [B, S] True at padding -> [B, S, d_model] memory."""

@@ -3,6 +3,7 @@ llama.xspec: edit the spec, not this file."""
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -96,6 +97,19 @@ class Llama(nn.Module):  # the whole model: decode, forward
         config = self.config
         if config.tie_word_embeddings:  # llama.xspec:44
             self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
+
+    def init_weights(self):
+        """Every tensor as the constructors set it, for a model built on the meta device."""
+        config = self.config
+        if config.tie_word_embeddings:  # llama.xspec:44
+            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:45
+                torch.empty_like(self.decoder.embed_tokens.weight))
+        def reset(module):
+            if isinstance(module, (
+                    nn.Linear, nn.RMSNorm, nn.Embedding, RotaryEmbedding, Attention)):
+                module.reset_parameters()
+        self.apply(reset)
+        self.tie_weights()
 
     def decode(self, tgt_tokens, cache=None):
         """[B, T] tokens -> [B, T, vocab] logits; with a cache, only the new tokens."""
