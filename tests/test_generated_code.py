@@ -157,6 +157,12 @@ model m {
     (("@dataclass\nclass TransformerTinyConfig:", "@dataclass(frozen=print)\nclass TransformerTinyConfig:"),
      "not a plain dataclass"),
     (("Model = ", "Model = print or "), "a module-level assignment"),
+    # init_weights() checks classes: the file's, the library's and torch.nn's that set tensors, nothing else.
+    (("                    nn.Linear, nn.LayerNorm,", "                    nn.modules, nn.LayerNorm,"),
+     "the name 'isinstance'"),
+    (("            if isinstance(module, (", "            if isinstance(module.__class__, ("), "'__class__'"),
+    (("                torch.empty_like(shared))", "                torch.load(shared))"),
+     "the name 'torch' here"),
     # The config computes fields in __post_init__ by assignments to its own fields, nothing else.
     (("    def __post_init__(self):", "    def setup(self):"), "other than __post_init__"),
     (("    def __post_init__(self):", "    def __post_init__(self, other):"), "other than __post_init__"),
