@@ -18,8 +18,8 @@ before anything compiles or runs it.
 
 from __future__ import annotations
 
-import copy
 import ast as pyast
+import copy
 import functools
 import itertools
 from typing import Callable, Mapping, Optional, Sequence, Union
@@ -836,12 +836,13 @@ def _untied(statement: pyast.stmt) -> pyast.stmt:
     """A statement of `tie_weights()` giving the tied tensor a parameter of its own instead, as its module's
     constructor did: `self.a.weight = nn.Parameter(torch.empty_like(owner))`."""
     for node in pyast.walk(statement):
-        untied = isinstance(node, pyast.Assign) and isinstance(node.targets[0], pyast.Attribute)
-        if isinstance(node, pyast.Assign) and untied:
+        untied = isinstance(node, pyast.For)  # a loop that unties each layer's
+        if isinstance(node, pyast.Assign) and isinstance(node.targets[0], pyast.Attribute):
             node.value = call("nn.Parameter", call("torch.empty_like", node.value))
+            untied = True
         note = note_of(node)
         if note is not None and note.text.startswith("tie, "):  # `shared = ...` names the spec line alone
-            noted(node, note.text.replace("tie, ", "untied, " if untied or isinstance(node, pyast.For) else "", 1))
+            noted(node, note.text.replace("tie, ", "untied, " if untied else "", 1))
     return statement
 
 
