@@ -151,6 +151,18 @@ def test_sampling_settings_come_from_generation_config_and_no_sample_means_greed
     assert capsys.readouterr().out.strip() == trained.tokenizer.decode(greedy)
 
 
+def test_beam_sampling_is_said_not_to_be_applied(tmp_path):
+    """do_sample with num_beams > 1 is transformers' beam sampling, which xspec's decoding lacks: it samples
+    one continuation a prompt. The import says so, as it says of every setting it does not apply."""
+    directory = checkpoint(tmp_path, "qwen3", False, {"do_sample": True, "num_beams": 3})
+    said: list[str] = []
+    import_checkpoint(directory, tmp_path / "run", say=said.append)
+    assert f"{directory}/generation_config.json: num_beams 3 with do_sample true (beam sampling) is not applied " \
+           "by xspec's decoding yet: continuations may differ from transformers' generate" in said
+    record = json.loads((tmp_path / "run" / "import.json").read_text())
+    assert "beam sampling" in record["generation_not_applied"]["num_beams"]
+
+
 def test_sampling_filters_come_from_generation_config_and_go_back_on_export(tmp_path):
     """min_p, typical_p, epsilon_cutoff and eta_cutoff are read where do_sample is true (runtime/sampling.py
     applies them as transformers' warpers do, tests/runtime/test_sampling_filters.py), and written back."""

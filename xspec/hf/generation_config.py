@@ -105,6 +105,11 @@ def read_generation(folder: InputDirectory, config: dict | None = None) -> Gener
         if key not in applied and value != neutral and value not in (None, [], {}):
             generation.notes[key] = "transformers' generate applies it; xspec's decoding does not yet"
             generation.changed.append(f"{key} {render(value)}")
+    beams = next(setting.value for setting in decode if setting.param == "beam")
+    if sample and beams != 1:  # generate samples within the beams; xspec draws one continuation a prompt
+        generation.notes["num_beams"] = ("with do_sample, transformers' generate samples within the beams "
+                                         "(beam sampling); xspec's sampling draws one continuation a prompt")
+        generation.changed.append(f"num_beams {render(beams)} with do_sample true (beam sampling)")
     for key in UNUSED:
         if key not in applied:
             cfg.ignore(key, "how generate runs, what it returns, or a length counted with the prompt; the decode "
