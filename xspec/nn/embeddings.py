@@ -3,7 +3,7 @@
 
 Every module of the library sets its own tensors (not its children's) in `reset_parameters()`, as
 torch's do, and its __init__ sets them the same way: a model built on the meta device is
-initialized by calling it children first (initialize.py)."""
+initialized by calling it children first (a generated model's `init_weights()`)."""
 
 import math
 
