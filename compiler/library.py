@@ -12,6 +12,8 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from .code_reads import attributes_read
+
 MODULE = "xspec.nn"  # where generated files import the library from
 # Its files, in the order a standalone file defines their classes.
 FILES = ("embeddings.py", "norms.py", "gating.py", "pooling.py", "rotary.py", "attention.py",
@@ -79,10 +81,8 @@ def resetting_classes(used: set[str], torch_made: set[str]) -> tuple[list[str], 
     the library's (its order) that define the method or extend a class that does, each unless a listed class
     it extends covers it."""
     classes = library_classes()
-    torch_names = set(torch_made)  # and those the library's classes (with the classes they extend) make
-    for name in with_bases(used):
-        torch_names |= {node.attr for node in ast.walk(classes[name].node) if isinstance(node, ast.Attribute)
-                        and isinstance(node.value, ast.Name) and node.value.id == "nn"}
+    # and those the library's classes (with the classes they extend) make
+    torch_names = {*torch_made, *attributes_read(*(classes[name].node for name in with_bases(used)), owner="nn")}
 
     @functools.cache
     def resets(name: str) -> bool:

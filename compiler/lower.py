@@ -811,8 +811,7 @@ class _Lowering:
         `reset_parameters()` (where its class sets tensors), children first in the order they were made, as
         `nn.Module.apply` visits them, so a seed gives the constructors' tensors; a tied tensor is first set
         on a tensor of its own, as construction set it, and tied again after (the owner's value stays)."""
-        made = {node.attr for node in pyast.walk(pyast.Module(list(self.order), []))
-                if isinstance(node, pyast.Attribute) and isinstance(node.value, pyast.Name) and node.value.id == "nn"}
+        made = set(attributes_read(*self.order, owner="nn"))
         torch_names, library = resetting_classes(_library_used(names_used(*self.order)), made)
         classes = pyast.Tuple([*(dotted(f"nn.{name}") for name in torch_names), *map(variable, library)],
                               pyast.Load())
