@@ -70,9 +70,9 @@ def read_generation(folder: InputDirectory, config: dict | None = None) -> Gener
         raise UserError(f"{where}: not a JSON object")
     cfg = ConfigReader(values, where)
     translation = _translation(cfg, config) if config is not None else []
-    sample = cfg.flag("do_sample", False)
+    sample, beams = cfg.flag("do_sample", False), cfg.number("num_beams", 1)
     decode = [Setting("sample", sample, _source(cfg, "do_sample", False)),
-              Setting("beam", cfg.number("num_beams", 1), _source(cfg, "num_beams", 1)), *_beams(cfg)]
+              Setting("beam", beams, _source(cfg, "num_beams", 1)), *_beams(cfg)]
     for key, default in (("temperature", 1.0), ("top_k", 50), ("top_p", 1.0)):
         if not sample:
             cfg.ignore(key, "a sampling setting; do_sample is false")
@@ -105,7 +105,6 @@ def read_generation(folder: InputDirectory, config: dict | None = None) -> Gener
         if key not in applied and value != neutral and value not in (None, [], {}):
             generation.notes[key] = "transformers' generate applies it; xspec's decoding does not yet"
             generation.changed.append(f"{key} {render(value)}")
-    beams = next(setting.value for setting in decode if setting.param == "beam")
     if sample and beams != 1:  # generate samples within the beams; xspec draws one continuation a prompt
         generation.notes["num_beams"] = ("with do_sample, transformers' generate samples within the beams "
                                          "(beam sampling); xspec's sampling draws one continuation a prompt")
