@@ -1,6 +1,6 @@
 """What keeping rotary angles saves a decoding step: the library's RotaryEmbedding, which makes the cos and
-sin of every position once and slices them, against the same module computing them in every layer's
-every call (as it did before), on a Llama decoding greedily with its cache.
+sin of every position once and slices them, against the same module computing them in every forward (a
+Llama's decoder makes them once a forward for all its layers), on a Llama decoding greedily with its cache.
 
     python bench/rotary_angles.py                     # 8 layers, 512 wide, batch 1 and 4
     python bench/rotary_angles.py --rounds 7 --steps 96
@@ -21,11 +21,12 @@ from xspec.nn import RotaryEmbedding
 from xspec.runtime.cache import DecoderCache
 
 
-def per_call(self: RotaryEmbedding, x: torch.Tensor, start: int, rows: None = None) -> torch.Tensor:
-    """The angles of this call's positions, computed anew (no row is padded here)."""
-    position = torch.arange(start, start + x.size(2), device=x.device, dtype=torch.float32)
+def per_call(self: RotaryEmbedding, x: torch.Tensor, cache: DecoderCache | None = None) -> torch.Tensor:
+    """The angles [2, B, 1, T, dim] of this call's positions, computed anew (no row is padded here)."""
+    start = cache.length if cache is not None else 0
+    position = torch.arange(start, start + x.size(1), device=x.device, dtype=torch.float32)
     angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)
-    return self.rotate(x, angles.cos(), angles.sin())
+    return torch.stack([angles.cos(), angles.sin()])[:, None, None].expand(-1, x.size(0), -1, -1, -1)
 
 
 def main() -> None:

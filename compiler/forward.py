@@ -235,10 +235,12 @@ class _Forward:
         dims, dtype = self.context.names.shape(shape)
         # The last size as the op that made it reads it (`d_ff` where d_model is the same number too).
         last = shape.dims[-1] if shape.dims else None
-        field = config_field(self.context.width(node_id)) if isinstance(last, int) else None
+        if not isinstance(last, int):
+            return dims, dtype
+        field = config_field(self.context.width(node_id))
         if field is not None and self.context.names.fields.get(field) == last:
             return (*dims[:-1], field), dtype
-        return dims, dtype
+        return (*dims[:-1], str(last)), dtype  # computed (int(head_dim * fraction)): no one field's
 
     # --- names --------------------------------------------------------------------------------
     def _bind(self, ref: str, name: str, top: bool) -> str:

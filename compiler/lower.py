@@ -551,6 +551,8 @@ class _Lowering:
                 self.widths[node.id] = total
             elif own is not None:
                 self.widths[node.id] = Arguments(node, self._width).attr(own)
+            elif (width_of := OPS[node.op].width_of) is not None:
+                self.widths[node.id] = width_of(node.attrs, Arguments(node, self._width))
             elif not kept:
                 self.widths[node.id] = self.names.size(size)
             elif kept[0] in self.widths:

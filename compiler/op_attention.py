@@ -15,8 +15,10 @@ quantity it holds (docs/language.md):
   bias, out_bias       biases of the Q, K, V projections and of the output projection
   fused_qkv            W^Q, W^K and W^V as rows of one matrix, qkv_proj (Phi-3's checkpoints)
 
-and, beside the query, key, value and padding mask, an input given by name: `position_bias`, added to the
-scores (T5's relative position bias, [1, heads, queries, keys]).
+and, beside the query, key, value and padding mask, inputs given by name: `position_bias`, added to the
+scores (T5's relative position bias, [1, heads, queries, keys]), and `position_embeddings`, the rotary angles
+a stack made once for its layers (op_rotary.py's rotary_embedding), which turn queries and keys in place of
+an embedding of the attention's own.
 
 Everything about the op is here: schema, rules between arguments, shape rule, learned tensors and buffers,
 lowering (xspec/nn/attention.py has the module), FLOPs, saved activations, and what diagrams say.
@@ -29,12 +31,14 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from .op_rotary import RotaryScaling, Settings, check_angles
+from .op_rotary import describe as describe_rotary
+from .op_rotary import embedding as rotary_embedding
+from .op_rotary import problems as rotary_problems
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
-from .python_code import binary, call, constant, variable, product
+from .python_code import call, constant, product, variable
 from .shapes import ShapeError, TensorType, concrete_last, require
 
-# "default": none, the name checkpoints give it (rope_type).
-RotaryScaling = Literal["default", "linear", "llama3", "yarn"]
 QKNorm = Literal["none", "head", "projection"]
 
 
@@ -84,11 +88,6 @@ class AttentionAttrs(Attrs):
     def has_out_bias(self) -> bool:
         return self.bias if self.out_bias is None else self.out_bias
 
-    @property
-    def rotary_dims(self) -> float:
-        """Features of each head the rotation turns: d_k, or its `rotary_fraction`."""
-        return self.d_k * self.rotary_fraction
-
 
 def _shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
     q = require(shapes["query"], "the query", min_rank=3)
@@ -108,12 +107,21 @@ def _shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
         if bias.dims[-3:] != expected or any(d != 1 for d in bias.dims[:-3]):
             raise ShapeError(f"the position bias {bias} must be a score's bias per head, query and key: "
                              f"{TensorType((1, *expected))}")
+    inferred: Inferred = {}
+    if "position_embeddings" in shapes:
+        if a.rotary or a.alibi:
+            raise ShapeError(f"position_embeddings and {'rotary' if a.rotary else 'alibi'} = true both encode "
+                             "positions: choose one")
+        if k.dims[-2] != q.dims[-2]:
+            raise ShapeError(f"position_embeddings turn keys of the queries' positions, but the keys {k} are of "
+                             f"other positions than the queries {q}")
+        inferred["turned"] = check_angles(shapes["position_embeddings"], q, a.d_k, "d_k")
     d_model = concrete_last(q, "the query")
     for name, x in (("key", k), ("value", v)):
         if concrete_last(x, f"the {name}") != d_model:
             raise ShapeError(f"the {name} {x} must have the query's width, d_model = {d_model}: its projection "
                              "reads d_model features")
-    return q, {"d_model": d_model}
+    return q, {"d_model": d_model, **inferred}
 
 
 def _check(a: AttentionAttrs) -> list[tuple[str, str]]:
@@ -138,49 +146,16 @@ def _check(a: AttentionAttrs) -> list[tuple[str, str]]:
 
 
 def _rotary_problems(a: AttentionAttrs) -> list[tuple[str, str]]:
-    """Rotary positions rotate pairs of features: a whole, even number of them, with a scaling that is
-    complete (its parameters given and sensible)."""
-    problems = []
-    rotary_options = [name for name in ("rotary_fraction", "rotary_scaling")
-                      if getattr(a, name) != AttentionAttrs.model_fields[name].default]
+    """The attention's own rotary settings (op_rotary.py's rules), each needing rotary = true."""
     if not a.rotary:
-        return [(name, f"{name} applies to rotary positions: it needs rotary = true") for name in rotary_options]
-    if not 0 < a.rotary_fraction <= 1:
-        return [("rotary_fraction", f"rotary_fraction = {a.rotary_fraction} is the share of each head's features "
-                                    "rotated: more than 0, at most 1")]
-    dims = a.rotary_dims
-    if a.rotary_fraction == 1 and a.d_k % 2:
-        problems.append(("d_k", f"rotary positions rotate pairs of features, so d_k must be even, got {a.d_k}"))
-    elif dims != int(dims) or int(dims) % 2:
-        problems.append(("rotary_fraction", f"rotary_fraction = {a.rotary_fraction} of d_k = {a.d_k} is {dims:g} "
-                                            "features, but rotary positions rotate pairs of features: it must be a "
-                                            "whole, even number"))
-    if a.rotary_fraction != 1 and a.rotary_scaling != "default":
-        problems.append(("rotary_scaling", f"rotary_scaling = \"{a.rotary_scaling}\" with rotary_fraction = "
-                                           f"{a.rotary_fraction}: a scaling of partial rotary positions is not "
-                                           "supported (no family has one)"))
-    return problems + rotary_scaling_problems(a)
+        return [(name, f"{name} applies to rotary positions: it needs rotary = true")
+                for name in ("rotary_fraction", "rotary_scaling")
+                if getattr(a, name) != AttentionAttrs.model_fields[name].default]
+    return rotary_problems(_rotary(a))
 
 
-def rotary_scaling_problems(a) -> list[tuple[str, str]]:
-    """A frequency scaling's parameters, given and sensible (attention's and latent attention's alike)."""
-    problems = []
-    if a.rotary_scaling != "default" and a.rotary_factor <= 0:
-        problems.append(("rotary_factor", f"rotary_factor = {a.rotary_factor} divides the frequencies: it must be "
-                                          "positive"))
-    if a.rotary_scaling in ("llama3", "yarn") and a.rotary_original_max_len is None:
-        problems.append(("rotary_scaling", f"rotary_scaling = \"{a.rotary_scaling}\" needs rotary_original_max_len, "
-                                           "the context length the checkpoint was trained at"))
-    if a.rotary_original_max_len is not None and a.rotary_original_max_len < 1:
-        problems.append(("rotary_original_max_len", "rotary_original_max_len must be a length of at least 1"))
-    if a.rotary_scaling == "llama3" and a.rotary_high_freq_factor <= a.rotary_low_freq_factor:
-        problems.append(("rotary_high_freq_factor", f"rotary_high_freq_factor = {a.rotary_high_freq_factor} must "
-                                                    f"exceed rotary_low_freq_factor = {a.rotary_low_freq_factor}: "
-                                                    "the frequencies between them are interpolated"))
-    if a.rotary_scaling == "yarn" and a.rotary_beta_fast <= a.rotary_beta_slow:
-        problems.append(("rotary_beta_fast", f"rotary_beta_fast = {a.rotary_beta_fast} must exceed rotary_beta_slow "
-                                             f"= {a.rotary_beta_slow}: they bound the features YaRN blends"))
-    return problems
+def _rotary(a: AttentionAttrs) -> Settings:
+    return Settings.of(a, "rotary_", "d_k")
 
 
 def _params(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
@@ -246,56 +221,14 @@ def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool)
     args = [inputs["query"], inputs["key"], inputs["value"]]
     if "mask" in inputs:
         args.append(inputs["mask"])  # forward(query, key, value, padding_mask=None, cache=None)
-    bias = {"position_bias": inputs["position_bias"]} if "position_bias" in inputs else {}
-    return call(f"self.{target}", *args, **({"cache": variable("cache")} if cache else {}), **bias)
+    named = {name: inputs[name] for name in ("position_bias", "position_embeddings") if name in inputs}
+    return call(f"self.{target}", *args, **({"cache": variable("cache")} if cache else {}), **named)
 
 
 def _norm(features: pyast.expr, a: AttentionAttrs, w: Written) -> pyast.expr:
     if a.qk_norm_offset == 0:
         return call("nn.RMSNorm", features, eps=w.attr("qk_norm_eps"))
     return call("RMSNorm", features, eps=w.attr("qk_norm_eps"), offset=w.attr("qk_norm_offset"))
-
-
-def rotary_module(a, w: Written, features: Optional[pyast.expr] = None) -> pyast.expr:
-    """The rotary embedding an attention holds: the class of its scaling (xspec/nn/rotary.py), its features
-    (`features`, else d_k or its rotary_fraction) and base, and the parameters that scaling reads."""
-    features = features or w.attr("d_k")
-    if a.rotary_fraction != 1:  # int(head_dim * partial_rotary_factor), as transformers computes it
-        features = call("int", _product(w, ("d_k", "rotary_fraction"), a.rotary_dims)) \
-            if w.from_config("d_k") or w.from_config("rotary_fraction") else constant(int(a.rotary_dims))
-    cls, names = ROTARY_CLASSES[a.rotary_scaling if a.rotary_fraction == 1 else "partial"]
-    keywords = {ROTARY_ARGUMENTS[attr]: _yarn_attention_factor(a, w) if _derived(a, w, attr) else w.attr(attr)
-                for attr in names}
-    return call(cls, features, w.attr("rotary_base"), **keywords)
-
-
-def _derived(a: AttentionAttrs, w: Written, name: str) -> bool:
-    return name == "rotary_attention_factor" and a.rotary_attention_factor is None and not w.from_config(name)
-
-
-def _yarn_attention_factor(a: AttentionAttrs, w: Written) -> pyast.expr:
-    """YaRN's attention factor where the spec gives none: 0.1 ln(factor) + 1 (1 for no scaling)."""
-    if a.rotary_factor <= 1:
-        return constant(1.0)
-    return binary(binary(constant(0.1), pyast.Mult(), call("math.log", w.attr("rotary_factor"))), pyast.Add(),
-                  constant(1.0))
-
-
-# Each scaling's class (xspec/nn/rotary.py) and the attributes it takes after the features and the base.
-ROTARY_CLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "default": ("RotaryEmbedding", ()),
-    "partial": ("PartialRotaryEmbedding", ()),
-    "linear": ("LinearRotaryEmbedding", ("rotary_factor",)),
-    "llama3": ("Llama3RotaryEmbedding", ("rotary_factor", "rotary_low_freq_factor", "rotary_high_freq_factor",
-                                         "rotary_original_max_len")),
-    "yarn": ("YarnRotaryEmbedding", ("rotary_factor", "rotary_original_max_len", "rotary_beta_fast",
-                                     "rotary_beta_slow", "rotary_attention_factor", "rotary_truncate")),
-}
-# The rotary classes' argument for each attribute they take.
-ROTARY_ARGUMENTS = {"rotary_factor": "factor", "rotary_original_max_len": "original_max_len",
-                    "rotary_low_freq_factor": "low_freq_factor", "rotary_high_freq_factor": "high_freq_factor",
-                    "rotary_beta_fast": "beta_fast", "rotary_beta_slow": "beta_slow",
-                    "rotary_attention_factor": "attention_factor", "rotary_truncate": "truncate"}
 
 
 def _product(w: Written, names: tuple[str, ...], value: float) -> pyast.expr:
@@ -326,7 +259,7 @@ def _module(a: AttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
         if a.qk_norm == "projection":
             keywords["norm_over"] = constant("projection")
     if a.rotary:
-        keywords["rotary"] = rotary_module(a, w)
+        keywords["rotary"] = rotary_embedding(_rotary(a), w)
     for keyword, attr, used in (("scale", "scale", a.scale is not None), ("window", "window", a.window is not None),
                                 ("alibi", "alibi", a.alibi), ("gate", "output_gate", a.output_gate),
                                 ("sinks", "sinks", a.sinks)):
@@ -350,7 +283,7 @@ def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
     """Derived tables: rotary's inverse frequencies, ALiBi's slopes."""
     buffers: dict[str, tuple[int, ...]] = {}
     if a.rotary:
-        buffers["rotary.inverse_frequency"] = (int(a.rotary_dims) // 2,)
+        buffers["rotary.inverse_frequency"] = (int(_rotary(a).features) // 2,)
     if a.alibi:
         buffers["slopes"] = (a.heads,)
     return buffers
@@ -358,24 +291,19 @@ def _buffers(a: AttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
 
 def _facts(a: AttentionAttrs, i: Inferred) -> dict[str, object]:
     facts: dict[str, object] = {"heads": a.heads, "kv_heads": a.key_heads, "d_k": a.d_k, "d_v": a.d_v}
-    if a.rotary or a.alibi:
+    if a.rotary or a.alibi:  # rotary angles passed in: the op that makes them says so
         facts["positions"] = "rotary" if a.rotary else "alibi"
     return facts
 
-
-_SCALING_NAMES = {"linear": "linear", "llama3": "Llama 3", "yarn": "YaRN"}
 
 
 def _details(a: AttentionAttrs, i: Inferred) -> list[str]:
     heads = f"h = {a.heads}" + (f", kv heads {a.key_heads}" if a.key_heads != a.heads else "")
     details = [f"{heads}, d_k = {a.d_k}, d_v = {a.d_v}"]
     if a.rotary:
-        rotary = "rotary positions" + (f", base {a.rotary_base:g}" if a.rotary_base != 10000 else "")
-        if a.rotary_fraction != 1:
-            rotary += f", {int(a.rotary_dims)} of {a.d_k} features"
-        if a.rotary_scaling != "default":
-            rotary += f", {_SCALING_NAMES[a.rotary_scaling]} ×{a.rotary_factor:g}"
-        details.append(rotary)
+        details.append(describe_rotary(_rotary(a)))
+    elif i.get("turned"):
+        details.append("rotary positions, the stack's")
     if a.alibi:
         details.append("ALiBi")
     if a.window is not None:
@@ -402,7 +330,8 @@ ATTENTION = OpDef(
     doc="multi-head scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1-3.2.2)",
     family=Family.ATTENTION,
     inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True),
-            Input("position_bias", optional=True, keyword=True)),
+            Input("position_bias", optional=True, keyword=True),
+            Input("position_embeddings", optional=True, keyword=True)),
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,

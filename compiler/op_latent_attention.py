@@ -3,15 +3,18 @@ al., 2024, §2.1), as DeepSeek-V2, DeepSeek-V3 and Kimi K2 have it. Attributes c
 checkpoint configuration's quantities:
 
     latent_attention(x, heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
-                     q_lora_rank = 0, norm_eps = 1e-6, bias = false, scale = 1 / sqrt(d_k), rotary_* ...)
+                     q_lora_rank = 0, norm_eps = 1e-6, bias = false, scale = 1 / sqrt(d_k),
+                     position_embeddings = rope)
 
 Each head's query and key are qk_nope_head_dim features without positions and qk_rope_head_dim turned by
-rotary positions. Keys (their first part) and values come from one latent of kv_lora_rank features per
-token, RMS-normalized; the key's rotary part is one per token, shared by the heads. Queries come through
-their own latent of q_lora_rank features (normalized) or, with 0, straight from x. The scores' scale is
-`scale`, or 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim). The attention is causal self-attention; the
-decoding cache keeps, per position, the latent and the rotary key (kv_lora_rank + qk_rope_head_dim
-numbers, not heads * (d_k + d_v)).
+rotary positions: the angles a stack made once for its layers (`position_embeddings`, op_rotary.py's
+rotary_embedding of qk_rope_head_dim features), or, without them, an embedding of the op's own of its
+`rotary_*` settings (the form older specs have). Keys (their first part) and values come from one latent
+of kv_lora_rank features per token, RMS-normalized; the key's rotary part is one per token, shared by the
+heads. Queries come through their own latent of q_lora_rank features (normalized) or, with 0, straight from
+x. The scores' scale is `scale`, or 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim). The attention is causal
+self-attention; the decoding cache keeps, per position, the latent and the rotary key (kv_lora_rank +
+qk_rope_head_dim numbers, not heads * (d_k + d_v)).
 
 Everything about the op is here; xspec/nn/latent_attention.py has the module.
 """
@@ -23,10 +26,12 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from .op_attention import rotary_module, rotary_scaling_problems
+from .op_rotary import Settings, check_angles
+from .op_rotary import embedding as rotary_embedding
+from .op_rotary import scaling_problems as rotary_scaling_problems
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
 from .python_code import binary, call, constant, variable
-from .shapes import TensorType, concrete_last, require
+from .shapes import ShapeError, TensorType, concrete_last, require
 
 
 class LatentAttentionAttrs(Attrs):
@@ -39,7 +44,8 @@ class LatentAttentionAttrs(Attrs):
     norm_eps: float = Field(1e-6, gt=0)  # the latents' RMSNorm
     bias: bool = False  # the biases of the latents' down projections and of the output projection
     scale: Optional[float] = None  # the scores' scale; None: 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)
-    # Rotary positions, as attention's: the base and the frequency scaling a checkpoint declares.
+    # Its own rotary positions, as attention's (none where position_embeddings are passed): the base and the
+    # frequency scaling a checkpoint declares.
     rotary_base: float = Field(10000.0, gt=1)
     rotary_scaling: Literal["default", "yarn"] = "default"
     rotary_factor: float = 1.0
@@ -55,18 +61,32 @@ class LatentAttentionAttrs(Attrs):
         return True
 
     @property
-    def rotary_fraction(self) -> float:
-        """Every feature of qk_rope_head_dim turns (rotary_module reads it)."""
-        return 1.0
-
-    @property
     def d_k(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 def _shape(shapes: Shapes, a: LatentAttentionAttrs) -> tuple[TensorType, Inferred]:
     x = require(shapes["x"], "the input", min_rank=3)
-    return x, {"d_model": concrete_last(x, "the input"), "self_attention": True}
+    inferred: Inferred = {"d_model": concrete_last(x, "the input"), "self_attention": True}
+    if "position_embeddings" in shapes:
+        turned = check_angles(shapes["position_embeddings"], x, a.qk_rope_head_dim, "qk_rope_head_dim")
+        if turned != a.qk_rope_head_dim:
+            raise ShapeError(f"the position embeddings turn {turned} features, but latent attention turns "
+                             f"qk_rope_head_dim = {a.qk_rope_head_dim}")
+        if _own_rotary_set(a):
+            raise ShapeError(f"position_embeddings and {', '.join(_own_rotary_set(a))}: the rotary settings belong "
+                             "to the rotary_embedding that makes the position embeddings")
+        inferred["turned"] = turned
+    return x, inferred
+
+
+def _own_rotary_set(a: LatentAttentionAttrs) -> list[str]:
+    """The rotary settings given to the op itself (its own embedding's)."""
+    return [name for name in a.model_fields_set if name.startswith("rotary_")]
+
+
+def _rotary(a: LatentAttentionAttrs) -> Settings:
+    return Settings.of(a, "rotary_", "qk_rope_head_dim")
 
 
 def _check(a: LatentAttentionAttrs) -> list[tuple[str, str]]:
@@ -76,7 +96,7 @@ def _check(a: LatentAttentionAttrs) -> list[tuple[str, str]]:
                                              f"be even, got {a.qk_rope_head_dim}"))
     if a.scale is not None and a.scale <= 0:
         problems.append(("scale", f"scale = {a.scale}: the scores' scale must be positive"))
-    return problems + rotary_scaling_problems(a)
+    return problems + rotary_scaling_problems(_rotary(a))
 
 
 def _params(a: LatentAttentionAttrs, i: Inferred) -> dict[str, tuple[int, ...]]:
@@ -120,19 +140,20 @@ def _saved(a: LatentAttentionAttrs, i: Inferred, n: int, n_in: dict[str, int]) -
 
 
 def _module(a: LatentAttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
-    """LatentAttention(d_model, heads, kv_lora_rank, nope, rope, v, q_rank=..., rotary=..., eps, bias,
-    scale): q_rank 0 for queries made directly."""
+    """LatentAttention(d_model, heads, kv_lora_rank, nope, rope, v, q_rank=..., eps, bias, scale, and
+    rotary=... where no angles are passed in): q_rank 0 for queries made directly."""
     d_model, heads = w.width("x"), w.attr("heads")
     nope, rope = w.attr("qk_nope_head_dim"), w.attr("qk_rope_head_dim")
     head_dim = binary(nope, pyast.Add(), rope)
     scale = w.attr("scale") if a.scale is not None else binary(head_dim, pyast.Pow(), constant(-0.5))
+    own = {} if i.get("turned") else {"rotary": rotary_embedding(_rotary(a), w)}
     return call("LatentAttention", d_model, heads, w.attr("kv_lora_rank"), nope, rope, w.attr("v_head_dim"),
-                q_rank=w.attr("q_lora_rank"), rotary=rotary_module(a, w, rope), eps=w.attr("norm_eps"),
-                bias=w.attr("bias"), scale=scale)
+                q_rank=w.attr("q_lora_rank"), eps=w.attr("norm_eps"), bias=w.attr("bias"), scale=scale, **own)
 
 
 def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
-    return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}))
+    angles = {"position_embeddings": inputs["position_embeddings"]} if "position_embeddings" in inputs else {}
+    return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}), **angles)
 
 
 def _details(a: LatentAttentionAttrs, i: Inferred) -> list[str]:
@@ -147,10 +168,10 @@ LATENT_ATTENTION = OpDef(
     doc="multi-head latent attention: causal self-attention whose keys and values come from a small latent per "
         "token (DeepSeek-V2 §2.1)",
     family=Family.ATTENTION,
-    inputs=(Input("x"),),
+    inputs=(Input("x"), Input("position_embeddings", optional=True, keyword=True)),
     attrs=LatentAttentionAttrs, infer=_shape, params=_params, check=_check,
     module=_module, call=_call, uses_cache=True,
-    buffers=lambda a, i: {"rotary.inverse_frequency": (a.qk_rope_head_dim // 2,)},
+    buffers=lambda a, i: {} if i.get("turned") else {"rotary.inverse_frequency": (a.qk_rope_head_dim // 2,)},
     title="Multi-Head Latent Attention", details=_details,
     facts=lambda a, i: {"heads": a.heads, "kv_heads": a.heads, "d_k": a.d_k, "d_v": a.v_head_dim,
                         "positions": "rotary", "kv_lora_rank": a.kv_lora_rank},

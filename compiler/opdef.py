@@ -148,6 +148,8 @@ class OpDef(Generic[AttrsT]):
     # The attribute whose value is the output's last size (linear: `out`); None: the op keeps the last
     # size of an input (a norm, attention, an addition), which generated code then names as that input's.
     width: Optional[str] = None
+    # ... or, where no one attribute is it, the code that computes it from them (int(dim * fraction)).
+    width_of: Optional[Callable[[AttrsT, Written], ast.expr]] = None
     # The learned tensor that makes its output (attention's W^O), where the op ends a sublayer whose output
     # is added to a residual stream: the weight a depth-scaled initialization scales (compiler/residual.py).
     output_weight: Optional[str] = None

@@ -48,28 +48,31 @@ def run_through_flex(module: nn.Module, attrs: AttentionAttrs, compiled: bool = 
     module.forward = types.MethodType(_flex_forward(attrs, compiled, type(module).forward), module)
 
 
-def heads_of(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
-             value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def heads_of(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             angles: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A generated attention's queries [B, h, Tq, d_k], keys [B, kv_h, Tk, d_k] and values [..., d_v], by
-    its own steps (positions, norms) and without a cache, as its forward makes them."""
-    q, k, v, _ = _heads_and_gate(module, query, key, value)
+    its own steps (positions, norms) and without a cache, as its forward makes them: turned by the stack's
+    rotary `angles` where it passes them."""
+    q, k, v, _ = _heads_and_gate(module, query, key, value, angles)
     return q, k, v
 
 
-def _heads_and_gate(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+def _heads_and_gate(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    angles: Optional[torch.Tensor]
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """heads_of's queries, keys and values, and the attention's output gate (None without one)."""
     attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
-    return attention.heads_of(query, key, value)
+    return attention.heads_of(query, key, value, None, angles)
 
 
 def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torch.Tensor]):
     def forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 padding_mask: Optional[torch.Tensor] = None, cache: Any = None,
-                position_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                position_bias: Optional[torch.Tensor] = None,
+                position_embeddings: Optional[torch.Tensor] = None) -> torch.Tensor:
         if cache is not None or (module.training and attrs.dropout) or position_bias is not None:
-            return own(module, query, key, value, padding_mask, cache, position_bias)
-        q, k, v, gate = _heads_and_gate(module, query, key, value)
+            return own(module, query, key, value, padding_mask, cache, position_bias, position_embeddings)
+        q, k, v, gate = _heads_and_gate(module, query, key, value, position_embeddings)
         sinks = module.sinks if attrs.sinks else None
         out = flex_attention(q, k, v, attrs, padding_mask, sinks, compiled)
         return module.o_proj(module.gated(out.transpose(1, 2).flatten(2), gate))

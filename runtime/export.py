@@ -135,7 +135,7 @@ class EncoderGraph(nn.Module):
         keys, values = [], []
         for attention in self.memory_attention:
             # What the module computes of a memory tensor and keeps in a DecoderCache (no cache: no position).
-            k, v = attention.keys_values(memory, memory, 0, None)  # type: ignore[operator]
+            k, v = attention.keys_values(memory, memory, None)  # type: ignore[operator]
             keys.append(k)
             values.append(v)
         return memory, keys, values

@@ -21,3 +21,19 @@ def compose(d_model: int, heads: int, d_k: int, d_v: int, kv_heads: int | None =
         options["inner_attention"] = WrittenOutAttention(softcap=softcap, dropout=options.pop("dropout", 0.0))
     return Attention(d_model, heads, kv_heads or heads, d_k, d_v, bias=bias, out_bias=bias, causal=causal,
                      cross=not self_attention, **options)
+
+
+class Positions:
+    """What a rotary embedding reads of a cache: the positions decoded, and each row's own where padded."""
+
+    def __init__(self, length: int = 0, rows: torch.Tensor | None = None) -> None:
+        self.length, self.rows = length, rows
+
+    def row_positions(self, new: int) -> torch.Tensor | None:
+        return self.rows
+
+
+def turned(rotary: torch.nn.Module, x: torch.Tensor, start: int = 0, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """x [B, h, T, d] turned by `rotary`'s angles of positions start, start + 1, ... (or each row's `rows`
+    [B, T]), as an attention turns its queries and keys."""
+    return Attention.turned(x, rotary(x[:, 0], Positions(start, rows)))

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from xspec.compiler.op_attention import AttentionAttrs
-from xspec.nn import (Attention, LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
+from xspec.nn import (Attention, LinearRotaryEmbedding, Llama3RotaryEmbedding,
                       RMSNorm, RotaryEmbedding, YarnRotaryEmbedding)
 from xspec.runtime.attention_kernels import flex_attention, heads_of
 from xspec.runtime.cache import DecoderCache
 from xspec.viz.attention import scores_inputs
-from attention_pieces import compose
+from attention_pieces import compose, turned
 from float32 import assert_close
 
 # FlexAttention off CUDA runs its unfused reference implementation, and says so: these tests want exactly that.
@@ -48,7 +48,7 @@ def reference(module: Attention, x: torch.Tensor, allowed: torch.Tensor) -> torc
     if q_norm is not None and norm_per_head:
         q, k = q_norm(q), k_norm(k)
     if module.rotary is not None:
-        q, k = module.rotary(q, 0), module.rotary(k, 0)
+        q, k = turned(module.rotary, q), turned(module.rotary, k)
     softcap = module.inner_attention.softcap if module.inner_attention is not None else None
     sinks, scale = module.sinks, module.scale if module.scale is not None else d_k ** -0.5
     heads = []
@@ -89,7 +89,7 @@ OPTIONS = [
     {"q_norm": torch.nn.RMSNorm(8, eps=1e-6), "k_norm": torch.nn.RMSNorm(8, eps=1e-6)},            # per head
     {"q_norm": torch.nn.RMSNorm(32, eps=1e-6), "k_norm": torch.nn.RMSNorm(16, eps=1e-6)},           # projection
     {"q_norm": RMSNorm(8, offset=1.0), "k_norm": RMSNorm(8, offset=1.0), "rotary": RotaryEmbedding(8, 10000.0)},
-    {"rotary": PartialRotaryEmbedding(4, 500.0)},                                               # partial
+    {"rotary": RotaryEmbedding(4, 500.0)},                                               # partial
     {"window": 4, "softcap": 3.0, "sinks": True, "rotary": RotaryEmbedding(8, 10000.0), "scale": 0.2},
 ]
 
@@ -208,7 +208,7 @@ def test_qk_norm_normalizes_before_the_rotation(per_head):
     q = q.unflatten(-1, (4, 8)).transpose(1, 2)
     if per_head:
         q = q / q.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * module.q_norm.weight
-    q = module.rotary(q, 0)
+    q = turned(module.rotary, q)
     expected, _, _, _ = scores_inputs(module, x, x, x, None)
     assert_close(expected, q)
 
@@ -266,21 +266,22 @@ def test_rotary_scalings_turn_positions_beyond_the_original_context_as_hugging_f
     position = 3000                                              # far past the original 256 positions
     angles = position * frequencies
     cos, sin = torch.cat([angles.cos()] * 2) * factor, torch.cat([angles.sin()] * 2) * factor
-    turned = x * cos + torch.cat([-x[..., 32:], x[..., :32]], -1) * sin
-    assert_close(rotary(x[:, :, :1], position), turned[:, :, :1])
+    expected = x * cos + torch.cat([-x[..., 32:], x[..., :32]], -1) * sin
+    assert_close(turned(rotary, x[:, :, :1], position), expected[:, :, :1])
     # Dropping the scaling changes what a position far out becomes.
-    assert not torch.allclose(RotaryEmbedding(64, 10000.0)(x[:, :, :1], position), turned[:, :, :1], atol=1e-3)
+    assert not torch.allclose(turned(RotaryEmbedding(64, 10000.0), x[:, :, :1], position), expected[:, :, :1],
+                              atol=1e-3)
 
 
 @torch.no_grad()
 def test_partial_rotary_turns_the_first_features_and_passes_the_rest():
     frequencies, _ = hf_frequencies({"rope_type": "default"}, head_dim=16, fraction=0.5)
-    rotary = PartialRotaryEmbedding(8, 10000.0)
+    rotary = RotaryEmbedding(8, 10000.0)
     assert_close(rotary.inverse_frequency, frequencies)
     x = torch.randn(1, 1, 4, 16)
-    out = rotary(x, 5)
+    out = turned(rotary, x, 5)
     assert torch.equal(out[..., 8:], x[..., 8:])
-    assert_close(out[..., :8], RotaryEmbedding(8, 10000.0)(x[..., :8], 5))
+    assert_close(out[..., :8], turned(RotaryEmbedding(8, 10000.0), x[..., :8], 5))
 
 
 @pytest.mark.parametrize("spec_path", ["specs/modern/gemma2.xspec", "specs/modern/gpt_oss.xspec",
@@ -314,7 +315,7 @@ def test_the_runtimes_flex_attention_gives_the_models_own_logits(spec_path):
 def test_fused_projections_compute_what_three_matrices_do_in_one_product(gate):
     """Phi-3's qkv_proj: W^Q, W^K and W^V as rows of one matrix give the three projections' attention, in a
     forward, in cached decoding and through FlexAttention, and initialize each part as its own matrix."""
-    options = dict(rotary=PartialRotaryEmbedding(4, 10000.0), q_norm=RMSNorm(8), k_norm=RMSNorm(8), gate=gate)
+    options = dict(rotary=RotaryEmbedding(4, 10000.0), q_norm=RMSNorm(8), k_norm=RMSNorm(8), gate=gate)
     apart = compose(32, heads=4, d_k=8, d_v=6, kv_heads=2, bias=True, causal=True, **options).eval()
     for parameter in apart.parameters():   # biases and norms start at what makes them inert: move them
         parameter.copy_(torch.randn_like(parameter) * 0.3)

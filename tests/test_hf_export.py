@@ -169,8 +169,8 @@ def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():
 @pytest.mark.parametrize("spec, overrides, message", [
     ("specs/lm.xspec", {}, "spec 'transformer_lm' maps to none of the Hugging Face families; the closest, gemma2, "
                            "differs at decoder.embedding.positions (sinusoidal_positions: layout=interleaved, "
-                           "max_len=1024; shape [tgt_len, 128]), where gemma2 has decoder.layers.0.input_layernorm "
-                           "(rms_norm"),
+                           "max_len=1024; shape [tgt_len, 128]), where gemma2 has decoder.rotary_emb "
+                           "(rotary_embedding"),
     ("specs/modern/llama.xspec", {"norm_first": True, "mlp_bias": True, "rms_norm_eps": 1e-5},
      None),   # parameters the family writes: maps
     ("specs/modern/alibi.xspec", {}, "maps to none of the Hugging Face families; the closest, gemma2, differs at "

@@ -201,8 +201,8 @@ SPEC_CASES = [
     ("deepseek_v3", lambda c: c.update(kv_lora_rank=10 ** 9),
      "the model it describes has 459,0"),
     ("llama3", lambda c: c.update(hidden_size=66),
-     "hidden_size 66, num_attention_heads 4: d_model / heads = 66 / 4 is not a whole number, but attention needs a "
-     "whole d_k"),
+     "hidden_size 66, num_attention_heads 4: d_model / heads = 66 / 4 is not a whole number, but rotary_embedding "
+     "needs a whole dim"),
 ]
 
 

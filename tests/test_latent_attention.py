@@ -60,7 +60,8 @@ def test_reordering_the_cache_moves_every_rows_latent():
 
 
 def test_an_odd_rotary_width_is_refused_at_its_argument():
-    with pytest.raises(xspec.SpecError, match="qk_rope_head_dim must be even"):
+    with pytest.raises(xspec.SpecError, match=r"deepseek_v3.xspec:42:32: error: rotary_embedding: rotary positions "
+                                              "rotate pairs of features, so dim must be even, got 5"):
         xspec.compile("specs/modern/deepseek_v3.xspec", overrides={"qk_rope_head_dim": 5})
 
 
@@ -137,7 +138,7 @@ def test_attention_maps_read_latent_attention_through_its_own_steps():
     assert_close(weights.sum(-1), torch.ones(2, 7))
     attention = net.decoder.layers[0].self_attn
     x = net.decoder.layers[0].input_layernorm(net.decoder.embed_tokens(tokens))
-    q_nope, q_rope, latent, k_rope = attention.project(x, 0)
+    q_nope, q_rope, latent, k_rope = attention.project(x, net.decoder.rotary_emb(x))
     _, values = attention.keys_values(latent, k_rope)
     assert_close(weights @ values[0], attention.attend(q_nope, q_rope, latent, k_rope)[0])
 

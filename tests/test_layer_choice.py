@@ -23,7 +23,7 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
     assert not [line for line in source.split("\n") if len(line) >= LINE_LIMIT]
     assert re.findall(r"^class (LmLayer\w*)\(", source, re.M) == ["LmLayer"]
     assert "[LmLayer(config, i) for i in range(config.layers)]" in source
-    assert "        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:19\n" in source
+    assert "        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:21\n" in source
     model = spec.build("cpu")
     windows = [getattr(layer.self_attn, "window", None) for layer in model.decoder.layers]
     assert windows == [None if (i + 1) % 6 == 0 else 8 for i in range(62)]

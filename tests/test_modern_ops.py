@@ -13,7 +13,7 @@ import xspec
 from xspec.nn import Attention, RotaryEmbedding
 from xspec.runtime.cache import DecoderCache
 from xspec.viz.attention import scores_inputs, sdpa_weights
-from attention_pieces import compose
+from attention_pieces import compose, turned
 from float32 import assert_close
 
 LLAMA = "specs/modern/llama.xspec"
@@ -59,15 +59,15 @@ def rotate_by_pairs(x: torch.Tensor, start: int, base: float = 10000.0) -> torch
 def test_rotary_positions_rotate_each_feature_pair_by_its_angle():
     attention = only_attention(rotary=True)
     x = torch.randn(2, 4, 6, 8)
-    assert_close(attention.rotary(x, start=3), rotate_by_pairs(x, start=3))
+    assert_close(turned(attention.rotary, x, start=3), rotate_by_pairs(x, start=3))
 
 
 @torch.no_grad()
 def test_rotary_scores_depend_on_relative_positions_only():
     attention = only_attention(rotary=True)
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
-    near = attention.rotary(q, 7) @ attention.rotary(k, 5).transpose(-2, -1)
-    far = attention.rotary(q, 107) @ attention.rotary(k, 105).transpose(-2, -1)
+    near = turned(attention.rotary, q, 7) @ turned(attention.rotary, k, 5).transpose(-2, -1)
+    far = turned(attention.rotary, q, 107) @ turned(attention.rotary, k, 105).transpose(-2, -1)
     assert_close(near, far)
 
 

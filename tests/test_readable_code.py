@@ -130,7 +130,7 @@ def test_sizes_come_from_the_config_by_the_spec_names():
             "            config.d_model, config.d_ff, bias=config.mlp_bias)") in source
     assert "nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)" in source
     assert "config.d_model, config.heads, config.kv_heads, config.d_k, config.d_v," in source
-    assert "rotary=RotaryEmbedding(config.d_k, config.rope_theta)" in source
+    assert "self.rotary_emb = RotaryEmbedding(config.d_k, config.rope_theta)" in source
     # An argument the spec computes from parameters is written so (exactly the same value), a power too.
     assert "scale=config.query_pre_attn_scalar ** -0.5" in xspec.compile("specs/modern/gemma2.xspec").python_source
     assert ("        self.embed = ScaledEmbedding(  # base.xspec:33\n"
@@ -212,7 +212,7 @@ def test_an_option_the_spec_reads_from_a_parameter_is_a_config_field_even_at_its
     exec(compile_checked(spec.python_source, "model.py"), namespace)
     edited = namespace["Model"](namespace["LlamaConfig"](rope_theta=500000.0))
     built = xspec.compile("specs/modern/llama.xspec", overrides={"rope_theta": 500000.0}).build("cpu")
-    name = "decoder.layers.0.self_attn.rotary.inverse_frequency"
+    name = "decoder.rotary_emb.inverse_frequency"
     assert dict(edited.named_buffers())[name].tolist() == dict(built.named_buffers())[name].tolist()
 
 
@@ -228,7 +228,7 @@ def test_a_spec_function_called_once_is_written_where_it_is_called():
     once: its steps in place of the call, the argument named after the parameter; no nested def."""
     source = xspec.compile("specs/modern/gemma2.xspec").python_source
     assert ("        h = self.input_layernorm(x)  # gemma2.xspec:36\n"
-            "        h = self.self_attn(h, h, h, cache=cache)  # gemma2.xspec:36\n") in source
+            "        h = self.self_attn(h, h, h, cache=cache, position_embeddings=rope)  # gemma2.xspec:36\n") in source
     assert "attend" not in source and " = lambda " not in source
 
 

@@ -1,14 +1,15 @@
 """Rotary angles are made once and sliced by every forward (xspec/nn/rotary.py): a forward of a Llama
-computes no cos or sin once its positions have been reached, and the rotation is the one computed from
-the angles of the positions themselves."""
+computes no cos or sin once its positions have been reached, its decoder makes them for all its layers
+and passes them down, and the rotation is the one computed from the angles of the positions themselves."""
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 import xspec
 from float32 import assert_close
-from xspec.nn import LinearRotaryEmbedding, RotaryEmbedding, YarnRotaryEmbedding
+from xspec.nn import Attention, LinearRotaryEmbedding, RotaryEmbedding, YarnRotaryEmbedding
 from xspec.runtime.cache import DecoderCache
+from attention_pieces import turned
 
 
 class TrigonometryCount(TorchFunctionMode):
@@ -36,8 +37,20 @@ def test_a_forward_of_an_eight_layer_llama_computes_its_angles_once_for_every_la
         model.decode(tokens[:, 20:21], cache=cache)
     assert first.calls == 2  # one cos and one sin, for every layer
     assert again.calls == 0
+    embeddings = [name for name, module in model.named_modules() if isinstance(module, RotaryEmbedding)]
+    assert embeddings == ["decoder.rotary_emb"]     # the decoder's, whose angles every layer reads
+
+
+def test_attentions_with_embeddings_of_their_own_share_one_table():
+    """The form older specs have (`rotary = true` on each attention): one table for all the layers."""
+    RotaryEmbedding.tables.clear()
+    source = open("specs/modern/llama.xspec").read().replace("position_embeddings = rope", "rotary = true")
+    model = xspec.compile_source(source, "specs/modern/llama.xspec", overrides={"layers": 4}).build("cpu").eval()
+    with torch.no_grad(), TrigonometryCount() as counted:
+        model(torch.randint(4, 1000, (2, 24)))
+    assert counted.calls == 2   # one table, the decoder's (unread here), for the four layers too
     tables = {module.turns.data_ptr() for module in model.modules() if isinstance(module, RotaryEmbedding)}
-    assert len(tables) == 1     # the layers' embeddings share one table
+    assert len(tables) == 1
 
 
 def test_the_kept_angles_turn_as_the_positions_own_do():
@@ -45,12 +58,14 @@ def test_the_kept_angles_turn_as_the_positions_own_do():
     for rotary in (RotaryEmbedding(16, 10000.0), LinearRotaryEmbedding(16, 10000.0, 4.0),
                    YarnRotaryEmbedding(16, 10000.0, 4.0, 64, 32.0, 1.0, 1.2, True)):
         x = torch.randn(2, 3, 5, 16)
-        rotary(x, 0)  # angles for 5 positions
+        turned(rotary, x, 0)  # angles for 5 positions
         for start in (0, 3, 7, 40):
             position = torch.arange(start, start + 5, dtype=torch.float32)
             angles = torch.outer(position, rotary.inverse_frequency).repeat(1, 2)
+            scale = getattr(rotary, "attention_factor", 1.0)
             # cos and sin of the same angles, over tensors of other shapes: SIMD lanes may round apart
-            assert_close(rotary(x, start), rotary.rotate(x, angles.cos(), angles.sin()), rel=1e-6)
+            expected = Attention.turned(x, torch.stack([angles.cos(), angles.sin()]) * scale)
+            assert_close(turned(rotary, x, start), expected, rel=1e-6)
         assert rotary.turns.size(1) == 45  # 5, 10 (twice 5), 20 (twice 10), then 45 (past twice 20)
 
 
@@ -60,11 +75,11 @@ def test_while_traced_the_angles_are_those_of_the_table(monkeypatch):
     for rotary in (RotaryEmbedding(16, 10000.0), YarnRotaryEmbedding(16, 10000.0, 4.0, 64, 32.0, 1.0, 1.2, True)):
         x = torch.randn(2, 3, 5, 16)
         rows = torch.tensor([[0, 0, 0, 1, 2], [3, 4, 5, 6, 7]])
-        kept = rotary(x, 3), rotary(x, 3, rows)
+        kept = turned(rotary, x, 3), turned(rotary, x, 3, rows)
         with monkeypatch.context() as traced:
             traced.setattr(torch.compiler, "is_compiling", lambda: True)
             grown = rotary.turns.size(1)
-            assert_close(rotary(x, 3), kept[0], rel=1e-6)
-            assert_close(rotary(x, 40, None), rotary.rotate(x, *rotary.angles(45)[:, 40:].unbind(0)), rel=1e-6)
-            assert_close(rotary(x, 3, rows), kept[1], rel=1e-6)
+            assert_close(turned(rotary, x, 3), kept[0], rel=1e-6)
+            assert_close(turned(rotary, x, 40), Attention.turned(x, rotary.angles(45)[:, 40:]), rel=1e-6)
+            assert_close(turned(rotary, x, 3, rows), kept[1], rel=1e-6)
             assert rotary.turns.size(1) == grown    # the table is not touched while traced

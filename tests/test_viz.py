@@ -211,33 +211,34 @@ def test_diff_marks_added_removed_and_layer_counts(tmp_path):
 
 def test_diff_compares_every_layer_of_a_stack_and_names_those_that_differ(tmp_path):
     """A stack is drawn as its first layer; a variant that changes only later layers (no rotary positions in
-    every fourth) is marked on the op drawn, naming the layers."""
+    every fourth: its attention reads no angles) is marked on the op drawn, naming the layers."""
     from xspec.viz.diff import Diff
 
     llama = ROOT / "specs" / "modern" / "llama.xspec"
     variant = tmp_path / "variant.xspec"
     variant.write_text(f'import "{llama}"\nmodel variant extends llama {{\n  set layers = 8\n'
-                       "  block lm_layer(x, i) {\n"
+                       "  block lm_layer(x, rope, i) {\n"
                        "    if i % 4 == 3 {\n"
                        "      attend = h => attention(h, h, h, heads = heads, kv_heads = kv_heads, d_k = d_k,"
                        " d_v = d_v, causal = true, bias = attention_bias) as self_attn\n"
                        "    } else {\n"
                        "      attend = h => attention(h, h, h, heads = heads, kv_heads = kv_heads, d_k = d_k,"
-                       " d_v = d_v, causal = true, bias = attention_bias, rotary = true,"
-                       " rotary_base = rope_theta) as self_attn\n"
+                       " d_v = d_v, causal = true, bias = attention_bias, position_embeddings = rope)"
+                       " as self_attn\n"
                        "    }\n"
                        "    x = x + attend(rms_norm(x, eps = rms_norm_eps) as input_layernorm)\n"
                        "    return x + feed_forward(rms_norm(x, eps = rms_norm_eps) as post_attention_layernorm)"
                        " as mlp\n  }\n"
                        "  block decoder(tokens) {\n"
                        "    x = embedding(tokens, vocab, d_model) as embed_tokens\n"
-                       "    repeat i in layers { x = lm_layer(x, i) }\n"
+                       "    rope = rotary_embedding(x, d_k, base = rope_theta) as rotary_emb\n"
+                       "    repeat i in layers { x = lm_layer(x, rope, i) }\n"
                        "    x = rms_norm(x, eps = rms_norm_eps) as norm\n"
                        "    return linear(x, vocab, bias = false) as lm_head\n  }\n}\n")
     diff = Diff(xspec.compile(str(variant)), xspec.compile(str(llama), overrides={"layers": 8}))
     assert not diff.is_empty
     lines = [line for status in diff.ops.values() for line in status.lines]
-    assert any(line.startswith("layers 3, 7: attention rotary: True → False") for line in lines), lines
+    assert "layers 3, 7: input position_embeddings: decoder.rotary_emb → (none)" in lines, lines
     assert not any(line.startswith(("layer 0", "layers 0", "layer 1:")) for line in lines)
 
 

@@ -19,8 +19,7 @@ from .embeddings import (Embedding, FairseqSinusoidalPositions, LearnedPositions
 from .norms import RMSNorm
 from .gating import GLU, Activation
 from .pooling import MeanPool
-from .rotary import (LinearRotaryEmbedding, Llama3RotaryEmbedding, PartialRotaryEmbedding,
-                     RotaryEmbedding, YarnRotaryEmbedding)
+from .rotary import LinearRotaryEmbedding, Llama3RotaryEmbedding, RotaryEmbedding, YarnRotaryEmbedding
 from .attention import Attention, WrittenOutAttention
 from .latent_attention import LatentAttention
 from .convolution import ConvolvedMixer, ShortConvolution
@@ -38,7 +37,7 @@ __all__ = [
     "OffsetLearnedPositions", "FairseqSinusoidalPositions", "RelativePositionBias",
     "TokenTypeEmbedding",
     "RMSNorm", "GLU", "Activation", "MeanPool",
-    "RotaryEmbedding", "PartialRotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
+    "RotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",
     "Attention", "WrittenOutAttention",
     "LatentAttention",

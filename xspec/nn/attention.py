@@ -1,8 +1,9 @@
 """Attention that generated models use: the paper's multi-head attention, each option of the
 newer families passed in as a part, as torchtitan composes its attention: QK-norms (nn.Identity()
-where none), rotary embeddings (rotary.py's), a scale, a sliding window, ALiBi's bias, an output
-gate, sinks, and how the weights are computed (`inner_attention`: torch's fused SDPA where None,
-or WrittenOutAttention for what SDPA cannot state: soft caps and sinks). The generated code builds
+where none), rotary angles (passed to forward, or made by an embedding of rotary.py's it holds),
+a scale, a sliding window, ALiBi's bias, an output gate, sinks, and how the weights are computed
+(`inner_attention`: torch's fused SDPA where None, or WrittenOutAttention for what SDPA cannot
+state: soft caps and sinks). The generated code builds
 the parts and passes them in; no class here builds another.
 
 Diagrams read an attention's queries, keys and mask through `heads_of` and `mask`,
@@ -28,8 +29,9 @@ class Attention(nn.Module):
       (Phi-3's checkpoints); self-attention only;
     - `q_norm`, `k_norm`: each head's queries and keys normalized before the rotation (QK-norm:
       Qwen3, Gemma 3), or each whole projection where `norm_over` is "projection" (OLMo 2);
-    - `rotary`: queries and keys turned by rotary position embeddings (Su et al., 2021); keys
-      are cached turned;
+    - `rotary`: queries and keys turned by rotary position embeddings (Su et al., 2021), made by
+      this embedding; keys are cached turned. Angles a stack made once for all its layers are
+      passed to forward instead (`position_embeddings`, [2, B, 1, T, r]: cos and sin);
     - `scale`: scores scaled by it instead of 1/sqrt(d_k) (Gemma: query_pre_attn_scalar^-0.5);
     - `window`: each query sees its last `window` positions only (Mistral; None in the global
       layers of Gemma 2 and gpt-oss); the cache keeps those; not causal, the positions fewer
@@ -94,27 +96,27 @@ class Attention(nn.Module):
             if projection.bias is not None:
                 nn.init.zeros_(projection.bias)
 
-    def forward(self, query, key, value, padding_mask=None, cache=None, position_bias=None):
-        start = cache.length if cache is not None else 0
-        turned = cache is not None and self.rotary is not None
-        rows = cache.row_positions(query.size(1)) if turned else None  # padded: [B, Tq]
-        q, k, v, gate = self.heads_of(query, key, value, start, cache, rows)
+    def forward(self, query, key, value, padding_mask=None, cache=None, position_bias=None,
+                position_embeddings=None):
+        q, k, v, gate = self.heads_of(query, key, value, cache, position_embeddings)
         mask, is_causal = self.mask(q, k, padding_mask, cache, position_bias)
         out = self.attend(q, k, v, mask, is_causal)  # [B, h, Tq, d_v]
         return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), gate))
 
-    def heads_of(self, query, key, value, start=0, cache=None, rows=None):
-        """Queries [B, h, Tq, d_k] normalized, turned and scaled; keys [B, kv_h, Tk, d_k] and
-        values [..., d_v] as the cache holds them; the gate x W^G [B, Tq, h * d_v] or None. The
-        new positions start at `start`, or, in a padded batch, are each row's `rows` [B, Tq]."""
+    def heads_of(self, query, key, value, cache=None, angles=None):
+        """Queries [B, h, Tq, d_k] normalized, turned by `angles` (rotary's, of the new
+        positions; None: those of its own embedding, if one) and scaled; keys [B, kv_h, Tk, d_k]
+        and values [..., d_v] as the cache holds them; the gate x W^G [B, Tq, h * d_v] or None."""
+        if angles is None and self.rotary is not None:
+            angles = self.rotary(query, cache)
         if self.fused:  # one product for the three; self-attention only (the compiler checks)
             q, k, v = self.qkv_proj(query).split(self.sizes, dim=-1)
             q, gate = self.query_heads(q)
-            k, v = self.cached(*self.key_value_heads(k, v, start, rows), cache)
+            k, v = self.cached(*self.key_value_heads(k, v, angles), cache)
         else:
             q, gate = self.query_heads(self.q_proj(query))
-            k, v = self.keys_values(key, value, start, cache, rows)
-        return self.queries(q, start, rows), k, v, gate
+            k, v = self.keys_values(key, value, cache, angles)
+        return self.queries(q, angles), k, v, gate
 
     def query_heads(self, q):
         """x W^Q [B, Tq, h * d_k] as heads [B, h, Tq, d_k]; with a gate (each head's queries, then
@@ -125,30 +127,30 @@ class Attention(nn.Module):
         q, gate = heads.split([self.d_k, heads.size(-1) - self.d_k], dim=-1)
         return q.transpose(1, 2), gate.flatten(-2)
 
-    def queries(self, q, start, rows=None):
+    def queries(self, q, angles=None):
         """q [B, h, Tq, d_k] normalized, turned and scaled (a scale of its own: q times
         scale * sqrt(d_k), which the attention's 1/sqrt(d_k) cancels)."""
-        q = self.turned(self.normalized(q, self.q_norm), start, rows)
+        q = self.turned(self.normalized(q, self.q_norm), angles)
         return q if self.scale is None else q * (self.scale * q.size(-1) ** 0.5)
 
-    def keys_values(self, key, value, start, cache, rows=None):
+    def keys_values(self, key, value, cache, angles=None):
         if not self.cross:
-            return self.cached(*self.projected(key, value, start, rows), cache)
+            return self.cached(*self.projected(key, value, angles), cache)
         kept = cache.memory.get(self) if cache is not None else None
         if kept is None or kept[0] is not key or kept[1] is not value:
             # laid out head by head once: every step's product reads them whole
-            kept = (key, value, *(t.contiguous() for t in self.projected(key, value, start)))
+            kept = (key, value, *(t.contiguous() for t in self.projected(key, value)))
             if cache is not None:
                 cache.memory[self] = kept
         return kept[2], kept[3]
 
-    def projected(self, key, value, start, rows=None):
-        return self.key_value_heads(self.k_proj(key), self.v_proj(value), start, rows)
+    def projected(self, key, value, angles=None):
+        return self.key_value_heads(self.k_proj(key), self.v_proj(value), angles)
 
-    def key_value_heads(self, k, v, start, rows=None):  # x W^K, x W^V as heads; keys turned
+    def key_value_heads(self, k, v, angles=None):  # x W^K, x W^V as heads; keys turned
         k = k.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
         v = v.unflatten(-1, (self.kv_heads, -1)).transpose(1, 2)
-        return self.turned(self.normalized(k, self.k_norm), start, rows), v
+        return self.turned(self.normalized(k, self.k_norm), angles), v
 
     def cached(self, k, v, cache):  # this step's keys and values after those the cache holds
         return (k, v) if cache is None else cache.append(self, k, v, window=self.window)
@@ -159,8 +161,20 @@ class Attention(nn.Module):
         whole = norm(x.transpose(1, 2).flatten(2))  # [B, T, h * d]
         return whole.unflatten(-1, x.shape[1::2]).transpose(1, 2)
 
-    def turned(self, x, start, rows=None):
-        return x if self.rotary is None else self.rotary(x, start, rows)
+    @staticmethod
+    def turned(x, angles):
+        """x [B, h, T, d] turned by rotary `angles` [2, B, 1, T, r] (their cos and sin), or as it
+        is where None: each feature pair (i, i + r/2) of the first r features by its angle, in
+        float32; the other d - r pass unchanged (a partial rotation: GPT-NeoX, Phi-3)."""
+        if angles is None:
+            return x
+        cos, sin = angles.unbind(0)
+        r = angles.size(-1)
+        part = x if r == x.size(-1) else x[..., :r]
+        x1, x2 = part.float().chunk(2, dim=-1)
+        quarter = torch.cat([-x2, x1], dim=-1)  # each pair (x1, x2) a quarter turn on
+        turned = (part.float() * cos + quarter * sin).to(x.dtype)
+        return turned if r == x.size(-1) else torch.cat([turned, x[..., r:]], dim=-1)
 
     def gated(self, out, gate):  # the heads' outputs [B, Tq, h*d_v] as W^O reads them
         return out if gate is None else out * torch.sigmoid(gate)

@@ -9,17 +9,19 @@ import torch.nn.functional as F
 
 class LatentAttention(nn.Module):
     """Each head's query and key: `nope_dim` features without positions, `rope_dim` turned by
-    `rotary`. Keys (their first part) and values come from the latent c = norm(x W^DKV) of
-    `latent_dim` features, through W^UK and W^UV; the key's rotary part, x W^KR, is one for all
-    heads. softmax(q k^T * scale) v per head, then W^O. The queries come from x through W^Q, or,
-    with a `q_rank`, through a latent of their own: x W^DQ, normalized, then W^UQ. Modules are
-    named as DeepSeek's checkpoints name them."""
+    rotary angles: those passed to forward (`position_embeddings`, [2, B, 1, T, rope_dim], a
+    stack's, made once for all its layers), else those of its own embedding `rotary`. Keys
+    (their first part) and values come from the latent c = norm(x W^DKV) of `latent_dim`
+    features, through W^UK and W^UV; the key's rotary part, x W^KR, is one for all heads.
+    softmax(q k^T * scale) v per head, then W^O. The queries come from x through W^Q, or, with a
+    `q_rank`, through a latent of their own: x W^DQ, normalized, then W^UQ. Modules are named as
+    DeepSeek's checkpoints name them."""
 
     # Decoding reads this weight as matrices: a weight format keeps it.
     weights_read = ("kv_b_proj",)
 
-    def __init__(self, d_model, heads, latent_dim, nope_dim, rope_dim, v_dim, *, q_rank, rotary,
-                 eps, bias, scale):
+    def __init__(self, d_model, heads, latent_dim, nope_dim, rope_dim, v_dim, *, q_rank, eps, bias,
+                 scale, rotary=None):
         super().__init__()
         self.heads, self.latent_dim, self.scale = heads, latent_dim, scale
         self.nope_dim, self.rope_dim, self.v_dim = nope_dim, rope_dim, v_dim
@@ -38,10 +40,8 @@ class LatentAttention(nn.Module):
         self.o_proj = nn.Linear(heads * v_dim, d_model, bias=bias)
         self.q_rank = q_rank
 
-    def forward(self, x, cache=None):
-        start = cache.length if cache is not None else 0
-        rows = cache.row_positions(x.size(1)) if cache is not None else None  # padded: [B, T]
-        q_nope, q_rope, latent, k_rope = self.project(x, start, rows)
+    def forward(self, x, cache=None, position_embeddings=None):
+        q_nope, q_rope, latent, k_rope = self.project(x, position_embeddings, cache)
         if cache is None:
             out = self.attend(q_nope, q_rope, latent, k_rope)
         else:  # the latent and the rotary key of every position decoded
@@ -56,17 +56,27 @@ class LatentAttention(nn.Module):
                 out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
 
-    def project(self, x, start, rows=None):
-        """x [B, T, d] at positions start, start + 1, ... (or each row's `rows` [B, T]) -> each
-        head's query without and with positions [B, h, T, nope], [B, h, T, rope] (turned), the
-        latent [B, 1, T, latent_dim] and the rotary key [B, 1, T, rope] (turned)."""
+    def project(self, x, angles=None, cache=None):
+        """x [B, T, d], its positions' rotary `angles` [2, B, 1, T, rope] (None: its own
+        embedding's, after the cache's positions) -> each head's query without and with positions
+        [B, h, T, nope], [B, h, T, rope] (turned), the latent [B, 1, T, latent_dim] and the rotary
+        key [B, 1, T, rope] (turned)."""
+        if angles is None:
+            angles = self.rotary(x, cache)
         q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_rank else self.q_proj(x)
         q = q.unflatten(-1, (self.heads, -1)).transpose(1, 2)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.latent_dim, self.rope_dim], dim=-1)
         latent = self.kv_a_layernorm(latent)[:, None]
-        k_rope = self.rotary(k_rope[:, None], start, rows)
-        return q_nope, self.rotary(q_rope, start, rows), latent, k_rope
+        return q_nope, self.turned(q_rope, angles), latent, self.turned(k_rope[:, None], angles)
+
+    @staticmethod
+    def turned(x, angles):
+        """x [B, h, T, rope] turned by `angles` (cos and sin): each feature pair (i, i + rope/2)
+        by its angle, in float32."""
+        cos, sin = angles.unbind(0)
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return (x.float() * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
 
     def keys_values(self, latent, k_rope):
         """Every head's keys [B, h, Tk, nope + rope] and values [B, h, Tk, v] from the latent."""

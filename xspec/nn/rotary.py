@@ -1,7 +1,11 @@
 """Rotary position embeddings that generated models use, one class per way of computing the
-frequencies; a generated file imports the one its spec's attention names. None has an option it
-does not use: a spec with Llama 3.1's scaling gets Llama3RotaryEmbedding, one without any gets
-RotaryEmbedding alone."""
+frequencies; a generated file imports the one its spec names. None has an option it does not
+use: a spec with Llama 3.1's scaling gets Llama3RotaryEmbedding, one without any RotaryEmbedding.
+
+An embedding makes the angles, cos and sin, of a forward's positions, which attention turns queries
+and keys by. A stack makes them once a forward and passes them to every layer's attention (a spec's
+`rotary_embedding`, as transformers' models do); an attention with `rotary = true` holds an
+embedding of its own and makes them itself."""
 
 import math
 
@@ -13,13 +17,13 @@ class RotaryEmbedding(nn.Module):
     """Rotary position embeddings (Su et al., 2021): the feature pair (i, i + dim/2) of position p
     is turned by the angle p * theta_i, theta_i = base^(-2i/dim), in float32. The cos and sin of
     every position's angles are made once, for as many positions as a forward has reached (twice
-    that when outgrown), and each forward slices them: no layer computes them per step. The table
-    is shared by every embedding of the same frequencies on a device (`tables`): a model's layers
-    turn by the same angles, made once for all of them. While torch.compile traces, the angles of
-    a forward's positions are computed in the graph instead, where they fuse into the rotation: a
-    table that grew would compile the step again."""
+    that when outgrown), and each forward slices them. The table is shared by every embedding of
+    the same angles on a device (`tables`): attentions that hold an embedding each turn by one
+    table. While torch.compile traces, the angles of a forward's positions are computed in the
+    graph instead, where they fuse into the rotation: a table that grew would compile the step
+    again."""
 
-    tables: dict = {}  # (device, frequencies) -> the longest cos and sin table made so far
+    tables: dict = {}  # (device, frequencies, scale) -> the longest cos and sin table made so far
 
     def __init__(self, dim, base):
         super().__init__()
@@ -34,15 +38,21 @@ class RotaryEmbedding(nn.Module):
         exponents = torch.arange(0, self.dim, 2, dtype=torch.int64).float() / self.dim
         return 1.0 / (self.base ** exponents)
 
+    def scale(self):
+        """What cos and sin are multiplied by (YaRN's attention factor); 1 here."""
+        return 1.0
+
     @torch.no_grad()
     def reset_parameters(self):
         self.inverse_frequency.copy_(self.frequencies())
         self.turns = self.turns.new_empty(2, 0, self.turns.size(2))
 
-    def forward(self, x, start, rows=None):
-        """x [B, h, T, dim] at positions start, start + 1, ...; or, where rows are padded, at each
-        row's own positions `rows` [B, T] (a cache's row_positions), none beyond start + T - 1."""
-        end = start + x.size(2)
+    def forward(self, x, cache=None):
+        """The angles [2, B, 1, T, dim] of x's T positions (x [B, T, ...]): those after the
+        cache's `length`, or, where its rows are padded, each row's own (its `row_positions`)."""
+        start = cache.length if cache is not None else 0
+        end = start + x.size(1)
+        rows = cache.row_positions(x.size(1)) if cache is not None else None  # padded: [B, T]
         if torch.compiler.is_compiling():
             positions = torch.arange(start, end, device=x.device) if rows is None else rows
             turns = self.angles_at(positions)
@@ -50,16 +60,17 @@ class RotaryEmbedding(nn.Module):
             if end > self.turns.size(1):
                 self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
             turns = self.turns[:, start:end] if rows is None else self.turns[:, rows]
-        if rows is not None:
-            turns = turns.unsqueeze(2)  # [2, B, 1, T, dim]: all heads'
-        return self.rotate(x, *turns.unbind(0))
+        if rows is None:
+            turns = turns[:, None]  # one row's positions for all
+        return turns.unsqueeze(2).expand(-1, x.size(0), -1, -1, -1)  # all heads'
 
     def shared_angles(self, positions):
         """The cos and sin table of at least `positions` positions, made here or by an embedding of
-        the same frequencies (here on the meta device, where they have no values to compare)."""
+        the same angles (here on the meta device, where they have no values to compare)."""
         if self.inverse_frequency.is_meta:
             return self.angles(positions)
-        key = (str(self.inverse_frequency.device), tuple(self.inverse_frequency.tolist()))
+        frequencies = tuple(self.inverse_frequency.tolist())
+        key = (str(self.inverse_frequency.device), frequencies, self.scale())
         table = RotaryEmbedding.tables.get(key)
         if table is None or table.size(1) < positions:
             table = self.angles(positions)
@@ -71,24 +82,11 @@ class RotaryEmbedding(nn.Module):
         return self.angles_at(torch.arange(positions, device=self.inverse_frequency.device))
 
     def angles_at(self, positions):
-        """cos and sin [2, *positions.shape, dim] of the angles of `positions`."""
+        """cos and sin [2, *positions.shape, dim] of the angles of `positions`, scaled."""
         angles = positions.float()[..., None] * self.inverse_frequency
         angles = torch.cat([angles, angles], dim=-1)
-        return torch.stack([angles.cos(), angles.sin()])
-
-    def rotate(self, x, cos, sin):
-        x1, x2 = x.float().chunk(2, dim=-1)
-        turned = torch.cat([-x2, x1], dim=-1)  # each pair (x1, x2) a quarter turn on
-        return (x.float() * cos + turned * sin).to(x.dtype)
-
-
-class PartialRotaryEmbedding(RotaryEmbedding):
-    """Rotary embeddings of the first `dim` features of each head; the others pass unchanged
-    (GPT-NeoX and Phi-3 rotate a fraction)."""
-
-    def forward(self, x, start, rows=None):
-        turned = super().forward(x[..., :self.dim], start, rows)
-        return torch.cat([turned, x[..., self.dim:]], dim=-1)
+        turns = torch.stack([angles.cos(), angles.sin()])
+        return turns if self.scale() == 1.0 else turns * self.scale()
 
 
 class LinearRotaryEmbedding(RotaryEmbedding):
@@ -160,5 +158,5 @@ class YarnRotaryEmbedding(RotaryEmbedding):
         interpolated, original = 1.0 / (self.factor * frequency_base), 1.0 / frequency_base
         return interpolated * (1 - kept) + original * kept
 
-    def rotate(self, x, cos, sin):
-        return super().rotate(x, cos * self.attention_factor, sin * self.attention_factor)
+    def scale(self):
+        return self.attention_factor

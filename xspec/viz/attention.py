@@ -115,7 +115,8 @@ def _recorder(name: str, captured: dict[str, torch.Tensor]):
     def hook(module, args, kwargs, output):
         query, key, value = args[:3]
         padding = args[3] if len(args) > 3 else kwargs.get("padding_mask")
-        q, k, mask, is_causal = scores_inputs(module, query, key, value, padding, kwargs.get("position_bias"))
+        q, k, mask, is_causal = scores_inputs(module, query, key, value, padding, kwargs.get("position_bias"),
+                                              kwargs.get("position_embeddings"))
         if module.inner_attention is not None:  # written out (WrittenOutAttention)
             captured[name] = module.inner_attention.weights(q, k, mask, module.sinks)[0]
         else:
@@ -127,7 +128,7 @@ def _latent_recorder(name: str, captured: dict[str, torch.Tensor]):
     """Latent attention (DeepSeek): its queries and the keys it makes from the latent, through the
     module's own `project` and `keys_values`, causal, at its own scale."""
     def hook(module, args, kwargs, output):
-        q_nope, q_rope, latent, k_rope = module.project(args[0], 0)
+        q_nope, q_rope, latent, k_rope = module.project(args[0], kwargs.get("position_embeddings"))
         k, _ = module.keys_values(latent, k_rope)
         q = torch.cat([q_nope, q_rope], dim=-1)
         captured[name] = sdpa_weights(q * (module.scale * q.size(-1) ** 0.5), k, None, True)[0]
@@ -135,11 +136,12 @@ def _latent_recorder(name: str, captured: dict[str, torch.Tensor]):
 
 
 def scores_inputs(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                  padding: Optional[torch.Tensor], position_bias: Optional[torch.Tensor] = None) -> tuple:
+                  padding: Optional[torch.Tensor], position_bias: Optional[torch.Tensor] = None,
+                  angles: Optional[torch.Tensor] = None) -> tuple:
     """A generated attention's queries [B, h, Tq, d_k] and keys [B, kv_h, Tk, d_k], and the mask SDPA
     takes (with a position bias, T5's, added) with whether its causal mask serves, through the module's
-    own steps (no cache)."""
-    q, k, _ = heads_of(module, query, key, value)
+    own steps (no cache; turned by the stack's rotary `angles`, if given)."""
+    q, k, _ = heads_of(module, query, key, value, angles)
     attention: Any = module  # its methods: torch types a module's attributes Tensor | Module
     return (q, k, *attention.mask(q, k, padding, None, position_bias))
 

@@ -131,13 +131,14 @@ def _shape_change(before, after) -> str:
 
 
 def _rewired(mine: nx.DiGraph, theirs: nx.DiGraph, node: str) -> list[str]:
-    """Inputs that now come from another op (e.g. a norm moved before the sublayer), one line per
-    change: "input query, key, value: add_1 → norm"."""
+    """Inputs that now come from another op (e.g. a norm moved before the sublayer), or that one gains or
+    loses, one line per change: "input query, key, value: add_1 → norm", "input position_embeddings:
+    rotary_emb → (none)"."""
     now, before = node_of(mine, node).inputs, node_of(theirs, node).inputs
     changes: dict[tuple[str, str], list[str]] = {}
-    for port, src in now.items():
-        if before.get(port) != src:
-            changes.setdefault((_short(before.get(port)), _short(src)), []).append(port)
+    for port in dict.fromkeys([*now, *before]):
+        if before.get(port) != now.get(port):
+            changes.setdefault((_short(before.get(port)), _short(now.get(port))), []).append(port)
     return [f"input {', '.join(ports)}: {old} → {new}" for (old, new), ports in changes.items()]
 
 

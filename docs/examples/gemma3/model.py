@@ -53,13 +53,13 @@ class FeedForward(nn.Module):  # block feed_forward, gemma2.xspec:20
         return self.down_proj(gate * self.up_proj(x))  # [batch, tgt_len, d_model]  gemma2.xspec:22
 
 
-class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
+class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:20
     def __init__(self, config, i):
         super().__init__()
-        self.input_layernorm = RMSNorm(  # gemma3.xspec:31
+        self.input_layernorm = RMSNorm(  # gemma3.xspec:33
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:19
-            self.self_attn = Attention(  # gemma3.xspec:20
+        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:21
+            self.self_attn = Attention(  # gemma3.xspec:22
                 config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
                 bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
                 q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
@@ -67,7 +67,7 @@ class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
                 rotary=RotaryEmbedding(config.head_dim, config.rope_local_base_freq),
                 scale=config.query_pre_attn_scalar ** -0.5, window=config.sliding_window)
         else:
-            self.self_attn = Attention(  # gemma3.xspec:25
+            self.self_attn = Attention(  # gemma3.xspec:27
                 config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
                 bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
                 q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
@@ -75,38 +75,38 @@ class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:18
                 rotary=LinearRotaryEmbedding(
                     config.head_dim, config.rope_theta, factor=config.rope_scaling_factor),
                 scale=config.query_pre_attn_scalar ** -0.5)
-        self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:32
+        self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:34
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:33
+        self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:35
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.mlp = FeedForward(config)  # gemma3.xspec:33
-        self.post_feedforward_layernorm = RMSNorm(  # gemma3.xspec:34
+        self.mlp = FeedForward(config)  # gemma3.xspec:35
+        self.post_feedforward_layernorm = RMSNorm(  # gemma3.xspec:36
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
 
     def forward(self, x, cache=None):
-        h = self.input_layernorm(x)  # gemma3.xspec:31
-        h = self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:31
-        x = x + self.post_attention_layernorm(h)  # gemma3.xspec:32
-        h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:33
-        return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:34
+        h = self.input_layernorm(x)  # gemma3.xspec:33
+        h = self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:33
+        x = x + self.post_attention_layernorm(h)  # gemma3.xspec:34
+        h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:35
+        return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:36
 
 
-class Decoder(nn.Module):  # block decoder, gemma2.xspec:42
+class Decoder(nn.Module):  # block decoder, gemma3.xspec:39
     def __init__(self, config):
         super().__init__()
-        self.embed_tokens = ScaledEmbedding(  # gemma2.xspec:43
+        self.embed_tokens = ScaledEmbedding(  # gemma3.xspec:40
             config.vocab, config.d_model, math.sqrt(config.d_model))
-        self.layers = nn.ModuleList(  # gemma2.xspec:44
+        self.layers = nn.ModuleList(  # gemma3.xspec:41
             [LmLayer(config, i) for i in range(config.layers)])
-        self.norm = RMSNorm(config.d_model, eps=config.rms_norm_eps, offset=1.0)  # gemma2.xspec:45
-        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # gemma2.xspec:46
+        self.norm = RMSNorm(config.d_model, eps=config.rms_norm_eps, offset=1.0)  # gemma3.xspec:42
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # gemma3.xspec:43
 
     def forward(self, tokens, cache=None):
-        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  gemma2.xspec:43
-        for layer in self.layers:  # gemma2.xspec:44
-            x = layer(x, cache=cache)  # gemma2.xspec:44
-        x = self.norm(x)  # gemma2.xspec:45
-        return self.lm_head(x)  # [batch, tgt_len, vocab]  gemma2.xspec:46
+        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  gemma3.xspec:40
+        for layer in self.layers:  # gemma3.xspec:41
+            x = layer(x, cache=cache)  # gemma3.xspec:41
+        x = self.norm(x)  # gemma3.xspec:42
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  gemma3.xspec:43
 
 
 class Gemma3(nn.Module):  # the whole model: decode, forward
@@ -120,14 +120,14 @@ class Gemma3(nn.Module):  # the whole model: decode, forward
     def tie_weights(self):
         """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:44
-            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
+        if config.tie_word_embeddings:  # llama.xspec:45
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:46
 
     def init_weights(self):
         """Every tensor as the constructors set it, for a model built on the meta device."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:44
-            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:45
+        if config.tie_word_embeddings:  # llama.xspec:45
+            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:46
                 torch.empty_like(self.decoder.embed_tokens.weight))
         def reset(module):
             if isinstance(module, (nn.Linear, nn.Embedding, RMSNorm, RotaryEmbedding, Attention)):

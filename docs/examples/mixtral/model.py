@@ -18,6 +18,7 @@ class MixtralConfig:
     d_ff: int = 344
     heads: int = 4
     head_dim: int | None = None
+    d_k: int | None = None
     layers: int = 2
     kv_heads: int = 2
     rms_norm_eps: float = 1e-06
@@ -30,6 +31,7 @@ class MixtralConfig:
 
     def __post_init__(self):  # None: computed from the others, as the spec does
         self.head_dim = self.d_model // self.heads if self.head_dim is None else self.head_dim
+        self.d_k = self.head_dim if self.d_k is None else self.d_k
 
 
 class FeedForward(nn.Module):  # block feed_forward, mixtral.xspec:12
@@ -55,15 +57,14 @@ class LmLayer(nn.Module):  # block lm_layer, mistral.xspec:13
         self.self_attn = Attention(  # mistral.xspec:15
             config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
             bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
-            rotary=RotaryEmbedding(config.head_dim, config.rope_theta),
             window=config.sliding_window)
         self.post_attention_layernorm = nn.RMSNorm(  # mistral.xspec:18
             config.d_model, eps=config.rms_norm_eps)
         self.mlp = FeedForward(config)  # mistral.xspec:18
 
-    def forward(self, x, cache=None):
+    def forward(self, x, rope, cache=None):
         h = self.input_layernorm(x)  # mistral.xspec:14
-        x = x + self.self_attn(h, h, h, cache=cache)  # mistral.xspec:15
+        x = x + self.self_attn(h, h, h, cache=cache, position_embeddings=rope)  # mistral.xspec:15
         return x + self.mlp(self.post_attention_layernorm(x))  # mistral.xspec:18
 
 
@@ -71,17 +72,19 @@ class Decoder(nn.Module):  # block decoder, llama.xspec:37
     def __init__(self, config):
         super().__init__()
         self.embed_tokens = Embedding(config.vocab, config.d_model)  # llama.xspec:38
-        self.layers = nn.ModuleList(  # llama.xspec:39
+        self.rotary_emb = RotaryEmbedding(config.d_k, config.rope_theta)  # llama.xspec:39
+        self.layers = nn.ModuleList(  # llama.xspec:40
             [LmLayer(config) for _ in range(config.layers)])
-        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:40
-        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:41
+        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:41
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:42
 
     def forward(self, tokens, cache=None):
         x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  llama.xspec:38
-        for layer in self.layers:  # llama.xspec:39
-            x = layer(x, cache=cache)  # llama.xspec:39
-        x = self.norm(x)  # llama.xspec:40
-        return self.lm_head(x)  # [batch, tgt_len, vocab]  llama.xspec:41
+        rope = self.rotary_emb(x, cache=cache)  # [2, batch, 1, tgt_len, d_k]  llama.xspec:39
+        for layer in self.layers:  # llama.xspec:40
+            x = layer(x, rope, cache=cache)  # llama.xspec:40
+        x = self.norm(x)  # llama.xspec:41
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  llama.xspec:42
 
 
 class Mixtral(nn.Module):  # the whole model: decode, forward
@@ -95,14 +98,14 @@ class Mixtral(nn.Module):  # the whole model: decode, forward
     def tie_weights(self):
         """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:44
-            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:45
+        if config.tie_word_embeddings:  # llama.xspec:45
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:46
 
     def init_weights(self):
         """Every tensor as the constructors set it, for a model built on the meta device."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:44
-            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:45
+        if config.tie_word_embeddings:  # llama.xspec:45
+            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:46
                 torch.empty_like(self.decoder.embed_tokens.weight))
         def reset(module):
             if isinstance(module, (
