@@ -55,88 +55,78 @@ class Settings:
 
     prefix: str  # the attributes' prefix: "" (rotary_embedding's) or "rotary_" (an attention's)
     dim_name: str  # the attribute of each head's features: dim, d_k, qk_rope_head_dim
-    head_dim: int
-    base: float
-    fraction: float
-    scaling: str
-    factor: float
-    original_max_len: Optional[int]
-    low_freq_factor: float
-    high_freq_factor: float
-    beta_fast: float
-    beta_slow: float
-    attention_factor: Optional[float]
-    truncate: bool
+    values: RotaryAttrs  # under rotary_embedding's names, `dim` the head's features
 
     @staticmethod
     def of(attrs: Attrs, prefix: str, dim_name: str) -> "Settings":
         """The settings `attrs` hold under `prefix`; those it lacks (latent attention turns every feature and
-        has no Llama 3 scaling) at rotary_embedding's defaults."""
-        values = {name: getattr(attrs, prefix + name, RotaryAttrs.model_fields[name].default) for name in SETTINGS}
-        return Settings(prefix, dim_name, getattr(attrs, dim_name), **values)
+        has no Llama 3 scaling) at rotary_embedding's defaults. Checked already, as the op's attributes."""
+        given = {name: getattr(attrs, prefix + name) for name in SETTINGS if hasattr(attrs, prefix + name)}
+        return Settings(prefix, dim_name, RotaryAttrs.model_construct(dim=getattr(attrs, dim_name), **given))
 
     def name(self, setting: str) -> str:
         return self.prefix + setting
 
     @property
     def features(self) -> float:
-        """The features of each head the rotation turns: head_dim, or its `fraction`."""
-        return self.head_dim * self.fraction
+        """The features of each head the rotation turns: dim, or its `fraction`."""
+        return self.values.dim * self.values.fraction
 
 
 def problems(s: Settings) -> list[tuple[str, str]]:
     """Rotary positions rotate pairs of features: a whole, even number of them, with a scaling that is
     complete (its parameters given and sensible)."""
-    fraction, name = s.fraction, s.name
+    v, name = s.values, s.name
+    fraction = v.fraction
     if not 0 < fraction <= 1:
         return [(name("fraction"), f"{name('fraction')} = {fraction} is the share of each head's features "
                                    "rotated: more than 0, at most 1")]
     found = []
-    if fraction == 1 and s.head_dim % 2:
+    if fraction == 1 and v.dim % 2:
         found.append((s.dim_name, f"rotary positions rotate pairs of features, so {s.dim_name} must be even, "
-                                  f"got {s.head_dim}"))
+                                  f"got {v.dim}"))
     elif s.features != int(s.features) or int(s.features) % 2:
-        found.append((name("fraction"), f"{name('fraction')} = {fraction} of {s.dim_name} = {s.head_dim} is "
+        found.append((name("fraction"), f"{name('fraction')} = {fraction} of {s.dim_name} = {v.dim} is "
                                         f"{s.features:g} features, but rotary positions rotate pairs of "
                                         "features: it must be a whole, even number"))
-    if fraction != 1 and s.scaling != "default":
-        found.append((name("scaling"), f"{name('scaling')} = \"{s.scaling}\" with {name('fraction')} = {fraction}: "
+    if fraction != 1 and v.scaling != "default":
+        found.append((name("scaling"), f"{name('scaling')} = \"{v.scaling}\" with {name('fraction')} = {fraction}: "
                                        "a scaling of partial rotary positions is not supported (no family has one)"))
     return found + scaling_problems(s)
 
 
 def scaling_problems(s: Settings) -> list[tuple[str, str]]:
     """A frequency scaling's parameters, given and sensible."""
-    found, name = [], s.name
-    if s.scaling != "default" and s.factor <= 0:
-        found.append((name("factor"), f"{name('factor')} = {s.factor} divides the frequencies: it must be positive"))
-    if s.scaling in ("llama3", "yarn") and s.original_max_len is None:
-        found.append((name("scaling"), f"{name('scaling')} = \"{s.scaling}\" needs {name('original_max_len')}, "
+    found, name, v = [], s.name, s.values
+    if v.scaling != "default" and v.factor <= 0:
+        found.append((name("factor"), f"{name('factor')} = {v.factor} divides the frequencies: it must be positive"))
+    if v.scaling in ("llama3", "yarn") and v.original_max_len is None:
+        found.append((name("scaling"), f"{name('scaling')} = \"{v.scaling}\" needs {name('original_max_len')}, "
                                        "the context length the checkpoint was trained at"))
-    if s.original_max_len is not None and s.original_max_len < 1:
+    if v.original_max_len is not None and v.original_max_len < 1:
         found.append((name("original_max_len"), f"{name('original_max_len')} must be a length of at least 1"))
-    if s.scaling == "llama3" and s.high_freq_factor <= s.low_freq_factor:
-        found.append((name("high_freq_factor"), f"{name('high_freq_factor')} = {s.high_freq_factor} must exceed "
-                                                f"{name('low_freq_factor')} = {s.low_freq_factor}: the frequencies "
+    if v.scaling == "llama3" and v.high_freq_factor <= v.low_freq_factor:
+        found.append((name("high_freq_factor"), f"{name('high_freq_factor')} = {v.high_freq_factor} must exceed "
+                                                f"{name('low_freq_factor')} = {v.low_freq_factor}: the frequencies "
                                                 "between them are interpolated"))
-    if s.scaling == "yarn" and s.beta_fast <= s.beta_slow:
-        found.append((name("beta_fast"), f"{name('beta_fast')} = {s.beta_fast} must exceed {name('beta_slow')} = "
-                                         f"{s.beta_slow}: they bound the features YaRN blends"))
+    if v.scaling == "yarn" and v.beta_fast <= v.beta_slow:
+        found.append((name("beta_fast"), f"{name('beta_fast')} = {v.beta_fast} must exceed {name('beta_slow')} = "
+                                         f"{v.beta_slow}: they bound the features YaRN blends"))
     return found
 
 
 def embedding(s: Settings, w: Written) -> pyast.expr:
     """The embedding xspec/nn/rotary.py makes the angles with: the class of its scaling, its features (dim,
     or int(dim * fraction), as transformers computes them) and base, and the parameters that scaling reads."""
-    cls, names = CLASSES[s.scaling]
-    keywords = {ARGUMENTS[setting]: _yarn_attention_factor(s, w) if _derived(s, w, setting) else w.attr(s.name(setting))
+    cls, names = CLASSES[s.values.scaling]
+    keywords = {setting: _yarn_attention_factor(s, w) if _derived(s, w, setting) else w.attr(s.name(setting))
                 for setting in names}
     return call(cls, features(s, w), w.attr(s.name("base")), **keywords)
 
 
 def features(s: Settings, w: Written) -> pyast.expr:
     """The features turned, as code: dim, or int(dim * fraction), as transformers computes them."""
-    if s.fraction == 1:
+    if s.values.fraction == 1:
         return w.attr(s.dim_name)
     if w.from_config(s.dim_name) or w.from_config(s.name("fraction")):
         return call("int", product(w.attr(s.dim_name), w.attr(s.name("fraction"))))
@@ -144,18 +134,19 @@ def features(s: Settings, w: Written) -> pyast.expr:
 
 
 def _derived(s: Settings, w: Written, setting: str) -> bool:
-    return setting == "attention_factor" and s.attention_factor is None and not w.from_config(s.name(setting))
+    return setting == "attention_factor" and s.values.attention_factor is None and not w.from_config(s.name(setting))
 
 
 def _yarn_attention_factor(s: Settings, w: Written) -> pyast.expr:
     """YaRN's attention factor where the spec gives none: 0.1 ln(factor) + 1 (1 for no scaling)."""
-    if s.factor <= 1:
+    if s.values.factor <= 1:
         return constant(1.0)
     return binary(binary(constant(0.1), pyast.Mult(), call("math.log", w.attr(s.name("factor")))), pyast.Add(),
                   constant(1.0))
 
 
-# Each scaling's class (xspec/nn/rotary.py) and the settings it takes after the features and the base.
+# Each scaling's class (xspec/nn/rotary.py) and the settings it takes after the features and the base, by
+# their names here.
 CLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
     "default": ("RotaryEmbedding", ()),
     "linear": ("LinearRotaryEmbedding", ("factor",)),
@@ -163,21 +154,17 @@ CLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
     "yarn": ("YarnRotaryEmbedding", ("factor", "original_max_len", "beta_fast", "beta_slow", "attention_factor",
                                      "truncate")),
 }
-# The rotary classes' argument for each setting they take.
-ARGUMENTS = {"factor": "factor", "original_max_len": "original_max_len", "low_freq_factor": "low_freq_factor",
-             "high_freq_factor": "high_freq_factor", "beta_fast": "beta_fast", "beta_slow": "beta_slow",
-             "attention_factor": "attention_factor", "truncate": "truncate"}
-
 _SCALING_NAMES = {"linear": "linear", "llama3": "Llama 3", "yarn": "YaRN"}
 
 
 def describe(s: Settings) -> str:
     """What diagrams say of the settings: "rotary positions, base 500000, 32 of 128 features"."""
-    text = "rotary positions" + (f", base {s.base:g}" if s.base != 10000 else "")
-    if s.fraction != 1:
-        text += f", {int(s.features)} of {s.head_dim} features"
-    if s.scaling != "default":
-        text += f", {_SCALING_NAMES[s.scaling]} ×{s.factor:g}"
+    v = s.values
+    text = "rotary positions" + (f", base {v.base:g}" if v.base != 10000 else "")
+    if v.fraction != 1:
+        text += f", {int(s.features)} of {v.dim} features"
+    if v.scaling != "default":
+        text += f", {_SCALING_NAMES[v.scaling]} ×{v.factor:g}"
     return text
 
 
