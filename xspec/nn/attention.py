@@ -3,8 +3,8 @@ newer families passed in as a part, as torchtitan composes its attention: QK-nor
 where none), rotary angles (passed to forward, or made by an embedding of rotary.py's it holds),
 a scale, a sliding window, ALiBi's bias, an output gate, sinks, and how the weights are computed
 (`inner_attention`: torch's fused SDPA where None, or WrittenOutAttention for what SDPA cannot
-state: soft caps and sinks). The generated code builds
-the parts and passes them in; no class here builds another.
+state: soft caps and sinks). The generated code builds the parts and passes them in; no class here
+builds another.
 
 Diagrams read an attention's queries, keys and mask through `heads_of` and `mask`,
 and written-out weights through `inner_attention.weights`. How the weights are computed fast on a
