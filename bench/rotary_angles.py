@@ -22,11 +22,11 @@ from xspec.runtime.cache import DecoderCache
 
 
 def per_call(self: RotaryEmbedding, x: torch.Tensor, cache: DecoderCache | None = None) -> torch.Tensor:
-    """The angles [2, B, 1, T, dim] of this call's positions, computed anew (no row is padded here)."""
+    """The angles [B, T, 2 * dim] of this call's positions, computed anew (no row is padded here)."""
     start = cache.length if cache is not None else 0
     position = torch.arange(start, start + x.size(1), device=x.device, dtype=torch.float32)
     angles = torch.outer(position, self.inverse_frequency).repeat(1, 2)
-    return torch.stack([angles.cos(), angles.sin()])[:, None, None].expand(-1, x.size(0), -1, -1, -1)
+    return torch.cat([angles.cos(), angles.sin()], dim=-1).expand(x.size(0), -1, -1)
 
 
 def main() -> None:

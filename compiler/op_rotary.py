@@ -5,7 +5,7 @@
     repeat layers { x = lm_layer(x, rope) }               # ... attention(..., position_embeddings = rope)
 
 A stack makes the angles of its forward's positions once and passes them to every layer, as transformers'
-models make `position_embeddings`: [2, batch, 1, positions, features], their cos and sin. The settings,
+models make `position_embeddings`: [batch, positions, 2 x features], their cos, then their sin. The settings,
 each named after the checkpoint configuration's quantity: the features turned of each head (`dim`, a
 `fraction` of them: partial_rotary_factor), the `base` (rope_theta) and the frequency scaling checkpoints
 declare (rope_type linear, llama3, yarn, with their parameters). An attention that states them itself (the
@@ -169,14 +169,15 @@ def describe(s: Settings) -> str:
 
 
 def angles_type(query: TensorType, features: int) -> TensorType:
-    """The angles of a sequence's positions, as the op makes them and attention reads them."""
-    return TensorType((2, query.dims[0], 1, query.dims[-2], features))
+    """The angles of a sequence's positions, as the op makes them and attention reads them: each position's
+    cos, then its sin."""
+    return TensorType((query.dims[0], query.dims[-2], 2 * features))
 
 
 def check_angles(angles: TensorType, query: TensorType, most: int, what: str) -> int:
     """The features that `angles` turn, checked against the queries they turn (at most `most`, the head's)."""
-    angles = require(angles, "the position embeddings", min_rank=5)
-    features = concrete_last(angles, "the position embeddings")
+    angles = require(angles, "the position embeddings", min_rank=3)
+    features = concrete_last(angles, "the position embeddings") // 2
     expected = angles_type(query, features)
     if angles.dims != expected.dims:
         raise ShapeError(f"the position embeddings {angles} must be the rotary angles of the queries' positions, "
@@ -206,7 +207,7 @@ ROTARY_EMBEDDING = OpDef(
     family=Family.POSITION, inputs=(Input("x"),), attrs=RotaryAttrs, infer=_shape, params=lambda a, i: {},
     check=lambda a: problems(_own(a)), module=lambda a, i, w: embedding(_own(a), w), call=_call, uses_cache=True,
     buffers=lambda a, i: {"inverse_frequency": (int(_own(a).features) // 2,)},
-    width_of=lambda a, w: features(_own(a), w), title="Rotary Position Embedding",
+    width_of=lambda a, w: binary(constant(2), pyast.Mult(), features(_own(a), w)), title="Rotary Position Embedding",
     details=lambda a, i: [describe(_own(a))],
     facts=lambda a, i: {"positions": "rotary"},
 )

@@ -64,9 +64,9 @@ def test_the_kept_angles_turn_as_the_positions_own_do():
             angles = torch.outer(position, rotary.inverse_frequency).repeat(1, 2)
             scale = getattr(rotary, "attention_factor", 1.0)
             # cos and sin of the same angles, over tensors of other shapes: SIMD lanes may round apart
-            expected = Attention.turned(x, torch.stack([angles.cos(), angles.sin()]) * scale)
+            expected = Attention.turned(x, torch.cat([angles.cos(), angles.sin()], dim=-1)[None] * scale)
             assert_close(turned(rotary, x, start), expected, rel=1e-6)
-        assert rotary.turns.size(1) == 45  # 5, 10 (twice 5), 20 (twice 10), then 45 (past twice 20)
+        assert rotary.turns.size(0) == 45  # 5, 10 (twice 5), 20 (twice 10), then 45 (past twice 20)
 
 
 def test_while_traced_the_angles_are_those_of_the_table(monkeypatch):
@@ -78,8 +78,8 @@ def test_while_traced_the_angles_are_those_of_the_table(monkeypatch):
         kept = turned(rotary, x, 3), turned(rotary, x, 3, rows)
         with monkeypatch.context() as traced:
             traced.setattr(torch.compiler, "is_compiling", lambda: True)
-            grown = rotary.turns.size(1)
+            grown = rotary.turns.size(0)
             assert_close(turned(rotary, x, 3), kept[0], rel=1e-6)
-            assert_close(turned(rotary, x, 40), Attention.turned(x, rotary.angles(45)[:, 40:]), rel=1e-6)
+            assert_close(turned(rotary, x, 40), Attention.turned(x, rotary.angles(45)[None, 40:]), rel=1e-6)
             assert_close(turned(rotary, x, 3, rows), kept[1], rel=1e-6)
-            assert rotary.turns.size(1) == grown    # the table is not touched while traced
+            assert rotary.turns.size(0) == grown    # the table is not touched while traced

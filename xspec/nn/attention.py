@@ -31,7 +31,7 @@ class Attention(nn.Module):
       Qwen3, Gemma 3), or each whole projection where `norm_over` is "projection" (OLMo 2);
     - `rotary`: queries and keys turned by rotary position embeddings (Su et al., 2021), made by
       this embedding; keys are cached turned. Angles a stack made once for all its layers are
-      passed to forward instead (`position_embeddings`, [2, B, 1, T, r]: cos and sin);
+      passed to forward instead (`position_embeddings`, [B, T, 2r]: cos then sin);
     - `scale`: scores scaled by it instead of 1/sqrt(d_k) (Gemma: query_pre_attn_scalar^-0.5);
     - `window`: each query sees its last `window` positions only (Mistral; None in the global
       layers of Gemma 2 and gpt-oss); the cache keeps those; not causal, the positions fewer
@@ -163,13 +163,13 @@ class Attention(nn.Module):
 
     @staticmethod
     def turned(x, angles):
-        """x [B, h, T, d] turned by rotary `angles` [2, B, 1, T, r] (their cos and sin), or as it
-        is where None: each feature pair (i, i + r/2) of the first r features by its angle, in
+        """x [B, h, T, d] turned by rotary `angles` [B, T, 2r] (their cos, then their sin), or as
+        it is where None: each feature pair (i, i + r/2) of the first r features by its angle, in
         float32; the other d - r pass unchanged (a partial rotation: GPT-NeoX, Phi-3)."""
         if angles is None:
             return x
-        cos, sin = angles.unbind(0)
-        r = angles.size(-1)
+        cos, sin = angles[:, None].chunk(2, dim=-1)  # [B, 1, T, r]: all heads'
+        r = cos.size(-1)
         part = x if r == x.size(-1) else x[..., :r]
         x1, x2 = part.float().chunk(2, dim=-1)
         quarter = torch.cat([-x2, x1], dim=-1)  # each pair (x1, x2) a quarter turn on

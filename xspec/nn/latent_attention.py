@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 class LatentAttention(nn.Module):
     """Each head's query and key: `nope_dim` features without positions, `rope_dim` turned by
-    rotary angles: those passed to forward (`position_embeddings`, [2, B, 1, T, rope_dim], a
+    rotary angles: those passed to forward (`position_embeddings`, [B, T, 2 * rope_dim], a
     stack's, made once for all its layers), else those of its own embedding `rotary`. Keys
     (their first part) and values come from the latent c = norm(x W^DKV) of `latent_dim`
     features, through W^UK and W^UV; the key's rotary part, x W^KR, is one for all heads.
@@ -57,7 +57,7 @@ class LatentAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
 
     def project(self, x, angles=None, cache=None):
-        """x [B, T, d], its positions' rotary `angles` [2, B, 1, T, rope] (None: its own
+        """x [B, T, d], its positions' rotary `angles` [B, T, 2 * rope] (None: its own
         embedding's, after the cache's positions) -> each head's query without and with positions
         [B, h, T, nope], [B, h, T, rope] (turned), the latent [B, 1, T, latent_dim] and the rotary
         key [B, 1, T, rope] (turned)."""
@@ -74,7 +74,7 @@ class LatentAttention(nn.Module):
     def turned(x, angles):
         """x [B, h, T, rope] turned by `angles` (cos and sin): each feature pair (i, i + rope/2)
         by its angle, in float32."""
-        cos, sin = angles.unbind(0)
+        cos, sin = angles[:, None].chunk(2, dim=-1)  # [B, 1, T, rope]: all heads'
         x1, x2 = x.float().chunk(2, dim=-1)
         return (x.float() * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
 

@@ -31,7 +31,7 @@ class RotaryEmbedding(nn.Module):
         # Derived, so not in checkpoints; a scaling's class sets its own after its options.
         unscaled = RotaryEmbedding.frequencies(self)
         self.register_buffer("inverse_frequency", unscaled, persistent=False)
-        self.register_buffer("turns", torch.empty(2, 0, 2 * unscaled.numel()), persistent=False)
+        self.register_buffer("turns", torch.empty(0, 4 * unscaled.numel()), persistent=False)
 
     def frequencies(self):
         """theta_i for i < dim / 2."""
@@ -45,11 +45,12 @@ class RotaryEmbedding(nn.Module):
     @torch.no_grad()
     def reset_parameters(self):
         self.inverse_frequency.copy_(self.frequencies())
-        self.turns = self.turns.new_empty(2, 0, self.turns.size(2))
+        self.turns = self.turns.new_empty(0, self.turns.size(1))
 
     def forward(self, x, cache=None):
-        """The angles [2, B, 1, T, dim] of x's T positions (x [B, T, ...]): those after the
-        cache's `length`, or, where its rows are padded, each row's own (its `row_positions`)."""
+        """The angles [B, T, 2 * dim] of x's T positions (x [B, T, ...]), their cos then their
+        sin: those after the cache's `length`, or, where its rows are padded, each row's own (its
+        `row_positions`)."""
         start = cache.length if cache is not None else 0
         end = start + x.size(1)
         rows = cache.row_positions(x.size(1)) if cache is not None else None  # padded: [B, T]
@@ -57,12 +58,10 @@ class RotaryEmbedding(nn.Module):
             positions = torch.arange(start, end, device=x.device) if rows is None else rows
             turns = self.angles_at(positions)
         else:
-            if end > self.turns.size(1):
-                self.turns = self.shared_angles(max(end, 2 * self.turns.size(1)))
-            turns = self.turns[:, start:end] if rows is None else self.turns[:, rows]
-        if rows is None:
-            turns = turns[:, None]  # one row's positions for all
-        return turns.unsqueeze(2).expand(-1, x.size(0), -1, -1, -1)  # all heads'
+            if end > self.turns.size(0):
+                self.turns = self.shared_angles(max(end, 2 * self.turns.size(0)))
+            turns = self.turns[start:end] if rows is None else self.turns[rows]
+        return turns.expand(x.size(0), -1, -1)  # one row's positions for all, where none is padded
 
     def shared_angles(self, positions):
         """The cos and sin table of at least `positions` positions, made here or by an embedding of
@@ -72,20 +71,20 @@ class RotaryEmbedding(nn.Module):
         frequencies = tuple(self.inverse_frequency.tolist())
         key = (str(self.inverse_frequency.device), frequencies, self.scale())
         table = RotaryEmbedding.tables.get(key)
-        if table is None or table.size(1) < positions:
+        if table is None or table.size(0) < positions:
             table = self.angles(positions)
             RotaryEmbedding.tables[key] = table
         return table
 
     def angles(self, positions):
-        """cos and sin [2, positions, dim] of the angles of positions 0, 1, ..."""
+        """cos and sin [positions, 2 * dim] of the angles of positions 0, 1, ..."""
         return self.angles_at(torch.arange(positions, device=self.inverse_frequency.device))
 
     def angles_at(self, positions):
-        """cos and sin [2, *positions.shape, dim] of the angles of `positions`, scaled."""
+        """cos then sin [*positions.shape, 2 * dim] of the angles of `positions`, scaled."""
         angles = positions.float()[..., None] * self.inverse_frequency
         angles = torch.cat([angles, angles], dim=-1)
-        turns = torch.stack([angles.cos(), angles.sin()])
+        turns = torch.cat([angles.cos(), angles.sin()], dim=-1)
         return turns if self.scale() == 1.0 else turns * self.scale()
 
 

@@ -80,7 +80,7 @@ class Decoder(nn.Module):  # block decoder, llama.xspec:37
 
     def forward(self, tokens, cache=None):
         x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  llama.xspec:38
-        rope = self.rotary_emb(x, cache=cache)  # [2, batch, 1, tgt_len, d_k]  llama.xspec:39
+        rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 64]  llama.xspec:39
         for layer in self.layers:  # llama.xspec:40
             x = layer(x, rope, cache=cache)  # llama.xspec:40
         x = self.norm(x)  # llama.xspec:41
