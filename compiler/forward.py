@@ -34,8 +34,8 @@ from .entries import TOKEN_TYPES
 from .ir import Const, Instance, Node, OpGraph, Operand, Program, Step
 from .names import local_name_problem
 from .ops import OPS
-from .python_code import (Note, assign, assign_many, call, constant, dotted, for_loop, function, identifier, returns,
-                          text_of, variable)
+from .python_code import (Note, assign, assign_many, call, constant, dotted, for_loop, function, identifier,
+                          if_statement, note_of, noted, returns, text_of, variable)
 from .python_print import INDENT, LINE_LIMIT
 
 # What a value an op without a module computes is called, where the spec gives it no name.
@@ -114,19 +114,16 @@ class _Forward:
         self.top_items = items
 
     def _reads(self, step: Step) -> set[str]:
-        refs = {v for v in step.inputs.values()}
-        refs |= {before for before, _, _, _ in step.carried if before is not None}
-        if step.body is not None:
-            refs |= step.body.reads()
-        return {r for r in refs if isinstance(r, str)}
+        return step.reads()
 
     def _captured(self, program: Program) -> set[str]:
-        """The refs from outside it that some function written as a function (or a loop) reads."""
+        """The refs from outside it that some function written as a function (or a loop, or a branch's arm)
+        reads."""
         refs: set[str] = set()
         for step in program.steps:
-            if step.body is not None:
-                inside = _defined(step.body) | set(step.body.params.values())
-                refs |= {r for r in step.body.reads() - inside if isinstance(r, str)}
+            for inner in step.programs():
+                inside = _defined(inner) | set(inner.params.values())
+                refs |= {r for r in inner.reads() - inside if isinstance(r, str)}
         return refs
 
     # --- the forward --------------------------------------------------------------------------
@@ -163,6 +160,9 @@ class _Forward:
             elif step.kind == "stack":
                 lines += self._flush()
                 lines += self._stack(step, program, top, index)
+            elif step.kind == "branch":
+                lines += self._flush()
+                lines += self._branch(step, program, top, index)
             else:
                 lines += self._step(step, program, top, index, stack)
         return lines
@@ -204,10 +204,10 @@ class _Forward:
         """Every read of a step, counted once per input (attention(h, h, h) reads h three times)."""
         refs = [v for v in step.inputs.values()]
         refs += [b for b, _, _, _ in step.carried if b is not None]
-        if step.body is not None:
-            refs += [r for s in step.body.steps for r in (*s.inputs.values(),)]
-            refs += [r for r in step.body.results]
-            refs += [r for s in step.body.steps if s.body is not None for r in s.body.reads()]
+        for inner in step.programs():
+            refs += [r for s in inner.steps for r in (*s.inputs.values(),)]
+            refs += [r for r in inner.results]
+            refs += [r for s in inner.steps for body in s.programs() for r in body.reads()]
         return [r for r in refs if isinstance(r, str)]
 
     def _flush(self) -> list[pyast.stmt]:
@@ -454,6 +454,74 @@ class _Forward:
         for last, name in carried_names:
             self._bind(last, name, top)
         return lines
+
+    def _branch(self, step: Step, program: Program, top: bool, index: int) -> list[pyast.stmt]:
+        """`if <the layer's kind>:` around one arm, `else:` around the other, each yielding the branch's
+        values under the same names; one assignment where the arms differ in one argument only."""
+        assert step.body is not None and step.orelse is not None and step.condition is not None
+        names = [self._name_output(ref, self._branch_hint(step, n), program, top, index)
+                 for n, ref in enumerate(step.outputs)]
+        arms = []
+        self.depth += 1
+        for arm in (step.body, step.orelse):
+            made = _defined(arm)
+            for result, name in zip(arm.results, names):
+                if isinstance(result, str) and result in made:
+                    self.names[result] = name
+            lines = self._program(arm, top=False)
+            lines += self._flush()
+            for result, name in zip(arm.results, names):  # an arm that yields a value from before it
+                if not (isinstance(result, str) and result in made):
+                    lines.append(assign(name, self._operand(result)))
+            arms.append(lines or [pyast.Pass()])
+        self.depth -= 1
+        one = _one_choice(arms[0], arms[1], step.condition)
+        if one is not None:
+            return [one]
+        return [if_statement(step.condition, arms[0], arms[1], where(step.span))]
+
+    def _branch_hint(self, step: Step, n: int) -> str:
+        """What the `n`th value a branch yields is called: what both arms call it, else `hidden`."""
+        hints = {self._yielded_hint(arm, arm.results[n]) for arm in step.programs()}
+        return hints.pop() if len(hints) == 1 else "hidden"
+
+    def _yielded_hint(self, arm: Program, result: Operand) -> str:
+        maker = next((step for step in arm.steps if result in step.outputs), None)
+        if not isinstance(result, str) or maker is None:
+            return "hidden"
+        if result in arm.hints:
+            return arm.hints[result]
+        return self._branch_hint(maker, maker.outputs.index(result)) if maker.kind == "branch" else \
+            self._default_hint(maker)
+
+
+def _one_choice(then: list[pyast.stmt], orelse: list[pyast.stmt], condition: pyast.expr) -> Optional[pyast.stmt]:
+    """Two arms that assign one call each, the same but for one argument, as one assignment whose argument the
+    condition chooses (`position_embeddings=rope_local if self.layer_type == 'sliding_attention' else rope`);
+    None where they differ otherwise."""
+    if len(then) != 1 or len(orelse) != 1:
+        return None
+    mine, theirs = then[0], orelse[0]
+    if not (isinstance(mine, pyast.Assign) and isinstance(theirs, pyast.Assign)
+            and isinstance(mine.value, pyast.Call) and isinstance(theirs.value, pyast.Call)
+            and text_of(mine.targets[0]) == text_of(theirs.targets[0])
+            and text_of(mine.value.func) == text_of(theirs.value.func)
+            and len(mine.value.args) == len(theirs.value.args)
+            and [k.arg for k in mine.value.keywords] == [k.arg for k in theirs.value.keywords]):
+        return None
+    pairs = [*zip(mine.value.args, theirs.value.args),
+             *((a.value, b.value) for a, b in zip(mine.value.keywords, theirs.value.keywords))]
+    differing = [n for n, (a, b) in enumerate(pairs) if text_of(a) != text_of(b)]
+    if len(differing) != 1:
+        return None
+    chosen = [pyast.IfExp(condition, a, b) if n == differing[0] else a for n, (a, b) in enumerate(pairs)]
+    count = len(mine.value.args)
+    keywords = [pyast.keyword(k.arg, value) for k, value in zip(mine.value.keywords, chosen[count:])]
+    merged = pyast.Assign(mine.targets, pyast.Call(mine.value.func, chosen[:count], keywords))
+    note = note_of(mine)
+    if note is not None:
+        noted(merged, note)
+    return merged
 
 
 def _applied_to(expression: pyast.expr, param: str) -> Optional[pyast.expr]:

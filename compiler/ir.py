@@ -111,9 +111,10 @@ class Step:
     layer     -                        the layer's arguments           its results (in a stack's body only)
     function  the function's id        -                               the function (`None` if never called)
     apply     the spec's name for it   "fn"; "x" unless `argument`     its result
+    branch    -                        -                               what either arm yields (its `results`)
     """
 
-    kind: Literal["op", "block", "stack", "layer", "function", "apply"]
+    kind: Literal["op", "block", "stack", "layer", "function", "apply", "branch"]
     target: str
     inputs: dict[str, Operand]
     outputs: tuple[str, ...]
@@ -124,14 +125,23 @@ class Step:
     # the last three one local name.
     carried: tuple[tuple[Optional[str], Optional[str], str, str], ...] = ()
     argument: Optional[Const] = None  # apply: the constant passed, where it is one
+    # branch: a layer class's choice by its kind (compiler/layer_branches.py): the arm `body` runs where
+    # `condition` (code over the layer's own attributes) holds, else `orelse`; each arm's results, in
+    # the order of `outputs`, take their names.
+    orelse: Optional[Program] = None
+    condition: Optional[pyast.expr] = None
 
     def reads(self) -> set[str]:
-        """The refs it reads, inside its loop's or function's body too."""
+        """The refs it reads, inside its loop's or function's body (or a branch's arms) too."""
         refs = {v for v in self.inputs.values() if isinstance(v, str)}
         refs.update(before for before, _, _, _ in self.carried if before is not None)
-        if self.body is not None:
-            refs |= self.body.reads()
+        for program in self.programs():
+            refs |= program.reads()
         return refs
+
+    def programs(self) -> list[Program]:
+        """The programs it holds: a loop's or function's body, or a branch's two arms."""
+        return [program for program in (self.body, self.orelse) if program is not None]
 
 
 @dataclass
@@ -251,6 +261,12 @@ def _lint_program(program: Program, outer: set[str], instance: Instance, graph: 
         elif step.kind == "function" and step.body is not None:
             assert len(step.body.params) == 1, f"{step.target} takes {len(step.body.params)} arguments"
             _lint_program(step.body, scope, instance, graph, in_loop=False)
+        elif step.kind == "branch":
+            assert step.body is not None and step.orelse is not None and step.condition is not None
+            for arm in (step.body, step.orelse):
+                _lint_program(arm, scope, instance, graph, in_loop)
+                assert len(arm.results) == len(step.outputs), f"{instance.path}: an arm yields other values"
+            assert step.body.results == step.outputs, f"{instance.path}: a branch's outputs are not its arm's"
         scope.update(step.outputs)
     returned = {r for r in program.results if isinstance(r, str)}
     assert returned <= scope, f"{instance.path} returns {sorted(returned - scope)}, which it does not make"

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import ast as pyast
 import copy
+import dataclasses
 import functools
 import itertools
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Hashable, Mapping, Optional, Sequence, Union
 
 from .code_reads import attributes_read, config_argument, config_field, names_used
 from .codecheck import check_module
@@ -31,9 +32,10 @@ from .diagnostics import Span
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
 from .flag_choice import condition_fields, flag_ifs, flipped, forcing, merged_class, owns, renamed, spec_line
 from .forward import Arguments, Context, file_label, forward_method, where
-from .ir import Instance
-from .layer_choice import (Choice, Untaken, branch_guards, chooses_alike, guarded_layer_class, kind_names,
-                           layer_class_by_index, layer_kinds, untaken_branches)
+from .ir import Instance, Program, Step, lint_programs
+from .layer_branches import KindFlag, flag_statements, kind_flags, merged_program, merged_statements
+from .layer_choice import (Choice, Untaken, _merged_choice, branch_guards, chooses_alike, guarded_layer_class,
+                           kind_names, layer_class_by_index, layer_kinds, untaken_branches)
 from .library import MODULE, LibraryClass, library_classes, resetting_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -317,34 +319,124 @@ class _Lowering:
             self.indexed[stack.path] = index
             self.by_index[block.name.id] = (name, stack, classes)
             return [name] * len(layers)
-        # A class per kind: the layers alike in their modules' names and their forward, each kind one class
-        # (taking the index where its layers differ otherwise, by the block's conditions).
+        # Kinds: the layers alike in their modules' names and their forward, each kind one class (taking the
+        # index where its layers differ otherwise, by the block's conditions); the block's conditions say
+        # which layer is of which kind. One class chooses among them by the layer's kind, as transformers'
+        # hybrids do (compiler/layer_branches.py).
         kinds: dict[str, list[int]] = {}
         for position, cls in enumerate(every_class):
             kinds.setdefault(_layout_key(cls), []).append(position)
         if len(kinds) == 1 or any(min(positions) >= len(layers) for positions in kinds.values()):
             return None  # one kind (the layers differ otherwise), or a kind no layer is
-        names: list[str] = [""] * len(layers)
-        for positions in kinds.values():
+        kind_classes: dict[str, pyast.ClassDef] = {}
+        indexed: set[str] = set()  # the kinds whose class takes the index
+        keys: list[str] = [""] * len(layers)
+        for key, positions in kinds.items():
             members = [every_class[position] for position in positions]
             kind = members[0] if len({_class_key(cls) for cls in members}) == 1 else \
                 self._one_layer_class(index, [every[position] for position in positions], members, [])
             if kind is None:
                 return None
-            first = layers[positions[0]]
-            name = self._register(first, first.block_name or "layer", kind)
+            kind_classes[key] = kind
             if kind is not members[0]:
-                self.index_of[name] = index
+                indexed.add(key)
             for position in positions:
                 if position < len(layers):
-                    names[position] = name
-        choice = layer_kinds(block, index, names, self.fields)
+                    keys[position] = key
+        choice = layer_kinds(block, index, keys, self.fields)
         if choice is None:
             return None
+        representative = {key: every[positions[0]] for key, positions in kinds.items()}
+        one = self._branching_class(index, choice, kind_classes, representative, guards)
+        if one is not None:
+            name = self._register(layers[0], layers[0].block_name or "layer", one)
+            for item in layers:
+                self.class_of[item.path] = name
+            self.indexed[stack.path] = index
+            self.by_index[block.name.id] = (name, stack, classes)
+            return [name] * len(layers)
+        registered: dict[str, str] = {}
+        for key, positions in kinds.items():
+            first = layers[positions[0]]
+            registered[key] = name = self._register(first, first.block_name or "layer", kind_classes[key])
+            if key in indexed:
+                self.index_of[name] = index
+        names = [registered[key] for key in keys]
+        choice = _choice_renamed(choice, registered)
         renamed = self._renamed(kind_names(block, choice), layers[0].block_name or "layer")
         self.kinds[stack.path] = (_choice_renamed(choice, renamed), guards)
         self.index_of = {renamed.get(name, name): index for name, index in self.index_of.items()}
         return [renamed.get(name, name) for name in names]
+
+    def _branching_class(self, index: str, choice: Choice, kinds: dict[str, pyast.ClassDef],
+                         representative: dict[str, Instance], guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
+        """One class for layers of several kinds (`kinds`: each kind's class, and a layer of it), which the
+        block's conditions (`choice`) tell apart: its constructor keeps the layer's kind and makes that kind's
+        modules; its forward branches on the kind where the kinds compute differently. None where a condition
+        reads more of the config than its lists at the index, or the forwards do not merge."""
+        first = representative[next(iter(kinds))]
+        taken = {child for layer in representative.values() for child in layer.children}
+        taken |= {name for layer in representative.values()
+                  for name, _, _ in self.holders.get(layer.path, {}).values()}
+        flags: dict[str, KindFlag] = {}
+        optional = {keyword for op in OPS.values() for keyword in op.optional_keywords}
+
+        def merged(part: Choice) -> Optional[tuple[list[pyast.stmt], Program, dict[str, Instance]]]:
+            if isinstance(part, str):
+                init = kinds[part].body[0]
+                assert isinstance(init, pyast.FunctionDef)
+                layer = representative[part]
+                return init.body[1:], layer.program, dict(layer.children)
+            condition, span, yes, no = part
+            over_kind = kind_flags(condition, index, flags, taken, where(span))
+            mine, theirs = merged(yes), merged(no)
+            if over_kind is None or mine is None or theirs is None:
+                return None
+            program = merged_program(mine[1], theirs[1], over_kind, span,
+                                     functools.partial(self._step_signature, first))
+            if program is None:
+                return None
+            statements = merged_statements(mine[0], theirs[0], condition, where(span), functools.partial(
+                _merged_choice, condition=condition, pointer=where(span), optional=optional))
+            return statements, program, {**mine[2], **theirs[2]}
+
+        whole = merged(choice)
+        if whole is None:
+            return None
+        statements, program, children = whole
+        layer = dataclasses.replace(first, children=children, program=program,
+                                    has_cache=any(item.has_cache for item in representative.values()),
+                                    has_token_types=any(item.has_token_types for item in representative.values()))
+        lint_programs(layer, self.graph)
+        forward = forward_method(self.context, layer)
+        made = {text_of(part) for statement in statements for part in statements_in(statement)}
+        if any(text_of(assign(f"self.{name}", constructor)) not in made
+               for name, constructor, _ in self.holders.get(first.path, {}).values()):
+            return None  # a module the forward holds that no kind's constructor makes
+        note = where(first.block_span) if first.block_span else where(first.span)
+        init = [super_init(), *guards, *flag_statements(list(flags.values())), *statements]
+        doc = f"block {first.block_name}, {note}" if first.block_span else f"a layer of the repeat at {note}"
+        return class_def("Layer", [dotted("nn.Module")], [function("__init__", ["self", "config", index], init),
+                                                           forward], doc)
+
+    def _step_signature(self, instance: Instance, step: Step) -> Hashable:
+        """What a step of a layer's program computes, as its forward writes it but for the values it reads: two
+        kinds' steps of one signature may be one (compiler/layer_branches.py)."""
+        if step.programs():
+            return id(step)  # a loop or function: its own
+        if step.kind == "op":
+            node = self.graph[step.target]
+            op = OPS[node.op]
+            attribute_name = node.id.rsplit(".", 1)[-1] if op.module is not None else "held"
+            code = op.call(identifier(attribute_name), {port: variable(port) for port in step.inputs}, node.attrs,
+                           op.uses_cache and instance.has_cache)
+            holder = text_of(op.holder(node.attrs, Arguments(node))) if op.holder is not None else None
+            held = tuple(name for name in op.forward_attrs if name in node.sources)
+            return "op", step.span, text_of(code), holder, held
+        if step.kind == "block":
+            child = instance.children[step.target]
+            return "block", step.target, step.span, child.has_cache, child.has_token_types
+        return step.kind, step.target, step.span, step.argument
 
     def _one_layer_class(self, index: str, layers: list[Instance], classes: list[pyast.ClassDef],
                          guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:

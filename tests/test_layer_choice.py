@@ -68,10 +68,24 @@ def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_
         torch.testing.assert_close(from_config.eval()(tokens), from_set.eval()(tokens))
 
 
-def test_a_hybrids_layers_of_several_kinds_are_made_by_one_loop_over_the_config_at_any_depth():
+def test_a_hybrids_layers_of_several_kinds_are_one_class_that_keeps_its_kind_at_any_depth():
+    """As transformers writes Nemotron-H's block: the kind kept from the config's list, its modules made in the
+    constructor's `if`, and the forward branching on it where the kinds compute differently."""
     source = xspec.compile("specs/modern/nemotron_h.xspec", overrides={"layers": 52}).python_source
-    assert "        for i in range(config.layers):  # nemotron_h.xspec:" in source
-    assert source.count("self.layers.append(") == 3 and "LmLayer(config), LmLayer" not in source
+    assert re.findall(r"^class (LmLayer\w*)\(", source, re.M) == ["LmLayer"]
+    assert "[LmLayer(config, i) for i in range(config.layers)]" in source
+    assert "        self.layers_block_type = config.layers_block_type[i]  # nemotron_h.xspec:29\n" in source
+    forward = source[source.index("    def forward(self, x, cache=None):"):]
+    assert forward.startswith(
+        "    def forward(self, x, cache=None):\n"
+        "        h = self.norm(x)  # nemotron_h.xspec:42\n"
+        "        if self.layers_block_type == 'linear_attention':  # nemotron_h.xspec:29\n"
+        "            mixer = self.mixer(h, cache=cache)  # nemotron_h.xspec:42\n"
+        "        elif self.layers_block_type == 'full_attention':  # nemotron_h.xspec:35\n"
+        "            mixer = self.mixer(h, h, h, cache=cache)  # nemotron_h.xspec:42\n"
+        "        else:\n"
+        "            mixer = self.mixer(h)  # nemotron_h.xspec:42\n"
+        "        return x + mixer  # nemotron_h.xspec:42\n")
     assert not [line for line in source.split("\n") if len(line) >= LINE_LIMIT]
 
 
@@ -178,15 +192,19 @@ def test_a_branch_no_layer_takes_is_refused_by_name_where_the_model_taking_it_do
     assert "generated without" not in source and "if config.wide and i > 0:" in source
 
 
-@pytest.mark.parametrize("name, classes", [
-    ("qwen3_next", {"GatedDeltaNetLmLayer", "AttentionLmLayer"}),
-    ("bamba", {"Mamba2LmLayer", "AttentionLmLayer"}),
-    ("nemotron_h", {"Mamba2LmLayer", "AttentionLmLayer", "FeedForwardLmLayer"})])
-def test_each_kind_of_layer_is_named_after_what_its_branch_calls(name, classes):
-    source = xspec.compile(f"specs/modern/{name}.xspec").python_source
-    defined = set(re.findall(r"^class (\w+)\(nn\.Module\)", source, re.MULTILINE))
-    assert classes <= defined
-    assert not [cls for cls in defined if cls.startswith("LmLayer")]  # no LmLayer, LmLayer2, ...
+@pytest.mark.parametrize("name, kinds, mixers", [
+    ("qwen3_next", "layer_types", {"full_attention": "self_attn", "linear_attention": "linear_attn"}),
+    ("bamba", "layer_types", {"full_attention": "self_attn", "linear_attention": "mamba"})])
+def test_a_hybrids_layer_keeps_its_kind_and_makes_that_kinds_modules_alone(name, kinds, mixers):
+    """transformers' names: one `LmLayer` class, never one per kind (`AttentionLmLayer`, ...), each layer
+    holding the mixer of its kind only."""
+    spec = xspec.compile(f"specs/modern/{name}.xspec")
+    defined = set(re.findall(r"^class (\w+)\(nn\.Module\)", spec.python_source, re.MULTILINE))
+    assert {cls for cls in defined if cls.endswith("Layer")} == {"LmLayer"}
+    model = spec.build("cpu")
+    for kind, layer in zip(getattr(model.config, kinds), model.decoder.layers):
+        assert layer.layer_type == kind
+        assert {child for child in mixers.values() if hasattr(layer, child)} == {mixers[kind]}
 
 
 @pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe"])
