@@ -117,11 +117,13 @@ class _Forward:
         return step.reads()
 
     def _captured(self, program: Program) -> set[str]:
-        """The refs from outside it that some function written as a function (or a loop, or a branch's arm)
-        reads."""
+        """The refs from outside it that some function written as a function (or a loop) reads."""
         refs: set[str] = set()
         for step in program.steps:
             for inner in step.programs():
+                if step.kind == "branch":  # written in place: what its arms read, only their own closures keep
+                    refs |= self._captured(inner)
+                    continue
                 inside = _defined(inner) | set(inner.params.values())
                 refs |= {r for r in inner.reads() - inside if isinstance(r, str)}
         return refs

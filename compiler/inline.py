@@ -11,7 +11,6 @@ where they now run. A function passed to a block, or called twice, stays a funct
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
 
 from .ir import Instance, Operand, Program, Step
 
@@ -39,7 +38,7 @@ def inlined(program: Program) -> Program:
     for step in steps:
         if step.kind == "function" and step.outputs[0] in once:
             continue  # written where it is called
-        step = _renamed(step, renamed)
+        step = step.reading(renamed)
         function = once.get(str(step.inputs["fn"])) if step.kind == "apply" else None
         if function is None or function.body is None:
             written.append(step)
@@ -47,7 +46,7 @@ def inlined(program: Program) -> Program:
         (name, param), = function.body.params.items()
         argument = step.inputs["x"]
         body = {param: argument}
-        written += [replace(_renamed(inner, body), span=step.span) for inner in function.body.steps]
+        written += [replace(inner.reading(body), span=step.span) for inner in function.body.steps]
         for ref, hint in function.body.hints.items():
             hints.setdefault(ref, hint)
         hints.setdefault(str(argument), name)  # the value takes the parameter's name where it has none
@@ -75,25 +74,3 @@ def _called_once(ref: str, steps: list[Step], program: Program) -> bool:
     return (len(readers) == 1 and readers[0].kind == "apply" and readers[0].inputs.get("fn") == ref
             and isinstance(readers[0].inputs.get("x"), str) and len(readers[0].outputs) == 1
             and list(readers[0].inputs.values()).count(ref) == 1 and not nested and ref not in program.results)
-
-
-def _renamed(step: Step, renamed: Mapping[str, Operand]) -> Step:
-    """`step` reading renamed[ref] wherever it read ref, in its loop's or function's body too."""
-    if not renamed:
-        return step
-
-    def read(operand: Operand) -> Operand:
-        return renamed.get(operand, operand) if isinstance(operand, str) else operand
-
-    def read_ref(ref: str | None) -> str | None:
-        value = read(ref) if ref is not None else None
-        assert value is None or isinstance(value, str), f"{ref}: a value carried by a loop became a constant"
-        return value
-
-    body = step.body
-    if body is not None:
-        body = Program(body.params, [_renamed(inner, renamed) for inner in body.steps],
-                       tuple(read(r) for r in body.results), body.hints)
-    carried = tuple((read_ref(before), loop, first, last) for before, loop, first, last in step.carried)
-    return replace(step, inputs={port: read(value) for port, value in step.inputs.items()}, body=body,
-                   carried=carried)

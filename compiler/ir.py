@@ -17,8 +17,8 @@ that computes it. An op step's ref is its graph node's id, which ties the progra
 from __future__ import annotations
 
 import ast as pyast
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Literal, Optional, Union
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterator, Literal, Mapping, Optional, Union
 
 import pydantic
 
@@ -143,6 +143,29 @@ class Step:
         """The programs it holds: a loop's or function's body, or a branch's two arms."""
         return [program for program in (self.body, self.orelse) if program is not None]
 
+    def reading(self, renamed: Mapping[str, Operand]) -> Step:
+        """The step reading renamed[ref] wherever it read ref, in the programs it holds too."""
+        if not renamed:
+            return self
+
+        def read(operand: Operand) -> Operand:
+            return renamed.get(operand, operand) if isinstance(operand, str) else operand
+
+        def read_ref(ref: Optional[str]) -> Optional[str]:
+            value = read(ref) if ref is not None else None
+            assert value is None or isinstance(value, str), f"{ref}: a value carried by a loop became a constant"
+            return value
+
+        def program(inner: Optional[Program]) -> Optional[Program]:
+            if inner is None:
+                return None
+            return Program(inner.params, [step.reading(renamed) for step in inner.steps],
+                           tuple(read(r) for r in inner.results), inner.hints)
+
+        carried = tuple((read_ref(before), loop, first, last) for before, loop, first, last in self.carried)
+        return replace(self, inputs={port: read(value) for port, value in self.inputs.items()},
+                       body=program(self.body), orelse=program(self.orelse), carried=carried)
+
 
 @dataclass
 class Instance:
@@ -177,6 +200,13 @@ class OpGraph:
 
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
+
+    @classmethod
+    def of(cls, nodes: dict[str, Node]) -> OpGraph:
+        """A graph of these nodes, in this order (which must be topological)."""
+        graph = cls()
+        graph.nodes = dict(nodes)
+        return graph
 
     def add(self, node: Node) -> Node:
         assert node.id not in self.nodes, f"node {node.id} made twice"
@@ -235,7 +265,12 @@ def lint_programs(root: Instance, graph: OpGraph) -> None:
         instance = pending.pop()
         pending += instance.children.values()
         if instance.kind == "block" and instance.path:
-            _lint_program(instance.program, set(), instance, graph, in_loop=False)
+            lint_program(instance, graph)
+
+
+def lint_program(instance: Instance, graph: OpGraph) -> None:
+    """The invariants of one block instance's forward (`lint_programs`)."""
+    _lint_program(instance.program, set(), instance, graph, in_loop=False)
 
 
 def _lint_program(program: Program, outer: set[str], instance: Instance, graph: OpGraph, in_loop: bool) -> None:

@@ -15,11 +15,14 @@ from __future__ import annotations
 import ast as pyast
 import copy
 from dataclasses import dataclass, field, replace
-from typing import Callable, Hashable, Optional
+from typing import TYPE_CHECKING, Callable, Hashable, Optional
 
 from .diagnostics import Span
-from .ir import Const, Operand, Program, Step
-from .python_code import assign, if_statement, text_of
+from .ir import Const, Instance, Node, Operand, Program, Step
+from .python_code import assign, text_of
+
+if TYPE_CHECKING:
+    from .graph import BuiltGraph
 
 
 @dataclass
@@ -34,47 +37,67 @@ class _Region:
         return any(ref in step.outputs for step in (self.mine if side == 0 else self.theirs))
 
 
-def merged_program(mine: Program, theirs: Program, condition: pyast.expr, span: Span,
-                   signature: Callable[[Step], Hashable]) -> Optional[Program]:
-    """One program that computes `mine` where `condition` holds and `theirs` where it does not: the steps
-    both share once, those between in a branch step. `signature` says which steps may be the same (the same
-    spec text and code); they are where they also read the same values. None where an arm reads a value
-    another arm made, or the programs take other parameters."""
+@dataclass
+class _Diff:
+    """Two programs aligned: the steps they share, and between them (and after the last) the regions where
+    they differ."""
+
+    shared: list[Step]  # regions[k] comes before shared[k]; the last region before the results
+    regions: list[_Region]
+    renamed: dict[str, str]  # their value -> mine, where shared steps or parameters make both
+
+
+def _aligned(mine: Program, theirs: Program, signature: Callable[[Step], Hashable]) -> Optional[_Diff]:
     if list(mine.params) != list(theirs.params) or len(mine.results) != len(theirs.results):
         return None
-    renamed: dict[str, str] = {theirs.params[name]: ref for name, ref in mine.params.items()}
-    shared: list[Step] = []  # regions[k] comes before shared[k]; the last region before the results
-    regions: list[_Region] = [_Region()]
+    diff = _Diff([], [_Region()], {theirs.params[name]: ref for name, ref in mine.params.items()})
     i = j = 0
     for a, b in _common(mine.steps, theirs.steps, signature):
-        region = regions[-1]
+        region = diff.regions[-1]
         region.mine += mine.steps[i:a]
         region.theirs += theirs.steps[j:b]
         step, other = mine.steps[a], theirs.steps[b]
         if list(step.inputs) == list(other.inputs) and \
-                _read(list(zip(step.inputs.values(), other.inputs.values())), regions, renamed):
-            renamed.update(zip(other.outputs, step.outputs))
-            shared.append(step)
-            regions.append(_Region())
+                _read(list(zip(step.inputs.values(), other.inputs.values())), diff.regions, diff.renamed):
+            diff.renamed.update(zip(other.outputs, step.outputs))
+            diff.shared.append(step)
+            diff.regions.append(_Region())
         else:  # other values: not the same step
             region.mine.append(step)
             region.theirs.append(other)
         i, j = a + 1, b + 1
-    regions[-1].mine += mine.steps[i:]
-    regions[-1].theirs += theirs.steps[j:]
-    if not _read(list(zip(mine.results, theirs.results)), regions, renamed):
+    diff.regions[-1].mine += mine.steps[i:]
+    diff.regions[-1].theirs += theirs.steps[j:]
+    return diff if _read(list(zip(mine.results, theirs.results)), diff.regions, diff.renamed) else None
+
+
+def differing_steps(mine: Program, theirs: Program, signature: Callable[[Step], Hashable]) -> Optional[list[Step]]:
+    """The steps of either program the other does not share (what makes two kinds of layer compute
+    differently); None where they do not align."""
+    diff = _aligned(mine, theirs, signature)
+    return None if diff is None else [step for region in diff.regions for step in (*region.mine, *region.theirs)]
+
+
+def merged_program(mine: Program, theirs: Program, condition: pyast.expr, span: Span,
+                   signature: Callable[[Step], Hashable]) -> Optional[Program]:
+    """One program that computes `mine` where `condition` holds and `theirs` where it does not: the steps
+    both share once, those between in a branch step. `signature` says which steps may be the same (the same
+    code); they are where they also read the same values. None where an arm reads a value another arm made,
+    or the programs take other parameters."""
+    diff = _aligned(mine, theirs, signature)
+    if diff is None:
         return None
-    known = set(mine.params.values()) | {ref for step in shared for ref in step.outputs}
+    known = set(mine.params.values()) | {ref for step in diff.shared for ref in step.outputs}
     steps: list[Step] = []
-    for k, region in enumerate(regions):
+    for k, region in enumerate(diff.regions):
         if region.mine or region.theirs:
-            branch = _branch(region, mine, theirs, condition, span, renamed)
+            branch = _branch(region, mine, theirs, condition, span, diff.renamed)
             if not all(_reads_within(arm, known) for arm in branch.programs()):
                 return None
             steps.append(branch)
             known |= set(branch.outputs)
-        if k < len(shared):
-            steps.append(shared[k])
+        if k < len(diff.shared):
+            steps.append(diff.shared[k])
     return Program(dict(mine.params), steps, mine.results, {**theirs.hints, **mine.hints})
 
 
@@ -122,26 +145,9 @@ def _branch(region: _Region, mine: Program, theirs: Program, condition: pyast.ex
             renamed: dict[str, str]) -> Step:
     outputs = tuple(a for a, _ in region.joins)
     yes = Program({}, list(region.mine), outputs, dict(mine.hints))
-    no = Program({}, [_renamed(step, renamed) for step in region.theirs], tuple(b for _, b in region.joins),
+    no = Program({}, [step.reading(renamed) for step in region.theirs], tuple(b for _, b in region.joins),
                  dict(theirs.hints))
     return Step("branch", "", {}, outputs, span, body=yes, orelse=no, condition=condition)
-
-
-def _renamed(step: Step, renamed: dict[str, str]) -> Step:
-    """`step` of their program reading my values where theirs are the same (made by shared steps)."""
-    def operand(value: Operand) -> Operand:
-        return renamed.get(value, value) if isinstance(value, str) else value
-
-    def program(inner: Optional[Program]) -> Optional[Program]:
-        if inner is None:
-            return None
-        return replace(inner, steps=[_renamed(s, renamed) for s in inner.steps],
-                       results=tuple(operand(r) for r in inner.results))
-
-    return replace(step, inputs={port: operand(value) for port, value in step.inputs.items()},
-                   carried=tuple((None if before is None else renamed.get(before, before), loop, first, last)
-                                 for before, loop, first, last in step.carried),
-                   body=program(step.body), orelse=program(step.orelse))
 
 
 def _common(mine: list[Step], theirs: list[Step], signature: Callable[[Step], Hashable]) -> list[tuple[int, int]]:
@@ -164,32 +170,6 @@ def _common(mine: list[Step], theirs: list[Step], signature: Callable[[Step], Ha
     return pairs
 
 
-def merged_statements(mine: list[pyast.stmt], theirs: list[pyast.stmt], condition: pyast.expr, note: str,
-                      one_call: Callable[[pyast.Assign, pyast.Assign], Optional[pyast.Assign]]) -> list[pyast.stmt]:
-    """Two constructors' statements as one: those both have once, the others in an `if` over `condition`
-    (`one_call`: two assignments of one module as one call, where they differ only in an option)."""
-    texts = [[text_of(statement) for statement in statements] for statements in (mine, theirs)]
-    pairs = _common([Step("op", text, {}, (), _NOWHERE) for text in texts[0]],
-                    [Step("op", text, {}, (), _NOWHERE) for text in texts[1]], lambda step: step.target)
-    merged: list[pyast.stmt] = []
-    i = j = 0
-    for a, b in [*pairs, (len(mine), len(theirs))]:
-        yes, no = mine[i:a], theirs[j:b]
-        one = one_call(yes[0], no[0]) if len(yes) == len(no) == 1 and isinstance(yes[0], pyast.Assign) \
-            and isinstance(no[0], pyast.Assign) else None
-        if one is not None:
-            merged.append(one)
-        elif yes or no:
-            merged.append(if_statement(copy.deepcopy(condition), yes or [pyast.Pass()], no, note))
-        if a < len(mine):
-            merged.append(mine[a])
-        i, j = a + 1, b + 1
-    return merged
-
-
-_NOWHERE = Span("", 0, 0, 0, 0)
-
-
 @dataclass(frozen=True)
 class KindFlag:
     """What a layer keeps of its kind: `self.<attribute> = <value>` (`self.layer_type =
@@ -200,36 +180,73 @@ class KindFlag:
     note: str  # the spec line of the first condition that reads it
 
 
-def kind_flags(condition: pyast.expr, index: str, flags: dict[str, KindFlag], taken: set[str], note: str
-               ) -> Optional[pyast.expr]:
+def kind_flags(condition: pyast.expr, index: str, flags: dict[str, KindFlag], taken: set[str], note: str,
+               name: str) -> pyast.expr:
     """`condition` (over the config and the index) as the forward reads it, over what the layer keeps of its
-    kind: each list of the config it reads at the index, one attribute (`config.layer_types[i]` ->
-    `self.layer_type`), added to `flags` (by list) under a name not `taken`. None where it reads anything
-    else of the config or the index (a condition only the constructor can decide)."""
-    failed = False
+    kind, which it adds to `flags` under names not `taken`: each list of the config the condition reads at
+    the index, one attribute (`config.layer_types[i]` -> `self.layer_type`); a condition that reads more, its
+    truth (`self.<name>`)."""
+    def kept(key: str, base: str, value: pyast.expr) -> pyast.expr:
+        if key not in flags:
+            attribute = base
+            while attribute in taken:
+                attribute = f"{attribute}_kind"
+            taken.add(attribute)
+            flags[key] = KindFlag(attribute, copy.deepcopy(value), note)
+        return pyast.Attribute(pyast.Name("self", pyast.Load()), flags[key].attribute, pyast.Load())
 
     class Over(pyast.NodeTransformer):
+        others = False  # the condition reads the config or the index otherwise
+
         def visit_Subscript(self, node: pyast.Subscript) -> pyast.AST:
             value, at = node.value, node.slice
             if isinstance(value, pyast.Attribute) and isinstance(value.value, pyast.Name) \
                     and value.value.id == "config" and isinstance(at, pyast.Name) and at.id == index:
                 listed = value.attr
-                if listed not in flags:
-                    name = listed[:-1] if listed.endswith("s") and not listed.endswith("ss") else listed
-                    while name in taken:
-                        name = f"{name}_kind"
-                    taken.add(name)
-                    flags[listed] = KindFlag(name, copy.deepcopy(node), note)
-                return pyast.Attribute(pyast.Name("self", pyast.Load()), flags[listed].attribute, pyast.Load())
+                return kept(listed, listed[:-1] if listed.endswith("s") and not listed.endswith("ss") else listed, node)
             return self.generic_visit(node)
 
         def visit_Name(self, node: pyast.Name) -> pyast.AST:
-            nonlocal failed
-            failed = failed or node.id in ("config", index)
+            self.others = self.others or node.id in ("config", index)
             return node
 
-    rewritten = Over().visit(copy.deepcopy(condition))
-    return None if failed else rewritten
+    over = Over()
+    rewritten = over.visit(copy.deepcopy(condition))
+    return kept(text_of(condition), name, condition) if over.others else rewritten
+
+
+def apart(layer: Instance, graph: BuiltGraph, prefix: str) -> tuple[Instance, dict[str, Node], dict[str, str]]:
+    """A layer of another build of the model (one with untaken branches taken), its values and nodes renamed
+    apart from this build's (`prefix` before each), to be written into the same forward: the layer, its nodes
+    and its values' nodes (BuiltGraph.tensors), by their new names."""
+    def own(ref: str) -> bool:
+        return ref.startswith((f"{layer.path}.", f"{layer.path}:"))
+
+    def renamed(ref: str) -> str:
+        return prefix + ref if own(ref) else ref
+
+    def operand(value: Operand) -> Operand:
+        return renamed(value) if isinstance(value, str) else value
+
+    def program(inner: Program) -> Program:
+        return Program({name: renamed(ref) for name, ref in inner.params.items()},
+                       [step_of(step) for step in inner.steps], tuple(operand(r) for r in inner.results),
+                       {renamed(ref): hint for ref, hint in inner.hints.items()})
+
+    def step_of(step: Step) -> Step:
+        carried = tuple((None if before is None else renamed(before), None if loop is None else renamed(loop),
+                         renamed(first), renamed(last)) for before, loop, first, last in step.carried)
+        return replace(step, target=renamed(step.target) if step.kind == "op" else step.target,
+                       inputs={port: operand(value) for port, value in step.inputs.items()},
+                       outputs=tuple(renamed(ref) for ref in step.outputs), carried=carried,
+                       body=program(step.body) if step.body is not None else None,
+                       orelse=program(step.orelse) if step.orelse is not None else None)
+
+    nodes = {renamed(node.id): replace(node, id=renamed(node.id),
+                                       inputs={port: renamed(source) for port, source in node.inputs.items()})
+             for node in graph.graph if own(node.id)}
+    tensors = {renamed(ref): renamed(node_id) for ref, node_id in graph.tensors.items() if own(ref)}
+    return replace(layer, program=program(layer.program)), nodes, tensors
 
 
 def flag_statements(flags: list[KindFlag]) -> list[pyast.stmt]:

@@ -1,25 +1,26 @@
 """One class for the layers of a stack that differ by their index: `if` statements of the layer's block
 that read the index (`if (i + 1) % sliding_window_pattern != 0 { ... }`) become `if` statements of the
-class's constructor over the config and the index it is given, instead of a class per kind of layer.
-Where the two branches make one module by calls that differ only in a keyword whose None turns its
-option off (an attention's sliding window), the constructor makes one call, that keyword chosen by the
-condition.
+class's constructor over the config and the index it is given, nested as the spec nests them, instead of a
+class per layer. Where the two branches make one module by calls that differ only in a keyword whose None
+turns its option off (an attention's sliding window), the constructor makes one call, that keyword chosen by
+the condition. Where the layers' forwards differ too (a hybrid's kinds), `layer_kinds` says which `if`s tell
+the kinds apart, and compiler/layer_branches.py merges their forwards.
 
-The layers' classes are built first (compiler/lower.py), one syntax tree per layer; they merge where they
-differ only in modules that such an `if` makes, their forwards the same. Anything else (a difference no such `if`
-explains, a condition that reads more than the index and parameters) leaves them apart.
+The layers' classes are built first (compiler/lower.py), one syntax tree per layer; a module that differs
+between layers is attributed to the `if` of the block whose branch makes it. Anything else (a difference no
+such `if` explains, a condition that reads more than the index and parameters) leaves them apart.
 
 A branch no layer takes at the spec's values is written too, from the model built with that branch forced
-(compiler/lower.py), so a config edited to take it (more layers, another `layer_types`) builds what the
-same `--set` compiles. Where that model does not check, the constructor refuses the branch by name
-(`branch_guards`).
+(compiler/lower.py; `Truths` counts its layers after the stack's own), so a config edited to take it (more
+layers, another `layer_types`) builds what the same `--set` compiles. Where that model does not check, the
+constructor refuses the branch by name (`branch_guards`).
 """
 
 from __future__ import annotations
 
 import ast as pyast
-from dataclasses import dataclass
-from typing import Iterator, Optional, Union
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Optional, Union
 
 from . import ast
 from .config import config_condition
@@ -27,8 +28,8 @@ from .diagnostics import Span
 from .evaluate import Constant, ConstantError, evaluate
 from .forward import where
 from .ir import Instance
-from .python_code import (Note, assign, call, class_def, concatenated, constant, function, note_of, noted,
-                          statements_in, super_init, text_of, variable)
+from .python_code import (Note, assign, call, concatenated, constant, if_statement, note_of, noted, statements_in,
+                          text_of, variable)
 
 
 @dataclass(frozen=True)
@@ -106,29 +107,31 @@ def branch_guards(untaken: list[Untaken], index: str) -> list[pyast.stmt]:
 Choice = Union[str, tuple[pyast.expr, Span, "Choice", "Choice"]]
 
 
-def layer_kinds(block: ast.Block, index: str, classes: list[str], fields: dict[str, Constant]) -> Optional[Choice]:
-    """Where the layers of a stack are classes of a few kinds (a hybrid's Mamba-2 and attention layers, each
-    a class of its own), the `if` statements of the block (over the index and parameters) that say which
-    layer is which: each splits the layers it is asked about into two that both occur. None where no such
-    statements explain the classes."""
+def layer_kinds(truths: Truths, kinds: list[str], differing: list[Span]) -> Optional[Choice]:
+    """Where the layers of a stack are of a few kinds (a hybrid's Mamba-2 and attention layers), the `if`
+    statements of the block (over the index and parameters) that say which layer (`kinds`: each one's, by
+    position, as `truths` counts them) is which: each makes in its branches what the kinds compute differently
+    (`differing`: where the spec writes it), and splits the layers it is asked about into two that both occur.
+    None where no such statements explain the kinds."""
     candidates = []
-    pending = list(block.body)
+    pending = list(truths.block.body)
     while pending:
         statement = pending.pop(0)
         if isinstance(statement, ast.If):
-            condition = config_condition(statement.condition, fields, index)
-            if condition is not None:
+            condition = config_condition(statement.condition, truths.fields, truths.index)
+            if condition is not None and any(branch and _holds(branch, span) for span in differing
+                                             for branch in (statement.then, statement.orelse)):
                 candidates.append((statement, condition))
             pending += [*statement.then, *statement.orelse]
-    truths = {id(statement): [_value(statement.condition, index, layer, fields) for layer in range(len(classes))]
+    taking = {id(statement): [truths.of(statement, position) for position in range(len(kinds))]
               for statement, _ in candidates}
 
     def choose(layers: list[int]) -> Optional[Choice]:
-        kinds = {classes[layer] for layer in layers}
-        if len(kinds) == 1:
-            return kinds.pop()
+        found = {kinds[layer] for layer in layers}
+        if len(found) == 1:
+            return found.pop()
         for statement, condition in candidates:
-            truth = truths[id(statement)]
+            truth = taking[id(statement)]
             taken = [layer for layer in layers if truth[layer] is True]
             others = [layer for layer in layers if truth[layer] is False]
             if not taken or not others or len(taken) + len(others) != len(layers):
@@ -138,7 +141,7 @@ def layer_kinds(block: ast.Block, index: str, classes: list[str], fields: dict[s
                 return condition, statement.span, yes, no
         return None
 
-    return choose(list(range(len(classes))))
+    return choose(list(range(len(kinds))))
 
 
 def _value(condition: ast.Expr, index: str, layer: int, fields: dict[str, Constant]) -> Optional[bool]:
@@ -157,81 +160,97 @@ def _value(condition: ast.Expr, index: str, layer: int, fields: dict[str, Consta
     return value if isinstance(value, bool) else None
 
 
-def guarded_layer_class(cls: pyast.ClassDef, index: str, guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
-    """One layer class (`cls`, as lower.py builds it) whose constructor takes the index as `index` and
-    refuses the branches `guards` name; None where it is not of lower.py's form."""
-    written = _split(cls)
-    if written is None or index in ("self", "config"):
-        return None
-    return _indexed_class(written, index, [*guards, *written.attributes.values()])
+@dataclass(frozen=True)
+class Truths:
+    """Which branch of each of a block's `if` statements (over the index and parameters) each layer takes: at
+    the spec's values, or, for the layers of a model built with untaken branches taken (positions from
+    `count` on, the same layers again), as `forced` (id of the `if` -> branch) says."""
+
+    block: ast.Block
+    index: str
+    fields: dict[str, Constant]
+    count: int
+    forced: Mapping[int, bool] = field(default_factory=dict)
+
+    def of(self, statement: ast.If, position: int) -> Optional[bool]:
+        if position >= self.count and id(statement) in self.forced:
+            return self.forced[id(statement)]
+        return _value(statement.condition, self.index, position % self.count, self.fields)
 
 
-def _indexed_class(written: _Layer, index: str, statements: list[pyast.stmt]) -> pyast.ClassDef:
-    """The layer's class with a constructor that takes the layer's index, of `statements`."""
-    init = function("__init__", ["self", "config", index], [super_init(), *statements])
-    return class_def(written.cls.name, written.cls.bases, [init, written.forward], note_of(written.cls))
-
-
-def layer_class_by_index(block: ast.Block, index: str, layers: list[Instance], classes: list[pyast.ClassDef],
-                         fields: dict[str, Constant], optional: set[str],
-                         guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
-    """One class for `layers` (their classes as lower.py builds them), whose constructor takes the layer's
-    index as `index` and chooses its modules by the block's conditions; None where they cannot be one
-    class. `optional`: the constructors' keywords whose None turns an option off (OpDef.optional_keywords);
-    `guards` refuse the branches no layer takes (`branch_guards`)."""
+def indexed_constructor(truths: Truths, layers: list[Instance], classes: list[pyast.ClassDef],
+                        optional: set[str]) -> Optional[list[pyast.stmt]]:
+    """One constructor's statements for `layers` (their classes as lower.py builds them), after
+    `super().__init__()`: each module the same in every layer made once, the others in the block's `if`
+    statements that choose them, over the config and the index, nested as the spec nests them. Where two
+    branches make one module by calls that differ only in a keyword whose None turns its option off
+    (`optional`), one call, that keyword chosen. None where something else tells the layers apart."""
     parts = [_split(cls) for cls in classes]
-    if any(p is None for p in parts) or index in ("self", "config"):
+    if any(part is None for part in parts) or truths.index in ("self", "config"):
         return None
-    split = [p for p in parts if p is not None]
-    first = split[0]
-    if any(list(p.attributes) != list(first.attributes) for p in split):
-        return None
-    forward = _one_forward([p.forward for p in split])
-    if forward is None:
-        return None
-    code = {a: [text_of(p.attributes[a]) for p in split] for a in first.attributes}
-    differing = [a for a in first.attributes if len(set(code[a])) > 1]
-    # id(if) -> (if, attribute -> branch -> its assignment)
-    choices: dict[int, tuple[ast.If, dict[str, dict[bool, pyast.Assign]]]] = {}
-    for attribute in differing:
-        for layer, part, dump in zip(layers, split, code[attribute]):
-            child = layer.children.get(attribute)
-            found = _deciding_if(block.body, child.span) if child is not None else None
-            if found is None:
-                return None
-            statement, taken = found
-            chosen = choices.setdefault(id(statement), (statement, {}))[1].setdefault(attribute, {})
-            if text_of(chosen.setdefault(taken, part.attributes[attribute])) != dump:
-                return None  # layers in one branch differ: something else chose
-    conditions = {}
-    for key, (statement, branches) in choices.items():
-        condition = config_condition(statement.condition, fields, index)
-        if condition is None or any(len(assignments) != 2 for assignments in branches.values()):
+    split = [part for part in parts if part is not None]
+    order: list[str] = []
+    for part in split:  # every layer's modules, each after the one it follows in its own layer
+        previous = None
+        for name in part.attributes:
+            if name not in order:
+                order.insert(order.index(previous) + 1 if previous is not None else 0, name)
+            previous = name
+    return _chosen(truths, order, list(range(len(split))), layers, split, truths.block.body, optional)
+
+
+def _chosen(truths: Truths, attributes: list[str], positions: list[int], layers: list[Instance],
+            split: list[_Layer], scope: tuple[ast.Stmt, ...], optional: set[str]) -> Optional[list[pyast.stmt]]:
+    """The statements that make `attributes` in the layers at `positions`, whose `if`s are those of `scope`."""
+    statements: list[Union[pyast.stmt, int]] = []  # an int: the `if` of that id, made below
+    decided: dict[int, tuple[ast.If, list[str]]] = {}
+    for attribute in attributes:
+        present = [p for p in positions if attribute in split[p].attributes]
+        if not present:
+            continue
+        if len(present) == len(positions) and len({text_of(split[p].attributes[attribute]) for p in present}) == 1:
+            statements.append(split[present[0]].attributes[attribute])
+            continue
+        found = [_deciding_if(scope, layers[p].children[attribute].span) for p in present]
+        statements_found = {id(deciding[0]): deciding[0] for deciding in found if deciding is not None}
+        if None in found or len(statements_found) != 1:
+            return None  # the layers differ where no one `if` of this scope chooses
+        statement = next(iter(statements_found.values()))
+        if id(statement) not in decided:
+            decided[id(statement)] = (statement, [])
+            statements.append(id(statement))
+        decided[id(statement)][1].append(attribute)
+    made: list[pyast.stmt] = []
+    for item in statements:
+        if not isinstance(item, int):
+            made.append(item)
+            continue
+        statement, chosen = decided[item]
+        taking = [truths.of(statement, p) for p in positions]
+        condition = config_condition(statement.condition, truths.fields, truths.index)
+        if None in taking or condition is None:
             return None
-        conditions[key] = condition
-    statements: list[pyast.stmt] = [*guards]
-    done: set[int] = set()
-    for attribute, assignment in first.attributes.items():
-        decided = next(((k, s, b) for k, (s, b) in choices.items() if attribute in b), None)
-        if decided is None:
-            statements.append(assignment)
-            continue
-        key, statement, branches = decided
-        if key in done:
-            continue
-        done.add(key)
-        merged = [_merged_choice(branch[True], branch[False], conditions[key], where(statement.span), optional)
-                  for branch in branches.values()]
-        if all(assignment is not None for assignment in merged):  # one constructor call, its arguments chosen
-            statements += [assignment for assignment in merged if assignment is not None]
-            continue
-        statements.append(pyast.If(conditions[key], [branch[True] for branch in branches.values()],
-                                   [branch[False] for branch in branches.values()]))
-        noted(statements[-1], where(statement.span))
-    return _indexed_class(first, index, statements)
+        arms = [_chosen(truths, chosen, [p for p, taken in zip(positions, taking) if taken is branch], layers,
+                        split, body, optional) for branch, body in ((True, statement.then), (False, statement.orelse))]
+        if arms[0] is None or arms[1] is None:
+            return None
+        made.append(_if_made(statement, condition, arms[0], arms[1], optional))
+    return made
 
 
-def _one_forward(forwards: list[pyast.FunctionDef]) -> Optional[pyast.FunctionDef]:
+def _if_made(statement: ast.If, condition: pyast.expr, then: list[pyast.stmt], orelse: list[pyast.stmt],
+             optional: set[str]) -> pyast.stmt:
+    pointer = where(statement.span)
+    if len(then) == len(orelse) == 1 and isinstance(then[0], pyast.Assign) and isinstance(orelse[0], pyast.Assign):
+        one = _merged_choice(then[0], orelse[0], condition, pointer, optional)
+        if one is not None:
+            return one
+    if not then:
+        return if_statement(pyast.UnaryOp(pyast.Not(), condition), orelse, [], pointer)
+    return if_statement(condition, then, orelse, pointer)
+
+
+def one_forward(forwards: list[pyast.FunctionDef]) -> Optional[pyast.FunctionDef]:
     """The first layer's forward, if every layer's is the same code: a statement whose spec line differs (a
     function each branch defines) names them all."""
     if len({text_of(forward) for forward in forwards}) > 1:
@@ -293,27 +312,10 @@ def _merged_choice(chosen: pyast.Assign, other: pyast.Assign, condition: pyast.e
         pyast.keyword(name, value) for name, value in keywords.items()]), pointer)
 
 
-def kind_names(block: ast.Block, choice: Choice) -> dict[str, str]:
-    """A name for each class `choice` chooses, from what the branch that chooses it calls first (the
-    op or block: `gated_delta_net`, `sparse_feed_forward`): class -> that name. Empty where two classes
-    would take one name, or a branch calls nothing."""
-    statements = {statement.span: statement for statement in _ifs(block.body)}
-    named: dict[str, str] = {}
-
-    def walk(part: Choice, branch: Optional[tuple[ast.Stmt, ...]]) -> bool:
-        if isinstance(part, str):
-            callee = _first_callee(branch or ())
-            if callee is None:
-                return False
-            named[part] = callee
-            return True
-        _, span, yes, no = part
-        statement = statements[span]
-        return walk(yes, statement.then) and walk(no, statement.orelse)
-
-    if isinstance(choice, str) or not walk(choice, None) or len(set(named.values())) != len(named):
-        return {}
-    return named
+def branch_callee(block: ast.Block, span: Span) -> str:
+    """What the `then` branch of the block's `if` at `span` calls first (`gated_delta_net`), else `branch`."""
+    statement = next((statement for statement in _ifs(block.body) if statement.span == span), None)
+    return (_first_callee(statement.then) if statement is not None else None) or "branch"
 
 
 def _ifs(statements: tuple[ast.Stmt, ...]) -> Iterator[ast.If]:

@@ -32,10 +32,10 @@ from .diagnostics import Span
 from .entries import DECODER, ENCODER, MEMORY, TOKEN_TYPES
 from .flag_choice import condition_fields, flag_ifs, flipped, forcing, merged_class, owns, renamed, spec_line
 from .forward import Arguments, Context, file_label, forward_method, where
-from .ir import Instance, Program, Step, lint_programs
-from .layer_branches import KindFlag, flag_statements, kind_flags, merged_program, merged_statements
-from .layer_choice import (Choice, Untaken, _merged_choice, branch_guards, chooses_alike, guarded_layer_class,
-                           kind_names, layer_class_by_index, layer_kinds, untaken_branches)
+from .ir import Instance, OpGraph, Program, Step, lint_program
+from .layer_branches import KindFlag, apart, differing_steps, flag_statements, kind_flags, merged_program
+from .layer_choice import (Choice, Truths, Untaken, one_forward, branch_callee, branch_guards, chooses_alike,
+                           indexed_constructor, layer_kinds, untaken_branches)
 from .library import MODULE, LibraryClass, library_classes, resetting_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -132,26 +132,11 @@ def _field_type(value: object, optional: bool) -> pyast.expr:
     return binary(annotation, pyast.BitOr(), constant(None)) if optional else annotation
 
 
-def _choice_renamed(choice: Choice, renamed: dict[str, str]) -> Choice:
-    if isinstance(choice, str):
-        return renamed.get(choice, choice)
-    condition, span, yes, no = choice
-    return condition, span, _choice_renamed(yes, renamed), _choice_renamed(no, renamed)
-
-
 def _class_key(cls: pyast.ClassDef) -> str:
     """What makes two classes one: their code and their comments' spec lines, not their names or the
     dimensions their shape comments name (layers that differ only in their lengths share a class)."""
     notes = [note.text for statement in statements_in(cls) if (note := note_of(statement)) is not None]
     return text_of(pyast.Module(cls.body, [])) + repr([text_of(base) for base in cls.bases]) + repr(notes)
-
-
-def _layout_key(cls: pyast.ClassDef) -> str:
-    """What a kind of layer is: the modules its constructor makes, by name, and its forward."""
-    init, forward = cls.body[0], cls.body[-1]
-    made = [text_of(target) for statement in (init.body if isinstance(init, pyast.FunctionDef) else [])
-            if isinstance(statement, pyast.Assign) for target in statement.targets]
-    return repr(made) + text_of(forward)
 
 
 def _merge_shapes(kept: pyast.ClassDef, other: pyast.ClassDef) -> None:
@@ -175,9 +160,6 @@ class _Lowering:
         # block -> its layers' one class that takes the index, and the stack's layers and their own classes
         self.by_index: dict[str, tuple[str, Instance, list[pyast.ClassDef]]] = {}
         self.index_args: dict[str, pyast.expr] = {}  # block call path -> the index its class is built with
-        # stack path -> which class each layer is, by the block's ifs; and the refusal of untaken branches
-        self.kinds: dict[str, tuple[Choice, list[pyast.stmt]]] = {}
-        self.index_of: dict[str, str] = {}  # a kind of layer's class that takes the index -> the index's name
         self.order: list[pyast.ClassDef] = []  # classes in definition order
         self.library = set(library_classes())  # names generated classes do not take
         self.model_class = class_name(model.name, self.library)
@@ -273,9 +255,9 @@ class _Lowering:
         """The class of each layer of a stack. Layers differ where the first changes the width the others
         see (`x = linear(x, 4)` on 8 features), a value carried from layer to layer changes what a layer
         computes, or the block chooses modules by the layer's index. Those the block's conditions choose are
-        one class that takes the index, or a class per kind of layer (a hybrid's attention and Mamba-2
-        layers) chosen by the conditions (compiler/layer_choice.py); the branches no layer takes at the
-        spec's values are written too, from the model built with them taken."""
+        one class that takes the index (compiler/layer_choice.py), branching on the layer's kind where kinds
+        compute differently (compiler/layer_branches.py); the branches no layer takes at the spec's values
+        are written too, from the model built with them taken."""
         layers = list(stack.children.values())
         bases = [item.block_name or f"{base}_layer" for item in layers]
         for item, item_base in zip(layers, bases):
@@ -289,135 +271,136 @@ class _Lowering:
             # The untaken branches written, from a model that takes them; else (none checks) refused by name.
             for forced in self._forcings(untaken):
                 built = self._untaken_layers(stack, forced, bases[0])
-                names = self._chosen_classes(stack, layers, classes, built, []) if built else None
+                names = self._chosen_classes(stack, layers, classes, built, [], forced) if built else None
                 if names is not None:
                     return names
                 self._restore(before)
-            names = self._chosen_classes(stack, layers, classes, [], branch_guards(untaken, index))
+            names = self._chosen_classes(stack, layers, classes, [], branch_guards(untaken, index), {})
             if names is not None:
                 return names
             self._restore(before)
         return [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
 
     def _chosen_classes(self, stack: Instance, layers: list[Instance], classes: list[pyast.ClassDef],
-                        untaken: list[tuple[Instance, pyast.ClassDef]], guards: list[pyast.stmt]
-                        ) -> Optional[list[str]]:
-        """The class of each of `layers` (their `classes`) where the block's conditions choose them: one
-        class taking the index, or a class per kind of layer. `untaken`: layers built with the branches no
-        layer takes (their classes), written into the classes too; `guards` refuse those branches instead.
-        None where the conditions do not explain the classes."""
+                        untaken: list[tuple[Instance, pyast.ClassDef, ValidatedModel]], guards: list[pyast.stmt],
+                        forced: Mapping[int, bool]) -> Optional[list[str]]:
+        """The one class of `layers` (their `classes`) where the block's conditions choose their modules, and
+        their kinds where their forwards differ; it takes the index. `untaken`: layers built with the branches
+        no layer takes (`forced`), with their classes and graph, written into the class too; `guards` refuse
+        those branches instead. None where the conditions do not explain the classes."""
         index, block = stack.index_param, self.model.blocks[layers[0].block_name or ""]
         assert index is not None
-        every, every_class = [*layers, *(layer for layer, _ in untaken)], [*classes, *(cls for _, cls in untaken)]
-        one = self._one_layer_class(index, every, every_class, guards)
-        if one is not None:
-            for other in every_class[1:]:
-                _merge_shapes(one, other)
-            name = self._register(layers[0], layers[0].block_name or "layer", one)
-            for item in layers:
-                self.class_of[item.path] = name
-            self.indexed[stack.path] = index
-            self.by_index[block.name.id] = (name, stack, classes)
-            return [name] * len(layers)
-        # Kinds: the layers alike in their modules' names and their forward, each kind one class (taking the
-        # index where its layers differ otherwise, by the block's conditions); the block's conditions say
-        # which layer is of which kind. One class chooses among them by the layer's kind, as transformers'
-        # hybrids do (compiler/layer_branches.py).
-        kinds: dict[str, list[int]] = {}
-        for position, cls in enumerate(every_class):
-            kinds.setdefault(_layout_key(cls), []).append(position)
-        if len(kinds) == 1 or any(min(positions) >= len(layers) for positions in kinds.values()):
-            return None  # one kind (the layers differ otherwise), or a kind no layer is
-        kind_classes: dict[str, pyast.ClassDef] = {}
-        indexed: set[str] = set()  # the kinds whose class takes the index
-        keys: list[str] = [""] * len(layers)
-        for key, positions in kinds.items():
-            members = [every_class[position] for position in positions]
-            kind = members[0] if len({_class_key(cls) for cls in members}) == 1 else \
-                self._one_layer_class(index, [every[position] for position in positions], members, [])
-            if kind is None:
-                return None
-            kind_classes[key] = kind
-            if kind is not members[0]:
-                indexed.add(key)
-            for position in positions:
-                if position < len(layers):
-                    keys[position] = key
-        choice = layer_kinds(block, index, keys, self.fields)
-        if choice is None:
-            return None
-        representative = {key: every[positions[0]] for key, positions in kinds.items()}
-        one = self._branching_class(index, choice, kind_classes, representative, guards)
-        if one is not None:
-            name = self._register(layers[0], layers[0].block_name or "layer", one)
-            for item in layers:
-                self.class_of[item.path] = name
-            self.indexed[stack.path] = index
-            self.by_index[block.name.id] = (name, stack, classes)
-            return [name] * len(layers)
-        registered: dict[str, str] = {}
-        for key, positions in kinds.items():
-            first = layers[positions[0]]
-            registered[key] = name = self._register(first, first.block_name or "layer", kind_classes[key])
-            if key in indexed:
-                self.index_of[name] = index
-        names = [registered[key] for key in keys]
-        choice = _choice_renamed(choice, registered)
-        renamed = self._renamed(kind_names(block, choice), layers[0].block_name or "layer")
-        self.kinds[stack.path] = (_choice_renamed(choice, renamed), guards)
-        self.index_of = {renamed.get(name, name): index for name, index in self.index_of.items()}
-        return [renamed.get(name, name) for name in names]
-
-    def _branching_class(self, index: str, choice: Choice, kinds: dict[str, pyast.ClassDef],
-                         representative: dict[str, Instance], guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
-        """One class for layers of several kinds (`kinds`: each kind's class, and a layer of it), which the
-        block's conditions (`choice`) tell apart: its constructor keeps the layer's kind and makes that kind's
-        modules; its forward branches on the kind where the kinds compute differently. None where a condition
-        reads more of the config than its lists at the index, or the forwards do not merge."""
-        first = representative[next(iter(kinds))]
-        taken = {child for layer in representative.values() for child in layer.children}
-        taken |= {name for layer in representative.values()
-                  for name, _, _ in self.holders.get(layer.path, {}).values()}
-        flags: dict[str, KindFlag] = {}
+        every = [*layers, *(layer for layer, _, _ in untaken)]
+        every_class = [*classes, *(cls for _, cls, _ in untaken)]
+        if not guards and len({_class_key(cls) for cls in every_class}) == 1:
+            return None  # the same class, which needs no index
+        truths = Truths(block, index, self.fields, len(layers), forced)
         optional = {keyword for op in OPS.values() for keyword in op.optional_keywords}
-
-        def merged(part: Choice) -> Optional[tuple[list[pyast.stmt], Program, dict[str, Instance]]]:
-            if isinstance(part, str):
-                init = kinds[part].body[0]
-                assert isinstance(init, pyast.FunctionDef)
-                layer = representative[part]
-                return init.body[1:], layer.program, dict(layer.children)
-            condition, span, yes, no = part
-            over_kind = kind_flags(condition, index, flags, taken, where(span))
-            mine, theirs = merged(yes), merged(no)
-            if over_kind is None or mine is None or theirs is None:
+        constructor = indexed_constructor(truths, every, every_class, optional)
+        if constructor is None:
+            return None
+        forwards = [method for cls in every_class for method in cls.body[-1:] if isinstance(method, pyast.FunctionDef)]
+        kinds: dict[str, list[int]] = {}
+        for position, method in enumerate(forwards):
+            kinds.setdefault(text_of(method), []).append(position)
+        flags: list[KindFlag] = []
+        forward = one_forward(forwards) if len(kinds) == 1 else None
+        if forward is None:
+            foreign = {id(layer): graph for layer, _, graph in untaken}
+            representative = {key: every[positions[0]] for key, positions in kinds.items()}
+            kind_of = {position: key for key, positions in kinds.items() for position in positions}
+            branching = self._branching_forward([kind_of[position] for position in range(len(every))], truths,
+                                                representative, foreign, constructor)
+            if branching is None:
                 return None
-            program = merged_program(mine[1], theirs[1], over_kind, span,
-                                     functools.partial(self._step_signature, first))
+            forward, flags = branching
+        for other in every_class[1:]:
+            _merge_shapes(every_class[0], other)
+        first = layers[0]
+        note = where(first.block_span) if first.block_span else where(first.span)
+        doc = f"block {first.block_name}, {note}" if first.block_span else f"a layer of the repeat at {note}"
+        init = [super_init(), *guards, *flag_statements(flags), *constructor]
+        one = class_def("Layer", [dotted("nn.Module")], [function("__init__", ["self", "config", index], init),
+                                                         forward], doc)
+        name = self._register(first, first.block_name or "layer", one)
+        for item in layers:
+            self.class_of[item.path] = name
+        self.indexed[stack.path] = index
+        self.by_index[block.name.id] = (name, stack, classes)
+        return [name] * len(layers)
+
+    def _branching_forward(self, kinds: list[str], truths: Truths, representative: dict[str, Instance],
+                           foreign: dict[int, ValidatedModel], constructor: list[pyast.stmt]
+                           ) -> Optional[tuple[pyast.FunctionDef, list[KindFlag]]]:
+        """The forward of layers of several kinds (`kinds`: each layer's, by its forward's code;
+        `representative`: a layer of each), which the block's conditions tell apart, and what the constructor
+        keeps of a layer's kind for it to branch on. A layer of a model built with untaken branches taken
+        (`foreign`: that model) is written with its values renamed apart. None where no conditions tell the
+        kinds apart, the forwards do not merge, or the merged one holds a module no constructor statement
+        makes."""
+        layers = dict(representative)
+        graph, tensors = self.graph, dict(self.context.tensors)
+        for key, layer in representative.items():
+            if id(layer) in foreign:
+                layers[key], nodes, renamed = apart(layer, foreign[id(layer)].graph, f"untaken{len(tensors)}:")
+                graph = OpGraph.of({**graph.nodes, **nodes})
+                tensors.update(renamed)
+        # One layer of every kind's modules; where kinds hold one name (Nemotron-H's `mixer`), the block's, whose
+        # calls read the child (an op's read its node).
+        children = {name: child for layer in layers.values() for name, child in layer.children.items()}
+        children.update({name: child for layer in layers.values() for name, child in layer.children.items()
+                         if child.kind == "block"})
+        first = dataclasses.replace(layers[next(iter(layers))], children=children,
+                                    has_cache=any(item.has_cache for item in layers.values()),
+                                    has_token_types=any(item.has_token_types for item in layers.values()))
+        signature = functools.partial(self._step_signature, first)
+        taken = set(children) | {name for layer in layers.values()
+                                 for name, _, _ in self.holders.get(layer.path, {}).values()}
+        flags: dict[str, KindFlag] = {}
+
+        def merged(part: Choice) -> Optional[Program]:
+            if isinstance(part, str):
+                return layers[part].program
+            condition, span, yes, no = part
+            over_kind = kind_flags(condition, truths.index, flags, taken, where(span),
+                                   f"is_{branch_callee(truths.block, span)}")
+            mine, theirs = merged(yes), merged(no)
+            if mine is None or theirs is None:
+                return None
+            return merged_program(mine, theirs, over_kind, span, signature)
+
+        own_graph, own_context = self.graph, self.context
+        self.graph, self.context = graph, dataclasses.replace(self.context, graph=graph, tensors=tensors)
+        try:
+            choice = layer_kinds(truths, kinds, self._differing_spans(list(layers.values()), signature))
+            program = merged(choice) if choice is not None else None
             if program is None:
                 return None
-            statements = merged_statements(mine[0], theirs[0], condition, where(span), functools.partial(
-                _merged_choice, condition=condition, pointer=where(span), optional=optional))
-            return statements, program, {**mine[2], **theirs[2]}
+            layer = dataclasses.replace(first, program=program)
+            lint_program(layer, graph)
+            forward = forward_method(self.context, layer)
+        finally:
+            self.graph, self.context = own_graph, own_context
+        made = {text_of(part) for statement in constructor for part in statements_in(statement)}
+        held = self.holders.get(first.path, {}).values()
+        if any(text_of(assign(f"self.{name}", code)) not in made for name, code, _ in held):
+            return None  # a module the forward holds that no constructor statement makes
+        return forward, list(flags.values())
 
-        whole = merged(choice)
-        if whole is None:
-            return None
-        statements, program, children = whole
-        layer = dataclasses.replace(first, children=children, program=program,
-                                    has_cache=any(item.has_cache for item in representative.values()),
-                                    has_token_types=any(item.has_token_types for item in representative.values()))
-        lint_programs(layer, self.graph)
-        forward = forward_method(self.context, layer)
-        made = {text_of(part) for statement in statements for part in statements_in(statement)}
-        if any(text_of(assign(f"self.{name}", constructor)) not in made
-               for name, constructor, _ in self.holders.get(first.path, {}).values()):
-            return None  # a module the forward holds that no kind's constructor makes
-        note = where(first.block_span) if first.block_span else where(first.span)
-        init = [super_init(), *guards, *flag_statements(list(flags.values())), *statements]
-        doc = f"block {first.block_name}, {note}" if first.block_span else f"a layer of the repeat at {note}"
-        return class_def("Layer", [dotted("nn.Module")], [function("__init__", ["self", "config", index], init),
-                                                           forward], doc)
+    def _differing_spans(self, layers: list[Instance], signature: Callable[[Step], Hashable]) -> list[Span]:
+        """Where the spec writes what some of `layers` compute and others do not: the ops and block calls of
+        the steps two of them do not share."""
+        spans = []
+        for mine, theirs in itertools.combinations(layers, 2):
+            for step in differing_steps(mine.program, theirs.program, signature) or []:
+                if step.kind == "op":
+                    spans.append(self.graph[step.target].span)
+                elif step.kind == "block":
+                    spans.append(next(layer.children[step.target].span for layer in (mine, theirs)
+                                      if step in layer.program.steps))
+                else:
+                    spans.append(step.span)
+        return spans
 
     def _step_signature(self, instance: Instance, step: Step) -> Hashable:
         """What a step of a layer's program computes, as its forward writes it but for the values it reads: two
@@ -432,21 +415,11 @@ class _Lowering:
                            op.uses_cache and instance.has_cache)
             holder = text_of(op.holder(node.attrs, Arguments(node))) if op.holder is not None else None
             held = tuple(name for name in op.forward_attrs if name in node.sources)
-            return "op", step.span, text_of(code), holder, held
+            return "op", text_of(code), holder, held
         if step.kind == "block":
             child = instance.children[step.target]
-            return "block", step.target, step.span, child.has_cache, child.has_token_types
-        return step.kind, step.target, step.span, step.argument
-
-    def _one_layer_class(self, index: str, layers: list[Instance], classes: list[pyast.ClassDef],
-                         guards: list[pyast.stmt]) -> Optional[pyast.ClassDef]:
-        """One class for `layers` (their `classes`) whose constructor takes the index and chooses by their
-        block's conditions, after `guards`; None where they are not one class."""
-        block = self.model.blocks[layers[0].block_name or ""]
-        if len({_class_key(cls) for cls in classes}) > 1:
-            optional = {keyword for op in OPS.values() for keyword in op.optional_keywords}
-            return layer_class_by_index(block, index, layers, classes, self.fields, optional, guards)
-        return guarded_layer_class(classes[0], index, guards) if guards else None
+            return "block", step.target, child.has_cache, child.has_token_types
+        return step.kind, step.target, step.argument
 
     def _forcings(self, untaken: list[Untaken]) -> list[dict[int, bool]]:
         """The `if`s to force for a stack's `untaken` branches: every stack's together, where they agree with
@@ -475,9 +448,10 @@ class _Lowering:
         return {key: taken for key, taken in forced.items() if key not in conflicting}
 
     def _untaken_layers(self, stack: Instance, forced: Mapping[int, bool], base: str
-                        ) -> list[tuple[Instance, pyast.ClassDef]]:
+                        ) -> list[tuple[Instance, pyast.ClassDef, ValidatedModel]]:
         """The layers of `stack` as the model builds them with the `if`s `forced`, each with its class (the
-        classes they use written into this file); none where that model does not check."""
+        classes they use written into this file) and that model; none where that model does not
+        check."""
         built = self.built_with(forced)
         if built is None:
             return []
@@ -490,35 +464,20 @@ class _Lowering:
         layers = list(other.children.values())
         for layer in layers:
             lowering._define_children(layer, base)
-        return [(layer, lowering._class(layer)) for layer in layers]
+        return [(layer, lowering._class(layer), built) for layer in layers]
 
-    def _registry(self) -> tuple[dict[str, str], dict[str, pyast.ClassDef], int, dict[str, str]]:
-        return dict(self.classes), dict(self.trees), len(self.order), dict(self.index_of)
+    def _registry(self) -> tuple[dict[str, str], dict[str, pyast.ClassDef], int]:
+        return dict(self.classes), dict(self.trees), len(self.order)
 
-    def _restore(self, registry: tuple[dict[str, str], dict[str, pyast.ClassDef], int, dict[str, str]]) -> None:
+    def _restore(self, registry: tuple[dict[str, str], dict[str, pyast.ClassDef], int]) -> None:
         """The classes as they were before an attempt at a stack's layers wrote its own (the untaken
         branches' layers' classes among them)."""
-        classes, trees, count, index_of = registry
+        classes, trees, count = registry
         self.classes.clear()
         self.classes.update(classes)
         self.trees.clear()
         self.trees.update(trees)
         del self.order[count:]
-        self.index_of = index_of
-
-    def _renamed(self, kinds: dict[str, str], base: str) -> dict[str, str]:
-        """Each class of a kind of layer named after what its branch calls (`GatedDeltaNetLmLayer`), not
-        numbered: old name -> new."""
-        renamed = {}
-        for old, callee in kinds.items():
-            taken = {*self.classes.values(), *self.library, self.model_class, self.config_class} - {old}
-            new = class_name(f"{callee}_{base}", taken)
-            self.classes = {key: new if name == old else name for key, name in self.classes.items()}
-            self.class_of = {path: new if name == old else name for path, name in self.class_of.items()}
-            self.trees[new] = tree = self.trees.pop(old)
-            tree.name = new
-            renamed[old] = new
-        return renamed
 
     def _register(self, instance: Instance, base: str, cls: pyast.ClassDef, key: Optional[str] = None) -> str:
         """The class of `cls` (whose _class_key is `key`, where known): one written before with the same code
@@ -546,9 +505,6 @@ class _Lowering:
         forward = forward_method(self.context, instance)  # first: it names the modules it needs held
         init: list[pyast.stmt] = [super_init()]
         for name, child in instance.children.items():
-            if child.path in self.kinds:  # a loop that makes each layer of its kind
-                init += self._layers_by_kind(child, f"self.{identifier(name)}")
-                continue
             constructor = self._constructor(child)
             if constructor is not None:
                 init.append(assign(f"self.{identifier(name)}", constructor, where(child.span)))
@@ -577,25 +533,6 @@ class _Lowering:
             return call("nn.ModuleList", pyast.List([call(name, variable("config")) for name in classes], pyast.Load()))
         given = self.index_args.get(child.path)
         return call(self.class_of[child.path], variable("config"), *([given] if given is not None else []))
-
-    def _layers_by_kind(self, stack: Instance, attribute: str) -> list[pyast.stmt]:
-        """`self.layers = nn.ModuleList()`, then a loop over the layers appending each of its kind, chosen by
-        the spec's conditions over the config (as transformers' `config.layer_types[i]`)."""
-        index = stack.index_param
-        assert index is not None
-        choice, guards = self.kinds[stack.path]
-
-        def statements(choice: Choice) -> list[pyast.stmt]:
-            if isinstance(choice, str):
-                given = [variable(index)] if choice in self.index_of else []
-                layer = call(choice, variable("config"), *given)
-                return [expression(call(f"{attribute}.append", layer), where(stack.span))]
-            condition, span, yes, no = choice
-            return [if_statement(condition, statements(yes), statements(no), where(span))]
-
-        count = stack.count_source if stack.count_source is not None else constant(len(stack.children))
-        return [assign(attribute, call("nn.ModuleList"), where(stack.span)),
-                for_loop(index, call("range", count), [*guards, *statements(choice)], where(stack.span))]
 
     def _holder(self, instance: Instance, node_id: str, constructor: pyast.expr) -> str:
         """The attribute of `instance`'s class that holds a parameter-free module, or a value its forward reads

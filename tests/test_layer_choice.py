@@ -23,7 +23,11 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
     assert not [line for line in source.split("\n") if len(line) >= LINE_LIMIT]
     assert re.findall(r"^class (LmLayer\w*)\(", source, re.M) == ["LmLayer"]
     assert "[LmLayer(config, i) for i in range(config.layers)]" in source
-    assert "        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:21\n" in source
+    # One attention call, its window chosen; the stack's angles chosen by the layer's kind, as transformers'
+    # Gemma 3 layer reads `position_embeddings_local` where its attention slides.
+    assert "window=config.sliding_window if config.layer_types[i] == 'sliding_attention' else None)" in source
+    assert "        self.layer_type = config.layer_types[i]  # gemma3.xspec:20\n" in source
+    assert "position_embeddings=rope_local if self.layer_type == 'sliding_attention' else rope)" in source
     model = spec.build("cpu")
     windows = [getattr(layer.self_attn, "window", None) for layer in model.decoder.layers]
     assert windows == [None if (i + 1) % 6 == 0 else 8 for i in range(62)]
@@ -241,3 +245,42 @@ def test_the_untaken_branches_of_many_stacks_come_from_one_build():
   }}
 }}""", "stacks.xspec").python_source
     assert "generated without" not in source and source.count("if config.wide and i > 100:") == 30
+
+
+PARITY_HYBRID = """import "specs/modern/qwen3_next.xspec"
+
+model parity extends qwen3_next {
+  block lm_layer(x, rope, i) {
+    if i % 2 == 0 {
+      mix = h => gated_delta_net(h, k_heads = linear_num_key_heads, v_heads = linear_num_value_heads,
+                                 d_k = linear_key_head_dim, d_v = linear_value_head_dim,
+                                 conv_kernel = linear_conv_kernel_dim, norm_eps = rms_norm_eps) as linear_attn
+    } else {
+      mix = h => attention(h, h, h, heads = heads, kv_heads = kv_heads, d_k = head_dim, d_v = head_dim,
+                           causal = true, position_embeddings = rope) as self_attn
+    }
+    x = x + mix(rms_norm(x, eps = rms_norm_eps) as input_layernorm)
+    return x + feed_forward(rms_norm(x, eps = rms_norm_eps) as post_attention_layernorm) as mlp
+  }
+}
+"""
+
+
+def test_a_kind_chosen_by_a_condition_on_the_index_is_kept_as_its_truth():
+    """Where no config list says the kind, the layer keeps the condition's truth, named after what its branch
+    calls, and the forward branches on it; an edited depth builds what `--set` builds."""
+    spec = xspec.compile_source(PARITY_HYBRID, "parity.xspec")
+    source = spec.python_source
+    assert "        self.is_gated_delta_net = i % 2 == 0  # parity.xspec:5\n" in source
+    assert "        if self.is_gated_delta_net:  # parity.xspec:5\n" in source
+    _, config_class = module_and_config(spec)
+    torch.manual_seed(0)
+    from_config = spec.model_class()(config_class(layers=5))
+    from_set = xspec.compile_source(PARITY_HYBRID, "parity.xspec", overrides={"layers": 5}).build("cpu")
+    mixers = [type(layer.linear_attn if i % 2 == 0 else layer.self_attn).__name__
+              for i, layer in enumerate(from_config.decoder.layers)]
+    assert mixers == ["GatedDeltaNet", "Attention"] * 2 + ["GatedDeltaNet"]
+    from_set.load_state_dict(from_config.state_dict())
+    tokens = torch.randint(4, 100, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(from_config.eval()(tokens), from_set.eval()(tokens))

@@ -2,6 +2,7 @@
 computes no cos or sin once its positions have been reached, its decoder makes them for all its layers
 and passes them down, and the rotation is the one computed from the angles of the positions themselves."""
 
+import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -39,6 +40,21 @@ def test_a_forward_of_an_eight_layer_llama_computes_its_angles_once_for_every_la
     assert again.calls == 0
     embeddings = [name for name, module in model.named_modules() if isinstance(module, RotaryEmbedding)]
     assert embeddings == ["decoder.rotary_emb"]     # the decoder's, whose angles every layer reads
+
+
+@pytest.mark.parametrize("path, stack", [("specs/modern/gemma3.xspec", "decoder"),
+                                         ("specs/modern/modernbert.xspec", "encoder")])
+def test_local_and_global_layers_read_the_two_bases_angles_the_stack_makes_once(path, stack):
+    """Gemma 3 and ModernBERT: the stack makes the angles of both bases once a forward (two tables, a cos and
+    a sin each), and each layer passes on its kind's; no layer holds an embedding of its own."""
+    RotaryEmbedding.tables.clear()
+    model = xspec.compile(path, overrides={"layers": 6}).build("cpu").eval()
+    embeddings = [name for name, module in model.named_modules() if isinstance(module, RotaryEmbedding)]
+    assert embeddings == [f"{stack}.rotary_emb", f"{stack}.rotary_emb_local"]
+    tokens = torch.randint(4, 100, (2, 12))
+    with torch.no_grad(), TrigonometryCount() as counted:
+        model(tokens)
+    assert counted.calls == 4
 
 
 def test_attentions_with_embeddings_of_their_own_share_one_table():

@@ -53,58 +53,57 @@ class FeedForward(nn.Module):  # block feed_forward, gemma2.xspec:20
         return self.down_proj(gate * self.up_proj(x))  # [batch, tgt_len, d_model]  gemma2.xspec:22
 
 
-class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:20
+class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:19
     def __init__(self, config, i):
         super().__init__()
-        self.input_layernorm = RMSNorm(  # gemma3.xspec:33
+        self.layer_type = config.layer_types[i]  # gemma3.xspec:20
+        self.input_layernorm = RMSNorm(  # gemma3.xspec:31
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        if config.layer_types[i] == 'sliding_attention':  # gemma3.xspec:21
-            self.self_attn = Attention(  # gemma3.xspec:22
-                config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
-                bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
-                q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
-                k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
-                rotary=RotaryEmbedding(config.head_dim, config.rope_local_base_freq),
-                scale=config.query_pre_attn_scalar ** -0.5, window=config.sliding_window)
-        else:
-            self.self_attn = Attention(  # gemma3.xspec:27
-                config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
-                bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
-                q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
-                k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
-                rotary=LinearRotaryEmbedding(
-                    config.head_dim, config.rope_theta, factor=config.rope_scaling_factor),
-                scale=config.query_pre_attn_scalar ** -0.5)
-        self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:34
+        self.self_attn = Attention(  # gemma3.xspec:20
+            config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
+            bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
+            q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
+            k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
+            scale=config.query_pre_attn_scalar ** -0.5,
+            window=config.sliding_window if config.layer_types[i] == 'sliding_attention' else None)
+        self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:32
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:35
+        self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:33
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.mlp = FeedForward(config)  # gemma3.xspec:35
-        self.post_feedforward_layernorm = RMSNorm(  # gemma3.xspec:36
+        self.mlp = FeedForward(config)  # gemma3.xspec:33
+        self.post_feedforward_layernorm = RMSNorm(  # gemma3.xspec:34
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
 
-    def forward(self, x, cache=None):
-        h = self.input_layernorm(x)  # gemma3.xspec:33
-        h = self.self_attn(h, h, h, cache=cache)  # gemma3.xspec:33
-        x = x + self.post_attention_layernorm(h)  # gemma3.xspec:34
-        h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:35
-        return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:36
+    def forward(self, x, rope, rope_local, cache=None):
+        h = self.input_layernorm(x)  # gemma3.xspec:31
+        h = self.self_attn(  # gemma3.xspec:31
+            h, h, h, cache=cache,
+            position_embeddings=rope_local if self.layer_type == 'sliding_attention' else rope)
+        x = x + self.post_attention_layernorm(h)  # gemma3.xspec:32
+        h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:33
+        return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:34
 
 
-class Decoder(nn.Module):  # block decoder, gemma3.xspec:39
+class Decoder(nn.Module):  # block decoder, gemma3.xspec:37
     def __init__(self, config):
         super().__init__()
-        self.embed_tokens = ScaledEmbedding(  # gemma3.xspec:40
+        self.embed_tokens = ScaledEmbedding(  # gemma3.xspec:38
             config.vocab, config.d_model, math.sqrt(config.d_model))
+        self.rotary_emb = LinearRotaryEmbedding(  # gemma3.xspec:39
+            config.head_dim, config.rope_theta, factor=config.rope_scaling_factor)
+        self.rotary_emb_local = RotaryEmbedding(  # gemma3.xspec:40
+            config.head_dim, config.rope_local_base_freq)
         self.layers = nn.ModuleList(  # gemma3.xspec:41
             [LmLayer(config, i) for i in range(config.layers)])
         self.norm = RMSNorm(config.d_model, eps=config.rms_norm_eps, offset=1.0)  # gemma3.xspec:42
         self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # gemma3.xspec:43
 
     def forward(self, tokens, cache=None):
-        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  gemma3.xspec:40
+        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  gemma3.xspec:38
+        rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 64]  gemma3.xspec:39
+        rope_local = self.rotary_emb_local(x, cache=cache)  # [batch, tgt_len, 64]  gemma3.xspec:40
         for layer in self.layers:  # gemma3.xspec:41
-            x = layer(x, cache=cache)  # gemma3.xspec:41
+            x = layer(x, rope, rope_local, cache=cache)  # gemma3.xspec:41
         x = self.norm(x)  # gemma3.xspec:42
         return self.lm_head(x)  # [batch, tgt_len, vocab]  gemma3.xspec:43
 
