@@ -296,6 +296,18 @@ def test_output_paths_are_checked_first(capsys, tmp_path):
     assert line == f"xspec: error: --output {blocker}: {blocker} is not a directory"
     line = _error(capsys, "sweep", nowhere, "--steps", "1", "--data", "demo", "--report", str(blocker / "r"))
     assert line == f"xspec: error: --report {blocker / 'r'}: {blocker} is not a directory"
+    line = _error(capsys, "compile", TINY, "-o", str(blocker))
+    assert line == f"xspec: error: --output {blocker}: {blocker} is not a directory"
+    (tmp_path / "out" / "graph.json").mkdir(parents=True)
+    line = _error(capsys, "compile", TINY, "-o", str(tmp_path / "out"))   # none of its files written
+    assert line == f"xspec: error: --output {tmp_path / 'out' / 'graph.json'}: is a directory; give a file name"
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["graph.json"]
+    line = _error(capsys, "viz", TINY, "-o", str(blocker / "tiny.svg"))
+    assert line == f"xspec: error: --output {blocker / 'tiny.svg'}: {blocker} is not a directory"
+    (tmp_path / "drawn.svg").mkdir()
+    line = _error(capsys, "viz", TINY, "-o", str(tmp_path / "drawn.svg"))
+    assert line == f"xspec: error: --output {tmp_path / 'drawn.svg'}: is a directory; give a file name"
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_translate_output_into_new_folders(trained_run, small_corpus, tmp_path, capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import xspec
 from xspec.commands.arguments import add_set_argument, parse_overrides
-from xspec.base.files import write_atomically
+from xspec.base.files import check_output_dir, check_output_file, write_atomically
 from xspec.summary import render_table
 from xspec.base.text import shown
 
@@ -46,13 +46,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "instead of importing them from xspec.nn: it depends on torch alone")
 
 
+# What `xspec compile` writes into its output folder.
+FILES = ("model.py", "graph.json", "spec.xspec")
+
+
 def run(args: argparse.Namespace) -> int:
     spec = xspec.compile(args.spec, overrides=parse_overrides(args.overrides))
     out = Path(args.output) if args.output else Path("out") / Path(args.spec).stem
+    check_output_dir(out, "--output")
+    for name in FILES:  # every file writable before any is written: never a partial set
+        check_output_file(out / name, "--output")
     python = spec.standalone_source if args.standalone else spec.python_source
-    written = [write_atomically(out / "model.py", python),
-               write_atomically(out / "graph.json", spec.graph_json()),
-               write_atomically(out / "spec.xspec", spec.resolved_source)]
+    written = [write_atomically(out / name, text)
+               for name, text in zip(FILES, (python, spec.graph_json(), spec.resolved_source))]
     if spec.warnings:
         print(spec.warnings, file=sys.stderr)
     summary = spec.summary()

@@ -9,6 +9,7 @@ from pathlib import Path
 import xspec
 from xspec.commands.arguments import add_set_argument, int_at_least, parse_overrides
 from xspec.base.errors import UserError
+from xspec.base.files import check_output_file
 from xspec.base.text import shown
 
 NAME = "viz"
@@ -75,7 +76,8 @@ def _diagram(args: argparse.Namespace) -> int:
     from xspec.viz.render import output_format, write_diagram
 
     output = Path(args.output) if args.output else default_output(args.spec, args.depth, args.diff)
-    output_format(output)  # a wrong extension fails before compiling
+    output_format(output)  # a wrong extension, or a path no file can be written at, fails before compiling
+    check_output_file(output, "--output")
     overrides = parse_overrides(args.overrides)
     spec = xspec.compile(args.spec, overrides=overrides)
     other = xspec.compile(args.diff) if args.diff else None

@@ -9,7 +9,7 @@ from pathlib import Path
 import graphviz
 
 from xspec.base.errors import UserError
-from xspec.base.files import write_atomically
+from xspec.base.files import write_atomically, write_bytes_atomically
 
 RENDERED = ("svg", "png", "pdf")
 FORMATS = ("dot", "gv") + RENDERED
@@ -40,8 +40,4 @@ def write_diagram(dot: graphviz.Digraph, path: Path) -> Path:
     except (graphviz.CalledProcessError, subprocess.CalledProcessError) as error:
         detail = error.stderr.decode(errors="replace").strip().splitlines() if error.stderr else []
         raise UserError(f"{path}: graphviz failed ({detail[-1] if detail else error})") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    return path
+    return write_bytes_atomically(path, data)
