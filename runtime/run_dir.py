@@ -165,9 +165,31 @@ def _record_problem(record: Any) -> str | None:
     if record.get("truncate") not in (None, True, False):
         return "truncate is not true or false"
     stopped = record.get("stopped")
-    if stopped is not None and not (isinstance(stopped, dict) and stopped.get("reason") in STOP_REASONS):
+    if stopped is not None and not (isinstance(stopped, dict) and stopped.get("reason") in STOP_REASONS
+                                    and is_step(stopped.get("step"))):
         return "stopped is not a stop record"
     return None
+
+
+def is_step(value: object) -> bool:
+    """A step number as xspec writes one: a whole number, at least 0."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_number(value: object) -> bool:
+    """A figure as xspec writes one (NaN and infinities included: JSON's readers allow them)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# The figures of a metrics log's records, each a number where a record has it.
+LOGGED_NUMBERS = ("loss", "lr", "valid_loss", "valid_bleu", "time")
+
+
+def _logged_problem(record: dict) -> str | None:
+    if "step" in record and not is_step(record["step"]):
+        return '"step" is not a step number'
+    wrong = next((key for key in LOGGED_NUMBERS if key in record and not is_number(record[key])), None)
+    return None if wrong is None else f'"{wrong}" is not a number'
 
 
 _SPLIT_KEYS = ({"src", "tgt"}, {"text"}, {"src", "tgt", "pair"})
@@ -241,6 +263,9 @@ def read_metrics_log(run_dir: Path) -> list[dict]:
             record = None
         if not isinstance(record, dict):
             raise UserError(f"{path}:{number}: not a metrics record xspec wrote")
+        problem = _logged_problem(record)
+        if problem is not None:
+            raise UserError(f"{path}:{number}: {problem}")
         records.append(record)
     return records
 

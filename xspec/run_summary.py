@@ -18,8 +18,8 @@ from xspec.base.text import printable
 from xspec.base.files import read_regular_file
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.best import best_dir
-from xspec.runtime.run_dir import (DATA_DIR, METRICS_FILE, RUN_FILE, SPEC_FILE, RunRecord, Split, read_metrics_log,
-                                   read_run_record, read_run_spec)
+from xspec.runtime.run_dir import (DATA_DIR, METRICS_FILE, RUN_FILE, SPEC_FILE, RunRecord, Split, is_number, is_step,
+                                   read_metrics_log, read_run_record, read_run_spec)
 
 _STOPS = {"max_steps": "reached train.max_steps", "max_minutes": "reached train.max_minutes",
           "patience": "early stopping (train.patience)", "interrupted": "interrupted (Ctrl-C or SIGTERM)",
@@ -116,7 +116,19 @@ def _final_metrics(run_dir: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not the final figures xspec writes (not JSON)") from None
     if not isinstance(value, dict):
         raise UserError(f"{path}: not the final figures xspec writes")
+    best = value.get("best", {})
+    for key, figure in [*value.items(), *(best.items() if isinstance(best, dict) else [])]:
+        if key in ("steps", "step") and not is_step(figure) or key in FINAL_NUMBERS and not is_number(figure) \
+                or key.startswith(("test_", "validation_")) and not is_number(figure):
+            raise UserError(f"{path}: not the final figures xspec writes ({key} {printable(json.dumps(figure))[:40]})")
+    if not isinstance(best, dict):
+        raise UserError(f"{path}: not the final figures xspec writes (best is not a record)")
     return value
+
+
+# The final figures (metrics.json) that are numbers, besides the test and validation scores.
+FINAL_NUMBERS = ("valid_loss", "valid_bleu", "train_seconds", "train_tokens_per_s", "bleu", "chrf",
+                 "unigram_perplexity", "wall_s")
 
 
 def _commands(run_dir: Path, spec, record: RunRecord, kind: str, best: list[Path]) -> dict[str, str]:

@@ -385,3 +385,25 @@ def test_show_describes_the_run_and_what_to_run_next(trained_run, small_corpus, 
     assert shown["checkpoints"]["kept"][-1] == "step-00000012.safetensors"
     assert _error(capsys, "show", str(tmp_path)) == \
         f"xspec: error: {tmp_path}: not an xspec run directory (no run.json)"
+
+
+@pytest.mark.parametrize("file, edit, message", [
+    ("metrics.jsonl", lambda text: text + '{"step": "x", "loss": "y"}\n',
+     'metrics.jsonl:{n}: "step" is not a step number'),
+    ("metrics.jsonl", lambda text: text + '{"step": 3, "loss": [1]}\n', 'metrics.jsonl:{n}: "loss" is not a number'),
+    ("metrics.json", lambda text: json.dumps({**json.loads(text), "best": 5}),
+     "metrics.json: not the final figures xspec writes (best is not a record)"),
+    ("metrics.json", lambda text: json.dumps({**json.loads(text), "best": {"step": "x"}}),
+     'metrics.json: not the final figures xspec writes (step "x")'),
+    ("metrics.json", lambda text: json.dumps({**json.loads(text), "test_loss": [1]}),
+     "metrics.json: not the final figures xspec writes (test_loss [1])"),
+    ("run.json", lambda text: json.dumps({**json.loads(text), "stopped": {"reason": "max_steps", "step": "x"}}),
+     "run.json: not a run description xspec wrote (stopped is not a stop record)")])
+def test_show_names_a_run_file_xspec_did_not_write(trained_run, capsys, tmp_path, file, edit, message):
+    """A figure of another type is refused by file (and line), never printed as it is or failed on."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    path = run / file
+    path.write_text(edit(path.read_text()))
+    lines = path.read_text().count("\n")
+    assert _error(capsys, "show", str(run)) == f"xspec: error: {run}/{message.format(n=lines)}"
