@@ -16,10 +16,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# An Adam beta: a decay rate of the moment estimates, 0 <= beta < 1 (torch.optim's bounds).
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
 class TrainSection(_Section):
     """Optimizer, schedule, batching and checkpointing (§5)."""
 
-    adam_betas: tuple[float, float] = Field((0.9, 0.98), description="Adam's beta1, beta2 (§5.3)")
+    adam_betas: tuple[Beta, Beta] = Field((0.9, 0.98), description="Adam's beta1, beta2 (§5.3), each in [0, 1)")
     adam_eps: float = Field(1e-9, gt=0, description="Adam's epsilon (§5.3)")
     optimizer: Literal["adam", "adamw"] = Field(
         "adam", description="adam: weight_decay added to the gradients (§5.3's Adam); adamw: weight_decay applied "

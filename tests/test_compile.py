@@ -253,3 +253,12 @@ def test_a_parameter_takes_only_the_values_its_spec_lists_and_a_run_keeps_the_li
     assert f" in [{allowed.replace(' or ', ', ')}]" in resolved
     with pytest.raises(xspec.SpecError, match=f"it may be {allowed}"):
         xspec.compile_source(resolved, name="run/spec.xspec", overrides={name: value})
+
+
+@pytest.mark.parametrize("betas, message", [
+    ([0.9, 1.0], "train.adam_betas: Input should be less than 1"),
+    ([-0.5, 0.9], "train.adam_betas: Input should be greater than or equal to 0")])
+def test_adams_betas_are_rates_below_one_checked_when_the_spec_compiles(betas, message):
+    """torch.optim.Adam refuses them only once training starts (after the vocabulary is trained)."""
+    with pytest.raises(xspec.SpecError, match=message):
+        xspec.compile("specs/tiny.xspec", overrides={"train.adam_betas": betas})
