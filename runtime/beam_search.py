@@ -20,6 +20,7 @@ tensor it reads their hypotheses from).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,15 @@ class Hypothesis:
 
 
 def length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
-    return ((5 + length) / 6) ** alpha
+    return _power((5 + length) / 6, alpha)
+
+
+def _power(base: torch.Tensor | float, exponent: float) -> torch.Tensor | float:
+    """base ** exponent, infinite past a float's range (a huge alpha), as a tensor's power is, not an error."""
+    try:
+        return base ** exponent
+    except OverflowError:
+        return math.inf
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,7 @@ class Scoring:
         return cls(decode.length_penalty, decode.beam_scoring, decode.early_stopping)
 
     def penalty(self, length: torch.Tensor | int) -> torch.Tensor | float:
-        return length_penalty(length, self.alpha) if self.form == "gnmt" else length ** self.alpha
+        return length_penalty(length, self.alpha) if self.form == "gnmt" else _power(length, self.alpha)
 
     def done(self, worst_ended: torch.Tensor, best_alive: torch.Tensor, step: int,
              max_lens: torch.Tensor) -> torch.Tensor:

@@ -132,3 +132,12 @@ def test_maximum_length_is_input_length_plus_b():
     lengths = (~src_padding).sum(1).tolist()
     for hyps, n in zip(results, lengths):
         assert len(hyps[0].tokens) + 1 == n + 3       # |Y| with EOS = input length + b
+
+
+def test_a_length_penalty_past_a_floats_range_scores_without_failing():
+    """alpha 1e300: ((5 + |Y|) / 6)^alpha is infinite, as a tensor's power makes it, not an OverflowError."""
+    assert length_penalty(2, 1e300) == float("inf")
+    model = _toy(7)
+    src, src_padding = _sources()
+    results = beam_search(model, src, src_padding, beam=2, alpha=1e300, max_len_a=0.0, max_len_b=4)
+    assert [len(hyps) for hyps in results] == [1, 1, 1]
