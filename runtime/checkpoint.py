@@ -369,7 +369,8 @@ def params_difference(saved: dict, current: dict) -> str | None:
 def load_into(model: torch.nn.Module, checkpoint: Checkpoint,
               load: Callable[[dict[str, torch.Tensor]], None] | None = None) -> None:
     """Copies the tensors into `model` (through `load`, for a model sharded over processes), naming the
-    first tensor whose name, shape or kind does not match."""
+    first tensor whose name, shape or kind does not match, or that holds NaN or an infinity (a model computes
+    nothing with it)."""
     expected = model.state_dict()
     check_tensors(checkpoint, {name: tuple(tensor.shape) for name, tensor in expected.items()}, "the model",
                   "a checkpoint from a different spec")
@@ -377,7 +378,29 @@ def load_into(model: torch.nn.Module, checkpoint: Checkpoint,
         if not _same_kind(expected[name].dtype, tensor.dtype):
             raise UserError(f"{checkpoint.path}: tensor {name} holds {tensor.dtype}, "
                             f"the model expects {expected[name].dtype}")
+        found = first_non_finite(tensor)
+        if found is not None:
+            raise UserError(f"{checkpoint.path}: tensor {name} holds {found[1]} at {found[0]}: weights must be "
+                            "finite numbers")
     (load or model.load_state_dict)(checkpoint.tensors)
+
+
+# NaN and infinities are looked for this many elements at a time: no second copy of a large tensor.
+FINITE_CHUNK = 1 << 24
+
+
+def first_non_finite(tensor: torch.Tensor) -> tuple[list[int], float] | None:
+    """Where a floating-point tensor first holds NaN or an infinity, and that value; None where nowhere."""
+    if not tensor.is_floating_point():
+        return None
+    flat = tensor.reshape(-1)
+    for start in range(0, flat.numel(), FINITE_CHUNK):
+        bad = (~torch.isfinite(flat[start:start + FINITE_CHUNK])).nonzero()
+        if len(bad):
+            index = start + int(bad[0])
+            at = [int(i) for i in torch.unravel_index(torch.tensor(index), tensor.shape)] if tensor.dim() else []
+            return at, float(flat[index])
+    return None
 
 
 def check_tensors(checkpoint: Checkpoint, expected: dict[str, tuple[int, ...]], model: str, why: str) -> None:

@@ -118,6 +118,18 @@ def test_tensors_must_match_the_model_in_kind(tmp_path):
         ckpt.load_into(model, ckpt.load_weights(tmp_path / "ints.safetensors"))
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_weight_that_is_not_a_finite_number_is_refused_by_name_and_place(tmp_path, value):
+    """A model computes nothing with it (a generation of one repeated token, a perplexity of nan)."""
+    model = toy_spec().build()
+    weights = _toy_weights()
+    weights["out.weight"][1, 2] = value
+    ckpt.save_weights(tmp_path / "broken.safetensors", weights, "", {}, b"", 1)
+    with pytest.raises(UserError, match=rf"broken\.safetensors: tensor out\.weight holds {value} at \[1, 2\]: "
+                                        "weights must be finite numbers"):
+        ckpt.load_into(model, ckpt.load_weights(tmp_path / "broken.safetensors"))
+
+
 def _tiny_checkpoint(path: Path, vocab: bytes, spec_source: str | None = None) -> Path:
     spec = xspec.compile(str(ROOT / "specs" / "tiny.xspec"), overrides=TINY)
     model = spec.build(device="cpu")

@@ -32,6 +32,7 @@ from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
 from xspec.hf.tokenizer import check_fits, find_tokenizer
+from xspec.runtime.checkpoint import first_non_finite
 from xspec.runtime.tokenizer import CheckpointTokenizer
 
 if TYPE_CHECKING:
@@ -256,19 +257,10 @@ def _check_stored(group: weight_map.Group, shapes: dict, weights: CheckpointDir)
 def _check_finite(name: str, tensor: torch.Tensor, weights: CheckpointDir) -> None:
     """A weight holding NaN or an infinity is refused, naming it: no model computes anything with it, and
     verification cannot tell (the reference computes the same NaNs)."""
-    flat = tensor.reshape(-1)
-    for start in range(0, flat.numel(), FINITE_CHUNK):     # chunks: no second copy of a large tensor
-        part = flat[start:start + FINITE_CHUNK]
-        bad = (~torch.isfinite(part)).nonzero()
-        if len(bad):
-            index = start + int(bad[0])
-            where = tuple(int(i) for i in torch.unravel_index(torch.tensor(index), tensor.shape)) if tensor.dim() \
-                else ()
-            raise UserError(f"{weights.path}: tensor {name} holds {float(flat[index])} at {list(where)}: weights "
-                            "must be finite numbers")
-
-
-FINITE_CHUNK = 1 << 24
+    found = first_non_finite(tensor)
+    if found is not None:
+        raise UserError(f"{weights.path}: tensor {name} holds {found[1]} at {found[0]}: weights must be finite "
+                        "numbers")
 
 
 def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
