@@ -2,7 +2,7 @@
 format (told by the file's name):
 
     *.txt, anything else      plain text, a document (or sentence) a line
-    *.jsonl, *.ndjson         JSON Lines: an object a line, the text in its `field` ("text" by default)
+    *.jsonl, *.ndjson, *.json JSON Lines: an object a line, the text in its `field` ("text" by default)
     either, then .gz or .zst  the same, compressed with gzip or zstandard (read as they decompress)
     *.parquet                 Parquet: the string column `field` (any string encoding, dictionary-encoded
                               included), read a record batch at a time
@@ -30,7 +30,8 @@ READ_BYTES = 1 << 20                # read (and decompressed) at a time
 ZSTD_FEED = 1 << 10                 # compressed bytes zstandard is given at a time: a block of at least 4 bytes
                                     # decompresses to at most 128 KiB, so a call yields at most 32 MiB
 PARQUET_ROWS = 1024                 # rows of a Parquet file converted at a time
-LINE_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl"}
+# A `.json` file of lines is JSON Lines too: what Hugging Face datasets' to_json writes.
+LINE_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
 
 

@@ -163,10 +163,31 @@ def test_the_field_option_names_the_text_field_through_the_command(plain, tmp_pa
     assert code == 0, out
     assert f"{path}:50: no 'content' field; {path}:60: no 'content' field" in out
     _same_data(plain, tmp_path / "out")
-    for command, shown in ((["data"], "*.jsonl, *.ndjson"), (["data", "prepare"], "--field NAME")):
+    for command, shown in ((["data"], "*.jsonl, *.ndjson,"), (["data", "prepare"], "--field NAME")):
         with pytest.raises(SystemExit):
             main([*command, "--help"])
         assert shown in capsys.readouterr().out
+
+
+def test_a_json_file_of_lines_is_json_lines_and_a_field_for_plain_text_is_refused(plain, tmp_path):
+    """Hugging Face datasets' to_json writes JSON Lines to `.json`; --field names nothing in plain text, so
+    giving it for text files alone is a mistake said, not text trained on as it stands."""
+    path = tmp_path / "docs.json"
+    path.write_bytes(_jsonl(LINES))
+    manifest = prepare_text([path], tmp_path / "out", _options(plain), say=_quiet)
+    _same_data(plain, tmp_path / "out")
+    assert manifest.skipped.not_json == 3
+    text = tmp_path / "docs.txt"
+    text.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    code, out = _run("data", "prepare", str(text), "--field", "content", "-o", str(tmp_path / "never"))
+    assert code == 1 and out == (f"xspec: error: --field content: names the text's field of JSON Lines "
+                                 f"(.jsonl, .ndjson, .json) or Parquet inputs; {text} is read as plain text, a "
+                                 "document a line\n")
+    assert not (tmp_path / "never").exists()
+    code, out = _run("train", "specs/lm.xspec", "--train", str(path), "-o", str(tmp_path / "run"))
+    assert code == 1 and out.startswith(f"xspec: error: --train {path}: JSON Lines, by its name; train reads plain "
+                                        "text, a line an example: `xspec data prepare FILE -o DIR` reads it")
+    assert not (tmp_path / "run").exists()
 
 
 def test_sentence_pairs_read_any_format_aligned_record_by_record(plain, tmp_path):

@@ -31,7 +31,8 @@ memory that does not grow with the corpus, and resumes with exactly the batches 
 would have seen.
 
 input formats, by the file's name (for TEXT, --src and --tgt alike):
-  *.jsonl, *.ndjson     JSON Lines: one object a line, the text in its --field (default "text")
+  *.jsonl, *.ndjson,    JSON Lines: one object a line, the text in its --field (default "text");
+  *.json                a .json file of lines, as Hugging Face datasets' to_json writes it
   *.parquet             Parquet: the string column --field, read a record batch at a time
   .gz or .zst after     a gzip- or zstandard-compressed file of lines (x.jsonl.zst, x.txt.gz)
   anything else         plain text, one document (or sentence) a line
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="language model: files of documents, one a line (or JSON Lines record, or Parquet row)")
     prepare.add_argument("--src", metavar="FILE", help="translation: source sentences, one a line (or record)")
     prepare.add_argument("--tgt", metavar="FILE", help="translation: target sentences, aligned with --src")
-    prepare.add_argument("--field", default="text", metavar="NAME",
+    prepare.add_argument("--field", metavar="NAME",
                          help="JSON Lines: the field holding the text; Parquet: the column (default: text)")
     prepare.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write (must not exist)")
     prepare.add_argument("--vocab", metavar="FILE", help="a sentencepiece model to use instead of training one")
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from xspec.runtime.prepared.prepare import PrepareOptions, prepare_parallel, prepare_text
-    from xspec.runtime.prepared.sources import check_input
+    from xspec.runtime.prepared.sources import check_input, input_format
 
     if (args.src is None) != (args.tgt is None):
         raise UserError("--src and --tgt go together (only one was given)")
@@ -103,12 +104,15 @@ def _prepare(args: argparse.Namespace) -> int:
     inputs = [Path(p) for p in ([args.src, args.tgt] if args.src is not None else args.text)]
     for path in inputs:
         check_input(path)           # a regular file (not a folder, a FIFO, a dangling link), of a format read here
+    if args.field is not None and all(input_format(path)[0] == "text" for path in inputs):
+        raise UserError(f"--field {shown(args.field)}: names the text's field of JSON Lines (.jsonl, .ndjson, .json) "
+                        f"or Parquet inputs; {shown(str(inputs[0]))} is read as plain text, a document a line")
     if args.vocab:
         open_regular_file(Path(args.vocab)).close()
     out = check_output_dir(Path(args.output), "-o")
     options = PrepareOptions(vocab_size=args.vocab_size, vocab_model=args.vocab_model,
                              vocab_file=Path(args.vocab) if args.vocab else None, vocab_sample=args.vocab_sample,
-                             max_line_bytes=args.max_line_bytes, field=args.field,
+                             max_line_bytes=args.max_line_bytes, field=args.field or "text",
                              workers=args.workers or os.cpu_count() or 1, progress=args.progress,
                              command=shlex.join(["xspec", *sys.argv[1:]]))
     if args.src is not None:
