@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from xspec.compiler.spec import CompiledSpec
 
 IMPORTED_SPEC = "model.xspec"   # the spec of a run directory `xspec import` wrote
+RUN_SPEC = "spec.xspec"         # the spec of a run directory `xspec train` wrote (runtime/run_dir.py SPEC_FILE)
 
 __all__ = ["compile", "compile_source", "load", "CompiledSpec", "DecoderCache", "SpecError", "UserError"]
 
@@ -29,13 +30,15 @@ __all__ = ["compile", "compile_source", "load", "CompiledSpec", "DecoderCache", 
 def compile(path: Union[str, os.PathLike], overrides: Optional[Mapping[str, Any]] = None) -> CompiledSpec:
     """Parse, resolve, build the graph, validate and lower the spec at `path`.
 
-    `path` may be a run directory `xspec import` wrote: its model.xspec is compiled.
+    `path` may be a run directory: one `xspec import` wrote (its model.xspec is compiled), or one `xspec train`
+    wrote (its spec.xspec, the spec as it trained, self-contained).
     `overrides` sets parameters (`{"heads": 16}`) or section keys (`{"train.warmup_steps": 400}`);
     string values are parsed as spec expressions. Raises SpecError with every diagnostic found.
     """
     path = os.fspath(path)
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, IMPORTED_SPEC)):
-        path = os.path.join(path, IMPORTED_SPEC)
+    if os.path.isdir(path):
+        path = next((os.path.join(path, name) for name in (IMPORTED_SPEC, RUN_SPEC)
+                     if os.path.isfile(os.path.join(path, name))), path)
     # Imported here, not above: `import xspec` (and so every `xspec` command's start-up) stays
     # free of the compiler's dependencies until a spec is compiled.
     from xspec.compiler.spec import compile_file

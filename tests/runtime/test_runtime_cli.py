@@ -407,3 +407,13 @@ def test_show_names_a_run_file_xspec_did_not_write(trained_run, capsys, tmp_path
     path.write_text(edit(path.read_text()))
     lines = path.read_text().count("\n")
     assert _error(capsys, "show", str(run)) == f"xspec: error: {run}/{message.format(n=lines)}"
+
+
+def test_viz_and_stats_take_a_trained_run_directory(trained_run, capsys, tmp_path):
+    """As they take an imported one: the run's own spec (spec.xspec), as it trained."""
+    from xspec.runtime.run_dir import SPEC_FILE
+
+    code, out, _ = _xspec(capsys, "viz", str(trained_run), "-o", str(tmp_path / "run.dot"))
+    assert code == 0 and (tmp_path / "run.dot").read_text().startswith("digraph")
+    code, out, _ = _xspec(capsys, "stats", str(trained_run))
+    assert code == 0 and out.startswith(f"transformer_tiny ({trained_run / SPEC_FILE})")
