@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast as pyast
 import functools
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -55,6 +55,12 @@ def where(span: Span) -> str:
     return f"{file_label(span.file)}:{span.line}"
 
 
+def where_all(step: Step) -> str:
+    """`modernbert.xspec:44, modernbert.xspec:45`: the spec lines a step stands for, in their order."""
+    spans = sorted((step.span, *step.also), key=lambda span: (span.file, span.line))
+    return ", ".join(dict.fromkeys(where(span) for span in spans))
+
+
 @dataclass
 class Context:
     """What every forward of one generated module shares (compiler/lower.py fills it in)."""
@@ -80,6 +86,7 @@ class _Pending:
     ref: str
     code: pyast.expr
     span: Span
+    pointer: str  # the spec lines its comment names (where_all)
     source: Optional[str]  # the tensor the expression reads first, for its shape comment
     index: int
     hint: str
@@ -146,7 +153,7 @@ class _Forward:
         pending = self.pending
         if pending is not None and results == [pending.ref]:
             self.pending = None
-            return [*lines, returns(pending.code, self._note(pending.span, pending.ref, pending.source))]
+            return [*lines, returns(pending.code, self._note(pending.pointer, pending.ref, pending.source))]
         lines += self._flush()
         values = [self._operand(r) for r in results]
         value = values[0] if len(values) == 1 else pyast.Tuple(values, pyast.Load()) if values else constant(None)
@@ -186,11 +193,12 @@ class _Forward:
         assert code is not None
         outputs = list(step.outputs)
         if len(outputs) == 1 and self.reads_once(outputs[0]):
-            self.pending = _Pending(outputs[0], code, step.span, source, index, self._default_hint(step), program)
+            self.pending = _Pending(outputs[0], code, step.span, where_all(step), source, index,
+                                    self._default_hint(step), program)
             return lines
         names = [self._name_output(ref, self._default_hint(step), program, top, index) for ref in outputs]
         ref = outputs[0] if len(outputs) == 1 else None
-        return [*lines, assign_many(names or ["_"], code, self._note(step.span, ref, source))]
+        return [*lines, assign_many(names or ["_"], code, self._note(where_all(step), ref, source))]
 
     def reads_once(self, ref: str) -> bool:
         """Whether one step reads `ref` (the forward's return counts as one), and no function."""
@@ -218,14 +226,14 @@ class _Forward:
         if pending is None:
             return []
         name = self._name_output(pending.ref, pending.hint, pending.program, self.depth == 2, pending.index)
-        return [assign(name, pending.code, self._note(pending.span, pending.ref, pending.source))]
+        return [assign(name, pending.code, self._note(pending.pointer, pending.ref, pending.source))]
 
-    def _note(self, span: Span, ref: Optional[str], source: Optional[str]) -> Note:
+    def _note(self, pointer: str, ref: Optional[str], source: Optional[str]) -> Note:
         """A line's comment: the new shape where it differs from what it read, and the spec line."""
         shape = self._shape(ref)
         if shape is not None and shape != self._shape(source):
-            return Note(where(span), *shape)
-        return Note(where(span))
+            return Note(pointer, *shape)
+        return Note(pointer)
 
     def _shape(self, ref: Optional[str]) -> Optional[tuple[tuple[str, ...], str]]:
         if ref is None:
@@ -308,7 +316,7 @@ class _Forward:
     def _length(self, step: Step, code: pyast.expr, source: Optional[str]) -> int:
         """About how long the step's line will be: its name (none where its value pends in turn), the
         code and the comment."""
-        length = len(INDENT * self.depth) + len(text_of(code)) + len("  # ") + len(where(step.span))
+        length = len(INDENT * self.depth) + len(text_of(code)) + len("  # ") + len(where_all(step))
         outputs = list(step.outputs)
         if len(outputs) != 1 or not isinstance(outputs[0], str):
             return length + 4
@@ -520,9 +528,10 @@ def _one_choice(then: list[pyast.stmt], orelse: list[pyast.stmt], condition: pya
     count = len(mine.value.args)
     keywords = [pyast.keyword(k.arg, value) for k, value in zip(mine.value.keywords, chosen[count:])]
     merged = pyast.Assign(mine.targets, pyast.Call(mine.value.func, chosen[:count], keywords))
-    note = note_of(mine)
-    if note is not None:
-        noted(merged, note)
+    note, other = note_of(mine), note_of(theirs)
+    if note is not None:   # both arms' spec lines
+        lines = dict.fromkeys([*note.text.split(", "), *(other.text.split(", ") if other is not None else [])])
+        noted(merged, replace(note, text=", ".join(lines)))
     return merged
 
 

@@ -130,6 +130,7 @@ class Step:
     # the order of `outputs`, take their names.
     orelse: Optional[Program] = None
     condition: Optional[pyast.expr] = None
+    also: tuple[Span, ...] = ()  # other spec lines it stands for (a step two kinds of layer write at two)
 
     def reads(self) -> set[str]:
         """The refs it reads, inside its loop's or function's body (or a branch's arms) too."""

@@ -60,7 +60,8 @@ def _aligned(mine: Program, theirs: Program, signature: Callable[[Step], Hashabl
         if list(step.inputs) == list(other.inputs) and \
                 _read(list(zip(step.inputs.values(), other.inputs.values())), diff.regions, diff.renamed):
             diff.renamed.update(zip(other.outputs, step.outputs))
-            diff.shared.append(step)
+            also = tuple(span for span in (other.span, *other.also) if span not in (step.span, *step.also))
+            diff.shared.append(replace(step, also=(*step.also, *also)) if also else step)
             diff.regions.append(_Region())
         else:  # other values: not the same step
             region.mine.append(step)
