@@ -469,7 +469,9 @@ class _Forward:
         """`if <the layer's kind>:` around one arm, `else:` around the other, each yielding the branch's
         values under the same names; one assignment where the arms differ in one argument only."""
         assert step.body is not None and step.orelse is not None and step.condition is not None
-        names = [self._name_output(ref, self._branch_hint(step, n), program, top, index)
+        # A name of a value the arms read is taken only where each arm is one step, which reads it first.
+        reusing = top and all(len(arm.steps) == 1 for arm in step.programs())
+        names = [self._name_output(ref, self._branch_hint(step, n), program, reusing, index)
                  for n, ref in enumerate(step.outputs)]
         arms = []
         self.depth += 1

@@ -4,10 +4,10 @@ decoder layers: the constructor keeps the layer's kind (`self.layer_type = confi
 the modules of that kind; the forward runs the steps all kinds share once and branches on the kind where
 they differ (`if self.layer_type == 'full_attention':`).
 
-The kinds' forwards are merged as programs (compiler/ir.py), not as text: steps of the same spec text that
-compute the same code on the same values are one step; the steps between are the arms of a `branch` step,
-which yields under one name what the steps after it read. Their constructors, made of the modules each
-kind holds, merge the same way (compiler/lower.py builds them), the differing ones in the spec's `if`.
+The kinds' forwards are merged as programs (compiler/ir.py), not as text: steps that compute the same code
+on the same values are one step (its comment naming each spec line it stands for); the steps between are the
+arms of a `branch` step, which yields under one name what the steps after it read. The constructor is made
+from every layer's modules (compiler/layer_choice.py), each in the spec's `if` that makes it.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def _reads_within(arm: Program, known: set[str]) -> bool:
     """Whether an arm reads only values made before its branch or by its own steps (not another arm's)."""
     made = set(known)
     for step in arm.steps:
-        if not {ref for ref in step.reads()} <= made | {ref for inner in step.programs() for s in inner.steps
-                                                         for ref in s.outputs} | _params(step):
+        if not step.reads() <= made | {ref for inner in step.programs() for s in inner.steps
+                                       for ref in s.outputs} | _params(step):
             return False
         made |= set(step.outputs)
     return all(ref in made for ref in arm.results if isinstance(ref, str))
@@ -144,6 +144,7 @@ def _read(reads: list[tuple[Operand, Operand]], regions: list[_Region], renamed:
 
 def _branch(region: _Region, mine: Program, theirs: Program, condition: pyast.expr, span: Span,
             renamed: dict[str, str]) -> Step:
+    """The branch step of a region: my steps where `condition` holds, theirs (reading my values) where not."""
     outputs = tuple(a for a, _ in region.joins)
     yes = Program({}, list(region.mine), outputs, dict(mine.hints))
     no = Program({}, [step.reading(renamed) for step in region.theirs], tuple(b for _, b in region.joins),

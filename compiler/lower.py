@@ -34,8 +34,8 @@ from .flag_choice import condition_fields, flag_ifs, flipped, forcing, merged_cl
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance, OpGraph, Program, Step, lint_program
 from .layer_branches import KindFlag, apart, differing_steps, flag_statements, kind_flags, merged_program
-from .layer_choice import (Choice, Truths, Untaken, one_forward, branch_callee, branch_guards, chooses_alike,
-                           indexed_constructor, layer_kinds, untaken_branches)
+from .layer_choice import (Choice, Truths, Untaken, branch_callee, branch_guards, chooses_alike, indexed_constructor,
+                           layer_kinds, one_forward, untaken_branches)
 from .library import MODULE, LibraryClass, library_classes, resetting_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -305,8 +305,11 @@ class _Lowering:
             kinds.setdefault(text_of(method), []).append(position)
         flags: list[KindFlag] = []
         forward = one_forward(forwards) if len(kinds) == 1 else None
-        if forward is None:
-            foreign = {id(layer): graph for layer, _, graph in untaken}
+        if forward is not None:
+            for other in every_class[1:]:
+                _merge_shapes(every_class[0], other)   # whose forward it is
+        else:
+            foreign = {id(layer): built for layer, _, built in untaken}
             representative = {key: every[positions[0]] for key, positions in kinds.items()}
             kind_of = {position: key for key, positions in kinds.items() for position in positions}
             branching = self._branching_forward([kind_of[position] for position in range(len(every))], truths,
@@ -314,8 +317,6 @@ class _Lowering:
             if branching is None:
                 return None
             forward, flags = branching
-        for other in every_class[1:]:
-            _merge_shapes(every_class[0], other)
         first = layers[0]
         note = where(first.block_span) if first.block_span else where(first.span)
         doc = f"block {first.block_name}, {note}" if first.block_span else f"a layer of the repeat at {note}"
