@@ -211,7 +211,8 @@ def _chosen(truths: Truths, attributes: list[str], positions: list[int], layers:
         if len(present) == len(positions) and len({text_of(split[p].attributes[attribute]) for p in present}) == 1:
             statements.append(split[present[0]].attributes[attribute])
             continue
-        found = [_deciding_if(scope, layers[p].children[attribute].span) for p in present]
+        children = [layers[p].children.get(attribute) for p in present]   # none: a module the forward holds
+        found = [_deciding_if(scope, child.span) if child is not None else None for child in children]
         statements_found = {id(deciding[0]): deciding[0] for deciding in found if deciding is not None}
         if None in found or len(statements_found) != 1:
             return None  # the layers differ where no one `if` of this scope chooses

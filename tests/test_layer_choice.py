@@ -284,3 +284,24 @@ def test_a_kind_chosen_by_a_condition_on_the_index_is_kept_as_its_truth():
     tokens = torch.randint(4, 100, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(from_config.eval()(tokens), from_set.eval()(tokens))
+
+
+def test_layers_whose_held_modules_differ_by_branch_compile_to_classes_of_their_own():
+    """A parameter-free module the forward holds (a dropout of another rate in each branch) is no child the
+    spec's `if` can be found from: the layers keep a class each, as before, rather than failing."""
+    source = xspec.compile_source("""
+model m {
+  param layers = 3
+  param layer_types = ["a", "b", "a"]
+  block layer(x, i) {
+    if layer_types[i] == "a" { h = dropout(linear(x, 8) as proj, 0.1) }
+    else { h = dropout(linear(x, 8) as proj, 0.2) }
+    return x + h
+  }
+  block decoder(tokens) {
+    x = embedding(tokens, 10, 8)
+    repeat i in layers { x = layer(x, i) }
+    return linear(x, 10)
+  }
+}""", "held.xspec").python_source
+    assert re.findall(r"^class (Layer\w*)\(", source, re.M) == ["Layer", "Layer2"]
