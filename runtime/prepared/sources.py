@@ -54,6 +54,19 @@ def input_format(path: Path) -> tuple[str, str]:
     return next((kind for suffix, kind in LINE_FORMATS.items() if name.endswith(suffix)), "text"), compression
 
 
+def plain_text(path: Path, where: str, hint: str) -> Path:
+    """`path`, a text file read as it stands (a sentence or document a line) by a command other than prepare;
+    refused, with `hint`, where its name says a format prepare reads (JSON Lines, Parquet, compressed), which
+    would be read as its raw lines."""
+    kind, compression = input_format(path)
+    if (kind, compression) != ("text", ""):
+        what = {"jsonl": "JSON Lines", "parquet": "Parquet"}.get(kind, "text") + \
+            (f", {compression}-compressed" if compression else "")
+        raise UserError(f"{where} {shown(str(path))}: {what}, by its name; plain text is read here, a line an "
+                        f"example: {hint}")
+    return path
+
+
 def check_input(path: Path) -> None:
     """Refuses, naming it, an input prepare could not read: not a regular file (a directory, a FIFO, a
     dangling link, a path through a file), a compressed Parquet file, or a format whose library is missing."""

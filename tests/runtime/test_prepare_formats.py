@@ -185,9 +185,12 @@ def test_a_json_file_of_lines_is_json_lines_and_a_field_for_plain_text_is_refuse
                                  "document a line\n")
     assert not (tmp_path / "never").exists()
     code, out = _run("train", "specs/lm.xspec", "--train", str(path), "-o", str(tmp_path / "run"))
-    assert code == 1 and out.startswith(f"xspec: error: --train {path}: JSON Lines, by its name; train reads plain "
-                                        "text, a line an example: `xspec data prepare FILE -o DIR` reads it")
+    assert code == 1 and out.startswith(f"xspec: error: --train {path}: JSON Lines, by its name; plain text is read "
+                                        "here, a line an example: `xspec data prepare FILE -o DIR` reads it")
     assert not (tmp_path / "run").exists()
+    code, out = _run("eval", str(tmp_path / "run"), "--text", str(path))      # before the run is loaded
+    assert code == 1 and out == (f"xspec: error: --text {path}: JSON Lines, by its name; plain text is read here, "
+                                 "a line an example: write each record's text on a line of its own first\n")
 
 
 def test_sentence_pairs_read_any_format_aligned_record_by_record(plain, tmp_path):

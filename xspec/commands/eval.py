@@ -68,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
                         "language model or a masked language model")
     if args.output:
         check_output_file(Path(args.output), "--output")
+    if args.text is not None:
+        from xspec.runtime.prepared.sources import plain_text
+
+        plain_text(Path(args.text), "--text", "write each record's text on a line of its own first")
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
     name = " + ".join(args.models)
     if trained.classes is not None:

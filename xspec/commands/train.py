@@ -205,18 +205,25 @@ def _with_labels(args: argparse.Namespace, spec, files):
     return DataFiles(**paired)
 
 
+# What to do with a file of a format train does not read (runtime/prepared/sources.py plain_text).
+PREPARE_HINT = "`xspec data prepare FILE -o DIR` reads it (--field: the text's), then `xspec train --data DIR`"
+
+
 def _text_split(name: str, path: str | None, spec, spec_dir: Path | None):
+    from xspec.runtime.prepared.sources import plain_text
     from xspec.runtime.run_dir import Split
 
     if path is not None:
-        return Split(_plain_text(_absolute(Path.cwd(), path, f"--{name}"), f"--{name}"))
+        return Split(plain_text(_absolute(Path.cwd(), path, f"--{name}"), f"--{name}", PREPARE_HINT))
     in_spec = getattr(spec.data, f"{name}_text")
     if in_spec is None or spec_dir is None:
         return None
-    return Split(_plain_text(_absolute(spec_dir, in_spec, f"the spec's data.{name}_text"), f"data.{name}_text"))
+    return Split(plain_text(_absolute(spec_dir, in_spec, f"the spec's data.{name}_text"), f"data.{name}_text",
+                            PREPARE_HINT))
 
 
 def _parallel_split(name: str, given: tuple[str | None, str | None], spec, spec_dir: Path | None):
+    from xspec.runtime.prepared.sources import plain_text
     from xspec.runtime.run_dir import Split
 
     (src, tgt), base, where = given, Path.cwd(), f"--{name}-src/--{name}-tgt"
@@ -229,22 +236,9 @@ def _parallel_split(name: str, given: tuple[str | None, str | None], spec, spec_
             raise UserError(f"the spec's data section sets only one of {name}_src and {name}_tgt")
     if src is None or tgt is None:          # neither (one alone is refused above)
         return None
-    return Split(_plain_text(_absolute(base, src, where), where), _plain_text(_absolute(base, tgt, where), where))
+    return Split(plain_text(_absolute(base, src, where), where, PREPARE_HINT),
+                 plain_text(_absolute(base, tgt, where), where, PREPARE_HINT))
 
-
-def _plain_text(path: Path, where: str) -> Path:
-    """A text file train reads (a sentence or document a line), not one of a format `xspec data prepare` reads
-    (JSON Lines, Parquet, compressed), which would be trained on as its raw lines."""
-    from xspec.runtime.prepared.sources import input_format
-
-    kind, compression = input_format(path)
-    if (kind, compression) != ("text", ""):
-        what = {"jsonl": "JSON Lines", "parquet": "Parquet"}.get(kind, "text") + \
-            (f", {compression}-compressed" if compression else "")
-        raise UserError(f"{where} {shown(str(path))}: {what}, by its name; train reads plain text, a line an "
-                        "example: `xspec data prepare FILE -o DIR` reads it (--field: the text's), then `xspec train "
-                        "--data DIR`")
-    return path
 
 
 def _vocab_file(args: argparse.Namespace, spec, spec_dir: Path | None) -> Path | None:
