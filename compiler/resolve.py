@@ -261,6 +261,7 @@ def _override_expr(key: str, raw: Any, params: Mapping[str, ast.Param], diagnost
                 return ast.Literal(raw.strip().lower() == "true", COMMAND_LINE)
             parsed = parse_expression(raw, "<command line>", Diagnostics())
             if parsed is None or (isinstance(parsed, ast.Name) and parsed.id not in params):
+                _check_text_may_be(key, raw, params.get(key))
                 return ast.Literal(raw, COMMAND_LINE)
             return _relocate(parsed)
         if isinstance(raw, (bool, int, float)):
@@ -273,6 +274,16 @@ def _override_expr(key: str, raw: Any, params: Mapping[str, ast.Param], diagnost
         return None
     diagnostics.error("type", COMMAND_LINE, f"--set {key}: cannot use a {type(raw).__name__} as a value")
     return None
+
+
+def _check_text_may_be(key: str, raw: str, old: Optional[ast.Param]) -> None:
+    """Refuses text read as a string (no expression, or a bare word) where the spec writes the parameter as
+    a number or a truth value: said at the command line, not where the spec first computes with it."""
+    value = old.value.value if old is not None and isinstance(old.value, ast.Literal) else None
+    if isinstance(value, bool):
+        raise ConstantError("type", COMMAND_LINE, f"{quote(raw)} is not true or false, as {key} is")
+    if isinstance(value, (int, float)):
+        raise ConstantError("type", COMMAND_LINE, f"{quote(raw)} is not a number, as {key} is ({value})")
 
 
 def _relocate(expr: ast.Expr) -> ast.Expr:

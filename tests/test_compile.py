@@ -262,3 +262,18 @@ def test_adams_betas_are_rates_below_one_checked_when_the_spec_compiles(betas, m
     """torch.optim.Adam refuses them only once training starts (after the vocabulary is trained)."""
     with pytest.raises(xspec.SpecError, match=message):
         xspec.compile("specs/tiny.xspec", overrides={"train.adam_betas": betas})
+
+
+@pytest.mark.parametrize("path, name, value, message", [
+    ("specs/base.xspec", "heads", "(((", '--set heads: "(((" is not a number, as heads is (8)'),
+    ("specs/base.xspec", "heads", "eight", '--set heads: "eight" is not a number, as heads is (8)'),
+    ("specs/modern/llama.xspec", "tie_word_embeddings", "maybe",
+     '--set tie_word_embeddings: "maybe" is not true or false, as tie_word_embeddings is')])
+def test_text_that_is_no_expression_is_refused_at_the_command_line_where_the_spec_writes_a_number(
+        path, name, value, message):
+    """The command line reads such text as a string (`--set positions=learned`); where the parameter is a
+    number or a truth value, the error is the command line's, not the spec line that first computes with it."""
+    with pytest.raises(xspec.SpecError) as raised:
+        xspec.compile(path, overrides={name: value})
+    assert str(raised.value).splitlines()[0] == f"<command line>: error: {message} [type]"
+    assert xspec.compile("specs/base.xspec", overrides={"positions": "learned"}).params["positions"] == "learned"
