@@ -16,6 +16,7 @@ memory. (A prepared validation or test split is decoded into text and read as a 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -278,7 +279,7 @@ def shares(weights: list[float]) -> list[float]:
 
 def parse_data_argument(text: str) -> list[tuple[Path, float]]:
     """`--data DIR` or `--data DIR:WEIGHT,DIR:WEIGHT,...` (weights need not sum to 1)."""
-    parts = []
+    parts: list[tuple[Path, float]] = []
     given = printable(text)
     for item in text.split(","):
         item = item.strip()
@@ -294,6 +295,9 @@ def parse_data_argument(text: str) -> list[tuple[Path, float]]:
             raise UserError(f"--data {given}: an empty directory name")
         if not (weight > 0 and weight < float("inf")):
             raise UserError(f"--data {given}: '{printable(item)}': a weight is a positive number")
+        if any(os.path.realpath(path) == os.path.realpath(seen) for seen, _ in parts):
+            raise UserError(f"--data {given}: '{printable(path)}' is given twice; a corpus is mixed in once, "
+                            "its weight after ':' (DIR:2 for twice its share)")
         parts.append((Path(path), weight))
     if len(parts) > 64:
         raise UserError(f"--data: {len(parts)} corpora; at most 64 are mixed")

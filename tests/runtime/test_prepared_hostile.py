@@ -301,6 +301,10 @@ def test_weights_at_the_floats_limit_mix_by_their_ratio(prepared, monkeypatch):
     with pytest.raises(UserError) as raised:
         parse_data_argument("a\x1b[2J:x")
     assert str(raised.value) == "--data a\\x1b[2J:x: 'a\\x1b[2J:x': the weight after ':' is not a number"
+    with pytest.raises(UserError) as raised:     # the same corpus twice: its weight says how much of it
+        parse_data_argument("a,b:2,./a:3")
+    assert str(raised.value) == "--data a,b:2,./a:3: './a' is given twice; a corpus is mixed in once, its weight " \
+        "after ':' (DIR:2 for twice its share)"
 
 
 # --- the prepared directory as an input directory -------------------------------------------------------
