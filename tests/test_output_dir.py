@@ -32,7 +32,9 @@ def test_the_record_lists_every_file_and_folder_written(tmp_path):
     out = tmp_path / "out"
     write_directory(check_replaceable(out, "-o", "export"), files("a.bin", "sub/b.txt"), "xspec export")
     record = json.loads((out / WRITTEN).read_text())
-    assert record == {"writer": "xspec export", "files": ["a.bin", "sub", "sub/b.txt"]}
+    assert (record["writer"], record["files"]) == ("xspec export", ["a.bin", "sub", "sub/b.txt"])
+    assert record["stamps"] == {name: [os.stat(out / name).st_size, os.stat(out / name).st_mtime_ns]
+                                for name in ("a.bin", "sub/b.txt")}
     write_directory(check_replaceable(out, "-o", "export"), files("c.bin"), "xspec export")
     assert sorted(p.name for p in out.iterdir()) == [WRITTEN, "c.bin"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -54,6 +56,19 @@ def test_a_directory_holding_anything_unrecorded_is_refused_and_kept(tmp_path, c
     assert refusal(out) == (f"-o {out}: holds {stray}, which no xspec export wrote there; give a new or empty "
                             "directory (xspec replaces only a directory it wrote, as it left it)")
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+
+
+def test_a_file_edited_since_it_was_written_is_refused_and_kept(tmp_path):
+    """The record lists it, but not as it is now: what the user changed is not replaced."""
+    out = tmp_path / "out"
+    write_directory(out, files("a.bin", "sub/b.txt"), "xspec export")
+    (out / "sub" / "b.txt").write_text("edited by hand")
+    assert refusal(out) == (f"-o {out}: holds sub/b.txt, which has changed since xspec wrote it; give a new or "
+                            "empty directory (xspec replaces only a directory it wrote, as it left it)")
+    assert (out / "sub" / "b.txt").read_text() == "edited by hand"
+    record = json.loads((out / WRITTEN).read_text())     # a record of an older version: names only
+    (out / WRITTEN).write_text(json.dumps({"writer": record["writer"], "files": record["files"]}))
+    assert check_replaceable(out, "-o", "export") == out
 
 
 def test_an_empty_directory_or_a_new_path_may_be_written(tmp_path):

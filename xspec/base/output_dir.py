@@ -1,9 +1,10 @@
 """A directory xspec writes whole (an export): it appears complete or not at all, and it replaces only a
 directory xspec wrote itself, unchanged since.
 
-Each such directory holds a record of what was written (`WRITTEN`: the writer and every file's path). An
-existing output is replaced only when it is empty or when its record lists everything in it; a directory
-holding anything else (a downloaded checkpoint's README, a file added since) is refused, never emptied.
+Each such directory holds a record of what was written (`WRITTEN`: the writer, every file's path, and each
+regular file's size and modification time). An existing output is replaced only when it is empty or when its
+record lists everything in it as it is; a directory holding anything else (a downloaded checkpoint's README,
+a file added or edited since) is refused, never emptied.
 
 The new content is written into a staging folder beside the output (`.NAME.XXXX.tmp`), which is renamed
 into place once complete. A writer killed before the rename leaves its staging folder behind; the next
@@ -17,6 +18,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
@@ -45,22 +47,41 @@ def check_replaceable(path: Path, option: str, what: str) -> Path:
         return path
     stray = _unwritten(path)
     if stray is not None:
-        raise UserError(f"{option} {shown(path)}: holds {shown(stray)}, which no xspec {what} wrote there; give a new "
-                        f"or empty directory (xspec replaces only a directory it wrote, as it left it)")
+        entry, changed = stray
+        said = "which has changed since xspec wrote it" if changed else f"which no xspec {what} wrote there"
+        raise UserError(f"{option} {shown(path)}: holds {shown(entry)}, {said}; give a new or empty directory "
+                        f"(xspec replaces only a directory it wrote, as it left it)")
     if not os.access(path.resolve().parent, os.W_OK | os.X_OK):
         raise UserError(f"{option} {shown(path)}: cannot replace it (no permission to write in its parent)")
     return path
 
 
-def _unwritten(path: Path) -> str | None:
-    """The first entry of `path` its record does not list (the record itself if it is missing or unreadable)."""
+def _unwritten(path: Path) -> tuple[str, bool] | None:
+    """The first entry of `path` its record does not list (the record itself if it is missing or unreadable),
+    else the first file it lists whose size or time differs (True: changed since); None where none."""
     try:
         record = parse_json(read_regular_file(path / WRITTEN, MAX_RECORD_BYTES), shown(path / WRITTEN))
     except UserError:
-        return min(_entries(path), default=WRITTEN)     # the record itself, when it is all there is
+        return min(_entries(path), default=WRITTEN), False     # the record itself, when it is all there is
     files = record.get("files") if isinstance(record, dict) else None
     listed = set(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else set()
-    return next((entry for entry in sorted(_entries(path)) if entry not in listed), None)
+    stray = next((entry for entry in sorted(_entries(path)) if entry not in listed), None)
+    if stray is not None:
+        return stray, False
+    stamps = record.get("stamps") if isinstance(record, dict) else None     # none in records of older versions
+    if not isinstance(stamps, dict):
+        return None
+    changed = (entry for entry in sorted(listed) if entry in stamps and stamps[entry] != _stamp(path / entry))
+    return next(((entry, True) for entry in changed), None)
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """A regular file's size and modification time (ns), which an edit changes; None for anything else."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return None
+    return [status.st_size, status.st_mtime_ns] if stat.S_ISREG(status.st_mode) else None
 
 
 def _entries(path: Path) -> set[str]:
@@ -82,7 +103,9 @@ def write_directory(path: Path, fill: Callable[[Path], None], writer: str) -> No
     try:
         with _held(staging / WRITTEN, writer):
             fill(staging)
-            record = {"writer": writer, "files": sorted(_entries(staging))}
+            files = sorted(_entries(staging))
+            stamps = {entry: stamp for entry in files if (stamp := _stamp(staging / entry)) is not None}
+            record = {"writer": writer, "files": files, "stamps": stamps}
             (staging / WRITTEN).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.chmod(staging, 0o777 & ~current_umask())   # mkdtemp creates it 0o700
         _move_into_place(staging, path)
