@@ -262,7 +262,7 @@ def test_a_generated_file_reads_in_few_lines(name: str, layers: int | None, most
     assert source.count("\n") <= most
 
 
-@pytest.mark.parametrize("name", ["base", "llama", "gemma3", "mixtral"])
+@pytest.mark.parametrize("name", ["base", "llama", "gemma3", "mixtral", "qwen3_next"])
 def test_the_examples_in_the_docs_are_what_the_compiler_writes(name: str):
     path = next(Path("specs").rglob(f"{name}.xspec"))
     example = Path(f"docs/examples/{name}/model.py")
