@@ -52,6 +52,9 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
     ("specs/modern/qwen3_moe.xspec", {}, {"sparse_layers": (True, False)}),  # every layer sparse: a dense one
     ("specs/modern/glm4_moe.xspec", {}, {"use_qk_norm": True}),
     ("specs/modern/qwen3_next.xspec", {}, {"sparse_layers": (False, True, False, True)}),  # in both kinds
+    # A kind no layer is at the spec's values: its modules and its arm of the forward from the forced build.
+    ("specs/modern/bamba.xspec", {"layers": 2, "layer_types": ["linear_attention"] * 2},
+     {"layers": 3, "layer_types": ("linear_attention", "full_attention", "linear_attention")}),
 ])
 def test_an_edited_config_builds_the_model_the_same_set_compiles(path, compiled_with, edited):
     generated = xspec.compile(path, overrides=compiled_with)
