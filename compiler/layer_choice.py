@@ -33,35 +33,6 @@ from .python_code import (Note, assign, call, concatenated, constant, if_stateme
 
 
 @dataclass(frozen=True)
-class _Layer:
-    """A layer class as compiler/lower.py builds it: its constructor's statements after
-    `super().__init__()`, each `self.<attribute> = ...`, by attribute; and its forward."""
-
-    cls: pyast.ClassDef
-    attributes: dict[str, pyast.Assign]
-    forward: pyast.FunctionDef
-
-
-def _split(cls: pyast.ClassDef) -> Optional[_Layer]:
-    """A layer class read as lower.py builds it (`__init__(self, config)` of one assignment per module, then
-    `forward`): None where it is not so."""
-    if len(cls.body) != 2 or not all(isinstance(method, pyast.FunctionDef) for method in cls.body):
-        return None
-    init, forward = cls.body
-    assert isinstance(init, pyast.FunctionDef) and isinstance(forward, pyast.FunctionDef)
-    attributes = {}
-    for statement in init.body[1:]:  # after super().__init__()
-        target = statement.targets[0] if isinstance(statement, pyast.Assign) and len(statement.targets) == 1 \
-            else None
-        if not (isinstance(target, pyast.Attribute) and isinstance(target.value, pyast.Name)
-                and target.value.id == "self"):
-            return None
-        assert isinstance(statement, pyast.Assign)
-        attributes[target.attr] = statement
-    return _Layer(cls, attributes, forward)
-
-
-@dataclass(frozen=True)
 class Untaken:
     """A branch of one of a layer block's own `if` statements (over the index and parameters) that none of
     a stack's layers takes at the spec's values."""
@@ -178,38 +149,40 @@ class Truths:
         return _value(statement.condition, self.index, position % self.count, self.fields)
 
 
-def indexed_constructor(truths: Truths, layers: list[Instance], classes: list[pyast.ClassDef],
+# A layer's modules as its constructor makes them: attribute -> `self.<attribute> = ...` (compiler/lower.py).
+Modules = dict[str, pyast.Assign]
+
+
+def indexed_constructor(truths: Truths, layers: list[Instance], modules: list[Modules],
                         optional: set[str]) -> Optional[list[pyast.stmt]]:
-    """One constructor's statements for `layers` (their classes as lower.py builds them), after
-    `super().__init__()`: each module the same in every layer made once, the others in the block's `if`
-    statements that choose them, over the config and the index, nested as the spec nests them. Where two
-    branches make one module by calls that differ only in a keyword whose None turns its option off
-    (`optional`), one call, that keyword chosen. None where something else tells the layers apart."""
-    parts = [_split(cls) for cls in classes]
-    if any(part is None for part in parts) or truths.index in ("self", "config"):
+    """One constructor's statements for `layers` (each one's `modules`), after `super().__init__()`: each
+    module the same in every layer made once, the others in the block's `if` statements that choose them,
+    over the config and the index, nested as the spec nests them. Where two branches make one module by
+    calls that differ only in a keyword whose None turns its option off (`optional`), one call, that keyword
+    chosen. None where something else tells the layers apart."""
+    if truths.index in ("self", "config"):
         return None
-    split = [part for part in parts if part is not None]
     order: list[str] = []
-    for part in split:  # every layer's modules, each after the one it follows in its own layer
+    for made in modules:  # every layer's modules, each after the one it follows in its own layer
         previous = None
-        for name in part.attributes:
+        for name in made:
             if name not in order:
                 order.insert(order.index(previous) + 1 if previous is not None else 0, name)
             previous = name
-    return _chosen(truths, order, list(range(len(split))), layers, split, truths.block.body, optional)
+    return _chosen(truths, order, list(range(len(modules))), layers, modules, truths.block.body, optional)
 
 
 def _chosen(truths: Truths, attributes: list[str], positions: list[int], layers: list[Instance],
-            split: list[_Layer], scope: tuple[ast.Stmt, ...], optional: set[str]) -> Optional[list[pyast.stmt]]:
+            modules: list[Modules], scope: tuple[ast.Stmt, ...], optional: set[str]) -> Optional[list[pyast.stmt]]:
     """The statements that make `attributes` in the layers at `positions`, whose `if`s are those of `scope`."""
     statements: list[Union[pyast.stmt, int]] = []  # an int: the `if` of that id, made below
     decided: dict[int, tuple[ast.If, list[str]]] = {}
     for attribute in attributes:
-        present = [p for p in positions if attribute in split[p].attributes]
+        present = [p for p in positions if attribute in modules[p]]
         if not present:
             continue
-        if len(present) == len(positions) and len({text_of(split[p].attributes[attribute]) for p in present}) == 1:
-            statements.append(split[present[0]].attributes[attribute])
+        if len(present) == len(positions) and len({text_of(modules[p][attribute]) for p in present}) == 1:
+            statements.append(modules[present[0]][attribute])
             continue
         children = [layers[p].children.get(attribute) for p in present]   # none: a module the forward holds
         found = [_deciding_if(scope, child.span) if child is not None else None for child in children]
@@ -232,7 +205,8 @@ def _chosen(truths: Truths, attributes: list[str], positions: list[int], layers:
         if None in taking or condition is None:
             return None
         arms = [_chosen(truths, chosen, [p for p, taken in zip(positions, taking) if taken is branch], layers,
-                        split, body, optional) for branch, body in ((True, statement.then), (False, statement.orelse))]
+                        modules, body, optional)
+                for branch, body in ((True, statement.then), (False, statement.orelse))]
         if arms[0] is None or arms[1] is None:
             return None
         made.append(_if_made(statement, condition, arms[0], arms[1], optional))

@@ -34,8 +34,8 @@ from .flag_choice import condition_fields, flag_ifs, flipped, forcing, merged_cl
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance, OpGraph, Program, Step, lint_program
 from .layer_branches import KindFlag, apart, differing_steps, flag_statements, kind_flags, merged_program
-from .layer_choice import (Choice, Truths, Untaken, branch_callee, branch_guards, chooses_alike, indexed_constructor,
-                           layer_kinds, one_forward, untaken_branches)
+from .layer_choice import (Choice, Modules, Truths, Untaken, branch_callee, branch_guards, chooses_alike,
+                           indexed_constructor, layer_kinds, one_forward, untaken_branches)
 from .library import MODULE, LibraryClass, library_classes, resetting_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
 from .ops import OPS
@@ -282,21 +282,22 @@ class _Lowering:
         return [self._register(item, item_base, cls) for item, item_base, cls in zip(layers, bases, classes)]
 
     def _chosen_classes(self, stack: Instance, layers: list[Instance], classes: list[pyast.ClassDef],
-                        untaken: list[tuple[Instance, pyast.ClassDef, ValidatedModel]], guards: list[pyast.stmt],
-                        forced: Mapping[int, bool]) -> Optional[list[str]]:
+                        untaken: list[tuple[Instance, pyast.ClassDef, Modules, ValidatedModel]],
+                        guards: list[pyast.stmt], forced: Mapping[int, bool]) -> Optional[list[str]]:
         """The one class of `layers` (their `classes`) where the block's conditions choose their modules, and
         their kinds where their forwards differ; it takes the index. `untaken`: layers built with the branches
         no layer takes (`forced`), with their classes and graph, written into the class too; `guards` refuse
         those branches instead. None where the conditions do not explain the classes."""
         index, block = stack.index_param, self.model.blocks[layers[0].block_name or ""]
         assert index is not None
-        every = [*layers, *(layer for layer, _, _ in untaken)]
-        every_class = [*classes, *(cls for _, cls, _ in untaken)]
+        every = [*layers, *(layer for layer, _, _, _ in untaken)]
+        every_class = [*classes, *(cls for _, cls, _, _ in untaken)]
         if not guards and len({_class_key(cls) for cls in every_class}) == 1:
             return None  # the same class, which needs no index
         truths = Truths(block, index, self.fields, len(layers), forced)
         optional = {keyword for op in OPS.values() for keyword in op.optional_keywords}
-        constructor = indexed_constructor(truths, every, every_class, optional)
+        modules = [*map(self._modules, layers), *(made for _, _, made, _ in untaken)]
+        constructor = indexed_constructor(truths, every, modules, optional)
         if constructor is None:
             return None
         forwards = [method for cls in every_class for method in cls.body[-1:] if isinstance(method, pyast.FunctionDef)]
@@ -309,7 +310,7 @@ class _Lowering:
             for other in every_class[1:]:
                 _merge_shapes(every_class[0], other)   # whose forward it is
         else:
-            foreign = {id(layer): built for layer, _, built in untaken}
+            foreign = {id(layer): built for layer, _, _, built in untaken}
             representative = {key: every[positions[0]] for key, positions in kinds.items()}
             kind_of = {position: key for key, positions in kinds.items() for position in positions}
             branching = self._branching_forward([kind_of[position] for position in range(len(every))], truths,
@@ -449,10 +450,10 @@ class _Lowering:
         return {key: taken for key, taken in forced.items() if key not in conflicting}
 
     def _untaken_layers(self, stack: Instance, forced: Mapping[int, bool], base: str
-                        ) -> list[tuple[Instance, pyast.ClassDef, ValidatedModel]]:
+                        ) -> list[tuple[Instance, pyast.ClassDef, Modules, ValidatedModel]]:
         """The layers of `stack` as the model builds them with the `if`s `forced`, each with its class (the
-        classes they use written into this file) and that model; none where that model does not
-        check."""
+        classes they use written into this file), its modules and that model; none where that model does
+        not check."""
         built = self.built_with(forced)
         if built is None:
             return []
@@ -465,7 +466,8 @@ class _Lowering:
         layers = list(other.children.values())
         for layer in layers:
             lowering._define_children(layer, base)
-        return [(layer, lowering._class(layer), built) for layer in layers]
+        classes = [lowering._class(layer) for layer in layers]   # first: the forwards name what they hold
+        return [(layer, cls, lowering._modules(layer), built) for layer, cls in zip(layers, classes)]
 
     def _registry(self) -> tuple[dict[str, str], dict[str, pyast.ClassDef], int]:
         return dict(self.classes), dict(self.trees), len(self.order)
@@ -504,15 +506,21 @@ class _Lowering:
         doc = (f"block {instance.block_name}, {where(instance.block_span)}" if instance.block_span
                else f"a layer of the repeat at {where(instance.span)}")
         forward = forward_method(self.context, instance)  # first: it names the modules it needs held
-        init: list[pyast.stmt] = [super_init()]
+        init = [super_init(), *self._modules(instance).values()]
+        return class_def("Layer", [dotted("nn.Module")], [function("__init__", ["self", "config"], init), forward],
+                         doc)
+
+    def _modules(self, instance: Instance) -> Modules:
+        """The modules a block instance's constructor makes, by attribute: its children, then what its forward
+        holds (written after the forward)."""
+        made: Modules = {}
         for name, child in instance.children.items():
             constructor = self._constructor(child)
             if constructor is not None:
-                init.append(assign(f"self.{identifier(name)}", constructor, where(child.span)))
+                made[identifier(name)] = assign(f"self.{identifier(name)}", constructor, where(child.span))
         for attribute_name, constructor, span in self.holders.get(instance.path, {}).values():
-            init.append(assign(f"self.{attribute_name}", constructor, where(span)))
-        return class_def("Layer", [dotted("nn.Module")], [function("__init__", ["self", "config"], init), forward],
-                         doc)
+            made[attribute_name] = assign(f"self.{attribute_name}", constructor, where(span))
+        return made
 
     def _constructor(self, child: Instance) -> Optional[pyast.expr]:
         if child.kind == "op":
