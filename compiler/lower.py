@@ -286,8 +286,8 @@ class _Lowering:
                         guards: list[pyast.stmt], forced: Mapping[int, bool]) -> Optional[list[str]]:
         """The one class of `layers` (their `classes`) where the block's conditions choose their modules, and
         their kinds where their forwards differ; it takes the index. `untaken`: layers built with the branches
-        no layer takes (`forced`), with their classes and graph, written into the class too; `guards` refuse
-        those branches instead. None where the conditions do not explain the classes."""
+        no layer takes (`forced`), with their classes, modules and that model, written into the class too;
+        `guards` refuse those branches instead. None where the conditions do not explain the classes."""
         index, block = stack.index_param, self.model.blocks[layers[0].block_name or ""]
         assert index is not None
         every = [*layers, *(layer for layer, _, _, _ in untaken)]
