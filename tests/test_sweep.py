@@ -238,10 +238,12 @@ def test_variant_order_and_row_labels(tmp_path):
     assert [row_label(n, n == "base") for n in found] == ["base", "A", "A", "C", "C", "big"]
 
 
-def test_missing_corpus_file_is_one_message(variants, tmp_path, capsys):
+def test_missing_corpus_file_is_one_message_and_records_no_settings(variants, tmp_path, capsys):
+    """A mistyped --data leaves nothing that would refuse the corrected command as another sweep's."""
     assert main(sweep_args(variants, tmp_path, tmp_path)) == 1
     err = capsys.readouterr().err
     assert err.startswith("xspec: error: ") and "train.en: missing" in err and "Traceback" not in err
+    assert not (tmp_path / "runs" / "sweep.json").exists()
 
 
 def test_the_command_and_the_sweep_default_to_the_same_seeds():

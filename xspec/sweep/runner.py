@@ -188,7 +188,7 @@ def train_variant(spec, corpus: Corpus, vocab_file: Path | None, run_dir: Path,
 def run_sweep(config: SweepConfig, say=print) -> list[Row]:
     """Trains every row's runs in order, base's seeds first (its noise band is known early); finished runs
     are read, not retrained. After a base run that did not learn, the variants are not trained."""
-    _check_or_record(config)
+    recorded = _settings_checked(config)
     if config.threads is not None:
         import torch
 
@@ -196,6 +196,8 @@ def run_sweep(config: SweepConfig, say=print) -> list[Row]:
     corpus = prepare_corpus(config)
     floors = UnigramFloors(corpus, config.out_dir)
     described = [describe(path, config, is_base=i == 0) for i, path in enumerate(config.variants)]
+    if not recorded:    # the data read and every spec compiled: a mistyped --data leaves nothing behind
+        write_atomically(config.out_dir / CONFIG_FILE, json.dumps(config.fingerprint(), indent=2) + "\n")
     rows = [row for row, _ in described]
     runs = [(run, spec) for row, spec in described for run in row.runs]
     say(f"sweep: {len(rows)} models, {len(runs)} runs, {config.steps} steps each, on {corpus.description}")
@@ -270,18 +272,20 @@ def _shared_vocabulary(spec, base_spec, base_dir: Path, run_dir: Path) -> Path |
     return shared if same and run_dir != base_dir and shared.exists() else None
 
 
-def _check_or_record(config: SweepConfig) -> None:
-    """A sweep directory continues only the sweep that made it: mixed budgets would make the table lie."""
+def _settings_checked(config: SweepConfig) -> bool:
+    """Whether the sweep directory records this sweep's settings (False: none yet, recorded once the sweep's
+    data and specs are read). A sweep directory continues only the sweep that made it: mixed budgets would
+    make the table lie."""
     path = config.out_dir / CONFIG_FILE
+    if not path.exists():
+        return False
     wanted = config.fingerprint()
-    if path.exists():
-        recorded = _read_json(path, "a sweep's settings")
-        if recorded != json.loads(json.dumps(wanted)):
-            differing = sorted(k for k in wanted if recorded.get(k) != json.loads(json.dumps(wanted[k])))
-            raise UserError(f"{config.out_dir} holds a sweep with different settings ({', '.join(differing)}); "
-                            "use another --output, or the same settings to continue it")
-    else:
-        write_atomically(path, json.dumps(wanted, indent=2) + "\n")
+    recorded = _read_json(path, "a sweep's settings")
+    if recorded != json.loads(json.dumps(wanted)):
+        differing = sorted(k for k in wanted if recorded.get(k) != json.loads(json.dumps(wanted[k])))
+        raise UserError(f"{config.out_dir} holds a sweep with different settings ({', '.join(differing)}); "
+                        "use another --output, or the same settings to continue it")
+    return True
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
