@@ -88,6 +88,23 @@ def test_eval_and_classify_score_as_the_run_did(classifier_run, capsys):
     assert "filling masks takes a masked language model" in capsys.readouterr().err
 
 
+def test_eval_of_a_classifier_refuses_no_texts_and_an_ensemble_and_says_what_it_truncates(
+        classifier_run, capsys, tmp_path):
+    from xspec.cli import main
+
+    (tmp_path / "empty.txt").write_text("")
+    assert main(["eval", str(classifier_run), "--text", str(tmp_path / "empty.txt"), "--labels",
+                 str(tmp_path / "empty.txt")]) == 1
+    assert capsys.readouterr().err == f"xspec: error: {tmp_path / 'empty.txt'}: no text to classify\n"
+    assert main(["eval", str(classifier_run), str(classifier_run), "--text", "t", "--labels", "l"]) == 1
+    assert capsys.readouterr().err.endswith("classifiers are scored one at a time, not as an ensemble\n")
+    (tmp_path / "long.txt").write_text("the big dog is old " * 400 + "\nthe big dog\n")
+    (tmp_path / "long.labels").write_text("animal\nanimal\n")
+    assert main(["eval", str(classifier_run), "--text", str(tmp_path / "long.txt"), "--labels",
+                 str(tmp_path / "long.labels")]) == 0
+    assert f"xspec: {tmp_path / 'long.txt'}: 1 of 2 texts are longer than the model's" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda f: (f / "train.labels").write_text("animal\nplace\nthird\n" * 133 + "animal\n"),
      "the training labels name 3 classes (animal, place, third), but the spec's classifier scores 2: "

@@ -417,3 +417,15 @@ def test_viz_and_stats_take_a_trained_run_directory(trained_run, capsys, tmp_pat
     assert code == 0 and (tmp_path / "run.dot").read_text().startswith("digraph")
     code, out, _ = _xspec(capsys, "stats", str(trained_run))
     assert code == 0 and out.startswith(f"transformer_tiny ({trained_run / SPEC_FILE})")
+
+
+def test_eval_refuses_references_that_hold_no_text(trained_run, capsys, tmp_path):
+    """sacrebleu has nothing to score: it failed with an IndexError."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert _error(capsys, "eval", str(trained_run), "--src", str(empty), "--ref", str(empty)) == \
+        f"xspec: error: {empty}: no reference to score against (every line is empty)"
+    (tmp_path / "blank.txt").write_text("\n\n")
+    (tmp_path / "two.txt").write_text("a b\nc d\n")
+    assert _error(capsys, "eval", str(trained_run), "--src", str(tmp_path / "two.txt"), "--ref",
+                  str(tmp_path / "blank.txt")).endswith("no reference to score against (every line is empty)")

@@ -75,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
     name = " + ".join(args.models)
     if trained.classes is not None:
-        if args.text is None or args.labels is None or len(args.models) > 1:
-            raise UserError(f"{name}: a classifier: score one with --text FILE --labels FILE (accuracy, macro F1)")
+        if len(args.models) > 1:
+            raise UserError(f"{name}: classifiers are scored one at a time, not as an ensemble")
+        if args.text is None or args.labels is None:
+            raise UserError(f"{name}: a classifier: score it with --text FILE --labels FILE (accuracy, macro F1)")
         pair = Path(args.text_pair) if args.text_pair is not None else None
         return _classified(trained, Path(args.text), Path(args.labels), pair, args.batch_tokens)
     for flag, given in (("--labels", args.labels), ("--text-pair", args.text_pair)):
@@ -84,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{flag} gives a classifier's {'classes' if flag == '--labels' else 'pairs'}; {name} is "
                             "no classifier")
     if trained.is_masked_lm:
-        if args.text is None or len(args.models) > 1:
-            raise UserError(f"{name}: a masked language model: score one with --text FILE (masked tokens' loss "
+        if len(args.models) > 1:
+            raise UserError(f"{name}: masked language models are scored one at a time, not as an ensemble")
+        if args.text is None:
+            raise UserError(f"{name}: a masked language model: score it with --text FILE (masked tokens' loss "
                             "and accuracy)")
         return _masked(trained, Path(args.text), args.batch_tokens)
     if args.text is not None:
@@ -102,6 +106,8 @@ def _bleu(trained, args: argparse.Namespace) -> int:
     sources, references = read_lines(Path(args.src)), read_lines(Path(args.ref))
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    if not any(line.strip() for line in references):
+        raise UserError(f"{shown(args.ref)}: no reference to score against (every line is empty)")
     translator = trained.translator(args.batch_tokens, args.tgt_lang, args.src_lang, **decode_overrides(args))
     hypotheses = translator.translate(sources, progress=args.progress and sys.stderr.isatty())
     if args.output:
@@ -125,6 +131,9 @@ def _classified(trained, texts: Path, labels: Path, pair: Path | None, batch_tok
         raise UserError(f"{shown(labels)}:{unknown + 1}: \"{printable(split.labels[unknown])}\" is none of the model's "
                         f"classes ({printable(', '.join(task.names))})")
     text = task.classified(split, trained.tokenizer, truncate=True)
+    if not len(text):
+        raise UserError(f"{shown(texts)}: no text to classify")
+    _said_truncated(texts, text.too_long, len(text), trained.spec)
     scores = class_scores(predictions(trained.model, text, trained.device, batch_tokens), text.classes)
     print(f"{shown(texts)}: accuracy {100 * scores.accuracy:.2f}%, macro F1 {scores.macro_f1:.4f} "
           f"({scores.texts:,} {'texts' if pair is None else 'pairs'})")
@@ -140,10 +149,20 @@ def _masked(trained, path: Path, batch_tokens: int) -> int:
 
     documents = read_documents(path)
     text = MaskedLanguageModelling(trained.spec).masked_text(documents, trained.tokenizer, truncate=True)
+    _said_truncated(path, text.too_long, len(text), trained.spec)
     scores = masked_scores(trained.model, text, trained.device, batch_tokens)
     print(f"{shown(path)}: masked-token loss {scores.loss:.4f} nats (perplexity {scores.perplexity:.3f}), accuracy "
           f"{100 * scores.accuracy:.2f}% ({len(documents.lines):,} lines, {scores.tokens:,} masked tokens)")
     return 0
+
+
+def _said_truncated(path: Path, too_long: int, texts: int, spec) -> None:
+    """A line on stderr where texts were longer than the model's positions: only their first are scored."""
+    from xspec.runtime.tasks import max_sequence_tokens
+
+    if too_long:
+        print(f"xspec: {shown(path)}: {too_long:,} of {texts:,} texts are longer than the model's "
+              f"{max_sequence_tokens(spec):,} positions; only their first are scored", file=sys.stderr)
 
 
 def _perplexity(trained, name: str, path: Path, batch_tokens: int) -> int:
