@@ -118,15 +118,16 @@ def _final_metrics(run_dir: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not the final figures xspec writes")
     best = value.get("best", {})
     for key, figure in [*value.items(), *(best.items() if isinstance(best, dict) else [])]:
-        if key in ("steps", "step") and not is_step(figure) or key in FINAL_NUMBERS and not is_number(figure) \
-                or key.startswith(("test_", "validation_")) and not is_number(figure):
+        number = key in FINAL_NUMBERS or key.startswith(("test_", "validation_"))
+        if key in ("steps", "step") and not is_step(figure) or number and figure is not None and not is_number(figure):
             raise UserError(f"{path}: not the final figures xspec writes ({key} {printable(json.dumps(figure))[:40]})")
     if not isinstance(best, dict):
         raise UserError(f"{path}: not the final figures xspec writes (best is not a record)")
     return value
 
 
-# The final figures (metrics.json) that are numbers, besides the test and validation scores.
+# The final figures (metrics.json) that are numbers where given (None: not measured, a run without
+# validation's valid_loss), besides the test and validation scores.
 FINAL_NUMBERS = ("valid_loss", "valid_bleu", "train_seconds", "train_tokens_per_s", "bleu", "chrf",
                  "unigram_perplexity", "wall_s")
 

@@ -429,3 +429,13 @@ def test_eval_refuses_references_that_hold_no_text(trained_run, capsys, tmp_path
     (tmp_path / "two.txt").write_text("a b\nc d\n")
     assert _error(capsys, "eval", str(trained_run), "--src", str(tmp_path / "two.txt"), "--ref",
                   str(tmp_path / "blank.txt")).endswith("no reference to score against (every line is empty)")
+
+
+def test_show_reads_a_run_without_validation(trained_run, capsys, tmp_path):
+    """Its metrics.json has valid_loss null (nothing measured), which is no figure of another type."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**metrics, "valid_loss": None}))
+    code, out, _ = _xspec(capsys, "show", str(run))
+    assert code == 0 and out.startswith(f"run {run}\n")
