@@ -29,7 +29,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file, write_atomically
@@ -171,12 +171,12 @@ def _record_problem(record: Any) -> str | None:
     return None
 
 
-def is_step(value: object) -> bool:
+def is_step(value: object) -> TypeGuard[int]:
     """A step number as xspec writes one: a whole number, at least 0."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     """A figure as xspec writes one (NaN and infinities included: JSON's readers allow them)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from xspec.base.errors import UserError
 from xspec.base.files import write_bytes_atomically
-from xspec.runtime.run_dir import METRICS_LOG, RUN_FILE, read_metrics_log
+from xspec.runtime.run_dir import METRICS_LOG, RUN_FILE, is_number, is_step, read_metrics_log
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -116,7 +116,7 @@ def curves_from_records(records: Sequence[dict], label: str, x: str = "steps",
             continue                        # a kind of record this figure does not draw
         where = f"{source}:{line}"
         step = record.get("step")
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        if not is_step(step):
             raise UserError(f"{where}: \"step\" is not a step number")
         if "loss" in record:
             last_step = max(last_step, step)
@@ -155,7 +155,7 @@ def _values(record: dict, where: str) -> list[tuple[str, float]]:
 
 def _number(record: dict, key: str, where: str) -> float:
     value = record[key]
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not is_number(value):
         raise UserError(f"{where}: \"{key}\" is not a number")
     # NaN and infinities (JSON allows them) are drawn as gaps, not as lines off the axis.
     return float(value) if math.isfinite(value) else math.nan
