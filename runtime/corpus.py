@@ -5,7 +5,7 @@ Every problem is a one-line `UserError` naming the file (and line), raised befor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from xspec.base.errors import UserError
@@ -142,12 +142,17 @@ def encode_source(lines: list[str], vocab: Tokenizer, max_tokens: int, language:
 @dataclass
 class Framed:
     """Encoded texts an encoder alone reads (framed as the tokenizer frames a text) of at most a size: those
-    kept, their places among those given, and how many were longer or held special tokens alone."""
+    kept, their places among those given, the place and length of each that was longer, and how many held
+    special tokens alone."""
 
     texts: list[list[int]]
     indices: list[int]
-    too_long: int = 0
+    longer: list[tuple[int, int]] = field(default_factory=list)
     empty: int = 0
+
+    @property
+    def too_long(self) -> int:
+        return len(self.longer)
 
 
 def framed(encoded: list[list[int]], size: int, truncate: bool, after: int, special: frozenset[int]) -> Framed:
@@ -159,7 +164,7 @@ def framed(encoded: list[list[int]], size: int, truncate: bool, after: int, spec
             out.empty += 1
             continue
         if len(ids) > size:
-            out.too_long += 1
+            out.longer.append((index, len(ids)))
             if not truncate:
                 continue
             ids = truncated(ids, size, after)

@@ -90,6 +90,7 @@ def test_eval_and_classify_score_as_the_run_did(classifier_run, capsys):
 
 def test_eval_of_a_classifier_refuses_no_texts_and_an_ensemble_and_says_what_it_truncates(
         classifier_run, capsys, tmp_path):
+    import xspec
     from xspec.cli import main
 
     (tmp_path / "empty.txt").write_text("")
@@ -103,6 +104,12 @@ def test_eval_of_a_classifier_refuses_no_texts_and_an_ensemble_and_says_what_it_
     assert main(["eval", str(classifier_run), "--text", str(tmp_path / "long.txt"), "--labels",
                  str(tmp_path / "long.labels")]) == 0
     assert f"xspec: {tmp_path / 'long.txt'}: 1 of 2 texts are longer than the model's" in capsys.readouterr().err
+    assert main(["classify", str(classifier_run), "-i", str(tmp_path / "long.txt")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "animal\nanimal\n"
+    positions = xspec.load(classifier_run, device="cpu").max_tokens
+    assert captured.err.startswith(f"{tmp_path / 'long.txt'}:1: warning: ") and captured.err.count("\n") == 1
+    assert f"tokens framed, more than the model's {positions} positions: classified from its start" in captured.err
 
 
 @pytest.mark.parametrize("change, message", [

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import torch
 
@@ -157,17 +157,23 @@ def predictions(model: torch.nn.Module, text: ClassifiedText, device: torch.devi
     return [max(range(len(p)), key=p.__getitem__) for p in probabilities(model, text, device, batch_tokens)]
 
 
-def class_probabilities(trained, texts: list[str], pairs: Optional[list[str]] = None) -> list[list[float]]:
+def class_probabilities(trained, texts: list[str], pairs: Optional[list[str]] = None,
+                        on_too_long: Optional[Callable[[int, int], None]] = None) -> list[list[float]]:
     """Each text's (or, with `pairs`, each pair's) probability of each class (a classifier loaded by
     xspec.load), framed as the tokenizer frames a text (or a pair) and cut to the model's positions (keeping
-    the framing's end; a pair's longer text first)."""
+    the framing's end; a pair's longer text first); each one cut first reported to `on_too_long(index,
+    tokens)`."""
     tokenizer = trained.tokenizer
+    types = None
     if pairs is None:
         kept = framed(tokenizer.encode_sources(texts), trained.max_tokens, True, len(tokenizer.framing()[1]),
                       frozenset())
-        return probabilities(trained.model, ClassifiedText(kept.texts, [0] * len(kept.texts)), trained.device)
-    kept, types = framed_pairs(tokenizer, tokenizer.encode(texts), tokenizer.encode(pairs), trained.max_tokens, True,
-                               trained.spec.token_types)
+    else:
+        kept, types = framed_pairs(tokenizer, tokenizer.encode(texts), tokenizer.encode(pairs), trained.max_tokens,
+                                   True, trained.spec.token_types)
+    if on_too_long is not None:
+        for index, tokens in kept.longer:
+            on_too_long(index, tokens)
     return probabilities(trained.model, ClassifiedText(kept.texts, [0] * len(kept.texts), types=types),
                          trained.device)
 
@@ -184,7 +190,7 @@ def framed_pairs(vocab: Tokenizer, firsts: list[list[int]], seconds: list[list[i
     out, types = Framed([], []), []
     for index, (first, second) in enumerate(zip(firsts, seconds)):
         if len(first) + len(second) + template.specials > size:
-            out.too_long += 1
+            out.longer.append((index, len(first) + len(second) + template.specials))
             if not truncate:
                 continue
         ids, kinds = template.frame(first, second, size)

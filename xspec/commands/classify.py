@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Iterator
 
 from xspec.commands.arguments import int_at_least
 from xspec.commands.translate import add_model_arguments, add_text_arguments, answer_texts, check_text_arguments
 from xspec.base.errors import UserError
-from xspec.base.text import printable
+from xspec.base.text import printable, shown
 
 NAME = "classify"
 COMPUTES = True
@@ -24,7 +25,8 @@ Sentence pairs (a premise and its hypothesis, two questions): --text A --text-pa
 --input-pair FILE gives the second text of each line's pair, the line of the same number (a line of one
 without its line in the other is refused). A pair is framed as the tokenizer frames two texts (BERT's
 [CLS] a [SEP] b [SEP], with token types 0, then 1), as transformers' text-classification pipeline reads
-{"text": A, "text_pair": B}.
+{"text": A, "text_pair": B}. A text (or pair) longer than the model's positions is classified by its start
+(a pair's longer text cut), with a warning naming its line on stderr.
 
 examples:
   xspec classify runs/sentiment --text "a fine film"
@@ -64,7 +66,13 @@ def run(args: argparse.Namespace) -> int:
     def answer(lines: list[str], first: int, name: str) -> Iterator[str]:
         pairs = [args.text_pair] if args.text_pair is not None else \
             seconds.of(lines, first, name) if seconds is not None else None
-        for probabilities in class_probabilities(trained, lines, pairs):
+
+        def warn(index: int, tokens: int) -> None:
+            cut = "its longer text cut" if pairs is not None else "classified from its start"
+            print(f"{shown(name)}:{first + index}: warning: {tokens} tokens framed, more than the model's "
+                  f"{trained.max_tokens} positions: {cut}", file=sys.stderr)
+
+        for probabilities in class_probabilities(trained, lines, pairs, warn):
             best = max(range(len(names)), key=lambda c: probabilities[c])
             scores = "".join(f"\t{p:.4f}" for p in probabilities) if args.scores else ""
             yield f"{printable(names[best])}{scores}\n"
