@@ -11,7 +11,7 @@ import torch
 from xspec.base.errors import UserError
 from . import checkpoint as ckpt
 from .best import Criterion, best_dir
-from .run_dir import METRICS_LOG, read_metrics_log
+from .run_dir import METRICS_LOG, check_directory, read_metrics_log
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -38,8 +38,7 @@ def average_run(run_dir: Path, output: Path, last: Optional[int] = None, best: O
     of its `best` best-validated ones (RUN/checkpoints/best/, ranked by what the run logged), to `output`
     (safetensors, whatever its name); returns the checkpoints averaged."""
     assert last is None or best is None, "average the last N or the best N"
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir}: no such run directory")
+    check_directory(run_dir)
     if best is not None:
         found = best_checkpoints(run_dir)
         if best > len(found):

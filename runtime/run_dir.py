@@ -33,6 +33,7 @@ from typing import Any, TypeGuard
 
 from xspec.base.errors import UserError
 from xspec.base.files import read_regular_file, write_atomically
+from xspec.base.text import printable, shown
 
 SPEC_FILE = "spec.xspec"
 RUN_FILE = "run.json"
@@ -135,6 +136,32 @@ def default_run_dir(spec_name: str) -> Path:
 
 
 # --- reading -----------------------------------------------------------------------------------
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuses a path that is not a run directory (one holding run.json), saying what it is instead."""
+    check_directory(run_dir)
+    if not (run_dir / RUN_FILE).is_file():
+        raise UserError(f"{shown(run_dir)}: not an xspec run directory (no {RUN_FILE}){_runs_inside(run_dir)}")
+
+
+def check_directory(run_dir: Path) -> None:
+    """Refuses a path that is no directory, where a run directory is asked for."""
+    if not run_dir.exists():
+        raise UserError(f"{shown(run_dir)}: no such run directory")
+    if not run_dir.is_dir():
+        raise UserError(f"{shown(run_dir)}: not a directory; give a run directory (what `xspec train` writes)")
+
+
+def _runs_inside(folder: Path) -> str:
+    """A hint for a folder of runs given as one (`runs/` for `runs/*`)."""
+    try:
+        inside = sorted(printable(d.name) for d in folder.iterdir() if (d / RUN_FILE).is_file())
+    except OSError:
+        return ""
+    if not inside:
+        return ""
+    return f"; it holds run directories ({', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''})"
+
 
 def read_run_record(run_dir: Path) -> RunRecord:
     path = run_dir / RUN_FILE

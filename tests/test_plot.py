@@ -214,6 +214,11 @@ def test_bad_runs_are_refused_with_their_path(tmp_path, capsys):
     assert error_of(["plot", str(tmp_path / "runs" / "tiny" / "run.json"), "-o", output], capsys).startswith(
         f"{tmp_path / 'runs' / 'tiny' / 'run.json'}: not a directory")
     assert not Path(output).exists()
+    # show and average say the same of what they are given
+    file = tmp_path / "runs" / "tiny" / "run.json"
+    for argv in (["show", str(file)], ["average", str(file), "-o", output]):
+        assert error_of(argv, capsys) == f"{file}: not a directory; give a run directory (what `xspec train` writes)"
+    assert error_of(["show", str(tmp_path / "runs")], capsys).endswith("it holds run directories (tiny)")
 
 
 def test_runs_without_metrics_and_corrupt_logs_are_refused(tmp_path, capsys):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from xspec.base.errors import UserError
 from xspec.base.files import write_bytes_atomically
-from xspec.runtime.run_dir import METRICS_LOG, RUN_FILE, is_number, is_step, read_metrics_log
+from xspec.runtime.run_dir import METRICS_LOG, check_run_dir, is_number, is_step, read_metrics_log
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -78,26 +78,10 @@ PANELS = (
 
 def read_run_log(run_dir: Path) -> list[dict]:
     """The records of `run_dir`'s metrics log, after checking that it is a run directory."""
-    if not run_dir.exists():
-        raise UserError(f"{run_dir}: no such run directory")
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir}: not a directory; give a run directory (what `xspec train` writes)")
-    if not (run_dir / RUN_FILE).is_file():
-        raise UserError(f"{run_dir}: not an xspec run directory (no {RUN_FILE}){_runs_inside(run_dir)}")
+    check_run_dir(run_dir)
     if not (run_dir / METRICS_LOG).exists():
         raise UserError(f"{run_dir}: no metrics yet ({METRICS_LOG} is written from the first training step)")
     return read_metrics_log(run_dir)
-
-
-def _runs_inside(folder: Path) -> str:
-    """A hint for a folder of runs given as one (`runs/` for `runs/*`)."""
-    try:
-        inside = sorted(d.name for d in folder.iterdir() if (d / RUN_FILE).is_file())
-    except OSError:
-        return ""
-    if not inside:
-        return ""
-    return f"; it holds run directories ({', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''})"
 
 
 def curves_from_records(records: Sequence[dict], label: str, x: str = "steps",

@@ -18,8 +18,8 @@ from xspec.base.text import printable
 from xspec.base.files import read_regular_file
 from xspec.runtime import checkpoint as ckpt
 from xspec.runtime.best import best_dir
-from xspec.runtime.run_dir import (DATA_DIR, METRICS_FILE, RUN_FILE, SPEC_FILE, RunRecord, Split, is_number, is_step,
-                                   read_metrics_log, read_run_record, read_run_spec)
+from xspec.runtime.run_dir import (DATA_DIR, METRICS_FILE, SPEC_FILE, RunRecord, Split, check_run_dir, is_number,
+                                   is_step, read_metrics_log, read_run_record, read_run_spec)
 
 _STOPS = {"max_steps": "reached train.max_steps", "max_minutes": "reached train.max_minutes",
           "patience": "early stopping (train.patience)", "interrupted": "interrupted (Ctrl-C or SIGTERM)",
@@ -46,10 +46,7 @@ class RunSummary:
 
 
 def summarize(run_dir: Path) -> RunSummary:
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir}: no such run directory")
-    if not (run_dir / RUN_FILE).is_file():
-        raise UserError(f"{run_dir}: not an xspec run directory (no {RUN_FILE})")
+    check_run_dir(run_dir)
     import xspec
 
     spec = xspec.compile_source(read_run_spec(run_dir), name=str(run_dir / SPEC_FILE), allow_imports=False)
