@@ -96,7 +96,8 @@ def train(spec, options: RunOptions) -> dict:
     log = RunLog(context.is_main, bar=options.progress and sys.stderr.isatty(), tensorboard=options.tensorboard,
                  report_every=spec.train.report_every_steps)
     try:
-        return _train(spec, task, options, context, log)
+        with torch.inference_mode(False), torch.enable_grad():   # called under no_grad or inference_mode too
+            return _train(spec, task, options, context, log)
     finally:
         log.close()
         distributed.teardown(context)

@@ -55,6 +55,17 @@ def test_run_directory_and_final_metrics(small_corpus, tmp_path):
     assert record["data"]["test"]["src"] == str(small_corpus.test.src.resolve())
 
 
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_a_run_started_where_gradients_are_off_still_learns(small_corpus, tmp_path, context):
+    """Code that calls train() under no_grad or inference_mode (a notebook's evaluation cell) gets the same
+    losses as a plain call, not a failure of autograd."""
+    plain = _train(toy_spec(max_steps=2), small_corpus, tmp_path / "plain")
+    with context():
+        within = _train(toy_spec(max_steps=2), small_corpus, tmp_path / "within")
+    assert within["steps"] == plain["steps"] == 2
+    assert _losses(tmp_path / "within") == pytest.approx(_losses(tmp_path / "plain"), rel=1e-5)
+
+
 def test_the_training_state_is_safetensors(small_corpus, tmp_path):
     _train(toy_spec(max_steps=4), small_corpus, tmp_path / "run")
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.is_file())
