@@ -192,6 +192,8 @@ class Vocab:
     def __init__(self, model_proto: bytes) -> None:
         self.model_proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        found = self.sp.piece_to_id(MASK_PIECE)     # UNK where the vocabulary has no such piece
+        self.mask_id = found if found != UNK else None
 
     def describe(self) -> dict | None:
         return None
@@ -204,7 +206,17 @@ class Vocab:
         return len(self)
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        return self.sp.encode(lines)
+        """Each line's pieces; a masked language model's <mask> stands for a word with the space before it,
+        the text on either side encoded as a text of its own (as transformers' tokenizers strip a mask's
+        space: sentencepiece alone would give the space a piece of its own)."""
+        if self.mask_id is None or not any(MASK_PIECE in line for line in lines):
+            return self.sp.encode(lines)
+        return [self._masked(line) if MASK_PIECE in line else ids for line, ids in zip(lines, self.sp.encode(lines))]
+
+    def _masked(self, line: str) -> list[int]:
+        assert self.mask_id is not None
+        parts = self.sp.encode(line.split(MASK_PIECE))
+        return [*parts[0], *(i for part in parts[1:] for i in (self.mask_id, *part))]
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         """The text of `ids`; special ids (whatever `skip_special` says: they have no text), and ids of
@@ -243,11 +255,10 @@ class Vocab:
                         "checkpoint's tokenizer brings its template)")
 
     def mask(self) -> tuple[str, int]:
-        found = self.sp.piece_to_id(MASK_PIECE)     # UNK where the vocabulary has no such piece
-        if found == UNK:
+        if self.mask_id is None:
             raise UserError(f"xspec's vocabulary of this run has no {MASK_PIECE} piece: only a masked language "
                             "model's run trains its vocabulary with one")
-        return MASK_PIECE, found
+        return MASK_PIECE, self.mask_id
 
     def special_token_ids(self) -> frozenset[int]:
         return frozenset({PAD, BOS, EOS})

@@ -287,6 +287,32 @@ def test_pairs_given_for_some_splits_only_are_refused(tmp_path, capsys, drop, me
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("pairs", [False, True])
+def test_an_export_classifies_with_transformers_as_xspec_does(classifier_run, pair_run, tmp_path, capsys, pairs):
+    """The run exported as BERT with its own vocabulary (tokenizer.json framing a text, or a pair, as xspec
+    does): transformers' text-classification pipeline gives xspec classify's class and probabilities."""
+    transformers = pytest.importorskip("transformers")
+    from xspec.cli import main
+
+    run = pair_run if pairs else classifier_run
+    assert main(["export", str(run), "--format", "hf", "-o", str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    text, pair = "the big dog is old", "a small city"
+    argv = ["--text", text, *(["--text-pair", pair] if pairs else []), "--scores", "--weights", "fp32"]
+    assert main(["classify", str(run), *argv]) == 0
+    label, *scores = capsys.readouterr().out.split("\t")
+    classifier = transformers.pipeline("text-classification", model=str(tmp_path / "hf"), device="cpu", top_k=None)
+    theirs = classifier({"text": text, "text_pair": pair} if pairs else text)
+    theirs = theirs[0] if isinstance(theirs[0], list) else theirs
+    assert max(theirs, key=lambda c: c["score"])["label"] == label
+    names = ["first", "second"] if pairs else ["animal", "place"]
+    assert sorted((c["label"], c["score"]) for c in theirs) == \
+        [(name, pytest.approx(float(score), abs=1e-4)) for name, score in zip(names, scores)]
+    # imported back, it is suggested to classify
+    assert main(["import", str(tmp_path / "hf"), "-o", str(tmp_path / "imported")]) == 0
+    assert f'xspec classify {tmp_path / "imported"} --text "..."' in capsys.readouterr().out
+
+
 def test_classify_refuses_a_pair_file_out_of_line_with_its_texts(pair_run, tmp_path, capsys, monkeypatch):
     """A second text past the first texts' last line, or a first text past the pair file's, by file and line:
     of a file before any is classified; of stdin once it gets there."""

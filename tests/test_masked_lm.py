@@ -133,6 +133,26 @@ def test_fill_takes_the_runs_own_mask_piece(trained_run, capsys):
         [text.replace("<mask>", c["token_str"]).replace(" ", "") for c in candidates]
 
 
+def test_an_export_fills_masks_with_transformers_as_xspec_does(trained_run, tmp_path, capsys):
+    """The run exported as BERT with its own vocabulary (tokenizer.json, the mask named): transformers'
+    fill-mask pipeline gives xspec fill's candidates, probabilities and texts."""
+    transformers = pytest.importorskip("transformers")
+    from xspec.cli import main
+
+    assert main(["export", str(trained_run), "--format", "hf", "-o", str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    text = "the dog is small and the dog <mask> fast"
+    assert main(["fill", str(trained_run), "--text", text, "--json", "--weights", "fp32"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    theirs = transformers.pipeline("fill-mask", model=str(tmp_path / "hf"), device="cpu")(text)
+    assert [(c["token"], c["token_str"], c["sequence"]) for c in theirs] == \
+        [(c["token"], c["token_str"], c["sequence"]) for c in ours]
+    assert [c["score"] for c in theirs] == pytest.approx([c["score"] for c in ours], abs=1e-5)
+    # imported back, it is suggested to fill its own mask
+    assert main(["import", str(tmp_path / "hf"), "-o", str(tmp_path / "imported")]) == 0
+    assert f'xspec fill {tmp_path / "imported"} --text "... <mask> ..."' in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["eval", "RUN", "RUN", "--text", "TEST"], "masked language models are scored one at a time, not as an ensemble"),
     (["generate", "RUN", "--prompt", "the dog"],

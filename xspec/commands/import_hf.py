@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from xspec.commands.arguments import add_device_argument
+from xspec.base.errors import UserError
 from xspec.base.text import shown
 from xspec.hf.families import FAMILIES
 
@@ -65,11 +66,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"imported {imported.mapped.model_type} as {spec.name} (extends specs/modern/{imported.mapped.spec}.xspec): "
           f"{spec.parameters:,} parameters, tokenizer {tokenizer.kind}{chat}, into {shown(imported.out)}")
     out = shown(shlex.quote(str(imported.out)))
-    if not imported.spec.has_decoder:
-        use = f"xspec fill {out} --text \"... [MASK] ...\""
+    if spec.classes is not None:
+        use = f"xspec classify {out} --text \"...\""
+    elif not spec.has_decoder:
+        use = f"xspec fill {out} --text \"... {shown(_mask_token(tokenizer))} ...\""
     elif imported.spec.has_encoder:
         use = f"xspec translate {out} < source.txt"
     else:
         use = f"xspec generate {out}" + (" --chat" if tokenizer.chat is not None else "") + " --prompt \"...\""
     print(f"next: xspec show {out}; xspec viz {out}; {use}")
     return 0
+
+
+def _mask_token(tokenizer) -> str:
+    """The tokenizer's mask token, for the example of `xspec fill` (BERT's where it names none)."""
+    try:
+        return tokenizer.mask()[0]
+    except UserError:
+        return "[MASK]"

@@ -23,11 +23,12 @@ from xspec.hf import weight_map
 from xspec.hf.families import FAMILIES, Family, map_config
 from xspec.hf.generation_config import FILTERS, RULES
 from xspec.hf.hf_config import config_for
+from xspec.hf.own_vocabulary import tokenizer_json, tokenizer_settings
 from xspec.hf.older_runs import current_graph, current_params, packed_as_two_ops
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.runtime.tokenizer import M2M100, MARIAN
 from xspec.runtime.tokenizer_files import M2M100_FILES, MARIAN_FILES, MARIAN_TARGET_VOCAB, files_of
-from xspec.runtime.vocab import EOS, Tokenizer
+from xspec.runtime.vocab import EOS, Tokenizer, Vocab
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,8 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     _write_json(out / "config.json", config)
     generation = generation_config(kept.get("generation_config.json"), trained.spec.decode, *special)
     _write_json(out / "generation_config.json", generation)
-    return ["config.json", *weights, "generation_config.json", *_write_tokenizer(tokenizer, out, kept)]
+    written = _write_tokenizer(tokenizer, out, kept, trained.spec)
+    return ["config.json", *weights, "generation_config.json", *written]
 
 
 def _write_json(path: Path, value: dict) -> None:
@@ -305,7 +307,9 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     """generation_config.json: the import's own (or transformers' defaults), with the settings the spec's
     decode section holds, and the special ids."""
     config = dict(original or {})
-    config |= {"do_sample": decode.sample, "num_beams": decode.beam}
+    # xspec's sampling draws one continuation, whatever the beam: beams only where the import sampled in them
+    beams = decode.beam if not decode.sample else config.get("num_beams", 1) if config.get("do_sample") else 1
+    config |= {"do_sample": decode.sample, "num_beams": beams}
     if decode.sample:
         config |= {"temperature": decode.temperature, "top_k": decode.top_k or 0, "top_p": decode.top_p}
     else:
@@ -328,11 +332,17 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     return config
 
 
-def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict]) -> list[str]:
+def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict], spec) -> list[str]:
     """The tokenizer's file, and the import's own tokenizer_config.json and special_tokens_map.json (what
-    AutoTokenizer reads of special tokens, the chat template included), else a minimal configuration."""
+    AutoTokenizer reads of special tokens, the chat template included), else a minimal configuration; xspec's
+    own vocabulary as a tokenizer.json that encodes and frames a text as xspec does for the model `spec`
+    compiles (a language model's documents start at EOS; an encoder's text ends with it)."""
     if tokenizer.kind == "none":
         return []
+    if isinstance(tokenizer, Vocab):
+        (out / "tokenizer.json").write_bytes(tokenizer_json(tokenizer, not spec.has_encoder))
+        _write_json(out / "tokenizer_config.json", tokenizer_settings(tokenizer, spec))
+        return ["tokenizer.json", "tokenizer_config.json"]
     if tokenizer.kind == "tokenizers":
         (out / "tokenizer.json").write_bytes(tokenizer.model_proto)
         settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
