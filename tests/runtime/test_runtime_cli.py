@@ -105,7 +105,7 @@ def test_translate_streams_each_line_before_stdin_closes(trained_run, small_corp
 
 
 @torch.no_grad()
-def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run, capsys, monkeypatch):
+def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run, capsys):
     """Decoding through torch.compile as `--compile on` loads it (slow to compile on a CPU), which says so."""
     from torch._dynamo.utils import counters
 
@@ -113,8 +113,9 @@ def test_a_compiled_decoder_gives_the_eager_logits_step_by_step(trained_run, cap
 
     eager = load(trained_run, device="cpu", compile="off").model
     assert COMPILING not in capsys.readouterr().err
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", torch._dynamo.config.recompile_limit)
-    load_ensemble([trained_run, trained_run, trained_run], device="cpu", compile="on")  # raises the limit
+    # the limit the ensemble raises restored after (pytest's monkeypatch would delete torch's config entry)
+    with torch._dynamo.config.patch(recompile_limit=torch._dynamo.config.recompile_limit):
+        load_ensemble([trained_run, trained_run, trained_run], device="cpu", compile="on")
     assert capsys.readouterr().err.count(COMPILING) == 1  # an ensemble's members compile alike: said once
     compiled = load(trained_run, device="cpu", compile="on").model
     assert COMPILING in capsys.readouterr().err
