@@ -188,14 +188,16 @@ def kind_flags(condition: pyast.expr, index: str, flags: dict[str, KindFlag], ta
     kind, which it adds to `flags` under names not `taken`: each list of the config the condition reads at
     the index, one attribute (`config.layer_types[i]` -> `self.layer_type`); a condition that reads more, its
     truth (`self.<name>`)."""
-    def kept(key: str, base: str, value: pyast.expr) -> pyast.expr:
-        if key not in flags:
+    def kept(key: str, base: str, value: pyast.expr, into: dict[str, KindFlag]) -> pyast.expr:
+        if key not in flags and key not in into:
             attribute = base
-            while attribute in taken:
+            while attribute in taken or attribute in {flag.attribute for flag in into.values()}:
                 attribute = f"{attribute}_kind"
-            taken.add(attribute)
-            flags[key] = KindFlag(attribute, copy.deepcopy(value), note)
-        return pyast.Attribute(pyast.Name("self", pyast.Load()), flags[key].attribute, pyast.Load())
+            into[key] = KindFlag(attribute, copy.deepcopy(value), note)
+        return pyast.Attribute(pyast.Name("self", pyast.Load()), (flags.get(key) or into[key]).attribute,
+                               pyast.Load())
+
+    listed: dict[str, KindFlag] = {}  # the lists the condition reads at the index, kept where it reads no more
 
     class Over(pyast.NodeTransformer):
         others = False  # the condition reads the config or the index otherwise
@@ -204,8 +206,8 @@ def kind_flags(condition: pyast.expr, index: str, flags: dict[str, KindFlag], ta
             value, at = node.value, node.slice
             if isinstance(value, pyast.Attribute) and isinstance(value.value, pyast.Name) \
                     and value.value.id == "config" and isinstance(at, pyast.Name) and at.id == index:
-                listed = value.attr
-                return kept(listed, listed[:-1] if listed.endswith("s") and not listed.endswith("ss") else listed, node)
+                name = value.attr
+                return kept(name, name[:-1] if name.endswith("s") and not name.endswith("ss") else name, node, listed)
             return self.generic_visit(node)
 
         def visit_Name(self, node: pyast.Name) -> pyast.AST:
@@ -214,7 +216,13 @@ def kind_flags(condition: pyast.expr, index: str, flags: dict[str, KindFlag], ta
 
     over = Over()
     rewritten = over.visit(copy.deepcopy(condition))
-    return kept(text_of(condition), name, condition) if over.others else rewritten
+    truth: dict[str, KindFlag] = {}
+    if over.others:
+        rewritten = kept(text_of(condition), name, condition, truth)
+    for key, flag in (truth if over.others else listed).items():
+        flags[key] = flag
+        taken.add(flag.attribute)
+    return rewritten
 
 
 def apart(layer: Instance, graph: BuiltGraph, prefix: str) -> tuple[Instance, dict[str, Node], dict[str, str]]:

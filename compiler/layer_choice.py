@@ -287,10 +287,26 @@ def _merged_choice(chosen: pyast.Assign, other: pyast.Assign, condition: pyast.e
         pyast.keyword(name, value) for name, value in keywords.items()]), pointer)
 
 
-def branch_callee(block: ast.Block, span: Span) -> str:
-    """What the `then` branch of the block's `if` at `span` calls first (`gated_delta_net`), else `branch`."""
+def branch_name(block: ast.Block, span: Span) -> str:
+    """What the `then` branch of the block's `if` at `span` is: the kind its condition compares a value with
+    (`sliding_attention` of `use_sliding_window and layer_types[i] == "sliding_attention"`), else what the
+    branch calls first (`gated_delta_net`), else `branch`."""
     statement = next((statement for statement in _ifs(block.body) if statement.span == span), None)
-    return (_first_callee(statement.then) if statement is not None else None) or "branch"
+    if statement is None:
+        return "branch"
+    kind = _compared_text(statement.condition)
+    return kind if kind is not None and kind.isidentifier() else _first_callee(statement.then) or "branch"
+
+
+def _compared_text(condition: ast.Expr) -> Optional[str]:
+    """The text a condition tests a value to equal (`x == "text"`), through `and`."""
+    if isinstance(condition, ast.BinOp) and condition.op == "==":
+        for side in (condition.right, condition.left):
+            if isinstance(side, ast.Literal) and isinstance(side.value, str):
+                return side.value
+    if isinstance(condition, ast.BinOp) and condition.op == "and":
+        return _compared_text(condition.right) or _compared_text(condition.left)
+    return None
 
 
 def _ifs(statements: tuple[ast.Stmt, ...]) -> Iterator[ast.If]:

@@ -34,7 +34,7 @@ from .flag_choice import condition_fields, flag_ifs, flipped, forcing, merged_cl
 from .forward import Arguments, Context, file_label, forward_method, where
 from .ir import Instance, OpGraph, Program, Step, lint_program
 from .layer_branches import KindFlag, apart, differing_steps, flag_statements, kind_flags, merged_program
-from .layer_choice import (Choice, Modules, Truths, Untaken, branch_callee, branch_guards, chooses_alike,
+from .layer_choice import (Choice, Modules, Truths, Untaken, branch_name, branch_guards, chooses_alike,
                            indexed_constructor, layer_kinds, one_forward, untaken_branches)
 from .library import MODULE, LibraryClass, library_classes, resetting_classes, with_bases
 from .names import class_name, local_name_problem, module_name_problem
@@ -365,7 +365,7 @@ class _Lowering:
                 return layers[part].program
             condition, span, yes, no = part
             over_kind = kind_flags(condition, truths.index, flags, taken, where(span),
-                                   f"is_{branch_callee(truths.block, span)}")
+                                   f"is_{branch_name(truths.block, span)}")
             mine, theirs = merged(yes), merged(no)
             if mine is None or theirs is None:
                 return None
