@@ -202,6 +202,7 @@ class ConfigNames:
         return constant(value)
 
     def shape(self, shape: TensorType) -> tuple[tuple[str, ...], str]:
-        """`[batch, src_len, d_model]`: the spec's dimension names, and parameters for sizes; and the
-        element type."""
-        return tuple(self.names.get(d, str(d)) if isinstance(d, int) else str(d) for d in shape.dims), shape.dtype
+        """`[batch, src_len, d_model]`: the spec's dimension names, and parameters for sizes (not for a 1,
+        which is no size but a dimension broadcast: a mask's over heads); and the element type."""
+        return tuple(self.names.get(d, str(d)) if isinstance(d, int) and d != 1 else str(d)
+                     for d in shape.dims), shape.dtype
