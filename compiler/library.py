@@ -31,6 +31,12 @@ class LibraryClass:
         """The classes it extends by name (another library class, or `nn.Module`: not a bare name)."""
         return tuple(base.id for base in self.node.bases if isinstance(base, ast.Name))
 
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The names it extends or its code reads (Attention's mask rule is AttentionMask's)."""
+        read = (node.id for statement in self.node.body for node in ast.walk(statement) if isinstance(node, ast.Name))
+        return tuple(dict.fromkeys([*self.bases, *read]))
+
 
 def library_files() -> tuple[Path, ...]:
     """The library's files, found as Python finds the package (without importing it: that imports torch)."""
@@ -54,11 +60,11 @@ def library_classes() -> dict[str, LibraryClass]:
 
 
 def with_bases(names: set[str]) -> list[str]:
-    """`names` and the library classes they extend, in the order the library's files define them."""
+    """`names` and the library classes they extend or read, in the order the library's files define them."""
     classes = library_classes()
     used, pending = set(names), list(names)
     while pending:
-        for base in classes[pending.pop()].bases:
+        for base in classes[pending.pop()].needs:
             if base in classes and base not in used:
                 used.add(base)
                 pending.append(base)

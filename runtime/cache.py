@@ -10,9 +10,10 @@ state of fixed size instead: `state(module)` (the tensors it kept, or None befor
 does not move `length`. Prompts of different lengths decode in one batch padded on the left, as
 transformers' `generate` pads them: `padding` [rows] counts each row's leading positions that hold no
 token, so row b's token at cache position p is at position p - padding[b]; `row_positions(new)` gives each
-row's positions (rotary embeddings and position tables read them) and `kept_keys(module, window, new)` the
-keys an attention's queries may see besides what causality and windows hide (not the padding's). Beam
-search moves the rows of all three with `reorder`. In training, `PackedDocuments` stands in for it where
+row's positions (rotary embeddings and position tables read them), `key_positions(window, new, device)` the
+positions of the keys an attention of that window is handed, and `kept_keys(window, new)` those its queries may
+see besides what causality and windows hide (not the padding's). Beam search moves the rows of all three with
+`reorder`. In training, `PackedDocuments` stands in for it where
 packed documents are kept apart: its `documents` say which document each position is of, its `kept_keys`
 which positions may see which, and it caches nothing; a DecoderCache's `documents` is None. The contract is
 xspec/nn/contracts.py's DecodingCache. Generated files do not hold the cache: they carry the model alone.
@@ -46,6 +47,7 @@ class DecoderCache:
         self.padding = padding     # [rows] leading positions of each row that hold no token; None: none
         self.step = -1     # the length a padded batch's positions and masks were last made at
         self.made: dict[tuple, torch.Tensor] = {}   # them, for every layer of that forward
+        self.rings: dict[int, int] = {}   # sliding window -> the positions its attentions' buffers hold
 
     def append(self, module: nn.Module, k: torch.Tensor, v: torch.Tensor,
                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,7 +56,7 @@ class DecoderCache:
         start, end, rows = self.length, self.length + k.size(2), k.size(0)
         needed, size = end, max(self.capacity, 2 * end)
         if window is not None:
-            needed, size = min(end, window), min(size, window)
+            needed = size = self.ring_size(window, end)
         buffers = self.tensors.get(module)
         if buffers is None or needed > buffers[0].size(2):     # none yet, or outgrown
             grown = [t.new_empty(rows, t.size(1), size, t.size(3)) for t in (k, v, k, v)]
@@ -85,6 +87,15 @@ class DecoderCache:
         values.index_copy_(2, kept % size, v[:, :, kept - start])
         return attend
 
+    def ring_size(self, window: int, end: int) -> int:
+        """The positions the buffers of a sliding `window`'s attentions hold once `end` positions are decoded:
+        grown as another buffer grows (to twice what it must hold, at least `capacity`), up to the window. Every
+        attention of that window holds as many, so a stack's mask knows their keys before they are appended."""
+        size = self.rings.get(window, 0)
+        if min(end, window) > size:
+            size = self.rings[window] = min(max(self.capacity, 2 * end), window)
+        return size
+
     def row_positions(self, new: int) -> torch.Tensor | None:
         """The positions [rows, new] of a forward's new tokens, each row's own (its padding's at 0); None where
         no row is padded: every row's start at `length`."""
@@ -93,21 +104,20 @@ class DecoderCache:
         padding = self.padding
         return self._per_step(("rows", new), lambda: (self._steps(new)[None, :] - padding[:, None]).clamp(min=0))
 
-    def kept_keys(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor | None:
-        """Which of the keys `append` returned to `module` for `new` positions its queries may see, in a padded
-        batch [rows, 1, new, keys]: all but the padding's (a query of the padding sees every key: a row seeing
-        none would be no number, and its output is never read). None where no row is padded."""
+    def kept_keys(self, window: int | None, new: int) -> torch.Tensor | None:
+        """Which of the keys `append` returns to an attention of `window` for `new` positions its queries may
+        see, in a padded batch [rows, 1, new, keys]: all but the padding's (a query of the padding sees every
+        key: a row seeing none would be no number, and its output is never read). None where no row is padded."""
         if self.padding is None:
             return None
         padding = self.padding
 
         def kept() -> torch.Tensor:
-            keys = self.key_positions(module, window, new)
+            keys = self.key_positions(window, new, padding.device)
             padded_query = (self._steps(new)[None, :] < padding[:, None])[:, None, :, None]   # [rows, 1, new, 1]
             return (keys[None, :] >= padding[:, None])[:, None, None, :] | padded_query
 
-        ring = None if window is None else self.tensors[module][0].size(2)
-        return self._per_step(("kept", new, window, ring), kept)
+        return self._per_step(("kept", new, window), kept)
 
     def _steps(self, new: int) -> torch.Tensor:
         assert self.padding is not None
@@ -121,18 +131,17 @@ class DecoderCache:
             self.made[key] = make()
         return self.made[key]
 
-    def key_positions(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor:
-        """The positions [keys] of those `append` returned to `module` for `new` positions (before the model's
-        `decode` moves `length` on): all up to the new ones, or, with a sliding `window`, those `ring` returned:
-        for one new position the ring's slots in order (slot s holds the last position p decoded with
-        p % size == s), for several the positions the first new query sees, then the new ones."""
+    def key_positions(self, window: int | None, new: int, device: torch.device) -> torch.Tensor:
+        """The positions [keys] of those `append` returns to an attention of `window` for `new` positions
+        (before the model's `decode` moves `length` on): all up to the new ones, or, with a sliding `window`,
+        those `ring` returns: for one new position the ring's slots in order (slot s holds the last position p
+        decoded with p % size == s), for several the positions the first new query sees, then the new ones."""
         start, end = self.length, self.length + new
-        device = self.tensors[module][0].device
         if window is None:
             return torch.arange(end, device=device)
         if new > 1:
             return torch.arange(max(start - window + 1, 0), end, device=device)
-        size = self.tensors[module][0].size(2)
+        size = self.ring_size(window, end)
         slots = torch.arange(min(end, size), device=device)
         return slots + size * torch.div(end - 1 - slots, size, rounding_mode="floor")
 
@@ -184,7 +193,10 @@ class PackedDocuments:
     def row_positions(self, new: int) -> None:
         return None
 
-    def kept_keys(self, module: nn.Module, window: int | None, new: int) -> torch.Tensor:
+    def key_positions(self, window: int | None, new: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(new, device=device)     # the new positions' own keys
+
+    def kept_keys(self, window: int | None, new: int) -> torch.Tensor:
         """The keys each query may see [B, 1, T, T]: those of its own document; made once a forward."""
         if self.own_documents is None:
             documents = self.documents

@@ -108,7 +108,10 @@ class TensorCache:
     def row_positions(self, new: int) -> None:  # an exported step's rows are not padded
         return None
 
-    def kept_keys(self, module: nn.Module, window: Optional[int], new: int) -> None:
+    def key_positions(self, window: Optional[int], new: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(self.length + new, device=device)
+
+    def kept_keys(self, window: Optional[int], new: int) -> None:
         return None
 
     def state(self, module: nn.Module) -> None:

@@ -20,7 +20,7 @@ from .norms import RMSNorm
 from .gating import GLU, Activation
 from .pooling import MeanPool
 from .rotary import LinearRotaryEmbedding, Llama3RotaryEmbedding, RotaryEmbedding, YarnRotaryEmbedding
-from .attention import Attention, WrittenOutAttention
+from .attention import Attention, AttentionMask, WrittenOutAttention
 from .latent_attention import LatentAttention
 from .convolution import ConvolvedMixer, ShortConvolution
 from .delta_rule import GatedDeltaNet
@@ -39,7 +39,7 @@ __all__ = [
     "RMSNorm", "GLU", "Activation", "MeanPool",
     "RotaryEmbedding", "LinearRotaryEmbedding", "Llama3RotaryEmbedding",
     "YarnRotaryEmbedding",
-    "Attention", "WrittenOutAttention",
+    "Attention", "AttentionMask", "WrittenOutAttention",
     "LatentAttention",
     "ConvolvedMixer", "ShortConvolution", "GatedDeltaNet", "GroupRMSNorm", "Mamba2Mixer",
     "Router", "TopKRouter", "GroupedExperts", "Experts", "BiasedExperts",

@@ -4,7 +4,8 @@ where none), rotary angles (passed to forward, or made by an embedding of rotary
 a scale, a sliding window, ALiBi's bias, an output gate, sinks, and how the weights are computed
 (`inner_attention`: torch's fused SDPA where None, or WrittenOutAttention for what SDPA cannot
 state: soft caps and sinks). The generated code builds the parts and passes them in; no class here
-builds another.
+builds another. Which keys each query sees a stack may make once for its layers (AttentionMask) and
+pass to each attention (`attention_mask`), else each attention applies the same rule itself.
 
 Diagrams read an attention's queries, keys and mask through `heads_of` and `mask`,
 and written-out weights through `inner_attention.weights`. How the weights are computed fast on a
@@ -97,9 +98,9 @@ class Attention(nn.Module):
                 nn.init.zeros_(projection.bias)
 
     def forward(self, query, key, value, padding_mask=None, cache=None, position_bias=None,
-                position_embeddings=None):
+                position_embeddings=None, attention_mask=None):
         q, k, v, gate = self.heads_of(query, key, value, cache, position_embeddings)
-        mask, is_causal = self.mask(q, k, padding_mask, cache, position_bias)
+        mask, is_causal = self.mask(q, k, padding_mask, cache, position_bias, attention_mask)
         out = self.attend(q, k, v, mask, is_causal)  # [B, h, Tq, d_v]
         return self.o_proj(self.gated(out.transpose(1, 2).flatten(2), gate))
 
@@ -206,14 +207,18 @@ class Attention(nn.Module):
         return q.size(2) == 1 and not is_causal and not self.training and q.device.type == "cpu" \
             and self.kv_heads == self.heads and q.size(0) * q.size(1) >= self.ONE_QUERY_ROWS
 
-    def mask(self, q, k, padding_mask, cache, position_bias=None):
+    def mask(self, q, k, padding_mask, cache, position_bias=None, attention_mask=None):
         """The mask the weights take (True: attend; or an additive bias: ALiBi's, or the
         `position_bias` given, [1, h, Tq, Tk]), and whether SDPA's own causal mask serves instead:
-        from static facts only (torch.compile cannot branch on a symbolic size)."""
+        from static facts only (torch.compile cannot branch on a symbolic size). The keys each
+        query may see are `attention_mask`'s where a stack made it for attentions of this one's
+        causality and window, else this attention's own."""
         mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # [B, 1, 1, Tk]
+        if attention_mask is not None:
+            mask = attention_mask if mask is None else mask & attention_mask
+            return self.biased(q, k, mask, position_bias), False
         # what a padded batch's rows or packed documents may see: [B, 1, Tq, Tk]
-        kept = None if cache is None or self.cross else \
-            cache.kept_keys(self, self.window, q.size(2))
+        kept = None if cache is None or self.cross else cache.kept_keys(self.window, q.size(2))
         if kept is not None:
             mask = kept if mask is None else mask & kept
         if self.causal and not (cache is not None and q.size(2) == 1):  # a step sees all cached
@@ -225,15 +230,20 @@ class Attention(nn.Module):
         elif not self.causal and self.window is not None:    # a band around each query
             visible = self.visible(q.size(2), k.size(2), q.device)
             mask = visible if mask is None else mask & visible
+        return self.biased(q, k, mask, position_bias), False
+
+    def biased(self, q, k, mask, position_bias):
+        """`mask` as the weights take it: as it is, or as the additive bias it masks (the
+        `position_bias` given, or ALiBi's)."""
         if position_bias is not None:
             bias = position_bias.to(q.dtype)
-            return (bias if mask is None else bias.masked_fill(~mask, float("-inf"))), False
+            return bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         if self.slopes is None:
-            return mask, False
+            return mask
         query_position = torch.arange(k.size(2) - q.size(2), k.size(2), device=q.device)
         distance = (query_position[:, None] - torch.arange(k.size(2), device=q.device)).abs()
         bias = (-self.slopes[:, None, None] * distance).to(q.dtype)  # [h, Tq, Tk]
-        return (bias if mask is None else bias.masked_fill(~mask, float("-inf"))), False
+        return bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
     # The masks `visible` made last, by (queries, keys, window, causal, device, inference
     # mode): every layer of a forward asks for the same one, made once (not while torch.compile
@@ -259,11 +269,8 @@ class Attention(nn.Module):
 
     def band(self, queries, keys, device):
         """The mask `visible` returns, made anew."""
-        ones, at = torch.ones(queries, keys, dtype=torch.bool, device=device), keys - queries
-        if not self.causal:
-            return ones.tril(at + self.window - 1).triu(at - self.window + 1)
-        visible = ones.tril(at)
-        return visible if self.window is None else visible.triu(at - self.window + 1)
+        at = torch.arange(keys - queries, keys, device=device)
+        return AttentionMask.sees(at, torch.arange(keys, device=device), self.causal, self.window)
 
     @staticmethod
     def alibi_slopes(heads):
@@ -273,6 +280,48 @@ class Attention(nn.Module):
         slopes = [2 ** (-8 * (i + 1) / below) for i in range(below)]
         above = [2 ** (-8 * (i + 1) / (2 * below)) for i in range(0, 2 * below, 2)]
         return torch.tensor(slopes + above[: heads - below])
+
+
+class AttentionMask(nn.Module):
+    """Which keys each query of a forward may see, made once by a stack for all its attentions
+    of one causality and window (as transformers' models make their causal masks and pass them to
+    every layer): causality, a sliding `window`, and what the cache says of the batch: not a
+    padded row's padding, none of another packed document. forward(x [B, T, d], cache) ->
+    [B or 1, 1, T, Tk] booleans (True: attend), or None where every key may be seen but those
+    causality hides, as an attention's own rule says: SDPA's causal mask for a whole sequence,
+    and every key cached for one new position. The positions of the keys are those the cache
+    will hand the attentions of that window (`key_positions`): a sliding window's ring, in its
+    order."""
+
+    def __init__(self, causal=True, window=None):
+        super().__init__()
+        self.causal, self.window = causal, window
+
+    @staticmethod
+    def sees(queries, keys, causal, window):
+        """[Tq, Tk]: whether the query at each of the positions `queries` [Tq] sees the key at
+        each of the positions `keys` [Tk]: causal, those up to it (§3.2.3), and with a sliding
+        `window`, of its last `window` positions; not causal, those fewer than `window` positions
+        away on either side (ModernBERT's local layers), or all."""
+        distance = queries[:, None] - keys[None, :]
+        if causal:
+            return distance >= 0 if window is None else (distance >= 0) & (distance < window)
+        if window is None:
+            return torch.ones_like(distance, dtype=torch.bool)
+        return distance.abs() < window
+
+    def forward(self, x, cache=None):
+        new = x.size(1)
+        kept = cache.kept_keys(self.window, new) if cache is not None else None  # [B, 1, T, Tk]
+        if kept is None and (self.window is None and (cache is None or not self.causal)
+                             or self.causal and cache is not None and new == 1):
+            return None
+        start = cache.length if cache is not None else 0
+        keys = cache.key_positions(self.window, new, x.device) if cache is not None else \
+            torch.arange(new, device=x.device)
+        visible = self.sees(torch.arange(start, start + new, device=x.device), keys, self.causal,
+                            self.window)[None, None]
+        return visible if kept is None else kept & visible
 
 
 class WrittenOutAttention(nn.Module):

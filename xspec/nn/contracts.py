@@ -14,9 +14,10 @@ class DecodingCache(Protocol):
     """What a model's modules read and write of the cache a forward passes them (runtime/cache.py):
     where positions start, keys and values kept per attention, an encoder memory's projections, a
     recurrent layer's state, which packed document each position is of (None: one each row), where
-    prompts of different lengths are padded on the left each row's positions (else None), and the
-    keys an attention's queries may see besides what causality and windows hide: not a padding's,
-    none of another packed document (None: all)."""
+    prompts of different lengths are padded on the left each row's positions (else None), the
+    positions of the keys an attention of a window is handed, and those its queries may see
+    besides what causality and windows hide: not a padding's, none of another packed document
+    (None: all)."""
 
     length: int
     memory: dict
@@ -27,8 +28,10 @@ class DecodingCache(Protocol):
 
     def row_positions(self, new: int) -> Optional[torch.Tensor]: ...
 
-    def kept_keys(self, module: nn.Module, window: Optional[int],
-                  new: int) -> Optional[torch.Tensor]: ...
+    def key_positions(self, window: Optional[int], new: int,
+                      device: torch.device) -> torch.Tensor: ...
+
+    def kept_keys(self, window: Optional[int], new: int) -> Optional[torch.Tensor]: ...
 
     def state(self, module: nn.Module) -> Optional[tuple[torch.Tensor, ...]]: ...
 

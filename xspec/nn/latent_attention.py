@@ -40,21 +40,30 @@ class LatentAttention(nn.Module):
         self.o_proj = nn.Linear(heads * v_dim, d_model, bias=bias)
         self.q_rank = q_rank
 
-    def forward(self, x, cache=None, position_embeddings=None):
+    def forward(self, x, cache=None, position_embeddings=None, attention_mask=None):
+        """`attention_mask` [B or 1, 1, T, Tk]: the keys each query sees, a stack's (AttentionMask,
+        causal); None: causality, and what the cache says of a padded batch or packed documents."""
         q_nope, q_rope, latent, k_rope = self.project(x, position_embeddings, cache)
-        if cache is None:
-            out = self.attend(q_nope, q_rope, latent, k_rope)
-        else:  # the latent and the rotary key of every position decoded
+        mask = attention_mask
+        if cache is not None:  # the latent and the rotary key of every position decoded
             latent, k_rope = cache.append(self, latent, k_rope)
-            kept = cache.kept_keys(self, None, q_nope.size(2))  # rows', documents': [B, 1, Tq, Tk]
-            if latent.size(2) == q_nope.size(2):  # none cached before: keys made once anyway
-                out = self.attend(q_nope, q_rope, latent, k_rope, kept)
-            else:
-                mask = self.visible(q_nope.size(2), latent.size(2), x.device)
-                if kept is not None:
-                    mask = (kept[:, 0] if mask is None else kept[:, 0] & mask)[:, None]
-                out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
+            if mask is None:
+                mask = self.kept(cache, q_nope.size(2), latent.size(2), x.device)
+        if latent.size(2) == q_nope.size(2):  # none cached before: keys made once anyway
+            out = self.attend(q_nope, q_rope, latent, k_rope, mask)
+        else:
+            out = self.attend_latent(q_nope, q_rope, latent, k_rope, mask)
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, T, h * v_dim] -> [B, T, d]
+
+    def kept(self, cache, queries, keys, device):
+        """[B or 1, 1, Tq, Tk]: the keys each query sees by causality and by what the cache keeps
+        (a padded batch's rows, packed documents); None where causality alone, as SDPA makes it
+        for a whole sequence, or every key, for one query."""
+        kept = cache.kept_keys(None, queries)  # rows', documents': [B, 1, Tq, Tk]
+        visible = self.visible(queries, keys, device)
+        if visible is not None and (kept is not None or queries != keys):
+            return visible[None, None] if kept is None else kept & visible
+        return kept
 
     def project(self, x, angles=None, cache=None):
         """x [B, T, d], its positions' rotary `angles` [B, T, 2 * rope] (None: its own
@@ -84,17 +93,14 @@ class LatentAttention(nn.Module):
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
         return torch.cat([k_nope, k_rope.expand(-1, self.heads, -1, -1)], dim=-1), v
 
-    def attend(self, q_nope, q_rope, latent, k_rope, kept=None):
-        """Causal attention with every head's keys and values made from the latent (training,
-        and a prompt read into an empty cache); `kept` [B, 1, T, T]: the keys each query may see
-        besides causality (a padded batch's, packed documents')."""
+    def attend(self, q_nope, q_rope, latent, k_rope, mask=None):
+        """softmax(q k^T * scale) v with every head's keys and values made from the latent
+        (training, and a prompt read into an empty cache); `mask` [B or 1, 1, T, T]: the keys
+        each query may see (None: causality)."""
         k, v = self.keys_values(latent, k_rope)
         q = torch.cat([q_nope, q_rope], dim=-1)
-        if kept is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
-        visible = self.visible(q.size(2), k.size(2), q.device)
-        mask = kept if visible is None else kept & visible
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                              scale=self.scale)
 
     def attend_latent(self, q_nope, q_rope, latent, k_rope, mask):
         """The same attention over the latent itself (decoding): W^UK folded into the queries and
