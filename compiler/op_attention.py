@@ -16,9 +16,11 @@ quantity it holds (docs/language.md):
   fused_qkv            W^Q, W^K and W^V as rows of one matrix, qkv_proj (Phi-3's checkpoints)
 
 and, beside the query, key, value and padding mask, inputs given by name: `position_bias`, added to the
-scores (T5's relative position bias, [1, heads, queries, keys]), and `position_embeddings`, the rotary angles
+scores (T5's relative position bias, [1, heads, queries, keys]), `position_embeddings`, the rotary angles
 a stack made once for its layers (op_rotary.py's rotary_embedding), which turn queries and keys in place of
-an embedding of the attention's own.
+an embedding of the attention's own, and `attention_mask`, the keys each query sees, which a stack made once
+for its layers of the attention's causality and window (op_attention_mask.py), in place of the attention's own
+rule.
 
 Everything about the op is here: schema, rules between arguments, shape rule, learned tensors and buffers,
 lowering (xspec/nn/attention.py has the module), FLOPs, saved activations, and what diagrams say.
@@ -31,6 +33,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from .op_attention_mask import PORT, check_mask, check_reader
 from .op_rotary import RotaryScaling, Settings, check_angles
 from .op_rotary import describe as describe_rotary
 from .op_rotary import embedding as rotary_embedding
@@ -107,6 +110,8 @@ def _shape(shapes: Shapes, a: AttentionAttrs) -> tuple[TensorType, Inferred]:
         if bias.dims[-3:] != expected or any(d != 1 for d in bias.dims[:-3]):
             raise ShapeError(f"the position bias {bias} must be a score's bias per head, query and key: "
                              f"{TensorType((1, *expected))}")
+    if PORT in shapes:
+        check_mask(shapes[PORT], q, k)
     inferred: Inferred = {}
     if "position_embeddings" in shapes:
         if a.rotary or a.alibi:
@@ -221,7 +226,7 @@ def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool)
     args = [inputs["query"], inputs["key"], inputs["value"]]
     if "mask" in inputs:
         args.append(inputs["mask"])  # forward(query, key, value, padding_mask=None, cache=None)
-    named = {name: inputs[name] for name in ("position_bias", "position_embeddings") if name in inputs}
+    named = {name: inputs[name] for name in ("position_bias", "position_embeddings", PORT) if name in inputs}
     return call(f"self.{target}", *args, **({"cache": variable("cache")} if cache else {}), **named)
 
 
@@ -331,8 +336,9 @@ ATTENTION = OpDef(
     family=Family.ATTENTION,
     inputs=(Input("query"), Input("key"), Input("value"), Input("mask", optional=True),
             Input("position_bias", optional=True, keyword=True),
-            Input("position_embeddings", optional=True, keyword=True)),
+            Input("position_embeddings", optional=True, keyword=True), Input(PORT, optional=True, keyword=True)),
     attrs=AttentionAttrs, infer=_shape, params=_params, check=_check,
+    reads=lambda a, producers: check_reader(a.causal, a.window, producers),
     module=_module, call=_call, uses_cache=True, buffers=_buffers,
     title="Multi-Head Attention", details=_details, facts=_facts,
     flops=_flops, saved=_saved, optional_keywords=OPTIONAL_KEYWORDS,

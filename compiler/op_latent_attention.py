@@ -27,6 +27,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from .op_rotary import Settings, check_angles
+from .op_attention_mask import PORT, check_mask, check_reader
 from .op_rotary import embedding as rotary_embedding
 from .op_rotary import scaling_problems as rotary_scaling_problems
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size
@@ -68,6 +69,8 @@ class LatentAttentionAttrs(Attrs):
 def _shape(shapes: Shapes, a: LatentAttentionAttrs) -> tuple[TensorType, Inferred]:
     x = require(shapes["x"], "the input", min_rank=3)
     inferred: Inferred = {"d_model": concrete_last(x, "the input"), "self_attention": True}
+    if PORT in shapes:
+        check_mask(shapes[PORT], x, x)
     if "position_embeddings" in shapes:
         turned = check_angles(shapes["position_embeddings"], x, a.qk_rope_head_dim, "qk_rope_head_dim")
         if turned != a.qk_rope_head_dim:
@@ -152,8 +155,8 @@ def _module(a: LatentAttentionAttrs, i: Inferred, w: Written) -> pyast.expr:
 
 
 def _call(target: str, inputs: dict[str, pyast.expr], attrs: Attrs, cache: bool) -> pyast.expr:
-    angles = {"position_embeddings": inputs["position_embeddings"]} if "position_embeddings" in inputs else {}
-    return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}), **angles)
+    named = {name: inputs[name] for name in ("position_embeddings", PORT) if name in inputs}
+    return call(f"self.{target}", inputs["x"], **({"cache": variable("cache")} if cache else {}), **named)
 
 
 def _details(a: LatentAttentionAttrs, i: Inferred) -> list[str]:
@@ -168,8 +171,10 @@ LATENT_ATTENTION = OpDef(
     doc="multi-head latent attention: causal self-attention whose keys and values come from a small latent per "
         "token (DeepSeek-V2 §2.1)",
     family=Family.ATTENTION,
-    inputs=(Input("x"), Input("position_embeddings", optional=True, keyword=True)),
+    inputs=(Input("x"), Input("position_embeddings", optional=True, keyword=True),
+            Input(PORT, optional=True, keyword=True)),
     attrs=LatentAttentionAttrs, infer=_shape, params=_params, check=_check,
+    reads=lambda a, producers: check_reader(True, None, producers),
     module=_module, call=_call, uses_cache=True,
     buffers=lambda a, i: {} if i.get("turned") else {"rotary.inverse_frequency": (a.qk_rope_head_dim // 2,)},
     title="Multi-Head Latent Attention", details=_details,

@@ -21,6 +21,7 @@ from .op_attention import ATTENTION, AttentionAttrs  # noqa: F401 (AttentionAttr
 from .op_experts import EXPERT_BANK, EXPERTS, ROUTER
 from .op_latent_attention import LATENT_ATTENTION
 from .op_recurrent import GATED_DELTA_NET, MAMBA2, SHORT_CONVOLUTION
+from .op_attention_mask import ATTENTION_MASK
 from .op_rotary import ROTARY_EMBEDDING
 from .opdef import Attrs, Family, Inferred, Input, NoAttrs, OpDef, Shapes, Written, linear_params, no_params
 from .opdef import size as _size
@@ -348,6 +349,7 @@ OPS: dict[str, OpDef[Any]] = {
             call=_call_module, title="RMS Norm", details=lambda a, i: [f"× ({a.offset:g} + w)"] if a.offset else [],
         ),
         ROTARY_EMBEDDING,
+        ATTENTION_MASK,
         ATTENTION,
         LATENT_ATTENTION,
         SHORT_CONVOLUTION,

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from xspec.compiler.op_attention import AttentionAttrs
+from xspec.compiler.op_attention_mask import PORT
 from xspec.compiler.spec import CompiledSpec
 
 from .compile_choice import compiled
@@ -33,13 +34,27 @@ def flex_suits(attrs: AttentionAttrs) -> bool:
 
 def use_flex_attention(model: nn.Module, spec: CompiledSpec, compiled: bool = True) -> list[str]:
     """Runs the forward of each attention of `model` that FlexAttention suits through it; returns their
-    paths. `compiled=False` runs FlexAttention's reference implementation (for tests off CUDA)."""
-    paths = []
+    paths. `compiled=False` runs FlexAttention's reference implementation (for tests off CUDA). A stack's
+    mask that only such attentions read is made only where a cache is passed (FlexAttention makes its
+    block mask of the same keys instead of reading a dense one)."""
+    paths, flexed = [], set()
     for node in spec.ops:
         if node.op == "attention" and node.module and flex_suits(node.attrs_as(AttentionAttrs)):
             run_through_flex(model.get_submodule(node.module), node.attrs_as(AttentionAttrs), compiled)
             paths.append(node.module)
+            flexed.add(node.id)
+    for node in spec.ops:
+        readers = [reader.id for reader in spec.ops if reader.inputs.get(PORT) == node.id]
+        if node.op == "attention_mask" and node.module and readers and set(readers) <= flexed:
+            mask = model.get_submodule(node.module)
+            mask.forward = types.MethodType(_made_with_cache(type(mask).forward), mask)
     return paths
+
+
+def _made_with_cache(own: Callable[..., Any]):
+    def forward(mask: nn.Module, x: torch.Tensor, cache: Any = None) -> Optional[torch.Tensor]:
+        return own(mask, x, cache) if cache is not None else None
+    return forward
 
 
 def run_through_flex(module: nn.Module, attrs: AttentionAttrs, compiled: bool = True) -> None:
@@ -69,9 +84,12 @@ def _flex_forward(attrs: AttentionAttrs, compiled: bool, own: Callable[..., torc
     def forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 padding_mask: Optional[torch.Tensor] = None, cache: Any = None,
                 position_bias: Optional[torch.Tensor] = None,
-                position_embeddings: Optional[torch.Tensor] = None) -> torch.Tensor:
+                position_embeddings: Optional[torch.Tensor] = None,
+                attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        # Without a cache a stack's mask is the causality and window of `attrs`, which the block mask holds.
         if cache is not None or (module.training and attrs.dropout) or position_bias is not None:
-            return own(module, query, key, value, padding_mask, cache, position_bias, position_embeddings)
+            return own(module, query, key, value, padding_mask, cache, position_bias, position_embeddings,
+                       attention_mask)
         q, k, v, gate = _heads_and_gate(module, query, key, value, position_embeddings)
         sinks = module.sinks if attrs.sinks else None
         out = flex_attention(q, k, v, attrs, padding_mask, sinks, compiled)

@@ -284,10 +284,11 @@ def test_partial_rotary_turns_the_first_features_and_passes_the_rest():
     assert_close(out[..., :8], turned(RotaryEmbedding(8, 10000.0), x[..., :8], 5))
 
 
-@pytest.mark.parametrize("spec_path", ["specs/modern/gemma2.xspec", "specs/modern/gpt_oss.xspec",
-                                       "specs/modern/mistral.xspec"])
+@pytest.mark.parametrize("spec_path, sliding_mask", [("specs/modern/gemma2.xspec", "sliding_mask"),
+                                                     ("specs/modern/gpt_oss.xspec", "sliding_mask"),
+                                                     ("specs/modern/mistral.xspec", "causal_mask")])
 @torch.no_grad()
-def test_the_runtimes_flex_attention_gives_the_models_own_logits(spec_path):
+def test_the_runtimes_flex_attention_gives_the_models_own_logits(spec_path, sliding_mask):
     """What CUDA runs (FlexAttention for soft caps, sinks and windows, here its reference implementation): the
     modules the spec's graph names run through it, and a decoding step runs the module's own."""
     import xspec
@@ -304,6 +305,10 @@ def test_the_runtimes_flex_attention_gives_the_models_own_logits(spec_path):
     flexed = use_flex_attention(model, spec, compiled=False)
     assert flexed and all(".self_attn" in path for path in flexed)
     assert_close(model(tokens), expected)
+    # the stack's sliding-window mask, read by those modules alone, is not made without a cache
+    sliding = model.decoder.get_submodule(sliding_mask)
+    x = torch.zeros(2, 19, 8)
+    assert sliding(x) is None and sliding(x[:, :3], cache=DecoderCache()) is not None
     cache = DecoderCache()
     steps = [model.decode(tokens[:, :11], cache=cache)] + [model.decode(tokens[:, t:t + 1], cache=cache)
                                                            for t in range(11, 19)]

@@ -62,7 +62,7 @@ CONVOLVED = """
 import "specs/modern/llama.xspec"
 model convolved extends llama {
   set layers = 2
-  block lm_layer(x, rope) {
+  block lm_layer(x, rope, mask) {
     x = sublayer(x, h => short_convolution(h, kernel = 3, bias = true) as conv)
     return sublayer(x, h => feed_forward(h) as ffn)
   }

@@ -60,7 +60,7 @@ def test_reordering_the_cache_moves_every_rows_latent():
 
 
 def test_an_odd_rotary_width_is_refused_at_its_argument():
-    with pytest.raises(xspec.SpecError, match=r"deepseek_v3.xspec:42:32: error: rotary_embedding: rotary positions "
+    with pytest.raises(xspec.SpecError, match=r"deepseek_v3.xspec:40:32: error: rotary_embedding: rotary positions "
                                               "rotate pairs of features, so dim must be even, got 5"):
         xspec.compile("specs/modern/deepseek_v3.xspec", overrides={"qk_rope_head_dim": 5})
 

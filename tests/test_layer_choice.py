@@ -26,8 +26,15 @@ def test_gemma3_at_62_layers_is_one_layer_class_that_chooses_its_attention():
     # One attention call, its window chosen; the stack's angles chosen by the layer's kind, as transformers'
     # Gemma 3 layer reads `position_embeddings_local` where its attention slides.
     assert "window=config.sliding_window if config.layer_types[i] == 'sliding_attention' else None)" in source
-    assert "        self.layer_type = config.layer_types[i]  # gemma3.xspec:20\n" in source
-    assert "position_embeddings=rope_local if self.layer_type == 'sliding_attention' else rope)" in source
+    assert "        self.layer_type = config.layer_types[i]  # gemma3.xspec:21\n" in source
+    # Two arguments chosen by the kind: the call in each branch (transformers' Gemma 3 reads its layer's
+    # `position_embeddings_local` and its kind's mask).
+    assert ("        if self.layer_type == 'sliding_attention':  # gemma3.xspec:21\n"
+            "            h = self.self_attn(  # gemma3.xspec:32\n"
+            "                h, h, h, cache=cache, position_embeddings=rope_local, attention_mask=sliding_mask)\n"
+            "        else:\n"
+            "            h = self.self_attn(  # gemma3.xspec:32\n"
+            "                h, h, h, cache=cache, position_embeddings=rope, attention_mask=mask)\n") in source
     model = spec.build("cpu")
     windows = [getattr(layer.self_attn, "window", None) for layer in model.decoder.layers]
     assert windows == [None if (i + 1) % 6 == 0 else 8 for i in range(62)]
@@ -82,14 +89,14 @@ def test_a_hybrids_layers_of_several_kinds_are_one_class_that_keeps_its_kind_at_
     assert re.findall(r"^class (LmLayer\w*)\(", source, re.M) == ["LmLayer"]
     assert "[LmLayer(config, i) for i in range(config.layers)]" in source
     assert "        self.layers_block_type = config.layers_block_type[i]  # nemotron_h.xspec:29\n" in source
-    forward = source[source.index("    def forward(self, x, cache=None):"):]
+    forward = source[source.index("    def forward(self, x, mask, cache=None):"):]
     assert forward.startswith(
-        "    def forward(self, x, cache=None):\n"
+        "    def forward(self, x, mask, cache=None):\n"
         "        h = self.norm(x)  # nemotron_h.xspec:42\n"
         "        if self.layers_block_type == 'linear_attention':  # nemotron_h.xspec:29\n"
         "            mixer = self.mixer(h, cache=cache)  # nemotron_h.xspec:42\n"
         "        elif self.layers_block_type == 'full_attention':  # nemotron_h.xspec:35\n"
-        "            mixer = self.mixer(h, h, h, cache=cache)  # nemotron_h.xspec:42\n"
+        "            mixer = self.mixer(h, h, h, cache=cache, attention_mask=mask)  # nemotron_h.xspec:42\n"
         "        else:\n"
         "            mixer = self.mixer(h)  # nemotron_h.xspec:42\n"
         "        return x + mixer  # nemotron_h.xspec:42\n")
@@ -253,7 +260,7 @@ def test_the_untaken_branches_of_many_stacks_come_from_one_build():
 PARITY_HYBRID = """import "specs/modern/qwen3_next.xspec"
 
 model parity extends qwen3_next {
-  block lm_layer(x, rope, i) {
+  block lm_layer(x, rope, mask, i) {
     if i % 2 == 0 {
       mix = h => gated_delta_net(h, k_heads = linear_num_key_heads, v_heads = linear_num_value_heads,
                                  d_k = linear_key_head_dim, d_v = linear_value_head_dim,

@@ -192,7 +192,7 @@ def test_a_target_naming_nothing_is_refused_by_name():
                                         "lm_head"):
         lora_targets(spec.build(device="meta"), spec, ("attention", "qproj"))
     with pytest.raises(UserError, match=r"train.lora_targets \['moe', 'mamba2'\]: no linear layer of qwen3 is among "
-                                        "them .its op kinds: add, attention, embedding"):
+                                        "them .its op kinds: add, attention, attention_mask, embedding"):
         apply_lora(spec.build(device="meta"), spec, 4, 8, 0.0, ("moe", "mamba2"))
 
 

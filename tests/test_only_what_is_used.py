@@ -21,8 +21,9 @@ DEPTHS = [("specs/modern/gemma3.xspec", 62), ("specs/modern/qwen3_moe.xspec", 48
 # Library modules composed of optional parts, as torchtitan's are, rather than of classes combined by
 # inheritance: each states every option, and a spec sets those it uses (the router: its scoring, selection
 # and weighting; the attention: its norms, positions, window, gate, sinks and how its weights are computed;
-# latent attention: an embedding of its own where the stack passes it no rotary angles).
-COMPOSED = {"Router", "Attention", "WrittenOutAttention", "LatentAttention"}
+# latent attention: an embedding of its own where the stack passes it no rotary angles; a mask: its causality
+# and window).
+COMPOSED = {"Router", "Attention", "WrittenOutAttention", "LatentAttention", "AttentionMask"}
 BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z_0-9]*)`")
 
 

@@ -227,8 +227,10 @@ def test_a_spec_function_called_once_is_written_where_it_is_called():
     """gemma2's `attend = h => attention(h, h, h)`, bound in each branch of the layer's `if` and called
     once: its steps in place of the call, the argument named after the parameter; no nested def."""
     source = xspec.compile("specs/modern/gemma2.xspec").python_source
-    assert ("        h = self.input_layernorm(x)  # gemma2.xspec:36\n"
-            "        h = self.self_attn(h, h, h, cache=cache, position_embeddings=rope)  # gemma2.xspec:36\n") in source
+    assert ("        h = self.input_layernorm(x)  # gemma2.xspec:37\n"
+            "        h = self.self_attn(  # gemma2.xspec:37\n"
+            "            h, h, h, cache=cache, position_embeddings=rope,\n"
+            "            attention_mask=sliding_mask if self.layer_type == 'sliding_attention' else mask)\n") in source
     assert "attend" not in source and " = lambda " not in source
 
 

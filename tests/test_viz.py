@@ -217,7 +217,7 @@ def test_diff_compares_every_layer_of_a_stack_and_names_those_that_differ(tmp_pa
     llama = ROOT / "specs" / "modern" / "llama.xspec"
     variant = tmp_path / "variant.xspec"
     variant.write_text(f'import "{llama}"\nmodel variant extends llama {{\n  set layers = 8\n'
-                       "  block lm_layer(x, rope, i) {\n"
+                       "  block lm_layer(x, rope, mask, i) {\n"
                        "    if i % 4 == 3 {\n"
                        "      attend = h => attention(h, h, h, heads = heads, kv_heads = kv_heads, d_k = d_k,"
                        " d_v = d_v, causal = true, bias = attention_bias) as self_attn\n"
@@ -232,7 +232,8 @@ def test_diff_compares_every_layer_of_a_stack_and_names_those_that_differ(tmp_pa
                        "  block decoder(tokens) {\n"
                        "    x = embedding(tokens, vocab, d_model) as embed_tokens\n"
                        "    rope = rotary_embedding(x, d_k, base = rope_theta) as rotary_emb\n"
-                       "    repeat i in layers { x = lm_layer(x, rope, i) }\n"
+                       "    mask = attention_mask(x, causal = true) as causal_mask\n"
+                       "    repeat i in layers { x = lm_layer(x, rope, mask, i) }\n"
                        "    x = rms_norm(x, eps = rms_norm_eps) as norm\n"
                        "    return linear(x, vocab, bias = false) as lm_head\n  }\n}\n")
     diff = Diff(xspec.compile(str(variant)), xspec.compile(str(llama), overrides={"layers": 8}))

@@ -36,10 +36,13 @@ def current_params(params: dict[str, object]) -> dict[str, object]:
 def current_graph(nodes: list[dict], edges: list[dict]) -> tuple[list[dict], list[dict]]:
     """A graph's nodes and edges (graph.json's) in the form export compares: a one-op mixture as a router and
     an experts op, an activation op as the op of its function, identities gone (their readers read what
-    they pass on)."""
+    they pass on), and the attention masks a stack makes gone (an attention reads one of its own causality
+    and window, which is what it computes without: a run written before stacks made them)."""
     listed: list[dict] = []
     passed: dict[str, str] = {}  # an identity's id -> the id of what it passes on
-    for node in nodes:
+    masks = {node["id"] for node in nodes if node["op"] == "attention_mask"}
+    edges = [edge for edge in edges if edge["from"] not in masks and edge["to"] not in masks]
+    for node in (node for node in nodes if node["id"] not in masks):
         if node["op"] == ONE_OP_MIXTURE:
             router, experts = _as_two_ops(node)
             listed += [router, experts]

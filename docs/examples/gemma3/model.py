@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.nn import Attention, LinearRotaryEmbedding, RMSNorm, RotaryEmbedding, ScaledEmbedding
+from xspec.nn import (
+    Attention, AttentionMask, LinearRotaryEmbedding, RMSNorm, RotaryEmbedding, ScaledEmbedding)
 
 
 @dataclass
@@ -53,59 +54,68 @@ class FeedForward(nn.Module):  # block feed_forward, gemma2.xspec:20
         return self.down_proj(gate * self.up_proj(x))  # [batch, tgt_len, d_model]  gemma2.xspec:22
 
 
-class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:19
+class LmLayer(nn.Module):  # block lm_layer, gemma3.xspec:20
     def __init__(self, config, i):
         super().__init__()
-        self.layer_type = config.layer_types[i]  # gemma3.xspec:20
-        self.input_layernorm = RMSNorm(  # gemma3.xspec:31
+        self.layer_type = config.layer_types[i]  # gemma3.xspec:21
+        self.input_layernorm = RMSNorm(  # gemma3.xspec:32
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.self_attn = Attention(  # gemma3.xspec:20
+        self.self_attn = Attention(  # gemma3.xspec:21
             config.d_model, config.heads, config.kv_heads, config.head_dim, config.head_dim,
             bias=config.attention_bias, out_bias=config.attention_bias, causal=True,
             q_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
             k_norm=RMSNorm(config.head_dim, eps=config.rms_norm_eps, offset=1.0),
             scale=config.query_pre_attn_scalar ** -0.5,
             window=config.sliding_window if config.layer_types[i] == 'sliding_attention' else None)
-        self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:32
+        self.post_attention_layernorm = RMSNorm(  # gemma3.xspec:33
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:33
+        self.pre_feedforward_layernorm = RMSNorm(  # gemma3.xspec:34
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.mlp = FeedForward(config)  # gemma3.xspec:33
-        self.post_feedforward_layernorm = RMSNorm(  # gemma3.xspec:34
+        self.mlp = FeedForward(config)  # gemma3.xspec:34
+        self.post_feedforward_layernorm = RMSNorm(  # gemma3.xspec:35
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
 
-    def forward(self, x, rope, rope_local, cache=None):
-        h = self.input_layernorm(x)  # gemma3.xspec:31
-        h = self.self_attn(  # gemma3.xspec:31
-            h, h, h, cache=cache,
-            position_embeddings=rope_local if self.layer_type == 'sliding_attention' else rope)
-        x = x + self.post_attention_layernorm(h)  # gemma3.xspec:32
-        h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:33
-        return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:34
+    def forward(self, x, rope, rope_local, mask, sliding_mask, cache=None):
+        h = self.input_layernorm(x)  # gemma3.xspec:32
+        if self.layer_type == 'sliding_attention':  # gemma3.xspec:21
+            h = self.self_attn(  # gemma3.xspec:32
+                h, h, h, cache=cache, position_embeddings=rope_local, attention_mask=sliding_mask)
+        else:
+            h = self.self_attn(  # gemma3.xspec:32
+                h, h, h, cache=cache, position_embeddings=rope, attention_mask=mask)
+        x = x + self.post_attention_layernorm(h)  # gemma3.xspec:33
+        h = self.mlp(self.pre_feedforward_layernorm(x))  # gemma3.xspec:34
+        return x + self.post_feedforward_layernorm(h)  # gemma3.xspec:35
 
 
-class Decoder(nn.Module):  # block decoder, gemma3.xspec:37
+class Decoder(nn.Module):  # block decoder, gemma3.xspec:38
     def __init__(self, config):
         super().__init__()
-        self.embed_tokens = ScaledEmbedding(  # gemma3.xspec:38
+        self.embed_tokens = ScaledEmbedding(  # gemma3.xspec:39
             config.vocab, config.d_model, math.sqrt(config.d_model))
-        self.rotary_emb = LinearRotaryEmbedding(  # gemma3.xspec:39
+        self.rotary_emb = LinearRotaryEmbedding(  # gemma3.xspec:40
             config.head_dim, config.rope_theta, factor=config.rope_scaling_factor)
-        self.rotary_emb_local = RotaryEmbedding(  # gemma3.xspec:40
+        self.rotary_emb_local = RotaryEmbedding(  # gemma3.xspec:41
             config.head_dim, config.rope_local_base_freq)
-        self.layers = nn.ModuleList(  # gemma3.xspec:41
+        self.causal_mask = AttentionMask()  # gemma3.xspec:42
+        self.sliding_mask = AttentionMask(window=config.sliding_window)  # gemma3.xspec:43
+        self.layers = nn.ModuleList(  # gemma3.xspec:44
             [LmLayer(config, i) for i in range(config.layers)])
-        self.norm = RMSNorm(config.d_model, eps=config.rms_norm_eps, offset=1.0)  # gemma3.xspec:42
-        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # gemma3.xspec:43
+        self.norm = RMSNorm(config.d_model, eps=config.rms_norm_eps, offset=1.0)  # gemma3.xspec:45
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # gemma3.xspec:46
 
     def forward(self, tokens, cache=None):
-        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  gemma3.xspec:38
-        rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 64]  gemma3.xspec:39
-        rope_local = self.rotary_emb_local(x, cache=cache)  # [batch, tgt_len, 64]  gemma3.xspec:40
-        for layer in self.layers:  # gemma3.xspec:41
-            x = layer(x, rope, rope_local, cache=cache)  # gemma3.xspec:41
-        x = self.norm(x)  # gemma3.xspec:42
-        return self.lm_head(x)  # [batch, tgt_len, vocab]  gemma3.xspec:43
+        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  gemma3.xspec:39
+        rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 64]  gemma3.xspec:40
+        rope_local = self.rotary_emb_local(x, cache=cache)  # [batch, tgt_len, 64]  gemma3.xspec:41
+        mask = self.causal_mask(  # bool[batch, 1, tgt_len, tgt_len]  gemma3.xspec:42
+            x, cache=cache)
+        sliding_mask = self.sliding_mask(  # bool[batch, 1, tgt_len, tgt_len]  gemma3.xspec:43
+            x, cache=cache)
+        for layer in self.layers:  # gemma3.xspec:44
+            x = layer(x, rope, rope_local, mask, sliding_mask, cache=cache)  # gemma3.xspec:44
+        x = self.norm(x)  # gemma3.xspec:45
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  gemma3.xspec:46
 
 
 class Gemma3(nn.Module):  # the whole model: decode, forward
@@ -119,14 +129,14 @@ class Gemma3(nn.Module):  # the whole model: decode, forward
     def tie_weights(self):
         """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:47
 
     def init_weights(self):
         """Every tensor as the constructors set it, for a model built on the meta device."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:47
                 torch.empty_like(self.decoder.embed_tokens.weight))
         def reset(module):
             if isinstance(module, (nn.Linear, nn.Embedding, RMSNorm, RotaryEmbedding, Attention)):

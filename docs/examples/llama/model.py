@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.nn import Attention, Embedding, RotaryEmbedding
+from xspec.nn import Attention, AttentionMask, Embedding, RotaryEmbedding
 
 
 @dataclass
@@ -60,9 +60,11 @@ class LmLayer(nn.Module):  # block lm_layer, llama.xspec:30
             config.d_model, eps=config.rms_norm_eps)
         self.mlp = FeedForward(config)  # llama.xspec:34
 
-    def forward(self, x, rope, cache=None):
+    def forward(self, x, rope, mask, cache=None):
         h = self.input_layernorm(x)  # llama.xspec:31
-        x = x + self.self_attn(h, h, h, cache=cache, position_embeddings=rope)  # llama.xspec:32
+        self_attn = self.self_attn(  # llama.xspec:32
+            h, h, h, cache=cache, position_embeddings=rope, attention_mask=mask)
+        x = x + self_attn  # llama.xspec:32
         return x + self.mlp(self.post_attention_layernorm(x))  # llama.xspec:34
 
 
@@ -71,18 +73,20 @@ class Decoder(nn.Module):  # block decoder, llama.xspec:37
         super().__init__()
         self.embed_tokens = Embedding(config.vocab, config.d_model)  # llama.xspec:38
         self.rotary_emb = RotaryEmbedding(config.d_k, config.rope_theta)  # llama.xspec:39
-        self.layers = nn.ModuleList(  # llama.xspec:40
+        self.causal_mask = AttentionMask()  # llama.xspec:40
+        self.layers = nn.ModuleList(  # llama.xspec:41
             [LmLayer(config) for _ in range(config.layers)])
-        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:41
-        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:42
+        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:42
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:43
 
     def forward(self, tokens, cache=None):
         x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  llama.xspec:38
         rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 64]  llama.xspec:39
-        for layer in self.layers:  # llama.xspec:40
-            x = layer(x, rope, cache=cache)  # llama.xspec:40
-        x = self.norm(x)  # llama.xspec:41
-        return self.lm_head(x)  # [batch, tgt_len, vocab]  llama.xspec:42
+        mask = self.causal_mask(x, cache=cache)  # bool[batch, 1, tgt_len, tgt_len]  llama.xspec:40
+        for layer in self.layers:  # llama.xspec:41
+            x = layer(x, rope, mask, cache=cache)  # llama.xspec:41
+        x = self.norm(x)  # llama.xspec:42
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  llama.xspec:43
 
 
 class Llama(nn.Module):  # the whole model: decode, forward
@@ -96,14 +100,14 @@ class Llama(nn.Module):  # the whole model: decode, forward
     def tie_weights(self):
         """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:47
 
     def init_weights(self):
         """Every tensor as the constructors set it, for a model built on the meta device."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:47
                 torch.empty_like(self.decoder.embed_tokens.weight))
         def reset(module):
             if isinstance(module, (

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from xspec.nn import Attention, Embedding, Experts, RotaryEmbedding, SwiGLU, TopKRouter
+from xspec.nn import (
+    Attention, AttentionMask, Embedding, Experts, RotaryEmbedding, SwiGLU, TopKRouter)
 
 
 @dataclass
@@ -62,29 +63,34 @@ class LmLayer(nn.Module):  # block lm_layer, mistral.xspec:13
             config.d_model, eps=config.rms_norm_eps)
         self.mlp = FeedForward(config)  # mistral.xspec:18
 
-    def forward(self, x, rope, cache=None):
+    def forward(self, x, rope, mask, cache=None):
         h = self.input_layernorm(x)  # mistral.xspec:14
-        x = x + self.self_attn(h, h, h, cache=cache, position_embeddings=rope)  # mistral.xspec:15
+        self_attn = self.self_attn(  # mistral.xspec:15
+            h, h, h, cache=cache, position_embeddings=rope, attention_mask=mask)
+        x = x + self_attn  # mistral.xspec:15
         return x + self.mlp(self.post_attention_layernorm(x))  # mistral.xspec:18
 
 
-class Decoder(nn.Module):  # block decoder, llama.xspec:37
+class Decoder(nn.Module):  # block decoder, mistral.xspec:21
     def __init__(self, config):
         super().__init__()
-        self.embed_tokens = Embedding(config.vocab, config.d_model)  # llama.xspec:38
-        self.rotary_emb = RotaryEmbedding(config.d_k, config.rope_theta)  # llama.xspec:39
-        self.layers = nn.ModuleList(  # llama.xspec:40
+        self.embed_tokens = Embedding(config.vocab, config.d_model)  # mistral.xspec:22
+        self.rotary_emb = RotaryEmbedding(config.d_k, config.rope_theta)  # mistral.xspec:23
+        self.causal_mask = AttentionMask(window=config.sliding_window)  # mistral.xspec:24
+        self.layers = nn.ModuleList(  # mistral.xspec:25
             [LmLayer(config) for _ in range(config.layers)])
-        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # llama.xspec:41
-        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # llama.xspec:42
+        self.norm = nn.RMSNorm(config.d_model, eps=config.rms_norm_eps)  # mistral.xspec:26
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # mistral.xspec:27
 
     def forward(self, tokens, cache=None):
-        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  llama.xspec:38
-        rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 64]  llama.xspec:39
-        for layer in self.layers:  # llama.xspec:40
-            x = layer(x, rope, cache=cache)  # llama.xspec:40
-        x = self.norm(x)  # llama.xspec:41
-        return self.lm_head(x)  # [batch, tgt_len, vocab]  llama.xspec:42
+        x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  mistral.xspec:22
+        rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 64]  mistral.xspec:23
+        mask = self.causal_mask(  # bool[batch, 1, tgt_len, tgt_len]  mistral.xspec:24
+            x, cache=cache)
+        for layer in self.layers:  # mistral.xspec:25
+            x = layer(x, rope, mask, cache=cache)  # mistral.xspec:25
+        x = self.norm(x)  # mistral.xspec:26
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  mistral.xspec:27
 
 
 class Mixtral(nn.Module):  # the whole model: decode, forward
@@ -98,14 +104,14 @@ class Mixtral(nn.Module):  # the whole model: decode, forward
     def tie_weights(self):
         """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:47
 
     def init_weights(self):
         """Every tensor as the constructors set it, for a model built on the meta device."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:47
                 torch.empty_like(self.decoder.embed_tokens.weight))
         def reset(module):
             if isinstance(module, (

@@ -8,7 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xspec.nn import (
-    Attention, Embedding, Experts, GatedDeltaNet, RMSNorm, RotaryEmbedding, SwiGLU, TopKRouter)
+    Attention, AttentionMask, Embedding, Experts, GatedDeltaNet, RMSNorm, RotaryEmbedding, SwiGLU,
+    TopKRouter)
 
 
 @dataclass
@@ -128,11 +129,11 @@ class LmLayer(nn.Module):  # block lm_layer, qwen3_next.xspec:21
         else:
             self.mlp = FeedForward(config)  # qwen3_next.xspec:31
 
-    def forward(self, x, rope, cache=None):
+    def forward(self, x, rope, mask, cache=None):
         h = self.input_layernorm(x)  # qwen3_next.xspec:32
         if self.layer_type == 'full_attention':  # qwen3_next.xspec:22
             hidden = self.self_attn(  # qwen3_next.xspec:32
-                h, h, h, cache=cache, position_embeddings=rope)
+                h, h, h, cache=cache, position_embeddings=rope, attention_mask=mask)
         else:
             hidden = self.linear_attn(h, cache=cache)  # qwen3_next.xspec:32
         x = x + hidden  # qwen3_next.xspec:32
@@ -145,19 +146,22 @@ class Decoder(nn.Module):  # block decoder, qwen3_next.xspec:36
         self.embed_tokens = Embedding(config.vocab, config.d_model)  # qwen3_next.xspec:37
         self.rotary_emb = RotaryEmbedding(  # qwen3_next.xspec:38
             int(config.head_dim * config.partial_rotary_factor), config.rope_theta)
-        self.layers = nn.ModuleList(  # qwen3_next.xspec:39
+        self.causal_mask = AttentionMask()  # qwen3_next.xspec:39
+        self.layers = nn.ModuleList(  # qwen3_next.xspec:40
             [LmLayer(config, i) for i in range(config.layers)])
-        self.norm = RMSNorm(  # qwen3_next.xspec:40
+        self.norm = RMSNorm(  # qwen3_next.xspec:41
             config.d_model, eps=config.rms_norm_eps, offset=1.0)
-        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # qwen3_next.xspec:41
+        self.lm_head = nn.Linear(config.d_model, config.vocab, bias=False)  # qwen3_next.xspec:42
 
     def forward(self, tokens, cache=None):
         x = self.embed_tokens(tokens)  # [batch, tgt_len, d_model]  qwen3_next.xspec:37
         rope = self.rotary_emb(x, cache=cache)  # [batch, tgt_len, 16]  qwen3_next.xspec:38
-        for layer in self.layers:  # qwen3_next.xspec:39
-            x = layer(x, rope, cache=cache)  # qwen3_next.xspec:39
-        x = self.norm(x)  # qwen3_next.xspec:40
-        return self.lm_head(x)  # [batch, tgt_len, vocab]  qwen3_next.xspec:41
+        mask = self.causal_mask(  # bool[batch, 1, tgt_len, tgt_len]  qwen3_next.xspec:39
+            x, cache=cache)
+        for layer in self.layers:  # qwen3_next.xspec:40
+            x = layer(x, rope, mask, cache=cache)  # qwen3_next.xspec:40
+        x = self.norm(x)  # qwen3_next.xspec:41
+        return self.lm_head(x)  # [batch, tgt_len, vocab]  qwen3_next.xspec:42
 
 
 class Qwen3Next(nn.Module):  # the whole model: decode, forward
@@ -171,14 +175,14 @@ class Qwen3Next(nn.Module):  # the whole model: decode, forward
     def tie_weights(self):
         """The tensors the spec shares made one (again after to_empty)."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = self.decoder.embed_tokens.weight  # tie, llama.xspec:47
 
     def init_weights(self):
         """Every tensor as the constructors set it, for a model built on the meta device."""
         config = self.config
-        if config.tie_word_embeddings:  # llama.xspec:45
-            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:46
+        if config.tie_word_embeddings:  # llama.xspec:46
+            self.decoder.lm_head.weight = nn.Parameter(  # untied, llama.xspec:47
                 torch.empty_like(self.decoder.embed_tokens.weight))
         def reset(module):
             if isinstance(module, (
