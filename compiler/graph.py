@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, TypeGuard, Union, get_args
 
 import pydantic
+
+from xspec.base.text import printable
 
 from . import ast
 from .diagnostics import Diagnostics, Span, did_you_mean
@@ -482,8 +485,8 @@ class _Builder:
         names = [p.id for p in block.params]
         values: dict[str, Value] = {}
         if len(call.args) > len(names):
-            self._error("arguments", call.span, f"block '{block.name.id}' takes {_count(len(names), 'argument')} "
-                        f"({', '.join(names)}), got {len(call.args)}")
+            self._arguments_error(block, call, f"block '{block.name.id}' takes {_count(len(names), 'argument')} "
+                                               f"({', '.join(names)}), got {len(call.args)}")
             return None
         for name, arg in zip(names, call.args):
             values[name] = self._eval(arg, frame)
@@ -498,10 +501,20 @@ class _Builder:
             values[kw.name] = self._eval(kw.value, frame)
         missing = [n for n in names if n not in values]
         if missing:
-            self._error("arguments", call.span, f"block '{block.name.id}' is missing argument "
-                        f"{', '.join(repr(m) for m in missing)}")
+            self._arguments_error(block, call, f"block '{block.name.id}' is missing argument "
+                                               f"{', '.join(repr(m) for m in missing)}")
             return None
         return [values[n] for n in names]
+
+    def _arguments_error(self, block: ast.Block, call: ast.Call, message: str) -> None:
+        """Arguments that do not fit the block, said in the spec being compiled: at the call, or, where the
+        spec replaces a block that a block of a spec it extends calls, at its block, naming that call."""
+        own = self.model.span.file
+        if call.span.file == own or block.span.file != own:
+            self._error("arguments", call.span, message)
+            return
+        self._error("arguments", block.span, f"{message} at {printable(Path(call.span.file).name)}:{call.span.line}",
+                    "a block that replaces one of the spec it extends takes the arguments its callers there pass")
 
     # --- expressions ------------------------------------------------------------------------
     def _eval(self, expr: ast.Expr, frame: _Frame) -> Value:
