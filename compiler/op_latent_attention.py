@@ -26,8 +26,8 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from .op_rotary import Settings, check_angles
 from .op_attention_mask import PORT, check_mask, check_reader
+from .op_rotary import Settings, check_angles
 from .op_rotary import embedding as rotary_embedding
 from .op_rotary import scaling_problems as rotary_scaling_problems
 from .opdef import Attrs, Family, Inferred, Input, OpDef, Shapes, Written, linear_params, size

@@ -307,8 +307,9 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     """generation_config.json: the import's own (or transformers' defaults), with the settings the spec's
     decode section holds, and the special ids."""
     config = dict(original or {})
-    # xspec's sampling draws one continuation, whatever the beam: beams only where the import sampled in them
-    beams = decode.beam if not decode.sample else config.get("num_beams", 1) if config.get("do_sample") else 1
+    beams = decode.beam
+    if decode.sample:   # xspec's sampling draws one continuation whatever the beam: none, or the import's own
+        beams = config.get("num_beams", 1) if config.get("do_sample") else 1
     config |= {"do_sample": decode.sample, "num_beams": beams}
     if decode.sample:
         config |= {"temperature": decode.temperature, "top_k": decode.top_k or 0, "top_p": decode.top_p}
