@@ -171,6 +171,37 @@ def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():
                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 
 
+@torch.no_grad()
+def test_the_papers_model_trained_here_exports_as_marian_with_its_logits_and_greedy_translations(tmp_path):
+    """The main job's model (specs/tiny.xspec): the paper's Transformer is Marian's with its sines and cosines
+    alternating where Marian has every sine first, so its tensors are written with the model's features in
+    Marian's order; its output projection, without a bias, is written with Marian's bias at zero. The
+    tokenizer, the logits of a padded batch and greedy translations are xspec's."""
+    from xspec.cli import main
+
+    run, out = tmp_path / "run", tmp_path / "hf"
+    assert main(["train", "specs/tiny.xspec", "--set", "train.max_steps=3", "--set", "train.batch_tokens=512",
+                 "-o", str(run), "--no-tensorboard", "--no-progress", "--no-test"]) == 0
+    assert main(["export", str(run), "--format", "hf", "-o", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["activation_function"]) == ("marian", "relu")
+    assert config["decoder_start_token_id"] == 2     # xspec's translations start from BOS
+    trained = xspec.load(run, device="cpu", weights="fp32")
+    marian = transformers.MarianMTModel.from_pretrained(out, dtype=torch.float32).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    lines = ["the cat sat on the mat .", "a dog"]
+    encoded = tokenizer(lines, return_tensors="pt", padding=True)
+    sources = trained.tokenizer.encode_sources(lines)
+    assert [ids[:len(ours)] for ids, ours in zip(encoded["input_ids"].tolist(), sources)] == sources
+    target = torch.randint(4, config["vocab_size"], (2, 5), generator=torch.Generator().manual_seed(0))
+    padding = encoded["attention_mask"] == 0
+    assert_close(marian(**encoded, decoder_input_ids=target).logits,
+                 trained.model(encoded["input_ids"], target, padding))
+    theirs = marian.generate(**encoded, num_beams=1, max_new_tokens=6)[:, 1:].tolist()
+    ours = [line[0].tokens for done in trained.translator(beam=1).stream(lines) for line in done]
+    assert [t[:6] for t in ours] == [[token for token in t if token != tokenizer.pad_token_id][:6] for t in theirs]
+
+
 @pytest.mark.parametrize("spec, overrides, message", [
     ("specs/lm.xspec", {}, "spec 'transformer_lm' maps to none of the Hugging Face families; the closest, gemma2, "
                            "differs at decoder.embedding.positions (sinusoidal_positions: layout=interleaved, "

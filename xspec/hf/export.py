@@ -27,6 +27,7 @@ from xspec.hf.own_vocabulary import tokenizer_json, tokenizer_settings
 from xspec.hf.older_runs import current_graph, current_params, packed_as_two_ops
 from xspec.hf.safetensors_file import write_safetensors
 from xspec.runtime.tokenizer import M2M100, MARIAN
+from xspec.runtime.translation import output_start
 from xspec.runtime.tokenizer_files import M2M100_FILES, MARIAN_FILES, MARIAN_TARGET_VOCAB, files_of
 from xspec.runtime.vocab import EOS, Tokenizer, Vocab
 
@@ -94,6 +95,27 @@ class Match:
     family_spec: Any
     modules: dict[str, str]
     one_op_experts: list[str]   # the family's experts modules a one-op mixture of the spec's computes
+    zero_biases: list[str]      # the family's biases of linear layers the spec has without one: zeros
+    # The axes of the family's tensors (by name) that hold the model's features, where the spec's are the
+    # family's permuted (the paper's alternating sines and cosines as Marian's halves); else None.
+    feature_axes: Optional[Callable[[str], tuple[int, ...]]] = None
+
+    def family_tensors(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The spec's tensors (by its names) under the family's names, as the family computes with them."""
+        import torch
+
+        tensors = {self.tensor_name(name): tensor for name, tensor in state.items()}
+        shapes = {**self.family_spec.param_shapes, **self.family_spec.state_shapes}
+        for name in self.zero_biases:
+            tensors[name] = torch.zeros(shapes[name], dtype=next(iter(state.values())).dtype)
+        if self.feature_axes is not None:
+            for name, tensor in tensors.items():
+                for axis in self.feature_axes(name):
+                    features = tensor.size(axis)    # sin and cos alternate, where the family has every sine first
+                    order = torch.cat([torch.arange(0, features, 2), torch.arange(1, features, 2)])
+                    tensor = tensor.index_select(axis, order)
+                tensors[name] = tensor
+        return tensors
 
     def tensor_name(self, name: str) -> str:
         """The family's name of the spec's tensor `name`: a run's `decoder.layers.0.sublayer_1.norm.weight`
@@ -112,6 +134,8 @@ def _candidate(spec, params: dict, graph: tuple[list[_Node], list[tuple]], famil
     from xspec.hf.spec_text import family_spec
 
     config = mapped = None
+    if family.kin is not None:
+        params = family.kin.params(params) or params
     try:
         config = config_for(family, params, spec.data.max_tokens, *special)
         mapped = map_config(dict(config))
@@ -126,9 +150,16 @@ def _candidate(spec, params: dict, graph: tuple[list[_Node], list[tuple]], famil
         except UserError:
             rebuilt = xspec.compile(family_spec(family.spec))
     (ours, our_ties), (theirs, their_ties) = graph, _graph(rebuilt)
+    zero_biases, permuted = [], False
     for index, (a, b) in enumerate(zip(ours, theirs)):
-        if a.computes() != b.computes():
+        if a.computes() == b.computes():
+            continue
+        allowed = _allowed(a, b, family)
+        if allowed is None:
             return None, (index, a, b)
+        if allowed == "zero bias":
+            zero_biases.append(f"{b.module}.bias")
+        permuted = permuted or allowed == "permuted"
     if len(ours) != len(theirs):
         shorter = min(len(ours), len(theirs))
         return None, (shorter, ours[shorter] if shorter < len(ours) else "(nothing)",
@@ -139,7 +170,25 @@ def _candidate(spec, params: dict, graph: tuple[list[_Node], list[tuple]], famil
         return None, (len(ours), "parameters", "others")
     modules = {a.module: b.module for a, b in zip(ours, theirs) if a.module is not None and b.module is not None}
     one_op = [b.module for a, b in zip(ours, theirs) if a.one_op and b.module is not None]
-    return Match(config, mapped, rebuilt, modules, one_op), None
+    axes = family.kin.feature_axes if permuted and family.kin is not None else None
+    return Match(config, mapped, rebuilt, modules, one_op, zero_biases, axes), None
+
+
+def _allowed(ours: _Node, theirs: _Node, family: Family) -> Optional[str]:
+    """How two ops that differ compute alike all the same, or None: "zero bias", a linear layer without the bias
+    the family's has (written as zeros); "permuted", sinusoidal positions of another layout that the family's
+    kin takes as a permutation of the model's features (its tensors permuted along those)."""
+    if (ours.op, ours.shape, ours.inputs, ours.module is None) != (theirs.op, theirs.shape, theirs.inputs,
+                                                                  theirs.module is None):
+        return None
+    mine, other = json.loads(ours.attrs), json.loads(theirs.attrs)
+    differing = {key for key in mine.keys() | other.keys() if mine.get(key) != other.get(key)}
+    if ours.op == "linear" and differing == {"bias"} and not mine["bias"]:
+        return "zero bias"
+    if ours.op == "sinusoidal_positions" and differing == {"layout"} and family.kin is not None \
+            and family.kin.layouts.get(mine["layout"]) == other["layout"]:
+        return "permuted"
+    return None
 
 
 def match_family(spec, special: tuple[int | None, list[int]], preferred: object = None) -> Match:
@@ -241,8 +290,12 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     kept = tokenizer.hf_files
     match = match_family(trained.spec, special, kept.get("config.json", {}).get("model_type"))
     config = kept_keys(kept.get("config.json"), match.config, match.mapped, say)
+    # an encoder-decoder's outputs start from the decode section's token (the import's own, else xspec's BOS)
+    start = output_start(trained.spec.decode) if trained.spec.has_encoder else None
+    if start is not None:
+        config.setdefault("decoder_start_token_id", start)
     mapped, theirs = match.mapped, match.family_spec
-    state = {match.tensor_name(name): tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()}
+    state = match.family_tensors({name: tensor.detach().cpu() for name, tensor in trained.model.state_dict().items()})
     for experts in match.one_op_experts:
         packed_as_two_ops(state, experts)
     shapes = {**theirs.param_shapes, **theirs.state_shapes}
@@ -255,7 +308,9 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     # the dtype under its new name and its old one
     config["dtype"] = config["torch_dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
     _write_json(out / "config.json", config)
-    generation = generation_config(kept.get("generation_config.json"), trained.spec.decode, *special)
+    bos, eos = special
+    generation = generation_config(kept.get("generation_config.json"), trained.spec.decode, bos, eos, start,
+                                   tokenizer.never_generated)
     _write_json(out / "generation_config.json", generation)
     written = _write_tokenizer(tokenizer, out, kept, trained.spec)
     return ["config.json", *weights, "generation_config.json", *written]
@@ -303,9 +358,11 @@ def _reads_as(config: dict, mapped) -> bool:
         return False
 
 
-def generation_config(original: dict | None, decode: DecodeSection, bos: int | None, eos: list[int]) -> dict:
+def generation_config(original: dict | None, decode: DecodeSection, bos: int | None, eos: list[int],
+                      start: int | None = None, never: tuple[int, ...] = ()) -> dict:
     """generation_config.json: the import's own (or transformers' defaults), with the settings the spec's
-    decode section holds, and the special ids."""
+    decode section holds, and the special ids: an encoder-decoder's output `start`, the tokens xspec's
+    vocabulary `never` generates (its padding and BOS) suppressed."""
     config = dict(original or {})
     beams = decode.beam
     if decode.sample:   # xspec's sampling draws one continuation whatever the beam: none, or the import's own
@@ -328,8 +385,13 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
             config.pop(key, None)
     if decode.beam_scoring == "transformers":       # GNMT's scoring has no spelling there
         config |= {"length_penalty": decode.length_penalty, "early_stopping": decode.early_stopping}
+    suppressed = config.get("suppress_tokens") or []
+    if any(token not in suppressed for token in never):
+        config["suppress_tokens"] = [*suppressed, *(token for token in never if token not in suppressed)]
     config.setdefault("bos_token_id", bos)
     config.setdefault("eos_token_id", eos[0] if len(eos) == 1 else eos or None)
+    if start is not None:
+        config.setdefault("decoder_start_token_id", start)
     return config
 
 

@@ -35,9 +35,9 @@ def current_params(params: dict[str, object]) -> dict[str, object]:
 
 def current_graph(nodes: list[dict], edges: list[dict]) -> tuple[list[dict], list[dict]]:
     """A graph's nodes and edges (graph.json's) in the form export compares: a one-op mixture as a router and
-    an experts op, an activation op as the op of its function, identities gone (their readers read what
-    they pass on), and the attention masks a stack makes gone (an attention reads one of its own causality
-    and window, which is what it computes without: a run written before stacks made them)."""
+    an experts op, an activation op as the op of its function, identities and dropouts of p = 0 gone (their
+    readers read what they pass on), and the attention masks a stack makes gone (an attention reads one of its
+    own causality and window, which is what it computes without: a run written before stacks made them)."""
     listed: list[dict] = []
     passed: dict[str, str] = {}  # an identity's id -> the id of what it passes on
     masks = {node["id"] for node in nodes if node["op"] == "attention_mask"}
@@ -50,7 +50,7 @@ def current_graph(nodes: list[dict], edges: list[dict]) -> tuple[list[dict], lis
             edges.append({"from": router["id"], "to": experts["id"], "ports": ["routing"]})
         elif node["op"] == "activation":
             listed.append({**node, "op": node["attrs"]["function"], "attrs": {}, "module": None})
-        elif node["op"] == "identity":
+        elif node["op"] == "identity" or node["op"] == "dropout" and node["attrs"].get("p") == 0:
             passed[node["id"]] = next(edge["from"] for edge in edges if edge["to"] == node["id"])
         else:
             listed.append(node)

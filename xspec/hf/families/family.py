@@ -38,6 +38,18 @@ def _nothing(params: dict[str, Any], config: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
+class Kin:
+    """A spec of xspec's own that computes a family's model in another form (the paper's Transformer as
+    Marian): its parameters under the family spec's names (None: a spec not of that form), the layouts of
+    sinusoidal positions (theirs by ours) that a permutation of the model's features turns one into the
+    other, and the axes of each of the family's tensors (by name) that hold those features."""
+
+    params: Callable[[dict[str, Any]], dict[str, Any] | None]
+    layouts: dict[str, str]
+    feature_axes: Callable[[str], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str
     spec: str                       # the shipped spec its imports extend (specs/modern/SPEC.xspec)
@@ -57,3 +69,4 @@ class Family:
     # from the spec's parameters of those names; a family naming them otherwise writes its own (`keys`).
     common_keys: bool = True
     encoder_only: bool = False      # an encoder alone, with the masked-LM head (BERT's)
+    kin: Kin | None = None          # a spec of xspec's own that is this family in another form
