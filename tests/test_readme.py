@@ -90,6 +90,7 @@ RUN = {
     "xspec eval runs/<run> --src test.src --ref test.tgt": Run("BLEU|nrefs:1|"),
     "xspec average runs/<run> --last 5 -o averaged.safetensors": Run("averaged 5 checkpoints"),
     "xspec export runs/<run> -o exported/": Run("encoder.pt2"),
+    "xspec export runs/<run> --format hf -o marian/": Run("as a Hugging Face checkpoint to marian"),
     "xspec train --resume runs/<run> --set train.max_steps=3000":
         Run("resuming runs/", replace=(("train.max_steps=3000", "train.max_steps=7"),)),
     "xspec train specs/lm.xspec": Run("test perplexity"),

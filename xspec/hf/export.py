@@ -291,7 +291,7 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     match = match_family(trained.spec, special, kept.get("config.json", {}).get("model_type"))
     config = kept_keys(kept.get("config.json"), match.config, match.mapped, say)
     # an encoder-decoder's outputs start from the decode section's token (the import's own, else xspec's BOS)
-    start = output_start(trained.spec.decode) if trained.spec.has_encoder else None
+    start = output_start(trained.spec.decode) if trained.spec.has_encoder and trained.spec.has_decoder else None
     if start is not None:
         config.setdefault("decoder_start_token_id", start)
     mapped, theirs = match.mapped, match.family_spec
