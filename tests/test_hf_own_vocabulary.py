@@ -32,8 +32,8 @@ def corpus(lines: int, seed: int) -> list[str]:
 @pytest.mark.parametrize("mask", [False, True])
 def test_the_tokenizer_json_encodes_and_decodes_as_the_vocabulary(tmp_path, kind, mask):
     vocab = train_vocab(corpus(2000, 0), 120, kind, tmp_path, mask=mask)
-    encoder = Tokenizer.from_str(tokenizer_json(vocab, starts_documents=False).decode())
-    language_model = Tokenizer.from_str(tokenizer_json(vocab, starts_documents=True).decode())
+    encoder = Tokenizer.from_str(tokenizer_json(vocab, starts_documents=False, where="v").decode())
+    language_model = Tokenizer.from_str(tokenizer_json(vocab, starts_documents=True, where="v").decode())
     texts = ODD + corpus(200, 1)
     for text in texts:
         assert encoder.encode(text).ids == vocab.encode_sources([text])[0], text
@@ -57,9 +57,43 @@ def test_user_defined_pieces_stay_whole(tmp_path):
     labels = ["NP", "VP", "NP-SBJ", "PP-LOC", "S"]
     lines = [" ".join(f"({draw.choice(labels)} {draw.choice(WORDS)})" for _ in range(4)) for _ in range(600)]
     vocab = train_vocab(lines, 100, "bpe", tmp_path, symbols=[f"({label}" for label in labels])
-    tokenizer = Tokenizer.from_str(tokenizer_json(vocab, starts_documents=False).decode())
+    tokenizer = Tokenizer.from_str(tokenizer_json(vocab, starts_documents=False, where="v").decode())
     for line in lines[:100] + ["((S (NP-SBJ x))", "(NPX not a label)"]:
         assert tokenizer.encode(line).ids == vocab.encode_sources([line])[0], line
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"byte_fallback": True, "vocab_size": 400}, "byte_fallback setting"),
+    ({"model_type": "char"}, "model_type setting"),
+    ({"split_by_whitespace": False}, "split_by_whitespace setting"),
+])
+def test_a_vocabulary_of_settings_the_export_does_not_rebuild_is_refused_by_name(tmp_path, setting, message):
+    """A vocabulary a user brought (`train --vocab`) may be a sentencepiece model xspec does not train: its
+    export is refused naming the setting, not written to encode otherwise."""
+    import io
+
+    import sentencepiece as spm
+    from xspec.base.errors import UserError
+    from xspec.runtime.vocab import Vocab
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus(500, 5)), model_writer=model, pad_id=0, unk_id=1,
+                                   bos_id=2, eos_id=3, hard_vocab_limit=False, minloglevel=2,
+                                   **{"model_type": "bpe", "vocab_size": 60, **setting})
+    with pytest.raises(UserError, match=f"^run: its vocabulary: a sentencepiece model whose {message}"):
+        tokenizer_json(Vocab(model.getvalue()), starts_documents=False, where="run: its vocabulary")
+
+
+def test_an_encoding_rebuilt_otherwise_than_the_vocabulary_is_refused_not_written(tmp_path, monkeypatch):
+    """The rebuilt tokenizer encodes probe texts before it is written; one that differs (here, BPE without its
+    merges) is refused naming the text."""
+    from xspec.base.errors import UserError
+    from xspec.hf import own_vocabulary
+
+    vocab = train_vocab(corpus(500, 6), 80, "bpe", tmp_path)
+    monkeypatch.setattr(own_vocabulary, "_merges", lambda pieces: [])
+    with pytest.raises(UserError, match='^run: its vocabulary: the exported tokenizer.json would encode "the quick'):
+        tokenizer_json(vocab, starts_documents=False, where="run: its vocabulary")
 
 
 @torch.no_grad()

@@ -312,7 +312,7 @@ def export_hf(trained, out: Path, shard_bytes: int | None = None,
     generation = generation_config(kept.get("generation_config.json"), trained.spec.decode, bos, eos, start,
                                    tokenizer.never_generated)
     _write_json(out / "generation_config.json", generation)
-    written = _write_tokenizer(tokenizer, out, kept, trained.spec)
+    written = _write_tokenizer(tokenizer, out, kept, trained.spec, f"{trained.label}: its sentencepiece vocabulary")
     return ["config.json", *weights, "generation_config.json", *written]
 
 
@@ -395,15 +395,16 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     return config
 
 
-def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict], spec) -> list[str]:
+def _write_tokenizer(tokenizer: Tokenizer, out: Path, kept: dict[str, dict], spec, where: str) -> list[str]:
     """The tokenizer's file, and the import's own tokenizer_config.json and special_tokens_map.json (what
     AutoTokenizer reads of special tokens, the chat template included), else a minimal configuration; xspec's
     own vocabulary as a tokenizer.json that encodes and frames a text as xspec does for the model `spec`
-    compiles (a language model's documents start at EOS; an encoder's text ends with it)."""
+    compiles (a language model's documents start at EOS; an encoder's text ends with it), `where` naming it in
+    a refusal."""
     if tokenizer.kind == "none":
         return []
     if isinstance(tokenizer, Vocab):
-        (out / "tokenizer.json").write_bytes(tokenizer_json(tokenizer, not spec.has_encoder))
+        (out / "tokenizer.json").write_bytes(tokenizer_json(tokenizer, not spec.has_encoder, where))
         _write_json(out / "tokenizer_config.json", tokenizer_settings(tokenizer, spec))
         return ["tokenizer.json", "tokenizer_config.json"]
     if tokenizer.kind == "tokenizers":

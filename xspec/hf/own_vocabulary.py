@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from xspec.base.errors import UserError
+from xspec.base.text import printable
 from xspec.runtime.tasks import max_sequence_tokens
 from xspec.runtime.vocab import BOS, EOS, MASK_PIECE, PAD, UNK, Vocab
 
@@ -23,22 +25,49 @@ SPACE = "\u2581"
 PIECES = {PAD: "pad_token", UNK: "unk_token", BOS: "bos_token", EOS: "eos_token"}
 
 
-def tokenizer_json(vocab: Vocab, starts_documents: bool) -> bytes:
+def tokenizer_json(vocab: Vocab, starts_documents: bool, where: str) -> bytes:
     """The tokenizer.json of `vocab`; `starts_documents`: a language model's (a text after the start token),
-    else an encoder's (a text, then EOS)."""
+    else an encoder's (a text, then EOS). A vocabulary of settings it does not rebuild (one a user brought), or
+    whose rebuilt encoding differs from its own on a probe text, is refused, `where` naming it."""
     from sentencepiece import sentencepiece_model_pb2
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-    from tokenizers.models import BPE as BpeModel, Unigram
+    from tokenizers import Tokenizer
 
     proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]  # generated, without stubs
     proto.ParseFromString(vocab.model_proto)     # the run's own, read by Vocab already
+    trainer, normalizer = proto.trainer_spec, proto.normalizer_spec
+    unsupported = [name for name, value in (("model_type", trainer.model_type not in (UNIGRAM, BPE)),
+                                            ("byte_fallback", trainer.byte_fallback),
+                                            ("treat_whitespace_as_suffix", trainer.treat_whitespace_as_suffix),
+                                            ("split_by_whitespace", not trainer.split_by_whitespace),
+                                            ("escape_whitespaces", not normalizer.escape_whitespaces)) if value]
+    if unsupported:
+        raise UserError(f"{where}: a sentencepiece model whose {unsupported[0]} setting the exported tokenizer.json "
+                        "does not rebuild (xspec trains none such)")
+    made = _built(proto, vocab, starts_documents)
+    check = Tokenizer.from_str(made)
+    for probe in PROBES + ([f"a {MASK_PIECE} b"] if vocab.mask_id is not None else []):
+        if check.encode(probe, add_special_tokens=False).ids != vocab.encode([probe])[0]:
+            raise UserError(f"{where}: the exported tokenizer.json would encode \"{printable(probe)}\" otherwise than "
+                            "the vocabulary does")
+    return made.encode("utf-8")
+
+
+# Texts the rebuilt encoding must encode as the vocabulary does: spaces, whitespace, characters the
+# normalization maps, scripts, numbers, unknown characters.
+PROBES = ["the quick brown fox .", "  two  spaces  ", "tab\tand\nnewline", "ﬁ ＡＢＣ café naïve Ærø",
+          "日本語のテキスト 😀", "123 4567.89", "x" * 40, "\u200bzero width"]
+
+
+def _built(proto, vocab: Vocab, starts_documents: bool) -> str:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import BPE as BpeModel, Unigram
+
     pieces = [(piece.piece, piece.score, piece.type) for piece in proto.pieces]
     defined = [piece for piece, _, kind in pieces if kind == USER_DEFINED and piece != MASK_PIECE]
     model: Unigram | BpeModel
     if proto.trainer_spec.model_type == UNIGRAM:
         model = Unigram([(piece, score) for piece, score, _ in pieces], unk_id=UNK, byte_fallback=False)
     else:
-        assert proto.trainer_spec.model_type == BPE, "xspec trains BPE or unigram vocabularies"
         model = BpeModel({piece: index for index, (piece, _, _) in enumerate(pieces)}, _merges(pieces),
                          unk_token=pieces[UNK][0], fuse_unk=True, byte_fallback=False,
                          ignore_merges=bool(defined))   # a user-defined piece is a word of the vocabulary
@@ -71,7 +100,7 @@ def tokenizer_json(vocab: Vocab, starts_documents: bool) -> bytes:
     else:
         tokenizer.post_processor = processors.TemplateProcessing(
             single=["$A", eos], pair=["$A", eos, "$B:1", f"{eos}:1"], special_tokens=[(eos, EOS)])
-    return tokenizer.to_str(pretty=True).encode("utf-8")
+    return tokenizer.to_str(pretty=True)
 
 
 def tokenizer_settings(vocab: Vocab, spec) -> dict:
