@@ -1,6 +1,7 @@
 """The run directory: everything a training run leaves behind, and how to find it again.
 
     RUN/spec.xspec            the resolved spec (imports inlined, parameters as literals)
+    RUN/model.xspec           an imported run's spec (`xspec import`), which extends its family's
     RUN/run.json              what else decides the training data and the model (see `RunRecord`),
                               and why the run last stopped
     RUN/sentencepiece.model   the shared vocabulary, trained once and reused
@@ -36,6 +37,7 @@ from xspec.base.files import read_regular_file, write_atomically
 from xspec.base.text import printable, shown
 
 SPEC_FILE = "spec.xspec"
+IMPORTED_SPEC_FILE = "model.xspec"   # an imported run's spec, which extends its family's (`xspec import`)
 RUN_FILE = "run.json"
 METRICS_LOG = "metrics.jsonl"
 METRICS_FILE = "metrics.json"

@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from xspec.runtime.inference import TrainedModel
     from xspec.compiler.spec import CompiledSpec
 
-IMPORTED_SPEC = "model.xspec"   # the spec of a run directory `xspec import` wrote
-RUN_SPEC = "spec.xspec"         # the spec of a run directory `xspec train` wrote (runtime/run_dir.py SPEC_FILE)
-
 __all__ = ["compile", "compile_source", "load", "CompiledSpec", "DecoderCache", "SpecError", "UserError"]
 
 
@@ -37,7 +34,9 @@ def compile(path: Union[str, os.PathLike], overrides: Optional[Mapping[str, Any]
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        path = next((os.path.join(path, name) for name in (IMPORTED_SPEC, RUN_SPEC)
+        from xspec.runtime.run_dir import IMPORTED_SPEC_FILE, SPEC_FILE
+
+        path = next((os.path.join(path, name) for name in (IMPORTED_SPEC_FILE, SPEC_FILE)
                      if os.path.isfile(os.path.join(path, name))), path)
     # Imported here, not above: `import xspec` (and so every `xspec` command's start-up) stays
     # free of the compiler's dependencies until a spec is compiled.

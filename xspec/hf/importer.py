@@ -33,12 +33,12 @@ from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
 from xspec.hf.tokenizer import check_fits, find_tokenizer
 from xspec.runtime.checkpoint import first_non_finite
+from xspec.runtime.run_dir import IMPORTED_SPEC_FILE
 from xspec.runtime.tokenizer import CheckpointTokenizer
 
 if TYPE_CHECKING:
     from xspec.compiler.spec import CompiledSpec
 
-MODEL_SPEC = "model.xspec"
 WRITER = "xspec import"
 
 
@@ -146,8 +146,8 @@ def _write_spec(work: Path, source: Path, mapped: Mapped, generation: Generation
     text = spec_text(model_name(source, family.models), mapped.spec, family.spec, mapped.settings, str(source),
                      mapped.model_type, mapped.max_positions, generation.decode,
                      FAMILIES[mapped.model_type].encoder_decoder, FAMILIES[mapped.model_type].encoder_only)
-    (work / MODEL_SPEC).write_text(text, encoding="utf-8")
-    spec = xspec.compile(work / MODEL_SPEC)
+    (work / IMPORTED_SPEC_FILE).write_text(text, encoding="utf-8")
+    spec = xspec.compile(work / IMPORTED_SPEC_FILE)
     (work / "spec.xspec").write_text(spec.resolved_source, encoding="utf-8")
     return spec
 

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from xspec.base.errors import UserError
+from xspec.runtime.run_dir import IMPORTED_SPEC_FILE
 from xspec.base.text import printable, shown
 from xspec.hf.checkpoint_dir import CONFIG, INDEX, CheckpointDir
 from xspec.hf.families import FAMILIES, Mapped
@@ -60,7 +61,7 @@ def layers_to_check(work: Path, layers: int, whole: int, device: torch.device) -
     import xspec
 
     def needed(count: int) -> int:
-        return xspec.compile(work / "model.xspec", overrides={"layers": count})._compilation.validated.bytes_needed
+        return xspec.compile(work / IMPORTED_SPEC_FILE, overrides={"layers": count})._compilation.validated.bytes_needed
 
     room = int(available_memory(device) * 0.8)
     if whole <= room or layers == 1:
@@ -96,7 +97,7 @@ def _our_logits(work: Path, layers: int, checked: int, tokens: torch.Tensor,
         from xspec.hf.safetensors_file import SafetensorsFile
         from xspec.runtime.checkpoint import weights_file
 
-        spec = xspec.compile(work / "model.xspec", overrides={"layers": checked})
+        spec = xspec.compile(work / IMPORTED_SPEC_FILE, overrides={"layers": checked})
         model = spec.build(device=device, init=False).eval()
         written = SafetensorsFile(weights_file(work / "checkpoints", 0))
         model.load_state_dict({name: written.tensor(name) for name in model.state_dict()})
