@@ -378,15 +378,19 @@ def load_into(model: torch.nn.Module, checkpoint: Checkpoint,
         if not _same_kind(expected[name].dtype, tensor.dtype):
             raise UserError(f"{checkpoint.path}: tensor {name} holds {tensor.dtype}, "
                             f"the model expects {expected[name].dtype}")
-        found = first_non_finite(tensor)
-        if found is not None:
-            raise UserError(f"{checkpoint.path}: tensor {name} holds {found[1]} at {found[0]}: weights must be "
-                            "finite numbers")
+        check_finite(checkpoint.path, name, tensor)
     (load or model.load_state_dict)(checkpoint.tensors)
 
 
 # NaN and infinities are looked for this many elements at a time: no second copy of a large tensor.
 FINITE_CHUNK = 1 << 24
+
+
+def check_finite(where: object, name: str, tensor: torch.Tensor) -> None:
+    """Refuses a weight holding NaN or an infinity, naming the file (`where`), the tensor and the place."""
+    found = first_non_finite(tensor)
+    if found is not None:
+        raise UserError(f"{where}: tensor {name} holds {found[1]} at {found[0]}: weights must be finite numbers")
 
 
 def first_non_finite(tensor: torch.Tensor) -> tuple[list[int], float] | None:

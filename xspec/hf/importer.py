@@ -32,7 +32,7 @@ from xspec.hf.safetensors_file import write_safetensors
 from xspec.hf.summary import IMPORT_FILE
 from xspec.hf.spec_text import copy_family, model_name, spec_text
 from xspec.hf.tokenizer import check_fits, find_tokenizer
-from xspec.runtime.checkpoint import first_non_finite
+from xspec.runtime.checkpoint import check_finite
 from xspec.runtime.run_dir import IMPORTED_SPEC_FILE
 from xspec.runtime.tokenizer import CheckpointTokenizer
 
@@ -254,14 +254,6 @@ def _check_stored(group: weight_map.Group, shapes: dict, weights: CheckpointDir)
                             "weights are not supported; dequantize with transformers first)")
 
 
-def _check_finite(name: str, tensor: torch.Tensor, weights: CheckpointDir) -> None:
-    """A weight holding NaN or an infinity is refused, naming it: no model computes anything with it, and
-    verification cannot tell (the reference computes the same NaNs)."""
-    found = first_non_finite(tensor)
-    if found is not None:
-        raise UserError(f"{weights.path}: tensor {name} holds {found[1]} at {found[0]}: weights must be finite "
-                        "numbers")
-
 
 def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
     """The spec's tensors in `plan.layout`'s order, each made when the writer asks for it; a group's
@@ -276,8 +268,8 @@ def _tensors(plan: Plan, weights: CheckpointDir) -> Iterator[torch.Tensor]:
                 weights.files[done].release(done)
             group = by_name[name]
             stored = [weights.tensor(n) if n in weights.files else torch.zeros(plan.zeros[n]) for n in group.hf]
-            for hf, tensor in zip(group.hf, stored):
-                _check_finite(hf, tensor, weights)
+            for hf, tensor in zip(group.hf, stored):    # verification cannot tell: the reference computes the NaNs too
+                check_finite(weights.path, hf, tensor)
             made = dict(zip(group.ours, group.to_ours(stored)))
             read = tuple(n for n in group.hf if n in weights.files)
         yield made.pop(name)
