@@ -269,8 +269,7 @@ class Attention(nn.Module):
 
     def band(self, queries, keys, device):
         """The mask `visible` returns, made anew."""
-        at = torch.arange(keys - queries, keys, device=device)
-        return AttentionMask.sees(at, torch.arange(keys, device=device), self.causal, self.window)
+        return AttentionMask.band(queries, keys, self.causal, self.window, device)
 
     @staticmethod
     def alibi_slopes(heads):
@@ -309,6 +308,12 @@ class AttentionMask(nn.Module):
         if window is None:
             return torch.ones_like(distance, dtype=torch.bool)
         return distance.abs() < window
+
+    @staticmethod
+    def band(queries, keys, causal, window, device):
+        """`sees` of the last `queries` of `keys` positions over all of them: [Tq, Tk]."""
+        at = torch.arange(keys - queries, keys, device=device)
+        return AttentionMask.sees(at, torch.arange(keys, device=device), causal, window)
 
     def forward(self, x, cache=None):
         new = x.size(1)

@@ -6,6 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .attention import AttentionMask
+
 
 class LatentAttention(nn.Module):
     """Each head's query and key: `nope_dim` features without positions, `rope_dim` turned by
@@ -123,4 +125,4 @@ class LatentAttention(nn.Module):
         query, which sees every key cached."""
         if queries == 1:
             return None
-        return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
+        return AttentionMask.band(queries, keys, True, None, device)
