@@ -43,9 +43,12 @@ def use_flex_attention(model: nn.Module, spec: CompiledSpec, compiled: bool = Tr
             run_through_flex(model.get_submodule(node.module), node.attrs_as(AttentionAttrs), compiled)
             paths.append(node.module)
             flexed.add(node.id)
+    readers: dict[str, set[str]] = {}    # a mask's node -> the attentions that read it
     for node in spec.ops:
-        readers = [reader.id for reader in spec.ops if reader.inputs.get(PORT) == node.id]
-        if node.op == "attention_mask" and node.module and readers and set(readers) <= flexed:
+        if PORT in node.inputs:
+            readers.setdefault(node.inputs[PORT], set()).add(node.id)
+    for node in spec.ops:
+        if node.op == "attention_mask" and node.module and node.id in readers and readers[node.id] <= flexed:
             mask = model.get_submodule(node.module)
             mask.forward = types.MethodType(_made_with_cache(type(mask).forward), mask)
     return paths
