@@ -118,6 +118,10 @@ def test_a_language_model_trained_here_loads_with_transformers_and_reads_prompts
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     prompts = ["the dog  runs", " a green tree", "café\tüber", "zzz unknown ŋ"]
     assert [tokenizer(p)["input_ids"] for p in prompts] == trained.tokenizer.encode_prompts(prompts)
+    # a special token's text is text, as xspec reads it, not the token
+    literal = ["the </s> dog", "<pad><unk> <s>"]
+    assert [tokenizer(p)["input_ids"] for p in literal] == trained.tokenizer.encode_prompts(literal)
+    assert all(ids.count(EOS) == 1 for ids in trained.tokenizer.encode_prompts(literal))
     model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]

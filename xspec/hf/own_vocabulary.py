@@ -106,15 +106,20 @@ def _built(proto, vocab: Vocab, starts_documents: bool) -> str:
 def tokenizer_settings(vocab: Vocab, spec) -> dict:
     """tokenizer_config.json for the model `spec` compiles: the special tokens by their pieces (a language
     model's BOS is EOS, where its documents start), the mask where the vocabulary has one, the token types
-    where the model reads them, and its positions."""
+    where the model reads them, its positions, and, without a mask, special tokens' text read as text."""
     names = {key: vocab.sp.id_to_piece(index) for index, key in PIECES.items()}
     if not spec.has_encoder:
         names["bos_token"] = names["eos_token"]
     if vocab.mask_id is not None:
         names["mask_token"] = MASK_PIECE
     inputs = ["input_ids", *(["token_type_ids"] if spec.token_types is not None else []), "attention_mask"]
-    return {"tokenizer_class": "PreTrainedTokenizerFast", **names, "model_input_names": inputs,
-            "model_max_length": max_sequence_tokens(spec)}
+    settings = {"tokenizer_class": "PreTrainedTokenizerFast", **names, "model_input_names": inputs,
+                "model_max_length": max_sequence_tokens(spec)}
+    # xspec reads a text's "</s>" as characters, never as the token. transformers matches special tokens in
+    # text unless told to split them, and then splits its mask too, which xspec reads as the token.
+    if vocab.mask_id is None:
+        settings["split_special_tokens"] = True
+    return settings
 
 
 def _merges(pieces: list[tuple[str, float, int]]) -> list[tuple[str, str]]:
