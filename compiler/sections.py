@@ -188,7 +188,11 @@ class DecodeSection(_Section):
     max_len_b: int = Field(50, ge=0, description="... + b (§6.1: input length + 50)")
     nbest: int = Field(1, ge=1, description="hypotheses written per input (at most beam)")
     max_new_tokens: int = Field(100, ge=1, description="language model: tokens a continuation adds at most")
-    sample: bool = Field(False, description="language model: sample continuations instead of beam search")
+    sample: bool = Field(False, description="language model: sample continuations instead of beam search, one a "
+                                            "prompt")
+    beam_sampling: bool = Field(False, description="sampling: `beam` hypotheses a prompt, each step's candidates "
+                                                   "drawn among them (transformers' beam sampling: do_sample with "
+                                                   "num_beams), instead of one continuation")
     speculative: bool = Field(True, description="language model, greedy (beam 1): draft with the model's "
                                                 "multi-token prediction where it has one (DeepSeek-V3 §2.2), the "
                                                 "continuation unchanged")
@@ -232,6 +236,8 @@ class DecodeSection(_Section):
     def _nbest_within_beam(self) -> "DecodeSection":
         if self.nbest > self.beam:
             raise ValueError(f"nbest ({self.nbest}) cannot exceed beam ({self.beam})")
+        if self.beam_sampling and not self.sample:
+            raise ValueError("beam_sampling draws the beams' candidates: it needs sample = true")
         return self
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Protocol
 
 import torch
 
@@ -88,6 +88,18 @@ class Scoring:
         return full & (worst_ended >= best_alive / self.penalty(longest))
 
 
+class Selection(Protocol):
+    """How a step's candidates are chosen where not as the best by their scores: beam sampling's
+    (runtime/sampling.py). `warped`: each row's log-probabilities [R, V] as the candidates' scores add
+    them (tempered, filtered); `choose`: `count` of each sentence's candidates [A, N] (their scores),
+    best first, for the sentences `sentences` (their indices in the batch) -> scores [A, count], columns."""
+
+    def warped(self, log_probs: torch.Tensor) -> torch.Tensor: ...
+
+    def choose(self, candidates: torch.Tensor, count: int, sentences: list[int]
+               ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 @torch.no_grad()
 def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Tensor, beam: int,
                 alpha: float | Scoring,
@@ -122,14 +134,16 @@ def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, a
                      nbest: int = 1, use_cache: bool = True, max_positions: int | None = None,
                      vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS),
                      also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules(),
-                     padding: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+                     padding: torch.Tensor | None = None,
+                     selection: Optional[Selection] = None) -> list[list[Hypothesis]]:
     """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
     [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
     the positions end), choosing among the first `vocab_size` tokens (default: all the model's). A
     continuation ends at `end` or any of `also_end`, and never holds the tokens `never` (a checkpoint's own
     tokenizer has its own). `rules` apply to the log-probabilities, each hypothesis after its prompt
     (runtime/score_rules.py). `padding` [B]: prompts of different lengths, each padded on the left by so many
-    positions (runtime/cache.py; no rule may read them then)."""
+    positions (runtime/cache.py; no rule may read them then). `selection`: candidates chosen otherwise than
+    as the best (beam sampling)."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
@@ -140,7 +154,7 @@ def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, a
         if padding is not None:
             raise ValueError("score rules read the prompts: they are not padded")
         steps = RuledSteps(steps, prompts.repeat_interleave(beam, dim=0), rules)
-    return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never, also_end)
+    return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never, also_end, selection=selection)
 
 
 class EncoderDecoderSteps:
@@ -229,13 +243,15 @@ class LanguageModelSteps:
 @torch.no_grad()
 def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch.Tensor, nbest: int = 1, end: int = EOS,
            never: tuple[int, ...] = (PAD, BOS), also_end: tuple[int, ...] = (), start: int = BOS,
-           force_end: bool = True) -> list[list[Hypothesis]]:
+           force_end: bool = True, selection: Optional[Selection] = None) -> list[list[Hypothesis]]:
     """The beam search itself, over `steps` (EncoderDecoderSteps, LanguageModelSteps or an ensemble of
     either) for B sentences; `max_lens` [B]: each one's longest output, `end` included. Rows start with `start`
     (the decoder's first input; a placeholder for a language model, whose steps read the prompts) and are
     padded with PAD once finished: a hypothesis is read by position, so these ids may be real tokens of a
     checkpoint's own vocabulary. Ending at any of `also_end` counts as ending at `end`, with the likeliest
-    of their probabilities (the best hypothesis that ends, as a search over each would find)."""
+    of their probabilities (the best hypothesis that ends, as a search over each would find). A `selection`
+    chooses a step's 2K candidates among every token of every row, scored as it warps them (beam sampling);
+    else they are the best 2K."""
     scoring = alpha if isinstance(alpha, Scoring) else Scoring(alpha)     # a number: GNMT's alpha
     transformers = scoring.form == "transformers"
     device = max_lens.device
@@ -259,21 +275,30 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
         if also_end:
             logp[:, end] = logp[:, [end, *also_end]].max(dim=-1).values
             logp[:, list(also_end)] = float("-inf")
-        # The best extensions of a sentence are among the best 2K tokens of each of its rows.
-        per_row = min(2 * K, V)
-        row_best, row_token = top_k(logp, per_row)                               # [A*K, 2K]
+        # The best extensions of a sentence are among the best 2K tokens of each of its rows; sampled, any.
+        row_token: Optional[torch.Tensor] = None                                 # None: the column is the token
+        if selection is None:
+            per_row = min(2 * K, V)
+            row_best, row_token = top_k(logp, per_row)                           # [A*K, 2K]
+        else:
+            per_row, row_best = V, selection.warped(logp)                        # [A*K, V]
         # At its maximum length a sentence may only end: `end`, with its probability, is each row's one choice;
         # where a rule forbids `end` (a least length beyond the maximum), the row ends there by its length.
         # Without `force_end`, the maximum length cuts the hypotheses at their last token instead.
         at_max = (max_lens <= step).repeat_interleave(K)[:, None]              # [A*K, 1]
         if force_end:
+            ending = (logp[:, end] if row_token is not None else row_best[:, end]).nan_to_num(neginf=0.0)
             only_eos = torch.full_like(row_best, float("-inf"))
-            only_eos[:, 0] = 0.0 if transformers else logp[:, end].nan_to_num(neginf=0.0)
+            only_eos[:, 0 if row_token is not None else end] = 0.0 if transformers else ending
             row_best = torch.where(at_max, only_eos, row_best)
-            row_token = torch.where(at_max, end, row_token)
+            if row_token is not None:
+                row_token = torch.where(at_max, end, row_token)
         candidates = (alive_logp.view(A * K, 1) + row_best).view(A, K * per_row)
-        top_logp, top = candidates.topk(min(2 * K, K * per_row), dim=1)         # [A, 2K]
-        origin, token = top // per_row, row_token.view(A, K * per_row).gather(1, top)
+        count = min(2 * K, K * per_row)
+        top_logp, top = candidates.topk(count, dim=1) if selection is None else \
+            selection.choose(candidates, count, sentence)                         # [A, 2K]
+        origin = top // per_row
+        token = top % per_row if row_token is None else row_token.view(A, K * per_row).gather(1, top)
         sequences = torch.cat([alive.gather(1, origin[:, :, None].expand(-1, -1, t)), token[:, :, None]], dim=2)
 
         # Finished set: the best K of (already finished, candidates ending in `end`).

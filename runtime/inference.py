@@ -24,7 +24,7 @@ from .compile_choice import compiled, use_compile
 from .corpus import EncodedPairs, encode_source
 from .distributed import pick_device
 from .expert_products import register_expert_products
-from .generation import Generator
+from .generation import Generator, sampling_choice
 from .ensemble import ModelOrEnsemble
 from .scoring import LineScores, example_log_probs, score_lines
 from .tasks import max_sequence_tokens
@@ -147,6 +147,7 @@ class _Scoring:
             raise UserError(f"{self.label}: a translation model continues no prompts; use translate")
         if system is not None and not chat:
             raise UserError("a system message is part of a chat: give chat=True (--chat) with it")
+        overrides |= sampling_choice(self.decode_settings(), overrides.get("sample"), overrides.get("beam"))
         return Generator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
                          self.max_tokens, batch_tokens, seed, self.output_head, chat=chat, system=system)
 
@@ -156,11 +157,9 @@ class _Scoring:
                  system: Optional[str] = None, repetition_penalty: Optional[float] = None,
                  min_p: Optional[float] = None) -> list[str]:
         """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text.
-        `sample=False` without a `beam` is greedy (beam 1), as `xspec generate --no-sample` is. `chat`: each
-        prompt is a user's message (after `system`'s) in the checkpoint's chat template, and the continuation
-        the assistant's reply."""
-        if sample is False and beam is None:
-            beam = 1
+        `sample` and `beam` choose as `xspec generate`'s flags do (runtime/generation.py's sampling_choice).
+        `chat`: each prompt is a user's message (after `system`'s) in the checkpoint's chat template, and the
+        continuation the assistant's reply."""
         return self.generator(seed=seed, chat=chat, system=system, max_new_tokens=max_new_tokens, sample=sample,
                               temperature=temperature, top_k=top_k, top_p=top_p, beam=beam,
                               repetition_penalty=repetition_penalty, min_p=min_p).generate(prompts)

@@ -35,55 +35,92 @@ class Sampling:
 
 def filtered_probabilities(logits: torch.Tensor, sampling: Sampling,
                            never: tuple[int, ...] = (PAD, BOS)) -> torch.Tensor:
-    """[R, V] logits -> [R, V] probabilities (in float32): divided by the temperature, then only the `top_k`
-    most likely tokens kept, the smallest most-likely set whose probability reaches `top_p`, the tokens at
-    least `min_p` times as likely as the most likely, the locally typical set of mass `typical_p`, and those
-    of probability at least `epsilon_cutoff` or eta's bound. Each filter reads what the ones before left
-    (renormalized) and keeps one token at least (the most likely; typical's, the most typical), as
-    transformers' warpers do."""
+    """[R, V] logits -> [R, V] probabilities (in float32), as `filtered_logits` leaves them."""
+    return filtered_logits(logits, sampling, never).softmax(dim=-1)
+
+
+def filtered_logits(logits: torch.Tensor, sampling: Sampling, never: tuple[int, ...] = (PAD, BOS),
+                    keep: int = 1) -> torch.Tensor:
+    """[R, V] logits (float32) divided by the temperature, then only the `top_k` most likely tokens kept, the
+    smallest most-likely set whose probability reaches `top_p`, the tokens at least `min_p` times as likely
+    as the most likely, the locally typical set of mass `typical_p`, and those of probability at least
+    `epsilon_cutoff` or eta's bound; the others -inf. Each filter reads what the ones before left
+    (renormalized) and keeps `keep` tokens at least (the most likely; typical's, the most typical), as
+    transformers' warpers do with their min_tokens_to_keep (2 in beam sampling: an end and another)."""
     logits = logits.float() / sampling.temperature
     logits[:, list(never)] = float("-inf")        # never a token of the text (xspec's PAD and BOS)
-    if sampling.top_k is not None and sampling.top_k < logits.size(-1):
-        kth = top_k(logits, sampling.top_k)[0][:, -1:]                       # [R, 1]
+    if sampling.top_k is not None and max(sampling.top_k, keep) < logits.size(-1):
+        kth = top_k(logits, max(sampling.top_k, keep))[0][:, -1:]           # [R, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if sampling.top_p < 1.0:
         ordered, order = logits.sort(dim=-1, descending=True)
         probs = ordered.softmax(dim=-1)
-        # A token is dropped when the more likely ones already reach top_p (the most likely is always kept).
+        # A token is dropped when the more likely ones already reach top_p (the most likely `keep` are kept).
         dropped = probs.cumsum(dim=-1) - probs >= sampling.top_p
+        dropped[:, :keep] = False
         logits = logits.scatter(1, order, ordered.masked_fill(dropped, float("-inf")))
     if sampling.min_p is not None:
         probs = logits.softmax(dim=-1)
-        logits = _keeping_the_likeliest(logits, probs < sampling.min_p * probs.amax(dim=-1, keepdim=True))
+        logits = _keeping_the_likeliest(logits, probs < sampling.min_p * probs.amax(dim=-1, keepdim=True), keep)
     if sampling.typical_p < 1.0:
-        logits = _typical(logits, sampling.typical_p)
+        logits = _typical(logits, sampling.typical_p, keep)
     if 0.0 < sampling.epsilon_cutoff:
-        logits = _keeping_the_likeliest(logits, logits.softmax(dim=-1) < sampling.epsilon_cutoff)
+        logits = _keeping_the_likeliest(logits, logits.softmax(dim=-1) < sampling.epsilon_cutoff, keep)
     if 0.0 < sampling.eta_cutoff:
         eta = torch.tensor(sampling.eta_cutoff, device=logits.device)
         entropy = torch.distributions.Categorical(logits=logits).entropy()[:, None]
         bound = torch.minimum(eta, eta.sqrt() * torch.exp(-entropy))
-        logits = _keeping_the_likeliest(logits, logits.softmax(dim=-1) < bound)
-    return logits.softmax(dim=-1)
+        logits = _keeping_the_likeliest(logits, logits.softmax(dim=-1) < bound, keep)
+    return logits
 
 
-def _keeping_the_likeliest(logits: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
-    """`logits` with the `dropped` tokens at -inf, but for each row's most likely token."""
-    dropped = dropped.scatter(1, logits.argmax(dim=-1, keepdim=True), False)
+def _keeping_the_likeliest(logits: torch.Tensor, dropped: torch.Tensor, keep: int) -> torch.Tensor:
+    """`logits` with the `dropped` tokens at -inf, but for each row's `keep` most likely tokens."""
+    dropped = dropped.scatter(1, top_k(logits, keep)[1], False)
     return logits.masked_fill(dropped, float("-inf"))
 
 
-def _typical(logits: torch.Tensor, mass: float) -> torch.Tensor:
+def _typical(logits: torch.Tensor, mass: float, keep: int) -> torch.Tensor:
     """Locally typical sampling (Meister et al., 2023): the tokens whose information, -log p, is nearest the
-    distribution's entropy, taken nearest first until their probability reaches `mass` (the first always)."""
+    distribution's entropy, taken nearest first until their probability reaches `mass` (the first `keep`
+    always)."""
     log_probs = logits.log_softmax(dim=-1)
     entropy = -(log_probs * log_probs.exp()).nansum(dim=-1, keepdim=True)
     distance, order = (-log_probs - entropy).abs().sort(dim=-1)
     reached = logits.gather(1, order).softmax(dim=-1).cumsum(dim=-1)
     last = (reached < mass).sum(dim=1, keepdim=True).clamp(max=logits.size(1) - 1)
     dropped = distance > distance.gather(1, last)
-    dropped[:, 0] = False
+    dropped[:, :keep] = False
     return logits.masked_fill(dropped.scatter(1, order, dropped), float("-inf"))
+
+
+class BeamSampling:
+    """Beam search whose candidates are drawn, not taken best first (transformers' beam sampling: do_sample
+    with num_beams > 1): each step draws 2K of a sentence's extensions without replacement, each as likely as
+    softmax over their scores says, the scores being each hypothesis's sum of tempered and filtered
+    log-probabilities (`filtered_logits`, at least an end and another token kept). Drawn by the Gumbel-top-k
+    rule (the 2K largest of score + Gumbel noise) from each sentence's random stream, seeded by (seed, its
+    index) as sampling's are: the same seed draws the same continuation whatever else is in the batch."""
+
+    # Filters keep this many tokens at least: an end and another to go on with (transformers' beams).
+    KEEP = 2
+
+    def __init__(self, sampling: Sampling, seed: int, indices: list[int], device: torch.device,
+                 never: tuple[int, ...] = (PAD, BOS)) -> None:
+        self.sampling, self.never = sampling, never
+        self.streams = [torch.Generator(device=device).manual_seed(seed * 1_000_003 + i) for i in indices]
+
+    def warped(self, log_probs: torch.Tensor) -> torch.Tensor:
+        return filtered_logits(log_probs, self.sampling, self.never, self.KEEP)
+
+    def choose(self, candidates: torch.Tensor, count: int, sentences: list[int]
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        uniform = torch.stack([torch.rand(candidates.size(1), generator=self.streams[s], device=candidates.device)
+                               for s in sentences])                             # [A, N]
+        keys = candidates - torch.log(-torch.log(uniform))                      # + Gumbel(0, 1) noise
+        drawn = keys.topk(count, dim=1).indices
+        scores, order = candidates.gather(1, drawn).sort(dim=1, descending=True)
+        return scores, drawn.gather(1, order)
 
 
 def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:

@@ -153,11 +153,10 @@ def test_an_exports_generation_settings_are_the_decode_sections():
     written = generation_config(imported_file, edited, 1, [2])
     assert (written["repetition_penalty"], written["begin_suppress_tokens"], written["num_beams"]) == (1.3, [5], 1)
     assert "no_repeat_ngram_size" not in written and written["eos_token_id"] == 2
-    # xspec samples one continuation whatever the beam (4 by default): no beams, but where the import sampled in them
-    sampling = DecodeSection(sample=True)
-    assert generation_config(None, sampling, 1, [2])["num_beams"] == 1
-    assert generation_config({"do_sample": True, "num_beams": 3}, sampling, 1, [2])["num_beams"] == 3
-    assert generation_config({"do_sample": False, "num_beams": 3}, sampling, 1, [2])["num_beams"] == 1
+    # sampling draws one continuation whatever the beam (4 by default) unless it samples in beams, as generate's
+    assert generation_config({"num_beams": 3}, DecodeSection(sample=True), 1, [2])["num_beams"] == 1
+    written = generation_config(None, DecodeSection(sample=True, beam=3, beam_sampling=True), 1, [2])
+    assert (written["do_sample"], written["num_beams"]) == (True, 3)
 
 
 def test_a_spec_trained_from_a_familys_spec_maps_to_that_family():

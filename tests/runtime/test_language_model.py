@@ -21,7 +21,7 @@ from xspec.runtime.demo_data import generate_split
 from xspec.runtime.documents import Documents, encode_documents, windows
 from xspec.runtime.precision import cpu_bf16_instructions
 from xspec.runtime.run_dir import DataFiles, Split, read_metrics_log
-from xspec.runtime.sampling import Sampling, draw, filtered_probabilities, sample
+from xspec.runtime.sampling import BeamSampling, Sampling, draw, filtered_probabilities, sample
 from xspec.runtime.train import RunOptions, train
 from xspec.runtime.vocab import BOS, EOS, PAD
 
@@ -188,6 +188,55 @@ def test_a_seed_gives_each_prompt_the_same_sample_in_any_batch(model):
     assert sample(model, prompts, 15, settings, seed=8) != together
 
 
+def _beam_sampled(model, prompts: torch.Tensor, seed: int, indices: list[int], sampling: Sampling = Sampling(1.5)
+                  ) -> list[list[int]]:
+    drawn = BeamSampling(sampling, seed, indices, torch.device("cpu"))
+    return [h[0].tokens for h in continue_prompts(model, prompts, 3, 0.6, 12, selection=drawn)]
+
+
+def test_beam_sampling_gives_each_prompt_the_same_continuation_in_any_batch(model):
+    prompts = _prompts(4, 3, seed=2)
+    together = _beam_sampled(model, prompts, 7, [0, 1, 2])
+    assert _beam_sampled(model, prompts, 7, [0, 1, 2]) == together
+    assert [_beam_sampled(model, prompts[i:i + 1], 7, [i])[0] for i in range(3)] == together
+    assert _beam_sampled(model, prompts, 8, [0, 1, 2]) != together
+    assert together != [h[0].tokens for h in continue_prompts(model, prompts, 3, 0.6, 12)]   # not the best
+    # filtered to the likeliest token and an end, a step's draws are the best two: beam search's (beam 2 is 2K)
+    greedy_like = BeamSampling(Sampling(top_k=1), 7, [0, 1, 2], torch.device("cpu"))
+    assert [h[0].tokens for h in continue_prompts(model, prompts, 1, 0.6, 12, selection=greedy_like)] == \
+        sample(model, prompts, 12, None)
+
+
+def test_beam_sampling_draws_candidates_without_replacement_as_often_as_their_softmax_says():
+    scores = torch.tensor([[0.0, -0.5, -1.0, -2.0, float("-inf")]])
+    drawing = BeamSampling(Sampling(), seed=0, indices=[0], device=torch.device("cpu"))
+    firsts = torch.zeros(5)
+    for _ in range(4000):
+        firsts[drawing.choose(scores, 1, [0])[1][0, 0]] += 1
+    torch.testing.assert_close(firsts / 4000, scores.softmax(dim=-1)[0], atol=0.025, rtol=0)
+    for _ in range(50):
+        chosen, columns = drawing.choose(scores, 4, [0])
+        assert sorted(columns[0].tolist()) == [0, 1, 2, 3]                # each once, never the impossible one
+        assert chosen[0].tolist() == [0.0, -0.5, -1.0, -2.0]              # best first
+    chosen, columns = drawing.choose(scores, 5, [0])
+    assert chosen[0, -1] == float("-inf") and columns[0, -1] == 4          # fewer possible than asked: the rest
+
+
+def test_sampling_draws_one_continuation_a_prompt_unless_told_to_sample_in_beams():
+    from pydantic import ValidationError
+    from xspec.compiler.sections import DecodeSection
+    from xspec.runtime.generation import sampling_choice
+
+    searching, sampling = DecodeSection(), DecodeSection(sample=True, beam=3, beam_sampling=True)
+    assert sampling_choice(searching, True, None) == {"sample": True, "beam_sampling": False}   # --sample
+    assert sampling_choice(searching, True, 2) == {"sample": True, "beam": 2, "beam_sampling": True}
+    assert sampling_choice(sampling, True, None) == {}                        # the spec's beam sampling kept
+    assert sampling_choice(sampling, None, 2) == {"sample": False, "beam": 2, "beam_sampling": False}
+    assert sampling_choice(sampling, False, None) == {"sample": False, "beam": 1, "beam_sampling": False}
+    with pytest.raises(ValidationError, match="it needs sample = true"):
+        DecodeSection(beam_sampling=True)
+
+
 # --- training -------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -305,6 +354,8 @@ def test_generate_and_eval_text_commands(lm_run, demo_text, capsys, tmp_path):
     greedy = _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--beam", "1")[1]
     assert code == 0 and len(out.splitlines()) == 3 and out == greedy
     assert _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--min-p", "1")[1] == greedy
+    code, drawn, _ = _xspec(capsys, "generate", str(lm_run), "--input", str(prompts), "--top-p", "0.9", "--beam", "2")
+    assert code == 0 and len(drawn.splitlines()) == 3                     # beam sampling
     code, echoed, _ = _xspec(capsys, "generate", str(lm_run), "--prompt", "some big", "--beam", "1", "--echo")
     assert code == 0 and echoed == "some big " + out.splitlines()[2] + "\n"
     code, out, _ = _xspec(capsys, "eval", str(lm_run), "--text", str(demo_text.test.src))
@@ -379,7 +430,6 @@ def test_weights_that_outgrow_the_cache_decode_in_bf16_and_export_as_trained(lm_
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["generate", "RUN", "--beam", "2", "--top-p", "0.9"], "--beam and --alpha are for beam search"),
     (["generate", "RUN", "--no-sample", "--temperature", "0.5"], "--no-sample with --temperature"),
     (["generate", "RUN", "--no-sample", "--min-p", "0.1"], "--no-sample with --temperature, --top-k, --top-p or"),
     (["eval", "RUN", "--src", "x", "--ref", "y"], "a language model; score its text with --text FILE"),

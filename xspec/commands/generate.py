@@ -26,7 +26,8 @@ mean of the models' probabilities (see `xspec translate`), by beam search or sam
 
 How tokens are chosen (the spec's `decode` section, which an import writes from the checkpoint's
 generation_config.json; the flags override it): greedy (--no-sample or --beam 1), beam search
-(--beam N), or sampling (--sample, or any of --temperature, --top-k, --top-p); --repetition-penalty makes
+(--beam N), sampling (--sample, or any of --temperature, --top-k, --top-p), or beam sampling (those with
+--beam N: each step's candidates drawn, as transformers' do_sample with num_beams); --repetition-penalty makes
 tokens already seen less likely in each (as transformers' generate applies it). Each prompt draws from a
 random stream of its own, seeded by --seed and its line number: the same seed gives the same text. An
 imported checkpoint's prompts are encoded as its own tokenizer encodes a text (its BOS where it adds
@@ -50,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write continuations (default: stdout)")
     parser.add_argument("--max-new-tokens", type=int_at_least(1), help="tokens to add at most")
     parser.add_argument("--sample", action=argparse.BooleanOptionalAction, default=None,
-                        help="sample tokens (--no-sample: greedy, or beam search with --beam)")
+                        help="sample tokens (with --beam, beam sampling; --no-sample: greedy, or beam search "
+                             "with --beam)")
     parser.add_argument("--temperature", type=float_at_least(1e-6), help="divide the logits by this (sampling)")
     parser.add_argument("--top-k", type=int_at_least(1), help="sample among the K most likely tokens")
     parser.add_argument("--top-p", type=float_at_least(1e-6, 1.0),
@@ -81,11 +83,8 @@ def settings(args: argparse.Namespace) -> dict:
     if args.sample is False and any(v is not None for v in sampling):
         raise UserError("--no-sample with --temperature, --top-k, --top-p or --min-p: those shape sampling")
     sample = args.sample if args.sample is not None else (True if any(v is not None for v in sampling) else None)
-    if sample and (args.beam is not None or args.alpha is not None):
-        raise UserError("--beam and --alpha are for beam search; sampling draws one continuation per prompt")
-    # --no-sample alone is greedy, as --beam 1 is (and generate(sample=False) in Python).
-    beam = 1 if sample is False and args.beam is None else args.beam
-    return {"sample": False if beam is not None else sample, "beam": beam, "length_penalty": args.alpha,
+    # How they combine with the spec's is runtime/generation.py's sampling_choice, as generate() in Python.
+    return {"sample": sample, "beam": args.beam, "length_penalty": args.alpha,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
             "top_p": args.top_p, "min_p": args.min_p, "repetition_penalty": args.repetition_penalty}
 

@@ -364,9 +364,7 @@ def generation_config(original: dict | None, decode: DecodeSection, bos: int | N
     decode section holds, and the special ids: an encoder-decoder's output `start`, the tokens xspec's
     vocabulary `never` generates (its padding and BOS) suppressed."""
     config = dict(original or {})
-    beams = decode.beam
-    if decode.sample:   # xspec's sampling draws one continuation whatever the beam: none, or the import's own
-        beams = config.get("num_beams", 1) if config.get("do_sample") else 1
+    beams = decode.beam if decode.beam_sampling or not decode.sample else 1
     config |= {"do_sample": decode.sample, "num_beams": beams}
     if decode.sample:
         config |= {"temperature": decode.temperature, "top_k": decode.top_k or 0, "top_p": decode.top_p}

@@ -73,6 +73,8 @@ def read_generation(folder: InputDirectory, config: dict | None = None) -> Gener
     sample, beams = cfg.flag("do_sample", False), cfg.number("num_beams", 1)
     decode = [Setting("sample", sample, _source(cfg, "do_sample", False)),
               Setting("beam", beams, _source(cfg, "num_beams", 1)), *_beams(cfg)]
+    if sample and beams > 1:
+        decode.append(Setting("beam_sampling", True, f"{FILE} do_sample with num_beams: beam sampling"))
     for key, default in (("temperature", 1.0), ("top_k", 50), ("top_p", 1.0)):
         if not sample:
             cfg.ignore(key, "a sampling setting; do_sample is false")
@@ -105,10 +107,6 @@ def read_generation(folder: InputDirectory, config: dict | None = None) -> Gener
         if key not in applied and value != neutral and value not in (None, [], {}):
             generation.notes[key] = "transformers' generate applies it; xspec's decoding does not yet"
             generation.changed.append(f"{key} {render(value)}")
-    if sample and beams != 1:  # generate samples within the beams; xspec draws one continuation a prompt
-        generation.notes["num_beams"] = ("with do_sample, transformers' generate samples within the beams "
-                                         "(beam sampling); xspec's sampling draws one continuation a prompt")
-        generation.changed.append(f"num_beams {render(beams)} with do_sample true (beam sampling)")
     for key in UNUSED:
         if key not in applied:
             cfg.ignore(key, "how generate runs, what it returns, or a length counted with the prompt; the decode "
