@@ -188,8 +188,8 @@ class DecodeSection(_Section):
     max_len_b: int = Field(50, ge=0, description="... + b (§6.1: input length + 50)")
     nbest: int = Field(1, ge=1, description="hypotheses written per input (at most beam)")
     max_new_tokens: int = Field(100, ge=1, description="language model: tokens a continuation adds at most")
-    sample: bool = Field(False, description="language model: sample continuations instead of beam search, one a "
-                                            "prompt")
+    sample: bool = Field(False, description="draw outputs token by token instead of beam search, one a prompt or "
+                                            "line")
     beam_sampling: bool = Field(False, description="sampling: `beam` hypotheses a prompt, each step's candidates "
                                                    "drawn among them (transformers' beam sampling: do_sample with "
                                                    "num_beams), instead of one continuation")
@@ -231,6 +231,11 @@ class DecodeSection(_Section):
                                               "(transformers' forced_eos_token_id); false: it is cut there")
     begin_suppress_tokens: tuple[TokenId, ...] = Field((), description="token ids a "
                                                        "continuation never starts with")
+
+    @property
+    def searched_beams(self) -> int:
+        """The hypotheses a search keeps: `beam`, but 1 where sampling draws one output."""
+        return 1 if self.sample and not self.beam_sampling else self.beam
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> "DecodeSection":

@@ -89,10 +89,11 @@ class Scoring:
 
 
 class Selection(Protocol):
-    """How a step's candidates are chosen where not as the best by their scores: beam sampling's
-    (runtime/sampling.py). `warped`: each row's log-probabilities [R, V] as the candidates' scores add
-    them (tempered, filtered); `choose`: `count` of each sentence's candidates [A, N] (their scores),
-    best first, for the sentences `sentences` (their indices in the batch) -> scores [A, count], columns."""
+    """How a step's candidates are chosen where not as the best by their scores: sampling's, with one beam
+    or several (runtime/sampling.py's Drawing). `warped`: each row's log-probabilities [R, V] as the
+    candidates' scores add them (tempered, filtered); `choose`: `count` of each sentence's candidates [A, N]
+    (their scores), best first, for the sentences `sentences` (their indices in the batch) -> scores
+    [A, count], columns."""
 
     def warped(self, log_probs: torch.Tensor) -> torch.Tensor: ...
 
@@ -106,9 +107,9 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
                 max_len_a: float, max_len_b: int, nbest: int = 1, use_cache: bool = True,
                 max_positions: int | None = None, vocab_size: int | None = None, start: int = BOS, end: int = EOS,
                 never: tuple[int, ...] = (PAD, BOS), rules: ScoreRules = ScoreRules(),
-                force_end: bool = True) -> list[list[Hypothesis]]:
+                force_end: bool = True, selection: Optional[Selection] = None) -> list[list[Hypothesis]]:
     """Best `nbest` translations of each sentence of `src` [B, S], best first, by a model or an ensemble
-    (a list of models).
+    (a list of models); with a `selection`, drawn (sampling).
 
     `max_positions` caps the output length where the model's positions end; `vocab_size`, the tokens
     chosen from, where the model has more rows than the vocabulary has pieces. An output starts from
@@ -125,7 +126,7 @@ def beam_search(model: ModelOrEnsemble, src: torch.Tensor, src_padding: torch.Te
         steps = RuledSteps(steps, torch.full((src.size(0) * beam, 1), start, device=src.device), rules,
                            on_logits=beam == 1)
     return search(steps, src.size(0), beam, alpha, max_lens, nbest, end, never,
-                  start=start, force_end=force_end)
+                  start=start, force_end=force_end, selection=selection)
 
 
 @torch.no_grad()
@@ -250,8 +251,8 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
     padded with PAD once finished: a hypothesis is read by position, so these ids may be real tokens of a
     checkpoint's own vocabulary. Ending at any of `also_end` counts as ending at `end`, with the likeliest
     of their probabilities (the best hypothesis that ends, as a search over each would find). A `selection`
-    chooses a step's 2K candidates among every token of every row, scored as it warps them (beam sampling);
-    else they are the best 2K."""
+    chooses a step's 2K candidates among every token of every row, scored as it warps them (beam sampling),
+    or with one beam the one token of a step (sampling); else they are the best 2K."""
     scoring = alpha if isinstance(alpha, Scoring) else Scoring(alpha)     # a number: GNMT's alpha
     transformers = scoring.form == "transformers"
     device = max_lens.device
@@ -294,9 +295,10 @@ def search(steps: Steps, B: int, K: int, alpha: float | Scoring, max_lens: torch
             if row_token is not None:
                 row_token = torch.where(at_max, end, row_token)
         candidates = (alive_logp.view(A * K, 1) + row_best).view(A, K * per_row)
-        count = min(2 * K, K * per_row)
-        top_logp, top = candidates.topk(count, dim=1) if selection is None else \
-            selection.choose(candidates, count, sentence)                         # [A, 2K]
+        if selection is None:
+            top_logp, top = candidates.topk(min(2 * K, K * per_row), dim=1)      # [A, 2K]
+        else:   # one beam draws one token, as sampling does
+            top_logp, top = selection.choose(candidates, 1 if greedy else min(2 * K, K * per_row), sentence)
         origin = top // per_row
         token = top % per_row if row_token is None else row_token.view(A, K * per_row).gather(1, top)
         sequences = torch.cat([alive.gather(1, origin[:, :, None].expand(-1, -1, t)), token[:, :, None]], dim=2)

@@ -18,7 +18,7 @@ from .cache import pads_rows
 from .ensemble import ModelOrEnsemble, eval_members, members
 from .multi_token import prediction_depths
 from .precision import choose_precision
-from .sampling import BeamSampling, Sampling, sample
+from .sampling import Drawing, Sampling, sample
 from .score_rules import ScoreRules
 from .speculative import Drafts, can_draft, speculative_greedy
 from .vocab import EOS, Tokenizer
@@ -48,9 +48,7 @@ class Generator:
     @property
     def sampling(self) -> Optional[Sampling]:
         """How tokens are drawn (beam sampling's candidates too); None: beam search (beam 1: greedy)."""
-        d = self.decode
-        return Sampling(d.temperature, d.top_k or None, d.top_p, d.min_p, d.typical_p, d.epsilon_cutoff,
-                        d.eta_cutoff) if d.sample else None
+        return Sampling.of(self.decode) if self.decode.sample else None
 
     def prompt_tokens(self, lines: list[str]) -> tuple[list[list[int]], list[tuple[int, int]]]:
         """Each prompt as the model reads it (the tokenizer's encode_prompts: xspec's vocabulary starts it with
@@ -132,13 +130,12 @@ class Generator:
             rules = self._rules()
             if depths is not None:
                 return self._speculative(batch, depths, follow)
-            if d.beam == 1 or d.sample and not d.beam_sampling:
+            if d.searched_beams == 1:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=end, never=self.vocab.never_generated, vocab_size=len(self.vocab),
                               also_end=tuple(also_end), rules=rules, padding=padding)
-            drawn = BeamSampling(self.sampling, self.seed, indices, batch.device, self.vocab.never_generated) \
-                if self.sampling is not None else None
+            drawn = Drawing.of(d, self.seed, indices, batch.device, self.vocab.never_generated)
             hyps = continue_prompts(self.model, batch, d.beam, Scoring.of(d), d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
                                     end=end, never=self.vocab.never_generated, also_end=tuple(also_end),
@@ -162,19 +159,6 @@ class Generator:
 
     def generate(self, lines: list[str]) -> list[str]:
         return [self.vocab.decode(ids) for done in self.stream(lines) for ids in done]
-
-
-def sampling_choice(spec: DecodeSection, sample: Optional[bool], beam: Optional[int]) -> dict:
-    """The decode settings a generate call's `sample` and `beam` (or its flags') give over the spec's (None:
-    the spec's): a beam alone is beam search, `sample=False` alone greedy, sampling with a beam beam sampling,
-    and sampling turned on alone draws one continuation a prompt (a spec that samples keeps its way)."""
-    if sample is False or (sample is None and beam is not None):
-        return {"sample": False, "beam": 1 if beam is None else beam, "beam_sampling": False}
-    if sample and beam is not None:
-        return {"sample": True, "beam": beam, "beam_sampling": beam > 1}
-    if sample and not spec.sample:
-        return {"sample": True, "beam_sampling": False}
-    return {}
 
 
 def _follower(on_tokens: Callable[[list[int]], None], ends: tuple[int, ...] = (EOS,)

@@ -24,13 +24,14 @@ from .compile_choice import compiled, use_compile
 from .corpus import EncodedPairs, encode_source
 from .distributed import pick_device
 from .expert_products import register_expert_products
-from .generation import Generator, sampling_choice
+from .generation import Generator
 from .ensemble import ModelOrEnsemble
 from .scoring import LineScores, example_log_probs, score_lines
 from .tasks import max_sequence_tokens
 from .translation import Translator
 from .vocab import Vocab
 from .precision import choose_precision
+from .sampling import sampling_choice
 from .weight_formats import choose_weight_format, linear_weight_bytes, store_weights, weight_format_notice
 
 
@@ -121,9 +122,10 @@ class _Scoring:
                             "eval --text --labels")
 
     def translator(self, batch_tokens: int = 4000, target_language: Optional[str] = None,
-                   source_language: Optional[str] = None, **overrides) -> Translator:
+                   source_language: Optional[str] = None, seed: int = 0, **overrides) -> Translator:
         """`target_language`, `source_language`: a multilingual model's (its tokenizer's codes: Marian's `fr` for
-        `>>fr<<`, NLLB's `deu_Latn`)."""
+        `>>fr<<`, NLLB's `deu_Latn`). `sample` and `beam` choose as `xspec translate`'s flags do
+        (runtime/sampling.py's sampling_choice); `seed` seeds sampling."""
         self._decodes("does not translate")
         if self.is_language_model:
             raise UserError(f"{self.label}: a language model (no encoder) does not translate; use generate")
@@ -132,13 +134,22 @@ class _Scoring:
         language = self.tokenizer.target_language(target_language) if target_language is not None else None
         if language is not None and language.forced_bos is not None:
             overrides["forced_bos"] = language.forced_bos
-        return Translator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
-                          self.max_tokens, batch_tokens, language.prefix if language is not None else "")
+        overrides |= sampling_choice(self.decode_settings(), overrides.get("sample"), overrides.get("beam"))
+        decode = self.decode_settings(**overrides)
+        if decode.nbest > decode.searched_beams:
+            raise UserError(f"nbest {decode.nbest}: sampling draws one translation a line (with a beam, beam "
+                            "sampling draws that many)")
+        return Translator(self.members, self.tokenizer, decode, self.device, self.max_tokens, batch_tokens,
+                          language.prefix if language is not None else "", seed)
 
     def translate(self, lines: list[str], beam: Optional[int] = None, alpha: Optional[float] = None,
-                  max_len_b: Optional[int] = None) -> list[str]:
-        """Each line translated with beam search (the spec's decode settings unless given)."""
-        return self.translator(beam=beam, length_penalty=alpha, max_len_b=max_len_b).translate(lines)
+                  max_len_b: Optional[int] = None, sample: Optional[bool] = None, seed: int = 0,
+                  temperature: Optional[float] = None, top_k: Optional[int] = None,
+                  top_p: Optional[float] = None) -> list[str]:
+        """Each line translated with beam search, or sampled (the spec's decode settings unless given; `sample`
+        and `beam` as `xspec translate`'s flags)."""
+        return self.translator(seed=seed, beam=beam, length_penalty=alpha, max_len_b=max_len_b, sample=sample,
+                               temperature=temperature, top_k=top_k, top_p=top_p).translate(lines)
 
     def generator(self, batch_tokens: int = 4000, seed: int = 0, chat: bool = False, system: Optional[str] = None,
                   **overrides) -> Generator:
@@ -157,7 +168,7 @@ class _Scoring:
                  system: Optional[str] = None, repetition_penalty: Optional[float] = None,
                  min_p: Optional[float] = None) -> list[str]:
         """Each prompt's continuation (the spec's decode settings unless given); the same seed, the same text.
-        `sample` and `beam` choose as `xspec generate`'s flags do (runtime/generation.py's sampling_choice).
+        `sample` and `beam` choose as `xspec generate`'s flags do (runtime/sampling.py's sampling_choice).
         `chat`: each prompt is a user's message (after `system`'s) in the checkpoint's chat template, and the
         continuation the assistant's reply."""
         return self.generator(seed=seed, chat=chat, system=system, max_new_tokens=max_new_tokens, sample=sample,

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import torch
 
+from xspec.compiler.sections import DecodeSection
 from .beam_search import LanguageModelSteps
 from .ensemble import ModelOrEnsemble, ensemble_steps, members
 from .score_rules import ScoreRules
@@ -31,6 +32,24 @@ class Sampling:
     typical_p: float = 1.0
     epsilon_cutoff: float = 0.0
     eta_cutoff: float = 0.0
+
+    @classmethod
+    def of(cls, d: DecodeSection) -> Sampling:
+        """A decode section's (compiler/sections.py); its top_k 0 is none."""
+        return cls(d.temperature, d.top_k or None, d.top_p, d.min_p, d.typical_p, d.epsilon_cutoff, d.eta_cutoff)
+
+
+def sampling_choice(spec: DecodeSection, sample: Optional[bool], beam: Optional[int]) -> dict:
+    """The decode settings a generate call's `sample` and `beam` (or its flags') give over the spec's (None:
+    the spec's): a beam alone is beam search, `sample=False` alone greedy, sampling with a beam beam sampling,
+    and sampling turned on alone draws one continuation a prompt (a spec that samples keeps its way)."""
+    if sample is False or (sample is None and beam is not None):
+        return {"sample": False, "beam": 1 if beam is None else beam, "beam_sampling": False}
+    if sample and beam is not None:
+        return {"sample": True, "beam": beam, "beam_sampling": beam > 1}
+    if sample and not spec.sample:
+        return {"sample": True, "beam_sampling": False}
+    return {}
 
 
 def filtered_probabilities(logits: torch.Tensor, sampling: Sampling,
@@ -94,29 +113,39 @@ def _typical(logits: torch.Tensor, mass: float, keep: int) -> torch.Tensor:
     return logits.masked_fill(dropped.scatter(1, order, dropped), float("-inf"))
 
 
-class BeamSampling:
-    """Beam search whose candidates are drawn, not taken best first (transformers' beam sampling: do_sample
-    with num_beams > 1): each step draws 2K of a sentence's extensions without replacement, each as likely as
-    softmax over their scores says, the scores being each hypothesis's sum of tempered and filtered
-    log-probabilities (`filtered_logits`, at least an end and another token kept). Drawn by the Gumbel-top-k
-    rule (the 2K largest of score + Gumbel noise) from each sentence's random stream, seeded by (seed, its
-    index) as sampling's are: the same seed draws the same continuation whatever else is in the batch."""
-
-    # Filters keep this many tokens at least: an end and another to go on with (transformers' beams).
-    KEEP = 2
+class Drawing:
+    """A search's candidates drawn rather than taken best first (runtime/beam_search.py's `Selection`), as
+    transformers' generate draws them with do_sample: each hypothesis's scores are its log-probabilities
+    tempered and filtered (`filtered_logits`, keeping `keep` tokens at least: 2 in beam sampling, an end and
+    another). With one beam, one token is drawn a step, as sampling draws it; with K beams (beam sampling),
+    2K of a sentence's extensions, without replacement, each as likely as the softmax of its hypothesis's
+    summed scores, by the Gumbel-top-k rule. Each sentence draws from streams of its own, seeded by (seed,
+    its index), as `sample`'s: the same seed draws the same output whatever else is in the batch."""
 
     def __init__(self, sampling: Sampling, seed: int, indices: list[int], device: torch.device,
-                 never: tuple[int, ...] = (PAD, BOS)) -> None:
-        self.sampling, self.never = sampling, never
-        self.streams = [torch.Generator(device=device).manual_seed(seed * 1_000_003 + i) for i in indices]
+                 never: tuple[int, ...] = (PAD, BOS), keep: int = 1) -> None:
+        self.sampling, self.never, self.keep = sampling, never, keep
+        seeds = [seed * 1_000_003 + i for i in indices]
+        self.streams = [random.Random(each) for each in seeds]                    # one draw a step
+        self.generators = [torch.Generator(device=device).manual_seed(each) for each in seeds]  # Gumbel noise
+
+    @classmethod
+    def of(cls, d: DecodeSection, seed: int, indices: list[int], device: torch.device,
+           never: tuple[int, ...]) -> Optional[Drawing]:
+        """How a decode section's search draws its outputs' tokens; None where it does not sample."""
+        return cls(Sampling.of(d), seed, indices, device, never, keep=2 if d.searched_beams > 1 else 1) \
+            if d.sample else None
 
     def warped(self, log_probs: torch.Tensor) -> torch.Tensor:
-        return filtered_logits(log_probs, self.sampling, self.never, self.KEEP)
+        return filtered_logits(log_probs, self.sampling, self.never, self.keep)
 
     def choose(self, candidates: torch.Tensor, count: int, sentences: list[int]
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        uniform = torch.stack([torch.rand(candidates.size(1), generator=self.streams[s], device=candidates.device)
-                               for s in sentences])                             # [A, N]
+        if count == 1:
+            drawn = draw(candidates.softmax(dim=-1), [self.streams[s].random() for s in sentences])[:, None]
+            return candidates.gather(1, drawn), drawn
+        uniform = torch.stack([torch.rand(candidates.size(1), generator=self.generators[s],
+                                          device=candidates.device) for s in sentences])     # [A, N]
         keys = candidates - torch.log(-torch.log(uniform))                      # + Gumbel(0, 1) noise
         drawn = keys.topk(count, dim=1).indices
         scores, order = candidates.gather(1, drawn).sort(dim=1, descending=True)

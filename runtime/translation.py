@@ -1,4 +1,5 @@
-"""Translating many sentences: sorted by length into batches, beam search, original order restored.
+"""Translating many sentences: sorted by length into batches, beam search (or sampling), original order
+restored.
 The model may be an ensemble: a list of models sharing the vocabulary (runtime/ensemble.py)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .corpus import encode_source
 from .decode_batches import in_input_order, length_sorted_chunks
 from .ensemble import ModelOrEnsemble, eval_members
 from .precision import choose_precision
+from .sampling import Drawing
 from .score_rules import ScoreRules
 from .vocab import BOS, Tokenizer
 
@@ -35,6 +37,7 @@ class Translator:
                                     # ensemble's is its smallest model's
     batch_tokens: int = 4000        # source tokens per beam-search batch (times the beam in memory)
     prefix: str = ""                # each source's first text: a multilingual model's target language
+    seed: int = 0                   # sampling: line i draws from stream (seed, first + i)
 
     @torch.no_grad()
     def nbest(self, lines: list[str], progress: bool = False) -> list[list[Hypothesis]]:
@@ -46,12 +49,12 @@ class Translator:
         return results
 
     @torch.no_grad()
-    def stream(self, lines: list[str], on_too_long: Optional[Callable[[int, int], None]] = None
+    def stream(self, lines: list[str], on_too_long: Optional[Callable[[int, int], None]] = None, first: int = 0
                ) -> Iterator[list[list[Hypothesis]]]:
         """Each line's best hypotheses, in input order, as soon as they are decoded: sentences go in
         batches of similar length, and after each batch come the results it completes (a list per line).
         A line longer than the model's positions is translated from its start, and first reported to
-        `on_too_long(index, tokens)`."""
+        `on_too_long(index, tokens)`. Sampled, line i draws from the stream of `first` + i."""
         sources, too_long = encode_source([self.prefix + line for line in lines] if self.prefix else lines,
                                           self.vocab, self.max_tokens, self.decode.source_code)
         if on_too_long is not None:
@@ -68,12 +71,13 @@ class Translator:
             # padding by length: the padding id may be a real token of a checkpoint's own vocabulary
             lengths = torch.tensor([len(row) for row in rows], device=self.device)
             padding = torch.arange(src.size(1), device=self.device)[None, :] >= lengths[:, None]
+            drawn = Drawing.of(d, self.seed, [first + i for i in chunk], self.device, self.vocab.never_generated)
             with choose_precision(self.device, self.decode.precision, "decode.precision").context():
-                return beam_search(self.model, src, padding, self.decode.beam, Scoring.of(self.decode),
-                                   self.decode.max_len_a, self.decode.max_len_b, nbest=self.decode.nbest,
-                                   max_positions=self.max_tokens, vocab_size=self.vocab.target_size, start=start,
-                                   end=self.vocab.document_end, never=self.vocab.never_generated, rules=rules,
-                                   force_end=d.force_end)
+                return beam_search(self.model, src, padding, d.searched_beams, Scoring.of(d), d.max_len_a,
+                                   d.max_len_b, nbest=d.nbest, max_positions=self.max_tokens,
+                                   vocab_size=self.vocab.target_size, start=start, end=self.vocab.document_end,
+                                   never=self.vocab.never_generated, rules=rules, force_end=d.force_end,
+                                   selection=drawn)
 
         eval_members(self.model)
         # Empty lines translate to empty lines (and cost nothing).

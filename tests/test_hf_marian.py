@@ -279,6 +279,47 @@ def test_beam_translation_is_generates(tmp_path, settings):
     assert ours == theirs
 
 
+@pytest.mark.parametrize("settings, tokens", [({"do_sample": True, "top_k": 8}, 1),
+                                              ({"do_sample": True, "num_beams": 3, "temperature": 0.7}, 2)],
+                         ids=["sampling", "beam sampling"])
+def test_sampled_translations_come_as_often_as_generates(tmp_path, settings, tokens):
+    """An import whose generation_config.json samples translates by sampling (one translation a line, or beam
+    sampling): 1,000 translations of one line, each drawn from its line's stream, begin with the same tokens
+    as often as generate's 1,000 (a total variation distance at the noise of 1,000 draws, about 0.06); beam
+    search, or sampling one where generate samples in beams, are far from them."""
+    from collections import Counter
+
+    from xspec.hf.importer import import_checkpoint
+
+    directory = tmp_path / "marian"
+    shutil.copytree(with_tokenizer(), directory)
+    generation = json.loads((directory / "generation_config.json").read_text())
+    (directory / "generation_config.json").write_text(json.dumps({**generation, **settings}))
+    import_checkpoint(directory, tmp_path / "run", say=lambda line: None)
+    draws, trained = 1000, xspec.load(tmp_path / "run", device="cpu", weights="fp32")
+    tokenizer = transformers.MarianTokenizer.from_pretrained(directory)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        outputs = transformers.MarianMTModel.from_pretrained(directory).eval().generate(
+            **tokenizer([LINES[0]] * draws, return_tensors="pt", padding=True))
+    theirs = Counter(tuple(row[1:1 + tokens].tolist()) for row in outputs)     # after the decoder's start
+
+    def ours(**settings) -> Counter:
+        hypotheses = trained.translator(**settings).nbest([LINES[0]] * draws)
+        return Counter(tuple(best[0].tokens[:tokens]) for best in hypotheses)
+
+    def distance(a: Counter, b: Counter) -> float:
+        return sum(abs(a[key] - b[key]) for key in {*a, *b}) / (2 * draws)
+
+    drawn = ours()
+    assert len(drawn) > 3 and distance(drawn, theirs) < 0.15
+    beams = settings.get("num_beams", 1)
+    assert distance(ours(beam=beams), theirs) > 0.3                         # beam search's
+    if beams > 1:
+        assert distance(ours(sample=True, beam=1), theirs) > 0.3           # one translation sampled a line
+    assert trained.translate([LINES[0]] * 3, seed=4) == trained.translate([LINES[0]] * 3, seed=4)
+
+
 def test_an_export_writes_marians_tokenizer_and_generation_settings_back(tmp_path):
     from xspec.hf.export import export_hf
     from xspec.hf.importer import import_checkpoint

@@ -21,7 +21,7 @@ from xspec.runtime.demo_data import generate_split
 from xspec.runtime.documents import Documents, encode_documents, windows
 from xspec.runtime.precision import cpu_bf16_instructions
 from xspec.runtime.run_dir import DataFiles, Split, read_metrics_log
-from xspec.runtime.sampling import BeamSampling, Sampling, draw, filtered_probabilities, sample
+from xspec.runtime.sampling import Drawing, Sampling, draw, filtered_probabilities, sample
 from xspec.runtime.train import RunOptions, train
 from xspec.runtime.vocab import BOS, EOS, PAD
 
@@ -190,7 +190,7 @@ def test_a_seed_gives_each_prompt_the_same_sample_in_any_batch(model):
 
 def _beam_sampled(model, prompts: torch.Tensor, seed: int, indices: list[int], sampling: Sampling = Sampling(1.5)
                   ) -> list[list[int]]:
-    drawn = BeamSampling(sampling, seed, indices, torch.device("cpu"))
+    drawn = Drawing(sampling, seed, indices, torch.device("cpu"), keep=2)
     return [h[0].tokens for h in continue_prompts(model, prompts, 3, 0.6, 12, selection=drawn)]
 
 
@@ -201,19 +201,28 @@ def test_beam_sampling_gives_each_prompt_the_same_continuation_in_any_batch(mode
     assert [_beam_sampled(model, prompts[i:i + 1], 7, [i])[0] for i in range(3)] == together
     assert _beam_sampled(model, prompts, 8, [0, 1, 2]) != together
     assert together != [h[0].tokens for h in continue_prompts(model, prompts, 3, 0.6, 12)]   # not the best
-    # filtered to the likeliest token and an end, a step's draws are the best two: beam search's (beam 2 is 2K)
-    greedy_like = BeamSampling(Sampling(top_k=1), 7, [0, 1, 2], torch.device("cpu"))
-    assert [h[0].tokens for h in continue_prompts(model, prompts, 1, 0.6, 12, selection=greedy_like)] == \
-        sample(model, prompts, 12, None)
+    # one beam draws one token a step, as sampling does: the same draws from the same streams
+    settings = Sampling(temperature=1.5, top_p=0.95)
+    one = [h[0].tokens for h in continue_prompts(model, prompts, 1, 0.6, 12, selection=Drawing(
+        settings, 7, [0, 1, 2], torch.device("cpu")))]
+    assert one == sample(model, prompts, 12, settings, seed=7)
 
 
-def test_beam_sampling_draws_candidates_without_replacement_as_often_as_their_softmax_says():
+def test_drawn_candidates_come_without_replacement_as_often_as_their_softmax_says():
     scores = torch.tensor([[0.0, -0.5, -1.0, -2.0, float("-inf")]])
-    drawing = BeamSampling(Sampling(), seed=0, indices=[0], device=torch.device("cpu"))
-    firsts = torch.zeros(5)
+    p = scores.softmax(dim=-1)[0]
+    drawing = Drawing(Sampling(), seed=0, indices=[0], device=torch.device("cpu"))
+    firsts, pairs = torch.zeros(5), torch.zeros(5, 5)
     for _ in range(4000):
-        firsts[drawing.choose(scores, 1, [0])[1][0, 0]] += 1
-    torch.testing.assert_close(firsts / 4000, scores.softmax(dim=-1)[0], atol=0.025, rtol=0)
+        firsts[drawing.choose(scores, 1, [0])[1][0, 0]] += 1                  # one: sampling's draw
+        a, b = drawing.choose(scores, 2, [0])[1][0].tolist()                   # two, without replacement
+        pairs[min(a, b), max(a, b)] += 1
+    torch.testing.assert_close(firsts / 4000, p, atol=0.025, rtol=0)
+    expected = torch.zeros(5, 5)                    # P{i, j} = p_i p_j / (1 - p_i) + p_j p_i / (1 - p_j)
+    for i in range(4):
+        for j in range(i + 1, 4):
+            expected[i, j] = p[i] * p[j] / (1 - p[i]) + p[j] * p[i] / (1 - p[j])
+    torch.testing.assert_close(pairs / 4000, expected, atol=0.025, rtol=0)
     for _ in range(50):
         chosen, columns = drawing.choose(scores, 4, [0])
         assert sorted(columns[0].tolist()) == [0, 1, 2, 3]                # each once, never the impossible one
@@ -225,7 +234,7 @@ def test_beam_sampling_draws_candidates_without_replacement_as_often_as_their_so
 def test_sampling_draws_one_continuation_a_prompt_unless_told_to_sample_in_beams():
     from pydantic import ValidationError
     from xspec.compiler.sections import DecodeSection
-    from xspec.runtime.generation import sampling_choice
+    from xspec.runtime.sampling import sampling_choice
 
     searching, sampling = DecodeSection(), DecodeSection(sample=True, beam=3, beam_sampling=True)
     assert sampling_choice(searching, True, None) == {"sample": True, "beam_sampling": False}   # --sample

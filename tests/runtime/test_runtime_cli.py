@@ -81,6 +81,16 @@ def test_translate_stdin_file_beam_one_and_nbest(trained_run, small_corpus, tmp_
     assert code == 0 and len(rows) == 16
     assert [int(r[0]) for r in rows] == [i for i in range(8) for _ in range(2)]
     assert all(float(rows[2 * i][2]) >= float(rows[2 * i + 1][2]) for i in range(8))
+    # sampled: a line's stream is its seed's and its number's, whatever the window it is read in
+    sampled = [_xspec(capsys, "translate", str(trained_run), "--input", str(small_corpus.test.src), "--sample",
+                      "--seed", "3", *window)[1] for window in ([], ["--window", "3"])]
+    assert sampled[0] == sampled[1] and len(sampled[0].splitlines()) == 8
+    code, nbest, _ = _xspec(capsys, "translate", str(trained_run), "--input", str(small_corpus.test.src),
+                            "--top-k", "5", "--beam", "3", "--nbest", "3")    # beam sampling's three
+    assert code == 0 and len(nbest.splitlines()) == 24
+    code, _, err = _xspec(capsys, "translate", str(trained_run), "--input", str(small_corpus.test.src), "--sample",
+                          "--nbest", "2")
+    assert code != 0 and "nbest 2: sampling draws one translation a line" in err
 
 
 def test_translate_streams_each_line_before_stdin_closes(trained_run, small_corpus):

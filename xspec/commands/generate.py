@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from xspec.commands.arguments import float_at_least, int_at_least
-from xspec.commands.translate import add_model_arguments, answer_lines
+from xspec.commands.translate import add_model_arguments, add_sampling_arguments, answer_lines, sampling_settings
 from xspec.base.errors import UserError
 from xspec.base.files import check_output_file, write_atomically
 from xspec.base.text import printable
@@ -50,16 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", metavar="FILE", help="prompts, one a line (default: stdin)")
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write continuations (default: stdout)")
     parser.add_argument("--max-new-tokens", type=int_at_least(1), help="tokens to add at most")
-    parser.add_argument("--sample", action=argparse.BooleanOptionalAction, default=None,
-                        help="sample tokens (with --beam, beam sampling; --no-sample: greedy, or beam search "
-                             "with --beam)")
-    parser.add_argument("--temperature", type=float_at_least(1e-6), help="divide the logits by this (sampling)")
-    parser.add_argument("--top-k", type=int_at_least(1), help="sample among the K most likely tokens")
-    parser.add_argument("--top-p", type=float_at_least(1e-6, 1.0),
-                        help="sample among the most likely tokens whose probability reaches P (nucleus)")
-    parser.add_argument("--min-p", type=float_at_least(0.0, 1.0), metavar="P",
-                        help="sample among the tokens at least P times as likely as the most likely (min-p)")
-    parser.add_argument("--seed", type=int_at_least(0), default=0, help="random seed for sampling (default 0)")
+    add_sampling_arguments(parser)
     parser.add_argument("--beam", type=int_at_least(1), help="beam size for beam search (1: greedy)")
     parser.add_argument("--alpha", type=float_at_least(0), help="beam search length penalty alpha")
     parser.add_argument("--repetition-penalty", type=float_at_least(1e-6), metavar="P",
@@ -79,14 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings(args: argparse.Namespace) -> dict:
     """The decode section's values the flags give; the sampling flags imply --sample."""
-    sampling = (args.temperature, args.top_k, args.top_p, args.min_p)
-    if args.sample is False and any(v is not None for v in sampling):
-        raise UserError("--no-sample with --temperature, --top-k, --top-p or --min-p: those shape sampling")
-    sample = args.sample if args.sample is not None else (True if any(v is not None for v in sampling) else None)
-    # How they combine with the spec's is runtime/generation.py's sampling_choice, as generate() in Python.
-    return {"sample": sample, "beam": args.beam, "length_penalty": args.alpha,
-            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
-            "top_p": args.top_p, "min_p": args.min_p, "repetition_penalty": args.repetition_penalty}
+    return {**sampling_settings(args), "beam": args.beam, "length_penalty": args.alpha,
+            "max_new_tokens": args.max_new_tokens, "repetition_penalty": args.repetition_penalty}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,11 @@ e.g. an average written by `xspec average`). Beam search as in the paper: beam 4
 Translations stream: each is written (in input order) as soon as it and the lines before it are
 done, so `xspec translate RUN` answers lines as they are typed, and works inside pipes.
 
+--sample (or any of --temperature, --top-k, --top-p, --min-p) draws each translation's tokens instead,
+as transformers' generate does with do_sample (an import whose generation_config.json samples does so by
+default); with --beam N, beam sampling. Each line draws from a random stream of its own, seeded by
+--seed and its line number (sampled back-translations: the same seed, the same text).
+
 Several runs or checkpoints translate as an ensemble: at each step of the search, a token's
 probability is the mean of the models' probabilities (a mixture, as fairseq's ensembles take it).
 They must share one vocabulary (the same sentencepiece model); their architectures may differ. The
@@ -32,6 +37,7 @@ examples:
   xspec translate runs/tiny < input.en > output.de
   xspec translate runs/tiny/averaged.safetensors --input input.en --beam 1
   xspec translate runs/tiny --nbest 4 < input.en      # "LINE ||| translation ||| score" lines
+  xspec translate runs/tiny --sample --top-k 10 --seed 3 < mono.de > back.en   # sampled back-translation
   xspec translate runs/tiny runs/tiny-seed2 < input.en > output.de   # an ensemble of two
   xspec translate runs/opus-mt-en-ROMANCE --tgt-lang fr < input.en   # a multilingual import's target
 """
@@ -46,6 +52,31 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len-b", type=int_at_least(0), help="output length limit: input length + this")
     parser.add_argument("--batch-tokens", type=int_at_least(1), default=4000,
                         help="source tokens per decoding batch (default 4000)")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """--sample and what shapes it (translate's and generate's): with --beam, beam sampling."""
+    parser.add_argument("--sample", action=argparse.BooleanOptionalAction, default=None,
+                        help="sample tokens (with --beam, beam sampling; --no-sample: greedy, or beam search "
+                             "with --beam)")
+    parser.add_argument("--temperature", type=float_at_least(1e-6), help="divide the logits by this (sampling)")
+    parser.add_argument("--top-k", type=int_at_least(1), help="sample among the K most likely tokens")
+    parser.add_argument("--top-p", type=float_at_least(1e-6, 1.0),
+                        help="sample among the most likely tokens whose probability reaches P (nucleus)")
+    parser.add_argument("--min-p", type=float_at_least(0.0, 1.0), metavar="P",
+                        help="sample among the tokens at least P times as likely as the most likely (min-p)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="random seed for sampling (default 0)")
+
+
+def sampling_settings(args: argparse.Namespace) -> dict:
+    """The sampling flags' decode settings; any of them implies --sample. How --sample and --beam combine
+    with the spec's is runtime/sampling.py's sampling_choice, as in Python."""
+    shaping = (args.temperature, args.top_k, args.top_p, args.min_p)
+    if args.sample is False and any(v is not None for v in shaping):
+        raise UserError("--no-sample with --temperature, --top-k, --top-p or --min-p: those shape sampling")
+    sample = args.sample if args.sample is not None else (True if any(v is not None for v in shaping) else None)
+    return {"sample": sample, "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+            "min_p": args.min_p}
 
 
 def add_target_language_argument(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +112,7 @@ def decode_overrides(args: argparse.Namespace, nbest: int | None = None) -> dict
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decode_arguments(parser)
+    add_sampling_arguments(parser)
     parser.add_argument("-i", "--input", metavar="FILE", help="source text (default: stdin)")
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write translations (default: stdout)")
     parser.add_argument("--nbest", type=int_at_least(1),
@@ -98,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(Path(args.output), "--output")
     # Load the model first: a missing run is reported before waiting on standard input.
     trained = load_ensemble([Path(m) for m in args.models], args.device, args.compile, args.weights)
-    translator = trained.translator(args.batch_tokens, args.tgt_lang, args.src_lang,
-                                    **decode_overrides(args, args.nbest))
+    translator = trained.translator(args.batch_tokens, args.tgt_lang, args.src_lang, args.seed,
+                                    **decode_overrides(args, args.nbest), **sampling_settings(args))
 
     def translate(window: list[str], first: int, name: str) -> Iterator[str]:
         def warn(index: int, tokens: int) -> None:
@@ -108,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
 
         line = first
-        for done in translator.stream(window, warn):
+        for done in translator.stream(window, warn, first=first - 1):
             yield "".join(_format(hyps, line + i, translator, args.nbest) for i, hyps in enumerate(done))
             line += len(done)
 
