@@ -135,7 +135,8 @@ class Generator:
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=end, never=self.vocab.never_generated, vocab_size=len(self.vocab),
                               also_end=tuple(also_end), rules=rules, padding=padding)
-            drawn = Drawing.of(d, self.seed, indices, batch.device, self.vocab.never_generated)
+            drawn = Drawing.of(d, self.seed, indices, batch.device, self.vocab.never_generated,
+                               len(self.vocab.end_tokens))
             hyps = continue_prompts(self.model, batch, d.beam, Scoring.of(d), d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
                                     end=end, never=self.vocab.never_generated, also_end=tuple(also_end),

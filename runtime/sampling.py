@@ -65,7 +65,7 @@ def filtered_logits(logits: torch.Tensor, sampling: Sampling, never: tuple[int, 
     as the most likely, the locally typical set of mass `typical_p`, and those of probability at least
     `epsilon_cutoff` or eta's bound; the others -inf. Each filter reads what the ones before left
     (renormalized) and keeps `keep` tokens at least (the most likely; typical's, the most typical), as
-    transformers' warpers do with their min_tokens_to_keep (2 in beam sampling: an end and another)."""
+    transformers' warpers do with their min_tokens_to_keep (in beam sampling: the end tokens and another)."""
     logits = logits.float() / sampling.temperature
     logits[:, list(never)] = float("-inf")        # never a token of the text (xspec's PAD and BOS)
     if sampling.top_k is not None and max(sampling.top_k, keep) < logits.size(-1):
@@ -116,8 +116,8 @@ def _typical(logits: torch.Tensor, mass: float, keep: int) -> torch.Tensor:
 class Drawing:
     """A search's candidates drawn rather than taken best first (runtime/beam_search.py's `Selection`), as
     transformers' generate draws them with do_sample: each hypothesis's scores are its log-probabilities
-    tempered and filtered (`filtered_logits`, keeping `keep` tokens at least: 2 in beam sampling, an end and
-    another). With one beam, one token is drawn a step, as sampling draws it; with K beams (beam sampling),
+    tempered and filtered (`filtered_logits`, keeping `keep` tokens at least: in beam sampling, the end
+    tokens and another). With one beam, one token is drawn a step, as sampling draws it; with K beams (beam sampling),
     2K of a sentence's extensions, without replacement, each as likely as the softmax of its hypothesis's
     summed scores, by the Gumbel-top-k rule. Each sentence draws from streams of its own, seeded by (seed,
     its index), as `sample`'s: the same seed draws the same output whatever else is in the batch."""
@@ -131,9 +131,10 @@ class Drawing:
 
     @classmethod
     def of(cls, d: DecodeSection, seed: int, indices: list[int], device: torch.device,
-           never: tuple[int, ...]) -> Optional[Drawing]:
-        """How a decode section's search draws its outputs' tokens; None where it does not sample."""
-        return cls(Sampling.of(d), seed, indices, device, never, keep=2 if d.searched_beams > 1 else 1) \
+           never: tuple[int, ...], ends: int = 1) -> Optional[Drawing]:
+        """How a decode section's search draws its outputs' tokens; None where it does not sample. Beams keep
+        a token besides the `ends` end tokens (transformers' min_tokens_to_keep there)."""
+        return cls(Sampling.of(d), seed, indices, device, never, keep=1 + ends if d.searched_beams > 1 else 1) \
             if d.sample else None
 
     def warped(self, log_probs: torch.Tensor) -> torch.Tensor:
