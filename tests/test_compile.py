@@ -264,6 +264,13 @@ def test_adams_betas_are_rates_below_one_checked_when_the_spec_compiles(betas, m
         xspec.compile("specs/tiny.xspec", overrides={"train.adam_betas": betas})
 
 
+def test_beam_sampling_without_sampling_is_refused_when_the_spec_compiles():
+    with pytest.raises(xspec.SpecError, match="decode: beam_sampling draws the beams' candidates: it needs "
+                                              "sample = true"):
+        xspec.compile("specs/lm.xspec", overrides={"decode.sample": False, "decode.beam_sampling": True})
+    assert xspec.compile("specs/lm.xspec", overrides={"decode.beam_sampling": True}).decode.searched_beams == 4
+
+
 @pytest.mark.parametrize("path, name, value, message", [
     ("specs/base.xspec", "heads", "(((", '--set heads: "(((" is not a number, as heads is (8)'),
     ("specs/base.xspec", "heads", "eight", '--set heads: "eight" is not a number, as heads is (8)'),
