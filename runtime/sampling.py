@@ -117,10 +117,11 @@ class Drawing:
     """A search's candidates drawn rather than taken best first (runtime/beam_search.py's `Selection`), as
     transformers' generate draws them with do_sample: each hypothesis's scores are its log-probabilities
     tempered and filtered (`filtered_logits`, keeping `keep` tokens at least: in beam sampling, the end
-    tokens and another). With one beam, one token is drawn a step, as sampling draws it; with K beams (beam sampling),
-    2K of a sentence's extensions, without replacement, each as likely as the softmax of its hypothesis's
-    summed scores, by the Gumbel-top-k rule. Each sentence draws from streams of its own, seeded by (seed,
-    its index), as `sample`'s: the same seed draws the same output whatever else is in the batch."""
+    tokens and another). With one beam, one token is drawn a step, as sampling draws it; with K beams
+    (beam sampling), 2K of a sentence's extensions, without replacement, each as likely as the softmax of
+    its hypothesis's summed scores, by the Gumbel-top-k rule. Each sentence draws from streams of its own,
+    seeded by (seed, its index), as `sample`'s: the same seed draws the same output whatever else is in
+    the batch."""
 
     def __init__(self, sampling: Sampling, seed: int, indices: list[int], device: torch.device,
                  never: tuple[int, ...] = (PAD, BOS), keep: int = 1) -> None:
