@@ -135,6 +135,27 @@ def test_a_repeat_length_or_suppression_rule_continues_as_transformers_does(tmp_
     assert xspec_continuation(tmp_path / "run", PROMPT, **{key: neutral})[1] == unruled
 
 
+def test_bad_words_of_one_token_are_suppressed_as_transformers_bans_them(tmp_path):
+    """bad_words_ids of single tokens ban them, as generate's NoBadWordsLogitsProcessor does (which leaves the
+    end token out); a sequence of several tokens, which xspec's decode section cannot hold, is said not to be
+    applied."""
+    plain = checkpoint(tmp_path, "qwen3", False, None)
+    _, free = transformers_continuation(plain, saved_model("qwen3"), PROMPT)
+    directory = checkpoint(tmp_path, "qwen3", False, {"do_sample": False, "eos_token_id": EOS,
+                                                      "bad_words_ids": [[free[0]], [EOS]]}, "-banned")
+    said: list[str] = []
+    import_checkpoint(directory, tmp_path / "run", say=said.append)
+    assert not [line for line in said if "bad_words_ids" in line]
+    assert xspec.compile(tmp_path / "run").decode.suppress_tokens == (free[0],)
+    _, expected = transformers_continuation(directory, saved_model("qwen3"), PROMPT)
+    _, continuation = xspec_continuation(tmp_path / "run", PROMPT)
+    assert continuation == expected and continuation[0] != free[0]
+    sequences = checkpoint(tmp_path, "qwen3", False, {"bad_words_ids": [[free[0], free[1]]]}, "-sequences")
+    said.clear()
+    import_checkpoint(sequences, tmp_path / "run2", say=said.append)
+    assert [line for line in said if "bad_words_ids" in line and "is not applied" in line]
+
+
 def test_sampling_settings_come_from_generation_config_and_no_sample_means_greedy(tmp_path, capsys):
     from xspec.cli import main
 

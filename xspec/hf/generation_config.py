@@ -20,7 +20,7 @@ MAX_BYTES = 1 << 20
 
 # Settings transformers' generate applies that xspec's decoding does not (yet): the continuation may differ.
 NOT_APPLIED = {
-    "bad_words_ids": None, "forced_bos_token_id": None,
+    "bad_words_ids": None, "forced_bos_token_id": None,     # bad_words_ids of several tokens
     "forced_eos_token_id": None, "encoder_repetition_penalty": 1.0, "exponential_decay_length_penalty": None,
     "diversity_penalty": 0.0, "num_beam_groups": 1,
 }
@@ -69,7 +69,8 @@ def read_generation(folder: InputDirectory, config: dict | None = None) -> Gener
     if not isinstance(values, dict):
         raise UserError(f"{where}: not a JSON object")
     cfg = ConfigReader(values, where)
-    translation = _translation(cfg, config) if config is not None else []
+    # what an encoder-decoder's output, or any model's banned words, add
+    extra = _translation(cfg, config) if config is not None else _bad_words(cfg, _eos_ids(cfg), refuse=False)
     sample, beams = cfg.flag("do_sample", False), cfg.number("num_beams", 1)
     decode = [Setting("sample", sample, _source(cfg, "do_sample", False)),
               Setting("beam", beams, _source(cfg, "num_beams", 1)), *_beams(cfg)]
@@ -99,9 +100,9 @@ def read_generation(folder: InputDirectory, config: dict | None = None) -> Gener
                                   _source(cfg, key, list(off) if isinstance(off, tuple) else off)))
     if cfg.has("max_new_tokens"):
         decode.append(Setting("max_new_tokens", cfg.number("max_new_tokens"), _source(cfg, "max_new_tokens", None)))
-    decode = _suppressing(decode, translation)
+    decode = _suppressing(decode, extra)
     generation = Generation(decode, _eos_ids(cfg), cfg.notes, file=values)
-    applied = set(cfg.taken) if translation else set()     # what the translation's settings hold
+    applied = set(cfg.taken)
     for key, neutral in NOT_APPLIED.items():
         value = cfg.get(key, neutral)
         if key not in applied and value != neutral and value not in (None, [], {}):
@@ -160,24 +161,34 @@ def _translation(cfg: ConfigReader, config: dict) -> list[Setting]:
         if not _count(forced):
             raise UserError(f"{cfg.file}: forced_bos_token_id {render(forced)} is not a token id")
         settings.append(Setting("forced_bos", forced, f"{FILE} forced_bos_token_id"))
-    words = cfg.get("bad_words_ids", None) or []
+    return settings + _bad_words(cfg, eos, refuse=True)
+
+
+def _bad_words(cfg: ConfigReader, eos: list[int], refuse: bool) -> list[Setting]:
+    """bad_words_ids of single tokens as suppress_tokens (generate bans them alike, Marian's padding among
+    them), but the end tokens `eos`, which generate leaves out. Longer sequences, which a decode section
+    cannot hold, are refused where `refuse`, else left unread for the import to say it does not apply them."""
+    words = cfg.config.get("bad_words_ids") or []
     if not (isinstance(words, list) and all(isinstance(w, list) and len(w) == 1 and _count(w[0]) for w in words)):
-        raise UserError(f"{cfg.file}: bad_words_ids {render(words)}: only single tokens are supported (each a "
-                        "list of one token id)")
-    if words:
-        settings.append(Setting("suppress_tokens", [w[0] for w in words], f"{FILE} bad_words_ids"))
-    return settings
+        if refuse:
+            raise UserError(f"{cfg.file}: bad_words_ids {render(words)}: only single tokens are supported (each a "
+                            "list of one token id)")
+        return []
+    cfg.get("bad_words_ids", None)      # read: applied
+    banned = [w[0] for w in words if w[0] not in eos]
+    return [Setting("suppress_tokens", banned, f"{FILE} bad_words_ids")] if banned else []
 
 
-def _suppressing(decode: list[Setting], translation: list[Setting]) -> list[Setting]:
-    """The decode settings with the translation's, one suppress_tokens holding both lists."""
-    extra = next((s for s in translation if s.param == "suppress_tokens"), None)
+def _suppressing(decode: list[Setting], extra: list[Setting]) -> list[Setting]:
+    """The decode settings with the `extra` ones (a translation's, bad words'), one suppress_tokens holding both
+    lists."""
+    more = next((s for s in extra if s.param == "suppress_tokens"), None)
     own = next((s for s in decode if s.param == "suppress_tokens"), None)
-    if extra is not None and own is not None:
-        own.value = list(dict.fromkeys([*own.value, *extra.value]))
-        own.source += f", {extra.source}"
-        translation = [s for s in translation if s is not extra]
-    return decode + translation
+    if more is not None and own is not None:
+        own.value = list(dict.fromkeys([*own.value, *more.value]))
+        own.source += f", {more.source}"
+        extra = [s for s in extra if s is not more]
+    return decode + extra
 
 
 def _rule(cfg: ConfigReader, key: str, off: float | int | tuple[int, ...]) -> float | int | tuple[int, ...]:
