@@ -31,7 +31,6 @@ import xspec
 from xspec.runtime.precision import Precision
 from xspec.runtime.sampling import sample
 from xspec.runtime.vocab import EOS
-from xspec.runtime.weight_formats import store_weights
 
 SIZES = {
     "30m": dict(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
@@ -71,11 +70,11 @@ def main() -> None:
                        check=True, stdout=subprocess.DEVNULL)
         hf = LlamaForCausalLM.from_pretrained(source).eval()
         ours = xspec.load(run, device="cpu", weights="fp32").members.eval()
+        stored = {name: xspec.load(run, device="cpu", weights=name).members.eval() for name in ("bf16", "int8")}
     torch.manual_seed(1)
     prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (PROMPTS, PROMPT_LEN))
     prompts[:, 0] = EOS  # xspec's prompts start at the end token, as its documents do
     fp32, bf16 = Precision("cpu", None), Precision("cpu", torch.bfloat16)
-    stored = {name: _copy_stored(ours, name) for name in ("bf16", "int8")}
 
     def ours_in(model, precision: Precision):
         def run_once() -> None:
@@ -124,12 +123,6 @@ def main() -> None:
             agree = (logits.argmax(-1) == exact.argmax(-1)).float().mean().item()
             print(f"  logits, {name} against fp32: max |Δ| {delta:.3f}, KL {kl:.2e} nats per position, "
                   f"argmax the same at {agree:.1%} of positions")
-
-
-def _copy_stored(model: torch.nn.Module, weight_format: str) -> torch.nn.Module:
-    stored = copy.deepcopy(model)
-    store_weights(stored, weight_format)
-    return stored
 
 
 def _autocast_logits(model: torch.nn.Module, prompts: torch.Tensor) -> torch.Tensor:

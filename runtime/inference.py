@@ -333,7 +333,7 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     setting = "--weights" if weights is not None else "decode.weights"
     requested, linear_bytes = weights or spec.decode.weights, linear_weight_bytes(model)
     weight_format = choose_weight_format(chosen, requested, setting, linear_bytes)
-    store_weights(model, weight_format)
+    store_weights(model, weight_format, chosen)
     for notice in (weight_format_notice(weight_format, requested, setting, linear_bytes),
                    _precision_notice(chosen, spec.decode.precision)):
         if notice is not None:      # a precision below float32 is never chosen silently

@@ -112,7 +112,7 @@ def test_decoding_with_stored_weight_formats_keeps_the_up_projection_it_reads(we
     from xspec.runtime.weight_formats import store_weights
 
     net, stored = model(d_model=64, kv_lora_rank=32), model(d_model=64, kv_lora_rank=32)
-    store_weights(stored, weights)
+    store_weights(stored, weights, torch.device("cpu"))
     attention = stored.decoder.layers[0].self_attn
     assert type(attention.kv_b_proj) is torch.nn.Linear and type(attention.kv_a_proj_with_mqa) is not torch.nn.Linear
     tokens = torch.randint(0, 61, (2, 6), generator=torch.Generator().manual_seed(3))

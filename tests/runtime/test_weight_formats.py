@@ -1,5 +1,6 @@
 """Decoding's weight formats (runtime/weight_formats.py): bf16 and int8 linear layers whose products agree
-with float32's within their rounding, which layers are replaced, and which requests are refused."""
+with float32's within their rounding, float32's few rows multiplied weight first, which layers are replaced,
+and which requests are refused."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch.nn as nn
 
 from xspec.base.errors import UserError
 from xspec.runtime import weight_formats
-from xspec.runtime.weight_formats import Bf16Linear, Int8Linear, choose_weight_format, store_weights
+from xspec.runtime.weight_formats import Bf16Linear, FewRowsLinear, Int8Linear, choose_weight_format, store_weights
 
 CPU = torch.device("cpu")
 
@@ -69,12 +70,55 @@ def test_only_plain_linear_layers_are_replaced(weight_format, kind):
                           _Router(32, 4), nn.Embedding(10, 16))
     x = torch.randn(2, 16)
     before = model[:4](x).detach()
-    assert store_weights(model, weight_format) == 2
+    assert store_weights(model, weight_format, CPU) == 2
     assert isinstance(model[0], kind) and isinstance(model[2][0], kind)
     assert type(model[3]) is _Router and model[3].weight.dtype == torch.float32
     assert model[4].weight.dtype == torch.float32 and model[2][1].weight.dtype == torch.float32
     assert torch.allclose(model[:4](x), before, atol=0.02)
-    assert store_weights(model, "fp32") == 0
+
+
+def test_float32_layers_on_a_cpu_keep_their_tensors_and_names():
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), _Router(16, 4))
+    weight, keys = model[0].weight, list(model.state_dict())
+    assert store_weights(model, "fp32", torch.device("cuda")) == 0 and type(model[0]) is nn.Linear
+    assert store_weights(model, "fp32", CPU) == 1
+    assert type(model[0]) is FewRowsLinear and model[0].weight is weight and type(model[2]) is _Router
+    assert list(model.state_dict()) == keys
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_few_float32_rows_go_weight_first_on_several_threads_with_linears_numbers(bias, monkeypatch):
+    """2 to 16 rows, float32, on a CPU running 2 threads: (W x^T)^T, not nn.Linear's product, equal to it
+    within float32's rounding; otherwise nn.Linear's own product, exactly."""
+    linear = _linear(48, 40, bias)
+    few = FewRowsLinear(linear)
+    threads = torch.get_num_threads()
+
+    def not_linear(*args):
+        raise AssertionError("nn.Linear's product")
+
+    try:
+        torch.set_num_threads(2)
+        for shape in [(1, 48), (2, 48), (4, 1, 48), (2, 8, 48), (17, 48), (3, 7, 48)]:
+            x = torch.randn(*shape)
+            rows, expected = x.numel() // 48, linear(x).detach()
+            assert few.shares_rows(x) == (2 <= rows <= 16), shape
+            if few.shares_rows(x):
+                with monkeypatch.context() as patched:
+                    patched.setattr(weight_formats.F, "linear", not_linear)
+                    got = few(x).detach()
+                assert got.shape == expected.shape and got.is_contiguous()
+                assert torch.allclose(got, expected, atol=1e-5)
+            else:
+                assert torch.equal(few(x), expected)
+        x = torch.randn(4, 48)
+        assert not few.shares_rows(x.bfloat16())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not few.shares_rows(x)
+        torch.set_num_threads(1)
+        assert not few.shares_rows(x) and torch.equal(few(x), linear(x))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_auto_keeps_weights_the_cache_holds_and_the_others_need_bf16_instructions(monkeypatch):
