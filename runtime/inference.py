@@ -134,8 +134,7 @@ class _Scoring:
         language = self.tokenizer.target_language(target_language) if target_language is not None else None
         if language is not None and language.forced_bos is not None:
             overrides["forced_bos"] = language.forced_bos
-        overrides |= sampling_choice(self.decode_settings(), overrides.get("sample"), overrides.get("beam"))
-        decode = self.decode_settings(**overrides)
+        decode = self._chosen_decode(overrides)
         if decode.nbest > decode.searched_beams:
             raise UserError(f"nbest {decode.nbest}: sampling draws one translation a line (with a beam, beam "
                             "sampling draws that many)")
@@ -158,9 +157,14 @@ class _Scoring:
             raise UserError(f"{self.label}: a translation model continues no prompts; use translate")
         if system is not None and not chat:
             raise UserError("a system message is part of a chat: give chat=True (--chat) with it")
-        overrides |= sampling_choice(self.decode_settings(), overrides.get("sample"), overrides.get("beam"))
-        return Generator(self.members, self.tokenizer, self.decode_settings(**overrides), self.device,
+        return Generator(self.members, self.tokenizer, self._chosen_decode(overrides), self.device,
                          self.max_tokens, batch_tokens, seed, self.output_head, chat=chat, system=system)
+
+    def _chosen_decode(self, overrides: dict) -> DecodeSection:
+        """The decode settings `overrides` give, their `sample` and `beam` combined with the spec's as the
+        flags of `xspec generate` and `translate` combine them (runtime/sampling.py's sampling_choice)."""
+        chosen = sampling_choice(self.decode_settings(), overrides.get("sample"), overrides.get("beam"))
+        return self.decode_settings(**{**overrides, **chosen})
 
     def generate(self, prompts: list[str], max_new_tokens: Optional[int] = None, sample: Optional[bool] = None,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,

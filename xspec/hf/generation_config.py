@@ -174,7 +174,7 @@ def _bad_words(cfg: ConfigReader, eos: list[int], refuse: bool) -> list[Setting]
             raise UserError(f"{cfg.file}: bad_words_ids {render(words)}: only single tokens are supported (each a "
                             "list of one token id)")
         return []
-    cfg.get("bad_words_ids", None)      # read: applied
+    cfg.taken.add("bad_words_ids")      # applied
     banned = [w[0] for w in words if w[0] not in eos]
     return [Setting("suppress_tokens", banned, f"{FILE} bad_words_ids")] if banned else []
 
