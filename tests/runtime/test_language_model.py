@@ -350,6 +350,25 @@ def test_load_round_trips_a_run(lm_run, demo_text):
         trained.generate(["the"], temperature=0.0)
 
 
+def test_a_model_loaded_for_decoding_on_a_cpu_has_its_weights_in_one_mapping(lm_run, demo_text, tmp_path, monkeypatch):
+    """Where the kernel offers huge pages (as this test says it does), every weight is copied into one mapping
+    advised for them (runtime/huge_pages.py), and the model scores as it did."""
+    from xspec.runtime import huge_pages
+
+    lines = demo_text.test.src.read_text().splitlines()[:3]
+    expected = xspec.load(lm_run, device="cpu").score(lines)
+    setting = tmp_path / "enabled"
+    setting.write_text("always [madvise] never\n")
+    monkeypatch.setattr(huge_pages, "SETTING", setting)
+    monkeypatch.setattr(huge_pages, "LEAST_BYTES", 0)
+    trained = xspec.load(lm_run, device="cpu")
+    tensors = list(trained.model.parameters())
+    span = max(t.data_ptr() + t.numel() * t.element_size() for t in tensors) - min(t.data_ptr() for t in tensors)
+    assert span <= sum(t.numel() * t.element_size() + 64 for t in tensors)
+    assert min(t.data_ptr() for t in tensors) % huge_pages.HUGE_PAGE == 0
+    assert trained.score(lines) == pytest.approx(expected, rel=1e-6)
+
+
 def _xspec(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
