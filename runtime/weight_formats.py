@@ -84,13 +84,14 @@ class Int8Linear(nn.Module):
 
 
 class FewRowsLinear(nn.Module):
-    """y = x W^T + b as nn.Linear computes it, but for 2 to FEW_ROWS float32 rows on a CPU running more than
-    one thread, computed as (W x^T)^T: torch's CPU product then shares W's rows among the threads, where
-    x W^T of so few rows ran on one. A greedy step of an imported 31.8M Llama (2-core AMD Zen 4, 2 threads)
-    was 2.0x faster at 2 prompts, 1.6-1.85x at 4, 1.13x at 8, 1.08x at 16 (beam 4 over 2-4 sentences of a
-    translation model 1.2-1.3x); the same at 1 row and at 32, slower on one thread, and not so in bf16
-    (docs/runtime.md). The layer's own weight and bias, not copies; torch.compile and torch.export trace
-    nn.Linear's product."""
+    """y = x W^T + b as nn.Linear computes it, but for 1 to FEW_ROWS float32 rows on a CPU running more than
+    one thread, in an order that shares W's rows among the threads, where torch's product of so few rows
+    runs on one: 2 or more rows as (W x^T)^T, and a single row as a batch of products, one block of W's rows
+    per thread (torch's batched product gives each its own thread; a matrix times one vector gets none).
+    A greedy step of an imported 31.8M Llama (2-core AMD Zen 4, 2 threads) was 2.0x faster at 2 prompts,
+    1.6-1.85x at 4, 1.13x at 8, 1.08x at 16 and 1.9x at 1 (beam 4 over 2-4 sentences of a translation model
+    1.2-1.3x); the same at 32, slower on one thread, and not so in bf16 (docs/runtime.md). The layer's own
+    weight and bias, not copies; torch.compile and torch.export trace nn.Linear's product."""
 
     FEW_ROWS = 16
 
@@ -102,15 +103,30 @@ class FewRowsLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() or torch.compiler.is_exporting() or not self.shares_rows(x):
             return F.linear(x, self.weight, self.bias)
-        rows = x.reshape(-1, self.in_features).t()                                # [in, N]
-        y = self.weight @ rows if self.bias is None else torch.addmm(self.bias[:, None], self.weight, rows)
+        columns = x.reshape(-1, self.in_features).t()                             # [in, N]
+        blocks = self.blocks(columns.size(1))
+        if blocks > 1:      # [blocks, out / blocks, in] x [in, 1], each block a thread's
+            weight = self.weight.view(blocks, -1, self.in_features)
+            shared = columns.expand(blocks, -1, -1)
+            y = torch.bmm(weight, shared) if self.bias is None else \
+                torch.baddbmm(self.bias.view(blocks, -1, 1), weight, shared)
+            y = y.view(self.out_features, -1)
+        else:
+            y = self.weight @ columns if self.bias is None else torch.addmm(self.bias[:, None], self.weight, columns)
         return y.t().contiguous().reshape(*x.shape[:-1], self.out_features)
 
     def shares_rows(self, x: torch.Tensor) -> bool:
-        """Whether `x`'s product goes weight first (the class docstring's case)."""
-        return 2 <= x.numel() // self.in_features <= self.FEW_ROWS and x.device.type == "cpu" \
+        """Whether `x`'s product goes another way than nn.Linear's (the class docstring's cases)."""
+        rows = x.numel() // self.in_features
+        return 1 <= rows <= self.FEW_ROWS and (rows > 1 or self.blocks(rows) > 1) and x.device.type == "cpu" \
             and x.dtype == self.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu") \
             and torch.get_num_threads() > 1
+
+    def blocks(self, rows: int) -> int:
+        """The blocks W's rows are multiplied in: one per thread for a single row (where they divide W's
+        rows evenly), else 1."""
+        threads = torch.get_num_threads()
+        return threads if rows == 1 and self.out_features % threads == 0 else 1
 
 
 FORMATS = {"bf16": Bf16Linear, "int8": Int8Linear}

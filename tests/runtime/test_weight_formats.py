@@ -88,8 +88,9 @@ def test_float32_layers_on_a_cpu_keep_their_tensors_and_names():
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_few_float32_rows_go_weight_first_on_several_threads_with_linears_numbers(bias, monkeypatch):
-    """2 to 16 rows, float32, on a CPU running 2 threads: (W x^T)^T, not nn.Linear's product, equal to it
-    within float32's rounding; otherwise nn.Linear's own product, exactly."""
+    """1 to 16 rows, float32, on a CPU running 2 threads: (W x^T)^T, or for one row W's rows in a block per
+    thread, not nn.Linear's product, equal to it within float32's rounding; otherwise nn.Linear's own product,
+    exactly (as for one row where the threads do not divide W's rows)."""
     linear = _linear(48, 40, bias)
     few = FewRowsLinear(linear)
     threads = torch.get_num_threads()
@@ -102,7 +103,7 @@ def test_few_float32_rows_go_weight_first_on_several_threads_with_linears_number
         for shape in [(1, 48), (2, 48), (4, 1, 48), (2, 8, 48), (17, 48), (3, 7, 48)]:
             x = torch.randn(*shape)
             rows, expected = x.numel() // 48, linear(x).detach()
-            assert few.shares_rows(x) == (2 <= rows <= 16), shape
+            assert few.shares_rows(x) == (1 <= rows <= 16), shape
             if few.shares_rows(x):
                 with monkeypatch.context() as patched:
                     patched.setattr(weight_formats.F, "linear", not_linear)
@@ -111,6 +112,16 @@ def test_few_float32_rows_go_weight_first_on_several_threads_with_linears_number
                 assert torch.allclose(got, expected, atol=1e-5)
             else:
                 assert torch.equal(few(x), expected)
+        uneven = FewRowsLinear(_linear(48, 39, bias))
+        x = torch.randn(1, 48)
+        assert few.blocks(1) == 2 and uneven.blocks(1) == 1 and not uneven.shares_rows(x)
+        assert uneven.shares_rows(torch.randn(2, 48))
+        torch.set_num_threads(4)            # a block per thread
+        with monkeypatch.context() as patched:
+            patched.setattr(weight_formats.F, "linear", not_linear)
+            got = few(x).detach()
+        assert few.blocks(1) == 4 and torch.allclose(got, linear(x).detach(), atol=1e-5)
+        torch.set_num_threads(2)
         x = torch.randn(4, 48)
         assert not few.shares_rows(x.bfloat16())
         with torch.autocast("cpu", dtype=torch.bfloat16):
