@@ -33,6 +33,7 @@ import xspec
 from speed import SIZES, NoEos
 from xspec.runtime.beam_search import Scoring, beam_search
 from xspec.runtime.vocab import BOS, EOS, PAD
+from xspec.runtime.weight_formats import store_weights
 
 VOCAB, SENTENCES, SOURCE_LEN, STEPS, LONG = 8000, 64, 24, 74, 300
 
@@ -42,6 +43,7 @@ def build_xspec(size: str, compiled: bool = False):
     spec = xspec.compile("specs/tiny.xspec", overrides={
         "vocab": VOCAB, "d_model": d_model, "layers": layers, "heads": heads, "d_ff": d_ff, "max_len": 512})
     model = spec.build("cpu").eval()
+    store_weights(model, "fp32", torch.device("cpu"))   # as `xspec translate` loads a model to decode
     if compiled:  # as `xspec translate --compile on` does
         model.decode = torch.compile(model.decode, dynamic=True)
     return model

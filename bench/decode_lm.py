@@ -1,13 +1,13 @@
 """Greedy decoding of an imported Llama: xspec's runtime against transformers' `generate`, in one process.
 
-    python bench/decode_lm.py [--size 30m|120m] [--rounds 3] [--compile]
+    python bench/decode_lm.py [--size 30m|120m] [--prompts 4] [--rounds 3] [--compile]
 
 transformers writes a random Llama checkpoint (30m: hidden 512, 8 layers, 8 heads over 4 key/value heads,
 vocabulary 8000, 31.8M parameters; 120m: hidden 768, 12 layers, 12 over 4, vocabulary 32000) with a
 word-level tokenizer; `xspec import` reads it. Then, alternating round by round: transformers'
 `generate` (greedy, float32) and xspec's greedy decoding with its cache (runtime/sampling.py) in float32,
 under bf16 autocast (decode.precision = "bf16"), and with its linear layers' weights kept in bf16 and in
-int8 (decode.weights, runtime/weight_formats.py). Each decodes 4 prompts of 32 tokens for 64 new ones
+int8 (decode.weights, runtime/weight_formats.py). Each decodes 4 prompts (--prompts) of 32 tokens for 64 new ones
 (no end token). It prints ms per decoded position, medians, and each variant's logits against float32's
 (max |Δ|, KL and argmax agreement on the prompts). --compile adds the three weight formats with the decoder's step
 through torch.compile (about two minutes of compiling each, not counted). It checks nothing (transformers
@@ -38,7 +38,7 @@ SIZES = {
     "120m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                  num_attention_heads=12, num_key_value_heads=4),
 }
-PROMPTS, PROMPT_LEN, NEW = 4, 32, 64
+PROMPT_LEN, NEW = 32, 64
 
 
 def write_checkpoint(directory: Path, size: str) -> None:
@@ -58,6 +58,7 @@ def write_checkpoint(directory: Path, size: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=SIZES, default="30m")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts decoded together (rows of a step)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile'd steps")
     args = parser.parse_args()
@@ -72,7 +73,7 @@ def main() -> None:
         ours = xspec.load(run, device="cpu", weights="fp32").members.eval()
         stored = {name: xspec.load(run, device="cpu", weights=name).members.eval() for name in ("bf16", "int8")}
     torch.manual_seed(1)
-    prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (PROMPTS, PROMPT_LEN))
+    prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (args.prompts, PROMPT_LEN))
     prompts[:, 0] = EOS  # xspec's prompts start at the end token, as its documents do
     fp32, bf16 = Precision("cpu", None), Precision("cpu", torch.bfloat16)
 
@@ -105,12 +106,13 @@ def main() -> None:
             start = time.perf_counter()
             run_once()
             times[name].append((time.perf_counter() - start) * 1000 / NEW)
-    reference = statistics.median(times["transformers generate (fp32)"])
-    print(f"{args.size}: greedy decoding, {PROMPTS} prompts x {PROMPT_LEN} tokens + {NEW} new, "
-          f"{torch.get_num_threads()} threads; ms per position (median of {args.rounds}), speed against transformers")
+    theirs = times["transformers generate (fp32)"]
+    print(f"{args.size}: greedy decoding, {args.prompts} prompts x {PROMPT_LEN} tokens + {NEW} new, "
+          f"{torch.get_num_threads()} threads; ms per position (median of {args.rounds}), speed against transformers "
+          "(the median of the rounds' ratios, each round's two runs side by side)")
     for name, values in times.items():
-        median = statistics.median(values)
-        print(f"  {name:30s} {median:7.2f} ms   {reference / median:5.2f}x   rounds: "
+        ratios = [reference / value for reference, value in zip(theirs, values)]
+        print(f"  {name:30s} {statistics.median(values):7.2f} ms   {statistics.median(ratios):5.2f}x   rounds: "
               f"{', '.join(f'{v:.2f}' for v in values)}")
     with torch.no_grad():
         exact = ours.decode(prompts).float()

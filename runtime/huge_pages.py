@@ -11,7 +11,7 @@ docs/runtime.md).
 
 Where the kernel has no transparent huge pages (not Linux, or `never` in
 /sys/kernel/mm/transparent_hugepage/enabled) nothing is moved. Training never sees it: only loading for
-decoding (runtime/inference.py) places weights so.
+decoding (runtime/weight_formats.py's store_weights) places weights so.
 """
 
 from __future__ import annotations

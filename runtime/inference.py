@@ -25,7 +25,6 @@ from .corpus import EncodedPairs, encode_source
 from .distributed import pick_device
 from .expert_products import register_expert_products
 from .generation import Generator
-from .huge_pages import place_on_huge_pages
 from .ensemble import ModelOrEnsemble
 from .scoring import LineScores, example_log_probs, score_lines
 from .tasks import max_sequence_tokens
@@ -339,8 +338,6 @@ def load(run_or_checkpoint: Union[str, Path], device: Union[str, torch.device, N
     requested, linear_bytes = weights or spec.decode.weights, linear_weight_bytes(model)
     weight_format = choose_weight_format(chosen, requested, setting, linear_bytes)
     store_weights(model, weight_format, chosen)
-    if chosen.type == "cpu":
-        place_on_huge_pages(model)      # each decoded token streams the weights from memory
     for notice in (weight_format_notice(weight_format, requested, setting, linear_bytes),
                    _precision_notice(chosen, spec.decode.precision)):
         if notice is not None:      # a precision below float32 is never chosen silently

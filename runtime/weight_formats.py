@@ -15,6 +15,8 @@ weights as trained; int8, which changes the logits more, is asked for by name.
 
 Kept in float32 on a CPU, each layer multiplies a decoding step's few rows in the order that shares the
 work among the CPU's threads (FewRowsLinear): the same weights, the same numbers to float32's rounding.
+On a CPU, whatever the format, the weights are then copied onto huge pages where the kernel offers them
+(runtime/huge_pages.py): fewer pages crossed as a step streams them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 
 from xspec.base.errors import UserError
 from xspec.nn.contracts import ReadsWeightsAsMatrices
+from .huge_pages import place_on_huge_pages
 from .precision import cpu_bf16_instructions
 
 # torch's CPU int8 kernel reads its input in blocks of 16 features; other widths give wrong numbers or crash.
@@ -200,11 +203,14 @@ def last_level_cache_bytes() -> Optional[int]:
 
 def store_weights(model: nn.Module, weight_format: str, device: torch.device) -> int:
     """Replaces the replaceable linear layers of `model` (replaceable_linears) on `device` with the format's
-    module, in place (float32's on a CPU: FewRowsLinear); the number replaced."""
+    module, in place (float32's on a CPU: FewRowsLinear), and on a CPU moves the weights onto huge pages
+    (runtime/huge_pages.py); the number of layers replaced."""
     if weight_format == "fp32" and device.type != "cpu":
         return 0
     make = FewRowsLinear if weight_format == "fp32" else FORMATS[weight_format]
     layers = list(replaceable_linears(model))
     for parent, name, layer in layers:
         setattr(parent, name, make(layer))
+    if device.type == "cpu":
+        place_on_huge_pages(model)      # each decoded token streams the weights from memory
     return len(layers)
