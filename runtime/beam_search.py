@@ -136,7 +136,8 @@ def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, a
                      vocab_size: int | None = None, end: int = EOS, never: tuple[int, ...] = (PAD, BOS),
                      also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules(),
                      padding: torch.Tensor | None = None,
-                     selection: Optional[Selection] = None) -> list[list[Hypothesis]]:
+                     selection: Optional[Selection] = None,
+                     output_head: Optional[str] = None) -> list[list[Hypothesis]]:
     """Best `nbest` continuations of each prompt of a decoder-only model or an ensemble of them, `prompts`
     [B, P] (each starting with EOS, the start of a document), up to `max_new_tokens` tokens each (fewer where
     the positions end), choosing among the first `vocab_size` tokens (default: all the model's). A
@@ -144,18 +145,31 @@ def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, a
     tokenizer has its own). `rules` apply to the log-probabilities, each hypothesis after its prompt
     (runtime/score_rules.py). `padding` [B]: prompts of different lengths, each padded on the left by so many
     positions (runtime/cache.py; no rule may read them then). `selection`: candidates chosen otherwise than
-    as the best (beam sampling)."""
+    as the best (beam sampling). `output_head`: the path of the module that makes a single model's logits
+    (CompiledSpec.output_head), which the prompts' pass has make the last position's alone."""
     room = max_new_tokens if max_positions is None else min(max_new_tokens, max_positions - prompts.size(1))
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
-    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size, padding, room)
+    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size, padding, room,
+                                                      output_module(model, output_head))
                                    for m in members(model)])
     if rules.any:
         if padding is not None:
             raise ValueError("score rules read the prompts: they are not padded")
         steps = RuledSteps(steps, prompts.repeat_interleave(beam, dim=0), rules)
     return search(steps, prompts.size(0), beam, alpha, max_lens, nbest, end, never, also_end, selection=selection)
+
+
+def output_module(model: ModelOrEnsemble, output_head: Optional[str]) -> Optional[torch.nn.Module]:
+    """The module at `output_head` of a single model; None for an ensemble or where none is named."""
+    return model.get_submodule(output_head) if output_head is not None and isinstance(model, torch.nn.Module) \
+        else None
+
+
+def _last_position(head: torch.nn.Module, inputs: tuple) -> tuple:
+    """A forward pre-hook: the head reads the last position of its states [B, T, d] alone."""
+    return (inputs[0][:, -1:], *inputs[1:])
 
 
 class EncoderDecoderSteps:
@@ -202,10 +216,15 @@ class EncoderDecoderSteps:
 
 class LanguageModelSteps:
     """A decoder-only model's next-token logits for every hypothesis: the first call reads the whole
-    prompt (filling the cache), later ones the last token; the first `vocab_size` tokens are candidates."""
+    prompt (filling the cache), later ones the last token; the first `vocab_size` tokens are candidates.
+    `head`: the module that makes the model's logits (CompiledSpec.output_head); a pass over several
+    positions then has it read the last position's states alone, as transformers' `generate` asks a model
+    for the last position's logits only: a prompt of P tokens costs one row of the vocabulary's product,
+    not P (and not P x vocab floats)."""
 
     def __init__(self, model, prompts: torch.Tensor, beam: int, use_cache: bool, vocab_size: int | None = None,
-                 padding: torch.Tensor | None = None, new_tokens: int | None = None) -> None:
+                 padding: torch.Tensor | None = None, new_tokens: int | None = None,
+                 head: Optional[torch.nn.Module] = None) -> None:
         self.model = model
         self.vocab_size = vocab_size
         self.prompts = prompts.repeat_interleave(beam, dim=0)                  # [B*K, P]
@@ -216,14 +235,25 @@ class LanguageModelSteps:
         self.cache: Any = new_cache(model, positions, rows) if use_cache else None
         self.cached = use_cache
         self.started = False
+        self.head = head
 
     def __call__(self, sequences: torch.Tensor) -> torch.Tensor:
         """[R, t] hypotheses (a start token, then what was generated) -> [R, V] logits of their next token."""
         if self.cache is None:
-            return self.model.decode(torch.cat([self.prompts, sequences[:, 1:]], dim=1))[:, -1]
+            return self._last(torch.cat([self.prompts, sequences[:, 1:]], dim=1))
         inputs = sequences[:, -1:].contiguous() if self.started else self.prompts   # one stride for every step
         self.started = True
-        return self.model.decode(inputs, cache=self.cache)[:, -1]
+        return self._last(inputs, self.cache)
+
+    def _last(self, inputs: torch.Tensor, cache: Any = None) -> torch.Tensor:
+        """The logits [R, V] after the last of `inputs`' positions."""
+        if self.head is None or inputs.size(1) == 1:
+            return self.model.decode(inputs, cache=cache)[:, -1]
+        hook = self.head.register_forward_pre_hook(_last_position)
+        try:
+            return self.model.decode(inputs, cache=cache)[:, -1]
+        finally:
+            hook.remove()
 
     def logits(self, sequences: torch.Tensor) -> torch.Tensor:
         """[R, t] hypotheses -> [R, V] logits (float32) of their next token (V: the vocabulary's)."""

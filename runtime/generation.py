@@ -134,13 +134,13 @@ class Generator:
                 room = min(d.max_new_tokens, self.max_tokens - batch.size(1) + 1)
                 return sample(self.model, batch, room, self.sampling, self.seed, indices, follow,
                               end_token=end, never=self.vocab.never_generated, vocab_size=len(self.vocab),
-                              also_end=tuple(also_end), rules=rules, padding=padding)
+                              also_end=tuple(also_end), rules=rules, padding=padding, output_head=self.output_head)
             drawn = Drawing.of(d, self.seed, indices, batch.device, self.vocab.never_generated,
                                len(self.vocab.end_tokens))
             hyps = continue_prompts(self.model, batch, d.beam, Scoring.of(d), d.max_new_tokens,
                                     max_positions=self.max_tokens, vocab_size=len(self.vocab),
                                     end=end, never=self.vocab.never_generated, also_end=tuple(also_end),
-                                    rules=rules, padding=padding, selection=drawn)
+                                    rules=rules, padding=padding, selection=drawn, output_head=self.output_head)
         return [h[0].tokens if h else [] for h in hyps]
 
     def _speculative(self, batch: torch.Tensor, depths: torch.nn.ModuleList, follow) -> list[list[int]]:

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import torch
 
 from xspec.compiler.sections import DecodeSection
-from .beam_search import LanguageModelSteps
+from .beam_search import LanguageModelSteps, output_module
 from .ensemble import ModelOrEnsemble, ensemble_steps, members
 from .score_rules import ScoreRules
 from .top_k import top_k
@@ -168,7 +168,7 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
            on_tokens: Optional[Callable[[list[int], list[int]], None]] = None, end_token: int = EOS,
            never: tuple[int, ...] = (PAD, BOS), vocab_size: Optional[int] = None,
            also_end: tuple[int, ...] = (), rules: ScoreRules = ScoreRules(),
-           padding: Optional[torch.Tensor] = None) -> list[list[int]]:
+           padding: Optional[torch.Tensor] = None, output_head: Optional[str] = None) -> list[list[int]]:
     """Continuations (without EOS) of `prompts` [B, P] (each starting with EOS), up to `max_new_tokens`
     tokens, by a model or an ensemble (a list of models: their mixture, runtime/ensemble.py); `sampling`
     None is greedy. `indices` number the prompts for their random streams (default 0..B-1).
@@ -178,13 +178,14 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
     any beyond the first `vocab_size` (a model may have more embedding rows than the vocabulary pieces).
     `rules` (runtime/score_rules.py: a repetition penalty, n-gram bans, a least length) apply to the logits.
     `padding` [B]: prompts of different lengths, each padded on the left by so many positions
-    (runtime/cache.py; no rule may read them then)."""
+    (runtime/cache.py; no rule may read them then). `output_head`: the path of the module that makes a
+    single model's logits (CompiledSpec.output_head), which the prompts' pass has make the last position's alone."""
     B = prompts.size(0)
     if rules.any and padding is not None:
         raise ValueError("score rules read the prompts: they are not padded")
     streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
-    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size, padding, max_new_tokens)
-                            for m in members(model)])
+    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size, padding, max_new_tokens,
+                                               output_module(model, output_head)) for m in members(model)])
     so_far = prompts                                                        # each active row's tokens
 
     def next_log_probs(inputs: torch.Tensor, new: int) -> torch.Tensor:

@@ -120,6 +120,43 @@ def test_greedy_sampling_and_beam_search_agree_where_they_should(model):
             assert a.score == pytest.approx(b.score, rel=1e-4)
 
 
+def test_the_prompts_pass_makes_the_last_positions_logits_alone_and_decodes_as_before(model):
+    """Given the module that makes the logits (CompiledSpec.output_head), a pass over several positions has it
+    read the last position's states only, as transformers' generate asks for; the continuations are the same."""
+    head_path = "decoder.generator"
+    head = model.get_submodule(head_path)
+    read: list[tuple[int, ...]] = []
+    watch = head.register_forward_hook(lambda module, inputs, output: read.append(tuple(inputs[0].shape)))
+    try:
+        prompts = _prompts(6, 3, seed=2)
+        padding = torch.tensor([2, 0, 1])
+        for rows in range(3):
+            prompts[rows, :padding[rows]] = PAD
+        plain = sample(model, prompts, 8, None, padding=padding)
+        assert read[0] == (3, 7, 32)                      # every prompt position, without the head named
+        read.clear()
+        assert sample(model, prompts, 8, None, padding=padding, output_head=head_path) == plain
+        assert read[0] == (3, 1, 32) and all(shape[1] == 1 for shape in read)
+        beams = continue_prompts(model, prompts, beam=3, alpha=0.6, max_new_tokens=6, nbest=3, padding=padding)
+        read.clear()
+        headed = continue_prompts(model, prompts, beam=3, alpha=0.6, max_new_tokens=6, nbest=3, padding=padding,
+                                  output_head=head_path)
+        assert read[0] == (9, 1, 32)
+        assert [[h.tokens for h in hs] for hs in headed] == [[h.tokens for h in hs] for hs in beams]
+        for hs, hs_plain in zip(headed, beams):
+            assert [h.score for h in hs] == pytest.approx([h.score for h in hs_plain], rel=1e-5)
+        uncached = continue_prompts(model, prompts[1:2], beam=2, alpha=0.6, max_new_tokens=5, use_cache=False,
+                                    output_head=head_path)
+        assert all(shape[1] == 1 for shape in read)        # without a cache, every pass reads the last alone
+        assert uncached[0][0].tokens == continue_prompts(model, prompts[1:2], beam=2, alpha=0.6, max_new_tokens=5,
+                                                         use_cache=False)[0][0].tokens
+        assert sample([model, model], prompts, 4, None, padding=padding, output_head=head_path) == \
+            sample([model, model], prompts, 4, None, padding=padding)    # an ensemble names no one head
+    finally:
+        watch.remove()
+    assert not head._forward_pre_hooks                    # the pass's own hook is gone
+
+
 class _PaddedRowsFavoured(torch.nn.Module):
     """The model with every token from 30 on made far likelier than the rest (rows beyond a vocabulary)."""
 
