@@ -70,7 +70,8 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "xspec", "import", str(source), "-o", str(run), "--no-verify"],
                        check=True, stdout=subprocess.DEVNULL)
         hf = LlamaForCausalLM.from_pretrained(source).eval()
-        ours = xspec.load(run, device="cpu", weights="fp32").members.eval()
+        loaded = xspec.load(run, device="cpu", weights="fp32")
+        ours, head = loaded.members.eval(), loaded.output_head   # `xspec generate` names the output head
         stored = {name: xspec.load(run, device="cpu", weights=name).members.eval() for name in ("bf16", "int8")}
     torch.manual_seed(1)
     prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (args.prompts, PROMPT_LEN))
@@ -80,7 +81,7 @@ def main() -> None:
     def ours_in(model, precision: Precision):
         def run_once() -> None:
             with torch.no_grad(), precision.context():
-                sample(model, prompts, NEW, None, end_token=-1, never=(), vocab_size=None)
+                sample(model, prompts, NEW, None, end_token=-1, never=(), vocab_size=None, output_head=head)
         return run_once
 
     def theirs() -> None:
