@@ -74,8 +74,11 @@ def place_on_huge_pages(model: nn.Module) -> Optional[mmap.mmap]:
     total = sum(_aligned(t.numel() * t.element_size()) for t in tensors)
     if total < LEAST_BYTES:
         return None
-    arena = mmap.mmap(-1, total + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    arena.madvise(mmap.MADV_HUGEPAGE)   # before the first touch: the pages are made huge as they fault in
+    try:
+        arena = mmap.mmap(-1, total + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        arena.madvise(mmap.MADV_HUGEPAGE)   # before the first touch: the pages are made huge as they fault in
+    except OSError:     # no such mapping here (a memory limit): the weights stay where they are
+        return None
     memory = torch.frombuffer(arena, dtype=torch.uint8)
     offset = -memory.data_ptr() % HUGE_PAGE
     with torch.no_grad():

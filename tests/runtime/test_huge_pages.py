@@ -86,3 +86,17 @@ def test_nothing_moves_without_huge_pages_or_for_few_weights(offered, monkeypatc
     offered.write_text("always [madvise] never\n")
     monkeypatch.setattr(huge_pages, "LEAST_BYTES", 1 << 20)     # 16 KiB of weights: not worth a copy
     assert place_on_huge_pages(model) is None and model[0].weight.data_ptr() == pointer
+
+
+def test_a_mapping_refused_leaves_the_weights_where_they_are(offered, monkeypatch):
+    """Where the kernel refuses the mapping (a memory limit), the model decodes from its own memory."""
+    offered.write_text("always [madvise] never\n")
+    monkeypatch.setattr(huge_pages, "LEAST_BYTES", 0)
+
+    def refused(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(huge_pages.mmap, "mmap", refused)
+    model = nn.Sequential(nn.Linear(64, 64))
+    pointer = model[0].weight.data_ptr()
+    assert place_on_huge_pages(model) is None and model[0].weight.data_ptr() == pointer
