@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 import xspec
-from xspec.runtime.precision import Precision
+from xspec.runtime.precision import Precision, choose_precision
 from xspec.runtime.sampling import sample
 from xspec.runtime.vocab import EOS
 
@@ -76,7 +76,8 @@ def main() -> None:
     torch.manual_seed(1)
     prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (args.prompts, PROMPT_LEN))
     prompts[:, 0] = EOS  # xspec's prompts start at the end token, as its documents do
-    fp32, bf16 = Precision("cpu", None), Precision("cpu", torch.bfloat16)
+    # decode.precision = "bf16" as the runtime takes it (on some CPUs, attention in float32)
+    fp32, bf16 = Precision("cpu", None), choose_precision(torch.device("cpu"), "bf16", "decode.precision")
 
     def ours_in(model, precision: Precision):
         def run_once() -> None:

@@ -114,7 +114,7 @@ def main() -> None:
     torch.manual_seed(0)
     spec = xspec.compile("specs/base.xspec", overrides={"vocab": 8000, "d_model": d_model, "layers": layers,
                                                         "heads": heads, "d_ff": d_ff})
-    chosen = choose_precision(torch.device("cpu"), args.precision)
+    chosen = choose_precision(torch.device("cpu"), args.precision, training=True)
     fp32 = Precision("cpu", None)
     print(f"xspec computes in {chosen.describe()}")
     candidates = {"xspec": spec.build(device="cpu"), "nn.Transformer": HandWritten(8000, d_model, layers, heads, d_ff)}

@@ -99,7 +99,8 @@ class TrainSection(_Section):
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="auto: bf16 autocast on GPUs that have it, fp16 with loss scaling on older ones; on "
                             "CPUs, bf16 autocast where the CPU has AMX or AVX-512 BF16 and every batch is one "
-                            "shape (a language model's blocks), else float32")
+                            "shape (a language model's blocks), or where it has AVX-512 BF16 without AMX (attention "
+                            "then in float32), else float32")
     lora_rank: int = Field(0, ge=0, le=4096, description="LoRA (Hu et al., 2021): the rank of the adapters learned "
                            "beside the frozen weights of the lora_targets layers (0: every weight trains); a run's "
                            "checkpoints then hold the adapters and a reference to the weights they adapt (--init)")

@@ -551,7 +551,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     tokens a forward pass may hold on this device (`free`: what it has free, measured when not given).
     `adapted`: a LoRA run's base checkpoint; the model then trains adapters beside its frozen weights."""
     cfg = spec.train
-    precision = choose_precision(context.device, cfg.precision, one_shape=_one_shape(spec))
+    precision = choose_precision(context.device, cfg.precision, one_shape=_one_shape(spec), training=True)
     plan = _memory_plan(spec, context, precision, corpus, free or free_memory(context.device), log,
                         adapted is not None)
     torch.manual_seed(torch_seed(cfg.seed))
