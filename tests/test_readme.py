@@ -171,6 +171,7 @@ NOT_RUN = {
     "bench/parsing.sh": _BENCH,
     "bench/decode.py": _BENCH,
     "bench/decode_lm.py": _BENCH,
+    "bench/speed.py": _BENCH,
     "bench/lm_multi30k.sh": _BENCH,
     "MINUTES=45 WARMUP=1000 bench/multi30k.sh": _BENCH,
     "bench/compile_time.py": _BENCH,

@@ -16,9 +16,11 @@ from xspec.runtime.demo_data import generate_split
 from xspec.runtime.distributed import setup
 from xspec.runtime.run_dir import read_metrics_log
 
+# float32: the order of the sums is what two processes change, and bf16's rounding (which "auto" takes on
+# some CPUs) would blur it.
 STEPS = ["--set", "dropout=0", "--set", "train.max_steps=20", "--set", "train.batch_tokens=1200",
-         "--set", "train.max_batch_tokens=300", "--set", "train.update_parts=2", "--no-progress", "--no-test",
-         "--device", "cpu"]
+         "--set", "train.max_batch_tokens=300", "--set", "train.update_parts=2", "--set", "train.precision=fp32",
+         "--no-progress", "--no-test", "--device", "cpu"]
 
 
 def _losses(run) -> list[float]:
