@@ -19,7 +19,6 @@ import argparse
 import math
 import statistics
 import time
-from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +26,6 @@ from torch import nn
 
 import xspec
 from xspec.runtime.beam_search import beam_search
-from xspec.runtime.dropout_masks import uniform_dropout_masks
 from xspec.runtime.precision import Precision, choose_precision
 from xspec.runtime.vocab import EOS
 
@@ -61,9 +59,8 @@ class HandWritten(nn.Module):
         return hidden @ self.embed.weight.T
 
 
-def train_step(model, optimizer, precision: Precision, src, tgt_in, labels, padding, as_trainer: bool = False) -> None:
-    """`as_trainer`: dropout's masks drawn as xspec's trainer draws them on a CPU (runtime/dropout_masks.py)."""
-    with precision.context(), uniform_dropout_masks(src.device) if as_trainer else nullcontext():
+def train_step(model, optimizer, precision: Precision, src, tgt_in, labels, padding) -> None:
+    with precision.context():
         logits = model(src, tgt_in, padding)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), label_smoothing=0.1)
     loss.backward()
@@ -135,16 +132,14 @@ def main() -> None:
     speeds: dict[str, list[float]] = {k: [] for k in candidates}
     for name, model in candidates.items():       # warm-up (and compilation)
         start = time.perf_counter()
-        for _ in range(2):
-            train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding,
-                       name.startswith("xspec"))
+        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
         print(f"  {name}: first two steps {time.perf_counter() - start:.1f} s")
     for _ in range(args.rounds):
         for name, model in candidates.items():
             start = time.perf_counter()
             for _ in range(args.steps):
-                train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding,
-                           name.startswith("xspec"))
+                train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
             speeds[name].append(args.steps * 128 * 32 / (time.perf_counter() - start))
     median = {k: statistics.median(v) for k, v in speeds.items()}
     print(f"{args.size}: training, target tokens/s (median of {args.rounds} rounds, {torch.get_num_threads()} threads)")
@@ -157,7 +152,7 @@ def main() -> None:
     if args.profile:
         for name, model in candidates.items():
             print_profile(name, lambda: train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1],
-                                                   tgt[:, 1:], padding, name.startswith("xspec")))
+                                                   tgt[:, 1:], padding))
     if args.compile:
         print(f"  compiled / eager xspec = {median['xspec compiled'] / median['xspec']:.2f}")
 
