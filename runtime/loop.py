@@ -30,7 +30,6 @@ from . import checkpoint as ckpt
 from . import distributed, state_dicts
 from .batching import Batch, micro_batch_cap, micro_batches, plan_epoch, rank_passes, shard
 from .data_order import Window
-from .dropout_masks import uniform_dropout_masks
 from .length_buckets import LengthBuckets
 from .lora import adapter_tensors, store_frozen_base
 from .precision import Precision
@@ -286,7 +285,7 @@ class Trainer:
         total = torch.zeros((), device=context.device)
         for i, (batch, counts) in enumerate(update.passes):
             with self._gradient_sync(last=i == len(update.passes) - 1):
-                with self.precision.context(), uniform_dropout_masks(context.device):
+                with self.precision.context():
                     loss = self.runner(batch.labels, *batch.inputs)
                 weighted = loss * (context.world_size / update.tokens if counts else 0.0)
                 (self.scaler.scale(weighted) if self.scaler is not None else weighted).backward()
