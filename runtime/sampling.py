@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import torch
 
@@ -126,7 +126,7 @@ class Drawing:
     def __init__(self, sampling: Sampling, seed: int, indices: list[int], device: torch.device,
                  never: tuple[int, ...] = (PAD, BOS), keep: int = 1) -> None:
         self.sampling, self.never, self.keep = sampling, never, keep
-        seeds = [seed * 1_000_003 + i for i in indices]
+        seeds = stream_seeds(seed, indices)
         self.streams = [random.Random(each) for each in seeds]                    # one draw a step
         self.generators = [torch.Generator(device=device).manual_seed(each) for each in seeds]  # Gumbel noise
 
@@ -152,6 +152,12 @@ class Drawing:
         drawn = keys.topk(count, dim=1).indices
         scores, order = candidates.gather(1, drawn).sort(dim=1, descending=True)
         return scores, drawn.gather(1, order)
+
+
+def stream_seeds(seed: int, indices: Iterable[int]) -> list[int]:
+    """The seed of each numbered prompt's (or line's) random stream: a seed draws the same output for a prompt
+    whatever else is in its batch."""
+    return [seed * 1_000_003 + i for i in indices]
 
 
 def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
@@ -183,7 +189,7 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
     B = prompts.size(0)
     if rules.any and padding is not None:
         raise ValueError("score rules read the prompts: they are not padded")
-    streams = [random.Random(seed * 1_000_003 + i) for i in (indices if indices is not None else range(B))]
+    streams = [random.Random(each) for each in stream_seeds(seed, indices if indices is not None else range(B))]
     steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size, padding, max_new_tokens,
                                                output_module(model, output_head)) for m in members(model)])
     so_far = prompts                                                        # each active row's tokens
