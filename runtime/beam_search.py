@@ -151,8 +151,8 @@ def continue_prompts(model: ModelOrEnsemble, prompts: torch.Tensor, beam: int, a
     if room < 1:
         raise ValueError(f"a prompt of {prompts.size(1)} tokens leaves no room within {max_positions} positions")
     max_lens = torch.full((prompts.size(0),), room + 1, device=prompts.device)   # + the EOS that ends it
-    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size, padding, room,
-                                                      output_module(model, output_head))
+    head = output_module(model, output_head)
+    steps: Steps = ensemble_steps([LanguageModelSteps(m, prompts, beam, use_cache, vocab_size, padding, room, head)
                                    for m in members(model)])
     if rules.any:
         if padding is not None:

@@ -190,8 +190,9 @@ def sample(model: ModelOrEnsemble, prompts: torch.Tensor, max_new_tokens: int, s
     if rules.any and padding is not None:
         raise ValueError("score rules read the prompts: they are not padded")
     streams = [random.Random(each) for each in stream_seeds(seed, indices if indices is not None else range(B))]
-    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size, padding, max_new_tokens,
-                                               output_module(model, output_head)) for m in members(model)])
+    head = output_module(model, output_head)
+    steps = ensemble_steps([LanguageModelSteps(m, prompts, 1, True, vocab_size, padding, max_new_tokens, head)
+                            for m in members(model)])
     so_far = prompts                                                        # each active row's tokens
 
     def next_log_probs(inputs: torch.Tensor, new: int) -> torch.Tensor:
