@@ -70,7 +70,7 @@ class Precision:
             if self.dtype is not None:
                 stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
             if self.float32_attention and self.dtype is not None:
-                stack.enter_context(Float32Attention(self.dtype))
+                stack.enter_context(Float32Attention())
             yield
 
     def grad_scaler(self) -> Optional[torch.amp.GradScaler]:
@@ -82,20 +82,18 @@ class Float32Attention(TorchFunctionMode):
     """torch's attention (`F.scaled_dot_product_attention`) computed in float32 under a CPU's bf16 autocast,
     its output given back in bf16 as the autocast would give it: on a CPU with AVX-512 BF16 and no AMX, torch's
     bf16 attention kernel took 1.3-1.6x float32's time forward and backward over a training pass's shapes, and
-    4.7x for a decoding step's one query a row (docs/runtime.md). Other functions pass through unchanged."""
-
-    def __init__(self, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.dtype = dtype
+    4.7x for a decoding step's one query a row (docs/runtime.md). Other functions, and attention where the
+    CPU's autocast is off, pass through unchanged."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is not F.scaled_dot_product_attention or torch.compiler.is_compiling():
+        if func is not F.scaled_dot_product_attention or torch.compiler.is_compiling() \
+                or not torch.is_autocast_enabled("cpu"):
             return func(*args, **kwargs)
         widened = [_float32(a) for a in args]
         with torch.autocast("cpu", enabled=False):
             out = func(*widened, **{key: _float32(value) for key, value in kwargs.items()})
-        return out.to(self.dtype)
+        return out.to(torch.get_autocast_dtype("cpu"))
 
 
 def _float32(value):

@@ -86,7 +86,10 @@ def test_float32_attention_computes_attention_in_float32_and_gives_bf16_back():
         out = torch.nn.functional.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(),
                                                                attn_mask=bias)
         projected = torch.nn.functional.linear(q, torch.randn(16, 16))
+        with torch.autocast("cpu", enabled=False):              # where the autocast is off, torch's own
+            plain = torch.nn.functional.scaled_dot_product_attention(q, k, v)
     assert out.dtype == torch.bfloat16 and projected.dtype == torch.bfloat16      # other ops: the autocast's
+    assert plain.dtype == torch.float32
     exact = torch.nn.functional.scaled_dot_product_attention(q.bfloat16().float(), k.bfloat16().float(),
                                                              v.bfloat16().float(), attn_mask=bias.float())
     torch.testing.assert_close(out, exact.bfloat16(), rtol=0, atol=0)
