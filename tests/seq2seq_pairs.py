@@ -31,7 +31,7 @@ def pair_losses(trained, tokenizer, model, sources: list[str], targets: list[str
 
 def fine_tuned_losses(run: Path, lines: list[str], folder: Path) -> list[float]:
     """The validation losses of `train --init run` on pairs of `lines` and their words reversed (the lines
-    eight times over to train on, once to validate), two validations in all."""
+    eight times over to train on, once to validate), four validations in all."""
     import json
 
     from xspec.cli import main
@@ -43,8 +43,8 @@ def fine_tuned_losses(run: Path, lines: list[str], folder: Path) -> list[float]:
     assert main(["train", "--init", str(run), "--train-src", str(folder / "train.src"),
                  "--train-tgt", str(folder / "train.tgt"), "--valid-src", str(folder / "valid.src"),
                  "--valid-tgt", str(folder / "valid.tgt"), "-o", str(tuned), "--no-test", "--no-tensorboard",
-                 "--no-progress", "--set", "train.epochs=6", "--set", "train.validate_every_steps=3",
-                 "--set", "train.lr=0.003", "--set", "train.warmup_fraction=0.01",
+                 "--no-progress", "--set", "train.epochs=12", "--set", "train.validate_every_steps=3",
+                 "--set", "train.lr=0.01", "--set", "train.warmup_fraction=0.01",
                  "--set", "train.batch_tokens=400"]) == 0
     return [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
             if "valid_loss" in line]

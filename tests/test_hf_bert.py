@@ -408,14 +408,14 @@ def test_train_init_makes_a_classifier_of_an_imported_bert(tmp_path, capsys):
     import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
     tuned = tmp_path / "tuned"
     assert main(["train", "--init", str(tmp_path / "run"), "--set", "num_labels=2", *flags, "-o", str(tuned),
-                 "--no-tensorboard", "--no-progress", "--set", "train.epochs=6", "--set", "train.lr=0.001",
+                 "--no-tensorboard", "--no-progress", "--set", "train.epochs=10", "--set", "train.lr=0.001",
                  "--set", "train.batch_tokens=16", "--set", "train.validate_every_steps=25"]) == 0
     said = capsys.readouterr().out
     assert "--init: the classifier's own tensors start fresh (encoder.pooler.weight, encoder.pooler.bias, " \
            "encoder.classifier.weight, encoder.classifier.bias)" in said
     assert "other head is not read (encoder.lm_head.bias, encoder.lm_head.weight, encoder.transform.bias" in said
     metrics = json.loads((tuned / "metrics.json").read_text())
-    assert metrics["validation_accuracy"] >= 0.9
+    assert metrics["validation_accuracy"] >= 0.9, metrics
 
 
 # --- sequence classifiers --------------------------------------------------------------------------------------
@@ -658,11 +658,11 @@ def test_an_imported_bert_fine_tunes_on_pairs_and_scores_them(tmp_path, capsys):
     import_checkpoint(with_tokenizer(), tmp_path / "run", say=lambda line: None)
     tuned = tmp_path / "tuned"
     assert main(["train", "--init", str(tmp_path / "run"), "--set", "num_labels=2", *flags, "-o", str(tuned),
-                 "--no-tensorboard", "--no-progress", "--set", "train.epochs=4", "--set", "train.lr=0.001",
+                 "--no-tensorboard", "--no-progress", "--set", "train.epochs=8", "--set", "train.lr=0.001",
                  "--set", "train.batch_tokens=16", "--set", "train.validate_every_steps=8"]) == 0
     valid = [json.loads(line)["valid_loss"] for line in (tuned / "metrics.jsonl").read_text().splitlines()
              if "valid_loss" in line]
-    assert len(valid) >= 3 and valid[-1] < 0.6 * valid[0]
+    assert len(valid) >= 3 and valid[-1] < 0.6 * valid[0], valid
     assert json.loads((tuned / "metrics.json").read_text())["validation_accuracy"] >= 0.9
     capsys.readouterr()
     assert main(["eval", str(tuned), "--text", str(tmp_path / "valid.txt"), "--text-pair", str(tmp_path / "valid.pair"),
