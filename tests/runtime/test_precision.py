@@ -5,6 +5,7 @@ the context keeps attention off cuDNN's kernel, which plans again for every sequ
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -146,4 +147,6 @@ def test_a_bf16_run_trains_as_float32_does(small_corpus, tmp_path, capsys):
     assert 'bf16 (train.precision = "bf16"; the CPU has' in said.out + said.err
     fp32, bf16 = runs["fp32"]["valid_loss"], runs["bf16"]["valid_loss"]
     assert math.isfinite(bf16) and bf16 == pytest.approx(fp32, rel=0.05), (fp32, bf16)
-    assert fp32 != bf16  # computed differently
+    logged = {name: (tmp_path / name / "metrics.jsonl").read_text().splitlines() for name in runs}
+    losses = {name: [row["loss"] for row in map(json.loads, lines) if "loss" in row] for name, lines in logged.items()}
+    assert len(losses["fp32"]) == 40 and losses["fp32"] != losses["bf16"]  # computed differently
