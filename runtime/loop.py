@@ -13,7 +13,7 @@ import json
 
 import math
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional, Sequence
@@ -165,6 +165,8 @@ class Trainer:
     adapted: Optional[ckpt.BaseRef] = None
     # The lengths passes are padded up to (train.length_buckets); None: each pass's longest.
     buckets: Optional[LengthBuckets] = None
+    # Where a training pass draws dropout's masks (runtime/dropout_masks.py: hashed on a CPU).
+    dropout: AbstractContextManager = field(default_factory=nullcontext)
 
     @property
     def sharded(self) -> bool:
@@ -285,7 +287,7 @@ class Trainer:
         total = torch.zeros((), device=context.device)
         for i, (batch, counts) in enumerate(update.passes):
             with self._gradient_sync(last=i == len(update.passes) - 1):
-                with self.precision.context():
+                with self.precision.context(), self.dropout:
                     loss = self.runner(batch.labels, *batch.inputs)
                 weighted = loss * (context.world_size / update.tokens if counts else 0.0)
                 (self.scaler.scale(weighted) if self.scaler is not None else weighted).backward()

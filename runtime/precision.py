@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import functools
 import platform
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import ContextManager, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -69,9 +69,13 @@ class Precision:
                 stack.enter_context(sdpa_kernel(GPU_ATTENTION))
             if self.dtype is not None:
                 stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
-            if self.float32_attention and self.dtype is not None:
-                stack.enter_context(Float32Attention())
+            stack.enter_context(self.modes())
             yield
+
+    def modes(self) -> ContextManager:
+        """The torch function modes of `context()` (Float32Attention where set): what a recomputed forward
+        (activation checkpointing) enters again, since torch restores the autocast there but not these."""
+        return Float32Attention() if self.float32_attention and self.dtype is not None else nullcontext()
 
     def grad_scaler(self) -> Optional[torch.amp.GradScaler]:
         """fp16 needs its loss scaled so small gradients do not underflow; bf16 and float32 do not."""

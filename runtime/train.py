@@ -33,6 +33,7 @@ from . import distributed, state_dicts
 from .activation_checkpoint import checkpoint_layers
 from .attention_kernels import use_flex_attention
 from .compile_choice import use_compile
+from .dropout_masks import dropout_masks
 from .best import Criterion, best_checkpoint
 from .batching import micro_batch_cap
 from .length_buckets import LengthBuckets
@@ -562,8 +563,14 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused
     if adapted is not None:
         log.message(_adapters(model, spec))
+    dropout = dropout_masks(context.device)
     if cfg.activation_checkpointing:
-        layers = checkpoint_layers(model, spec)
+        @contextmanager
+        def recompute() -> Iterator[None]:
+            with precision.modes(), dropout:
+                yield
+
+        layers = checkpoint_layers(model, spec, recompute)
         log.message(f"activation checkpointing: {len(layers)} layers recompute their activations in the backward")
     step = TrainingStep(model, cfg.label_smoothing, cfg.router_aux_loss_coef, cfg.expert_bias_update_rate,
                         cfg.mtp_loss_weight, spec.output_head, _document_start(spec, vocab))
@@ -573,7 +580,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
     return Trainer(spec, run_dir, context, precision, step, wrapped, runner, optimizer,
                    make_scheduler(optimizer, cfg, spec.model_dim), corpus.train, corpus.valid, vocab, Progress(),
                    log, plan.cap, precision.grad_scaler(), adapted=adapted,
-                   buckets=_length_buckets(cfg, corpus, cfg.update_parts or context.world_size, log))
+                   buckets=_length_buckets(cfg, corpus, cfg.update_parts or context.world_size, log), dropout=dropout)
 
 
 def _length_buckets(cfg, corpus: Corpus, parts: int, log: RunLog) -> LengthBuckets | None:
