@@ -3,12 +3,13 @@
 The two candidates alternate round by round (speeds on a shared 2-core machine drift by 20-30%, so
 only ratios taken side by side mean anything; see ../shared/BASELINES.md). Run under tcmalloc:
 
-    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python bench/speed.py [--size tiny|small]
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python bench/speed.py [--size tiny|small|base]
 
 Training: a batch of 128 x 32 source and target tokens, forward + label-smoothed loss + backward +
 Adam step. xspec computes in the precision `--precision` asks for, as train.precision does
-(runtime/precision.py: bf16 autocast needs a CPU with bf16 matrix instructions); nn.Transformer in
-float32 and, where xspec runs in bf16, under the same autocast. Decoding: the runtime's beam search (beam 4) over
+(runtime/precision.py: bf16 autocast needs a CPU with bf16 matrix instructions) and draws dropout's masks
+as the trainer does (runtime/dropout_masks.py); nn.Transformer in float32 and, where xspec runs in bf16,
+under the same autocast. Decoding: the runtime's beam search (beam 4) over
 64 sentences of 24 tokens for 74 steps (EOS banned), with the model's key/value cache, in xspec's
 precision.
 """
@@ -19,6 +20,7 @@ import argparse
 import math
 import statistics
 import time
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -26,12 +28,14 @@ from torch import nn
 
 import xspec
 from xspec.runtime.beam_search import beam_search
+from xspec.runtime.dropout_masks import dropout_masks
 from xspec.runtime.precision import Precision, choose_precision
 from xspec.runtime.vocab import EOS
 
 SIZES = {  # (d_model, layers, heads, d_ff), vocab 8000 as in BASELINES.md
     "tiny": (128, 2, 4, 512),
     "small": (256, 3, 4, 1024),
+    "base": (512, 6, 8, 2048),  # the paper's base model (Table 3), at this vocabulary
 }
 
 
@@ -59,8 +63,9 @@ class HandWritten(nn.Module):
         return hidden @ self.embed.weight.T
 
 
-def train_step(model, optimizer, precision: Precision, src, tgt_in, labels, padding) -> None:
-    with precision.context():
+def train_step(model, optimizer, precision: Precision, src, tgt_in, labels, padding,
+               masks: AbstractContextManager = nullcontext()) -> None:
+    with precision.context(), masks:
         logits = model(src, tgt_in, padding)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), label_smoothing=0.1)
     loss.backward()
@@ -126,20 +131,22 @@ def main() -> None:
     if args.compile:
         candidates["xspec compiled"] = torch.compile(spec.build(device="cpu"))
         precisions["xspec compiled"] = chosen
+    masks = {k: dropout_masks(torch.device("cpu")) if k.startswith("xspec") else nullcontext() for k in candidates}
     optimizers = {k: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9) for k, m in candidates.items()}
     src, tgt = torch.randint(4, 8000, (128, 32)), torch.randint(4, 8000, (128, 33))
     padding = torch.zeros(128, 32, dtype=torch.bool)
     speeds: dict[str, list[float]] = {k: [] for k in candidates}
     for name, model in candidates.items():       # warm-up (and compilation)
         start = time.perf_counter()
-        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
-        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding, masks[name])
+        train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding, masks[name])
         print(f"  {name}: first two steps {time.perf_counter() - start:.1f} s")
     for _ in range(args.rounds):
         for name, model in candidates.items():
             start = time.perf_counter()
             for _ in range(args.steps):
-                train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding)
+                train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1], tgt[:, 1:], padding,
+                           masks[name])
             speeds[name].append(args.steps * 128 * 32 / (time.perf_counter() - start))
     median = {k: statistics.median(v) for k, v in speeds.items()}
     print(f"{args.size}: training, target tokens/s (median of {args.rounds} rounds, {torch.get_num_threads()} threads)")
@@ -152,7 +159,7 @@ def main() -> None:
     if args.profile:
         for name, model in candidates.items():
             print_profile(name, lambda: train_step(model, optimizers[name], precisions[name], src, tgt[:, :-1],
-                                                   tgt[:, 1:], padding))
+                                                   tgt[:, 1:], padding, masks[name]))
     if args.compile:
         print(f"  compiled / eager xspec = {median['xspec compiled'] / median['xspec']:.2f}")
 
