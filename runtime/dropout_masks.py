@@ -10,9 +10,11 @@ integer operations over the whole tensor, vectorized and on every thread. The ma
 they are other draws than torch's sampler would make.
 
 The hash is lowbias32 (Chris Wellons' integer hash prospector: two rounds of xor-shift and multiply, a
-measured bias of 0.17), applied twice: once to the element's index (kept, for the largest tensor seen), once
-to that value xor the call's seed, so that two calls' masks are unrelated bit patterns (tests check the keep
-rate, and the independence of neighbours and of two calls' masks).
+measured bias of 0.17), applied twice: once to the element's index within a chunk of CHUNK elements (kept),
+once to that value xor the chunk's seed (the call's, and for each further chunk the next of a Weyl sequence
+from it), so that two calls' or chunks' masks are unrelated bit patterns (tests check the keep rate, and the
+independence of neighbours, chunks and calls). A mask is made chunk by chunk: what it holds besides the bool
+mask itself is two chunks of int32, whatever the tensor's size.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from torch.overrides import TorchFunctionMode
 
 _ROUNDS = ((16, 0x7FEB352D), (15, 0x846CA68B - (1 << 32)))   # (shift, factor) of lowbias32, factors as int32
 _LAST_SHIFT = 16
+CHUNK = 1 << 20       # elements hashed at a time: 4 MiB of int32, within a core's share of the cache
+_WEYL = 0x9E3779B9    # the step between chunks' seeds (2^32 / the golden ratio, odd)
 
 
 def mix(h: torch.Tensor) -> torch.Tensor:
@@ -46,7 +50,7 @@ class HashedDropout(TorchFunctionMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.keys = torch.empty(0, dtype=torch.int32)   # mix(0, 1, ...): every tensor's keys are a prefix
+        self.keys = mix(torch.arange(CHUNK, dtype=torch.int32))   # each chunk's elements' keys: a prefix
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -59,12 +63,16 @@ class HashedDropout(TorchFunctionMode):
 
     def kept(self, shape: torch.Size, p: float) -> torch.Tensor:
         """A bool mask of `shape`, each element True with probability 1 - p (to within 2^-32)."""
-        count = shape.numel()
-        if self.keys.numel() < count:
-            self.keys = mix(torch.arange(count, dtype=torch.int32))
-        seed = int(torch.randint(-(1 << 31), 1 << 31, ()))
-        hashed = mix(torch.bitwise_xor(self.keys[:count], seed)).view(shape)   # uniform over the int32 range
-        return hashed >= round(p * (1 << 32)) - (1 << 31)
+        kept = torch.empty(shape.numel(), dtype=torch.bool)
+        # The hashes are uniform over the int32 range; a p within 2^-33 of 1 keeps one hash in 2^32.
+        threshold = min(round(p * (1 << 32)) - (1 << 31), (1 << 31) - 1)
+        seed = int(torch.randint(0, 1 << 32, ()))
+        for start in range(0, kept.numel(), CHUNK):
+            end = min(start + CHUNK, kept.numel())
+            chunk_seed = (seed + start // CHUNK * _WEYL) % (1 << 32) - (1 << 31)   # as an int32
+            hashed = mix(torch.bitwise_xor(self.keys[:end - start], chunk_seed))
+            torch.ge(hashed, threshold, out=kept[start:end])
+        return kept.view(shape)
 
 
 def dropout_masks(device: torch.device) -> ContextManager:

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.runtime.dropout_masks import HashedDropout, dropout_masks, mix
+from xspec.runtime.dropout_masks import CHUNK, HashedDropout, dropout_masks, mix
 
 
 def lowbias32(x: int) -> int:
@@ -56,8 +56,19 @@ def test_masks_are_independent_across_elements_and_calls():
     for lag in (1, 2, 1000):                                       # neighbours, and the next row
         assert abs(torch.corrcoef(torch.stack([first[:-lag], first[lag:]]))[0, 1].item()) < 0.005
     assert abs(torch.corrcoef(torch.stack([first, second]))[0, 1].item()) < 0.005
-    small = dropout.kept(torch.Size([10, 10]), 0.3)                # a smaller tensor reads the keys' prefix
-    assert small.shape == (10, 10) and dropout.keys.numel() == 1_000_000
+    assert dropout.kept(torch.Size([10, 10]), 0.3).shape == (10, 10)
+    assert not dropout.kept(torch.Size([1000]), 1.0 - 2.0**-40).any()     # its threshold fits an int32
+
+
+def test_a_tensor_of_several_chunks_is_masked_alike_in_each():
+    dropout = HashedDropout()
+    torch.manual_seed(0)
+    kept = dropout.kept(torch.Size([3, CHUNK]), 0.5).float()       # a chunk a row
+    assert all(abs(row.mean().item() - 0.5) < 0.003 for row in kept)
+    for a, b in ((0, 1), (1, 2)):                                  # not the same pattern again
+        assert abs(torch.corrcoef(kept[[a, b]])[0, 1].item()) < 0.005
+    torch.manual_seed(0)
+    assert torch.equal(dropout.kept(torch.Size([CHUNK + 7]), 0.5).float()[:CHUNK], kept[0])
 
 
 def test_what_is_not_training_dropout_on_a_cpu_is_torchs_own():
