@@ -13,7 +13,7 @@ import json
 
 import math
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional, Sequence
@@ -166,7 +166,7 @@ class Trainer:
     # The lengths passes are padded up to (train.length_buckets); None: each pass's longest.
     buckets: Optional[LengthBuckets] = None
     # Where a training pass draws dropout's masks (runtime/dropout_masks.py: hashed on a CPU).
-    dropout: AbstractContextManager = field(default_factory=nullcontext)
+    dropout: ContextManager = field(default_factory=nullcontext)
 
     @property
     def sharded(self) -> bool:
