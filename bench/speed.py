@@ -131,7 +131,8 @@ def main() -> None:
     if args.compile:
         candidates["xspec compiled"] = torch.compile(spec.build(device="cpu"))
         precisions["xspec compiled"] = chosen
-    masks = {k: dropout_masks(torch.device("cpu")) if k.startswith("xspec") else nullcontext() for k in candidates}
+    masks = {k: dropout_masks(torch.device("cpu"), m) if k.startswith("xspec") else nullcontext()
+             for k, m in candidates.items()}
     optimizers = {k: torch.optim.Adam(m.parameters(), betas=(0.9, 0.98), eps=1e-9) for k, m in candidates.items()}
     src, tgt = torch.randint(4, 8000, (128, 32)), torch.randint(4, 8000, (128, 33))
     padding = torch.zeros(128, 32, dtype=torch.bool)

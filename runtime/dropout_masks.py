@@ -24,7 +24,10 @@ from typing import ContextManager
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.overrides import TorchFunctionMode
+
+from xspec.nn.attention import WrittenOutAttention
 
 _ROUNDS = ((16, 0x7FEB352D), (15, 0x846CA68B - (1 << 32)))   # (shift, factor) of lowbias32, factors as int32
 _LAST_SHIFT = 16
@@ -75,10 +78,19 @@ class HashedDropout(TorchFunctionMode):
         return kept.view(shape)
 
 
-def dropout_masks(device: torch.device) -> ContextManager:
-    """The context a training pass on `device` draws dropout's masks in: HashedDropout on a CPU, torch's own
-    sampler elsewhere (a GPU's is counter-based and parallel already)."""
-    return HashedDropout() if device.type == "cpu" else nullcontext()
+def dropout_masks(device: torch.device, model: nn.Module) -> ContextManager:
+    """The context a training pass of `model` on `device` draws dropout's masks in: HashedDropout on a CPU
+    where the model drops anything, torch's own sampler elsewhere (a GPU's is counter-based and parallel
+    already). A torch function mode costs every torch call of a pass a Python call (2% of a dropout-free
+    Llama's step), so a model that draws no mask gets none."""
+    return HashedDropout() if device.type == "cpu" and draws_masks(model) else nullcontext()
+
+
+def draws_masks(model: nn.Module) -> bool:
+    """Whether `model` calls `F.dropout` with a rate above 0: through nn.Dropout (generated files, LoRA's
+    adapters) or on attention weights written out (WrittenOutAttention)."""
+    return any(isinstance(module, nn.Dropout) and module.p > 0
+               or isinstance(module, WrittenOutAttention) and module.dropout > 0 for module in model.modules())
 
 
 def _dropout_arguments(input: torch.Tensor, p: float = 0.5, training: bool = True,

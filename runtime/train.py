@@ -563,7 +563,7 @@ def make_trainer(spec, run_dir: Path, context: distributed.Context, corpus: Corp
         use_flex_attention(model, spec)  # soft caps, sinks and windows fused
     if adapted is not None:
         log.message(_adapters(model, spec))
-    dropout = dropout_masks(context.device)
+    dropout = dropout_masks(context.device, model)
     if cfg.activation_checkpointing:
         @contextmanager
         def recompute() -> Iterator[None]:

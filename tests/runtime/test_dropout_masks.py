@@ -11,7 +11,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from xspec.runtime.dropout_masks import CHUNK, HashedDropout, dropout_masks, mix
+import xspec
+from xspec.nn.attention import WrittenOutAttention
+from xspec.runtime.dropout_masks import CHUNK, HashedDropout, draws_masks, dropout_masks, mix
 
 
 def lowbias32(x: int) -> int:
@@ -84,6 +86,12 @@ def test_what_is_not_training_dropout_on_a_cpu_is_torchs_own():
         assert torch.equal(torch.relu(x), x.clamp(min=0))         # other functions pass through
 
 
-def test_the_trainer_hashes_masks_on_a_cpu_only():
-    assert isinstance(dropout_masks(torch.device("cpu")), HashedDropout)
-    assert isinstance(dropout_masks(torch.device("cuda")), nullcontext)
+def test_the_trainer_hashes_masks_on_a_cpu_only_and_for_a_model_that_drops_something():
+    dropping = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+    assert isinstance(dropout_masks(torch.device("cpu"), dropping), HashedDropout)
+    assert isinstance(dropout_masks(torch.device("cuda"), dropping), nullcontext)
+    for still in (nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.0)), WrittenOutAttention(softcap=30.0)):
+        assert isinstance(dropout_masks(torch.device("cpu"), still), nullcontext)
+    assert isinstance(dropout_masks(torch.device("cpu"), WrittenOutAttention(dropout=0.1)), HashedDropout)
+    for path, drops in (("specs/tiny.xspec", True), ("specs/modern/llama.xspec", False)):
+        assert draws_masks(xspec.compile(path).build("cpu")) is drops
