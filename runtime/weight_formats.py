@@ -13,8 +13,9 @@ larger than its last-level cache: then each token streams them from memory, and 
 whose weights the cache holds decoded 9% slower in bf16 (docs/runtime.md). Elsewhere "auto" keeps the
 weights as trained; int8, which changes the logits more, is asked for by name.
 
-Kept in float32 on a CPU, each layer multiplies a decoding step's few rows in the order that shares the
-work among the CPU's threads (FewRowsLinear): the same weights, the same numbers to float32's rounding.
+Kept in float32 on a CPU, each layer multiplies its rows the way measured fastest for their count
+(Float32Linear): one or two rows in an order that shares the work among the CPU's threads, more through
+oneDNN with the weight in its packed layout; the same weights, the same numbers to float32's rounding.
 On a CPU, whatever the format, the weights are then copied onto huge pages where the kernel offers them
 (runtime/huge_pages.py): fewer pages crossed as a step streams them.
 """
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 from xspec.base.errors import UserError
 from xspec.nn.contracts import ReadsWeightsAsMatrices
 from .huge_pages import place_on_huge_pages
+from .memory_plan import free_memory
 from .precision import cpu_bf16_instructions
 
 # torch's CPU int8 kernel reads its input in blocks of 16 features; other widths give wrong numbers or crash.
@@ -40,6 +42,8 @@ _INT8_KERNEL_BLOCK = 16
 # and multiplying in bf16 costs ~530 us and 2.4 a row: past 32 rows (a prompt's prefill) that is faster.
 _INT8_KERNEL_ROWS = 32
 CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+# The most of the memory free at load that float32 weights' packed copies (Float32Linear) may take.
+PACKED_SHARE = 0.25
 
 
 class Bf16Linear(nn.Module):
@@ -86,50 +90,92 @@ class Int8Linear(nn.Module):
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
 
-class FewRowsLinear(nn.Module):
-    """y = x W^T + b as nn.Linear computes it, but for 1 to FEW_ROWS float32 rows on a CPU running more than
-    one thread, in an order that shares W's rows among the threads, where torch's product of so few rows
-    runs on one: 2 or more rows as (W x^T)^T, and a single row as a batch of products, one block of W's rows
-    per thread (torch's batched product gives each its own thread; a matrix times one vector gets none).
-    A greedy step of an imported 31.8M Llama (2-core AMD Zen 4, 2 threads) was 2.0x faster at 2 prompts,
-    1.6-1.85x at 4, 1.13x at 8, 1.08x at 16 and 1.9x at 1 (beam 4 over 2-4 sentences of a translation model
-    1.2-1.3x); the same at 32, slower on one thread, and not so in bf16 (docs/runtime.md). The layer's own
-    weight and bias, not copies; torch.compile and torch.export trace nn.Linear's product."""
+class Float32Linear(nn.Module):
+    """y = x W^T + b as nn.Linear computes it, W kept in float32 as trained, multiplied on a CPU the way
+    measured fastest for the rows at hand (a 2-core AMD Zen 4; the 57 weights of a 31.8M Llama, docs/runtime.md):
+    - one row, on more than one thread: a batch of products, one block of W's rows per thread (torch's batched
+      product gives each block its own thread; a matrix times one vector runs on one): 2.5x nn.Linear's speed;
+    - two rows, on more than one thread: (W x^T)^T, which shares W's rows among the threads where torch's
+      x W^T of so few rows runs on one: 3.8x;
+    - any other rows, without gradients: oneDNN's product, W in oneDNN's packed layout (`PackedWeight`, where
+      the loader allows the copy): 2.7-3.9x at 3 and 4 rows, 2x at 16, 1.5x at 64, 1.2x at 256 to 4,096
+      (1.2-2x on one thread); without a packed weight, weight first up to FEW_ROWS rows;
+    - else (gradients, autocast, another dtype or device, a torch.compile or torch.export trace): nn.Linear's.
+    The same numbers to float32's rounding. The layer's own weight and bias, not copies: names and state dict
+    are nn.Linear's."""
 
-    FEW_ROWS = 16
+    FEW_ROWS = 16       # weight first, without a packed weight: 1.1-2x nn.Linear's speed from 3 to 16 rows
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, packed: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
+        self.packed = PackedWeight() if packed and PackedWeight.available() else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling() or torch.compiler.is_exporting() or not self.shares_rows(x):
+        product = self.product_for(x)
+        if product == "linear":
             return F.linear(x, self.weight, self.bias)
-        columns = x.reshape(-1, self.in_features).t()                             # [in, N]
-        blocks = self.blocks(columns.size(1))
-        if blocks > 1:      # [blocks, out / blocks, in] x [in, 1], each block a thread's
+        rows = x.reshape(-1, self.in_features)
+        if product == "packed":
+            assert self.packed is not None
+            y = torch.ops.mkldnn._linear_pointwise(rows, self.packed.of(self.weight), self.bias, "none", [], "")
+        elif product == "blocks":  # [blocks, out / blocks, in] x [in, 1], each block a thread's
+            blocks = torch.get_num_threads()
             weight = self.weight.view(blocks, -1, self.in_features)
-            shared = columns.expand(blocks, -1, -1)
-            y = torch.bmm(weight, shared) if self.bias is None else \
-                torch.baddbmm(self.bias.view(blocks, -1, 1), weight, shared)
-            y = y.view(self.out_features, -1)
-        else:
+            column = rows.t().expand(blocks, -1, -1)
+            y = torch.bmm(weight, column) if self.bias is None else \
+                torch.baddbmm(self.bias.view(blocks, -1, 1), weight, column)
+            y = y.view(self.out_features, 1).t()
+        else:               # weight first: (W x^T)^T
+            columns = rows.t()
             y = self.weight @ columns if self.bias is None else torch.addmm(self.bias[:, None], self.weight, columns)
-        return y.t().contiguous().reshape(*x.shape[:-1], self.out_features)
+            y = y.t()
+        return y.contiguous().reshape(*x.shape[:-1], self.out_features)
 
-    def shares_rows(self, x: torch.Tensor) -> bool:
-        """Whether `x`'s product goes another way than nn.Linear's (the class docstring's cases)."""
-        rows = x.numel() // self.in_features
-        return 1 <= rows <= self.FEW_ROWS and (rows > 1 or self.blocks(rows) > 1) and x.device.type == "cpu" \
-            and x.dtype == self.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu") \
-            and torch.get_num_threads() > 1
+    def product_for(self, x: torch.Tensor) -> str:
+        """How `x` is multiplied: "blocks", "weight first", "packed" or "linear" (the class docstring)."""
+        if torch.compiler.is_compiling() or torch.compiler.is_exporting() or x.device.type != "cpu" \
+                or not x.dtype == self.weight.dtype == torch.float32 or torch.is_autocast_enabled("cpu"):
+            return "linear"
+        rows, threads = x.numel() // self.in_features, torch.get_num_threads()
+        if rows == 1 and threads > 1 and self.out_features % threads == 0:
+            return "blocks"
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        packed = self.packed is not None and not needs_grad
+        if threads > 1 and (rows == 2 or (not packed and 2 < rows <= self.FEW_ROWS)):
+            return "weight first"
+        return "packed" if packed and rows > 0 else "linear"
 
-    def blocks(self, rows: int) -> int:
-        """The blocks W's rows are multiplied in: one per thread for a single row (where they divide W's
-        rows evenly), else 1."""
-        threads = torch.get_num_threads()
-        return threads if rows == 1 and self.out_features % threads == 0 else 1
+
+class PackedWeight:
+    """A weight in oneDNN's packed layout for its product with rows (torch.ops.mkldnn), made at its first
+    product and made again whenever the weight has changed since (moved, replaced or written in place). An
+    opaque tensor, neither saved nor copied: a copied model packs its own."""
+
+    # The rows oneDNN is told to expect; 4 and 64 packed alike for 2 to 4,096 rows here.
+    ROWS_HINT = 64
+
+    def __init__(self) -> None:
+        self.tensor: Optional[torch.Tensor] = None
+        self.made_from: tuple[int, int] = (0, -1)   # the weight's data pointer and version
+
+    @staticmethod
+    def available() -> bool:
+        return torch.backends.mkldnn.is_available()
+
+    def of(self, weight: torch.Tensor) -> torch.Tensor:
+        made_from = (weight.data_ptr(), weight._version)
+        if self.tensor is None or made_from != self.made_from:
+            self.tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), self.ROWS_HINT)
+            self.made_from = made_from
+        return self.tensor
+
+    def __deepcopy__(self, memo: dict) -> PackedWeight:
+        return PackedWeight()
+
+    def __getstate__(self) -> dict:
+        return {"tensor": None, "made_from": (0, -1)}
 
 
 FORMATS = {"bf16": Bf16Linear, "int8": Int8Linear}
@@ -203,14 +249,19 @@ def last_level_cache_bytes() -> Optional[int]:
 
 def store_weights(model: nn.Module, weight_format: str, device: torch.device) -> int:
     """Replaces the replaceable linear layers of `model` (replaceable_linears) on `device` with the format's
-    module, in place (float32's on a CPU: FewRowsLinear), and on a CPU moves the weights onto huge pages
-    (runtime/huge_pages.py); the number of layers replaced."""
+    module, in place (float32's on a CPU: Float32Linear, which keeps a packed copy of its weight for oneDNN
+    too, made when first multiplied so, where the copies take at most PACKED_SHARE of the memory free now),
+    and on a CPU moves the weights onto huge pages (runtime/huge_pages.py); the number of layers replaced."""
     if weight_format == "fp32" and device.type != "cpu":
         return 0
-    make = FewRowsLinear if weight_format == "fp32" else FORMATS[weight_format]
     layers = list(replaceable_linears(model))
-    for parent, name, layer in layers:
-        setattr(parent, name, make(layer))
+    if weight_format == "fp32":
+        packed = linear_weight_bytes(model) <= PACKED_SHARE * free_memory(device).bytes
+        for parent, name, layer in layers:
+            setattr(parent, name, Float32Linear(layer, packed))
+    else:
+        for parent, name, layer in layers:
+            setattr(parent, name, FORMATS[weight_format](layer))
     if device.type == "cpu":
         place_on_huge_pages(model)      # each decoded token streams the weights from memory
     return len(layers)

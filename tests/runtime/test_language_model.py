@@ -448,11 +448,11 @@ def test_bf16_and_int8_weights_score_and_generate_as_float32_does_within_their_r
     assert perplexities["int8"] == pytest.approx(perplexities["fp32"], rel=0.01)
     # The lower precisions were used: their layers hold bf16 or int8 weights, and their logits differ
     # from float32's (printed perplexities may round to the same figure).
-    from xspec.runtime.weight_formats import Bf16Linear, FewRowsLinear, Int8Linear
+    from xspec.runtime.weight_formats import Bf16Linear, Float32Linear, Int8Linear
 
     tokens = torch.randint(4, 60, (2, 12), generator=torch.Generator().manual_seed(0))
     logits = {}
-    for weights, layer, dtype in (("fp32", FewRowsLinear, torch.float32), ("bf16", Bf16Linear, torch.bfloat16),
+    for weights, layer, dtype in (("fp32", Float32Linear, torch.float32), ("bf16", Bf16Linear, torch.bfloat16),
                                   ("int8", Int8Linear, torch.int8)):
         model = xspec.load(lm_run, device="cpu", weights=weights).model
         linears = [m for m in model.modules() if isinstance(m, layer)]

@@ -1,8 +1,10 @@
 """Decoding's weight formats (runtime/weight_formats.py): bf16 and int8 linear layers whose products agree
-with float32's within their rounding, float32's few rows multiplied weight first, which layers are replaced,
-and which requests are refused."""
+with float32's within their rounding, float32's rows multiplied the way chosen for their count, which layers
+are replaced, and which requests are refused."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -10,7 +12,8 @@ import torch.nn as nn
 
 from xspec.base.errors import UserError
 from xspec.runtime import weight_formats
-from xspec.runtime.weight_formats import Bf16Linear, FewRowsLinear, Int8Linear, choose_weight_format, store_weights
+from xspec.runtime.memory_plan import FreeMemory
+from xspec.runtime.weight_formats import Bf16Linear, Float32Linear, Int8Linear, choose_weight_format, store_weights
 
 CPU = torch.device("cpu")
 
@@ -82,17 +85,28 @@ def test_float32_layers_on_a_cpu_keep_their_tensors_and_names():
     weight, keys = model[0].weight, list(model.state_dict())
     assert store_weights(model, "fp32", torch.device("cuda")) == 0 and type(model[0]) is nn.Linear
     assert store_weights(model, "fp32", CPU) == 1
-    assert type(model[0]) is FewRowsLinear and model[0].weight is weight and type(model[2]) is _Router
-    assert list(model.state_dict()) == keys
+    assert type(model[0]) is Float32Linear and model[0].weight is weight and type(model[2]) is _Router
+    assert list(model.state_dict()) == keys and model[0].packed is not None
+
+
+def test_float32_weights_are_packed_only_where_the_copies_fit_a_share_of_free_memory(monkeypatch):
+    model = nn.Sequential(nn.Linear(64, 64, bias=False))                       # 16 KiB of weights
+    monkeypatch.setattr(weight_formats, "free_memory", lambda device: FreeMemory(4 * 16384 - 1, "CPU RAM"))
+    store_weights(model, "fp32", CPU)
+    assert model[0].packed is None
+    with torch.no_grad():
+        assert model[0].product_for(torch.randn(8, 64)) == "linear"
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_few_float32_rows_go_weight_first_on_several_threads_with_linears_numbers(bias, monkeypatch):
-    """1 to 16 rows, float32, on a CPU running 2 threads: (W x^T)^T, or for one row W's rows in a block per
-    thread, not nn.Linear's product, equal to it within float32's rounding; otherwise nn.Linear's own product,
-    exactly (as for one row where the threads do not divide W's rows)."""
+def test_float32_rows_are_multiplied_the_way_chosen_for_their_count_with_linears_numbers(bias, monkeypatch):
+    """On a CPU running 2 threads, without gradients: one row in a block of W's rows per thread, two weight
+    first ((W x^T)^T), more through oneDNN's packed weight (without one, weight first up to 16); each equal to
+    nn.Linear's product within float32's rounding and not made by it. nn.Linear's own product, exactly, for one
+    row where the threads do not divide W's rows and no packed weight is allowed, and wherever gradients,
+    autocast or bf16 are involved."""
     linear = _linear(48, 40, bias)
-    few = FewRowsLinear(linear)
+    layer = Float32Linear(linear, packed=True)
     threads = torch.get_num_threads()
 
     def not_linear(*args):
@@ -100,36 +114,55 @@ def test_few_float32_rows_go_weight_first_on_several_threads_with_linears_number
 
     try:
         torch.set_num_threads(2)
-        for shape in [(1, 48), (2, 48), (4, 1, 48), (2, 8, 48), (17, 48), (3, 7, 48)]:
-            x = torch.randn(*shape)
-            rows, expected = x.numel() // 48, linear(x).detach()
-            assert few.shares_rows(x) == (1 <= rows <= 16), shape
-            if few.shares_rows(x):
+        with torch.no_grad():
+            for shape, product in [((1, 48), "blocks"), ((2, 48), "weight first"), ((4, 1, 48), "packed"),
+                                   ((2, 8, 48), "packed"), ((3, 7, 48), "packed"), ((300, 48), "packed")]:
+                x = torch.randn(*shape)
+                assert layer.product_for(x) == product, shape
                 with monkeypatch.context() as patched:
                     patched.setattr(weight_formats.F, "linear", not_linear)
-                    got = few(x).detach()
-                assert got.shape == expected.shape and got.is_contiguous()
-                assert torch.allclose(got, expected, atol=1e-5)
-            else:
-                assert torch.equal(few(x), expected)
-        uneven = FewRowsLinear(_linear(48, 39, bias))
-        x = torch.randn(1, 48)
-        assert few.blocks(1) == 2 and uneven.blocks(1) == 1 and not uneven.shares_rows(x)
-        assert uneven.shares_rows(torch.randn(2, 48))
-        torch.set_num_threads(4)            # a block per thread
-        with monkeypatch.context() as patched:
-            patched.setattr(weight_formats.F, "linear", not_linear)
-            got = few(x).detach()
-        assert few.blocks(1) == 4 and torch.allclose(got, linear(x).detach(), atol=1e-5)
-        torch.set_num_threads(2)
-        x = torch.randn(4, 48)
-        assert not few.shares_rows(x.bfloat16())
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert not few.shares_rows(x)
-        torch.set_num_threads(1)
-        assert not few.shares_rows(x) and torch.equal(few(x), linear(x))
+                    got = layer(x)
+                assert got.shape == shape[:-1] + (40,) and got.is_contiguous()
+                assert torch.allclose(got, linear(x), atol=1e-5), shape
+            torch.set_num_threads(4)            # a block per thread
+            x = torch.randn(1, 48)
+            with monkeypatch.context() as patched:
+                patched.setattr(weight_formats.F, "linear", not_linear)
+                got = layer(x)
+            assert layer.product_for(x) == "blocks" and torch.allclose(got, linear(x), atol=1e-5)
+            torch.set_num_threads(2)
+            uneven = _linear(48, 39, bias)
+            x = torch.randn(1, 48)
+            assert Float32Linear(uneven, packed=True).product_for(x) == "packed"
+            assert Float32Linear(uneven).product_for(x) == "linear" and torch.equal(Float32Linear(uneven)(x), uneven(x))
+            unpacked = Float32Linear(linear)
+            assert [unpacked.product_for(torch.randn(rows, 48)) for rows in (3, 16, 17)] == \
+                ["weight first", "weight first", "linear"]
+            x = torch.randn(4, 48)
+            assert layer.product_for(x.bfloat16()) == "linear"
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                assert layer.product_for(x) == "linear"
+        # The weight needs its gradient: not the packed weight's product, which has none.
+        assert layer.product_for(x) == "weight first" and layer.product_for(torch.randn(20, 48)) == "linear"
+        x = torch.randn(20, 48)
+        assert torch.equal(layer(x), linear(x))
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_packed_weight_follows_its_weight_and_is_not_copied():
+    linear = _linear(32, 24, True)
+    layer = Float32Linear(linear, packed=True)
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        first = layer(x)
+        assert layer.packed is not None and layer.packed.tensor is not None
+        linear.weight.mul_(2)                   # written in place: packed again
+        assert torch.allclose(layer(x), linear(x), atol=1e-5) and not torch.allclose(layer(x), first)
+        linear.weight.data = torch.randn(24, 32)  # replaced
+        assert torch.allclose(layer(x), linear(x), atol=1e-5)
+        copied = copy.deepcopy(nn.Sequential(layer))
+        assert copied[0].packed.tensor is None and torch.allclose(copied[0](x), linear(x), atol=1e-5)
 
 
 def test_auto_keeps_weights_the_cache_holds_and_the_others_need_bf16_instructions(monkeypatch):
