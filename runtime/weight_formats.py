@@ -23,6 +23,7 @@ On a CPU, whatever the format, the weights are then copied onto huge pages where
 from __future__ import annotations
 
 import functools
+import platform
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -162,7 +163,8 @@ class PackedWeight:
 
     @staticmethod
     def available() -> bool:
-        return torch.backends.mkldnn.is_available()
+        """Where torch has oneDNN and the CPU is x86, where it was measured (docs/runtime.md)."""
+        return torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64")
 
     def of(self, weight: torch.Tensor) -> torch.Tensor:
         made_from = (weight.data_ptr(), weight._version)
