@@ -6,8 +6,8 @@ transformers writes a random Llama checkpoint (30m: hidden 512, 8 layers, 8 head
 vocabulary 8000, 31.8M parameters; 120m: hidden 768, 12 layers, 12 over 4, vocabulary 32000) with a
 word-level tokenizer; `xspec import` reads it. Then, alternating round by round: transformers'
 `generate` (greedy, float32) and xspec's greedy decoding with its cache (runtime/sampling.py) in float32
-(also without the packed weights of runtime/weight_formats.py's Float32Linear: their A/B), under bf16 autocast
-(decode.precision = "bf16"), and with its linear layers' weights kept in bf16 and in int8 (decode.weights).
+(also without runtime/weight_formats.py's packed weights: their A/B), under bf16 autocast (decode.precision =
+"bf16"), and with its linear layers' weights kept in bf16 (also unpacked) and in int8 (decode.weights).
 Each decodes 4 prompts (--prompts) of 32 tokens for 64 new ones (no end token). It prints ms per decoded
 position, medians, and each variant's logits against float32's (max |Δ|, KL and argmax agreement on the
 prompts). --compile adds the three weight formats with the decoder's step through torch.compile (about two
@@ -31,7 +31,7 @@ import xspec
 from xspec.runtime.precision import Precision, choose_precision
 from xspec.runtime.sampling import sample
 from xspec.runtime.vocab import EOS
-from xspec.runtime.weight_formats import Float32Linear
+from xspec.runtime.weight_formats import Bf16Linear, Float32Linear
 
 SIZES = {
     "30m": dict(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
@@ -74,10 +74,11 @@ def main() -> None:
         loaded = xspec.load(run, device="cpu", weights="fp32")
         ours, head = loaded.members.eval(), loaded.output_head   # `xspec generate` names the output head
         stored = {name: xspec.load(run, device="cpu", weights=name).members.eval() for name in ("bf16", "int8")}
-        unpacked = xspec.load(run, device="cpu", weights="fp32").members.eval()
-    for layer in unpacked.modules():    # the A/B of Float32Linear's packed weights
-        if isinstance(layer, Float32Linear):
-            layer.packed = None
+        unpacked = {name: xspec.load(run, device="cpu", weights=name).members.eval() for name in ("fp32", "bf16")}
+    for model in unpacked.values():     # the A/B of the packed weights
+        for layer in model.modules():
+            if isinstance(layer, (Float32Linear, Bf16Linear)):
+                layer.packed = None
     torch.manual_seed(1)
     prompts = torch.randint(4, SIZES[args.size]["vocab_size"], (args.prompts, PROMPT_LEN))
     prompts[:, 0] = EOS  # xspec's prompts start at the end token, as its documents do
@@ -96,8 +97,9 @@ def main() -> None:
                         pad_token_id=0)
 
     candidates = {"transformers generate (fp32)": theirs, "xspec (fp32)": ours_in(ours, fp32),
-                  "xspec (fp32, not packed)": ours_in(unpacked, fp32),
+                  "xspec (fp32, not packed)": ours_in(unpacked["fp32"], fp32),
                   "xspec (bf16 autocast)": ours_in(ours, bf16), "xspec (bf16 weights)": ours_in(stored["bf16"], fp32),
+                  "xspec (bf16 weights, not packed)": ours_in(unpacked["bf16"], fp32),
                   "xspec (int8 weights)": ours_in(stored["int8"], fp32)}
     if args.compile:
         # The models share their classes' code, whose compiled versions torch counts together.

@@ -67,6 +67,29 @@ class _Router(nn.Linear):
         return super().forward(x).softmax(-1)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_bf16_layers_multiply_by_their_packed_weight_without_gradients_as_f_linear_does(bias, monkeypatch):
+    linear = _linear(48, 40, bias)
+    layer, plain = Bf16Linear(linear, packed=True), Bf16Linear(linear)
+    assert plain.packed is None and layer.packed is not None
+
+    def not_linear(*args):
+        raise AssertionError("F.linear's product")
+
+    for shape in [(1, 48), (4, 1, 48), (3, 7, 48), (300, 48)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            expected = plain(x)
+            with monkeypatch.context() as patched:
+                patched.setattr(weight_formats.F, "linear", not_linear)
+                got = layer(x)
+        assert got.shape == expected.shape and got.dtype == torch.float32
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)
+    x = torch.randn(4, 48, requires_grad=True)      # a gradient asked for: F.linear's product, which has one
+    layer(x).sum().backward()
+    assert x.grad is not None and layer.packed.tensor is not None
+
+
 @pytest.mark.parametrize("weight_format, kind", [("int8", Int8Linear), ("bf16", Bf16Linear)])
 def test_only_plain_linear_layers_are_replaced(weight_format, kind):
     model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32)),
@@ -89,13 +112,20 @@ def test_float32_layers_on_a_cpu_keep_their_tensors_and_names():
     assert list(model.state_dict()) == keys and model[0].packed is not None
 
 
-def test_float32_weights_are_packed_only_where_the_copies_fit_a_share_of_free_memory(monkeypatch):
-    model = nn.Sequential(nn.Linear(64, 64, bias=False))                       # 16 KiB of weights
-    monkeypatch.setattr(weight_formats, "free_memory", lambda device: FreeMemory(4 * 16384 - 1, "CPU RAM"))
+@pytest.mark.parametrize("weight_format, packed_bytes", [("fp32", 16384), ("bf16", 8192)])
+def test_weights_are_packed_only_where_the_copies_fit_a_share_of_free_memory(weight_format, packed_bytes,
+                                                                              monkeypatch):
+    monkeypatch.setattr(weight_formats, "cpu_bf16_instructions", lambda: "avx512_bf16")
+    for free, packed in ((4 * packed_bytes - 1, False), (4 * packed_bytes, True)):
+        model = nn.Sequential(nn.Linear(64, 64, bias=False))                   # 16 KiB of float32 weights
+        monkeypatch.setattr(weight_formats, "free_memory", lambda device: FreeMemory(free, "CPU RAM"))
+        store_weights(model, weight_format, CPU)
+        assert (model[0].packed is not None) is packed
+    model = nn.Sequential(nn.Linear(64, 64, bias=False))
     store_weights(model, "fp32", CPU)
-    assert model[0].packed is None
+    model[0].packed = None
     with torch.no_grad():
-        assert model[0].product_for(torch.randn(8, 64)) == "linear"
+        assert model[0].product_for(torch.randn(20, 64)) == "linear"
 
 
 @pytest.mark.parametrize("bias", [True, False])
