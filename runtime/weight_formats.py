@@ -103,15 +103,18 @@ class Float32Linear(nn.Module):
     measured fastest for the rows at hand (a 2-core AMD Zen 4; the 57 weights of a 31.8M Llama, docs/runtime.md):
     - one row, on more than one thread: a batch of products, one block of W's rows per thread (torch's batched
       product gives each block its own thread; a matrix times one vector runs on one): 2.5x nn.Linear's speed;
-    - two rows, on more than one thread: (W x^T)^T, which shares W's rows among the threads where torch's
-      x W^T of so few rows runs on one: 3.8x;
+    - two to WEIGHT_FIRST_ROWS rows, on more than one thread: (W x^T)^T, which shares W's rows among the
+      threads where torch's x W^T of so few rows runs on one: 2-3.8x;
     - any other rows, without gradients: oneDNN's product, W in oneDNN's packed layout (`PackedWeight`, where
-      the loader allows the copy): 2.7-3.9x at 3 and 4 rows, 2x at 16, 1.5x at 64, 1.2x at 256 to 4,096
-      (1.2-2x on one thread); without a packed weight, weight first up to FEW_ROWS rows;
+      the loader allows the copy): 2x at 16 rows, 1.5x at 64, 1.2x at 256 to 4,096 (1.2-2x on one thread);
+      without a packed weight, weight first up to FEW_ROWS rows;
     - else (gradients, autocast, another dtype or device, a torch.compile or torch.export trace): nn.Linear's.
     The same numbers to float32's rounding. The layer's own weight and bias, not copies: names and state dict
     are nn.Linear's."""
 
+    # Weight first took 0.95x the packed product's time in whole greedy steps of 3 and 4 rows (weights on huge
+    # pages, the packed copies not), and 1.26-1.28x at 6 and 8.
+    WEIGHT_FIRST_ROWS = 4
     FEW_ROWS = 16       # weight first, without a packed weight: 1.1-2x nn.Linear's speed from 3 to 16 rows
 
     def __init__(self, linear: nn.Linear, packed: bool = False) -> None:
@@ -150,7 +153,7 @@ class Float32Linear(nn.Module):
         if rows == 1 and threads > 1 and self.out_features % threads == 0:
             return "blocks"
         packed = self.packed is not None and packs(x, self.weight)
-        if threads > 1 and (rows == 2 or (not packed and 2 < rows <= self.FEW_ROWS)):
+        if threads > 1 and 2 <= rows <= (self.WEIGHT_FIRST_ROWS if packed else self.FEW_ROWS):
             return "weight first"
         return "packed" if packed else "linear"
 
