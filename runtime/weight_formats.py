@@ -64,7 +64,8 @@ class Bf16Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The weight's own dtype: a model made float again (`.float()`) multiplies in float32.
         rows = x.to(self.weight.dtype)
-        if self.packed is not None and self.weight.dtype == torch.bfloat16 and packs(rows, self.weight):
+        if self.packed is not None and self.weight.dtype == torch.bfloat16 \
+                and packed_product_applies(rows, self.weight):
             return self.packed.product(rows, self.weight, self.bias).to(x.dtype)
         return F.linear(rows, self.weight, self.bias).to(x.dtype)
 
@@ -106,7 +107,7 @@ class Float32Linear(nn.Module):
     - two to WEIGHT_FIRST_ROWS rows, on more than one thread: (W x^T)^T, which shares W's rows among the
       threads where torch's x W^T of so few rows runs on one: 2-3.8x;
     - any other rows, without gradients: oneDNN's product, W in oneDNN's packed layout (`PackedWeight`, where
-      the loader allows the copy): 2x at 16 rows, 1.5x at 64, 1.2x at 256 to 4,096 (1.2-2x on one thread);
+      the loader allows the copy): 2x at 16 rows, 1.5x at 64, 1.15-1.25x at 256 to 4,096 (1.2-2x on one thread);
       without a packed weight, weight first up to FEW_ROWS rows;
     - else (gradients, autocast, another dtype or device, a torch.compile or torch.export trace): nn.Linear's.
     The same numbers to float32's rounding. The layer's own weight and bias, not copies: names and state dict
@@ -152,7 +153,7 @@ class Float32Linear(nn.Module):
         rows, threads = x.numel() // self.in_features, torch.get_num_threads()
         if rows == 1 and threads > 1 and self.out_features % threads == 0:
             return "blocks"
-        packed = self.packed is not None and packs(x, self.weight)
+        packed = self.packed is not None and packed_product_applies(x, self.weight)
         if threads > 1 and 2 <= rows <= (self.WEIGHT_FIRST_ROWS if packed else self.FEW_ROWS):
             return "weight first"
         return "packed" if packed else "linear"
@@ -194,7 +195,7 @@ class PackedWeight:
         return {"tensor": None, "made_from": (0, -1)}
 
 
-def packs(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def packed_product_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `x` may be multiplied by `weight`'s packed layout: on a CPU, where nothing needs a gradient (the
     product has none), outside a torch.compile or torch.export trace, and rows there are."""
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
